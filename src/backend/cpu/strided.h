@@ -1,0 +1,52 @@
+// Helpers for strided (non-contiguous) tensors shared by all CPU kernels.
+#pragma once
+#include <cstring>
+
+#include "backend/cpu/cpu_tensor.h"
+
+namespace tw::cpu {
+
+// Contiguous copy of t (returns t itself, sharing storage, when it is already contiguous).
+CpuTensor contiguous(const CpuTensor& t);
+// Copies t's elements, in row-major order of t's shape, into dst (numel * dtype_size bytes).
+void copy_to_contiguous(const CpuTensor& t, std::byte* dst);
+
+// Strides of `t` viewed as broadcast to `shape` (leading new dims and size-1 dims get stride 0).
+Strides broadcast_strides(const CpuTensor& t, const Shape& shape);
+
+// Iterates a multi-index over `shape` in row-major order keeping up to 3 element offsets in
+// step, e.g. the two inputs and the output of a binary op. Used by the generic strided paths.
+template <int N>
+struct StridedIter {
+  const Shape& shape;
+  Strides strides[N];
+  int64_t idx[kMaxRank] = {};
+  int64_t off[N] = {};
+  StridedIter(const Shape& s, std::initializer_list<Strides> st) : shape(s) {
+    int i = 0;
+    for (auto& x : st) strides[i++] = x;
+  }
+  // Advances to the next element; offsets follow.
+  void next() {
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) {
+        for (int k = 0; k < N; ++k) off[k] += strides[k][d];
+        return;
+      }
+      for (int k = 0; k < N; ++k) off[k] -= strides[k][d] * (shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  // Positions the iterator at linear row-major element `linear`.
+  void seek(int64_t linear) {
+    for (int k = 0; k < N; ++k) off[k] = 0;
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+      int64_t s = shape[d] ? shape[d] : 1;
+      idx[d] = linear % s;
+      linear /= s;
+      for (int k = 0; k < N; ++k) off[k] += idx[d] * strides[k][d];
+    }
+  }
+};
+
+}  // namespace tw::cpu

@@ -1,0 +1,91 @@
+// Refcounted host memory. A Buffer is a (storage, offset, size) slice; slices keep their parent
+// storage alive, so received bytes can become tensor storage without a copy. Storage comes from
+// a caching pool (BufferPool) because fresh pages are very slow to touch on our hosts: freed
+// blocks go back to a size-class free list and are handed out again.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tw {
+
+class BufferPool;
+
+struct Storage {
+  std::byte* data = nullptr;
+  size_t capacity = 0;   // bytes usable (the size class)
+  BufferPool* pool = nullptr;  // null: owned by plain allocation, freed directly
+  ~Storage();
+};
+
+class Buffer {
+ public:
+  Buffer() = default;
+  // Allocates `size` bytes from the global pool (uninitialised).
+  static Buffer allocate(size_t size);
+  // Allocates and zero-fills.
+  static Buffer zeros(size_t size);
+  // Copies `size` bytes from `src`.
+  static Buffer copy_of(const void* src, size_t size);
+
+  std::byte* data() const { return storage_ ? storage_->data + offset_ : nullptr; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  // A view of bytes [offset, offset + size) sharing this storage.
+  Buffer slice(size_t offset, size_t size) const;
+  template <class T>
+  T* as() const { return reinterpret_cast<T*>(data()); }
+  long use_count() const { return storage_.use_count(); }
+
+ private:
+  Buffer(std::shared_ptr<Storage> s, size_t off, size_t size)
+      : storage_(std::move(s)), offset_(off), size_(size) {}
+  friend class BufferPool;
+  std::shared_ptr<Storage> storage_;
+  size_t offset_ = 0;
+  size_t size_ = 0;
+};
+
+struct PoolStats {
+  size_t bytes_in_use = 0;    // handed out and not yet returned
+  size_t bytes_cached = 0;    // on free lists, ready for reuse
+  uint64_t allocations = 0;   // requests served
+  uint64_t fresh_allocations = 0;  // requests that needed new memory from the system
+};
+
+class BufferPool {
+ public:
+  // Memory kept on free lists beyond this is returned to the system (default 4 GiB; env
+  // TW_POOL_CACHE_BYTES). Bounds what an idle process holds.
+  explicit BufferPool(size_t max_cached_bytes);
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  static BufferPool& global();
+  Buffer allocate(size_t size);
+  PoolStats stats() const;
+  void release_cached();  // frees every cached block
+
+  // The size class a request is rounded up to: 4 classes per power of two above 4 KiB, so at
+  // most 25% of a block is slack.
+  static size_t size_class(size_t size);
+
+ private:
+  friend struct Storage;
+  void give_back(std::byte* data, size_t capacity);
+  static std::byte* system_alloc(size_t capacity);
+  static void system_free(std::byte* data, size_t capacity);
+
+  mutable std::mutex mu_;
+  size_t max_cached_;
+  PoolStats stats_;
+  // free lists by size class; small pools of blocks of equal capacity
+  std::vector<std::pair<size_t, std::vector<std::byte*>>> free_;
+};
+
+}  // namespace tw

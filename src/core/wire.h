@@ -1,0 +1,120 @@
+// Explicit little-endian encoding of scalars into a byte vector, and a bounds-checked reader.
+// Never memcpy a struct onto the wire: every field is written one by one in a fixed order.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/status.h"
+
+namespace tw {
+
+class WireWriter {
+ public:
+  explicit WireWriter(std::vector<uint8_t>& out) : out_(out) {}
+  void u8(uint8_t v) { out_.push_back(v); }
+  void u16(uint16_t v) { le(v, 2); }
+  void u32(uint32_t v) { le(v, 4); }
+  void u64(uint64_t v) { le(v, 8); }
+  void i64(int64_t v) { le(static_cast<uint64_t>(v), 8); }
+  void f64(double v) {
+    uint64_t b;
+    std::memcpy(&b, &v, 8);
+    le(b, 8);
+  }
+  void raw(const void* p, size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    out_.insert(out_.end(), b, b + n);
+  }
+  void str(const std::string& s) {
+    u32(static_cast<uint32_t>(s.size()));
+    raw(s.data(), s.size());
+  }
+  size_t size() const { return out_.size(); }
+  std::vector<uint8_t>& bytes() { return out_; }
+
+ private:
+  void le(uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  std::vector<uint8_t>& out_;
+};
+
+// Reads from [data, data + size). Every read checks the remaining length first and returns
+// kDataLoss on a short read. When constructed over a Buffer, raw byte runs can be taken as
+// zero-copy slices of it.
+class WireReader {
+ public:
+  WireReader(const uint8_t* data, size_t size) : p_(data), end_(data + size) {}
+  explicit WireReader(const Buffer& buf)
+      : p_(buf.as<const uint8_t>()), end_(buf.as<const uint8_t>() + buf.size()), base_(buf) {}
+
+  size_t remaining() const { return static_cast<size_t>(end_ - p_); }
+  bool done() const { return p_ == end_; }
+
+  Status u8(uint8_t& v) { return le(v); }
+  Status u16(uint16_t& v) { return le(v); }
+  Status u32(uint32_t& v) { return le(v); }
+  Status u64(uint64_t& v) { return le(v); }
+  Status i64(int64_t& v) {
+    uint64_t u;
+    TW_RETURN_NOT_OK(le(u));
+    v = static_cast<int64_t>(u);
+    return Status::OK();
+  }
+  Status f64(double& v) {
+    uint64_t u;
+    TW_RETURN_NOT_OK(le(u));
+    std::memcpy(&v, &u, 8);
+    return Status::OK();
+  }
+  Status str(std::string& s, size_t max_len) {
+    uint32_t n;
+    TW_RETURN_NOT_OK(u32(n));
+    if (n > max_len || n > remaining()) return short_read(n);
+    s.assign(reinterpret_cast<const char*>(p_), n);
+    p_ += n;
+    return Status::OK();
+  }
+  // n bytes as a Buffer: a slice of the underlying Buffer when there is one, else a copy.
+  Status bytes(size_t n, Buffer& out) {
+    if (n > remaining()) return short_read(n);
+    if (base_.data() != nullptr) {
+      out = base_.slice(static_cast<size_t>(p_ - base_.as<const uint8_t>()), n);
+    } else {
+      out = Buffer::copy_of(p_, n);
+    }
+    p_ += n;
+    return Status::OK();
+  }
+  // A count of items of item_size bytes each; fails unless that many bytes remain, so a decoder
+  // never allocates more than the frame could hold.
+  Status count(uint32_t& n, size_t item_size) {
+    TW_RETURN_NOT_OK(u32(n));
+    if (item_size && n > remaining() / item_size) return short_read(size_t{n} * item_size);
+    return Status::OK();
+  }
+
+ private:
+  template <class T>
+  Status le(T& v) {
+    v = T{};
+    if (remaining() < sizeof(T)) return short_read(sizeof(T));
+    uint64_t acc = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) acc |= uint64_t{p_[i]} << (8 * i);
+    v = static_cast<T>(acc);
+    p_ += sizeof(T);
+    return Status::OK();
+  }
+  Status short_read(size_t wanted) const {
+    return data_loss("truncated input: needed " + std::to_string(wanted) + " bytes, " +
+                     std::to_string(remaining()) + " left");
+  }
+  const uint8_t* p_;
+  const uint8_t* end_;
+  Buffer base_;
+};
+
+}  // namespace tw
