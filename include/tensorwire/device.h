@@ -1,0 +1,37 @@
+// A Device names where tensors live and where their ops run. Every device is an op sink: the
+// Tensor API turns each call into an op of the IR and hands it to the tensor's device.
+#pragma once
+#include <memory>
+#include <string>
+
+namespace tw {
+
+namespace detail {
+class Sink;
+}
+
+class Device {
+ public:
+  enum class Kind : uint8_t { kCpu = 0, kRemote = 1, kCapture = 2 };
+
+  // The process's local CPU device (ops execute eagerly on the calling thread, with kernels
+  // parallelised over the intra-op pool).
+  static Device cpu();
+
+  Kind kind() const;
+  // "cpu", "remote(tcp://host:port, 0)".
+  std::string str() const;
+  // Waits until every op submitted so far has executed (a no-op for eager devices).
+  void sync() const;
+  bool operator==(const Device& o) const { return sink_ == o.sink_; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+
+  // For the API's implementation.
+  explicit Device(std::shared_ptr<detail::Sink> sink) : sink_(std::move(sink)) {}
+  const std::shared_ptr<detail::Sink>& sink() const { return sink_; }
+
+ private:
+  std::shared_ptr<detail::Sink> sink_;
+};
+
+}  // namespace tw

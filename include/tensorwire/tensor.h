@@ -1,0 +1,270 @@
+// tw::Tensor: a handle to a tensor on some device, with an API modelled on libtorch's C++ API.
+// Every call validates shapes and dtypes immediately (throwing tw::Error at the call site with a
+// message naming the shapes) and then submits one op to the tensor's device; the values are
+// computed eagerly on the CPU device and asynchronously on remote devices. Reading values
+// (to_vector, item, printing) waits for them.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensorwire/device.h"
+#include "tensorwire/dtype.h"
+#include "tensorwire/error.h"
+
+namespace tw {
+
+using Shape = std::vector<int64_t>;
+
+namespace detail {
+struct TensorImpl;
+// A host copy of a tensor's values: contiguous, row-major, little-endian.
+struct HostValues {
+  Shape shape;
+  DType dtype = DType::kF32;
+  std::shared_ptr<const void> owner;  // keeps `data` alive
+  const void* data = nullptr;
+  int64_t numel = 0;
+};
+template <class T> constexpr DType dtype_of_v = DType::kF32;
+template <> inline constexpr DType dtype_of_v<double> = DType::kF64;
+template <> inline constexpr DType dtype_of_v<int32_t> = DType::kI32;
+template <> inline constexpr DType dtype_of_v<int64_t> = DType::kI64;
+template <> inline constexpr DType dtype_of_v<uint8_t> = DType::kU8;
+template <> inline constexpr DType dtype_of_v<bool> = DType::kBool;
+[[noreturn]] void throw_dtype_mismatch(const char* what, DType have, DType want);
+}  // namespace detail
+
+// A number given to a tensor-scalar op: exact for integers, double for floats.
+struct Scalar {
+  bool is_float = true;
+  double f = 0.0;
+  int64_t i = 0;
+  Scalar(double v) : is_float(true), f(v), i(static_cast<int64_t>(v)) {}          // NOLINT
+  Scalar(float v) : Scalar(static_cast<double>(v)) {}                            // NOLINT
+  Scalar(int64_t v) : is_float(false), f(static_cast<double>(v)), i(v) {}        // NOLINT
+  Scalar(int v) : Scalar(static_cast<int64_t>(v)) {}                             // NOLINT
+  Scalar(bool v) : Scalar(static_cast<int64_t>(v)) {}                            // NOLINT
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: most calls on it throw
+  bool defined() const { return impl_ != nullptr; }
+
+  // ---- metadata (no round trip) ----
+  const Shape& shape() const;
+  Shape sizes() const { return shape(); }
+  int64_t dim() const;
+  int64_t size(int64_t dim) const;
+  int64_t numel() const;
+  DType dtype() const;
+  Device device() const;
+  uint64_t id() const;  // the tensor's id on its device
+
+  // ---- values (wait for the device) ----
+  template <class T>
+  std::vector<T> to_vector() const {
+    detail::HostValues v = host_values();
+    if (v.dtype != detail::dtype_of_v<T>) detail::throw_dtype_mismatch("to_vector", v.dtype, detail::dtype_of_v<T>);
+    const T* p = static_cast<const T*>(v.data);
+    return std::vector<T>(p, p + v.numel);
+  }
+  template <class T>
+  T item() const {
+    std::vector<T> v = to_vector<T>();
+    if (v.size() != 1) throw Error("item: tensor has " + std::to_string(v.size()) + " elements, not 1");
+    return v[0];
+  }
+  // Raw little-endian bytes of any dtype (f16/bf16 included).
+  std::vector<uint8_t> to_bytes() const;
+  detail::HostValues host_values() const;
+  std::string to_string() const;  // values and dtype, abbreviated past 1000 elements
+
+  // ---- conversion and movement between devices ----
+  Tensor to(DType dtype) const;  // cast (a copy even when dtype is unchanged)
+  Tensor to(const Device& device) const;  // copies the values to another device
+
+  // ---- elementwise ----
+  Tensor neg() const; Tensor abs() const; Tensor exp() const; Tensor log() const;
+  Tensor log1p() const; Tensor sqrt() const; Tensor rsqrt() const; Tensor sin() const;
+  Tensor cos() const; Tensor tanh() const; Tensor sigmoid() const; Tensor relu() const;
+  Tensor gelu() const; Tensor erf() const; Tensor reciprocal() const; Tensor floor() const;
+  Tensor ceil() const; Tensor round() const; Tensor sign() const; Tensor square() const;
+  Tensor logical_not() const;
+
+  Tensor add(const Tensor& o) const; Tensor add(Scalar s) const;
+  Tensor sub(const Tensor& o) const; Tensor sub(Scalar s) const;
+  Tensor mul(const Tensor& o) const; Tensor mul(Scalar s) const;
+  Tensor div(const Tensor& o) const; Tensor div(Scalar s) const;
+  Tensor pow(const Tensor& o) const; Tensor pow(Scalar s) const;
+  Tensor maximum(const Tensor& o) const; Tensor minimum(const Tensor& o) const;
+  Tensor remainder(const Tensor& o) const; Tensor remainder(Scalar s) const;
+  Tensor eq(const Tensor& o) const; Tensor eq(Scalar s) const;
+  Tensor ne(const Tensor& o) const; Tensor ne(Scalar s) const;
+  Tensor lt(const Tensor& o) const; Tensor lt(Scalar s) const;
+  Tensor le(const Tensor& o) const; Tensor le(Scalar s) const;
+  Tensor gt(const Tensor& o) const; Tensor gt(Scalar s) const;
+  Tensor ge(const Tensor& o) const; Tensor ge(Scalar s) const;
+  Tensor logical_and(const Tensor& o) const; Tensor logical_or(const Tensor& o) const;
+  Tensor logical_xor(const Tensor& o) const;
+  Tensor clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const;
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
+
+  // ---- reductions ----
+  Tensor sum() const; Tensor sum(int64_t dim, bool keepdim = false) const;
+  Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor mean() const; Tensor mean(int64_t dim, bool keepdim = false) const;
+  Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor prod() const; Tensor prod(int64_t dim, bool keepdim = false) const;
+  Tensor max() const; Tensor max(int64_t dim, bool keepdim = false) const;  // values
+  Tensor min() const; Tensor min(int64_t dim, bool keepdim = false) const;
+  Tensor argmax() const; Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor argmin() const; Tensor argmin(int64_t dim, bool keepdim = false) const;
+  Tensor cumsum(int64_t dim) const;
+
+  // ---- linear algebra ----
+  Tensor matmul(const Tensor& o) const;  // 1-D operands are treated as in torch.matmul
+
+  // ---- movement (views where the device can make them) ----
+  Tensor reshape(const Shape& shape) const;
+  Tensor view(const Shape& shape) const { return reshape(shape); }
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;  // transpose of a 2-D tensor
+  Tensor expand(const Shape& shape) const;
+  Tensor expand_as(const Tensor& o) const { return expand(o.shape()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  // Elements start, start+step, ... < end along dim (Python slice semantics, negative allowed).
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  // A copy of this tensor with this[slice(dim, start, end, step)] = src.
+  Tensor slice_assign(int64_t dim, int64_t start, int64_t end, int64_t step, const Tensor& src) const;
+  Tensor flip(const std::vector<int64_t>& dims) const;
+  Tensor repeat(const std::vector<int64_t>& repeats) const;
+
+  // ---- indexing ----
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+
+  // ---- neural ----
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+
+  // For the API's implementation.
+  explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}
+  const std::shared_ptr<detail::TensorImpl>& impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<detail::TensorImpl> impl_;
+};
+
+// ---- operators ----
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(Scalar a, const Tensor& b);
+Tensor operator/(Scalar a, const Tensor& b);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, Scalar b);
+Tensor operator!=(const Tensor& a, Scalar b);
+Tensor operator<(const Tensor& a, Scalar b);
+Tensor operator<=(const Tensor& a, Scalar b);
+Tensor operator>(const Tensor& a, Scalar b);
+Tensor operator>=(const Tensor& a, Scalar b);
+Tensor operator&&(const Tensor& a, const Tensor& b);
+Tensor operator||(const Tensor& a, const Tensor& b);
+Tensor operator!(const Tensor& a);
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// ---- factories (device defaults to the CPU device) ----
+Tensor zeros(const Shape& shape, DType dtype = kF32, const Device& device = Device::cpu());
+Tensor ones(const Shape& shape, DType dtype = kF32, const Device& device = Device::cpu());
+Tensor full(const Shape& shape, Scalar value, DType dtype = kF32, const Device& device = Device::cpu());
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, Scalar value);
+// [start, end) by step; dtype defaults to i64 when all three are integers, else f32.
+Tensor arange(Scalar end, const Device& device = Device::cpu());
+Tensor arange(Scalar start, Scalar end, Scalar step = 1, std::optional<DType> dtype = std::nullopt,
+              const Device& device = Device::cpu());
+Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, DType dtype = kF32,
+           const Device& device = Device::cpu());
+// Copies host values (row-major) into a new tensor of the given shape.
+template <class T>
+Tensor from_vector(std::span<const T> values, const Shape& shape, const Device& device = Device::cpu());
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, const Device& device = Device::cpu()) {
+  return from_vector<T>(std::span<const T>(values), shape, device);
+}
+// 1-D tensor of the given values.
+template <class T>
+Tensor tensor(std::initializer_list<T> values, const Device& device = Device::cpu()) {
+  std::vector<T> v(values);
+  return from_vector<T>(std::span<const T>(v), Shape{static_cast<int64_t>(v.size())}, device);
+}
+// Raw little-endian bytes of any dtype.
+Tensor from_bytes(std::span<const uint8_t> bytes, const Shape& shape, DType dtype,
+                  const Device& device = Device::cpu());
+
+// Random tensors draw from a counter-based generator: each call takes the next seed of a global
+// sequence started by manual_seed, so a program gives the same tensors on every device and for
+// any thread count.
+void manual_seed(uint64_t seed);
+uint64_t next_seed();
+Tensor rand(const Shape& shape, DType dtype = kF32, const Device& device = Device::cpu());
+Tensor randn(const Shape& shape, DType dtype = kF32, const Device& device = Device::cpu());
+Tensor uniform(const Shape& shape, double low, double high, DType dtype = kF32,
+               const Device& device = Device::cpu());
+Tensor normal(const Shape& shape, double mean, double std, DType dtype = kF32,
+              const Device& device = Device::cpu());
+Tensor bernoulli(const Tensor& p);
+
+// ---- free functions ----
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0);
+Tensor one_hot(const Tensor& x, int64_t num_classes);
+// weight [num_embeddings, dim], indices of any shape -> indices.shape + [dim]
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+              std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
+              std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0});
+Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0});
+Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size);
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// Intra-op threads used by the local CPU kernels (default: TW_NUM_THREADS or all cores).
+void set_num_threads(int n);
+int get_num_threads();
+
+}  // namespace tw

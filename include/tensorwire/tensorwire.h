@@ -1,0 +1,6 @@
+// The one header users include.
+#pragma once
+#include "tensorwire/device.h"
+#include "tensorwire/dtype.h"
+#include "tensorwire/error.h"
+#include "tensorwire/tensor.h"
