@@ -12,9 +12,13 @@ Status BackendSink::submit(ir::Op op) {
   return Status::OK();
 }
 
-Result<TensorData> BackendSink::read(ir::TensorId id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return backend_->read(id);
+std::future<Result<TensorData>> BackendSink::read_async(ir::TensorId id) {
+  std::promise<Result<TensorData>> p;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    p.set_value(backend_->read(id));
+  }
+  return p.get_future();
 }
 
 void BackendSink::drop(ir::TensorId id) {

@@ -26,9 +26,12 @@ class Sink {
   // read of them reports it), exactly as a remote device does; submit itself fails only when
   // the device is unusable.
   virtual Status submit(ir::Op op) = 0;
-  virtual Result<TensorData> read(ir::TensorId id) = 0;
+  virtual std::future<Result<TensorData>> read_async(ir::TensorId id) = 0;
+  Result<TensorData> read(ir::TensorId id) { return read_async(id).get(); }
   virtual void drop(ir::TensorId id) = 0;
   virtual Status sync() = 0;
+  virtual Status connect() { return Status::OK(); }
+  virtual void flush() {}
 
  private:
   std::atomic<ir::TensorId> next_id_{1};
@@ -42,7 +45,7 @@ class BackendSink final : public Sink {
   Device::Kind kind() const override { return Device::Kind::kCpu; }
   std::string str() const override { return backend_->name(); }
   Status submit(ir::Op op) override;
-  Result<TensorData> read(ir::TensorId id) override;
+  std::future<Result<TensorData>> read_async(ir::TensorId id) override;
   void drop(ir::TensorId id) override;
   Status sync() override { return Status::OK(); }
   Backend& backend() { return *backend_; }
