@@ -17,10 +17,11 @@ class Device {
   // The process's local CPU device (ops execute eagerly on the calling thread, with kernels
   // parallelised over the intra-op pool).
   static Device cpu();
-  // Device `index` of the compute server at `url` (tcp://host:port or unix:///path). Nothing is
-  // contacted until first use (or connect()); the same (url, index) gives the same device while
-  // any handle to it lives. Ops are queued and sent in batches (see docs/remote.md for the
-  // thresholds and their environment variables).
+  // Device `index` of the compute server at `url` (tcp://host:port or unix:///path). Each call
+  // opens its own session (its own connection and tensor table), so keep the Device and pass it
+  // around; copies of it share the session. Nothing is contacted until first use (or
+  // connect()). Ops are queued and sent in batches (docs/remote.md: thresholds and their
+  // environment variables).
   static Device remote(const std::string& url, int index = 0);
 
   Kind kind() const;

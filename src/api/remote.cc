@@ -1,7 +1,5 @@
 #include "tensorwire/remote.h"
 
-#include <map>
-#include <mutex>
 
 #include "api/remote_sink.h"
 #include "tensorwire/error.h"
@@ -26,14 +24,8 @@ Device Device::remote(const std::string& url, int index) {
   auto parsed = net::parse_url(url);
   if (!parsed.ok()) throw Error("remote device: " + parsed.status().message());
   if (index < 0) throw Error("remote device: index must be >= 0, got " + std::to_string(index));
-  static std::mutex mu;
-  static auto* registry = new std::map<std::string, std::weak_ptr<detail::Sink>>();
-  std::string key = parsed->str() + "#" + std::to_string(index);
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto live = (*registry)[key].lock()) return Device(live);
   auto sink = std::make_shared<client::RemoteSink>(*parsed, static_cast<uint32_t>(index),
                                                    client::Options::from_env());
-  (*registry)[key] = sink;
   return Device(sink);
 }
 
