@@ -1,9 +1,10 @@
 // Conv2d: x [N, C, H, W], w [O, C/groups, kH, kW], bias [O] -> [N, O, Ho, Wo].
 //
-// f32 runs on oneDNN's convolution. Its fast kernels want blocked layouts: the weights are
-// reordered by oneDNN, the source too unless the channel count is small (oneDNN's first-layer
-// kernels read plain NCHW directly), and the blocked result (nChw16c or nChw8c) is transposed to
-// NCHW here, which is several times faster than oneDNN's generic reorder for this case.
+// f32 runs on oneDNN's convolution. Its fast kernels want blocked layouts, so the weights are
+// reordered, the source too unless the channel count is small (oneDNN's first-layer kernels read
+// plain NCHW directly), and the blocked result is reordered to NCHW; all by oneDNN on its own
+// threads (a hand-written AVX2 transpose on tw's pool measured slower: the two pools' threads
+// compete for the cores right after oneDNN's parallel region).
 // f64 runs on direct loops: each output plane is one task, so results do not depend on the
 // thread count.
 #include <algorithm>
@@ -57,7 +58,6 @@ struct ConvPrimitive {
   memory::desc src_md, w_md, dst_md, bias_md, scratchpad;
   memory::desc src_plain, w_plain, dst_plain;
   std::optional<dnnl::reorder> src_reorder, w_reorder, dst_reorder;
-  int64_t dst_block = 0;  // 8 or 16: dst is nChw<block>c and transposed by blocked_to_nchw
 };
 
 DnnlCache<ConvPrimitive>& conv_cache() {
@@ -103,37 +103,8 @@ ConvPrimitive make_conv(const ConvGeometry& g, bool has_bias) {
   };
   if (p.src_md != p.src_plain) p.src_reorder = reorder(p.src_plain, p.src_md);
   if (p.w_md != p.w_plain) p.w_reorder = reorder(p.w_plain, p.w_md);
-  if (p.dst_md != p.dst_plain) {
-    if (p.dst_md == memory::desc(dst_dims, dt::f32, tag::nChw16c)) {
-      p.dst_block = 16;
-    } else if (p.dst_md == memory::desc(dst_dims, dt::f32, tag::nChw8c)) {
-      p.dst_block = 8;
-    } else {
-      p.dst_reorder = reorder(p.dst_md, p.dst_plain);
-    }
-  }
+  if (p.dst_md != p.dst_plain) p.dst_reorder = reorder(p.dst_md, p.dst_plain);
   return p;
-}
-
-// nChw<blk>c -> NCHW: per (image, channel block), 64 spatial positions at a time so the source
-// tile stays in L1 while each channel's row is written. Pure copies: any partition gives the
-// same bytes.
-void blocked_to_nchw(const float* src, float* dst, int64_t n, int64_t c, int64_t hw, int64_t blk) {
-  const int64_t cb_count = (c + blk - 1) / blk;
-  parallel_chunks(n * cb_count, 1, [&](int64_t, int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t img = t / cb_count, cb = t % cb_count;
-      const float* s = src + t * hw * blk;
-      const int64_t channels = std::min(blk, c - cb * blk);
-      float* d = dst + (img * c + cb * blk) * hw;
-      for (int64_t i0 = 0; i0 < hw; i0 += 64) {
-        const int64_t i1 = std::min(hw, i0 + 64);
-        for (int64_t ch = 0; ch < channels; ++ch) {
-          for (int64_t i = i0; i < i1; ++i) d[ch * hw + i] = s[i * blk + ch];
-        }
-      }
-    }
-  });
 }
 
 Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
@@ -168,7 +139,7 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
       wm = blocked;
     }
     memory conv_dst = dst;
-    if (p.dst_md != p.dst_plain) {
+    if (p.dst_reorder) {
       dst_buf = Buffer::allocate(p.dst_md.get_size());
       conv_dst = memory(p.dst_md, eng, dst_buf.data());
     }
@@ -176,10 +147,7 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, conv_dst}};
     if (bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias_md, eng, bias->data<float>()));
     TW_RETURN_NOT_OK(dnnl_run("conv2d", p.conv, p.scratchpad, std::move(args)));
-    if (p.dst_block) {
-      blocked_to_nchw(reinterpret_cast<const float*>(dst_buf.data()), out.data<float>(), g.n, g.o,
-                      g.ho * g.wo, p.dst_block);
-    } else if (p.dst_reorder) {
+    if (p.dst_reorder) {
       TW_RETURN_NOT_OK(dnnl_run("conv2d", *p.dst_reorder, none,
                                 {{DNNL_ARG_FROM, conv_dst}, {DNNL_ARG_TO, dst}}));
     }

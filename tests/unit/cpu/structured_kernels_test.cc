@@ -755,7 +755,7 @@ TEST(StructuredKernels, DISABLED_Bench) {
   {
     const CpuTensor x = random_f32({32, 3, 32, 32}, 3), w = random_f32({64, 3, 3, 3}, 4);
     const CpuTensor bias = random_f32({64}, 5);
-    const double ms = best_ms(20, [&] {
+    const double ms = best_ms(200, [&] {
       Harness h;
       ir::Conv2d op{.x = h.in(x), .w = h.in(w), .bias = h.in(bias), .padding = {1, 1},
                     .out = h.out({32, 64, 32, 32}, kF32)};
