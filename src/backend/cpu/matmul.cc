@@ -147,8 +147,8 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
     const Strides ias(as.begin() + outer, as.end()), ibs(bs.begin() + outer, bs.end());
     const Strides ics(cs.begin() + outer, cs.end());
     const int threads = dnnl_sync_threads();
-    std::vector<int64_t> key = {threads, static_cast<int64_t>(inner_batch.size()), n, k, m,
-                                a.rs, a.cs, b.rs, b.cs};
+    std::vector<int64_t> key = {
+        threads, static_cast<int64_t>(inner_batch.size()), n, k, m, a.rs, a.cs, b.rs, b.cs};
     for (size_t i = 0; i < inner_batch.size(); ++i) {
       key.insert(key.end(), {inner_batch[i], ias[i], ibs[i], ics[i]});
     }
@@ -178,8 +178,9 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
         dnnl::memory am(p.a_md, dnnl_engine(), a.t.data<float>() + it.off[0]);
         dnnl::memory bm(p.b_md, dnnl_engine(), b.t.data<float>() + it.off[1]);
         dnnl::memory cm(p.c_md, dnnl_engine(), out.data<float>() + it.off[2]);
-        TW_RETURN_NOT_OK(dnnl_run("matmul", p.prim, p.scratchpad,
-                                  {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}}));
+        TW_RETURN_NOT_OK(
+            dnnl_run("matmul", p.prim, p.scratchpad,
+                     {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}}));
       } catch (const std::exception& e) {
         return dnnl_status("matmul", e);
       }
@@ -191,8 +192,8 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
 // ---------------------------------------------------------------------------------------------
 // Own loops (f64, i32, i64)
 
-// Output tile of kR rows by kW columns kept in registers while k runs; kW spans two AVX2
-// vectors of T.
+// Output tile of kTileR rows by kTileW columns kept in registers while k runs; kTileW spans two
+// AVX2 vectors of T.
 template <class T>
 constexpr int kTileW = 64 / static_cast<int>(sizeof(T));
 constexpr int kTileR = 4;
