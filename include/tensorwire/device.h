@@ -17,12 +17,22 @@ class Device {
   // The process's local CPU device (ops execute eagerly on the calling thread, with kernels
   // parallelised over the intra-op pool).
   static Device cpu();
+  // Device `index` of the compute server at `url` (tcp://host:port or unix:///path). Each call
+  // opens its own session (its own connection and tensor table), so keep the Device and pass it
+  // around; copies of it share the session. Nothing is contacted until first use (or
+  // connect()). Ops are queued and sent in batches (docs/remote.md: thresholds and their
+  // environment variables).
+  static Device remote(const std::string& url, int index = 0);
 
   Kind kind() const;
   // "cpu", "remote(tcp://host:port, 0)".
   std::string str() const;
   // Waits until every op submitted so far has executed (a no-op for eager devices).
   void sync() const;
+  // Connects now instead of on first use (remote devices); throws tw::Error on failure.
+  void connect() const;
+  // Sends every queued op now (remote devices).
+  void flush() const;
   bool operator==(const Device& o) const { return sink_ == o.sink_; }
   bool operator!=(const Device& o) const { return !(*this == o); }
 

@@ -1,1 +1,655 @@
-// placeholder
+// The Tensor API: each call builds one op of the IR, validates it with ir::infer against its
+// inputs' metadata (so errors surface at the call site), gives its output a fresh id and submits
+// it to the inputs' device.
+#include "tensorwire/tensor.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include "api/sink.h"
+#include "core/thread_pool.h"
+#include "ir/infer.h"
+
+namespace tw {
+
+using detail::Sink;
+using detail::TensorImpl;
+
+namespace detail {
+void throw_dtype_mismatch(const char* what, DType have, DType want) {
+  throw Error(std::string(what) + ": tensor has dtype " + std::string(dtype_name(have)) + " but " +
+              std::string(dtype_name(want)) + " was requested; convert first with .to(tw::k" +
+              std::string(dtype_name(want)) + ")");
+}
+}  // namespace detail
+
+namespace {
+
+const TensorImpl& impl_of(const Tensor& t, const char* what) {
+  if (!t.defined()) throw Error(std::string(what) + ": the tensor is undefined (default-constructed)");
+  return *t.impl();
+}
+
+ir::In in(const Tensor& t) { return ir::In{t.defined() ? t.impl()->id : 0}; }
+
+ir::Scalar to_ir(Scalar s) { return s.is_float ? ir::Scalar(s.f) : ir::Scalar(s.i); }
+
+struct AssignOutputs {
+  Sink* sink;
+  std::vector<ir::TensorId>* ids;
+  void operator()(const char*, ir::Out& o) const {
+    o.id = sink->new_id();
+    ids->push_back(o.id);
+  }
+  template <class T>
+  void operator()(const char*, T&) const {}
+};
+
+// Validates and submits `op` whose inputs are `inputs` (undefined tensors are absent optional
+// inputs) on `sink`; returns the single output.
+Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op, std::span<const Tensor* const> inputs) {
+  std::vector<std::pair<ir::TensorId, const TensorMeta*>> metas;
+  for (const Tensor* t : inputs) {
+    if (!t->defined()) continue;
+    if (t->impl()->sink != sink) {
+      throw Error(ir::op_name(op) + ": tensors are on different devices (" + sink->str() + " and " +
+                  t->impl()->sink->str() + "); move one with .to(device)");
+    }
+    metas.emplace_back(t->impl()->id, &t->impl()->meta);
+  }
+  auto lookup = [&](ir::TensorId id) -> Result<TensorMeta> {
+    for (auto& [i, m] : metas)
+      if (i == id) return *m;
+    return not_found("tensor %" + std::to_string(id) + " is not an input of this op");
+  };
+  std::vector<ir::TensorId> outs;
+  std::visit(
+      [&](auto& o) {
+        if constexpr (!std::is_same_v<std::decay_t<decltype(o)>, std::monostate>)
+          o.fields(AssignOutputs{sink.get(), &outs});
+      },
+      op);
+  auto inferred = ir::infer(op, lookup);
+  if (!inferred.ok()) throw Error(inferred.status().message());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->meta = inferred->at(0);
+  Status st = sink->submit(std::move(op));
+  if (!st.ok()) throw Error(st.message());
+  impl->sink = sink;
+  impl->id = outs.at(0);
+  return Tensor(std::move(impl));
+}
+
+Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op,
+            std::initializer_list<const Tensor*> inputs) {
+  return emit(sink, std::move(op), std::span<const Tensor* const>(inputs.begin(), inputs.size()));
+}
+
+Tensor emit1(const Tensor& x, ir::Op op, std::initializer_list<const Tensor*> inputs) {
+  return emit(impl_of(x, ir::op_name(op).c_str()).sink, std::move(op), inputs);
+}
+
+Tensor unary(const Tensor& x, ir::UnaryKind k) {
+  return emit1(x, ir::Unary{k, in(x), {}}, {&x});
+}
+Tensor binary(const Tensor& a, const Tensor& b, ir::BinaryKind k) {
+  impl_of(b, ir::kind_name(k));
+  return emit1(a, ir::Binary{k, in(a), in(b), {}}, {&a, &b});
+}
+Tensor binary_scalar(const Tensor& a, Scalar s, ir::BinaryKind k, bool reverse = false) {
+  return emit1(a, ir::BinaryScalar{k, in(a), to_ir(s), reverse, {}}, {&a});
+}
+Tensor reduce(const Tensor& x, ir::ReduceKind k, std::vector<int64_t> dims, bool keepdim) {
+  return emit1(x, ir::Reduce{k, in(x), std::move(dims), keepdim, {}}, {&x});
+}
+
+int64_t norm_dim(int64_t dim, int64_t rank, const char* what) {
+  auto d = normalize_dim(dim, rank, what);
+  if (!d.ok()) throw Error(d.status().message());
+  return *d;
+}
+
+}  // namespace
+
+// ---- metadata ----
+const Shape& Tensor::shape() const { return impl_of(*this, "shape").meta.shape; }
+int64_t Tensor::dim() const { return static_cast<int64_t>(shape().size()); }
+int64_t Tensor::size(int64_t d) const { return shape()[norm_dim(d, dim(), "size")]; }
+int64_t Tensor::numel() const { return tw::numel(shape()); }
+DType Tensor::dtype() const { return impl_of(*this, "dtype").meta.dtype; }
+Device Tensor::device() const { return Device(impl_of(*this, "device").sink); }
+uint64_t Tensor::id() const { return impl_of(*this, "id").id; }
+
+// ---- values ----
+detail::HostValues Tensor::host_values() const {
+  const TensorImpl& impl = impl_of(*this, "read");
+  auto data = impl.sink->read(impl.id);
+  if (!data.ok()) throw Error(data.status().message());
+  auto holder = std::make_shared<Buffer>(data->bytes);
+  detail::HostValues v;
+  v.shape = data->meta.shape;
+  v.dtype = data->meta.dtype;
+  v.numel = tw::numel(v.shape);
+  v.data = holder->data();
+  v.owner = std::shared_ptr<const void>(holder, holder->data());
+  return v;
+}
+
+std::vector<uint8_t> Tensor::to_bytes() const {
+  detail::HostValues v = host_values();
+  const uint8_t* p = static_cast<const uint8_t*>(v.data);
+  return std::vector<uint8_t>(p, p + v.numel * static_cast<int64_t>(dtype_size(v.dtype)));
+}
+
+namespace {
+double element_as_double(const detail::HostValues& v, int64_t i) {
+  const void* p = v.data;
+  switch (v.dtype) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kF64: return static_cast<const double*>(p)[i];
+    case DType::kI32: return static_cast<const int32_t*>(p)[i];
+    case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::kU8: return static_cast<const uint8_t*>(p)[i];
+    case DType::kBool: return static_cast<const uint8_t*>(p)[i] ? 1 : 0;
+    default: return 0;
+  }
+}
+
+void format_element(std::ostringstream& os, const detail::HostValues& v, int64_t i) {
+  if (v.dtype == DType::kI64) {
+    os << static_cast<const int64_t*>(v.data)[i];
+  } else if (v.dtype == DType::kBool) {
+    os << (static_cast<const uint8_t*>(v.data)[i] ? "true" : "false");
+  } else if (is_float(v.dtype)) {
+    double x = element_as_double(v, i);
+    if (std::isnan(x)) {
+      os << "nan";
+    } else if (std::isinf(x)) {
+      os << (x > 0 ? "inf" : "-inf");
+    } else {
+      os << std::fixed << std::setprecision(4) << x;
+    }
+  } else {
+    os << static_cast<int64_t>(element_as_double(v, i));
+  }
+}
+
+// Prints dim `d` starting at element offset `off`; dims longer than 6 show 3 + ... + 3 when the
+// tensor is large.
+void format_dim(std::ostringstream& os, const detail::HostValues& v, size_t d, int64_t off,
+                bool summarize, int indent) {
+  if (d == v.shape.size()) {
+    format_element(os, v, off);
+    return;
+  }
+  int64_t n = v.shape[d];
+  int64_t stride = 1;
+  for (size_t k = d + 1; k < v.shape.size(); ++k) stride *= v.shape[k];
+  os << "[";
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarize && n > 6 && i == 3) {
+      os << (d + 1 == v.shape.size() ? "..., " : "...,\n" + std::string(indent + 1, ' '));
+      i = n - 3;
+    }
+    format_dim(os, v, d + 1, off + i * stride, summarize, indent + 1);
+    if (i + 1 < n) os << (d + 1 == v.shape.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
+  }
+  os << "]";
+}
+}  // namespace
+
+std::string Tensor::to_string() const {
+  if (!defined()) return "tensor(undefined)";
+  std::ostringstream os;
+  os << "tensor(";
+  if (is_storage_only(dtype())) {
+    os << "<" << numel() << " values>";
+  } else {
+    detail::HostValues v = host_values();
+    format_dim(os, v, 0, 0, v.numel > 1000, 7);
+  }
+  os << ", dtype=" << dtype_name(dtype());
+  if (dim() != 1 || numel() == 0) os << ", shape=" << shape_str(shape());
+  if (impl_->sink->kind() != Device::Kind::kCpu) os << ", device=" << impl_->sink->str();
+  os << ")";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_string(); }
+
+// ---- conversion ----
+Tensor Tensor::to(DType dtype) const { return emit1(*this, ir::Cast{in(*this), dtype, {}}, {this}); }
+
+Tensor Tensor::to(const Device& device) const {
+  detail::HostValues v = host_values();
+  return from_bytes(std::span<const uint8_t>(static_cast<const uint8_t*>(v.data),
+                                             v.numel * dtype_size(v.dtype)),
+                    v.shape, v.dtype, device);
+}
+
+// ---- elementwise ----
+#define TW_UNARY_METHOD(method, Kind) \
+  Tensor Tensor::method() const { return unary(*this, ir::UnaryKind::k##Kind); }
+TW_UNARY_METHOD(neg, Neg)
+TW_UNARY_METHOD(abs, Abs)
+TW_UNARY_METHOD(exp, Exp)
+TW_UNARY_METHOD(log, Log)
+TW_UNARY_METHOD(log1p, Log1p)
+TW_UNARY_METHOD(sqrt, Sqrt)
+TW_UNARY_METHOD(rsqrt, Rsqrt)
+TW_UNARY_METHOD(sin, Sin)
+TW_UNARY_METHOD(cos, Cos)
+TW_UNARY_METHOD(tanh, Tanh)
+TW_UNARY_METHOD(sigmoid, Sigmoid)
+TW_UNARY_METHOD(relu, Relu)
+TW_UNARY_METHOD(gelu, Gelu)
+TW_UNARY_METHOD(erf, Erf)
+TW_UNARY_METHOD(reciprocal, Recip)
+TW_UNARY_METHOD(floor, Floor)
+TW_UNARY_METHOD(ceil, Ceil)
+TW_UNARY_METHOD(round, Round)
+TW_UNARY_METHOD(sign, Sign)
+TW_UNARY_METHOD(square, Square)
+TW_UNARY_METHOD(logical_not, LogicalNot)
+#undef TW_UNARY_METHOD
+
+#define TW_BINARY_METHOD(method, Kind)                                                  \
+  Tensor Tensor::method(const Tensor& o) const { return binary(*this, o, ir::BinaryKind::k##Kind); }
+#define TW_BINARY_SCALAR_METHOD(method, Kind)                                           \
+  Tensor Tensor::method(Scalar s) const { return binary_scalar(*this, s, ir::BinaryKind::k##Kind); }
+TW_BINARY_METHOD(add, Add)
+TW_BINARY_METHOD(sub, Sub)
+TW_BINARY_METHOD(mul, Mul)
+TW_BINARY_METHOD(div, Div)
+TW_BINARY_METHOD(pow, Pow)
+TW_BINARY_METHOD(maximum, Maximum)
+TW_BINARY_METHOD(minimum, Minimum)
+TW_BINARY_METHOD(remainder, Remainder)
+TW_BINARY_METHOD(eq, Eq)
+TW_BINARY_METHOD(ne, Ne)
+TW_BINARY_METHOD(lt, Lt)
+TW_BINARY_METHOD(le, Le)
+TW_BINARY_METHOD(gt, Gt)
+TW_BINARY_METHOD(ge, Ge)
+TW_BINARY_METHOD(logical_and, LogicalAnd)
+TW_BINARY_METHOD(logical_or, LogicalOr)
+TW_BINARY_METHOD(logical_xor, LogicalXor)
+TW_BINARY_SCALAR_METHOD(add, Add)
+TW_BINARY_SCALAR_METHOD(sub, Sub)
+TW_BINARY_SCALAR_METHOD(mul, Mul)
+TW_BINARY_SCALAR_METHOD(div, Div)
+TW_BINARY_SCALAR_METHOD(pow, Pow)
+TW_BINARY_SCALAR_METHOD(remainder, Remainder)
+TW_BINARY_SCALAR_METHOD(eq, Eq)
+TW_BINARY_SCALAR_METHOD(ne, Ne)
+TW_BINARY_SCALAR_METHOD(lt, Lt)
+TW_BINARY_SCALAR_METHOD(le, Le)
+TW_BINARY_SCALAR_METHOD(gt, Gt)
+TW_BINARY_SCALAR_METHOD(ge, Ge)
+#undef TW_BINARY_METHOD
+#undef TW_BINARY_SCALAR_METHOD
+
+Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const {
+  ir::Clamp op{in(*this), lo.has_value(), lo ? to_ir(*lo) : ir::Scalar(), hi.has_value(),
+               hi ? to_ir(*hi) : ir::Scalar(), {}};
+  return emit1(*this, op, {this});
+}
+
+Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
+  return emit1(*this, ir::MaskedFill{in(*this), in(mask), to_ir(value), {}}, {this, &mask});
+}
+
+// ---- reductions ----
+Tensor Tensor::sum() const { return reduce(*this, ir::ReduceKind::kSum, {}, false); }
+Tensor Tensor::sum(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kSum, {d}, keepdim); }
+Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const {
+  if (dims.empty()) {  // an explicit empty list reduces nothing in torch; we keep the values
+    return reshape(shape());
+  }
+  return reduce(*this, ir::ReduceKind::kSum, dims, keepdim);
+}
+Tensor Tensor::mean() const { return reduce(*this, ir::ReduceKind::kMean, {}, false); }
+Tensor Tensor::mean(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kMean, {d}, keepdim); }
+Tensor Tensor::mean(const std::vector<int64_t>& dims, bool keepdim) const {
+  if (dims.empty()) return to(dtype());
+  return reduce(*this, ir::ReduceKind::kMean, dims, keepdim);
+}
+Tensor Tensor::prod() const { return reduce(*this, ir::ReduceKind::kProd, {}, false); }
+Tensor Tensor::prod(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kProd, {d}, keepdim); }
+Tensor Tensor::max() const { return reduce(*this, ir::ReduceKind::kMax, {}, false); }
+Tensor Tensor::max(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kMax, {d}, keepdim); }
+Tensor Tensor::min() const { return reduce(*this, ir::ReduceKind::kMin, {}, false); }
+Tensor Tensor::min(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kMin, {d}, keepdim); }
+Tensor Tensor::argmax() const { return reduce(*this, ir::ReduceKind::kArgmax, {}, false); }
+Tensor Tensor::argmax(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kArgmax, {d}, keepdim); }
+Tensor Tensor::argmin() const { return reduce(*this, ir::ReduceKind::kArgmin, {}, false); }
+Tensor Tensor::argmin(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kArgmin, {d}, keepdim); }
+Tensor Tensor::cumsum(int64_t d) const { return emit1(*this, ir::Cumsum{in(*this), d, {}}, {this}); }
+
+// ---- linear algebra ----
+Tensor Tensor::matmul(const Tensor& o) const {
+  impl_of(*this, "matmul");
+  impl_of(o, "matmul");
+  if (dim() == 0 || o.dim() == 0) {
+    throw Error("matmul: both arguments need at least 1 dimension, got " + shape_str(shape()) +
+                " and " + shape_str(o.shape()));
+  }
+  if (dim() == 1 && o.dim() == 1) return unsqueeze(0).matmul(o.unsqueeze(1)).reshape({});
+  if (dim() == 1) return unsqueeze(0).matmul(o).squeeze(-2);
+  if (o.dim() == 1) return matmul(o.unsqueeze(1)).squeeze(-1);
+  return emit1(*this, ir::MatMul{in(*this), in(o), {}}, {this, &o});
+}
+
+// ---- movement ----
+Tensor Tensor::reshape(const Shape& s) const { return emit1(*this, ir::Reshape{in(*this), s, {}}, {this}); }
+
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  int64_t r = dim();
+  if (r == 0) return reshape({1});
+  int64_t s = norm_dim(start_dim, r, "flatten"), e = norm_dim(end_dim, r, "flatten");
+  if (s > e) throw Error("flatten: start_dim " + std::to_string(start_dim) + " comes after end_dim " + std::to_string(end_dim));
+  Shape out(shape().begin(), shape().begin() + s);
+  int64_t n = 1;
+  for (int64_t i = s; i <= e; ++i) n *= shape()[i];
+  out.push_back(n);
+  out.insert(out.end(), shape().begin() + e + 1, shape().end());
+  return reshape(out);
+}
+
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  return emit1(*this, ir::Permute{in(*this), dims, {}}, {this});
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  int64_t r = dim();
+  if (r == 0) return reshape({});
+  int64_t a = norm_dim(d0, r, "transpose"), b = norm_dim(d1, r, "transpose");
+  std::vector<int64_t> p(r);
+  for (int64_t i = 0; i < r; ++i) p[i] = i;
+  std::swap(p[a], p[b]);
+  return permute(p);
+}
+
+Tensor Tensor::t() const {
+  if (dim() > 2) throw Error("t: expects a tensor of at most 2 dims, got " + shape_str(shape()) + "; use transpose(d0, d1)");
+  return dim() < 2 ? reshape(shape()) : transpose(0, 1);
+}
+
+Tensor Tensor::expand(const Shape& s) const { return emit1(*this, ir::Expand{in(*this), s, {}}, {this}); }
+
+Tensor Tensor::squeeze() const {
+  Shape out;
+  for (int64_t d : shape())
+    if (d != 1) out.push_back(d);
+  return reshape(out);
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  int64_t r = dim();
+  if (r == 0) return reshape({});
+  int64_t k = norm_dim(d, r, "squeeze");
+  Shape out = shape();
+  if (out[k] == 1) out.erase(out.begin() + k);
+  return reshape(out);
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  int64_t k = norm_dim(d, dim() + 1, "unsqueeze");
+  Shape out = shape();
+  out.insert(out.begin() + k, 1);
+  return reshape(out);
+}
+
+namespace {
+struct SliceSpec {
+  std::vector<int64_t> starts, ends, steps;
+};
+SliceSpec full_slice(int64_t rank, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  SliceSpec s{std::vector<int64_t>(rank, 0),
+              std::vector<int64_t>(rank, std::numeric_limits<int64_t>::max()),
+              std::vector<int64_t>(rank, 1)};
+  s.starts[dim] = start;
+  s.ends[dim] = end;
+  s.steps[dim] = step;
+  return s;
+}
+}  // namespace
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  int64_t k = norm_dim(d, dim(), "slice");
+  if (dim() == 0) throw Error("slice: cannot slice a 0-d tensor");
+  SliceSpec s = full_slice(dim(), k, start, end, step);
+  return emit1(*this, ir::Slice{in(*this), s.starts, s.ends, s.steps, {}}, {this});
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  if (dim() == 0) throw Error("narrow: cannot narrow a 0-d tensor");
+  int64_t k = norm_dim(d, dim(), "narrow");
+  int64_t n = shape()[k];
+  if (start < 0) start += n;
+  if (start < 0 || length < 0 || start + length > n) {
+    throw Error("narrow: range [" + std::to_string(start) + ", " + std::to_string(start + length) +
+                ") is outside dim " + std::to_string(d) + " of size " + std::to_string(n));
+  }
+  return slice(k, start, start + length, 1);
+}
+
+Tensor Tensor::slice_assign(int64_t d, int64_t start, int64_t end, int64_t step, const Tensor& src) const {
+  if (dim() == 0) throw Error("slice_assign: cannot slice a 0-d tensor");
+  int64_t k = norm_dim(d, dim(), "slice_assign");
+  SliceSpec s = full_slice(dim(), k, start, end, step);
+  return emit1(*this, ir::SliceAssign{in(*this), in(src), s.starts, s.ends, s.steps, {}}, {this, &src});
+}
+
+Tensor Tensor::flip(const std::vector<int64_t>& dims) const {
+  return emit1(*this, ir::Flip{in(*this), dims, {}}, {this});
+}
+Tensor Tensor::repeat(const std::vector<int64_t>& repeats) const {
+  return emit1(*this, ir::Repeat{in(*this), repeats, {}}, {this});
+}
+
+// ---- indexing ----
+Tensor Tensor::gather(int64_t d, const Tensor& index) const {
+  return emit1(*this, ir::Gather{in(*this), d, in(index), {}}, {this, &index});
+}
+Tensor Tensor::scatter_add(int64_t d, const Tensor& index, const Tensor& src) const {
+  return emit1(*this, ir::ScatterAdd{in(*this), d, in(index), in(src), {}}, {this, &index, &src});
+}
+Tensor Tensor::index_select(int64_t d, const Tensor& index) const {
+  return emit1(*this, ir::IndexSelect{in(*this), d, in(index), {}}, {this, &index});
+}
+
+// ---- neural ----
+Tensor Tensor::softmax(int64_t d) const { return emit1(*this, ir::Softmax{in(*this), d, false, {}}, {this}); }
+Tensor Tensor::log_softmax(int64_t d) const { return emit1(*this, ir::Softmax{in(*this), d, true, {}}, {this}); }
+
+// ---- operators ----
+Tensor operator-(const Tensor& a) { return a.neg(); }
+Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return a.sub(b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return a.mul(b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return a.div(b); }
+Tensor operator+(const Tensor& a, Scalar b) { return a.add(b); }
+Tensor operator-(const Tensor& a, Scalar b) { return a.sub(b); }
+Tensor operator*(const Tensor& a, Scalar b) { return a.mul(b); }
+Tensor operator/(const Tensor& a, Scalar b) { return a.div(b); }
+Tensor operator+(Scalar a, const Tensor& b) { return binary_scalar(b, a, ir::BinaryKind::kAdd, true); }
+Tensor operator-(Scalar a, const Tensor& b) { return binary_scalar(b, a, ir::BinaryKind::kSub, true); }
+Tensor operator*(Scalar a, const Tensor& b) { return binary_scalar(b, a, ir::BinaryKind::kMul, true); }
+Tensor operator/(Scalar a, const Tensor& b) { return binary_scalar(b, a, ir::BinaryKind::kDiv, true); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return a.eq(b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return a.ne(b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return a.lt(b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return a.le(b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return a.gt(b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return a.ge(b); }
+Tensor operator==(const Tensor& a, Scalar b) { return a.eq(b); }
+Tensor operator!=(const Tensor& a, Scalar b) { return a.ne(b); }
+Tensor operator<(const Tensor& a, Scalar b) { return a.lt(b); }
+Tensor operator<=(const Tensor& a, Scalar b) { return a.le(b); }
+Tensor operator>(const Tensor& a, Scalar b) { return a.gt(b); }
+Tensor operator>=(const Tensor& a, Scalar b) { return a.ge(b); }
+Tensor operator&&(const Tensor& a, const Tensor& b) { return a.logical_and(b); }
+Tensor operator||(const Tensor& a, const Tensor& b) { return a.logical_or(b); }
+Tensor operator!(const Tensor& a) { return a.logical_not(); }
+
+// ---- factories ----
+namespace {
+Tensor create(const Device& device, ir::Op op) { return emit(device.sink(), std::move(op), {}); }
+}  // namespace
+
+Tensor full(const Shape& shape, Scalar value, DType dtype, const Device& device) {
+  return create(device, ir::Full{{}, shape, dtype, to_ir(value)});
+}
+Tensor zeros(const Shape& shape, DType dtype, const Device& device) { return full(shape, 0, dtype, device); }
+Tensor ones(const Shape& shape, DType dtype, const Device& device) { return full(shape, 1, dtype, device); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype(), t.device()); }
+Tensor full_like(const Tensor& t, Scalar value) { return full(t.shape(), value, t.dtype(), t.device()); }
+
+Tensor arange(Scalar end, const Device& device) { return arange(0, end, 1, std::nullopt, device); }
+Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype, const Device& device) {
+  DType d = dtype ? *dtype : (start.is_float || end.is_float || step.is_float ? kF32 : kI64);
+  return create(device, ir::Arange{{}, to_ir(start), to_ir(end), to_ir(step), d});
+}
+Tensor eye(int64_t n, std::optional<int64_t> m, DType dtype, const Device& device) {
+  return create(device, ir::Eye{{}, n, m ? *m : n, dtype});
+}
+
+Tensor from_bytes(std::span<const uint8_t> bytes, const Shape& shape, DType dtype, const Device& device) {
+  return create(device, ir::FromHost{{}, shape, dtype, ir::Bytes{Buffer::copy_of(bytes.data(), bytes.size())}});
+}
+
+template <class T>
+Tensor from_vector(std::span<const T> values, const Shape& shape, const Device& device) {
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<uint8_t> b(values.begin(), values.end());
+    return from_bytes(b, shape, kBool, device);
+  } else {
+    return from_bytes(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(values.data()),
+                                               values.size() * sizeof(T)),
+                      shape, detail::dtype_of_v<T>, device);
+  }
+}
+template Tensor from_vector<float>(std::span<const float>, const Shape&, const Device&);
+template Tensor from_vector<double>(std::span<const double>, const Shape&, const Device&);
+template Tensor from_vector<int32_t>(std::span<const int32_t>, const Shape&, const Device&);
+template Tensor from_vector<int64_t>(std::span<const int64_t>, const Shape&, const Device&);
+template Tensor from_vector<uint8_t>(std::span<const uint8_t>, const Shape&, const Device&);
+template Tensor from_vector<bool>(std::span<const bool>, const Shape&, const Device&);
+
+// ---- random ----
+namespace {
+std::atomic<uint64_t> g_seed_base{0x5eed};
+std::atomic<uint64_t> g_seed_counter{0};
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+void manual_seed(uint64_t seed) {
+  g_seed_base.store(seed);
+  g_seed_counter.store(0);
+}
+uint64_t next_seed() { return splitmix64(g_seed_base.load() ^ splitmix64(g_seed_counter.fetch_add(1))); }
+
+Tensor uniform(const Shape& shape, double low, double high, DType dtype, const Device& device) {
+  return create(device, ir::RandUniform{{}, shape, dtype, next_seed(), low, high});
+}
+Tensor normal(const Shape& shape, double mean, double std, DType dtype, const Device& device) {
+  return create(device, ir::RandNormal{{}, shape, dtype, next_seed(), mean, std});
+}
+Tensor rand(const Shape& shape, DType dtype, const Device& device) { return uniform(shape, 0, 1, dtype, device); }
+Tensor randn(const Shape& shape, DType dtype, const Device& device) { return normal(shape, 0, 1, dtype, device); }
+Tensor bernoulli(const Tensor& p) { return emit1(p, ir::Bernoulli{in(p), {}, next_seed()}, {&p}); }
+
+// ---- free functions ----
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  return emit1(cond, ir::Where{in(cond), in(a), in(b), {}}, {&cond, &a, &b});
+}
+Tensor matmul(const Tensor& a, const Tensor& b) { return a.matmul(b); }
+
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+  if (xs.empty()) throw Error("cat: expects at least one tensor");
+  ir::Cat op{{}, dim, {}};
+  std::vector<const Tensor*> inputs;
+  for (const Tensor& x : xs) {
+    impl_of(x, "cat");
+    op.xs.push_back(in(x));
+    inputs.push_back(&x);
+  }
+  return emit(xs[0].impl()->sink, std::move(op), inputs);
+}
+
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
+  if (xs.empty()) throw Error("stack: expects at least one tensor");
+  int64_t d = norm_dim(dim, xs[0].dim() + 1, "stack");
+  std::vector<Tensor> us;
+  us.reserve(xs.size());
+  for (const Tensor& x : xs) {
+    if (x.shape() != xs[0].shape()) {
+      throw Error("stack: all tensors need the same shape, got " + shape_str(xs[0].shape()) +
+                  " and " + shape_str(x.shape()));
+    }
+    us.push_back(x.unsqueeze(d));
+  }
+  return cat(us, d);
+}
+
+Tensor one_hot(const Tensor& x, int64_t num_classes) {
+  return emit1(x, ir::OneHot{in(x), num_classes, {}}, {&x});
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  if (weight.dim() != 2) throw Error("embedding: weight must be 2-D [num_embeddings, dim], got " + shape_str(weight.shape()));
+  Shape out = indices.shape();
+  out.push_back(weight.size(1));
+  return weight.index_select(0, indices.reshape({-1})).reshape(out);
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::vector<int64_t> stride,
+              std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
+  return emit1(x, ir::Conv2d{in(x), in(weight), in(bias), std::move(stride), std::move(padding), std::move(dilation), groups, {}},
+               {&x, &weight, &bias});
+}
+
+namespace {
+Tensor pool(ir::PoolKind kind, const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+            std::vector<int64_t> padding) {
+  if (stride.empty()) stride = kernel;
+  return emit1(x, ir::Pool2d{kind, in(x), std::move(kernel), std::move(stride), std::move(padding), {}}, {&x});
+}
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding) {
+  return pool(ir::PoolKind::kMax, x, std::move(kernel), std::move(stride), std::move(padding));
+}
+Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding) {
+  return pool(ir::PoolKind::kAvg, x, std::move(kernel), std::move(stride), std::move(padding));
+}
+Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size) {
+  return emit1(x, ir::AdaptiveAvgPool2d{in(x), std::move(output_size), {}}, {&x});
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  const Shape& s = impl_of(x, "layer_norm").meta.shape;
+  size_t k = normalized_shape.size();
+  if (k == 0 || k > s.size() || !std::equal(normalized_shape.begin(), normalized_shape.end(), s.end() - k)) {
+    throw Error("layer_norm: normalized_shape " + shape_str(normalized_shape) +
+                " must equal the trailing dims of the input " + shape_str(s));
+  }
+  return emit1(x, ir::LayerNorm{in(x), in(weight), in(bias), static_cast<int64_t>(k), eps, {}},
+               {&x, &weight, &bias});
+}
+
+Tensor softmax(const Tensor& x, int64_t dim) { return x.softmax(dim); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return x.log_softmax(dim); }
+
+}  // namespace tw

@@ -22,6 +22,9 @@ class Backend {
   // error (a later read of them, or of anything computed from them, returns that error) and the
   // error is returned. Output ids must not exist yet.
   virtual Status execute(const ir::Op& op) = 0;
+  // Records `op` as failed with `error` without running it (its outputs become poisoned), as
+  // when the server refuses an op over a session's memory quota.
+  virtual void fail(const ir::Op& op, const Status& error) = 0;
   // A contiguous host copy of a tensor, or the error it was poisoned with.
   virtual Result<TensorData> read(ir::TensorId id) = 0;
   virtual Result<TensorMeta> meta(ir::TensorId id) const = 0;

@@ -40,6 +40,9 @@ class Buffer {
   template <class T>
   T* as() const { return reinterpret_cast<T*>(data()); }
   long use_count() const { return storage_.use_count(); }
+  // Identity and size of the underlying storage (shared by all slices of it).
+  const void* storage_id() const { return storage_.get(); }
+  size_t storage_bytes() const { return storage_ ? storage_->capacity : 0; }
 
  private:
   Buffer(std::shared_ptr<Storage> s, size_t off, size_t size)

@@ -11,9 +11,19 @@
 
 namespace tw {
 
+// A byte run kept out of a writer's buffer: it belongs after the first `offset` bytes written.
+// Lets a frame carry tensor payloads without copying them (the transport gathers the pieces).
+struct WireSegment {
+  size_t offset = 0;
+  Buffer data;
+};
+
 class WireWriter {
  public:
-  explicit WireWriter(std::vector<uint8_t>& out) : out_(out) {}
+  explicit WireWriter(std::vector<uint8_t>& out, std::vector<WireSegment>* segments = nullptr)
+      : out_(out), segments_(segments) {}
+  // Byte runs at least this long become segments when the writer collects segments.
+  static constexpr size_t kMinSegmentBytes = 16 * 1024;
   void u8(uint8_t v) { out_.push_back(v); }
   void u16(uint16_t v) { le(v, 2); }
   void u32(uint32_t v) { le(v, 4); }
@@ -28,6 +38,14 @@ class WireWriter {
     const uint8_t* b = static_cast<const uint8_t*>(p);
     out_.insert(out_.end(), b, b + n);
   }
+  // Writes b's bytes: as a segment (no copy) when segments are collected and b is large.
+  void raw_ref(const Buffer& b) {
+    if (segments_ && b.size() >= kMinSegmentBytes) {
+      segments_->push_back({out_.size(), b});
+    } else {
+      raw(b.data(), b.size());
+    }
+  }
   void str(const std::string& s) {
     u32(static_cast<uint32_t>(s.size()));
     raw(s.data(), s.size());
@@ -40,6 +58,7 @@ class WireWriter {
     for (int i = 0; i < n; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
   }
   std::vector<uint8_t>& out_;
+  std::vector<WireSegment>* segments_;
 };
 
 // Reads from [data, data + size). Every read checks the remaining length first and returns

@@ -32,7 +32,7 @@ struct Encoder {
   }
   void operator()(const char*, const Bytes& v) const {
     w.u64(v.data.size());
-    w.raw(v.data.data(), v.data.size());
+    w.raw_ref(v.data);
   }
   template <class E>
     requires std::is_enum_v<E>

@@ -89,7 +89,7 @@ Status CpuBackend::execute(const ir::Op& op) {
       done.emplace_back(id, std::move(t).value());
     }
     if (st.ok()) {
-      for (auto& [id, t] : done) table_[id] = std::move(t);
+      for (auto& [id, t] : done) insert(id, std::move(t));
       return Status::OK();
     }
   }
@@ -114,21 +114,38 @@ Result<TensorData> CpuBackend::read(ir::TensorId id) {
 }
 
 Status CpuBackend::drop(ir::TensorId id) {
-  if (table_.erase(id) == 0) return not_found("drop: unknown tensor id " + id_str(id));
+  auto it = table_.find(id);
+  if (it == table_.end()) return not_found("drop: unknown tensor id " + id_str(id));
+  erase(it);
   return Status::OK();
 }
 
-size_t CpuBackend::bytes_held() const {
-  std::unordered_set<const std::byte*> seen;
-  size_t total = 0;
-  for (auto& [id, e] : table_) {
-    if (auto* t = std::get_if<CpuTensor>(&e)) {
-      // count each storage once: views share the base pointer of their buffer
-      const std::byte* base = t->buffer.data() - 0;
-      if (t->buffer.size() && seen.insert(base).second) total += t->buffer.size();
+void CpuBackend::fail(const ir::Op& op, const Status& error) {
+  poison(ir::op_outputs(op), nullptr, error);
+}
+
+void CpuBackend::insert(ir::TensorId id, CpuTensor t) {
+  if (const void* sid = t.buffer.storage_id()) {
+    auto& [refs, bytes] = storages_[sid];
+    if (refs++ == 0) {
+      bytes = t.buffer.storage_bytes();
+      bytes_held_ += bytes;
     }
   }
-  return total;
+  table_[id] = std::move(t);
+}
+
+void CpuBackend::erase(std::unordered_map<ir::TensorId, Entry>::iterator it) {
+  if (auto* t = std::get_if<CpuTensor>(&it->second)) {
+    if (const void* sid = t->buffer.storage_id()) {
+      auto s = storages_.find(sid);
+      if (s != storages_.end() && --s->second.first == 0) {
+        bytes_held_ -= s->second.second;
+        storages_.erase(s);
+      }
+    }
+  }
+  table_.erase(it);
 }
 
 }  // namespace tw::cpu

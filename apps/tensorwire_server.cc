@@ -1,0 +1,112 @@
+// tensorwire-server: hosts compute devices for remote clients.
+//   tensorwire-server --listen tcp://127.0.0.1:7070 --devices 2
+// Prints "listening on <url>" for every bound address (with the real port when 0 was asked),
+// then one line with its limits; stops cleanly on SIGINT/SIGTERM.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "tensorwire/server.h"
+#include "tensorwire/tensorwire.h"
+
+namespace {
+
+void usage(FILE* to) {
+  std::fprintf(to,
+               "usage: tensorwire-server [options]\n"
+               "  --listen URL          tcp://host:port or unix:///path (repeatable; default "
+               "tcp://127.0.0.1:7070; port 0 picks a free one)\n"
+               "  --devices N           devices to host (default 1)\n"
+               "  --backend NAME        cpu (default)\n"
+               "  --workers N           execution threads shared by all sessions (default: cores)\n"
+               "  --threads N           intra-op threads per kernel (default: cores)\n"
+               "  --max-sessions N      (default 4096)\n"
+               "  --max-frame BYTES     largest frame a client may send (default 1073741824)\n"
+               "  --session-memory BYTES  tensor bytes one session may hold (default 8 GiB)\n"
+               "  --queue-depth N       batches queued per session before backpressure (default 64)\n");
+}
+
+bool parse_u64(const char* s, uint64_t& out) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(s, &end, 10);
+  if (errno || !end || *end || s[0] == '-') return false;
+  out = v;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tw::ServerOptions opts;
+  opts.listen.clear();
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "tensorwire-server: %s needs a value\n", name);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    auto number = [&](const char* name) -> uint64_t {
+      const char* v = value(name);
+      uint64_t n = 0;
+      if (!parse_u64(v, n)) {
+        std::fprintf(stderr, "tensorwire-server: %s expects a non-negative integer, got '%s'\n", name, v);
+        std::exit(2);
+      }
+      return n;
+    };
+    if (a == "--listen") opts.listen.push_back(value("--listen"));
+    else if (a == "--devices") opts.devices = static_cast<int>(number("--devices"));
+    else if (a == "--backend") opts.backend = value("--backend");
+    else if (a == "--workers") opts.worker_threads = static_cast<int>(number("--workers"));
+    else if (a == "--threads") tw::set_num_threads(static_cast<int>(number("--threads")));
+    else if (a == "--max-sessions") opts.max_sessions = static_cast<uint32_t>(number("--max-sessions"));
+    else if (a == "--max-frame") opts.max_frame_bytes = number("--max-frame");
+    else if (a == "--session-memory") opts.session_memory_bytes = number("--session-memory");
+    else if (a == "--queue-depth") opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
+    else if (a == "--help" || a == "-h") {
+      usage(stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "tensorwire-server: unknown option '%s'\n", a.c_str());
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (opts.listen.empty()) opts.listen.push_back("tcp://127.0.0.1:7070");
+
+  // Signals are taken synchronously by this thread; block them before any thread starts.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<tw::Server> server;
+  try {
+    server = tw::serve(opts);
+  } catch (const tw::Error& e) {
+    std::fprintf(stderr, "tensorwire-server: %s\n", e.what());
+    return 1;
+  }
+  for (const std::string& u : server->urls()) std::printf("listening on %s\n", u.c_str());
+  std::printf("limits: %s\n", server->limits_summary().c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&set, &sig);
+  std::printf("received %s, finishing in-flight work and closing sessions\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fflush(stdout);
+  server->stop();
+  tw::ServerStatsSnapshot s = server->stats();
+  std::printf("stopped: %llu sessions served, %llu ops executed\n",
+              static_cast<unsigned long long>(s.sessions_opened),
+              static_cast<unsigned long long>(s.ops_executed));
+  return 0;
+}

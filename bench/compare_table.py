@@ -1,0 +1,117 @@
+#!/usr/bin/python3
+"""Joins tw_bench_kernels' JSON with torch_kernels.py's output into one Markdown table.
+
+Ratio = tensorwire median / the better of the two torch medians; lower is better. A workload
+meets its target when the ratio is at or below it. Prints the table and writes it to --out.
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+
+# Target ratio by workload-name prefix (tensorwire time / best torch time).
+TARGETS = [("matmul", 0.7), ("conv2d", 0.8), ("", 1.0)]
+TO_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def target_for(name):
+    return next(t for prefix, t in TARGETS if name.startswith(prefix))
+
+
+def load_tw(path):
+    """{workload: median ms or error string}, in the benchmark's order."""
+    with open(path) as f:
+        doc = json.load(f)
+    out = {}
+    for b in doc["benchmarks"]:
+        name = b.get("run_name", b["name"]).removesuffix("/real_time").removesuffix(
+            "/process_time")
+        if b.get("error_occurred"):
+            out[name] = "error: " + b.get("error_message", "?")
+        elif b.get("aggregate_name") == "median":
+            out[name] = b["real_time"] * TO_MS[b.get("time_unit", "ns")]
+    return out, doc.get("context", {})
+
+
+def load_torch(path):
+    out, meta = {}, {}
+    with open(path) as f:
+        for line in f:
+            rec = json.loads(line)
+            if "meta" in rec:
+                meta = rec["meta"]
+            else:
+                out[rec["workload"]] = rec["median_ms"]
+    return out, meta
+
+
+def fmt(v):
+    return f"{v:.2f}" if isinstance(v, float) else "n/a"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tw", required=True)
+    ap.add_argument("--torch-plain", required=True)
+    ap.add_argument("--torch-tuned", required=True)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+
+    tw, ctx = load_tw(args.tw)
+    plain, meta = load_torch(args.torch_plain)
+    tuned, _ = load_torch(args.torch_tuned)
+
+    names = list(tw) + [n for n in plain if n not in tw]
+    rows, notes = [], []
+    for name in names:
+        t, p, q = tw.get(name), plain.get(name), tuned.get(name)
+        torch_times = [v for v in (p, q) if isinstance(v, float)]
+        best = min(torch_times) if torch_times else None
+        target = target_for(name)
+        if isinstance(t, float) and best:
+            ratio = t / best
+            verdict = "PASS" if ratio <= target else "MISS"
+            ratio_s = f"{ratio:.2f}"
+        else:
+            ratio_s, verdict = "n/a", "ERROR" if isinstance(t, str) else "MISS"
+            if isinstance(t, str):
+                notes.append(f"- {name}: tensorwire {t}")
+            elif t is None:
+                notes.append(f"- {name}: no tensorwire result")
+        rows.append(f"| {name} | {fmt(t)} | {fmt(p)} | {fmt(q)} | {ratio_s} | <= {target} | "
+                    f"{verdict} |")
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "?"
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    lines = [
+        "# Kernel benchmarks: tensorwire vs PyTorch CPU",
+        "",
+        f"{datetime.date.today()}, commit {commit}; {ctx.get('num_cpus', '?')} CPUs at "
+        f"{ctx.get('mhz_per_cpu', '?')} MHz; tensorwire threads {ctx.get('tw_threads', '?')}, "
+        f"torch {meta.get('torch', '?')} threads {meta.get('threads', '?')}; "
+        f"load average at the end {load}.",
+        "Times are medians in ms (lower is better). ratio = tensorwire / best torch; "
+        "torch (tuned) runs with GLIBC_TUNABLES that keep freed memory in the heap.",
+        "Produced by `make bench` (bench/compare_torch.sh).",
+        "",
+        "| workload | tensorwire ms | torch ms (plain) | torch ms (tuned) | ratio tw/best-torch "
+        "| target | result |",
+        "|---|---:|---:|---:|---:|---:|---|",
+        *rows,
+    ]
+    if notes:
+        lines += ["", *notes]
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Kernel benchmarks, tensorwire beside PyTorch CPU (`make bench`).
+#   1. installs python3-torch and python3-numpy if missing (through scripts/bootstrap.sh),
+#   2. builds tw_bench_kernels (Release, in $BUILD, default build/),
+#   3. runs it (Google Benchmark, medians of repetitions, JSON),
+#   4. runs bench/torch_kernels.py twice: as installed, and with glibc malloc tuned so that freed
+#      64 MiB results stay in the heap instead of going back to the kernel (a fresh mmap per
+#      result costs page faults, which are expensive on some VMs); the better torch of the two is
+#      the bar,
+#   5. prints the comparison table and writes it to bench/results/kernels.md.
+# Both sides use $THREADS threads (default 2). OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are left as
+# the environment has them.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+BUILD=${BUILD:-build}
+THREADS=${THREADS:-2}
+REPETITIONS=${REPETITIONS:-5}
+PY=/usr/bin/python3
+TORCH_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296
+
+scripts/bootstrap.sh python3-torch python3-numpy
+
+if [[ ! -f $BUILD/build.ninja ]]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+fi
+build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt")
+if [[ "$build_type" != Release ]]; then
+  echo "compare_torch: $BUILD is configured as '$build_type', not Release; use BUILD=<other dir>" >&2
+  exit 1
+fi
+cmake --build "$BUILD" --target tw_bench_kernels -j "$(nproc)"
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+echo "== tensorwire ($THREADS threads, $REPETITIONS repetitions)"
+TW_BENCH_THREADS=$THREADS "$BUILD/bench/tw_bench_kernels" \
+  --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
+  --benchmark_out="$out/tw.json" --benchmark_out_format=json
+
+echo "== torch, glibc malloc as installed"
+$PY bench/torch_kernels.py --threads "$THREADS" | tee "$out/torch_plain.jsonl"
+echo "== torch, GLIBC_TUNABLES=$TORCH_TUNABLES"
+GLIBC_TUNABLES=$TORCH_TUNABLES $PY bench/torch_kernels.py --threads "$THREADS" |
+  tee "$out/torch_tuned.jsonl"
+
+mkdir -p bench/results
+$PY bench/compare_table.py --tw "$out/tw.json" --torch-plain "$out/torch_plain.jsonl" \
+  --torch-tuned "$out/torch_tuned.jsonl" --out bench/results/kernels.md

@@ -1,0 +1,246 @@
+// Kernel benchmarks on the CPU device, measured the way a user writes the code: every iteration
+// builds a fresh result (`c = a + b`) and waits for it, so allocation and the wait are part of
+// the time, exactly as in bench/torch_kernels.py. The workload names are shared with that
+// script; bench/compare_torch.sh joins the two by name.
+//
+// Before timing, each benchmark runs its op once and checks a sample of the result against a
+// double-precision reference: a kernel that fails (the CPU device records errors in the output
+// instead of throwing at submit) or computes the wrong thing is reported as an error, never
+// timed as fast.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tensorwire/tensorwire.h"
+
+namespace {
+
+// Intra-op threads, the same as torch.set_num_threads in torch_kernels.py. TW_BENCH_THREADS
+// overrides it.
+constexpr int kDefaultThreads = 2;
+// 16M f32 elements: 64 MiB per tensor, far beyond every cache, so elementwise ops and reductions
+// measure memory bandwidth and allocation, as they do in real models.
+constexpr int64_t kBigNumel = int64_t{1} << 24;
+constexpr uint64_t kSeed = 20240601;
+
+// Evenly spread sample positions in [0, n), always including the first and the last.
+std::vector<int64_t> sample_positions(int64_t n, int count = 17) {
+  std::vector<int64_t> out;
+  for (int i = 0; i < count; ++i) out.push_back(n <= 1 ? 0 : (n - 1) * i / (count - 1));
+  return out;
+}
+
+// Throws tw::Error when |got - want| exceeds tol; `what` names the element.
+void expect_near(double got, double want, double tol, const std::string& what) {
+  if (!(std::abs(got - want) <= tol)) {
+    throw tw::Error("wrong result at " + what + ": got " + std::to_string(got) + ", want " +
+                    std::to_string(want) + " (tolerance " + std::to_string(tol) + ")");
+  }
+}
+
+// Validates one result with `check`, then times `body` (which builds one fresh result and waits
+// for it).
+void run_checked(benchmark::State& state, const std::function<void()>& check,
+                 const std::function<void()>& body) {
+  check();
+  for (auto _ : state) body();
+}
+
+// A benchmark whose errors (tw::Error from setup, the check or the op) become the benchmark's
+// error, reported in its output, instead of ending the program.
+template <class F>
+auto guarded(F f) {
+  return [f](benchmark::State& state) {
+    try {
+      f(state);
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+    }
+  };
+}
+
+// ---- matmul: [n, n] x [n, n], f32 ----
+void bm_matmul(benchmark::State& state, int64_t n) {
+  tw::manual_seed(kSeed);
+  tw::Tensor a = tw::randn({n, n});
+  tw::Tensor b = tw::randn({n, n});
+  auto check = [&] {
+    std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
+    std::vector<float> cv = a.matmul(b).to_vector<float>();
+    for (int64_t i : sample_positions(n, 5)) {
+      for (int64_t j : sample_positions(n, 5)) {
+        double want = 0, mag = 0;
+        for (int64_t k = 0; k < n; ++k) {
+          double t = double{av[i * n + k]} * bv[k * n + j];
+          want += t;
+          mag += std::abs(t);
+        }
+        expect_near(cv[i * n + j], want, 1e-4 * mag + 1e-6,
+                    "matmul [" + std::to_string(i) + ", " + std::to_string(j) + "]");
+      }
+    }
+  };
+  run_checked(state, check, [&] {
+    tw::Tensor c = a.matmul(b);
+    c.device().sync();
+  });
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- conv2d forward: x [32, 3, 32, 32], w [64, 3, 3, 3], bias [64], stride 1, padding 1 ----
+void bm_conv2d(benchmark::State& state) {
+  constexpr int64_t kN = 32, kC = 3, kO = 64, kH = 32, kW = 32, kK = 3, kPad = 1;
+  tw::manual_seed(kSeed);
+  tw::Tensor x = tw::randn({kN, kC, kH, kW});
+  tw::Tensor w = tw::randn({kO, kC, kK, kK});
+  tw::Tensor bias = tw::randn({kO});
+  auto conv = [&] { return tw::conv2d(x, w, bias, {1, 1}, {kPad, kPad}); };
+  auto check = [&] {
+    std::vector<float> xv = x.to_vector<float>(), wv = w.to_vector<float>();
+    std::vector<float> bv = bias.to_vector<float>();
+    tw::Tensor y = conv();
+    if (y.shape() != tw::Shape{kN, kO, kH, kW}) throw tw::Error("conv2d: wrong output shape");
+    std::vector<float> yv = y.to_vector<float>();
+    for (int64_t p : sample_positions(kN * kO * kH * kW, 41)) {
+      int64_t ox = p % kW, oy = p / kW % kH, o = p / (kW * kH) % kO, n = p / (kW * kH * kO);
+      double want = bv[o], mag = std::abs(want);
+      for (int64_t c = 0; c < kC; ++c)
+        for (int64_t ky = 0; ky < kK; ++ky)
+          for (int64_t kx = 0; kx < kK; ++kx) {
+            int64_t iy = oy + ky - kPad, ix = ox + kx - kPad;
+            if (iy < 0 || iy >= kH || ix < 0 || ix >= kW) continue;
+            double t = double{xv[((n * kC + c) * kH + iy) * kW + ix]} *
+                       wv[((o * kC + c) * kK + ky) * kK + kx];
+            want += t;
+            mag += std::abs(t);
+          }
+      expect_near(yv[p], want, 1e-5 * mag + 1e-6, "conv2d flat index " + std::to_string(p));
+    }
+  };
+  run_checked(state, check, [&] {
+    tw::Tensor y = conv();
+    y.device().sync();
+  });
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * kN * kO * kH * kW * kC * kK * kK * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- add, exp, sum over 16M f32 ----
+void bm_add(benchmark::State& state) {
+  tw::manual_seed(kSeed);
+  tw::Tensor a = tw::rand({kBigNumel});
+  tw::Tensor b = tw::rand({kBigNumel});
+  auto check = [&] {
+    std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
+    std::vector<float> cv = (a + b).to_vector<float>();
+    for (int64_t i : sample_positions(kBigNumel))
+      expect_near(cv[i], av[i] + bv[i], 0.0, "add [" + std::to_string(i) + "]");
+  };
+  run_checked(state, check, [&] {
+    tw::Tensor c = a + b;
+    c.device().sync();
+  });
+  state.SetBytesProcessed(state.iterations() * kBigNumel * 3 * int64_t{sizeof(float)});
+}
+
+void bm_exp(benchmark::State& state) {
+  tw::manual_seed(kSeed);
+  tw::Tensor a = tw::randn({kBigNumel});
+  auto check = [&] {
+    std::vector<float> av = a.to_vector<float>();
+    std::vector<float> cv = a.exp().to_vector<float>();
+    for (int64_t i : sample_positions(kBigNumel)) {
+      double want = std::exp(double{av[i]});
+      expect_near(cv[i], want, 1e-6 * want, "exp [" + std::to_string(i) + "]");
+    }
+  };
+  run_checked(state, check, [&] {
+    tw::Tensor c = a.exp();
+    c.device().sync();
+  });
+  state.SetBytesProcessed(state.iterations() * kBigNumel * 2 * int64_t{sizeof(float)});
+}
+
+void bm_sum(benchmark::State& state) {
+  tw::manual_seed(kSeed);
+  tw::Tensor a = tw::rand({kBigNumel});
+  auto check = [&] {
+    std::vector<float> av = a.to_vector<float>();
+    double want = 0;
+    for (float v : av) want += v;
+    expect_near(a.sum().item<float>(), want, 1e-5 * want, "sum");
+  };
+  float sink = 0;
+  run_checked(state, check, [&] {
+    tw::Tensor s = a.sum();
+    sink += s.item<float>();  // reading the value is what a user does with a sum
+  });
+  benchmark::DoNotOptimize(sink);
+  state.SetBytesProcessed(state.iterations() * kBigNumel * int64_t{sizeof(float)});
+}
+
+// ---- softmax over the last dim of [4096, 4096] f32 ----
+void bm_softmax(benchmark::State& state) {
+  constexpr int64_t kRows = 4096, kCols = 4096;
+  tw::manual_seed(kSeed);
+  tw::Tensor x = tw::randn({kRows, kCols});
+  auto check = [&] {
+    std::vector<float> xv = x.to_vector<float>();
+    std::vector<float> yv = x.softmax(-1).to_vector<float>();
+    for (int64_t r : sample_positions(kRows, 5)) {
+      const float* row = xv.data() + r * kCols;
+      double mx = row[0], denom = 0;
+      for (int64_t j = 0; j < kCols; ++j) mx = std::max(mx, double{row[j]});
+      for (int64_t j = 0; j < kCols; ++j) denom += std::exp(row[j] - mx);
+      for (int64_t j : sample_positions(kCols, 9)) {
+        double want = std::exp(row[j] - mx) / denom;
+        expect_near(yv[r * kCols + j], want, 1e-5 * want + 1e-9,
+                    "softmax [" + std::to_string(r) + ", " + std::to_string(j) + "]");
+      }
+    }
+  };
+  run_checked(state, check, [&] {
+    tw::Tensor y = x.softmax(-1);
+    y.device().sync();
+  });
+  state.SetBytesProcessed(state.iterations() * kRows * kCols * 2 * int64_t{sizeof(float)});
+}
+
+template <class F>
+void add_benchmark(const char* name, F f) {
+  benchmark::RegisterBenchmark(name, guarded(f))
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MeasureProcessCPUTime();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = kDefaultThreads;
+  if (const char* e = std::getenv("TW_BENCH_THREADS")) threads = std::max(1, std::atoi(e));
+  tw::set_num_threads(threads);
+  benchmark::AddCustomContext("tw_threads", std::to_string(tw::get_num_threads()));
+
+  add_benchmark("matmul_f32_1024", [](benchmark::State& s) { bm_matmul(s, 1024); });
+  add_benchmark("matmul_f32_2048", [](benchmark::State& s) { bm_matmul(s, 2048); });
+  add_benchmark("conv2d_f32_b32_c3to64_32x32_k3p1", bm_conv2d);
+  add_benchmark("add_f32_16M", bm_add);
+  add_benchmark("exp_f32_16M", bm_exp);
+  add_benchmark("sum_f32_16M", bm_sum);
+  add_benchmark("softmax_f32_4096x4096", bm_softmax);
+
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

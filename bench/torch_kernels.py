@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""The workloads of tw_bench_kernels (kernels_bench.cc) in PyTorch on the CPU.
+
+Same shapes, dtypes, input distributions and thread count; every timed run builds a fresh result
+(as `c = a + b` does) and the sum is read back with .item(), as on the tensorwire side. Prints one
+JSON object per line: first {"meta": ...}, then one {"workload": NAME, "median_ms": ...} per
+workload, NAME matching the Google Benchmark name. Run with Debian's /usr/bin/python3
+(python3-torch 1.13).
+
+  /usr/bin/python3 bench/torch_kernels.py [--threads 2] [--min-runs 10] [--min-seconds 1.0]
+"""
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+BIG_NUMEL = 1 << 24  # 16M f32, as kBigNumel in kernels_bench.cc
+WARMUP_RUNS = 3
+MAX_RUNS = 1000
+
+
+def workloads():
+    """(name, setup) pairs; setup() makes the inputs and returns the function to time."""
+
+    def matmul(n):
+        def setup():
+            a, b = torch.randn(n, n), torch.randn(n, n)
+            return lambda: a @ b
+        return setup
+
+    def conv2d():
+        x = torch.randn(32, 3, 32, 32)
+        w = torch.randn(64, 3, 3, 3)
+        bias = torch.randn(64)
+        return lambda: F.conv2d(x, w, bias, stride=1, padding=1)
+
+    def add():
+        a, b = torch.rand(BIG_NUMEL), torch.rand(BIG_NUMEL)
+        return lambda: a + b
+
+    def exp():
+        a = torch.randn(BIG_NUMEL)
+        return lambda: torch.exp(a)
+
+    def sum_():
+        a = torch.rand(BIG_NUMEL)
+        return lambda: a.sum().item()
+
+    def softmax():
+        x = torch.randn(4096, 4096)
+        return lambda: torch.softmax(x, dim=-1)
+
+    return [
+        ("matmul_f32_1024", matmul(1024)),
+        ("matmul_f32_2048", matmul(2048)),
+        ("conv2d_f32_b32_c3to64_32x32_k3p1", conv2d),
+        ("add_f32_16M", add),
+        ("exp_f32_16M", exp),
+        ("sum_f32_16M", sum_),
+        ("softmax_f32_4096x4096", softmax),
+    ]
+
+
+def time_one(fn, min_runs, min_seconds):
+    for _ in range(WARMUP_RUNS):
+        fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < MAX_RUNS and (len(times) < min_runs or
+                                     time.perf_counter() - start < min_seconds):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+        del result  # the result is freed before the next run, as in `c = a + b` in a loop
+    return times
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--min-runs", type=int, default=10)
+    ap.add_argument("--min-seconds", type=float, default=1.0)
+    ap.add_argument("--filter", default="", help="run only workloads whose name contains this")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(20240601)
+    print(json.dumps({"meta": {"torch": torch.__version__, "threads": torch.get_num_threads(),
+                               "python": platform.python_version()}}), flush=True)
+    with torch.no_grad():
+        for name, setup in workloads():
+            if args.filter not in name:
+                continue
+            times = time_one(setup(), args.min_runs, args.min_seconds)
+            print(json.dumps({"workload": name,
+                              "median_ms": round(statistics.median(times) * 1e3, 4),
+                              "min_ms": round(min(times) * 1e3, 4),
+                              "runs": len(times)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

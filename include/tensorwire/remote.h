@@ -1,0 +1,52 @@
+// Remote devices: enumeration, server statistics and wire counters.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensorwire/device.h"
+
+namespace tw {
+
+struct RemoteDeviceInfo {
+  int index = 0;
+  std::string name;     // "cpu:0"
+  std::string backend;  // "cpu"
+  uint64_t memory_bytes = 0;
+};
+
+// Every device the server at `url` hosts. Throws tw::Error if it cannot be reached.
+std::vector<RemoteDeviceInfo> remote_devices(const std::string& url);
+
+struct RemoteStats {
+  uint32_t sessions = 0;
+  uint64_t sessions_opened = 0;
+  uint64_t bytes_held = 0;          // all sessions
+  uint64_t session_bytes_held = 0;  // this device's session
+  uint64_t ops_executed = 0;
+  uint64_t frames_in = 0, frames_out = 0, bytes_in = 0, bytes_out = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> per_session_bytes;  // (session id, bytes)
+};
+// Asks the server hosting a remote device for its statistics (a round trip).
+RemoteStats remote_stats(const Device& device);
+
+// What this process sent and received for a remote device.
+struct WireCounters {
+  uint64_t frames_out = 0, bytes_out = 0, frames_in = 0, bytes_in = 0;
+  uint64_t ops = 0, round_trips = 0;
+};
+WireCounters wire_counters(const Device& device);
+
+// Protocol details of the server behind a remote device, from its handshake.
+struct RemoteHandshake {
+  int protocol_version = 0;
+  uint64_t session_id = 0;
+  std::string server_id;
+  int device_count = 0;
+  RemoteDeviceInfo device;
+  uint64_t max_frame_bytes = 0, session_memory_bytes = 0;
+  uint32_t max_sessions = 0, session_queue_depth = 0;
+};
+RemoteHandshake remote_handshake(const Device& device);
+
+}  // namespace tw

@@ -1,0 +1,68 @@
+// tw::Server: the compute server as a library. A program can host one in-process on an
+// ephemeral loopback port (what `make run` does) or run apps/tensorwire-server.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorwire/device.h"
+
+namespace tw {
+
+struct ServerOptions {
+  // Addresses to listen on: tcp://host:port (port 0 picks a free one) and/or unix:///path.
+  std::vector<std::string> listen = {"tcp://127.0.0.1:0"};
+  int devices = 1;                 // devices hosted; each session uses one, chosen by index
+  std::string backend = "cpu";     // what executes ops ("cpu")
+  int worker_threads = 0;          // sessions' execution pool; 0: hardware threads
+  // Limits. Every one yields a clear error to the client that hits it, never to the others.
+  uint32_t max_sessions = 4096;
+  uint64_t max_frame_bytes = uint64_t{1} << 30;        // a frame's payload, checked before allocating
+  uint64_t session_memory_bytes = uint64_t{8} << 30;   // tensor bytes one session may hold
+  // Batches received but not yet executed, per session; past this the server stops reading
+  // that client's socket (backpressure) until its queue drains.
+  uint32_t session_queue_depth = 64;
+  std::string credential;  // reserved for authentication; empty: none
+};
+
+struct ServerStatsSnapshot {
+  uint32_t sessions = 0;
+  uint64_t sessions_opened = 0;
+  uint64_t bytes_held = 0;
+  uint64_t ops_executed = 0;
+  uint64_t frames_in = 0, frames_out = 0, bytes_in = 0, bytes_out = 0;
+};
+
+class Server {
+ public:
+  ~Server();  // stops the server (as stop())
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // The bound addresses, ports resolved (tcp://127.0.0.1:41234).
+  std::vector<std::string> urls() const;
+  std::string url() const { return urls().at(0); }
+  // "sessions<=4096 frame<=1.0GiB memory/session<=8.0GiB queue=64 workers=2 devices=1 (cpu)"
+  std::string limits_summary() const;
+  ServerStatsSnapshot stats() const;
+  // Stops accepting, lets queued work finish, closes every session. Idempotent.
+  void stop();
+  // Blocks until stop() has completed (from another thread or a signal handler's thread).
+  void wait();
+
+  struct Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Starts a server hosting options.devices devices of `device`'s kind. Throws tw::Error naming
+// the problem (address in use, a device that does not execute ops itself such as a remote
+// device, ...). Never aborts.
+std::unique_ptr<Server> serve(const Device& device, ServerOptions options = {});
+// As serve(), with the backend named in options.backend.
+std::unique_ptr<Server> serve(ServerOptions options = {});
+
+}  // namespace tw

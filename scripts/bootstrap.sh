@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages needed to build and test tensorwire, and nothing else.
+#   scripts/bootstrap.sh                    the build and test toolchain (what `make test` needs)
+#   scripts/bootstrap.sh PKG...             that list plus PKG... (bench/compare_torch.sh adds
+#                                           python3-torch python3-numpy)
+# Fast when everything is present: one dpkg-query, no network. Only when something is
+# missing does it run `apt-get update` once and install the missing packages (as root), so it
+# works on a fresh Debian 12 that reaches only Debian's mirror. Prints one line either way.
+set -euo pipefail
+
+packages=(build-essential cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev googletest
+          libbenchmark-dev libdnnl-dev libasio-dev python3 "$@")
+
+# One dpkg-query for all of them (it exits non-zero when some are unknown; their lines are absent).
+installed=" $(dpkg-query -W -f='${Package}=${Status}\n' "${packages[@]}" 2>/dev/null |
+              sed -n 's/=install ok installed$//p' | tr '\n' ' ' || true) "
+missing=()
+for pkg in "${packages[@]}"; do
+  [[ "$installed" == *" $pkg "* ]] || missing+=("$pkg")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "bootstrap: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+install_cmd="DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then
+  echo "bootstrap: missing ${missing[*]}; as root run: apt-get update && $install_cmd" >&2
+  exit 1
+fi
+
+# apt's own progress goes to a log so that success stays one line; on failure, show it.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+         --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "bootstrap: failed to install ${missing[*]} (apt output above)" >&2
+  exit 1
+fi
+echo "bootstrap: installed ${missing[*]}"

@@ -1,0 +1,84 @@
+#include "tensorwire/remote.h"
+
+
+#include "api/remote_sink.h"
+#include "tensorwire/error.h"
+
+namespace tw {
+
+namespace {
+client::RemoteSink& remote_sink(const Device& d, const char* what) {
+  auto* s = dynamic_cast<client::RemoteSink*>(d.sink().get());
+  if (!s) throw Error(std::string(what) + ": " + d.str() + " is not a remote device");
+  return *s;
+}
+void throw_if(const Status& st) {
+  if (!st.ok()) throw Error(st.message());
+}
+RemoteDeviceInfo info_of(int index, const protocol::DeviceInfo& d) {
+  return {index, d.name, d.backend, d.memory_bytes};
+}
+}  // namespace
+
+Device Device::remote(const std::string& url, int index) {
+  auto parsed = net::parse_url(url);
+  if (!parsed.ok()) throw Error("remote device: " + parsed.status().message());
+  if (index < 0) throw Error("remote device: index must be >= 0, got " + std::to_string(index));
+  auto sink = std::make_shared<client::RemoteSink>(*parsed, static_cast<uint32_t>(index),
+                                                   client::Options::from_env());
+  return Device(sink);
+}
+
+void Device::connect() const { throw_if(sink_->connect()); }
+void Device::flush() const { sink_->flush(); }
+
+std::vector<RemoteDeviceInfo> remote_devices(const std::string& url) {
+  auto parsed = net::parse_url(url);
+  if (!parsed.ok()) throw Error("remote_devices: " + parsed.status().message());
+  auto w = client::enumerate(*parsed, client::Options::from_env());
+  throw_if(w.status());
+  std::vector<RemoteDeviceInfo> out;
+  for (size_t i = 0; i < w->devices.size(); ++i) out.push_back(info_of(static_cast<int>(i), w->devices[i]));
+  return out;
+}
+
+RemoteStats remote_stats(const Device& device) {
+  auto s = remote_sink(device, "remote_stats").connection().stats();
+  throw_if(s.status());
+  RemoteStats r;
+  r.sessions = s->sessions;
+  r.sessions_opened = s->sessions_opened;
+  r.bytes_held = s->bytes_held;
+  r.session_bytes_held = s->session_bytes_held;
+  r.ops_executed = s->ops_executed;
+  r.frames_in = s->frames_in;
+  r.frames_out = s->frames_out;
+  r.bytes_in = s->bytes_in;
+  r.bytes_out = s->bytes_out;
+  r.per_session_bytes = s->per_session_bytes;
+  return r;
+}
+
+WireCounters wire_counters(const Device& device) {
+  client::Counters c = remote_sink(device, "wire_counters").connection().counters();
+  return {c.frames_out, c.bytes_out, c.frames_in, c.bytes_in, c.ops, c.round_trips};
+}
+
+RemoteHandshake remote_handshake(const Device& device) {
+  client::Connection& c = remote_sink(device, "remote_handshake").connection();
+  throw_if(c.ensure_connected());
+  const protocol::Welcome& w = c.welcome();
+  RemoteHandshake h;
+  h.protocol_version = w.version;
+  h.session_id = w.session_id;
+  h.server_id = w.server_id;
+  h.device_count = static_cast<int>(w.devices.size());
+  if (w.device_index < w.devices.size()) h.device = info_of(static_cast<int>(w.device_index), w.devices[w.device_index]);
+  h.max_frame_bytes = w.limits.max_frame_bytes;
+  h.session_memory_bytes = w.limits.session_memory_bytes;
+  h.max_sessions = w.limits.max_sessions;
+  h.session_queue_depth = w.limits.session_queue_depth;
+  return h;
+}
+
+}  // namespace tw

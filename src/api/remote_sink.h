@@ -1,0 +1,30 @@
+// The remote device's sink: ops validated by the API are queued on a Connection and shipped in
+// batches; reads become requests answered in any order.
+#pragma once
+#include "api/sink.h"
+#include "client/connection.h"
+
+namespace tw::client {
+
+class RemoteSink final : public detail::Sink {
+ public:
+  RemoteSink(net::Url url, uint32_t index, Options options)
+      : conn_(url, index, std::move(options)), index_(index) {}
+  Device::Kind kind() const override { return Device::Kind::kRemote; }
+  std::string str() const override {
+    return "remote(" + conn_.url().str() + ", " + std::to_string(index_) + ")";
+  }
+  Status submit(ir::Op op) override { return conn_.submit_op(op); }
+  std::future<Result<TensorData>> read_async(ir::TensorId id) override { return conn_.read(id); }
+  void drop(ir::TensorId id) override { conn_.drop(id); }
+  Status sync() override { return conn_.sync(); }
+  Status connect() override { return conn_.ensure_connected(); }
+  void flush() override { conn_.flush(); }
+  Connection& connection() { return conn_; }
+
+ private:
+  Connection conn_;
+  uint32_t index_;
+};
+
+}  // namespace tw::client

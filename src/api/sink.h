@@ -1,0 +1,67 @@
+// The device-side contract behind tw::Device: a Sink accepts ops (ir::Op, already validated by
+// the API), answers reads and forgets dropped tensors. The local CPU device executes eagerly;
+// the remote device (client/) queues ops and ships them in batches.
+#pragma once
+#include <atomic>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/tensor_data.h"
+#include "ir/ops.h"
+#include "tensorwire/device.h"
+
+namespace tw::detail {
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual Device::Kind kind() const = 0;
+  virtual std::string str() const = 0;
+  // A fresh tensor id (ids are chosen by the client, so creating a tensor never waits).
+  ir::TensorId new_id() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+  // Queues or runs one op. An error of an eagerly executed op is recorded in its outputs (a
+  // read of them reports it), exactly as a remote device does; submit itself fails only when
+  // the device is unusable.
+  virtual Status submit(ir::Op op) = 0;
+  virtual std::future<Result<TensorData>> read_async(ir::TensorId id) = 0;
+  Result<TensorData> read(ir::TensorId id) { return read_async(id).get(); }
+  virtual void drop(ir::TensorId id) = 0;
+  virtual Status sync() = 0;
+  virtual Status connect() { return Status::OK(); }
+  virtual void flush() {}
+
+ private:
+  std::atomic<ir::TensorId> next_id_{1};
+};
+
+// A sink over a local Backend: eager, one op at a time (a mutex makes it safe to share across
+// threads).
+class BackendSink final : public Sink {
+ public:
+  explicit BackendSink(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {}
+  Device::Kind kind() const override { return Device::Kind::kCpu; }
+  std::string str() const override { return backend_->name(); }
+  Status submit(ir::Op op) override;
+  std::future<Result<TensorData>> read_async(ir::TensorId id) override;
+  void drop(ir::TensorId id) override;
+  Status sync() override { return Status::OK(); }
+  Backend& backend() { return *backend_; }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<Backend> backend_;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Sink> sink;
+  ir::TensorId id = 0;
+  TensorMeta meta;
+  ~TensorImpl() {
+    if (sink && id) sink->drop(id);
+  }
+};
+
+}  // namespace tw::detail

@@ -1,0 +1,109 @@
+// A client's connection to one device of a compute server: handshake, batching of
+// fire-and-forget tasks, and a pending-request table for the tasks that produce results. Its
+// socket is driven by one background Asio thread, created on connect.
+#pragma once
+#include <asio.hpp>
+#include <atomic>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include "core/tensor_data.h"
+#include "net/url.h"
+#include "protocol/messages.h"
+
+namespace tw::client {
+
+struct Options {
+  // Flush a batch when it holds this many tasks (TW_BATCH_OPS) ...
+  uint32_t batch_ops = 512;
+  // ... or this many bytes (TW_BATCH_BYTES) ...
+  uint64_t batch_bytes = 1 << 20;
+  // ... or when no task was added for this long (TW_FLUSH_IDLE_US), so ops queued before the
+  // program goes quiet still run promptly.
+  uint32_t idle_flush_us = 500;
+  std::string credential;  // TW_CREDENTIAL
+  static Options from_env();
+};
+
+struct Counters {
+  uint64_t frames_out = 0, bytes_out = 0, frames_in = 0, bytes_in = 0;
+  uint64_t ops = 0, round_trips = 0;
+};
+
+class Connection {
+ public:
+  Connection(net::Url url, uint32_t device_index, Options options);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Connects and shakes hands if not done yet. Thread-safe; after a failure or a lost
+  // connection every call returns the same error at once.
+  Status ensure_connected();
+  const protocol::Welcome& welcome() const { return welcome_; }
+  const net::Url& url() const { return url_; }
+
+  Status submit_op(const ir::Op& op);
+  void drop(ir::TensorId id);
+  std::future<Result<TensorData>> read(ir::TensorId id);
+  Status sync();
+  Result<protocol::ServerStats> stats();
+  void flush();
+  void close();
+  Counters counters() const;
+
+ private:
+  struct Pending {
+    enum Kind { kRead, kSync, kStats } kind = kRead;
+    std::promise<Result<TensorData>> data;
+    std::promise<Status> status;
+    std::promise<Result<protocol::ServerStats>> stats;
+  };
+  Status connect_locked();
+  Status dead_status_locked() const;
+  uint64_t add_pending_locked(Pending::Kind kind, Pending** out);
+  void flush_locked();
+  void arm_idle_timer_locked();
+  void fail_all(const Status& why);
+  // io thread
+  void read_header();
+  void on_message(const Buffer& payload);
+  void send(protocol::OutFrame f);
+  void do_write();
+
+  const net::Url url_;
+  const uint32_t device_index_;
+  const Options options_;
+
+  mutable std::mutex mu_;
+  enum class State { kIdle, kConnected, kDead } state_ = State::kIdle;
+  Status dead_;
+  protocol::Welcome welcome_;
+  protocol::BatchWriter batch_;
+  std::vector<ir::TensorId> drops_;
+  uint64_t next_request_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;
+  bool timer_armed_ = false;
+  Counters counters_;
+  std::vector<Status> session_errors_;  // unsolicited errors, reported by the next sync()
+
+  asio::io_context io_;
+  std::optional<asio::generic::stream_protocol::socket> sock_;
+  std::optional<asio::steady_timer> timer_;
+  std::thread io_thread_;
+  // io thread state
+  uint8_t header_[4] = {};
+  uint8_t out_header_[4] = {};
+  std::deque<protocol::OutFrame> write_q_;
+  std::vector<asio::const_buffer> bufs_;
+  bool writing_ = false;
+};
+
+// Connects only to list the devices a server hosts.
+Result<protocol::Welcome> enumerate(const net::Url& url, const Options& options);
+
+}  // namespace tw::client

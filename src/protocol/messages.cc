@@ -1,0 +1,370 @@
+#include "protocol/messages.h"
+
+#include "ir/codec.h"
+
+namespace tw::protocol {
+
+const char* refuse_reason_name(RefuseReason r) {
+  switch (r) {
+    case RefuseReason::kBadVersion: return "unsupported protocol version";
+    case RefuseReason::kBadDeviceIndex: return "no such device";
+    case RefuseReason::kUnauthorized: return "unauthorised";
+    case RefuseReason::kServerBusy: return "server busy";
+    case RefuseReason::kMalformed: return "malformed handshake";
+    case RefuseReason::kCannotHost: return "device cannot be hosted";
+  }
+  return "refused";
+}
+
+uint64_t OutFrame::payload_size() const {
+  uint64_t n = head.size();
+  for (const auto& s : segments) n += s.data.size();
+  return n;
+}
+
+namespace {
+
+void put_status(WireWriter& w, const Status& s) {
+  w.u8(static_cast<uint8_t>(s.code()));
+  if (!s.ok()) w.str(s.message());
+}
+
+Status get_status(WireReader& r, Status& out) {
+  uint8_t code = 0;
+  TW_RETURN_NOT_OK(r.u8(code));
+  if (code > static_cast<uint8_t>(StatusCode::kInternal)) {
+    return data_loss("unknown status code " + std::to_string(code));
+  }
+  if (code == 0) {
+    out = Status::OK();
+    return Status::OK();
+  }
+  std::string msg;
+  TW_RETURN_NOT_OK(r.str(msg, kMaxStringBytes));
+  out = Status(static_cast<StatusCode>(code), std::move(msg));
+  return Status::OK();
+}
+
+void put_device(WireWriter& w, const DeviceInfo& d) {
+  w.str(d.name);
+  w.str(d.backend);
+  w.u64(d.memory_bytes);
+  w.u32(d.dtype_mask);
+}
+
+Status get_device(WireReader& r, DeviceInfo& d) {
+  TW_RETURN_NOT_OK(r.str(d.name, kMaxStringBytes));
+  TW_RETURN_NOT_OK(r.str(d.backend, kMaxStringBytes));
+  TW_RETURN_NOT_OK(r.u64(d.memory_bytes));
+  return r.u32(d.dtype_mask);
+}
+
+}  // namespace
+
+void encode_hello(const Hello& m, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ClientMsg::kHello));
+  w.u32(kMagic);
+  w.u16(m.min_version);
+  w.u16(m.max_version);
+  w.u32(m.device_index);
+  w.str(m.credential);
+}
+
+void encode_welcome(const Welcome& m, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ServerMsg::kWelcome));
+  w.u16(m.version);
+  w.u64(m.session_id);
+  w.str(m.server_id);
+  w.u32(m.device_index);
+  w.u32(static_cast<uint32_t>(m.devices.size()));
+  for (const auto& d : m.devices) put_device(w, d);
+  w.u64(m.limits.max_frame_bytes);
+  w.u64(m.limits.session_memory_bytes);
+  w.u32(m.limits.max_sessions);
+  w.u32(m.limits.session_queue_depth);
+}
+
+void encode_refuse(const Refuse& m, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ServerMsg::kRefuse));
+  w.u8(static_cast<uint8_t>(m.reason));
+  w.str(m.message);
+}
+
+void encode_session_error(const Status& s, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ServerMsg::kSessionError));
+  put_status(w, s);
+}
+
+void encode_read_result(uint64_t request_id, const Result<TensorData>& r, OutFrame& f) {
+  WireWriter w(f.head, &f.segments);
+  w.u8(static_cast<uint8_t>(ServerMsg::kReadResult));
+  w.u64(request_id);
+  put_status(w, r.status());
+  if (!r.ok()) return;
+  const TensorData& d = *r;
+  w.u8(static_cast<uint8_t>(d.meta.dtype));
+  w.u32(static_cast<uint32_t>(d.meta.shape.size()));
+  for (int64_t x : d.meta.shape) w.i64(x);
+  w.u64(d.bytes.size());
+  w.raw_ref(d.bytes);
+}
+
+void encode_sync_result(uint64_t request_id, const Status& s, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ServerMsg::kSyncResult));
+  w.u64(request_id);
+  put_status(w, s);
+}
+
+void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ServerMsg::kStatsResult));
+  w.u64(request_id);
+  w.u32(s.sessions);
+  w.u64(s.bytes_held);
+  w.u64(s.session_bytes_held);
+  w.u64(s.ops_executed);
+  w.u64(s.frames_in);
+  w.u64(s.frames_out);
+  w.u64(s.bytes_in);
+  w.u64(s.bytes_out);
+  w.u64(s.sessions_opened);
+  w.u32(static_cast<uint32_t>(s.per_session_bytes.size()));
+  for (auto& [id, b] : s.per_session_bytes) {
+    w.u64(id);
+    w.u64(b);
+  }
+}
+
+// ---- batches ----
+BatchWriter::BatchWriter() { take(); }
+
+OutFrame BatchWriter::take() {
+  OutFrame out = std::move(frame_);
+  frame_ = OutFrame();
+  WireWriter w(frame_.head);
+  w.u8(static_cast<uint8_t>(ClientMsg::kBatch));
+  w.u32(0);  // task count, patched as tasks are added
+  count_ = 0;
+  return out;
+}
+
+void BatchWriter::patch_count() {
+  ++count_;
+  for (int i = 0; i < 4; ++i) frame_.head[1 + i] = static_cast<uint8_t>(count_ >> (8 * i));
+}
+
+void BatchWriter::add_op(const ir::Op& op) {
+  WireWriter w(frame_.head, &frame_.segments);
+  w.u8(static_cast<uint8_t>(TaskKind::kOp));
+  ir::encode_op(op, w);
+  patch_count();
+}
+
+void BatchWriter::add_read(uint64_t request_id, ir::TensorId id) {
+  WireWriter w(frame_.head);
+  w.u8(static_cast<uint8_t>(TaskKind::kRead));
+  w.u64(request_id);
+  w.u64(id);
+  patch_count();
+}
+
+void BatchWriter::add_sync(uint64_t request_id) {
+  WireWriter w(frame_.head);
+  w.u8(static_cast<uint8_t>(TaskKind::kSync));
+  w.u64(request_id);
+  patch_count();
+}
+
+void BatchWriter::add_drop(const std::vector<ir::TensorId>& ids) {
+  WireWriter w(frame_.head);
+  w.u8(static_cast<uint8_t>(TaskKind::kDrop));
+  w.u32(static_cast<uint32_t>(ids.size()));
+  for (auto id : ids) w.u64(id);
+  patch_count();
+}
+
+void BatchWriter::add_stats(uint64_t request_id) {
+  WireWriter w(frame_.head);
+  w.u8(static_cast<uint8_t>(TaskKind::kStats));
+  w.u64(request_id);
+  patch_count();
+}
+
+// ---- decoding ----
+Result<ClientMsg> peek_client_msg(const Buffer& payload) {
+  if (payload.size() == 0) return data_loss("empty frame");
+  uint8_t k = payload.as<const uint8_t>()[0];
+  if (k != static_cast<uint8_t>(ClientMsg::kHello) && k != static_cast<uint8_t>(ClientMsg::kBatch)) {
+    return data_loss("unknown client message type " + std::to_string(k));
+  }
+  return static_cast<ClientMsg>(k);
+}
+
+Result<Hello> decode_hello(const Buffer& payload) {
+  WireReader r(payload);
+  uint8_t kind = 0;
+  uint32_t magic = 0;
+  TW_RETURN_NOT_OK(r.u8(kind));
+  if (kind != static_cast<uint8_t>(ClientMsg::kHello)) {
+    return data_loss("expected a Hello message first, got message type " + std::to_string(kind));
+  }
+  TW_RETURN_NOT_OK(r.u32(magic));
+  if (magic != kMagic) return data_loss("bad magic number: not a tensorwire client");
+  Hello h;
+  TW_RETURN_NOT_OK(r.u16(h.min_version));
+  TW_RETURN_NOT_OK(r.u16(h.max_version));
+  TW_RETURN_NOT_OK(r.u32(h.device_index));
+  TW_RETURN_NOT_OK(r.str(h.credential, kMaxStringBytes));
+  if (!r.done()) return data_loss("trailing bytes after Hello");
+  return h;
+}
+
+Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
+  WireReader r(payload);
+  uint8_t kind = 0;
+  TW_RETURN_NOT_OK(r.u8(kind));
+  if (kind != static_cast<uint8_t>(ClientMsg::kBatch)) {
+    return data_loss("expected a Batch message, got message type " + std::to_string(kind));
+  }
+  uint32_t n = 0;
+  TW_RETURN_NOT_OK(r.count(n, 1));  // every task takes at least one byte
+  for (uint32_t i = 0; i < n; ++i) {
+    auto fail = [&](const Status& s) {
+      return s.with_context("batch task " + std::to_string(i) + " of " + std::to_string(n));
+    };
+    uint8_t tk = 0;
+    Status s = r.u8(tk);
+    if (!s.ok()) return fail(s);
+    Task t;
+    t.kind = static_cast<TaskKind>(tk);
+    switch (t.kind) {
+      case TaskKind::kOp: {
+        auto op = ir::decode_op(r);
+        if (!op.ok()) return fail(op.status());
+        t.op = std::move(op).value();
+        break;
+      }
+      case TaskKind::kRead:
+        s = r.u64(t.request_id);
+        if (s.ok()) s = r.u64(t.id);
+        break;
+      case TaskKind::kSync:
+      case TaskKind::kStats:
+        s = r.u64(t.request_id);
+        break;
+      case TaskKind::kDrop: {
+        uint32_t k = 0;
+        s = r.count(k, 8);
+        if (s.ok()) {
+          t.ids.resize(k);
+          for (auto& id : t.ids) {
+            s = r.u64(id);
+            if (!s.ok()) break;
+          }
+        }
+        break;
+      }
+      default:
+        return fail(data_loss("unknown task kind " + std::to_string(tk)));
+    }
+    if (!s.ok()) return fail(s);
+    tasks.push_back(std::move(t));
+  }
+  if (!r.done()) return data_loss(std::to_string(r.remaining()) + " trailing bytes after batch");
+  return Status::OK();
+}
+
+Result<ServerMessage> decode_server_message(const Buffer& payload) {
+  WireReader r(payload);
+  uint8_t kind = 0;
+  TW_RETURN_NOT_OK(r.u8(kind));
+  ServerMessage m;
+  m.kind = static_cast<ServerMsg>(kind);
+  switch (m.kind) {
+    case ServerMsg::kWelcome: {
+      Welcome& w = m.welcome;
+      TW_RETURN_NOT_OK(r.u16(w.version));
+      TW_RETURN_NOT_OK(r.u64(w.session_id));
+      TW_RETURN_NOT_OK(r.str(w.server_id, kMaxStringBytes));
+      TW_RETURN_NOT_OK(r.u32(w.device_index));
+      uint32_t n = 0;
+      TW_RETURN_NOT_OK(r.count(n, 16));
+      w.devices.resize(n);
+      for (auto& d : w.devices) TW_RETURN_NOT_OK(get_device(r, d));
+      TW_RETURN_NOT_OK(r.u64(w.limits.max_frame_bytes));
+      TW_RETURN_NOT_OK(r.u64(w.limits.session_memory_bytes));
+      TW_RETURN_NOT_OK(r.u32(w.limits.max_sessions));
+      TW_RETURN_NOT_OK(r.u32(w.limits.session_queue_depth));
+      break;
+    }
+    case ServerMsg::kRefuse: {
+      uint8_t reason = 0;
+      TW_RETURN_NOT_OK(r.u8(reason));
+      m.refuse.reason = static_cast<RefuseReason>(reason);
+      TW_RETURN_NOT_OK(r.str(m.refuse.message, kMaxStringBytes));
+      break;
+    }
+    case ServerMsg::kReadResult: {
+      TW_RETURN_NOT_OK(r.u64(m.request_id));
+      TW_RETURN_NOT_OK(get_status(r, m.status));
+      if (!m.status.ok()) break;
+      uint8_t dt = 0;
+      uint32_t rank = 0;
+      TW_RETURN_NOT_OK(r.u8(dt));
+      if (!dtype_valid(dt)) return data_loss("unknown dtype code " + std::to_string(dt));
+      m.data.meta.dtype = static_cast<DType>(dt);
+      TW_RETURN_NOT_OK(r.count(rank, 8));
+      m.data.meta.shape.resize(rank);
+      for (auto& x : m.data.meta.shape) TW_RETURN_NOT_OK(r.i64(x));
+      TW_RETURN_NOT_OK(validate_shape(m.data.meta.shape));
+      uint64_t nbytes = 0;
+      TW_RETURN_NOT_OK(r.u64(nbytes));
+      uint64_t expect = static_cast<uint64_t>(numel(m.data.meta.shape)) * dtype_size(m.data.meta.dtype);
+      if (nbytes != expect || nbytes > r.remaining()) {
+        return data_loss("read result carries " + std::to_string(nbytes) + " bytes, expected " +
+                         std::to_string(expect));
+      }
+      TW_RETURN_NOT_OK(r.bytes(static_cast<size_t>(nbytes), m.data.bytes));
+      break;
+    }
+    case ServerMsg::kSyncResult:
+      TW_RETURN_NOT_OK(r.u64(m.request_id));
+      TW_RETURN_NOT_OK(get_status(r, m.status));
+      break;
+    case ServerMsg::kStatsResult: {
+      ServerStats& s = m.stats;
+      TW_RETURN_NOT_OK(r.u64(m.request_id));
+      TW_RETURN_NOT_OK(r.u32(s.sessions));
+      TW_RETURN_NOT_OK(r.u64(s.bytes_held));
+      TW_RETURN_NOT_OK(r.u64(s.session_bytes_held));
+      TW_RETURN_NOT_OK(r.u64(s.ops_executed));
+      TW_RETURN_NOT_OK(r.u64(s.frames_in));
+      TW_RETURN_NOT_OK(r.u64(s.frames_out));
+      TW_RETURN_NOT_OK(r.u64(s.bytes_in));
+      TW_RETURN_NOT_OK(r.u64(s.bytes_out));
+      TW_RETURN_NOT_OK(r.u64(s.sessions_opened));
+      uint32_t n = 0;
+      TW_RETURN_NOT_OK(r.count(n, 16));
+      s.per_session_bytes.resize(n);
+      for (auto& [id, b] : s.per_session_bytes) {
+        TW_RETURN_NOT_OK(r.u64(id));
+        TW_RETURN_NOT_OK(r.u64(b));
+      }
+      break;
+    }
+    case ServerMsg::kSessionError:
+      TW_RETURN_NOT_OK(get_status(r, m.status));
+      break;
+    default:
+      return data_loss("unknown server message type " + std::to_string(kind));
+  }
+  if (!r.done()) return data_loss("trailing bytes after server message");
+  return m;
+}
+
+}  // namespace tw::protocol

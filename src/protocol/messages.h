@@ -1,0 +1,154 @@
+// The wire protocol (docs/protocol.md is the specification): length-prefixed frames over a byte
+// stream, each frame one message. Every integer is little-endian and written field by field.
+// Message codes, task kinds and reasons are append-only.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor_data.h"
+#include "core/wire.h"
+#include "ir/ops.h"
+
+namespace tw::protocol {
+
+inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kMinProtocolVersion = 1;
+inline constexpr size_t kFrameHeaderBytes = 4;  // u32 payload length
+// Hello's device index that asks only for the device list (tw::remote_devices).
+inline constexpr uint32_t kEnumerateOnly = 0xFFFFFFFFu;
+// Strings (names, reasons, credentials) longer than this are malformed.
+inline constexpr size_t kMaxStringBytes = 64 * 1024;
+
+enum class ClientMsg : uint8_t { kHello = 1, kBatch = 2 };
+enum class ServerMsg : uint8_t {
+  kWelcome = 1,
+  kRefuse = 2,
+  kReadResult = 3,
+  kSyncResult = 4,
+  kStatsResult = 5,
+  kSessionError = 6,  // a problem not tied to a request (a malformed batch, say); session goes on
+};
+enum class TaskKind : uint8_t { kOp = 1, kRead = 2, kSync = 3, kDrop = 4, kStats = 5 };
+enum class RefuseReason : uint8_t {
+  kBadVersion = 1,
+  kBadDeviceIndex = 2,
+  kUnauthorized = 3,
+  kServerBusy = 4,
+  kMalformed = 5,
+  kCannotHost = 6,
+};
+const char* refuse_reason_name(RefuseReason r);
+
+struct Hello {
+  uint16_t min_version = kMinProtocolVersion;
+  uint16_t max_version = kProtocolVersion;
+  uint32_t device_index = 0;
+  std::string credential;
+};
+
+struct DeviceInfo {
+  std::string name;     // "cpu:0"
+  std::string backend;  // "cpu"
+  uint64_t memory_bytes = 0;  // what a session on it may hold (its quota)
+  uint32_t dtype_mask = 0;    // bit i set: DType i supported
+};
+
+struct Limits {
+  uint64_t max_frame_bytes = 0;
+  uint64_t session_memory_bytes = 0;
+  uint32_t max_sessions = 0;
+  uint32_t session_queue_depth = 0;  // batches queued per session before the server stops reading
+};
+
+struct Welcome {
+  uint16_t version = kProtocolVersion;
+  uint64_t session_id = 0;
+  std::string server_id;
+  uint32_t device_index = 0;
+  std::vector<DeviceInfo> devices;  // every device the server hosts
+  Limits limits;
+};
+
+struct Refuse {
+  RefuseReason reason = RefuseReason::kMalformed;
+  std::string message;
+};
+
+struct Task {
+  TaskKind kind = TaskKind::kOp;
+  ir::Op op;                       // kOp
+  uint64_t request_id = 0;         // kRead, kSync, kStats
+  ir::TensorId id = 0;             // kRead
+  std::vector<ir::TensorId> ids;   // kDrop
+};
+
+struct ServerStats {
+  uint32_t sessions = 0;
+  uint64_t bytes_held = 0;         // all sessions
+  uint64_t session_bytes_held = 0; // the asking session
+  uint64_t ops_executed = 0;
+  uint64_t frames_in = 0, frames_out = 0, bytes_in = 0, bytes_out = 0;
+  uint64_t sessions_opened = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> per_session_bytes;  // (session id, bytes)
+};
+
+// ---- encoding: each returns the payload (without the frame header) ----
+// Frames carrying large byte runs (tensor payloads) keep them out of the copied head: the writer
+// records (offset, Buffer) segments that the transport sends with a gather write.
+struct OutFrame {
+  std::vector<uint8_t> head;
+  std::vector<WireSegment> segments;  // inserted at their offsets into head
+  uint64_t payload_size() const;
+};
+
+void encode_hello(const Hello& m, OutFrame& f);
+void encode_welcome(const Welcome& m, OutFrame& f);
+void encode_refuse(const Refuse& m, OutFrame& f);
+void encode_session_error(const Status& s, OutFrame& f);
+void encode_read_result(uint64_t request_id, const Result<TensorData>& r, OutFrame& f);
+void encode_sync_result(uint64_t request_id, const Status& s, OutFrame& f);
+void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f);
+
+// Batches are built incrementally by the client.
+class BatchWriter {
+ public:
+  BatchWriter();
+  void add_op(const ir::Op& op);
+  void add_read(uint64_t request_id, ir::TensorId id);
+  void add_sync(uint64_t request_id);
+  void add_drop(const std::vector<ir::TensorId>& ids);
+  void add_stats(uint64_t request_id);
+  uint32_t task_count() const { return count_; }
+  uint64_t payload_size() const { return frame_.payload_size(); }
+  bool empty() const { return count_ == 0; }
+  // The finished frame payload; the writer is reset for the next batch.
+  OutFrame take();
+
+ private:
+  void patch_count();
+  OutFrame frame_;
+  uint32_t count_ = 0;
+};
+
+// ---- decoding (payload only, the frame header already stripped) ----
+Result<ClientMsg> peek_client_msg(const Buffer& payload);
+Result<Hello> decode_hello(const Buffer& payload);
+// Decodes a batch's tasks; on a malformed task the tasks before it are returned in `tasks` and
+// the error names the task's position.
+Status decode_batch(const Buffer& payload, std::vector<Task>& tasks);
+
+struct ServerMessage {
+  ServerMsg kind = ServerMsg::kSessionError;
+  Welcome welcome;
+  Refuse refuse;
+  uint64_t request_id = 0;
+  Status status;          // read/sync results, session errors
+  TensorData data;        // read results
+  ServerStats stats;
+};
+Result<ServerMessage> decode_server_message(const Buffer& payload);
+
+}  // namespace tw::protocol

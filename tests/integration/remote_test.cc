@@ -1,0 +1,183 @@
+// Remote execution against real server processes on 127.0.0.1 (port 0).
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "support/server_process.h"
+#include "tensorwire/remote.h"
+#include "tensorwire/server.h"
+#include "tensorwire/tensorwire.h"
+
+namespace tw {
+namespace {
+
+using testing::ServerProcess;
+
+TEST(Remote, OpsMatchCpuBitForBit) {
+  ServerProcess server;
+  Device remote = Device::remote(server.url(), 0);
+  Device cpu = Device::cpu();
+  for (Device d : {cpu, remote}) {
+    (void)d;
+  }
+  auto run = [](const Device& d) {
+    manual_seed(42);
+    Tensor a = randn({64, 32}, kF32, d);
+    Tensor b = randn({32, 16}, kF32, d);
+    Tensor c = (a.matmul(b).relu() + 1.5).softmax(-1).sum(0);
+    return c.to_bytes();
+  };
+  EXPECT_EQ(run(cpu), run(remote));
+}
+
+TEST(Remote, UploadAndReadBack) {
+  ServerProcess server;
+  Device d = Device::remote(server.url());
+  std::vector<float> v(1000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.5f;
+  Tensor t = from_vector<float>(v, {10, 100}, d);
+  EXPECT_EQ(t.to_vector<float>(), v);
+  EXPECT_EQ(t.device().kind(), Device::Kind::kRemote);
+  // An async read completes while others are in flight, in any order.
+  std::vector<std::future<std::vector<float>>> futs;
+  for (int i = 0; i < 8; ++i) {
+    futs.push_back(std::async(std::launch::async, [&, i] { return (t * static_cast<double>(i)).to_vector<float>(); }));
+  }
+  for (int i = 0; i < 8; ++i) {
+    auto r = futs[i].get();
+    ASSERT_EQ(r.size(), v.size());
+    EXPECT_FLOAT_EQ(r[999], v[999] * static_cast<float>(i));
+  }
+}
+
+TEST(Remote, EnumerationAndThreeDevices) {
+  ServerProcess server({"--devices", "3"});
+  auto devs = remote_devices(server.url());
+  ASSERT_EQ(devs.size(), 3u);
+  EXPECT_EQ(devs[2].name, "cpu:2");
+  for (int i = 0; i < 3; ++i) {
+    Device d = Device::remote(server.url(), i);
+    EXPECT_EQ(remote_handshake(d).device.index, i);
+    EXPECT_EQ((ones({3}, kF32, d) * static_cast<double>(i)).sum().item<float>(), 3.0f * i);
+  }
+}
+
+TEST(Remote, TwoServersOneClient) {
+  ServerProcess s1, s2;
+  Device d1 = Device::remote(s1.url()), d2 = Device::remote(s2.url());
+  Tensor a = arange(0, 10, 1, kF32, d1);
+  Tensor b = a.to(d2) * 2.0;
+  EXPECT_EQ(b.device(), d2);
+  EXPECT_EQ(b.to(Device::cpu()).sum().item<float>(), 90.0f);
+  EXPECT_THROW(a + b, Error);  // different devices
+}
+
+TEST(Remote, SixtyFourConcurrentSessions) {
+  ServerProcess server;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 64; ++i) {
+    threads.emplace_back([&, i] {
+      Device d = Device::remote(server.url());
+      Tensor x = full({100}, i, kI64, d);
+      for (int k = 0; k < 20; ++k) x = x + 1;
+      if (x.sum().item<int64_t>() == 100 * (i + 20)) ok++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 64);
+}
+
+TEST(Remote, ShapeErrorsAtTheCallSite) {
+  ServerProcess server;
+  Device d = Device::remote(server.url());
+  try {
+    Tensor c = ones({2, 3}, kF32, d).matmul(ones({4, 5}, kF32, d));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("matmul: inner dimensions differ: [2, 3] x [4, 5]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Remote, FailedOpPoisonsDependentsAndSessionGoesOn) {
+  ServerProcess server;
+  Device d = Device::remote(server.url());
+  Tensor x = arange(0, 5, 1, kF32, d);
+  Tensor bad_index = tensor<int64_t>({0, 7}, d);
+  Tensor g = x.index_select(0, bad_index);  // index 7 out of range: fails on the server
+  Tensor h = g * 2.0;                       // depends on the failure
+  try {
+    h.to_vector<float>();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("index_select"), std::string::npos) << m;
+    EXPECT_NE(m.find("7"), std::string::npos) << m;
+  }
+  EXPECT_EQ((x + 1.0).sum().item<float>(), 15.0f);  // the session is still usable
+}
+
+TEST(Remote, ServerKilledFailsEveryCallWithinASecond) {
+  auto server = std::make_unique<ServerProcess>();
+  std::string url = server->url();
+  Device d = Device::remote(url);
+  Tensor x = ones({1000}, kF32, d);
+  EXPECT_EQ(x.sum().item<float>(), 1000.0f);
+  server->kill_hard();
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    (x * 2.0).to_vector<float>();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(url), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ones({3}, kF32, d).to_vector<float>(), Error);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+}
+
+TEST(Remote, ConnectFailureIsAnErrorNotAHang) {
+  // Find a free port and leave it closed.
+  ServerProcess server;
+  std::string url = server.url();
+  server.stop();
+  Device d = Device::remote(url);
+  EXPECT_THROW(d.connect(), Error);
+  EXPECT_THROW(ones({2}, kF32, d), Error);
+}
+
+TEST(Remote, HostingValidation) {
+  ServerProcess server;
+  try {
+    auto s = serve(Device::remote(server.url()));
+    FAIL() << "serving a remote device must fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("remote device only forwards ops"), std::string::npos) << e.what();
+  }
+  ServerOptions bad;
+  bad.backend = "quantum";
+  EXPECT_THROW(serve(bad), Error);
+}
+
+TEST(Remote, InProcessServerOnEphemeralPort) {
+  auto server = serve(Device::cpu());
+  Device d = Device::remote(server->url());
+  EXPECT_EQ(arange(0, 4, 1, kI64, d).sum().item<int64_t>(), 6);
+  EXPECT_GE(server->stats().ops_executed, 2u);
+}
+
+TEST(Remote, UnixSocket) {
+  std::string path = "/tmp/tw-test-" + std::to_string(getpid()) + ".sock";
+  ServerProcess server({"--listen", "unix://" + path});
+  ASSERT_EQ(server.urls().size(), 2u);
+  Device d = Device::remote("unix://" + path);
+  EXPECT_EQ(ones({5}, kF32, d).sum().item<float>(), 5.0f);
+}
+
+}  // namespace
+}  // namespace tw
