@@ -5,6 +5,7 @@
 //   {"remote", [] { return tw::Device::remote(test_server_url(), 0); }},
 #pragma once
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@ struct DeviceFactory {
   std::string name;  // used in test names: letters, digits, underscores
   std::function<tw::Device()> make;
 };
+
+// Test names and failure messages show the device by name.
+inline void PrintTo(const DeviceFactory& f, std::ostream* os) { *os << f.name; }
 
 inline std::vector<DeviceFactory> test_devices() {
   return {

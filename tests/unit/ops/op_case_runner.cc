@@ -47,7 +47,7 @@ const std::vector<int64_t> kIntSpecials = {
 };
 
 ref::HostTensor generate(const InputSpec& spec, const Shape& shape, std::mt19937& rng) {
-  ref::HostTensor t = ref::zeros(shape, spec.dtype);
+  ref::HostTensor t = ref::alloc(shape, spec.dtype);
   const int64_t n = t.numel();
   const DType d = spec.dtype;
   const bool fl = is_float(d);

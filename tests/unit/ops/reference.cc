@@ -41,7 +41,7 @@ void copy_elem(HostTensor& dst, int64_t to, const HostTensor& src, int64_t from)
 // out[k] = x[src_of(unravel(k, out_shape))]: every movement op is one such index map.
 template <class F>
 HostTensor map_index(const HostTensor& x, const Shape& out_shape, F src_of) {
-  HostTensor out = zeros(out_shape, x.dtype);
+  HostTensor out = alloc(out_shape, x.dtype);
   for (int64_t k = 0; k < out.numel(); ++k) copy_elem(out, k, x, src_of(unravel(k, out_shape)));
   return out;
 }
@@ -152,7 +152,7 @@ std::string shape_str(const Shape& s) {
   return r + "]";
 }
 
-HostTensor zeros(const Shape& shape, DType dtype) {
+HostTensor alloc(const Shape& shape, DType dtype) {
   HostTensor t;
   t.shape = shape;
   t.dtype = dtype;
@@ -271,7 +271,7 @@ Num convert(Num v, DType to) {
 Num scalar_num(const Scalar& s) { return s.is_float ? fnum(s.f) : inum(s.i); }
 
 HostTensor cast(const HostTensor& x, DType to) {
-  HostTensor out = zeros(x.shape, to);
+  HostTensor out = alloc(x.shape, to);
   for (int64_t k = 0; k < x.numel(); ++k) set(out, k, convert(get(x, k), to));
   return out;
 }
@@ -310,7 +310,7 @@ std::vector<uint8_t> to_bytes(const HostTensor& t) {
 }
 
 HostTensor from_bytes(const std::vector<uint8_t>& bytes, const Shape& shape, DType dtype) {
-  HostTensor t = zeros(shape, dtype);
+  HostTensor t = alloc(shape, dtype);
   size_t es = dtype_size(dtype);
   if (bytes.size() != t.numel() * es) fail("from_bytes: size mismatch");
   for (int64_t k = 0; k < t.numel(); ++k) {
@@ -374,7 +374,7 @@ int64_t broadcast_index(const std::vector<int64_t>& out_idx, const Shape& in) {
 // ================================ creation ================================
 
 HostTensor full(const Shape& shape, const Scalar& value, DType dtype) {
-  HostTensor out = zeros(shape, dtype);
+  HostTensor out = alloc(shape, dtype);
   Num v = convert(scalar_num(value), dtype);
   for (int64_t k = 0; k < out.numel(); ++k) set(out, k, v);
   return out;
@@ -388,7 +388,7 @@ HostTensor arange(const Scalar& start, const Scalar& end, const Scalar& step, DT
   if (st == 0) fail("arange: step 0");
   if (e != s && ((e - s > 0) != (st > 0))) fail("arange: step does not move towards end");
   auto n = static_cast<int64_t>(std::max(0.0, std::ceil((e - s) / st)));
-  HostTensor out = zeros({n}, dtype);
+  HostTensor out = alloc({n}, dtype);
   bool exact_int = is_integral(dtype) && !start.is_float && !step.is_float;
   for (int64_t k = 0; k < n; ++k) {
     Num v = exact_int ? inum(wadd(start.i, wmul(k, step.i))) : fnum(s + static_cast<double>(k) * st);
@@ -398,7 +398,7 @@ HostTensor arange(const Scalar& start, const Scalar& end, const Scalar& step, DT
 }
 
 HostTensor eye(int64_t n, int64_t m, DType dtype) {
-  HostTensor out = zeros({n, m}, dtype);
+  HostTensor out = alloc({n, m}, dtype);
   for (int64_t k = 0; k < std::min(n, m); ++k) set(out, k * m + k, convert(inum(1), dtype));
   return out;
 }
@@ -408,7 +408,7 @@ HostTensor eye(int64_t n, int64_t m, DType dtype) {
 HostTensor unary(const std::string& kind, const HostTensor& x) {
   require_not_storage(kind, x.dtype);
   if (kind == "logical_not") {
-    HostTensor out = zeros(x.shape, kBool);
+    HostTensor out = alloc(x.shape, kBool);
     for (int64_t k = 0; k < x.numel(); ++k) out.i[k] = !truthy(get(x, k));
     return out;
   }
@@ -417,7 +417,7 @@ HostTensor unary(const std::string& kind, const HostTensor& x) {
                            [&](const char* s) { return kind == s; }) != std::end(kSameDtype);
   if (same) {
     require_numeric(kind, x.dtype);
-    HostTensor out = zeros(x.shape, x.dtype);
+    HostTensor out = alloc(x.shape, x.dtype);
     for (int64_t k = 0; k < x.numel(); ++k) {
       if (x.is_float_dtype()) {
         double v = x.f[k], r;
@@ -444,7 +444,7 @@ HostTensor unary(const std::string& kind, const HostTensor& x) {
     return out;
   }
   DType od = is_float(x.dtype) ? x.dtype : kF32;
-  HostTensor out = zeros(x.shape, od);
+  HostTensor out = alloc(x.shape, od);
   for (int64_t k = 0; k < x.numel(); ++k) {
     double v = convert(get(x, k), od).f, r;
     if (kind == "exp") r = std::exp(v);
@@ -472,7 +472,7 @@ HostTensor binary(const std::string& kind, const HostTensor& a, const HostTensor
   if (arith && a.dtype == kBool && b.dtype == kBool) fail(kind + ": both operands are bool");
   DType ct = promote_types(a.dtype, b.dtype);
   Shape shape = broadcast_shapes(a.shape, b.shape);
-  HostTensor out = zeros(shape, binary_out_dtype(kind, ct));
+  HostTensor out = alloc(shape, binary_out_dtype(kind, ct));
   for (int64_t k = 0; k < out.numel(); ++k) {
     auto idx = unravel(k, shape);
     Num x = convert(get(a, broadcast_index(idx, a.shape)), ct);
@@ -489,7 +489,7 @@ HostTensor binary_scalar(const std::string& kind, const HostTensor& a, const Sca
   if (s.is_float && !is_float(a.dtype)) ct = kF32;
   else if (!s.is_float && a.dtype == kBool && arith) ct = kI64;
   Num sv = convert(scalar_num(s), ct);
-  HostTensor out = zeros(a.shape, binary_out_dtype(kind, ct));
+  HostTensor out = alloc(a.shape, binary_out_dtype(kind, ct));
   for (int64_t k = 0; k < a.numel(); ++k) {
     Num x = convert(get(a, k), ct);
     set(out, k, reverse ? apply_binary(kind, sv, x, ct) : apply_binary(kind, x, sv, ct));
@@ -503,7 +503,7 @@ HostTensor where(const HostTensor& cond, const HostTensor& a, const HostTensor& 
   require_not_storage("where", b.dtype);
   DType ct = promote_types(a.dtype, b.dtype);
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape, a.shape), b.shape);
-  HostTensor out = zeros(shape, ct);
+  HostTensor out = alloc(shape, ct);
   for (int64_t k = 0; k < out.numel(); ++k) {
     auto idx = unravel(k, shape);
     bool c = cond.i[broadcast_index(idx, cond.shape)] != 0;
@@ -584,7 +584,7 @@ HostTensor reduce(const std::string& kind, const HostTensor& x, std::vector<int6
   else if (kind == "max" || kind == "min") od = x.dtype;
   else if (arg) od = kI64;
   else fail("reduce: unknown kind " + kind);
-  HostTensor out = zeros(oshape, od);
+  HostTensor out = alloc(oshape, od);
   for (size_t g = 0; g < groups.size(); ++g) {
     const auto& grp = groups[g];
     if ((kind == "max" || kind == "min" || arg) && grp.empty()) fail(kind + ": empty reduction");
@@ -628,7 +628,7 @@ HostTensor cumsum(const HostTensor& x, int64_t dim) {
   int64_t d = norm_dim(dim, rank);
   DType od = x.is_float_dtype() ? x.dtype : kI64;
   if (rank == 0) return cast(x, od);
-  HostTensor out = zeros(x.shape, od);
+  HostTensor out = alloc(x.shape, od);
   int64_t inner = 1;
   for (int64_t k = d + 1; k < rank; ++k) inner *= x.shape[k];
   int64_t len = x.shape[d];
@@ -666,7 +666,7 @@ HostTensor matmul(const HostTensor& a0, const HostTensor& b0) {
   Shape oshape = batch;
   oshape.push_back(n);
   oshape.push_back(m);
-  HostTensor out = zeros(oshape, dt);
+  HostTensor out = alloc(oshape, dt);
   for (int64_t bi = 0; bi < numel(batch); ++bi) {
     auto bidx = unravel(bi, batch);
     int64_t ao = broadcast_index(bidx, ba) * n * k, bo = broadcast_index(bidx, bb) * k * m;
@@ -854,7 +854,7 @@ HostTensor cat(const std::vector<HostTensor>& xs, int64_t dim) {
       if (k != d && x.shape[k] != xs[0].shape[k]) fail("cat: sizes differ");
     oshape[d] += x.shape[d];
   }
-  HostTensor out = zeros(oshape, xs[0].dtype);
+  HostTensor out = alloc(oshape, xs[0].dtype);
   for (int64_t k = 0; k < out.numel(); ++k) {
     auto idx = unravel(k, oshape);
     size_t which = 0;
@@ -915,7 +915,7 @@ HostTensor gather(const HostTensor& x, int64_t dim, const HostTensor& index) {
   int64_t d = norm_dim(dim, rank);
   for (int64_t k = 0; k < rank; ++k)
     if (k != d && index.shape[k] > x.shape[k]) fail("gather: index larger than x");
-  HostTensor out = zeros(index.shape, x.dtype);
+  HostTensor out = alloc(index.shape, x.dtype);
   for (int64_t k = 0; k < index.numel(); ++k) {
     auto idx = unravel(k, index.shape);
     if (rank > 0) idx[d] = checked_index(index, k, x.shape[d], "gather");
@@ -968,7 +968,7 @@ HostTensor one_hot(const HostTensor& x, int64_t num_classes) {
   if (num_classes < 1) fail("one_hot: num_classes < 1");
   Shape oshape = x.shape;
   oshape.push_back(num_classes);
-  HostTensor out = zeros(oshape, kI64);
+  HostTensor out = alloc(oshape, kI64);
   for (int64_t k = 0; k < x.numel(); ++k) out.i[k * num_classes + checked_index(x, k, num_classes, "one_hot")] = 1;
   return out;
 }
@@ -992,7 +992,7 @@ HostTensor softmax(const HostTensor& x, int64_t dim, bool log) {
   require_compute_float("softmax", x.dtype);
   int64_t rank = static_cast<int64_t>(x.shape.size());
   int64_t d = norm_dim(dim, rank);
-  HostTensor out = zeros(x.shape, x.dtype);
+  HostTensor out = alloc(x.shape, x.dtype);
   if (x.numel() == 0) return out;
   int64_t len = rank ? x.shape[d] : 1;
   int64_t inner = 1;
@@ -1025,7 +1025,7 @@ HostTensor conv2d(const HostTensor& x, const HostTensor& w, const std::optional<
   int64_t Ho = (H + 2 * padding[0] - dilation[0] * (KH - 1) - 1) / stride[0] + 1;
   int64_t Wo = (W + 2 * padding[1] - dilation[1] * (KW - 1) - 1) / stride[1] + 1;
   if (Ho < 1 || Wo < 1) fail("conv2d: empty output");
-  HostTensor out = zeros({N, O, Ho, Wo}, x.dtype);
+  HostTensor out = alloc({N, O, Ho, Wo}, x.dtype);
   int64_t Og = O / groups;
   for (int64_t n = 0; n < N; ++n)
     for (int64_t o = 0; o < O; ++o)
@@ -1055,7 +1055,7 @@ HostTensor pool2d(const std::string& kind, const HostTensor& x, std::vector<int6
   int64_t Ho = (H + 2 * padding[0] - kernel[0]) / stride[0] + 1;
   int64_t Wo = (W + 2 * padding[1] - kernel[1]) / stride[1] + 1;
   if (Ho < 1 || Wo < 1) fail("pool2d: empty output");
-  HostTensor out = zeros({N, C, Ho, Wo}, x.dtype);
+  HostTensor out = alloc({N, C, Ho, Wo}, x.dtype);
   for (int64_t nc = 0; nc < N * C; ++nc)
     for (int64_t i = 0; i < Ho; ++i)
       for (int64_t j = 0; j < Wo; ++j) {
@@ -1079,7 +1079,7 @@ HostTensor adaptive_avg_pool2d(const HostTensor& x, std::vector<int64_t> output_
   if (x.shape.size() != 4) fail("adaptive_avg_pool2d: rank");
   int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
   int64_t Ho = output_size[0], Wo = output_size[1];
-  HostTensor out = zeros({N, C, Ho, Wo}, x.dtype);
+  HostTensor out = alloc({N, C, Ho, Wo}, x.dtype);
   auto lo = [](int64_t i, int64_t in, int64_t o) { return (i * in) / o; };                  // floor
   auto hi = [](int64_t i, int64_t in, int64_t o) { return ((i + 1) * in + o - 1) / o; };    // ceil
   for (int64_t nc = 0; nc < N * C; ++nc)
@@ -1105,7 +1105,7 @@ HostTensor layer_norm(const HostTensor& x, const Shape& normalized_shape,
   if (weight && weight->shape != normalized_shape) fail("layer_norm: weight shape");
   if (bias && bias->shape != normalized_shape) fail("layer_norm: bias shape");
   int64_t inner = numel(normalized_shape);
-  HostTensor out = zeros(x.shape, x.dtype);
+  HostTensor out = alloc(x.shape, x.dtype);
   if (inner == 0) return out;
   for (int64_t o = 0; o < x.numel() / inner; ++o) {
     double mean = 0, var = 0;

@@ -36,7 +36,7 @@ struct Num {
 
 int64_t numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "[2, 3]"
-HostTensor zeros(const Shape& shape, DType dtype);
+HostTensor alloc(const Shape& shape, DType dtype);  // zero-filled
 Num get(const HostTensor& t, int64_t k);
 void set(HostTensor& t, int64_t k, Num v);  // v must already be of t's dtype (see convert)
 
