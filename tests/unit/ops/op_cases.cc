@@ -224,6 +224,8 @@ void binary_cases(Table& t) {
   // Float pow with negative bases and integral exponents (and NaN for fractional ones).
   t.add("pow", {In({40}, kF32).range(-3, 3), In({40}, kF32).with(Gen::kIntegral).range(-3, 3)}, {}, Family::kTranscend, "negative_base");
   t.add("pow", {In({40}, kF64).range(-3, 3), In({40}, kF64).with(Gen::kHalves).range(-2, 2)}, {}, Family::kTranscend, "negative_base");
+  // bool / bool is allowed and gives f32 (1/0 = inf, 0/0 = NaN).
+  t.add("div", {In({4, 4}, kBool), In({4}, kBool)}, {}, Family::kArith, "bools");
   // Integral true division by zero gives ±inf / NaN in f32; float remainder by zero gives NaN.
   t.add("div", {In({30}, kI32).range(-2, 2), In({30}, kI32).range(-1, 1)}, {}, Family::kArith, "by_zero");
   t.add("div", {In({30}, kF32).with(Gen::kHalves).range(-2, 2), In({30}, kF32).with(Gen::kHalves).range(-0.5, 0.5)}, {}, Family::kArith, "by_zero");
@@ -591,6 +593,7 @@ void indexing_cases(Table& t) {
     t.add("gather", {In({4, 5}, kF32), In({0, 5}, id)}, {.dim = 0}, Family::kExact, "empty");
     t.add("index_select", {In({3, 5}, kF32), In({4}, id).range(0, 4)}, {.dim = -1}, Family::kExact, "last");
     t.add("index_select", {In({3, 5}, kI32), In({0}, id)}, {.dim = 1}, Family::kExact, "empty_index");
+    t.add("index_select", {In({}, kF64), In({1}, id).range(0, 0)}, {.dim = 0}, Family::kExact, "scalar0d");
     t.add("index_select", {In({2, 5, 3}, kF64).as(Layout::kTransposed), In({6}, id).range(0, 4).as(Layout::kStrided)},
           {.dim = 1}, Family::kExact, "noncontig");
   }
@@ -649,6 +652,10 @@ void neural_cases(Table& t) {
     t.add("conv2d", {X({2, 3, 5, 6}).as(Layout::kTransposed), X({2, 3, 3, 3}).as(Layout::kStrided)},
           {.stride = one, .padding = {1, 1}, .dilation = one}, fam, "noncontig");
     t.add("conv2d", {X({1, 1, 3, 3}), X({1, 1, 3, 3})}, {.stride = one, .padding = zero, .dilation = one}, fam, "1x1_output");
+    // N, C and O may be 0.
+    t.add("conv2d", {X({0, 3, 5, 5}), X({2, 3, 3, 3}), X({2})}, {.stride = one, .padding = zero, .dilation = one}, fam, "n0");
+    t.add("conv2d", {X({1, 3, 5, 5}), X({0, 3, 3, 3}), X({0})}, {.stride = one, .padding = zero, .dilation = one}, fam, "o0");
+    t.add("conv2d", {X({1, 0, 5, 5}), X({2, 0, 3, 3}), X({2})}, {.stride = one, .padding = zero, .dilation = one}, fam, "c0");
 
     for (const char* op : {"max_pool2d", "avg_pool2d"}) {
       const Family pf = std::string(op) == "max_pool2d" ? Family::kExact : Family::kReduce;

@@ -468,7 +468,8 @@ HostTensor unary(const std::string& kind, const HostTensor& x) {
 HostTensor binary(const std::string& kind, const HostTensor& a, const HostTensor& b) {
   require_not_storage(kind, a.dtype);
   require_not_storage(kind, b.dtype);
-  bool arith = !is_comparison_kind(kind) && !is_logical_kind(kind);
+  // Both operands bool is an error for arithmetic, except div (bool / bool gives f32).
+  bool arith = !is_comparison_kind(kind) && !is_logical_kind(kind) && kind != "div";
   if (arith && a.dtype == kBool && b.dtype == kBool) fail(kind + ": both operands are bool");
   DType ct = promote_types(a.dtype, b.dtype);
   Shape shape = broadcast_shapes(a.shape, b.shape);
@@ -954,6 +955,11 @@ HostTensor index_select(const HostTensor& x, int64_t dim, const HostTensor& inde
   require_index_dtype("index_select", index.dtype);
   if (index.shape.size() != 1) fail("index_select: index must be 1-D");
   int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (rank == 0) {  // as in PyTorch: a 0-d x takes one index, 0, and gives a 0-d result
+    if (index.numel() != 1) fail("index_select: a 0-d x takes exactly one index");
+    checked_index(index, 0, 1, "index_select");
+    return x;
+  }
   int64_t d = norm_dim(dim, rank);
   Shape oshape = x.shape;
   oshape[d] = index.shape[0];
