@@ -205,6 +205,7 @@ Status run(const ir::SliceAssign& op, KernelContext& ctx) {
 
 Status run(const ir::Cat& op, KernelContext& ctx) {
   CpuTensor& out = ctx.alloc(op.out);
+  if (out.numel() == 0) return Status::OK();
   const int64_t dim = norm_dim(op.dim, out.rank());
   const size_t es = dtype_size(out.dtype);
   int64_t at = 0;
