@@ -3,6 +3,7 @@
 // (f16 and bf16 included) takes the same path. Copies are pure, so any partition of the work
 // gives the same bytes.
 #include <algorithm>
+#include <cstring>
 #include <array>
 #include <optional>
 
