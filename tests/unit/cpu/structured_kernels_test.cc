@@ -809,7 +809,7 @@ double best_ms(int reps, F&& f) {
 TEST(StructuredKernels, DISABLED_Bench) {
   for (int64_t n : {1024, 2048}) {
     const CpuTensor a = random_f32({n, n}, 1), b = random_f32({n, n}, 2);
-    const double ms = best_ms(n == 1024 ? 5 : 3, [&] { matmul(a, b, {n, n}, kF32); });
+    const double ms = best_ms(n == 1024 ? 20 : 8, [&] { matmul(a, b, {n, n}, kF32); });
     printf("matmul f32 %ld: %.2f ms (%.0f GFLOP/s)\n", n, ms, 2.0 * n * n * n / ms / 1e6);
   }
   {
@@ -834,7 +834,7 @@ TEST(StructuredKernels, DISABLED_Bench) {
   {
     const CpuTensor x = random_f32({4096, 4096}, 6);
     for (bool log_out : {false, true}) {
-      const double ms = best_ms(5, [&] {
+      const double ms = best_ms(15, [&] {
         Harness h;
         ir::Softmax op{.x = h.in(x), .dim = -1, .log = log_out, .out = h.out({4096, 4096}, kF32)};
         run_ok(h, op);
