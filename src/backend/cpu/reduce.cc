@@ -66,7 +66,7 @@ template <class T, class A, class O>
 struct MeanP : SumP<T, A, O> {
   static O finish(A a, int64_t n) {
     if constexpr (std::is_floating_point_v<A>) {
-      return a / static_cast<A>(n);  // n = 0 gives NaN
+      return static_cast<O>(a / static_cast<A>(n));  // n = 0 gives NaN
     } else {  // integral sums: exact in 64 bits, divided in double
       return static_cast<O>(static_cast<double>(static_cast<int64_t>(a)) /
                             static_cast<double>(n));
@@ -387,7 +387,10 @@ Status reduce_typed(ReduceKind kind, const Plan& plan, CpuTensor& out) {
   switch (kind) {
     case ReduceKind::kSum: reduce_with<SumP<T, Wide, WideOut>, T>(plan, out); break;
     case ReduceKind::kProd: reduce_with<ProdP<T, Wide, WideOut>, T>(plan, out); break;
-    case ReduceKind::kMean: reduce_with<MeanP<T, Wide, MeanOut>, T>(plan, out); break;
+    // Integral means accumulate in double (docs/ops.md): a 64-bit sum could wrap.
+    case ReduceKind::kMean:
+      reduce_with<MeanP<T, std::conditional_t<kFloat, T, double>, MeanOut>, T>(plan, out);
+      break;
     case ReduceKind::kMax: reduce_with<ExtremeP<T, true>, T>(plan, out); break;
     case ReduceKind::kMin: reduce_with<ExtremeP<T, false>, T>(plan, out); break;
     case ReduceKind::kArgmax: reduce_with<ArgP<T, true>, T>(plan, out); break;
