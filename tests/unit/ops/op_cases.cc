@@ -729,7 +729,6 @@ std::vector<OpCase> build_large_cases() {
   }
   t.add("sum", {In(big, kI64).with(Gen::kWrap)}, {}, E);
   t.add("mean_dims", {In({64, 128, 128}, kF32)}, {.dims = {0, 2}}, E);
-  t.add("sum", {In({1 << 22}, kF32)}, {}, E, "4M");
   t.add("cumsum", {In(big, kF32)}, {.dim = 1}, E);
   t.add("cumsum", {In(big, kF64)}, {.dim = 0}, E);
   t.add("cumsum", {In(big, kI32)}, {.dim = 1}, E);
@@ -738,6 +737,9 @@ std::vector<OpCase> build_large_cases() {
   t.add("matmul", {In({8, 64, 64}, kF32), In({64, 64}, kF32)}, {}, E, "batched");
   t.add("matmul", {In({256, 256}, kI32).range(-9, 9), In({256, 256}, kI32).range(-9, 9)}, {}, E, "256");
   t.add("matmul", {In({256, 512}, kF32).as(Layout::kTransposed), In({512, 128}, kF32)}, {}, E, "transposed");
+  // Shapes where a GEMM library may split the reduction dim k across threads.
+  t.add("matmul", {In({8, 131072}, kF32), In({131072, 8}, kF32)}, {}, E, "long_k");
+  t.add("matmul", {In({1, 65536}, kF32), In({65536, 64}, kF32)}, {}, E, "row_long_k");
   t.add("permute", {In({64, 128, 128}, kF32)}, {.dims = {2, 0, 1}}, E);
   t.add("cat", {In({512, 1024}, kF32), In({600, 1024}, kF32)}, {.dim = 0}, E);
   t.add("cat", {In({1024, 512}, kI64), In({1024, 600}, kI64)}, {.dim = 1}, E);
@@ -761,6 +763,8 @@ std::vector<OpCase> build_large_cases() {
   t.add("conv2d", {In({8, 16, 32, 32}, kF64), In({16, 16, 3, 3}, kF64)}, {.stride = one, .padding = one, .dilation = one}, E);
   t.add("conv2d", {In({8, 16, 32, 32}, kF32), In({16, 4, 3, 3}, kF32)},
         {.stride = {2, 2}, .padding = one, .dilation = one, .groups = 4}, E, "groups");
+  t.add("conv2d", {In({1, 512, 8, 8}, kF32), In({8, 512, 3, 3}, kF32)}, {.stride = one, .padding = one, .dilation = one}, E,
+        "many_channels");
   t.add("max_pool2d", {In({8, 16, 64, 64}, kF32)}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = one}, E);
   t.add("avg_pool2d", {In({8, 16, 64, 64}, kF32)}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = one}, E);
   t.add("adaptive_avg_pool2d", {In({8, 16, 64, 64}, kF32)}, {.shape = {7, 7}}, E);
