@@ -75,9 +75,17 @@ Status run(const ir::Pool2d& op, KernelContext& ctx) {
   const CpuTensor x = contiguous(ctx.in(op.x));
   CpuTensor& out = ctx.alloc(op.out);
   if (out.numel() == 0) return Status::OK();
-  const PoolGeometry g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], out.shape[2],
-                       out.shape[3], op.kernel[0], op.kernel[1], op.stride[0], op.stride[1],
-                       op.padding[0], op.padding[1]};
+  const PoolGeometry g{x.shape[0] * x.shape[1],
+                       x.shape[2],
+                       x.shape[3],
+                       out.shape[2],
+                       out.shape[3],
+                       op.kernel[0],
+                       op.kernel[1],
+                       op.stride[0],
+                       op.stride[1],
+                       op.padding[0],
+                       op.padding[1]};
   const int64_t plane_cost = g.ho * g.wo * g.kh * g.kw;
   dispatch_float(x.dtype, [&]<class T>() {
     const T* xd = x.data<T>();
@@ -109,7 +117,8 @@ Status run(const ir::AdaptiveAvgPool2d& op, KernelContext& ctx) {
       return;
     }
     parallel_chunks(planes, rows_per_chunk(h * w), [&](int64_t, int64_t b, int64_t e) {
-      for (int64_t p = b; p < e; ++p) adaptive_plane(xd + p * h * w, yd + p * ho * wo, h, w, ho, wo);
+      for (int64_t p = b; p < e; ++p)
+        adaptive_plane(xd + p * h * w, yd + p * ho * wo, h, w, ho, wo);
     });
   });
   return Status::OK();
