@@ -606,6 +606,44 @@ TEST(Faults, MaxSessions) {
   expect_healthy(d2, 19);
 }
 
+TEST(Faults, ClientKeepsItsFramesWithinTheServersLimit) {
+  ServerProcess server({"--max-frame", "65536"});
+  Device d = Device::remote(server.url());
+  // One upload larger than a frame may be: refused at the call site, naming the limit; the
+  // session is not lost.
+  std::vector<float> big(50000, 1.0f);  // 200 KB
+  try {
+    Tensor t = from_vector<float>(big, {50000}, d);
+    ADD_FAILURE() << "expected an error at the call site";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "65536") && contains(e.what(), "--max-frame")) << e.what();
+  }
+  // Many uploads that fit one by one but not together: batched into several frames.
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 40; ++i) {
+    std::vector<int32_t> v(2048, i);  // 8 KiB each, 320 KiB in all
+    ts.push_back(from_vector<int32_t>(v, {2048}, d));
+  }
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(ts[i].to_vector<int32_t>(), std::vector<int32_t>(2048, i)) << i;
+  expect_healthy(d, 20);
+
+  // The smallest limit the server accepts: batches of ops, reads and drops all fit.
+  ServerProcess tiny({"--max-frame", "1024"});
+  Device t = Device::remote(tiny.url());
+  {
+    std::vector<Tensor> many;
+    for (int i = 0; i < 600; ++i) many.push_back(full({2}, i, kI64, t));
+    Tensor acc = zeros({2}, kI64, t);
+    for (int i = 0; i < 600; i += 7) acc = acc + many[i];
+    int64_t expect = 0;
+    for (int i = 0; i < 600; i += 7) expect += i;
+    EXPECT_EQ(acc.to_vector<int64_t>(), (std::vector<int64_t>{expect, expect}));
+  }
+  t.sync();  // 600+ drops, split over frames
+  EXPECT_EQ(remote_stats(t).session_bytes_held, 0u);
+  expect_healthy(t, 21);
+}
+
 TEST(Faults, LargePayloadRoundTripIsBitExact) {
   ServerProcess server;
   Device d = Device::remote(server.url());

@@ -356,6 +356,37 @@ TEST(Protocol, BatchRoundTripEveryTaskAndEveryOp) {
   }
 }
 
+TEST(Protocol, RemoveLastTaskRestoresTheBatch) {
+  BatchWriter b;
+  b.add_sync(1);
+  uint64_t size = b.payload_size();
+  std::vector<uint8_t> expect;
+  {
+    BatchWriter ref;
+    ref.add_sync(1);
+    expect = flatten(ref.take());
+  }
+  // A large upload (a gather segment) taken back out.
+  ir::FromHost up;
+  up.out = {9};
+  up.shape = {40000};
+  up.dtype = kU8;
+  up.data.data = pattern_bytes(40000, 3);
+  b.add_op(up);
+  EXPECT_EQ(b.task_count(), 2u);
+  b.remove_last();
+  EXPECT_EQ(b.task_count(), 1u);
+  EXPECT_EQ(b.payload_size(), size);
+  b.remove_last();  // only once: a second call changes nothing
+  EXPECT_EQ(b.task_count(), 1u);
+  OutFrame f = b.take();
+  EXPECT_TRUE(f.segments.empty());
+  EXPECT_EQ(flatten(f), expect);
+  b.remove_last();  // nothing to remove in a fresh batch
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(b.payload_size(), BatchWriter::kEmptyBytes);
+}
+
 TEST(Protocol, MalformedTaskKeepsTheTasksBeforeIt) {
   BatchWriter b;
   b.add_sync(1);
