@@ -5,7 +5,9 @@
 
 #include <climits>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "ir/codec.h"
 #include "net/framing.h"
@@ -506,6 +508,124 @@ TEST(Protocol, RandomBytesNeverCrashTheDecoders) {
   // Mutations leave some messages valid; pure noise almost never is. Either way, no crash.
   EXPECT_LT(decoded_ok, 5000 * 4);
 }
+
+// ---------------------------------------------------------------- docs/protocol.md stays true
+
+#ifdef TW_DOCS_DIR
+std::string read_doc() {
+  std::ifstream in(std::string(TW_DOCS_DIR) + "/protocol.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The bytes of the fenced block after `<!-- example: name -->`: the hex tokens of each line
+// before its `#` comment.
+std::vector<uint8_t> doc_example(const std::string& doc, const std::string& name) {
+  size_t at = doc.find("<!-- example: " + name + " -->");
+  if (at == std::string::npos) return {};
+  size_t open = doc.find("```\n", at);
+  size_t close = doc.find("\n```", open + 4);
+  std::istringstream lines(doc.substr(open + 4, close - open - 4));
+  std::vector<uint8_t> out;
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream toks(line.substr(0, line.find('#')));
+    std::string t;
+    while (toks >> t) out.push_back(static_cast<uint8_t>(std::stoul(t, nullptr, 16)));
+  }
+  return out;
+}
+
+std::vector<uint8_t> framed(const OutFrame& f) {
+  std::vector<uint8_t> out = flatten(f);
+  uint64_t n = out.size();
+  for (int i = 3; i >= 0; --i) out.insert(out.begin(), static_cast<uint8_t>(n >> (8 * i)));
+  return out;
+}
+
+TEST(ProtocolDoc, WorkedExamplesMatchTheEncoder) {
+  std::string doc = read_doc();
+  ASSERT_FALSE(doc.empty()) << "cannot read " TW_DOCS_DIR "/protocol.md";
+  OutFrame hello;
+  encode_hello({1, 1, 0, ""}, hello);
+  EXPECT_EQ(doc_example(doc, "hello"), framed(hello));
+
+  Welcome w;
+  w.version = 1;
+  w.session_id = 1;
+  w.server_id = "9f3a";
+  w.device_index = 0;
+  w.devices = {{"cpu:0", "cpu", 8ull << 30, 0xFF}};
+  w.limits = {1ull << 30, 8ull << 30, 4096, 64};
+  OutFrame welcome;
+  encode_welcome(w, welcome);
+  EXPECT_EQ(doc_example(doc, "welcome"), framed(welcome));
+
+  BatchWriter b;
+  ir::Full full;
+  full.out = {1};
+  full.shape = {2};
+  full.dtype = kF32;
+  full.value = ir::Scalar(1.5);
+  b.add_op(full);
+  ir::BinaryScalar mul;
+  mul.kind = ir::BinaryKind::kMul;
+  mul.a = {1};
+  mul.s = ir::Scalar(int64_t{3});
+  mul.out = {2};
+  b.add_op(mul);
+  b.add_read(7, 2);
+  b.add_drop({1});
+  EXPECT_EQ(doc_example(doc, "batch"), framed(b.take()));
+
+  float v[2] = {4.5f, 4.5f};
+  TensorData d;
+  d.meta = {{2}, kF32};
+  d.bytes = Buffer::copy_of(v, sizeof v);
+  OutFrame read;
+  encode_read_result(7, d, read);
+  EXPECT_EQ(doc_example(doc, "read_result"), framed(read));
+}
+
+// Names each field's wire type as the doc's op table does.
+struct FieldTypes {
+  std::string out;
+  void add(const char* f, const char* t) { out += (out.empty() ? "" : ", ") + std::string(f) + ": " + t; }
+  void operator()(const char* f, const ir::In&) { add(f, "In"); }
+  void operator()(const char* f, const ir::Out&) { add(f, "Out"); }
+  void operator()(const char* f, const std::vector<ir::In>&) { add(f, "In[]"); }
+  void operator()(const char* f, const std::vector<int64_t>&) { add(f, "i64[]"); }
+  void operator()(const char* f, int64_t) { add(f, "i64"); }
+  void operator()(const char* f, uint64_t) { add(f, "u64"); }
+  void operator()(const char* f, double) { add(f, "f64"); }
+  void operator()(const char* f, bool) { add(f, "bool"); }
+  void operator()(const char* f, DType) { add(f, "DType"); }
+  void operator()(const char* f, const ir::Scalar&) { add(f, "Scalar"); }
+  void operator()(const char* f, const ir::Bytes&) { add(f, "Bytes"); }
+  void operator()(const char* f, ir::UnaryKind) { add(f, "UnaryKind"); }
+  void operator()(const char* f, ir::BinaryKind) { add(f, "BinaryKind"); }
+  void operator()(const char* f, ir::ReduceKind) { add(f, "ReduceKind"); }
+  void operator()(const char* f, ir::PoolKind) { add(f, "PoolKind"); }
+};
+
+TEST(ProtocolDoc, OpTableListsEveryOpWithItsFieldsInWireOrder) {
+  std::string doc = read_doc();
+  ASSERT_FALSE(doc.empty());
+#define TW_CHECK_ROW(Name, code)                                                          \
+  {                                                                                       \
+    FieldTypes ft;                                                                        \
+    ir::Name{}.fields(ft);                                                                \
+    std::string row = "| " #code " | " #Name " | " + ft.out + " |";                       \
+    EXPECT_NE(doc.find(row), std::string::npos)                                          \
+        << "docs/protocol.md §5 lacks (or has a stale) row for op " #Name "; expected:\n" << row; \
+  }
+  TW_OP_LIST(TW_CHECK_ROW)
+#undef TW_CHECK_ROW
+  std::string next = "| " + std::to_string(ir::kNumOps + 1) + " | ";
+  EXPECT_EQ(doc.find(next), std::string::npos) << "the op table lists a code this build does not have";
+}
+#endif
 
 }  // namespace
 }  // namespace tw::protocol
