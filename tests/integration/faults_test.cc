@@ -712,6 +712,24 @@ TEST(Faults, GracefulSigtermWithQueuedWork) {
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
 }
 
+TEST(Faults, SigtermWithAClientThatNeverReads) {
+  // Replies the client never reads cannot all be written; the server gives up on them after its
+  // grace period and must still exit cleanly.
+  auto server = std::make_unique<ServerProcess>();
+  auto c = raw_session(server->url());
+  ASSERT_TRUE(c);
+  proto::BatchWriter bw;
+  bw.add_op(full_op(1, 8 << 20, 3));  // 64 MiB
+  for (uint64_t r = 1; r <= 4; ++r) bw.add_read(r, 1);
+  ASSERT_TRUE(c->send_frame(bw.take()));
+  Device observer = Device::remote(server->url());
+  ASSERT_TRUE(eventually([&] { return remote_stats(observer).bytes_held >= (64u << 20); }));
+  auto t0 = Clock::now();
+  int status = server->stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
+}
+
 TEST(Faults, SigtermWhileAClientKeepsSending) {
   // Frames keep arriving while the server drains and closes: it must still exit cleanly.
   for (int round = 0; round < 3; ++round) {
