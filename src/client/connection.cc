@@ -347,7 +347,7 @@ void Connection::send(proto::OutFrame f) {
 void Connection::do_write() {
   net::frame_buffers(write_q_.front(), out_header_, bufs_);
   writing_ = true;
-  asio::async_write(*sock_, bufs_, [this](asio::error_code ec, size_t) {
+  asio::async_write(*sock_, bufs_, net::TransferAll(), [this](asio::error_code ec, size_t) {
     writing_ = false;
     write_q_.pop_front();
     if (ec) {
@@ -369,7 +369,7 @@ void Connection::read_header() {
     }
     uint32_t len = net::frame_length(header_);
     Buffer payload = Buffer::allocate(len);
-    asio::async_read(*sock_, asio::buffer(payload.data(), len), [this, payload, len](asio::error_code ec2, size_t) {
+    asio::async_read(*sock_, asio::buffer(payload.data(), len), net::TransferAll(), [this, payload, len](asio::error_code ec2, size_t) {
       if (ec2) {
         fail_all(connection_lost(ec2));
         timer_->cancel();
