@@ -1,5 +1,6 @@
 // The one header users include.
 #pragma once
+#include "tensorwire/autograd.h"
 #include "tensorwire/device.h"
 #include "tensorwire/dtype.h"
 #include "tensorwire/error.h"
