@@ -60,8 +60,7 @@ class Ctx {
     return normalize_dim(d, rank, name_.c_str());
   }
   // Normalised dims, each named at most once.
-  Result<std::vector<int64_t>> distinct_dims(const std::vector<int64_t>& dims,
-                                             int64_t rank) const {
+  Result<std::vector<int64_t>> distinct_dims(const std::vector<int64_t>& dims, int64_t rank) const {
     std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(rank, 1)), false);
     std::vector<int64_t> out;
     for (int64_t d : dims) {
@@ -80,7 +79,9 @@ class Ctx {
     return st.ok() ? st : st.with_context(name_);
   }
   Status dtype_attr(DType d) const {
-    if (!dtype_known(d)) return error("unknown dtype code " + num(int64_t{static_cast<uint8_t>(d)}));
+    if (!dtype_known(d)) {
+      return error("unknown dtype code " + num(int64_t{static_cast<uint8_t>(d)}));
+    }
     return Status::OK();
   }
 
@@ -147,7 +148,9 @@ Result<Shape> sliced_shape(const Ctx& c, const Shape& x, const std::vector<int64
   Shape out(x.size());
   for (size_t d = 0; d < x.size(); ++d) {
     Result<SliceDim> s = normalize_slice(starts[d], ends[d], steps[d], x[d]);
-    if (!s.ok()) return c.error("dim " + num(static_cast<int64_t>(d)) + ": " + s.status().message());
+    if (!s.ok()) {
+      return c.error("dim " + num(static_cast<int64_t>(d)) + ": " + s.status().message());
+    }
     out[d] = s->size;
   }
   return out;
@@ -170,11 +173,11 @@ Result<Metas> infer_op(const Arange& op, const Ctx& c) {
   const std::pair<const char*, const Scalar*> args[] = {
       {"start", &op.start}, {"end", &op.end}, {"step", &op.step}};
   for (const auto& [what, s] : args) {
-    if (!std::isfinite(s->as_double())) return c.error(std::string(what) + " " + num(*s) +
-                                                       " is not finite");
+    if (!std::isfinite(s->as_double())) {
+      return c.error(std::string(what) + " " + num(*s) + " is not finite");
+    }
   }
-  const double start = op.start.as_double(), end = op.end.as_double(),
-               step = op.step.as_double();
+  const double start = op.start.as_double(), end = op.end.as_double(), step = op.step.as_double();
   if (step == 0) return c.error("step must not be 0");
   const double span = end - start;
   if (span != 0 && (span > 0) != (step > 0)) {
@@ -244,7 +247,8 @@ Result<Metas> infer_op(const Bernoulli& op, const Ctx& c) {
 
 Result<Metas> infer_op(const Unary& op, const Ctx& c) {
   if (op.kind >= UnaryKind::kCount) {
-    return invalid_argument("unary: unknown kind code " + num(int64_t{static_cast<uint8_t>(op.kind)}));
+    return invalid_argument("unary: unknown kind code " +
+                            num(int64_t{static_cast<uint8_t>(op.kind)}));
   }
   TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
   TW_RETURN_NOT_OK(c.computable(x.dtype));
@@ -493,16 +497,15 @@ Result<Metas> infer_op(const Permute& op, const Ctx& c) {
 Result<Metas> infer_op(const Expand& op, const Ctx& c) {
   TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
   if (op.shape.size() < x.shape.size()) {
-    return c.error("cannot expand " + shape_str(x.shape) + " to fewer dims " +
-                   shape_str(op.shape));
+    return c.error("cannot expand " + shape_str(x.shape) + " to fewer dims " + shape_str(op.shape));
   }
   const size_t lead = op.shape.size() - x.shape.size();
   Shape out(op.shape.size());
   for (size_t i = 0; i < op.shape.size(); ++i) {
     const int64_t s = op.shape[i];
     if (s < -1 || (s == -1 && i < lead)) {
-      return c.error("invalid size " + num(s) + " at dim " + num(static_cast<int64_t>(i)) +
-                     " of " + shape_str(op.shape) + (s == -1 ? " (a new leading dim)" : ""));
+      return c.error("invalid size " + num(s) + " at dim " + num(static_cast<int64_t>(i)) + " of " +
+                     shape_str(op.shape) + (s == -1 ? " (a new leading dim)" : ""));
     }
     if (i < lead) {
       out[i] = s;
@@ -568,14 +571,14 @@ Result<Metas> infer_op(const Cat& op, const Ctx& c) {
     }
     if (!match) {
       return c.error(which + "has shape " + shape_str(m.shape) + " but xs[0] has " +
-                     shape_str(first.shape) + " (sizes must match except in dim " + num(dim) +
-                     ")");
+                     shape_str(first.shape) + " (sizes must match except in dim " + num(dim) + ")");
     }
     // Each size is <= 2^48 but there may be very many inputs: stop before the sum can overflow.
     int64_t& total = out[static_cast<size_t>(dim)];
     total += m.shape[static_cast<size_t>(dim)];
-    if (total > kMaxNumel) return c.error("concatenated size along dim " + num(dim) +
-                                          " exceeds 2^48");
+    if (total > kMaxNumel) {
+      return c.error("concatenated size along dim " + num(dim) + " exceeds 2^48");
+    }
   }
   return one(std::move(out), first.dtype);
 }
@@ -589,8 +592,8 @@ Result<Metas> infer_op(const Flip& op, const Ctx& c) {
 Result<Metas> infer_op(const Repeat& op, const Ctx& c) {
   TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
   if (op.repeats.size() < x.shape.size()) {
-    return c.error("repeats " + shape_str(op.repeats) + " must have at least one entry per dim of " +
-                   shape_str(x.shape));
+    return c.error("repeats " + shape_str(op.repeats) +
+                   " must have at least one entry per dim of " + shape_str(x.shape));
   }
   TW_RETURN_NOT_OK(c.at_least(op.repeats, 0, "repeats"));
   if (rank_of(op.repeats) > kMaxRank) {
@@ -622,8 +625,8 @@ Result<Metas> infer_op(const Gather& op, const Ctx& c) {
   TW_ASSIGN_OR_RETURN(int64_t dim, c.dim(op.dim, rank_of(x.shape)));
   for (size_t d = 0; d < x.shape.size(); ++d) {
     if (d != static_cast<size_t>(dim) && index.shape[d] > x.shape[d]) {
-      return c.error("index " + shape_str(index.shape) + " is larger than x " +
-                     shape_str(x.shape) + " in dim " + num(static_cast<int64_t>(d)));
+      return c.error("index " + shape_str(index.shape) + " is larger than x " + shape_str(x.shape) +
+                     " in dim " + num(static_cast<int64_t>(d)));
     }
   }
   return one(index.shape, x.dtype);
@@ -702,8 +705,9 @@ Result<Metas> infer_op(const Conv2d& op, const Ctx& c) {
     return c.error("w must be 4-D [O, C/groups, kH, kW], got " + shape_str(w.shape));
   }
   TW_RETURN_NOT_OK(c.floating(x.dtype));
-  if (w.dtype != x.dtype) return c.error("w dtype " + dt(w.dtype) + " differs from x dtype " +
-                                         dt(x.dtype));
+  if (w.dtype != x.dtype) {
+    return c.error("w dtype " + dt(w.dtype) + " differs from x dtype " + dt(x.dtype));
+  }
   TW_RETURN_NOT_OK(c.entries(op.stride, 2, "stride"));
   TW_RETURN_NOT_OK(c.entries(op.padding, 2, "padding"));
   TW_RETURN_NOT_OK(c.entries(op.dilation, 2, "dilation"));
@@ -805,8 +809,8 @@ Result<Metas> infer_op(const LayerNorm& op, const Ctx& c) {
     return c.error("eps " + num(op.eps) + " must be finite and >= 0");
   }
   const Shape normalized(x.shape.end() - op.normalized_dims, x.shape.end());
-  const std::pair<const char*, const std::optional<TensorMeta>*> params[] = {
-      {"weight", &weight}, {"bias", &bias}};
+  const std::pair<const char*, const std::optional<TensorMeta>*> params[] = {{"weight", &weight},
+                                                                             {"bias", &bias}};
   for (const auto& [what, m] : params) {
     if (!*m) continue;
     if ((*m)->shape != normalized) {

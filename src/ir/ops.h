@@ -36,12 +36,21 @@ struct Scalar {
   double f = 0.0;
   int64_t i = 0;
   Scalar() = default;
-  Scalar(double v) : is_float(true), f(v), i(static_cast<int64_t>(v)) {}  // NOLINT
+  Scalar(double v) : is_float(true), f(v), i(saturate(v)) {}  // NOLINT
   Scalar(float v) : Scalar(static_cast<double>(v)) {}                    // NOLINT
   Scalar(int64_t v) : is_float(false), f(static_cast<double>(v)), i(v) {}  // NOLINT
   Scalar(int v) : Scalar(static_cast<int64_t>(v)) {}                     // NOLINT
   Scalar(bool v) : Scalar(static_cast<int64_t>(v)) {}                    // NOLINT
   double as_double() const { return is_float ? f : static_cast<double>(i); }
+  // The integer view of a float, as Cast converts: truncation toward zero, NaN -> 0, out of
+  // range saturates. A plain static_cast of NaN or 1e300 would be undefined behaviour, and the
+  // decoder builds Scalars from whatever bytes a peer sends.
+  static constexpr int64_t saturate(double v) {
+    if (v != v) return 0;
+    if (v >= 9223372036854775808.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return static_cast<int64_t>(v);
+  }
   bool operator==(const Scalar& o) const {
     return is_float == o.is_float && (is_float ? (f == o.f || (f != f && o.f != o.f)) : i == o.i);
   }

@@ -1,0 +1,59 @@
+#include "backend/cpu/dnnl_util.h"
+
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+#include <omp.h>
+#endif
+
+#include "core/buffer.h"
+#include "core/thread_pool.h"
+
+namespace tw::cpu {
+
+dnnl::engine& dnnl_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& dnnl_stream() {
+  // A CPU stream carries no per-call state (execution is synchronous), so one serves every
+  // thread.
+  static dnnl::stream stream(dnnl_engine());
+  return stream;
+}
+
+int dnnl_sync_threads() {
+  const int n = get_num_threads();
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+  if (omp_get_max_threads() != n) omp_set_num_threads(n);
+#endif
+  return n;
+}
+
+dnnl::primitive_attr dnnl_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+Status dnnl_status(const char* op, const std::exception& e) {
+  return internal_error(std::string(op) + ": oneDNN failed: " + e.what());
+}
+
+Status dnnl_run(const char* op, const dnnl::primitive& prim,
+                const dnnl::memory::desc& scratchpad,
+                std::unordered_map<int, dnnl::memory> args) {
+  try {
+    Buffer scratch;
+    if (size_t bytes = scratchpad.get_size()) {
+      scratch = Buffer::allocate(bytes);
+      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratchpad, dnnl_engine(), scratch.data()));
+    }
+    prim.execute(dnnl_stream(), args);
+    dnnl_stream().wait();
+  } catch (const std::exception& e) {
+    return dnnl_status(op, e);
+  }
+  return Status::OK();
+}
+
+}  // namespace tw::cpu

@@ -1,0 +1,97 @@
+// oneDNN plumbing shared by the MatMul and Conv2d kernels: one engine and one stream per process,
+// an LRU cache of created primitives keyed by problem shape (creating a primitive costs far more
+// than running a small one), pooled scratchpads, and control of oneDNN's thread count.
+//
+// Debian's oneDNN runs on OpenMP. Its thread count is a per-thread OpenMP setting, so every call
+// into oneDNN first sets it on the calling thread to tw's intra-op count (dnnl_sync_threads).
+// Primitives are immutable once created and may run on several threads at once; the scratchpad
+// is owned by each call (scratchpad_mode::user) rather than by the library, which keeps
+// concurrent execution safe and lets the buffer pool recycle it.
+#pragma once
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tw::cpu {
+
+dnnl::engine& dnnl_engine();
+dnnl::stream& dnnl_stream();
+
+// Sets oneDNN's thread count on the calling thread to get_num_threads() and returns it.
+int dnnl_sync_threads();
+
+// A primitive attribute with a user-owned scratchpad; every primitive tw creates uses it.
+dnnl::primitive_attr dnnl_attr();
+
+// Turns an exception from oneDNN into a Status naming the op.
+Status dnnl_status(const char* op, const std::exception& e);
+
+// Runs `prim` on the process stream with a scratchpad of `scratchpad` (from the buffer pool)
+// added to `args`. The caller has called dnnl_sync_threads on this thread.
+Status dnnl_run(const char* op, const dnnl::primitive& prim,
+                const dnnl::memory::desc& scratchpad,
+                std::unordered_map<int, dnnl::memory> args);
+
+struct DnnlKeyHash {
+  size_t operator()(const std::vector<int64_t>& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : k) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+// Created primitives by key, least recently used dropped first. Entries are shared_ptr so a
+// primitive evicted while another thread runs it stays alive until that run ends. `make` runs
+// outside the lock (two threads may both create the same entry; one copy wins).
+template <class T>
+class DnnlCache {
+ public:
+  // Bounds the memory a server fed many distinct shapes spends on primitives (each holds
+  // generated code, tens of KiB); real models use far fewer shapes than this.
+  static constexpr size_t kCapacity = 256;
+
+  Result<std::shared_ptr<const T>> get(const std::vector<int64_t>& key, const char* op,
+                                       const std::function<T()>& make) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = index_.find(key);
+      if (it != index_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        return it->second->second;
+      }
+    }
+    std::shared_ptr<const T> made;
+    try {
+      made = std::make_shared<const T>(make());
+    } catch (const std::exception& e) {
+      return dnnl_status(op, e);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = index_.find(key);
+    if (it != index_.end()) return it->second->second;
+    lru_.emplace_front(key, made);
+    index_[key] = lru_.begin();
+    if (lru_.size() > kCapacity) {
+      index_.erase(lru_.back().first);
+      lru_.pop_back();
+    }
+    return made;
+  }
+
+ private:
+  using Entry = std::pair<std::vector<int64_t>, std::shared_ptr<const T>>;
+  std::mutex mu_;
+  std::list<Entry> lru_;
+  std::unordered_map<std::vector<int64_t>, typename std::list<Entry>::iterator, DnnlKeyHash>
+      index_;
+};
+
+}  // namespace tw::cpu

@@ -1,0 +1,301 @@
+// MatMul: [..., n, k] x [..., k, m] -> [..., n, m] with broadcast batch dims.
+//
+// f32 runs on oneDNN's matmul primitive, which reads strided operands directly: transposed
+// matrices, sliced batches and broadcast batch dims (given to oneDNN as size 1) need no copy.
+// Operands whose layout oneDNN's fast kernels do not take are copied to contiguous first.
+// f64, i32 and i64 run on the register-tiled loops below; each output element sums over k in
+// order within one task, so results do not depend on the thread count. Integer products and
+// sums wrap (computed on the unsigned type of the same width).
+#include <algorithm>
+
+#include "backend/cpu/dnnl_util.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/strided.h"
+#include "backend/cpu/structured_util.h"
+#include "core/thread_pool.h"
+
+namespace tw::cpu {
+namespace {
+
+// oneDNN memory descriptors hold at most 12 dims; two are the matrix.
+constexpr size_t kDnnlMaxBatchDims = 10;
+
+// The matrix dims and batch strides of one operand broadcast to the output's batch shape.
+struct Operand {
+  CpuTensor t;
+  int64_t rows = 0, cols = 0, rs = 0, cs = 0;
+  Strides batch;  // one per output batch dim; 0 where broadcast
+};
+
+Operand make_operand(CpuTensor t, const Shape& out_batch) {
+  Operand o;
+  const int64_t r = t.rank();
+  o.rows = t.shape[r - 2];
+  o.cols = t.shape[r - 1];
+  o.rs = t.strides[r - 2];
+  o.cs = t.strides[r - 1];
+  o.batch.assign(out_batch.size(), 0);
+  const size_t lead = out_batch.size() - static_cast<size_t>(r - 2);
+  for (int64_t i = 0; i < r - 2; ++i) {
+    o.batch[lead + i] = t.shape[i] == 1 ? 0 : t.strides[i];
+  }
+  o.t = std::move(t);
+  return o;
+}
+
+// Whether a matrix with these strides is row-major or column-major with a leading dimension
+// that gemm kernels accept; normalises the strides of size-1 dims.
+bool gemm_layout(Operand& o) {
+  if ((o.cols == 1 || o.cs == 1) && (o.rows == 1 || o.rs >= o.cols)) {
+    o.rs = o.rows == 1 ? o.cols : o.rs;
+    o.cs = 1;
+    return true;
+  }
+  if ((o.rows == 1 || o.rs == 1) && (o.cols == 1 || o.cs >= o.rows)) {
+    o.cs = o.cols == 1 ? o.rows : o.cs;
+    o.rs = 1;
+    return true;
+  }
+  return false;
+}
+
+Operand contiguous_operand(const Operand& o, const Shape& out_batch) {
+  return make_operand(contiguous(o.t), out_batch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// oneDNN (f32)
+
+struct MatMulPrimitive {
+  dnnl::primitive prim;
+  dnnl::memory::desc a_md, b_md, c_md, scratchpad;
+  bool reference = false;  // oneDNN fell back to its slow reference kernel
+};
+
+DnnlCache<MatMulPrimitive>& matmul_cache() {
+  static DnnlCache<MatMulPrimitive> cache;
+  return cache;
+}
+
+// Merges adjacent batch dims that every operand walks with one stride, and drops size-1 dims,
+// so that batched problems fit oneDNN's dim limit and its kernels see simple batches.
+void coalesce_batch(Shape& shape, std::vector<Strides*> strides) {
+  Shape s;
+  std::vector<Strides> st(strides.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !s.empty();
+    for (size_t k = 0; merge && k < strides.size(); ++k) {
+      merge = st[k].back() == (*strides[k])[d] * shape[d];
+    }
+    if (merge) {
+      s.back() *= shape[d];
+      for (size_t k = 0; k < strides.size(); ++k) st[k].back() = (*strides[k])[d];
+    } else {
+      s.push_back(shape[d]);
+      for (size_t k = 0; k < strides.size(); ++k) st[k].push_back((*strides[k])[d]);
+    }
+  }
+  shape = std::move(s);
+  for (size_t k = 0; k < strides.size(); ++k) *strides[k] = std::move(st[k]);
+}
+
+// Dims and strides of one operand for oneDNN: broadcast batch dims become size 1 with a stride
+// spanning the rest (oneDNN rejects stride 0).
+dnnl::memory::desc operand_md(const Shape& batch, const Strides& bs, int64_t rows, int64_t cols,
+                              int64_t rs, int64_t cs) {
+  const size_t nb = batch.size();
+  dnnl::memory::dims dims(nb + 2), strides(nb + 2);
+  dims[nb] = rows;
+  dims[nb + 1] = cols;
+  strides[nb] = rs;
+  strides[nb + 1] = cs;
+  int64_t span = (rows - 1) * rs + (cols - 1) * cs + 1;
+  for (size_t i = nb; i-- > 0;) {
+    if (bs[i] == 0) {
+      dims[i] = 1;
+      strides[i] = span;
+    } else {
+      dims[i] = batch[i];
+      strides[i] = bs[i];
+      span = std::max(span, (batch[i] - 1) * bs[i] + span);
+    }
+  }
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+}
+
+Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, int64_t m) {
+  const Shape out_batch(out.shape.begin(), out.shape.end() - 2);
+  for (int attempt = 0;; ++attempt) {
+    if (attempt == 1) {  // the strided operands were refused or would run slowly: copy them
+      a = contiguous_operand(a, out_batch);
+      b = contiguous_operand(b, out_batch);
+    }
+    for (Operand* o : {&a, &b}) {
+      if (!gemm_layout(*o)) {
+        *o = contiguous_operand(*o, out_batch);
+        gemm_layout(*o);
+      }
+    }
+    Shape batch = out_batch;
+    Strides as = a.batch, bs = b.batch;
+    Strides cs(out.strides.begin(), out.strides.end() - 2);
+    coalesce_batch(batch, {&as, &bs, &cs});
+    // Batch dims beyond oneDNN's limit are looped over here, the rest go to one primitive.
+    const size_t outer = batch.size() > kDnnlMaxBatchDims ? batch.size() - kDnnlMaxBatchDims : 0;
+    const Shape inner_batch(batch.begin() + outer, batch.end());
+    const Strides ias(as.begin() + outer, as.end()), ibs(bs.begin() + outer, bs.end());
+    const Strides ics(cs.begin() + outer, cs.end());
+    const int threads = dnnl_sync_threads();
+    std::vector<int64_t> key = {threads, static_cast<int64_t>(inner_batch.size()), n, k, m,
+                                a.rs, a.cs, b.rs, b.cs};
+    for (size_t i = 0; i < inner_batch.size(); ++i) {
+      key.insert(key.end(), {inner_batch[i], ias[i], ibs[i], ics[i]});
+    }
+    auto made = matmul_cache().get(key, "matmul", [&] {
+      MatMulPrimitive p;
+      p.a_md = operand_md(inner_batch, ias, n, k, a.rs, a.cs);
+      p.b_md = operand_md(inner_batch, ibs, k, m, b.rs, b.cs);
+      p.c_md = operand_md(inner_batch, ics, n, m, m, 1);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a_md, p.b_md, p.c_md), dnnl_attr(),
+                                      dnnl_engine());
+      p.reference = std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+      p.scratchpad = pd.scratchpad_desc();
+      p.prim = dnnl::matmul(pd);
+      return p;
+    });
+    if (!made.ok() && attempt == 0) continue;
+    TW_RETURN_NOT_OK(made.status());
+    const MatMulPrimitive& p = **made;
+    if (p.reference && attempt == 0) continue;
+    const Shape outer_shape(batch.begin(), batch.begin() + outer);
+    const Strides oas(as.begin(), as.begin() + outer), obs(bs.begin(), bs.begin() + outer);
+    const Strides ocs(cs.begin(), cs.begin() + outer);
+    StridedIter<3> it(outer_shape, {oas, obs, ocs});
+    const int64_t outer_count = numel(outer_shape);
+    for (int64_t i = 0; i < outer_count; ++i, it.next()) {
+      try {
+        dnnl::memory am(p.a_md, dnnl_engine(), a.t.data<float>() + it.off[0]);
+        dnnl::memory bm(p.b_md, dnnl_engine(), b.t.data<float>() + it.off[1]);
+        dnnl::memory cm(p.c_md, dnnl_engine(), out.data<float>() + it.off[2]);
+        TW_RETURN_NOT_OK(dnnl_run("matmul", p.prim, p.scratchpad,
+                                  {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}}));
+      } catch (const std::exception& e) {
+        return dnnl_status("matmul", e);
+      }
+    }
+    return Status::OK();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Own loops (f64, i32, i64)
+
+// Output tile of kR rows by kW columns kept in registers while k runs; kW spans two AVX2
+// vectors of T.
+template <class T>
+constexpr int kTileW = 64 / static_cast<int>(sizeof(T));
+constexpr int kTileR = 4;
+// Rows of the output one task computes: the column panel of b it walks stays in L2 across them.
+constexpr int64_t kTaskRows = 32;
+
+template <class T, int R, int W>
+inline void gemm_tile(const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T* c,
+                      int64_t ldc, int64_t k) {
+  T acc[R][W] = {};
+  for (int64_t p = 0; p < k; ++p) {
+    const T* bp = b + p * ldb;
+    for (int r = 0; r < R; ++r) {
+      const T av = a[r * ars + p * acs];
+      for (int j = 0; j < W; ++j) acc[r][j] += av * bp[j];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < W; ++j) c[r * ldc + j] = acc[r][j];
+  }
+}
+
+// Edge tiles: the same sums (k in order) with runtime sizes.
+template <class T>
+void gemm_edge(const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T* c, int64_t ldc,
+               int64_t k, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j) {
+      T acc = 0;
+      for (int64_t p = 0; p < k; ++p) acc += a[r * ars + p * acs] * b[p * ldb + j];
+      c[r * ldc + j] = acc;
+    }
+  }
+}
+
+// c[rows, m] = a[rows, k] x b[k, m]; b has unit column stride, c is contiguous.
+template <class T>
+void gemm_rows(const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T* c, int64_t rows,
+               int64_t k, int64_t m) {
+  constexpr int W = kTileW<T>;
+  for (int64_t j = 0; j < m; j += W) {
+    const int64_t cols = std::min<int64_t>(W, m - j);
+    for (int64_t r = 0; r < rows; r += kTileR) {
+      const int64_t nr = std::min<int64_t>(kTileR, rows - r);
+      const T* ap = a + r * ars;
+      T* cp = c + r * m + j;
+      if (nr == kTileR && cols == W) {
+        gemm_tile<T, kTileR, W>(ap, ars, acs, b + j, ldb, cp, m, k);
+      } else {
+        gemm_edge<T>(ap, ars, acs, b + j, ldb, cp, m, k, nr, cols);
+      }
+    }
+  }
+}
+
+template <class T>
+void matmul_loops(const Operand& a, Operand b, CpuTensor& out, int64_t n, int64_t k, int64_t m) {
+  const Shape out_batch(out.shape.begin(), out.shape.end() - 2);
+  if (b.cs != 1 && b.cols > 1) b = contiguous_operand(b, out_batch);
+  const int64_t ldb = b.rs;
+  const int64_t batches = numel(out_batch);
+  const int64_t tasks_per_batch = (n + kTaskRows - 1) / kTaskRows;
+  const T* ad = reinterpret_cast<const T*>(a.t.bytes());
+  const T* bd = reinterpret_cast<const T*>(b.t.bytes());
+  T* cd = reinterpret_cast<T*>(out.bytes());
+  const Strides cs = contiguous_strides(out_batch);
+  parallel_chunks(batches * tasks_per_batch, 1, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t batch = task / tasks_per_batch;
+      const int64_t row0 = (task % tasks_per_batch) * kTaskRows;
+      StridedIter<2> it(out_batch, {a.batch, b.batch});
+      it.seek(batch);
+      gemm_rows<T>(ad + it.off[0] + row0 * a.rs, a.rs, a.cs, bd + it.off[1], ldb,
+                   cd + batch * n * m + row0 * m, std::min(kTaskRows, n - row0), k, m);
+    }
+  });
+}
+
+}  // namespace
+
+Status run(const ir::MatMul& op, KernelContext& ctx) {
+  CpuTensor& out = ctx.alloc(op.out);
+  const CpuTensor& a = ctx.in(op.a);
+  const int64_t r = out.rank();
+  const int64_t n = out.shape[r - 2], m = out.shape[r - 1], k = a.shape.back();
+  if (out.numel() == 0) return Status::OK();
+  if (k == 0) {
+    std::memset(out.bytes(), 0, static_cast<size_t>(out.numel()) * dtype_size(out.dtype));
+    return Status::OK();
+  }
+  const Shape out_batch(out.shape.begin(), out.shape.end() - 2);
+  Operand oa = make_operand(a, out_batch);
+  Operand ob = make_operand(ctx.in(op.b), out_batch);
+  switch (out.dtype) {
+    case kF32: return matmul_dnnl(std::move(oa), std::move(ob), out, n, k, m);
+    case kF64: matmul_loops<double>(oa, std::move(ob), out, n, k, m); break;
+    case kI32: matmul_loops<uint32_t>(oa, std::move(ob), out, n, k, m); break;
+    case kI64: matmul_loops<uint64_t>(oa, std::move(ob), out, n, k, m); break;
+    default:
+      return invalid_argument("matmul: dtype " + std::string(dtype_name(out.dtype)) +
+                              " is not supported (f32, f64, i32, i64)");
+  }
+  return Status::OK();
+}
+
+}  // namespace tw::cpu

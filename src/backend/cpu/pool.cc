@@ -1,0 +1,118 @@
+// Pool2d (max, avg) and AdaptiveAvgPool2d over x [N, C, H, W]. One (image, channel) plane per
+// task: results do not depend on the thread count.
+//
+// Pool2d walks, for each output row, the kernel taps (ky, kx) in row-major order and applies
+// each to the whole output row, which vectorises when the stride is 1. Max ignores padding and
+// propagates NaN (a NaN stays once seen); avg sums the in-range taps in that order and divides by
+// kH * kW (padding counts as zeros, docs/ops.md).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/strided.h"
+#include "backend/cpu/structured_util.h"
+#include "core/thread_pool.h"
+
+namespace tw::cpu {
+namespace {
+
+struct PoolGeometry {
+  int64_t planes, h, w, ho, wo;
+  int64_t kh, kw, sh, sw, ph, pw;
+};
+
+int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
+
+template <class T, bool kMax>
+void pool_plane(const PoolGeometry& g, const T* x, T* y) {
+  for (int64_t oy = 0; oy < g.ho; ++oy) {
+    T* yr = y + oy * g.wo;
+    std::fill(yr, yr + g.wo, kMax ? -std::numeric_limits<T>::infinity() : T(0));
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const int64_t iy = oy * g.sh - g.ph + ky;
+      if (iy < 0 || iy >= g.h) continue;
+      const T* xr = x + iy * g.w;
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        const int64_t xoff = kx - g.pw;  // ix = ox * sw + xoff
+        const int64_t lo = ceil_div_nonneg(-xoff, g.sw);
+        const int64_t hi = std::min(g.wo, g.w - 1 - xoff < 0 ? 0 : (g.w - 1 - xoff) / g.sw + 1);
+        for (int64_t ox = lo; ox < hi; ++ox) {
+          const T v = xr[ox * g.sw + xoff];
+          if constexpr (kMax) {
+            yr[ox] = (v > yr[ox] || v != v) ? v : yr[ox];
+          } else {
+            yr[ox] += v;
+          }
+        }
+      }
+    }
+    if constexpr (!kMax) {
+      const T count = static_cast<T>(g.kh * g.kw);
+      for (int64_t ox = 0; ox < g.wo; ++ox) yr[ox] /= count;
+    }
+  }
+}
+
+template <class T>
+void adaptive_plane(const T* x, T* y, int64_t h, int64_t w, int64_t ho, int64_t wo) {
+  for (int64_t oy = 0; oy < ho; ++oy) {
+    const int64_t y0 = oy * h / ho, y1 = ((oy + 1) * h + ho - 1) / ho;
+    for (int64_t ox = 0; ox < wo; ++ox) {
+      const int64_t x0 = ox * w / wo, x1 = ((ox + 1) * w + wo - 1) / wo;
+      T sum = 0;
+      for (int64_t iy = y0; iy < y1; ++iy) {
+        for (int64_t ix = x0; ix < x1; ++ix) sum += x[iy * w + ix];
+      }
+      y[oy * wo + ox] = sum / static_cast<T>((y1 - y0) * (x1 - x0));
+    }
+  }
+}
+
+}  // namespace
+
+Status run(const ir::Pool2d& op, KernelContext& ctx) {
+  const CpuTensor x = contiguous(ctx.in(op.x));
+  CpuTensor& out = ctx.alloc(op.out);
+  if (out.numel() == 0) return Status::OK();
+  const PoolGeometry g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], out.shape[2],
+                       out.shape[3], op.kernel[0], op.kernel[1], op.stride[0], op.stride[1],
+                       op.padding[0], op.padding[1]};
+  const int64_t plane_cost = g.ho * g.wo * g.kh * g.kw;
+  dispatch_float(x.dtype, [&]<class T>() {
+    const T* xd = x.data<T>();
+    T* yd = out.data<T>();
+    parallel_chunks(g.planes, rows_per_chunk(plane_cost), [&](int64_t, int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        if (op.kind == ir::PoolKind::kMax) {
+          pool_plane<T, true>(g, xd + p * g.h * g.w, yd + p * g.ho * g.wo);
+        } else {
+          pool_plane<T, false>(g, xd + p * g.h * g.w, yd + p * g.ho * g.wo);
+        }
+      }
+    });
+  });
+  return Status::OK();
+}
+
+Status run(const ir::AdaptiveAvgPool2d& op, KernelContext& ctx) {
+  const CpuTensor x = contiguous(ctx.in(op.x));
+  CpuTensor& out = ctx.alloc(op.out);
+  if (out.numel() == 0) return Status::OK();
+  const int64_t planes = x.shape[0] * x.shape[1], h = x.shape[2], w = x.shape[3];
+  const int64_t ho = out.shape[2], wo = out.shape[3];
+  dispatch_float(x.dtype, [&]<class T>() {
+    const T* xd = x.data<T>();
+    T* yd = out.data<T>();
+    if (h == 0 || w == 0) {  // every bin is empty: 0 / 0
+      std::fill(yd, yd + out.numel(), std::numeric_limits<T>::quiet_NaN());
+      return;
+    }
+    parallel_chunks(planes, rows_per_chunk(h * w), [&](int64_t, int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) adaptive_plane(xd + p * h * w, yd + p * ho * wo, h, w, ho, wo);
+    });
+  });
+  return Status::OK();
+}
+
+}  // namespace tw::cpu

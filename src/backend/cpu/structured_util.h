@@ -1,0 +1,49 @@
+// Small helpers shared by the structured CPU kernels (matmul, conv, pooling, normalisation,
+// movement, indexing).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/cpu_tensor.h"
+#include "core/half.h"
+
+namespace tw::cpu {
+
+// Calls fn.template operator()<U>() with U the unsigned integer type of `size` bytes (1, 2, 4 or
+// 8). Movement and indexing ops copy elements as raw bits of their size, so every dtype
+// (f16 and bf16 included) shares one instantiation per element size.
+template <class F>
+void dispatch_bits(size_t size, F&& fn) {
+  switch (size) {
+    case 1: fn.template operator()<uint8_t>(); break;
+    case 2: fn.template operator()<uint16_t>(); break;
+    case 4: fn.template operator()<uint32_t>(); break;
+    default: fn.template operator()<uint64_t>(); break;
+  }
+}
+
+// Calls fn.template operator()<T>() with T float or double for an f32 or f64 tensor.
+template <class F>
+void dispatch_float(DType d, F&& fn) {
+  if (d == kF64) {
+    fn.template operator()<double>();
+  } else {
+    fn.template operator()<float>();
+  }
+}
+
+// Row-major chunking of `rows` independent rows of `row_cost` elements each: about 32 Ki
+// elements per chunk, so small problems run inline and big ones spread across the pool. Depends
+// on the problem size only (see thread_pool.h).
+inline int64_t rows_per_chunk(int64_t row_cost) {
+  constexpr int64_t kChunkElements = int64_t{1} << 15;
+  return row_cost >= kChunkElements ? 1 : kChunkElements / (row_cost < 1 ? 1 : row_cost);
+}
+
+// Reads an index element (i32 or i64) as int64.
+inline int64_t load_index(const CpuTensor& index, int64_t elem_offset) {
+  if (index.dtype == kI32) return index.data<int32_t>()[elem_offset];
+  return index.data<int64_t>()[elem_offset];
+}
+
+}  // namespace tw::cpu
