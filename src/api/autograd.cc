@@ -39,7 +39,12 @@ TensorImpl& impl_ref(const Tensor& t, const char* what) {
 // A second handle on t's values without t's autograd state (no op is emitted).
 Tensor alias_of(const Tensor& t) {
   TensorImpl& impl = *t.impl();
-  if (!impl.shared_owner) impl.shared_owner = std::make_shared<detail::IdOwner>(detail::IdOwner{impl.sink, impl.id});
+  if (!impl.shared_owner) {
+    auto owner = std::make_shared<detail::IdOwner>();  // (a temporary IdOwner would drop the id)
+    owner->sink = impl.sink;
+    owner->id = impl.id;
+    impl.shared_owner = std::move(owner);
+  }
   auto a = std::make_shared<TensorImpl>();
   a->sink = impl.sink;
   a->id = impl.id;

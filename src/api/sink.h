@@ -63,6 +63,9 @@ class BackendSink final : public Sink {
 struct IdOwner {
   std::shared_ptr<Sink> sink;
   ir::TensorId id = 0;
+  IdOwner() = default;
+  IdOwner(const IdOwner&) = delete;  // two owners of one id would drop it twice
+  IdOwner& operator=(const IdOwner&) = delete;
   ~IdOwner() {
     if (sink && id) sink->drop(id);
   }
