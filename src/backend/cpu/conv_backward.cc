@@ -1,11 +1,14 @@
 // Gradients of Conv2d (autograd's backward kernels): Conv2dBackwardInput (d x) and
-// Conv2dBackwardWeight (d w), f32 and f64, on direct loops.
+// Conv2dBackwardWeight (d w), f32 and f64, on direct loops over unrolled patches: a patch row
+// holds one window's (in channel, ky, kx) values, the layout of a weight slice w[o], so both
+// gradients become long multiply-adds along rows (which vectorise) instead of short ones along
+// output rows.
 //
-// Determinism: every output element belongs to exactly one task (an input plane (image,
-// channel) for d x, a weight slice (out channel, in channel) for d w), and each task adds its
-// terms in an order fixed by the loops below, so the bytes do not depend on the thread count
-// nor on whether the kernel runs in this process or in a server. No oneDNN here: its weight
-// gradient reduces across threads in an order that follows the thread count.
+// Determinism: every output element belongs to exactly one task (an image for d x, an out
+// channel for d w), and each task adds its terms in an order fixed by the loops below, so the
+// bytes depend neither on the thread count nor on whether the kernel runs in this process or in
+// a server. No oneDNN here: its weight gradient reduces across threads in an order that follows
+// the thread count.
 #include <algorithm>
 #include <vector>
 
@@ -31,44 +34,76 @@ ConvGradGeometry geometry(const Op& op, const Shape& x, const Shape& w, const Sh
           op.stride[0], op.stride[1], op.padding[0], op.padding[1], op.dilation[0], op.dilation[1]};
 }
 
-// Output columns ox whose input column ox * s + off lies in [0, size): [lo, hi).
-inline void valid_range(int64_t off, int64_t s, int64_t size, int64_t out, int64_t& lo,
-                        int64_t& hi) {
-  lo = off >= 0 ? 0 : (-off + s - 1) / s;
-  hi = size - 1 - off < 0 ? 0 : std::min(out, (size - 1 - off) / s + 1);
-  if (hi < lo) hi = lo;
-}
-
 // Tasks per chunk so that a chunk holds about 32 Ki multiply-adds: small problems run inline.
 int64_t grain_for(int64_t task_cost) {
   constexpr int64_t kChunkWork = int64_t{1} << 15;
   return task_cost >= kChunkWork ? 1 : kChunkWork / std::max<int64_t>(task_cost, 1);
 }
 
-// d x for one input plane (image img, channel ch): every (out channel of ch's group, ky, kx)
-// tap, in that order, scattered over the plane row by row.
+// Columns of the unrolled patch: (ci, ky, kx) of one group, row-major, so a weight slice
+// w[o, :, :, :] is one contiguous row of them.
+inline int64_t patch_cols(const ConvGradGeometry& g) { return g.cg * g.kh * g.kw; }
+
+// Output positions per block of the input-gradient kernel: bounds its scratch to
+// kPositionBlock * patch_cols elements however large the image.
+constexpr int64_t kPositionBlock = 64;
+
+// The patch x[img, group's channels, window at output position p] for p in [p0, p1), one row
+// per position (zeros where the window leaves the image).
 template <class T>
-void input_grad_plane(const ConvGradGeometry& g, const T* grad, const T* w, T* gx, int64_t img,
-                      int64_t ch) {
-  std::fill(gx, gx + g.h * g.w, T(0));
-  const int64_t group = ch / g.cg, ci = ch % g.cg;
-  for (int64_t o = group * g.og; o < (group + 1) * g.og; ++o) {
-    const T* gp = grad + (img * g.o + o) * g.ho * g.wo;
-    for (int64_t ky = 0; ky < g.kh; ++ky) {
-      for (int64_t kx = 0; kx < g.kw; ++kx) {
-        const T wv = w[((o * g.cg + ci) * g.kh + ky) * g.kw + kx];
-        const int64_t xoff = kx * g.dw - g.pw;
-        int64_t lo, hi;
-        valid_range(xoff, g.sw, g.w, g.wo, lo, hi);
-        for (int64_t oy = 0; oy < g.ho; ++oy) {
-          const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-          if (iy < 0 || iy >= g.h) continue;
-          T* row = gx + iy * g.w + xoff;
-          const T* gr = gp + oy * g.wo;
-          if (g.sw == 1) {
-            for (int64_t ox = lo; ox < hi; ++ox) row[ox] += gr[ox] * wv;
-          } else {
-            for (int64_t ox = lo; ox < hi; ++ox) row[ox * g.sw] += gr[ox] * wv;
+void im2row(const ConvGradGeometry& g, const T* x, int64_t img, int64_t group, int64_t p0, int64_t p1, T* rows) {
+  const int64_t cols = patch_cols(g);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t oy = p / g.wo, ox = p % g.wo;
+    T* row = rows + (p - p0) * cols;
+    for (int64_t ci = 0; ci < g.cg; ++ci) {
+      const T* plane = x + (img * g.c + group * g.cg + ci) * g.h * g.w;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+          *row++ = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? plane[iy * g.w + ix] : T(0);
+        }
+      }
+    }
+  }
+}
+
+// d x for image img: per block of output positions, the patch gradients
+// rows[p] = sum over the group's out channels o (in order) of grad[img, o, p] * w[o], then each
+// row added back onto the image (col2im), positions in order. Every element of the image
+// belongs to this task alone.
+template <class T>
+void input_grad_image(const ConvGradGeometry& g, const T* grad, const T* w, T* gx, int64_t img,
+                      std::vector<T>& scratch) {
+  const int64_t cols = patch_cols(g), positions = g.ho * g.wo;
+  std::fill(gx + img * g.c * g.h * g.w, gx + (img + 1) * g.c * g.h * g.w, T(0));
+  scratch.resize(static_cast<size_t>(kPositionBlock * cols));
+  for (int64_t group = 0; group < g.groups; ++group) {
+    for (int64_t p0 = 0; p0 < positions; p0 += kPositionBlock) {
+      const int64_t p1 = std::min(positions, p0 + kPositionBlock);
+      T* rows = scratch.data();
+      std::fill(rows, rows + (p1 - p0) * cols, T(0));
+      for (int64_t o = group * g.og; o < (group + 1) * g.og; ++o) {
+        const T* gp = grad + (img * g.o + o) * positions;
+        const T* wr = w + o * cols;
+        for (int64_t p = p0; p < p1; ++p) {
+          const T s = gp[p];
+          T* row = rows + (p - p0) * cols;
+          for (int64_t k = 0; k < cols; ++k) row[k] += s * wr[k];
+        }
+      }
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t oy = p / g.wo, ox = p % g.wo;
+        const T* row = rows + (p - p0) * cols;
+        for (int64_t ci = 0; ci < g.cg; ++ci) {
+          T* plane = gx + (img * g.c + group * g.cg + ci) * g.h * g.w;
+          for (int64_t ky = 0; ky < g.kh; ++ky) {
+            const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+            for (int64_t kx = 0; kx < g.kw; ++kx, ++row) {
+              const int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+              if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) plane[iy * g.w + ix] += *row;
+            }
           }
         }
       }
@@ -76,40 +111,9 @@ void input_grad_plane(const ConvGradGeometry& g, const T* grad, const T* w, T* g
   }
 }
 
-// d w for the slice w[o, ci, :, :]: for each tap, per-column partial sums over (image, output
-// row) in that order, then the columns summed left to right.
-template <class T>
-void weight_grad_slice(const ConvGradGeometry& g, const T* grad, const T* x, T* gw, int64_t o,
-                       int64_t ci, std::vector<T>& partial) {
-  const int64_t group = o / g.og, ch = group * g.cg + ci;
-  for (int64_t ky = 0; ky < g.kh; ++ky) {
-    for (int64_t kx = 0; kx < g.kw; ++kx) {
-      const int64_t xoff = kx * g.dw - g.pw;
-      int64_t lo, hi;
-      valid_range(xoff, g.sw, g.w, g.wo, lo, hi);
-      std::fill(partial.begin(), partial.end(), T(0));
-      T* acc = partial.data();
-      for (int64_t img = 0; img < g.n; ++img) {
-        const T* gp = grad + (img * g.o + o) * g.ho * g.wo;
-        const T* xp = x + (img * g.c + ch) * g.h * g.w;
-        for (int64_t oy = 0; oy < g.ho; ++oy) {
-          const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-          if (iy < 0 || iy >= g.h) continue;
-          const T* gr = gp + oy * g.wo;
-          const T* xr = xp + iy * g.w + xoff;
-          if (g.sw == 1) {
-            for (int64_t ox = lo; ox < hi; ++ox) acc[ox] += gr[ox] * xr[ox];
-          } else {
-            for (int64_t ox = lo; ox < hi; ++ox) acc[ox] += gr[ox] * xr[ox * g.sw];
-          }
-        }
-      }
-      T sum = 0;
-      for (int64_t ox = 0; ox < g.wo; ++ox) sum += acc[ox];
-      gw[ky * g.kw + kx] = sum;
-    }
-  }
-}
+// Images per block of the weight-gradient kernel: bounds the unrolled patches it holds to about
+// kRowsElements elements.
+constexpr int64_t kRowsElements = int64_t{1} << 22;
 
 template <class F>
 void dispatch_real(DType d, F&& fn) {
@@ -128,37 +132,60 @@ Status run(const ir::Conv2dBackwardInput& op, KernelContext& ctx) {
   CpuTensor& out = ctx.alloc(op.out);
   if (out.numel() == 0) return Status::OK();
   const ConvGradGeometry g = geometry(op, op.x_shape, w.shape, grad.shape);
-  const int64_t task_cost = std::max<int64_t>(g.og * g.kh * g.kw * g.ho * g.wo, g.h * g.w);
+  const int64_t image_cost = std::max<int64_t>(g.o * patch_cols(g) * g.ho * g.wo, g.c * g.h * g.w);
   dispatch_real(out.dtype, [&]<class T>() {
     const T* gd = grad.data<T>();
     const T* wd = w.data<T>();
     T* xd = out.data<T>();
-    parallel_chunks(g.n * g.c, grain_for(task_cost), [&](int64_t, int64_t b, int64_t e) {
-      for (int64_t p = b; p < e; ++p) {
-        input_grad_plane(g, gd, wd, xd + p * g.h * g.w, p / g.c, p % g.c);
-      }
+    parallel_chunks(g.n, grain_for(image_cost), [&](int64_t, int64_t b, int64_t e) {
+      std::vector<T> scratch;
+      for (int64_t img = b; img < e; ++img) input_grad_image(g, gd, wd, xd, img, scratch);
     });
   });
   return Status::OK();
 }
 
+// d w: the patches of a block of images unrolled into rows (in parallel over images), then each
+// out channel's weight row accumulates grad[n, o, p] * row(n, p) over the block's (n, p) in
+// order, blocks in order. Each out channel is one task's, whatever the chunking.
 Status run(const ir::Conv2dBackwardWeight& op, KernelContext& ctx) {
   const CpuTensor grad = contiguous(ctx.in(op.grad));
   const CpuTensor x = contiguous(ctx.in(op.x));
   CpuTensor& out = ctx.alloc(op.out);
   if (out.numel() == 0) return Status::OK();
   const ConvGradGeometry g = geometry(op, x.shape, op.w_shape, grad.shape);
-  const int64_t task_cost = std::max<int64_t>(g.n * g.kh * g.kw * g.ho * g.wo, 1);
+  const int64_t cols = patch_cols(g), positions = g.ho * g.wo;
+  const int64_t image_rows = positions * cols;
+  const int64_t block = std::max<int64_t>(1, kRowsElements / std::max<int64_t>(image_rows, 1));
   dispatch_real(out.dtype, [&]<class T>() {
     const T* gd = grad.data<T>();
     const T* xd = x.data<T>();
     T* wd = out.data<T>();
-    parallel_chunks(g.o * g.cg, grain_for(task_cost), [&](int64_t, int64_t b, int64_t e) {
-      std::vector<T> partial(static_cast<size_t>(g.wo));
-      for (int64_t s = b; s < e; ++s) {
-        weight_grad_slice(g, gd, xd, wd + s * g.kh * g.kw, s / g.cg, s % g.cg, partial);
+    std::fill(wd, wd + out.numel(), T(0));
+    std::vector<T> rows(static_cast<size_t>(std::min(block, std::max<int64_t>(g.n, 1)) * image_rows));
+    for (int64_t group = 0; group < g.groups; ++group) {
+      for (int64_t n0 = 0; n0 < g.n; n0 += block) {
+        const int64_t n1 = std::min(g.n, n0 + block);
+        parallel_chunks(n1 - n0, grain_for(image_rows), [&](int64_t, int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) im2row(g, xd, n0 + i, group, 0, positions, rows.data() + i * image_rows);
+        });
+        const int64_t row_cost = (n1 - n0) * image_rows;
+        parallel_chunks(g.og, grain_for(row_cost), [&](int64_t, int64_t b, int64_t e) {
+          for (int64_t oi = b; oi < e; ++oi) {
+            const int64_t o = group * g.og + oi;
+            T* acc = wd + o * cols;
+            for (int64_t img = n0; img < n1; ++img) {
+              const T* gp = gd + (img * g.o + o) * positions;
+              const T* r = rows.data() + (img - n0) * image_rows;
+              for (int64_t p = 0; p < positions; ++p, r += cols) {
+                const T s = gp[p];
+                for (int64_t k = 0; k < cols; ++k) acc[k] += s * r[k];
+              }
+            }
+          }
+        });
       }
-    });
+    }
   });
   return Status::OK();
 }
