@@ -1,9 +1,10 @@
 // Conv2d: x [N, C, H, W], w [O, C/groups, kH, kW], bias [O] -> [N, O, Ho, Wo].
 //
-// f32 runs on oneDNN's convolution. Its fast kernels want blocked layouts: the weights are
-// reordered by oneDNN, the source too unless the channel count is small (oneDNN's first-layer
-// kernels read plain NCHW directly), and the blocked result (nChw16c or nChw8c) is transposed to
-// NCHW here, which is several times faster than oneDNN's generic reorder for this case.
+// f32 runs on oneDNN's convolution. Its fast kernels want blocked layouts, so the weights are
+// reordered, the source too unless the channel count is small (oneDNN's first-layer kernels read
+// plain NCHW directly), and the blocked result is reordered to NCHW, all by oneDNN on its own
+// threads (a hand-written transpose on tw's pool measured about twice as slow here as oneDNN's
+// reorder, partly because oneDNN's OpenMP threads still spin right after the convolution).
 // f64 runs on direct loops: each output plane is one task, so results do not depend on the
 // thread count.
 #include <algorithm>
@@ -21,19 +22,18 @@ namespace {
 using dnnl::memory;
 
 struct ConvGeometry {
-  int64_t n, c, h, w;      // input
-  int64_t o, cg, kh, kw;   // weights (cg = channels per group)
+  int64_t n, c, h, w;     // input
+  int64_t o, cg, kh, kw;  // weights (cg = channels per group)
   int64_t groups;
-  int64_t ho, wo;          // output
+  int64_t ho, wo;  // output
   int64_t sh, sw, ph, pw, dh, dw;
 };
 
 ConvGeometry geometry(const ir::Conv2d& op, const CpuTensor& x, const CpuTensor& w,
                       const TensorMeta& out) {
-  return {x.shape[0], x.shape[1], x.shape[2], x.shape[3],
-          w.shape[0], w.shape[1], w.shape[2], w.shape[3],
-          op.groups, out.shape[2], out.shape[3],
-          op.stride[0], op.stride[1], op.padding[0], op.padding[1], op.dilation[0], op.dilation[1]};
+  return {x.shape[0],   x.shape[1],    x.shape[2],    x.shape[3],     w.shape[0],    w.shape[1],
+          w.shape[2],   w.shape[3],    op.groups,     out.shape[2],   out.shape[3],  op.stride[0],
+          op.stride[1], op.padding[0], op.padding[1], op.dilation[0], op.dilation[1]};
 }
 
 // Every output element sees only padding (the input is empty): it equals the bias.
@@ -52,12 +52,16 @@ void fill_bias(const ConvGeometry& g, const T* bias, T* y) {
 // network's first layer take it so; blocking 3 channels to 16 would waste most of the work).
 constexpr int64_t kPlainSrcMaxChannels = 16;
 
+struct Reorder {
+  dnnl::reorder prim;
+  memory::desc scratchpad;
+};
+
 struct ConvPrimitive {
   dnnl::primitive conv;
   memory::desc src_md, w_md, dst_md, bias_md, scratchpad;
   memory::desc src_plain, w_plain, dst_plain;
-  std::optional<dnnl::reorder> src_reorder, w_reorder, dst_reorder;
-  int64_t dst_block = 0;  // 8 or 16: dst is nChw<block>c and transposed by blocked_to_nchw
+  std::optional<Reorder> src_reorder, w_reorder, dst_reorder;
 };
 
 DnnlCache<ConvPrimitive>& conv_cache() {
@@ -84,10 +88,9 @@ ConvPrimitive make_conv(const ConvGeometry& g, bool has_bias) {
   const memory::dims strides{g.sh, g.sw}, dilates{g.dh - 1, g.dw - 1}, pad{g.ph, g.pw};
   const memory::desc w_any(w_dims, dt::f32, tag::any), dst_any(dst_dims, dt::f32, tag::any);
   auto desc = has_bias
-                  ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                    dnnl::algorithm::convolution_direct, src_any,
-                                                    w_any, p.bias_md, dst_any, strides, dilates,
-                                                    pad, pad)
+                  ? dnnl::convolution_forward::desc(
+                        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                        src_any, w_any, p.bias_md, dst_any, strides, dilates, pad, pad)
                   : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                     dnnl::algorithm::convolution_direct, src_any,
                                                     w_any, dst_any, strides, dilates, pad, pad);
@@ -97,57 +100,26 @@ ConvPrimitive make_conv(const ConvGeometry& g, bool has_bias) {
   p.dst_md = pd.dst_desc();
   p.scratchpad = pd.scratchpad_desc();
   p.conv = dnnl::convolution_forward(pd);
-  // Reorders run with oneDNN's default attributes: they need no scratchpad here.
   auto reorder = [](const memory::desc& from, const memory::desc& to) {
-    return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), from, dnnl_engine(), to));
+    dnnl::reorder::primitive_desc rpd(dnnl_engine(), from, dnnl_engine(), to, dnnl_attr());
+    return Reorder{dnnl::reorder(rpd), rpd.scratchpad_desc()};
   };
   if (p.src_md != p.src_plain) p.src_reorder = reorder(p.src_plain, p.src_md);
   if (p.w_md != p.w_plain) p.w_reorder = reorder(p.w_plain, p.w_md);
-  if (p.dst_md != p.dst_plain) {
-    if (p.dst_md == memory::desc(dst_dims, dt::f32, tag::nChw16c)) {
-      p.dst_block = 16;
-    } else if (p.dst_md == memory::desc(dst_dims, dt::f32, tag::nChw8c)) {
-      p.dst_block = 8;
-    } else {
-      p.dst_reorder = reorder(p.dst_md, p.dst_plain);
-    }
-  }
+  if (p.dst_md != p.dst_plain) p.dst_reorder = reorder(p.dst_md, p.dst_plain);
   return p;
-}
-
-// nChw<blk>c -> NCHW: per (image, channel block), 64 spatial positions at a time so the source
-// tile stays in L1 while each channel's row is written. Pure copies: any partition gives the
-// same bytes.
-void blocked_to_nchw(const float* src, float* dst, int64_t n, int64_t c, int64_t hw, int64_t blk) {
-  const int64_t cb_count = (c + blk - 1) / blk;
-  parallel_chunks(n * cb_count, 1, [&](int64_t, int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t img = t / cb_count, cb = t % cb_count;
-      const float* s = src + t * hw * blk;
-      const int64_t channels = std::min(blk, c - cb * blk);
-      float* d = dst + (img * c + cb * blk) * hw;
-      for (int64_t i0 = 0; i0 < hw; i0 += 64) {
-        const int64_t i1 = std::min(hw, i0 + 64);
-        for (int64_t ch = 0; ch < channels; ++ch) {
-          for (int64_t i = i0; i < i1; ++i) d[ch * hw + i] = s[i * blk + ch];
-        }
-      }
-    }
-  });
 }
 
 Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
                  const CpuTensor* bias, CpuTensor& out) {
   const int threads = dnnl_sync_threads();
-  const std::vector<int64_t> key = {threads, g.n,  g.c,  g.h,  g.w,  g.o,  g.cg,
-                                    g.kh,    g.kw, g.groups, g.sh, g.sw, g.ph, g.pw,
-                                    g.dh,    g.dw, bias != nullptr};
-  TW_ASSIGN_OR_RETURN(auto prim, conv_cache().get(key, "conv2d", [&] {
-                        return make_conv(g, bias != nullptr);
-                      }));
+  const std::vector<int64_t> key = {threads,        g.n,      g.c,  g.h,  g.w,  g.o,  g.cg, g.kh,
+                                    g.kw,           g.groups, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
+                                    bias != nullptr};
+  TW_ASSIGN_OR_RETURN(
+      auto prim, conv_cache().get(key, "conv2d", [&] { return make_conv(g, bias != nullptr); }));
   const ConvPrimitive& p = *prim;
   const dnnl::engine& eng = dnnl_engine();
-  const memory::desc none;
   try {
     memory src(p.src_plain, eng, x.data<float>());
     memory wm(p.w_plain, eng, w.data<float>());
@@ -156,19 +128,19 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
     if (p.src_reorder) {
       src_buf = Buffer::allocate(p.src_md.get_size());
       memory blocked(p.src_md, eng, src_buf.data());
-      TW_RETURN_NOT_OK(dnnl_run("conv2d", *p.src_reorder, none,
+      TW_RETURN_NOT_OK(dnnl_run("conv2d", p.src_reorder->prim, p.src_reorder->scratchpad,
                                 {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, blocked}}));
       src = blocked;
     }
     if (p.w_reorder) {
       w_buf = Buffer::allocate(p.w_md.get_size());
       memory blocked(p.w_md, eng, w_buf.data());
-      TW_RETURN_NOT_OK(dnnl_run("conv2d", *p.w_reorder, none,
+      TW_RETURN_NOT_OK(dnnl_run("conv2d", p.w_reorder->prim, p.w_reorder->scratchpad,
                                 {{DNNL_ARG_FROM, wm}, {DNNL_ARG_TO, blocked}}));
       wm = blocked;
     }
     memory conv_dst = dst;
-    if (p.dst_md != p.dst_plain) {
+    if (p.dst_reorder) {
       dst_buf = Buffer::allocate(p.dst_md.get_size());
       conv_dst = memory(p.dst_md, eng, dst_buf.data());
     }
@@ -176,11 +148,8 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, conv_dst}};
     if (bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias_md, eng, bias->data<float>()));
     TW_RETURN_NOT_OK(dnnl_run("conv2d", p.conv, p.scratchpad, std::move(args)));
-    if (p.dst_block) {
-      blocked_to_nchw(reinterpret_cast<const float*>(dst_buf.data()), out.data<float>(), g.n, g.o,
-                      g.ho * g.wo, p.dst_block);
-    } else if (p.dst_reorder) {
-      TW_RETURN_NOT_OK(dnnl_run("conv2d", *p.dst_reorder, none,
+    if (p.dst_reorder) {
+      TW_RETURN_NOT_OK(dnnl_run("conv2d", p.dst_reorder->prim, p.dst_reorder->scratchpad,
                                 {{DNNL_ARG_FROM, conv_dst}, {DNNL_ARG_TO, dst}}));
     }
   } catch (const std::exception& e) {
@@ -209,8 +178,7 @@ void conv_plane(const ConvGeometry& g, const T* x, const T* w, const T* bias, T*
         const T wv = w[((oc * g.cg + ic) * g.kh + ky) * g.kw + kx];
         const int64_t xoff = kx * g.dw - g.pw;  // iw = ow * sw + xoff
         const int64_t ow_lo = ceil_div_nonneg(-xoff, g.sw);
-        const int64_t ow_hi =
-            std::min(g.wo, g.w - 1 - xoff < 0 ? 0 : (g.w - 1 - xoff) / g.sw + 1);
+        const int64_t ow_hi = std::min(g.wo, g.w - 1 - xoff < 0 ? 0 : (g.w - 1 - xoff) / g.sw + 1);
         for (int64_t oy = 0; oy < g.ho; ++oy) {
           const int64_t iy = oy * g.sh - g.ph + ky * g.dh;
           if (iy < 0 || iy >= g.h) continue;

@@ -39,8 +39,7 @@ Status dnnl_status(const char* op, const std::exception& e) {
   return internal_error(std::string(op) + ": oneDNN failed: " + e.what());
 }
 
-Status dnnl_run(const char* op, const dnnl::primitive& prim,
-                const dnnl::memory::desc& scratchpad,
+Status dnnl_run(const char* op, const dnnl::primitive& prim, const dnnl::memory::desc& scratchpad,
                 std::unordered_map<int, dnnl::memory> args) {
   try {
     Buffer scratch;

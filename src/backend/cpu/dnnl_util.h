@@ -8,12 +8,11 @@
 // is owned by each call (scratchpad_mode::user) rather than by the library, which keeps
 // concurrent execution safe and lets the buffer pool recycle it.
 #pragma once
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -36,8 +35,7 @@ Status dnnl_status(const char* op, const std::exception& e);
 
 // Runs `prim` on the process stream with a scratchpad of `scratchpad` (from the buffer pool)
 // added to `args`. The caller has called dnnl_sync_threads on this thread.
-Status dnnl_run(const char* op, const dnnl::primitive& prim,
-                const dnnl::memory::desc& scratchpad,
+Status dnnl_run(const char* op, const dnnl::primitive& prim, const dnnl::memory::desc& scratchpad,
                 std::unordered_map<int, dnnl::memory> args);
 
 struct DnnlKeyHash {
@@ -90,8 +88,7 @@ class DnnlCache {
   using Entry = std::pair<std::vector<int64_t>, std::shared_ptr<const T>>;
   std::mutex mu_;
   std::list<Entry> lru_;
-  std::unordered_map<std::vector<int64_t>, typename std::list<Entry>::iterator, DnnlKeyHash>
-      index_;
+  std::unordered_map<std::vector<int64_t>, typename std::list<Entry>::iterator, DnnlKeyHash> index_;
 };
 
 }  // namespace tw::cpu

@@ -19,7 +19,7 @@ namespace tw::cpu::softmax_math {
 inline constexpr float kExpLo = -87.3365447f;  // exp(kExpLo) is the smallest normal float
 inline constexpr float kExpHi = 88.3762626f;
 inline constexpr float kLog2e = 1.44269504088896341f;
-inline constexpr float kLn2Hi = 0.693359375f;     // ln 2 split so that n * kLn2Hi is exact
+inline constexpr float kLn2Hi = 0.693359375f;  // ln 2 split so that n * kLn2Hi is exact
 inline constexpr float kLn2Lo = -2.12194440e-4f;
 inline constexpr float kP0 = 1.9875691500e-4f;
 inline constexpr float kP1 = 1.3981999507e-3f;
@@ -57,9 +57,8 @@ inline __m256 exp_f32x8(__m256 x) {
   const __m256 overflow = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
   // min/max return their second operand when either is NaN: x stays NaN through the clamp.
   const __m256 xc = _mm256_min_ps(hi, _mm256_max_ps(lo, x));
-  const __m256 n =
-      _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT |
-                                                                     _MM_FROUND_NO_EXC);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Hi), xc);
   r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Lo), r);
   __m256 p = _mm256_set1_ps(kP0);
@@ -70,8 +69,8 @@ inline __m256 exp_f32x8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
   p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
   y = _mm256_andnot_ps(underflow, y);
   return _mm256_blendv_ps(y, _mm256_set1_ps(std::numeric_limits<float>::infinity()), overflow);

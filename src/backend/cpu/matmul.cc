@@ -147,8 +147,8 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
     const Strides ias(as.begin() + outer, as.end()), ibs(bs.begin() + outer, bs.end());
     const Strides ics(cs.begin() + outer, cs.end());
     const int threads = dnnl_sync_threads();
-    std::vector<int64_t> key = {threads, static_cast<int64_t>(inner_batch.size()), n, k, m,
-                                a.rs, a.cs, b.rs, b.cs};
+    std::vector<int64_t> key = {
+        threads, static_cast<int64_t>(inner_batch.size()), n, k, m, a.rs, a.cs, b.rs, b.cs};
     for (size_t i = 0; i < inner_batch.size(); ++i) {
       key.insert(key.end(), {inner_batch[i], ias[i], ibs[i], ics[i]});
     }
@@ -178,8 +178,9 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
         dnnl::memory am(p.a_md, dnnl_engine(), a.t.data<float>() + it.off[0]);
         dnnl::memory bm(p.b_md, dnnl_engine(), b.t.data<float>() + it.off[1]);
         dnnl::memory cm(p.c_md, dnnl_engine(), out.data<float>() + it.off[2]);
-        TW_RETURN_NOT_OK(dnnl_run("matmul", p.prim, p.scratchpad,
-                                  {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}}));
+        TW_RETURN_NOT_OK(
+            dnnl_run("matmul", p.prim, p.scratchpad,
+                     {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}}));
       } catch (const std::exception& e) {
         return dnnl_status("matmul", e);
       }
@@ -191,28 +192,43 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
 // ---------------------------------------------------------------------------------------------
 // Own loops (f64, i32, i64)
 
-// Output tile of kR rows by kW columns kept in registers while k runs; kW spans two AVX2
-// vectors of T.
+// Output tile of kTileR rows by kTileW columns kept in registers while k runs; kTileW spans two
+// AVX2 vectors of T.
 template <class T>
 constexpr int kTileW = 64 / static_cast<int>(sizeof(T));
 constexpr int kTileR = 4;
 // Rows of the output one task computes: the column panel of b it walks stays in L2 across them.
 constexpr int64_t kTaskRows = 32;
 
-template <class T, int R, int W>
-inline void gemm_tile(const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T* c,
-                      int64_t ldc, int64_t k) {
-  T acc[R][W] = {};
+// GCC/Clang vector of 32 bytes (one AVX2 register) of T.
+template <class T>
+using Vec [[gnu::vector_size(32)]] = T;
+
+// A kTileR x kTileW tile: eight vector accumulators held in named variables (arrays of them
+// invite GCC to vectorise the k loop instead and keep the sums on the stack).
+template <class T>
+inline void gemm_tile(const T* a, int64_t ars, int64_t acs, const T* b, T* c, int64_t ldc,
+                      int64_t k) {
+  static_assert(kTileR == 4 && kTileW<T> * sizeof(T) == 2 * sizeof(Vec<T>));
+  constexpr int64_t kLanes = sizeof(Vec<T>) / sizeof(T);
+  Vec<T> c00{}, c01{}, c10{}, c11{}, c20{}, c21{}, c30{}, c31{};
+  const T *a0 = a, *a1 = a + ars, *a2 = a + 2 * ars, *a3 = a + 3 * ars;
   for (int64_t p = 0; p < k; ++p) {
-    const T* bp = b + p * ldb;
-    for (int r = 0; r < R; ++r) {
-      const T av = a[r * ars + p * acs];
-      for (int j = 0; j < W; ++j) acc[r][j] += av * bp[j];
-    }
+    Vec<T> b0, b1;
+    std::memcpy(&b0, b + p * 2 * kLanes, sizeof b0);
+    std::memcpy(&b1, b + p * 2 * kLanes + kLanes, sizeof b1);
+    const T x0 = a0[p * acs], x1 = a1[p * acs], x2 = a2[p * acs], x3 = a3[p * acs];
+    c00 += x0 * b0;
+    c01 += x0 * b1;
+    c10 += x1 * b0;
+    c11 += x1 * b1;
+    c20 += x2 * b0;
+    c21 += x2 * b1;
+    c30 += x3 * b0;
+    c31 += x3 * b1;
   }
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < W; ++j) c[r * ldc + j] = acc[r][j];
-  }
+  const Vec<T> rows[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
+  for (int r = 0; r < 4; ++r) std::memcpy(c + r * ldc, rows[r], sizeof rows[r]);
 }
 
 // Edge tiles: the same sums (k in order) with runtime sizes.
@@ -228,21 +244,27 @@ void gemm_edge(const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T*
   }
 }
 
-// c[rows, m] = a[rows, k] x b[k, m]; b has unit column stride, c is contiguous.
+// c[rows, m] = a[rows, k] x b[k, m]; b has unit column stride, c is contiguous. Each kW-wide
+// column panel of b is first copied to `panel` ([k][kW], contiguous): read in place, its rows sit
+// ldb apart and, for the power-of-two widths common in practice, all land in a few L1 sets.
 template <class T>
 void gemm_rows(const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T* c, int64_t rows,
-               int64_t k, int64_t m) {
+               int64_t k, int64_t m, std::vector<T>& panel) {
   constexpr int W = kTileW<T>;
+  panel.resize(static_cast<size_t>(k * W));
   for (int64_t j = 0; j < m; j += W) {
     const int64_t cols = std::min<int64_t>(W, m - j);
+    for (int64_t p = 0; p < k; ++p) {
+      std::memcpy(panel.data() + p * W, b + p * ldb + j, static_cast<size_t>(cols) * sizeof(T));
+    }
     for (int64_t r = 0; r < rows; r += kTileR) {
       const int64_t nr = std::min<int64_t>(kTileR, rows - r);
       const T* ap = a + r * ars;
       T* cp = c + r * m + j;
       if (nr == kTileR && cols == W) {
-        gemm_tile<T, kTileR, W>(ap, ars, acs, b + j, ldb, cp, m, k);
+        gemm_tile<T>(ap, ars, acs, panel.data(), cp, m, k);
       } else {
-        gemm_edge<T>(ap, ars, acs, b + j, ldb, cp, m, k, nr, cols);
+        gemm_edge<T>(ap, ars, acs, panel.data(), W, cp, m, k, nr, cols);
       }
     }
   }
@@ -260,13 +282,14 @@ void matmul_loops(const Operand& a, Operand b, CpuTensor& out, int64_t n, int64_
   T* cd = reinterpret_cast<T*>(out.bytes());
   const Strides cs = contiguous_strides(out_batch);
   parallel_chunks(batches * tasks_per_batch, 1, [&](int64_t, int64_t begin, int64_t end) {
+    std::vector<T> panel;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t batch = task / tasks_per_batch;
       const int64_t row0 = (task % tasks_per_batch) * kTaskRows;
       StridedIter<2> it(out_batch, {a.batch, b.batch});
       it.seek(batch);
       gemm_rows<T>(ad + it.off[0] + row0 * a.rs, a.rs, a.cs, bd + it.off[1], ldb,
-                   cd + batch * n * m + row0 * m, std::min(kTaskRows, n - row0), k, m);
+                   cd + batch * n * m + row0 * m, std::min(kTaskRows, n - row0), k, m, panel);
     }
   });
 }

@@ -3,6 +3,7 @@
 // (f16 and bf16 included) takes the same path. Copies are pure, so any partition of the work
 // gives the same bytes.
 #include <algorithm>
+#include <cstring>
 #include <array>
 #include <optional>
 
@@ -205,6 +206,7 @@ Status run(const ir::SliceAssign& op, KernelContext& ctx) {
 
 Status run(const ir::Cat& op, KernelContext& ctx) {
   CpuTensor& out = ctx.alloc(op.out);
+  if (out.numel() == 0) return Status::OK();
   const int64_t dim = norm_dim(op.dim, out.rank());
   const size_t es = dtype_size(out.dtype);
   int64_t at = 0;

@@ -24,6 +24,20 @@ struct PoolGeometry {
 
 int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
 
+// One kernel tap over output row y, reading x[ox * step + off] for ox in [lo, hi): y[ox] takes
+// the max (NaN sticks) or the sum.
+template <class T, bool kMax>
+inline void tap_row(const T* x, int64_t step, int64_t off, T* y, int64_t lo, int64_t hi) {
+  for (int64_t ox = lo; ox < hi; ++ox) {
+    const T v = x[ox * step + off];
+    if constexpr (kMax) {
+      y[ox] = (v > y[ox] || v != v) ? v : y[ox];
+    } else {
+      y[ox] += v;
+    }
+  }
+}
+
 template <class T, bool kMax>
 void pool_plane(const PoolGeometry& g, const T* x, T* y) {
   for (int64_t oy = 0; oy < g.ho; ++oy) {
@@ -37,13 +51,11 @@ void pool_plane(const PoolGeometry& g, const T* x, T* y) {
         const int64_t xoff = kx - g.pw;  // ix = ox * sw + xoff
         const int64_t lo = ceil_div_nonneg(-xoff, g.sw);
         const int64_t hi = std::min(g.wo, g.w - 1 - xoff < 0 ? 0 : (g.w - 1 - xoff) / g.sw + 1);
-        for (int64_t ox = lo; ox < hi; ++ox) {
-          const T v = xr[ox * g.sw + xoff];
-          if constexpr (kMax) {
-            yr[ox] = (v > yr[ox] || v != v) ? v : yr[ox];
-          } else {
-            yr[ox] += v;
-          }
+        // Stride 1 gets its own loop so the compiler sees unit-stride loads and vectorises it.
+        if (g.sw == 1) {
+          tap_row<T, kMax>(xr, 1, xoff, yr, lo, hi);
+        } else {
+          tap_row<T, kMax>(xr, g.sw, xoff, yr, lo, hi);
         }
       }
     }
@@ -75,9 +87,17 @@ Status run(const ir::Pool2d& op, KernelContext& ctx) {
   const CpuTensor x = contiguous(ctx.in(op.x));
   CpuTensor& out = ctx.alloc(op.out);
   if (out.numel() == 0) return Status::OK();
-  const PoolGeometry g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], out.shape[2],
-                       out.shape[3], op.kernel[0], op.kernel[1], op.stride[0], op.stride[1],
-                       op.padding[0], op.padding[1]};
+  const PoolGeometry g{x.shape[0] * x.shape[1],
+                       x.shape[2],
+                       x.shape[3],
+                       out.shape[2],
+                       out.shape[3],
+                       op.kernel[0],
+                       op.kernel[1],
+                       op.stride[0],
+                       op.stride[1],
+                       op.padding[0],
+                       op.padding[1]};
   const int64_t plane_cost = g.ho * g.wo * g.kh * g.kw;
   dispatch_float(x.dtype, [&]<class T>() {
     const T* xd = x.data<T>();
@@ -109,7 +129,8 @@ Status run(const ir::AdaptiveAvgPool2d& op, KernelContext& ctx) {
       return;
     }
     parallel_chunks(planes, rows_per_chunk(h * w), [&](int64_t, int64_t b, int64_t e) {
-      for (int64_t p = b; p < e; ++p) adaptive_plane(xd + p * h * w, yd + p * ho * wo, h, w, ho, wo);
+      for (int64_t p = b; p < e; ++p)
+        adaptive_plane(xd + p * h * w, yd + p * ho * wo, h, w, ho, wo);
     });
   });
   return Status::OK();

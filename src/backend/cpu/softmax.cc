@@ -150,19 +150,20 @@ void softmax(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool l
   const int64_t blocks = (inner + kInnerBlock - 1) / kInnerBlock;
   parallel_chunks(outer * blocks, rows_per_chunk(len * kInnerBlock),
                   [&](int64_t, int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const int64_t o = t / blocks;
-      const int64_t i0 = (t % blocks) * kInnerBlock;
-      const int64_t i1 = std::min(inner, i0 + kInnerBlock);
-      const T* xo = x + o * len * inner;
-      T* yo = y + o * len * inner;
-      int64_t i = i0;
-      for (; i + V::kWidth <= i1; i += V::kWidth) {
-        softmax_lanes<V>(xo + i, yo + i, len, inner, log_out);
-      }
-      for (; i < i1; ++i) softmax_lanes<Lane1<T>>(xo + i, yo + i, len, inner, log_out);
-    }
-  });
+                    for (int64_t t = b; t < e; ++t) {
+                      const int64_t o = t / blocks;
+                      const int64_t i0 = (t % blocks) * kInnerBlock;
+                      const int64_t i1 = std::min(inner, i0 + kInnerBlock);
+                      const T* xo = x + o * len * inner;
+                      T* yo = y + o * len * inner;
+                      int64_t i = i0;
+                      for (; i + V::kWidth <= i1; i += V::kWidth) {
+                        softmax_lanes<V>(xo + i, yo + i, len, inner, log_out);
+                      }
+                      for (; i < i1; ++i)
+                        softmax_lanes<Lane1<T>>(xo + i, yo + i, len, inner, log_out);
+                    }
+                  });
 }
 
 }  // namespace

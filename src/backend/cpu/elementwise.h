@@ -1,0 +1,303 @@
+// Shared machinery of the CPU elementwise, creation, cast and reduction kernels: element types
+// and dtype dispatch, the conversion rules of docs/ops.md (Cast), and the run driver that walks
+// broadcast or strided operands in the output's row-major order.
+//
+// Kernels are templates on the element type; a dtype is turned into a type once, by a switch in
+// one of the visit_* functions, so the inner loops see plain C++ types that GCC vectorises.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "backend/cpu/strided.h"
+#include "core/half.h"
+#include "core/thread_pool.h"
+#include "ir/ops.h"
+
+namespace tw::cpu {
+
+// Storage-only element types: the bits of an IEEE binary16 / bfloat16 value.
+struct Half {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+template <class T>
+struct Tag {
+  using type = T;
+};
+
+// Elements per parallel chunk of an elementwise op. Chunks of 32K elements (128 KiB of f32 per
+// operand) keep the per-chunk cost of the pool negligible and give 2 threads 512 chunks to share
+// on a 16M-element tensor. Elementwise results do not depend on the partition at all.
+inline constexpr int64_t kElementwiseGrain = int64_t{1} << 15;
+// Elements gathered at a time from a strided operand into a stack buffer (8 KiB of f64).
+inline constexpr int64_t kRunBlock = 1024;
+
+// ---- dtype dispatch: f(Tag<T>{}) -> Status ----
+template <class F>
+Status visit_dtype(DType d, const char* op, F&& f) {
+  switch (d) {
+    case DType::kF32: return f(Tag<float>{});
+    case DType::kF64: return f(Tag<double>{});
+    case DType::kI32: return f(Tag<int32_t>{});
+    case DType::kI64: return f(Tag<int64_t>{});
+    case DType::kU8: return f(Tag<uint8_t>{});
+    case DType::kBool: return f(Tag<bool>{});
+    case DType::kF16: return f(Tag<Half>{});
+    case DType::kBF16: return f(Tag<BFloat16>{});
+  }
+  return internal_error(std::string(op) + ": unknown dtype " +
+                        std::to_string(static_cast<int>(d)));
+}
+
+inline Status unsupported_dtype(const char* op, DType d) {
+  return internal_error(std::string(op) + ": the cpu kernel has no " +
+                        std::string(dtype_name(d)) + " variant (inference should reject it)");
+}
+
+// Every dtype that takes part in arithmetic or comparison (not f16/bf16).
+template <class F>
+Status visit_compute(DType d, const char* op, F&& f) {
+  switch (d) {
+    case DType::kF32: return f(Tag<float>{});
+    case DType::kF64: return f(Tag<double>{});
+    case DType::kI32: return f(Tag<int32_t>{});
+    case DType::kI64: return f(Tag<int64_t>{});
+    case DType::kU8: return f(Tag<uint8_t>{});
+    case DType::kBool: return f(Tag<bool>{});
+    default: return unsupported_dtype(op, d);
+  }
+}
+
+// Numeric dtypes: f32, f64, i32, i64, u8.
+template <class F>
+Status visit_numeric(DType d, const char* op, F&& f) {
+  switch (d) {
+    case DType::kF32: return f(Tag<float>{});
+    case DType::kF64: return f(Tag<double>{});
+    case DType::kI32: return f(Tag<int32_t>{});
+    case DType::kI64: return f(Tag<int64_t>{});
+    case DType::kU8: return f(Tag<uint8_t>{});
+    default: return unsupported_dtype(op, d);
+  }
+}
+
+template <class F>
+Status visit_float(DType d, const char* op, F&& f) {
+  switch (d) {
+    case DType::kF32: return f(Tag<float>{});
+    case DType::kF64: return f(Tag<double>{});
+    default: return unsupported_dtype(op, d);
+  }
+}
+
+// The kernel writes the dtype it computes; a disagreeing inference would make it overrun the
+// output, so kernels check before they allocate.
+inline Status check_out_dtype(const char* op, const TensorMeta& meta, DType expect) {
+  if (meta.dtype == expect) return Status::OK();
+  return internal_error(std::string(op) + ": inference gave " + meta_str(meta) +
+                        " but the cpu kernel computes " + std::string(dtype_name(expect)));
+}
+
+// ---- conversions (the Cast rules of docs/ops.md) ----
+
+// Float to integral: truncation toward zero, NaN -> 0, out of range saturates.
+template <class To, class From>
+inline To float_to_int(From v) {
+  using L = std::numeric_limits<To>;
+  const double d = static_cast<double>(v);
+  if (d != d) return 0;
+  // (double)max may round up (2^63 for i64); d >= that value is out of range either way.
+  if (d <= static_cast<double>(L::min())) return L::min();
+  if (d >= static_cast<double>(L::max())) return L::max();
+  return static_cast<To>(d);
+}
+
+template <class To, class From>
+inline To convert(From v) {
+  if constexpr (std::is_same_v<From, Half>) {
+    return convert<To>(f16_to_f32(v.bits));
+  } else if constexpr (std::is_same_v<From, BFloat16>) {
+    return convert<To>(bf16_to_f32(v.bits));
+  } else if constexpr (std::is_same_v<To, Half>) {
+    return Half{f32_to_f16(static_cast<float>(v))};  // f64 and integers go through f32
+  } else if constexpr (std::is_same_v<To, BFloat16>) {
+    return BFloat16{f32_to_bf16(static_cast<float>(v))};
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);  // NaN -> true
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    return float_to_int<To>(v);
+  } else {
+    return static_cast<To>(v);  // integral narrowing wraps (C++20 modular conversion)
+  }
+}
+
+// A scalar attribute in dtype T by the same rules (an integer scalar converts exactly, as an
+// int64).
+template <class T>
+inline T scalar_to(const ir::Scalar& s) {
+  return s.is_float ? convert<T>(s.f) : convert<T>(s.i);
+}
+
+// t itself when it already has dtype `to`; otherwise a contiguous copy converted to `to` (same
+// shape). Used to bring operands to an op's compute dtype. Defined in cast.cc.
+CpuTensor cast_tensor(const CpuTensor& t, DType to);
+
+// ---- the run driver ----
+
+// Dims merged so that each run of the innermost dim is as long as possible: size-1 dims are
+// dropped and dim d folds into d + 1 when every operand steps through them as one. The output
+// is contiguous in the original shape, so merging never changes its row-major order.
+template <size_t N>
+struct Coalesced {
+  Shape shape;
+  std::array<Strides, N> strides;
+};
+
+template <size_t N>
+Coalesced<N> coalesce(const Shape& shape, const std::array<Strides, N>& strides) {
+  Coalesced<N> c;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !c.shape.empty();
+    for (size_t k = 0; merge && k < N; ++k) {
+      merge = c.strides[k].back() == strides[k][d] * shape[d];
+    }
+    if (merge) {
+      c.shape.back() *= shape[d];
+      for (size_t k = 0; k < N; ++k) c.strides[k].back() = strides[k][d];
+    } else {
+      c.shape.push_back(shape[d]);
+      for (size_t k = 0; k < N; ++k) c.strides[k].push_back(strides[k][d]);
+    }
+  }
+  if (c.shape.empty()) {  // a single element
+    c.shape.push_back(1);
+    for (size_t k = 0; k < N; ++k) c.strides[k].push_back(1);
+  }
+  return c;
+}
+
+// Walks the row-major order of `shape` in parallel chunks of `grain` elements and calls
+// seg(out_pos, offsets, inner_strides, len) for each run of consecutive output elements that
+// lies within one row of the innermost (coalesced) dim. offsets[k] is operand k's element offset
+// of the run's first element; inner_strides[k] its step along the run (0 when broadcast).
+template <size_t N, class Seg>
+void for_each_run(const Shape& shape, const std::array<Strides, N>& strides, int64_t grain,
+                  Seg&& seg) {
+  const int64_t n = numel(shape);
+  if (n == 0) return;
+  const Coalesced<N> c = coalesce<N>(shape, strides);
+  const int64_t inner = c.shape.back();
+  std::array<int64_t, N> inner_strides;
+  for (size_t k = 0; k < N; ++k) inner_strides[k] = c.strides[k].back();
+  const Shape outer(c.shape.begin(), c.shape.end() - 1);
+  parallel_chunks(n, grain, [&](int64_t, int64_t begin, int64_t end) {
+    StridedIter<static_cast<int>(N)> it(outer, {});
+    for (size_t k = 0; k < N; ++k) {
+      it.strides[k].assign(c.strides[k].begin(), c.strides[k].end() - 1);
+    }
+    it.seek(begin / inner);
+    int64_t col = begin % inner;
+    for (int64_t pos = begin; pos < end;) {
+      const int64_t len = std::min(inner - col, end - pos);
+      std::array<int64_t, N> off;
+      for (size_t k = 0; k < N; ++k) off[k] = it.off[k] + col * inner_strides[k];
+      seg(pos, off, inner_strides, len);
+      pos += len;
+      col = 0;
+      it.next();
+    }
+  });
+}
+
+// The n elements at p with step `stride` as a contiguous array: p itself when stride is 1,
+// else copied into buf (which holds at least n elements).
+template <class T>
+inline const T* contiguous_run(const T* p, int64_t stride, int64_t n, T* buf) {
+  if (stride == 1) return p;
+  if (stride == 0) {
+    std::fill(buf, buf + n, *p);
+  } else {
+    for (int64_t i = 0; i < n; ++i) buf[i] = p[i * stride];
+  }
+  return buf;
+}
+
+// out[i] = block(in)[i] over a unary op whose output (contiguous, x's shape) has element type
+// TO: block(const TI* in, TO* out, int64_t n) sees contiguous runs, strided inputs gathered.
+template <class TI, class TO, class Block>
+void map_unary(const CpuTensor& x, TO* out, int64_t grain, Block&& block) {
+  const TI* base = x.data<TI>();
+  for_each_run<1>(x.shape, {x.strides}, grain,
+                  [&](int64_t pos, const std::array<int64_t, 1>& off,
+                      const std::array<int64_t, 1>& st, int64_t len) {
+                    const TI* p = base + off[0];
+                    if (st[0] == 1) {
+                      block(p, out + pos, len);
+                      return;
+                    }
+                    alignas(64) TI buf[kRunBlock];
+                    for (int64_t i = 0; i < len; i += kRunBlock) {
+                      const int64_t m = std::min(kRunBlock, len - i);
+                      block(contiguous_run(p + i * st[0], st[0], m, buf), out + pos + i, m);
+                    }
+                  });
+}
+
+// ---- NaN-propagating max / min (maximum, minimum, clamp and the max/min reductions) ----
+template <class T>
+inline T max_nan(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return (a > b || a != a) ? a : b;
+  } else {
+    return a > b ? a : b;
+  }
+}
+template <class T>
+inline T min_nan(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return (a < b || a != a) ? a : b;
+  } else {
+    return a < b ? a : b;
+  }
+}
+
+// Two's-complement arithmetic for integers (signed overflow is undefined in C++).
+template <class T>
+inline T wrap_add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return a + b;
+  }
+}
+template <class T>
+inline T wrap_sub(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
+  } else {
+    return a - b;
+  }
+}
+template <class T>
+inline T wrap_mul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    // u8 and narrower promote to int, where 255 * 255 fits; wider types multiply unsigned.
+    using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+
+}  // namespace tw::cpu
