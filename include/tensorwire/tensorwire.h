@@ -4,4 +4,7 @@
 #include "tensorwire/device.h"
 #include "tensorwire/dtype.h"
 #include "tensorwire/error.h"
+#include "tensorwire/nn.h"
+#include "tensorwire/optim.h"
+#include "tensorwire/serialize.h"
 #include "tensorwire/tensor.h"
