@@ -1,23 +1,22 @@
-// A remote device for tests that run a check on the local CPU device and on a remote one: a
-// compute server hosted in this process (tw::serve) on an ephemeral loopback port, started on
-// first use and stopped at exit, and one session on it shared by the process's tests.
+// A remote device for tests that run a check on the local CPU device and on a remote one: device
+// 0 of a real tensorwire-server process on 127.0.0.1 (port 0, read back from its output),
+// started on first use and stopped when the test binary exits; one session on it is shared by
+// the binary's tests.
 #pragma once
-#include <memory>
 #include <string>
 
-#include "tensorwire/server.h"
+#include "support/server_process.h"
 #include "tensorwire/tensorwire.h"
 
 namespace tw::testing {
 
-inline const std::string& in_process_server_url() {
-  static const std::unique_ptr<Server> server = serve(Device::cpu());
-  static const std::string url = server->url();
-  return url;
+inline const std::string& test_server_url() {
+  static ServerProcess server;
+  return server.url();
 }
 
 inline Device remote_test_device() {
-  static const Device device = Device::remote(in_process_server_url());
+  static const Device device = Device::remote(test_server_url());
   return device;
 }
 
