@@ -2,6 +2,7 @@
 // first checks them all and fails with the first bad one in row-major order (the same message
 // for any thread count), before anything is read through them.
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 

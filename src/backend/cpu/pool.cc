@@ -24,6 +24,20 @@ struct PoolGeometry {
 
 int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
 
+// One kernel tap over output row y, reading x[ox * step + off] for ox in [lo, hi): y[ox] takes
+// the max (NaN sticks) or the sum.
+template <class T, bool kMax>
+inline void tap_row(const T* x, int64_t step, int64_t off, T* y, int64_t lo, int64_t hi) {
+  for (int64_t ox = lo; ox < hi; ++ox) {
+    const T v = x[ox * step + off];
+    if constexpr (kMax) {
+      y[ox] = (v > y[ox] || v != v) ? v : y[ox];
+    } else {
+      y[ox] += v;
+    }
+  }
+}
+
 template <class T, bool kMax>
 void pool_plane(const PoolGeometry& g, const T* x, T* y) {
   for (int64_t oy = 0; oy < g.ho; ++oy) {
@@ -37,13 +51,11 @@ void pool_plane(const PoolGeometry& g, const T* x, T* y) {
         const int64_t xoff = kx - g.pw;  // ix = ox * sw + xoff
         const int64_t lo = ceil_div_nonneg(-xoff, g.sw);
         const int64_t hi = std::min(g.wo, g.w - 1 - xoff < 0 ? 0 : (g.w - 1 - xoff) / g.sw + 1);
-        for (int64_t ox = lo; ox < hi; ++ox) {
-          const T v = xr[ox * g.sw + xoff];
-          if constexpr (kMax) {
-            yr[ox] = (v > yr[ox] || v != v) ? v : yr[ox];
-          } else {
-            yr[ox] += v;
-          }
+        // Stride 1 gets its own loop so the compiler sees unit-stride loads and vectorises it.
+        if (g.sw == 1) {
+          tap_row<T, kMax>(xr, 1, xoff, yr, lo, hi);
+        } else {
+          tap_row<T, kMax>(xr, g.sw, xoff, yr, lo, hi);
         }
       }
     }

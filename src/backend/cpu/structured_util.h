@@ -2,10 +2,8 @@
 // movement, indexing).
 #pragma once
 #include <cstdint>
-#include <cstring>
 
 #include "backend/cpu/cpu_tensor.h"
-#include "core/half.h"
 
 namespace tw::cpu {
 
@@ -32,18 +30,12 @@ void dispatch_float(DType d, F&& fn) {
   }
 }
 
-// Row-major chunking of `rows` independent rows of `row_cost` elements each: about 32 Ki
+// Rows per parallel_chunks chunk for independent rows of `row_cost` elements each: about 32 Ki
 // elements per chunk, so small problems run inline and big ones spread across the pool. Depends
-// on the problem size only (see thread_pool.h).
+// on the problem size only, never on the thread count (see thread_pool.h).
 inline int64_t rows_per_chunk(int64_t row_cost) {
   constexpr int64_t kChunkElements = int64_t{1} << 15;
   return row_cost >= kChunkElements ? 1 : kChunkElements / (row_cost < 1 ? 1 : row_cost);
-}
-
-// Reads an index element (i32 or i64) as int64.
-inline int64_t load_index(const CpuTensor& index, int64_t elem_offset) {
-  if (index.dtype == kI32) return index.data<int32_t>()[elem_offset];
-  return index.data<int64_t>()[elem_offset];
 }
 
 }  // namespace tw::cpu

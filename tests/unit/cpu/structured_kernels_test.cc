@@ -269,11 +269,12 @@ TEST(StructuredKernels, MatMulIntegerWrapsAndEdgeSizes) {
   }
 }
 
-// oneDNN finding (Debian libdnnl 2.6.3, OpenMP runtime, AVX-512 host): a 256^3 f32 matmul and
-// the conv below give bit-identical results with 1 and with 2 threads; both split work over
-// output blocks and keep each output's reduction in one thread. This is the library's current
-// behaviour, not its promise, so the test asserts identity across thread counts only for these
-// shapes, and always asserts it for repeated runs at the same thread count.
+// oneDNN finding (Debian libdnnl 2.6.3, OpenMP runtime, AVX-512 host, 1 vs 2 threads): f32
+// matmul (brgemm kernels; 256^3, 1024^3 and the K-heavy 64x4096x64 and 8x16384x8) and conv
+// (first-layer 3->64, 256->256 3x3, 64->64 1x1) gave bit-identical results, consistent with
+// each output being reduced by one thread. oneDNN does not promise this (with many threads its
+// matmul may split k), so this test pins the observed behaviour for 1 vs 2 threads and always
+// asserts identity between repeated runs at the same thread count.
 TEST(StructuredKernels, OneDnnThreadCountIdentity) {
   const CpuTensor a = random_f32({256, 256}, 21), b = random_f32({256, 256}, 22);
   const CpuTensor x = random_f32({4, 16, 20, 20}, 23), w = random_f32({32, 16, 3, 3}, 24);
@@ -808,7 +809,7 @@ double best_ms(int reps, F&& f) {
 TEST(StructuredKernels, DISABLED_Bench) {
   for (int64_t n : {1024, 2048}) {
     const CpuTensor a = random_f32({n, n}, 1), b = random_f32({n, n}, 2);
-    const double ms = best_ms(n == 1024 ? 5 : 3, [&] { matmul(a, b, {n, n}, kF32); });
+    const double ms = best_ms(n == 1024 ? 20 : 8, [&] { matmul(a, b, {n, n}, kF32); });
     printf("matmul f32 %ld: %.2f ms (%.0f GFLOP/s)\n", n, ms, 2.0 * n * n * n / ms / 1e6);
   }
   {
@@ -833,7 +834,7 @@ TEST(StructuredKernels, DISABLED_Bench) {
   {
     const CpuTensor x = random_f32({4096, 4096}, 6);
     for (bool log_out : {false, true}) {
-      const double ms = best_ms(5, [&] {
+      const double ms = best_ms(15, [&] {
         Harness h;
         ir::Softmax op{.x = h.in(x), .dim = -1, .log = log_out, .out = h.out({4096, 4096}, kF32)};
         run_ok(h, op);
