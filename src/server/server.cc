@@ -9,6 +9,7 @@
 
 #include <asio.hpp>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -59,14 +60,14 @@ class Connection;
 }  // namespace
 
 struct Server::Impl {
+  // Members are destroyed in reverse order, and the order matters: a Connection can outlive the
+  // io loop (held by a handler that never ran, such as a write to a client that stopped
+  // reading), and its destructor uses the session table and counters, its strand on `workers`
+  // and its socket on `io`. So the io_context (with those handlers) goes first, then the pool,
+  // then what the sessions share.
   ServerOptions opts;
   std::string server_id;
-  asio::io_context io;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
-  std::thread io_thread;
-  std::unique_ptr<asio::thread_pool> workers;
   int worker_count = 1;
-  std::vector<std::unique_ptr<asio::basic_socket_acceptor<Proto>>> acceptors;
   std::vector<net::Url> bound;
 
   std::mutex sessions_mu;
@@ -75,11 +76,18 @@ struct Server::Impl {
   std::atomic<uint64_t> sessions_opened{0}, ops_executed{0}, frames_in{0}, frames_out{0},
       bytes_in{0}, bytes_out{0};
   std::atomic<int64_t> bytes_held{0};
+  std::atomic<int64_t> batches_in_flight{0};  // posted to a strand, not yet finished
   std::atomic<bool> stopping{false};
 
   std::mutex stop_mu;
   std::condition_variable stop_cv;
   bool stopped = false;
+
+  std::unique_ptr<asio::thread_pool> workers;
+  asio::io_context io;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::thread io_thread;
+  std::vector<std::unique_ptr<asio::basic_socket_acceptor<Proto>>> acceptors;
 
   void accept(asio::basic_socket_acceptor<Proto>& acc, bool tcp);
   proto::ServerStats snapshot(uint64_t asking_session);
@@ -92,6 +100,9 @@ struct Server::Impl {
     return v;
   }
   void do_stop();
+  void wait_for_batches() const {
+    while (batches_in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 };
 
 namespace {
@@ -170,6 +181,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto tasks = std::make_shared<std::vector<proto::Task>>();
     Status decoded = proto::decode_batch(frame, *tasks);
     ++queued_;
+    srv_.batches_in_flight.fetch_add(1);
     auto self = shared_from_this();
     asio::post(strand_, [self, tasks, decoded, frame]() mutable {
       self->run_tasks(*tasks);
@@ -178,6 +190,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       frame = Buffer();  // release the frame (its bytes may back uploaded tensors until dropped)
       asio::post(self->srv_.io, [self] { self->task_done(); });
+      self->srv_.batches_in_flight.fetch_sub(1);
     });
     if (queued_ < srv_.opts.session_queue_depth) {
       read_header();
@@ -433,8 +446,9 @@ void Server::Impl::do_stop() {
       a->close(ec);
     }
   });
-  // 2. Let queued work finish.
-  workers->join();
+  // 2. Let queued work finish (a read under way when the flag was set may still deliver one
+  //    more batch per session; it runs too). The pool keeps running: see step 4.
+  wait_for_batches();
   // 3. Flush pending replies and close every session.
   asio::post(io, [this] {
     std::vector<std::shared_ptr<Connection>> live;
@@ -454,6 +468,11 @@ void Server::Impl::do_stop() {
   }
   io.stop();
   if (io_thread.joinable() && io_thread.get_id() != std::this_thread::get_id()) io_thread.join();
+  // 4. Batches that arrived while sessions were closing finish (their replies are dropped),
+  //    then the pool's threads end. Handlers the io loop never ran are destroyed with `io`,
+  //    before the pool and the session table (see the members' order).
+  wait_for_batches();
+  workers->join();
   for (const auto& u : bound)
     if (u.scheme == net::Url::Scheme::kUnix) ::unlink(u.path.c_str());
   {

@@ -20,6 +20,7 @@
 #include "integration/raw_client.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
+#include "tensorwire/server.h"
 #include "tensorwire/tensorwire.h"
 
 #ifndef TW_CLIENT_HELPER
@@ -154,6 +155,7 @@ TEST(Faults, GarbageBytesAreRefusedAndOthersUnaffected) {
 
 TEST(Faults, EmptyFrameIsAnErrorAndTheConnectionGoesOn) {
   ServerProcess server;
+  Device good = Device::remote(server.url());
   RawClient c(server.url());
   ASSERT_TRUE(c.send_payload({}));
   auto m = c.read_message();
@@ -168,6 +170,7 @@ TEST(Faults, EmptyFrameIsAnErrorAndTheConnectionGoesOn) {
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->kind, proto::ServerMsg::kSessionError);
   expect_sync_ok(c, 5);
+  expect_healthy(good, 22);
 }
 
 TEST(Faults, TruncatedFramesThenCloseFreeTheSession) {
@@ -263,6 +266,7 @@ TEST(Faults, HelloWithWrongMagicIsRefused) {
 
 TEST(Faults, HelloWithTrailingBytesIsRefused) {
   ServerProcess server;
+  Device good = Device::remote(server.url());
   RawClient c(server.url());
   proto::OutFrame f;
   proto::encode_hello({}, f);
@@ -274,6 +278,35 @@ TEST(Faults, HelloWithTrailingBytesIsRefused) {
   ASSERT_EQ(m->kind, proto::ServerMsg::kRefuse);
   EXPECT_EQ(m->refuse.reason, proto::RefuseReason::kMalformed);
   EXPECT_TRUE(c.closed_by_peer());
+  expect_healthy(good, 23);
+}
+
+TEST(Faults, CredentialIsChecked) {
+  // The command-line server has no credential flag; an in-process server does.
+  ServerOptions opts;
+  opts.credential = "s3cret";
+  auto server = serve(Device::cpu(), opts);
+  {
+    RawClient c(server->url());
+    proto::Hello h;
+    h.credential = "wrong";
+    auto m = c.hello(h);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    ASSERT_EQ(m->kind, proto::ServerMsg::kRefuse);
+    EXPECT_EQ(m->refuse.reason, proto::RefuseReason::kUnauthorized);
+    EXPECT_TRUE(c.closed_by_peer());
+  }
+  try {
+    Device::remote(server->url()).connect();
+    ADD_FAILURE() << "a client without the credential must be refused";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "unauthorised")) << e.what();
+  }
+  ::setenv("TW_CREDENTIAL", "s3cret", 1);
+  Device d = Device::remote(server->url());  // reads TW_CREDENTIAL
+  ::unsetenv("TW_CREDENTIAL");
+  expect_healthy(d, 24);
+  EXPECT_EQ(server->stats().sessions, 1u);
 }
 
 TEST(Faults, HelloWithUnsupportedVersionRangeIsRefusedNamingBothRanges) {
