@@ -44,6 +44,7 @@ inline constexpr int64_t kMaxGrain = int64_t{1} << 20;
 inline int64_t chunk_grain(int64_t n, int64_t min_grain = kElementwiseGrain) {
   return std::clamp(n / 32, min_grain, std::max(min_grain, kMaxGrain));
 }
+
 // Elements gathered at a time from a strided operand into a stack buffer (8 KiB of f64).
 inline constexpr int64_t kRunBlock = 1024;
 
