@@ -14,7 +14,7 @@ constexpr int64_t kRandomGrain = int64_t{1} << 13;
 
 template <class T>
 void fill(T* out, int64_t n, T value) {
-  parallel_chunks(n, kElementwiseGrain,
+  parallel_chunks(n, chunk_grain(n),
                   [&](int64_t, int64_t b, int64_t e) { std::fill(out + b, out + e, value); });
 }
 
@@ -41,7 +41,7 @@ Status run(const ir::Arange& op, KernelContext& ctx) {
       // Exact: start + i * step in 64-bit two's complement, then wrapped to T.
       const uint64_t start = static_cast<uint64_t>(op.start.i);
       const uint64_t step = static_cast<uint64_t>(op.step.i);
-      parallel_chunks(n, kElementwiseGrain, [&](int64_t, int64_t b, int64_t e) {
+      parallel_chunks(n, chunk_grain(n), [&](int64_t, int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
           o[i] = convert<T>(static_cast<int64_t>(start + static_cast<uint64_t>(i) * step));
         }
@@ -49,7 +49,7 @@ Status run(const ir::Arange& op, KernelContext& ctx) {
     } else {
       const double start = op.start.as_double();
       const double step = op.step.as_double();
-      parallel_chunks(n, kElementwiseGrain, [&](int64_t, int64_t b, int64_t e) {
+      parallel_chunks(n, chunk_grain(n), [&](int64_t, int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) o[i] = convert<T>(start + static_cast<double>(i) * step);
       });
     }
@@ -104,16 +104,17 @@ Status run(const ir::RandUniform& op, KernelContext& ctx) {
     T* o = out.data<T>();
     const T low = static_cast<T>(op.low);
     const T range = static_cast<T>(op.high) - low;
-    parallel_chunks(out.numel(), kRandomGrain, [&](int64_t, int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        const uint64_t k = static_cast<uint64_t>(i);
-        if constexpr (std::is_same_v<T, float>) {
-          o[i] = low + range * philox_uniform_f32(op.seed, k);
-        } else {
-          o[i] = low + range * philox_uniform_f64(op.seed, k);
-        }
-      }
-    });
+    parallel_chunks(out.numel(), chunk_grain(out.numel(), kRandomGrain),
+                    [&](int64_t, int64_t b, int64_t e) {
+                      for (int64_t i = b; i < e; ++i) {
+                        const uint64_t k = static_cast<uint64_t>(i);
+                        if constexpr (std::is_same_v<T, float>) {
+                          o[i] = low + range * philox_uniform_f32(op.seed, k);
+                        } else {
+                          o[i] = low + range * philox_uniform_f64(op.seed, k);
+                        }
+                      }
+                    });
     return Status::OK();
   });
 }
@@ -124,11 +125,13 @@ Status run(const ir::RandNormal& op, KernelContext& ctx) {
   return visit_float(op.dtype, "rand_normal", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = out.data<T>();
-    parallel_chunks(out.numel(), kRandomGrain, [&](int64_t, int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        o[i] = static_cast<T>(op.mean + op.std * philox_normal(op.seed, static_cast<uint64_t>(i)));
-      }
-    });
+    parallel_chunks(
+        out.numel(), chunk_grain(out.numel(), kRandomGrain), [&](int64_t, int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) {
+            o[i] =
+                static_cast<T>(op.mean + op.std * philox_normal(op.seed, static_cast<uint64_t>(i)));
+          }
+        });
     return Status::OK();
   });
 }

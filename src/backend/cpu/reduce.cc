@@ -17,16 +17,17 @@ namespace {
 
 using ir::ReduceKind;
 
-// Leaf of the pairwise tree. Each of the 32 f32 lanes sums at most 128 values in sequence, so
-// rounding error grows with log2(R) rather than R.
-constexpr int64_t kLeaf = 4096;
+// Leaf of the pairwise tree. Each of the 32 f32 lanes sums at most 512 values in sequence, so
+// rounding error grows with log2(R) rather than R; a leaf is long enough that folding its lanes
+// costs little next to streaming it (64 KiB of f32).
+constexpr int64_t kLeaf = 16384;
 // Rows longer than this spread their leaves over the pool instead of taking one task per row.
 constexpr int64_t kParallelRow = 4 * kLeaf;
 // Rows summed in sequence per column before the pairwise tree takes over (outer reductions).
 constexpr int64_t kRowBlock = 128;
 // Columns a column-reduction task keeps in its accumulator array (2 KiB of f64 on the stack).
 constexpr int64_t kColTile = 256;
-// Elements of work per parallel task.
+// Elements of work per parallel task, at least (see chunk_grain).
 constexpr int64_t kReduceGrain = int64_t{1} << 15;
 // Cumsum lines at least twice this long are scanned in parallel blocks of this many elements.
 constexpr int64_t kScanBlock = int64_t{1} << 15;
@@ -276,8 +277,9 @@ void reduce_rows(const Plan& plan, typename P::Out* out) {
   const T* base = plan.src.data<T>();
   const int64_t rows = numel(plan.kept_shape);
   const int64_t R = plan.R;
+  const int64_t grain = chunk_grain(rows * R, kReduceGrain);  // in elements
   if (R <= kParallelRow) {
-    parallel_chunks(rows, std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(R, 1)),
+    parallel_chunks(rows, std::max<int64_t>(1, grain / std::max<int64_t>(R, 1)),
                     [&](int64_t, int64_t b, int64_t e) {
                       StridedIter<1> it(plan.kept_shape, {plan.kept_strides});
                       it.seek(b);
@@ -291,17 +293,16 @@ void reduce_rows(const Plan& plan, typename P::Out* out) {
   const int64_t leaves = (R + kLeaf - 1) / kLeaf;
   Buffer scratch = Buffer::allocate(static_cast<size_t>(rows * leaves) * sizeof(A));
   A* parts = scratch.as<A>();
-  parallel_chunks(rows * leaves, std::max<int64_t>(1, kReduceGrain / kLeaf),
-                  [&](int64_t, int64_t b, int64_t e) {
-                    StridedIter<1> it(plan.kept_shape, {plan.kept_strides});
-                    for (int64_t t = b; t < e; ++t) {
-                      const int64_t r = t / leaves, l = t % leaves;
-                      if (t == b || l == 0) it.seek(r);
-                      const int64_t start = l * kLeaf;
-                      parts[t] = reduce_leaf<P>(base + it.off[0] + start,
-                                                std::min(kLeaf, R - start), start);
-                    }
-                  });
+  parallel_chunks(
+      rows * leaves, std::max<int64_t>(1, grain / kLeaf), [&](int64_t, int64_t b, int64_t e) {
+        StridedIter<1> it(plan.kept_shape, {plan.kept_strides});
+        for (int64_t t = b; t < e; ++t) {
+          const int64_t r = t / leaves, l = t % leaves;
+          if (t == b || l == 0) it.seek(r);
+          const int64_t start = l * kLeaf;
+          parts[t] = reduce_leaf<P>(base + it.off[0] + start, std::min(kLeaf, R - start), start);
+        }
+      });
   parallel_chunks(rows, std::max<int64_t>(1, kReduceGrain / leaves),
                   [&](int64_t, int64_t b, int64_t e) {
                     for (int64_t r = b; r < e; ++r) {

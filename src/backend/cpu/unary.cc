@@ -146,8 +146,8 @@ void float_block(UnaryKind k, const double* in, double* out, int64_t n) {
   }
 }
 
-// Transcendental kinds cost tens of cycles per element: smaller chunks balance better.
-int64_t grain_for(UnaryKind k) {
+// Transcendental kinds cost tens of cycles per element: smaller tensors are worth splitting.
+int64_t min_grain_for(UnaryKind k) {
   return is_float_math(k) ? kElementwiseGrain / 4 : kElementwiseGrain;
 }
 
@@ -173,7 +173,7 @@ Status run(const ir::Unary& op, KernelContext& ctx) {
   TW_RETURN_NOT_OK(check_out_dtype(name, ctx.meta(op.out), dtype));
   const CpuTensor x = cast_tensor(x0, dtype);
   CpuTensor& out = ctx.alloc(op.out);
-  const int64_t grain = grain_for(op.kind);
+  const int64_t grain = min_grain_for(op.kind);
   if (float_math) {
     return visit_float(dtype, name, [&](auto tag) {
       using T = typename decltype(tag)::type;

@@ -535,6 +535,33 @@ TEST(BinaryKernels, PromotionAndIntegerArithmetic) {
   EXPECT_EQ(mn[2], 1.0f);
 }
 
+TEST(BinaryKernels, F64AndI64) {
+  EXPECT_EQ(values<double>(binary(BinaryKind::kAdd, f64({2, 2}, {1, 2, 3, 4}),
+                                  f64({2}, {0.5, 0.25}), {2, 2}, kF64)),
+            (std::vector<double>{1.5, 2.25, 3.5, 4.25}));
+  EXPECT_EQ(
+      values<double>(binary(BinaryKind::kDiv, f64({2}, {1, -3}), i64({2}, {3, 2}), {2}, kF64)),
+      (std::vector<double>{1.0 / 3.0, -1.5}));
+  EXPECT_EQ(
+      values<double>(binary(BinaryKind::kPow, f64({2}, {2, 10}), f64({2}, {-1, 0.5}), {2}, kF64)),
+      (std::vector<double>{0.5, std::pow(10.0, 0.5)}));
+  const int64_t mx = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(
+      values<int64_t>(binary(BinaryKind::kMul, i64({2}, {mx, -4}), i64({2}, {2, 3}), {2}, kI64)),
+      (std::vector<int64_t>{-2, -12}));  // wraps
+  EXPECT_EQ(values<int64_t>(
+                binary(BinaryKind::kMinimum, i64({2}, {mx, -4}), i32({2}, {2, -5}), {2}, kI64)),
+            (std::vector<int64_t>{2, -5}));
+  CpuTensor x = f64({2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(values<double>(reduce(ReduceKind::kProd, x, {1}, {2}, kF64)),
+            (std::vector<double>{6, 120}));
+  EXPECT_EQ(values<double>(reduce(ReduceKind::kMean, x, {0}, {3}, kF64)),
+            (std::vector<double>{2.5, 3.5, 4.5}));
+  EXPECT_EQ(
+      values<int64_t>(reduce(ReduceKind::kArgmin, i64({2, 3}, {5, 1, 1, 0, 9, 0}), {1}, {2}, kI64)),
+      (std::vector<int64_t>{1, 0}));
+}
+
 TEST(BinaryKernels, RemainderFollowsPython) {
   EXPECT_EQ(values<int32_t>(binary(BinaryKind::kRemainder, i32({4}, {-7, 7, 7, -7}),
                                    i32({4}, {3, -3, 3, -3}), {4}, kI32)),
