@@ -618,7 +618,7 @@ TEST(ProtocolDoc, OpTableListsEveryOpWithItsFieldsInWireOrder) {
     ir::Name{}.fields(ft);                                                                \
     std::string row = "| " #code " | " #Name " | " + ft.out + " |";                       \
     EXPECT_NE(doc.find(row), std::string::npos)                                          \
-        << "docs/protocol.md §5 lacks (or has a stale) row for op " #Name "; expected:\n" << row; \
+        << "docs/protocol.md §5 lacks (or has a stale) row for op " #Name " (scripts/protocol_op_table.py prints the table); expected:\n" << row; \
   }
   TW_OP_LIST(TW_CHECK_ROW)
 #undef TW_CHECK_ROW
