@@ -103,7 +103,8 @@ TEST_P(Random, NormalMatchesPhilox) {
 TEST_P(Random, BernoulliMatchesPhilox) {
   for (DType dt : {kF32, kF64}) {
     std::vector<double> pv(2000);
-    for (size_t i = 0; i < pv.size(); ++i) pv[i] = static_cast<double>(i % 11) / 10.0;  // 0 .. 1
+    // p from -0.1 to 1.1 (outside [0, 1] the formula gives 0 or 1) and some NaN (never < NaN: 0).
+    for (size_t i = 0; i < pv.size(); ++i) pv[i] = i % 97 == 5 ? NAN : static_cast<double>(i % 13) / 10.0 - 0.1;
     Tensor p = from_vector<double>(pv, {40, 50}, device()).to(dt);
     const uint64_t seed = peek_seed(31);
     Tensor b = bernoulli(p);
