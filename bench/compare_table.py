@@ -93,7 +93,8 @@ def main():
         "",
         f"{datetime.date.today()}, commit {commit}; {ctx.get('num_cpus', '?')} CPUs at "
         f"{ctx.get('mhz_per_cpu', '?')} MHz; tensorwire threads {ctx.get('tw_threads', '?')}, "
-        f"torch {meta.get('torch', '?')} threads {meta.get('threads', '?')}; "
+        f"torch {meta.get('torch', '?')} threads {meta.get('threads', '?')} "
+        f"(BLAS {os.path.basename(meta.get('blas', '?'))}); "
         f"load average at the end {load}.",
         "Times are medians in ms (lower is better). ratio = tensorwire / best torch; "
         "torch (tuned) runs with GLIBC_TUNABLES that keep freed memory in the heap.",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Kernel benchmarks, tensorwire beside PyTorch CPU (`make bench`).
-#   1. installs python3-torch and python3-numpy if missing (through scripts/bootstrap.sh),
+#   1. installs python3-torch, python3-numpy and OpenBLAS if missing (scripts/bootstrap.sh),
 #   2. builds tw_bench_kernels (Release, in $BUILD, default build/),
 #   3. runs it (Google Benchmark, medians of repetitions, JSON),
 #   4. runs bench/torch_kernels.py twice: as installed, and with glibc malloc tuned so that freed
@@ -19,7 +19,11 @@ REPETITIONS=${REPETITIONS:-5}
 PY=/usr/bin/python3
 TORCH_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296
 
-scripts/bootstrap.sh python3-torch python3-numpy
+# Debian's torch does its GEMMs through libblas.so.3, which is the unoptimised reference BLAS
+# unless an optimised one provides that alternative; without OpenBLAS the matmul anchor would be
+# tens of times too slow to mean anything. (OpenBLAS reads OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE from the
+# environment; they are left alone.)
+scripts/bootstrap.sh python3-torch python3-numpy libopenblas0-pthread
 
 if [[ ! -f $BUILD/build.ninja ]]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
@@ -36,6 +40,9 @@ read -r load1 _ < /proc/loadavg
 if awk -v l="$load1" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }'; then
   echo "compare_torch: warning: load average $load1 on $(nproc) CPUs; timings will be noisy" >&2
 fi
+
+# OpenBLAS (pthread build) sizes its own pool from this, not from torch.set_num_threads.
+export OPENBLAS_NUM_THREADS=$THREADS
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

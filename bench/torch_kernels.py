@@ -11,6 +11,7 @@ workload, NAME matching the Google Benchmark name. Run with Debian's /usr/bin/py
 """
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -79,6 +80,16 @@ def time_one(fn, min_runs, min_seconds):
     return times
 
 
+def blas_library():
+    """The file behind the libblas.so.3 this process loaded (torch's GEMM goes through it)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1]
+            if "libblas.so" in path or "openblas" in path:
+                return os.path.realpath(path)
+    return "?"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -90,7 +101,8 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(20240601)
     print(json.dumps({"meta": {"torch": torch.__version__, "threads": torch.get_num_threads(),
-                               "python": platform.python_version()}}), flush=True)
+                               "python": platform.python_version(),
+                               "blas": blas_library()}}), flush=True)
     with torch.no_grad():
         for name, setup in workloads():
             if args.filter not in name:
