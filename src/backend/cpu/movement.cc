@@ -215,6 +215,7 @@ Status run(const ir::Flip& op, KernelContext& ctx) {
   // Read through negative strides from the last element of each flipped dim.
   CpuTensor v = x;
   for (int64_t d : op.dims) {
+    if (x.rank() == 0) break;  // a 0-d tensor accepts dim 0/-1 and has nothing to flip
     d = norm_dim(d, x.rank());
     v.offset += (x.shape[d] - 1) * x.strides[d];
     v.strides[d] = -x.strides[d];
