@@ -8,7 +8,7 @@
 # works on a fresh Debian 12 that reaches only Debian's mirror. Prints one line either way.
 set -euo pipefail
 
-packages=(build-essential cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev googletest
+packages=(build-essential cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev googletest zlib1g-dev
           libbenchmark-dev libdnnl-dev libasio-dev python3 "$@")
 
 # One dpkg-query for all of them (it exits non-zero when some are unknown; their lines are absent).

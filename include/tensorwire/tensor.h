@@ -160,6 +160,25 @@ class Tensor {
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
 
+  // ---- autograd (tensorwire/autograd.h) ----
+  // Makes this floating-point leaf a tensor whose gradient backward() accumulates (every handle
+  // of it sees the flag). Returns *this. A tensor computed from one that requires grad requires
+  // grad itself.
+  Tensor& set_requires_grad(bool requires_grad = true);
+  bool requires_grad() const;
+  // False for a tensor computed by a recorded op (it has a node in the graph).
+  bool is_leaf() const;
+  // What backward() accumulated into this leaf; undefined before that and after zero_grad().
+  Tensor grad() const;
+  void set_grad(const Tensor& grad);
+  // Forgets the accumulated gradient: the next backward() starts this leaf's from nothing.
+  void zero_grad();
+  // Backpropagates from this tensor. `grad` is d loss / d this (default: ones, allowed for a
+  // one-element tensor). The graph's saved tensors are freed unless retain_graph.
+  void backward(const Tensor& grad = {}, bool retain_graph = false) const;
+  // The same values (no op, no copy) cut from the graph: a leaf that does not require grad.
+  Tensor detach() const;
+
   // For the API's implementation.
   explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}
   const std::shared_ptr<detail::TensorImpl>& impl() const { return impl_; }

@@ -1,6 +1,10 @@
 // The one header users include.
 #pragma once
+#include "tensorwire/autograd.h"
 #include "tensorwire/device.h"
 #include "tensorwire/dtype.h"
 #include "tensorwire/error.h"
+#include "tensorwire/nn.h"
+#include "tensorwire/optim.h"
+#include "tensorwire/serialize.h"
 #include "tensorwire/tensor.h"

@@ -13,6 +13,10 @@
 #include "ir/ops.h"
 #include "tensorwire/device.h"
 
+namespace tw::autograd {
+struct AutogradMeta;
+}
+
 namespace tw::detail {
 
 class Sink {
@@ -55,12 +59,30 @@ class BackendSink final : public Sink {
   std::unique_ptr<Backend> backend_;
 };
 
+// Drops an id when the last of several TensorImpls naming it goes (see TensorImpl::shared_owner).
+struct IdOwner {
+  std::shared_ptr<Sink> sink;
+  ir::TensorId id = 0;
+  IdOwner() = default;
+  IdOwner(const IdOwner&) = delete;  // two owners of one id would drop it twice
+  IdOwner& operator=(const IdOwner&) = delete;
+  ~IdOwner() {
+    if (sink && id) sink->drop(id);
+  }
+};
+
 struct TensorImpl {
   std::shared_ptr<Sink> sink;
   ir::TensorId id = 0;
   TensorMeta meta;
+  // Autograd's state (api/autograd.h); null for a tensor that takes no part in it.
+  std::shared_ptr<autograd::AutogradMeta> autograd;
+  // Set once a second TensorImpl names the same id (Tensor::detach, and autograd saving an op's
+  // output without its graph links, which would otherwise form a cycle): then the id is dropped
+  // by whichever impl goes last, through this owner.
+  std::shared_ptr<IdOwner> shared_owner;
   ~TensorImpl() {
-    if (sink && id) sink->drop(id);
+    if (!shared_owner && sink && id) sink->drop(id);
   }
 };
 

@@ -10,6 +10,8 @@
 #include <limits>
 #include <sstream>
 
+#include "api/autograd.h"
+#include "api/emit.h"
 #include "api/sink.h"
 #include "core/thread_pool.h"
 #include "ir/infer.h"
@@ -34,8 +36,6 @@ const TensorImpl& impl_of(const Tensor& t, const char* what) {
   return *t.impl();
 }
 
-ir::In in(const Tensor& t) { return ir::In{t.defined() ? t.impl()->id : 0}; }
-
 ir::Scalar to_ir(Scalar s) { return s.is_float ? ir::Scalar(s.f) : ir::Scalar(s.i); }
 
 struct AssignOutputs {
@@ -49,45 +49,9 @@ struct AssignOutputs {
   void operator()(const char*, T&) const {}
 };
 
-// Validates and submits `op` whose inputs are `inputs` (undefined tensors are absent optional
-// inputs) on `sink`; returns the single output.
-Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op, std::span<const Tensor* const> inputs) {
-  std::vector<std::pair<ir::TensorId, const TensorMeta*>> metas;
-  for (const Tensor* t : inputs) {
-    if (!t->defined()) continue;
-    if (t->impl()->sink != sink) {
-      throw Error(ir::op_name(op) + ": tensors are on different devices (" + sink->str() + " and " +
-                  t->impl()->sink->str() + "); move one with .to(device)");
-    }
-    metas.emplace_back(t->impl()->id, &t->impl()->meta);
-  }
-  auto lookup = [&](ir::TensorId id) -> Result<TensorMeta> {
-    for (auto& [i, m] : metas)
-      if (i == id) return *m;
-    return not_found("tensor %" + std::to_string(id) + " is not an input of this op");
-  };
-  std::vector<ir::TensorId> outs;
-  std::visit(
-      [&](auto& o) {
-        if constexpr (!std::is_same_v<std::decay_t<decltype(o)>, std::monostate>)
-          o.fields(AssignOutputs{sink.get(), &outs});
-      },
-      op);
-  auto inferred = ir::infer(op, lookup);
-  if (!inferred.ok()) throw Error(inferred.status().message());
-  auto impl = std::make_shared<TensorImpl>();
-  impl->meta = inferred->at(0);
-  Status st = sink->submit(std::move(op));
-  if (!st.ok()) throw Error(st.message());
-  impl->sink = sink;
-  impl->id = outs.at(0);
-  return Tensor(std::move(impl));
-}
+using detail::emit;
+using detail::in;
 
-Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op,
-            std::initializer_list<const Tensor*> inputs) {
-  return emit(sink, std::move(op), std::span<const Tensor* const>(inputs.begin(), inputs.size()));
-}
 
 Tensor emit1(const Tensor& x, ir::Op op, std::initializer_list<const Tensor*> inputs) {
   return emit(impl_of(x, ir::op_name(op).c_str()).sink, std::move(op), inputs);
@@ -114,6 +78,53 @@ int64_t norm_dim(int64_t dim, int64_t rank, const char* what) {
 }
 
 }  // namespace
+
+namespace detail {
+
+Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op, std::span<const Tensor* const> inputs) {
+  std::vector<std::pair<ir::TensorId, const TensorMeta*>> metas;
+  for (const Tensor* t : inputs) {
+    if (!t->defined()) continue;
+    if (t->impl()->sink != sink) {
+      throw Error(ir::op_name(op) + ": tensors are on different devices (" + sink->str() + " and " +
+                  t->impl()->sink->str() + "); move one with .to(device)");
+    }
+    metas.emplace_back(t->impl()->id, &t->impl()->meta);
+  }
+  auto lookup = [&](ir::TensorId id) -> Result<TensorMeta> {
+    for (auto& [i, m] : metas)
+      if (i == id) return *m;
+    return not_found("tensor %" + std::to_string(id) + " is not an input of this op");
+  };
+  std::vector<ir::TensorId> outs;
+  std::visit(
+      [&](auto& o) {
+        if constexpr (!std::is_same_v<std::decay_t<decltype(o)>, std::monostate>)
+          o.fields(AssignOutputs{sink.get(), &outs});
+      },
+      op);
+  auto inferred = ir::infer(op, lookup);
+  if (!inferred.ok()) throw Error(inferred.status().message());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->meta = inferred->at(0);
+  // Autograd keeps the op (attributes included) for its backward rule; the sink takes the op.
+  std::optional<ir::Op> recorded;
+  if (autograd::needs_record(inputs)) recorded = op;
+  Status st = sink->submit(std::move(op));
+  if (!st.ok()) throw Error(st.message());
+  impl->sink = sink;
+  impl->id = outs.at(0);
+  Tensor out(std::move(impl));
+  if (recorded) autograd::record(*recorded, inputs, out);
+  return out;
+}
+
+Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op,
+            std::initializer_list<const Tensor*> inputs) {
+  return emit(sink, std::move(op), std::span<const Tensor* const>(inputs.begin(), inputs.size()));
+}
+
+}  // namespace detail
 
 // ---- metadata ----
 const Shape& Tensor::shape() const { return impl_of(*this, "shape").meta.shape; }

@@ -826,6 +826,12 @@ Result<Metas> infer_op(const LayerNorm& op, const Ctx& c) {
   return Metas{x};
 }
 
+// Gradient ops: defined in their own block at the end of this file.
+Result<Metas> infer_op(const Conv2dBackwardInput& op, const Ctx& c);
+Result<Metas> infer_op(const Conv2dBackwardWeight& op, const Ctx& c);
+Result<Metas> infer_op(const Pool2dBackward& op, const Ctx& c);
+Result<Metas> infer_op(const AdaptiveAvgPool2dBackward& op, const Ctx& c);
+
 }  // namespace
 
 Result<std::vector<TensorMeta>> infer(const Op& op, const MetaLookup& lookup) {
@@ -881,4 +887,95 @@ int64_t window_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padd
   return static_cast<int64_t>(out);
 }
 
+}  // namespace tw::ir
+
+// ================================ gradients ================================
+// The backward kernels autograd (src/api/autograd.cc) emits where composing other ops would be
+// slow. Each checks that its shapes are those of a forward op autograd could have recorded.
+
+namespace tw::ir {
+namespace {
+
+// The geometry shared by Conv2d and its two gradients: x [N, C, H, W], w [O, C/groups, kH, kW]
+// and grad [N, O, Ho, Wo] with Ho, Wo what Conv2d would produce.
+Status check_conv_grad(const Ctx& c, const Shape& x, const Shape& w, const TensorMeta& grad,
+                       const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                       const std::vector<int64_t>& dilation, int64_t groups) {
+  if (x.size() != 4) return c.error("x shape must be 4-D [N, C, H, W], got " + shape_str(x));
+  if (w.size() != 4) return c.error("w shape must be 4-D [O, C/groups, kH, kW], got " + shape_str(w));
+  TW_RETURN_NOT_OK(c.shape_attr(x));
+  TW_RETURN_NOT_OK(c.shape_attr(w));
+  TW_RETURN_NOT_OK(c.floating(grad.dtype));
+  TW_RETURN_NOT_OK(c.entries(stride, 2, "stride"));
+  TW_RETURN_NOT_OK(c.entries(padding, 2, "padding"));
+  TW_RETURN_NOT_OK(c.entries(dilation, 2, "dilation"));
+  TW_RETURN_NOT_OK(c.at_least(stride, 1, "stride"));
+  TW_RETURN_NOT_OK(c.at_least(padding, 0, "padding"));
+  TW_RETURN_NOT_OK(c.at_least(dilation, 1, "dilation"));
+  if (groups < 1 || x[1] % groups != 0 || w[0] % groups != 0 || w[1] != x[1] / groups) {
+    return c.error("groups " + num(groups) + " does not fit x " + shape_str(x) + " and w " +
+                   shape_str(w));
+  }
+  if (w[2] < 1 || w[3] < 1) return c.error("kernel size of w " + shape_str(w) + " must be >= 1");
+  Shape expect{x[0], w[0], 0, 0};
+  for (size_t i = 0; i < 2; ++i) {
+    expect[2 + i] = window_out_size(x[2 + i], w[2 + i], stride[i], padding[i], dilation[i]);
+  }
+  if (grad.shape != expect) {
+    return c.error("grad " + shape_str(grad.shape) + " is not the conv2d output " +
+                   shape_str(expect) + " of x " + shape_str(x) + " and w " + shape_str(w));
+  }
+  return Status::OK();
+}
+
+Result<Metas> infer_op(const Conv2dBackwardInput& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta grad, c.input(op.grad, "grad"));
+  TW_ASSIGN_OR_RETURN(TensorMeta w, c.input(op.w, "w"));
+  if (w.dtype != grad.dtype) {
+    return c.error("w dtype " + dt(w.dtype) + " differs from grad dtype " + dt(grad.dtype));
+  }
+  TW_RETURN_NOT_OK(check_conv_grad(c, op.x_shape, w.shape, grad, op.stride, op.padding,
+                                   op.dilation, op.groups));
+  return one(op.x_shape, grad.dtype);
+}
+
+Result<Metas> infer_op(const Conv2dBackwardWeight& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta grad, c.input(op.grad, "grad"));
+  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
+  if (x.dtype != grad.dtype) {
+    return c.error("x dtype " + dt(x.dtype) + " differs from grad dtype " + dt(grad.dtype));
+  }
+  TW_RETURN_NOT_OK(check_conv_grad(c, x.shape, op.w_shape, grad, op.stride, op.padding,
+                                   op.dilation, op.groups));
+  return one(op.w_shape, grad.dtype);
+}
+
+Result<Metas> infer_op(const Pool2dBackward& op, const Ctx& c) {
+  // The forward op's rules, then grad must have its output's shape and dtype.
+  TW_ASSIGN_OR_RETURN(Metas fwd, infer_op(Pool2d{op.kind, op.x, op.kernel, op.stride, op.padding,
+                                                 {}},
+                                          c));
+  TW_ASSIGN_OR_RETURN(TensorMeta grad, c.input(op.grad, "grad"));
+  if (grad.shape != fwd[0].shape || grad.dtype != fwd[0].dtype) {
+    return c.error("grad " + meta_str(grad) + " is not the pool's output " + meta_str(fwd[0]));
+  }
+  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
+  return Metas{x};
+}
+
+Result<Metas> infer_op(const AdaptiveAvgPool2dBackward& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta grad, c.input(op.grad, "grad"));
+  if (grad.shape.size() != 4) {
+    return c.error("grad must be 4-D [N, C, Ho, Wo], got " + shape_str(grad.shape));
+  }
+  TW_RETURN_NOT_OK(c.floating(grad.dtype));
+  TW_RETURN_NOT_OK(c.entries(op.input_size, 2, "input_size"));
+  TW_RETURN_NOT_OK(c.at_least(op.input_size, 1, "input_size"));
+  if (grad.shape[2] < 1 || grad.shape[3] < 1) {
+    return c.error("grad " + shape_str(grad.shape) + " must have Ho and Wo >= 1");
+  }
+  return one({grad.shape[0], grad.shape[1], op.input_size[0], op.input_size[1]}, grad.dtype);
+}
+
+}  // namespace
 }  // namespace tw::ir

@@ -280,6 +280,28 @@ struct LayerNorm {  // over the last `normalized_dims` dims; weight, bias option
   TW_FIELDS(x, weight, bias, normalized_dims, eps, out)
 };
 
+// -- gradients (the backward kernels autograd needs beyond composing the ops above) --
+struct Conv2dBackwardInput {  // d loss / d x of Conv2d: grad [N, O, Ho, Wo], w -> x_shape
+  In grad, w; Shape x_shape; std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1; Out out;
+  TW_FIELDS(grad, w, x_shape, stride, padding, dilation, groups, out)
+};
+struct Conv2dBackwardWeight {  // d loss / d w of Conv2d: grad [N, O, Ho, Wo], x -> w_shape
+  In grad, x; Shape w_shape; std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1; Out out;
+  TW_FIELDS(grad, x, w_shape, stride, padding, dilation, groups, out)
+};
+struct Pool2dBackward {  // d loss / d x of Pool2d: grad has the pool's output shape; out x's
+  PoolKind kind = PoolKind::kMax; In grad, x; std::vector<int64_t> kernel{2, 2}, stride{2, 2},
+      padding{0, 0};
+  Out out;
+  TW_FIELDS(kind, grad, x, kernel, stride, padding, out)
+};
+struct AdaptiveAvgPool2dBackward {  // grad [N, C, Ho, Wo] -> [N, C, input_size[0], input_size[1]]
+  In grad; std::vector<int64_t> input_size; Out out;
+  TW_FIELDS(grad, input_size, out)
+};
+
 // ================================ the list ================================
 // (struct, wire code). Append only; never renumber or reuse a code.
 #define TW_OP_LIST(X)                                                                          \
@@ -288,7 +310,9 @@ struct LayerNorm {  // over the last `normalized_dims` dims; weight, bias option
   X(MaskedFill, 13) X(Cast, 14) X(Reduce, 15) X(Cumsum, 16) X(MatMul, 17) X(Reshape, 18)        \
   X(Permute, 19) X(Expand, 20) X(Slice, 21) X(SliceAssign, 22) X(Cat, 23) X(Flip, 24)          \
   X(Repeat, 25) X(Gather, 26) X(ScatterAdd, 27) X(IndexSelect, 28) X(OneHot, 29)                \
-  X(Softmax, 30) X(Conv2d, 31) X(Pool2d, 32) X(AdaptiveAvgPool2d, 33) X(LayerNorm, 34)
+  X(Softmax, 30) X(Conv2d, 31) X(Pool2d, 32) X(AdaptiveAvgPool2d, 33) X(LayerNorm, 34)        \
+  X(Conv2dBackwardInput, 35) X(Conv2dBackwardWeight, 36) X(Pool2dBackward, 37)                 \
+  X(AdaptiveAvgPool2dBackward, 38)
 
 #define TW_OP_VARIANT_ENTRY(Name, code) Name,
 using Op = std::variant<TW_OP_LIST(TW_OP_VARIANT_ENTRY) std::monostate>;

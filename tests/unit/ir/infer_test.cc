@@ -157,6 +157,17 @@ TEST_F(InferTest, AcceptsOneInstanceOfEveryOp) {
       {AdaptiveAvgPool2d{.x = t({2, 3, 7, 5}), .output_size = {3, 2}, .out = kOut},
        {{2, 3, 3, 2}, kF32}},
       {LayerNorm{.x = t({2, 3}), .weight = t({3}), .bias = t({3}), .out = kOut}, {{2, 3}, kF32}},
+      {Conv2dBackwardInput{
+           .grad = t({1, 8, 3, 3}), .w = t({8, 3, 3, 3}), .x_shape = {1, 3, 5, 5}, .out = kOut},
+       {{1, 3, 5, 5}, kF32}},
+      {Conv2dBackwardWeight{
+           .grad = t({1, 8, 3, 3}), .x = t({1, 3, 5, 5}), .w_shape = {8, 3, 3, 3}, .out = kOut},
+       {{8, 3, 3, 3}, kF32}},
+      {Pool2dBackward{
+           .kind = PoolKind::kMax, .grad = t({1, 3, 2, 2}), .x = t({1, 3, 4, 4}), .out = kOut},
+       {{1, 3, 4, 4}, kF32}},
+      {AdaptiveAvgPool2dBackward{.grad = t({2, 3, 3, 2}), .input_size = {7, 5}, .out = kOut},
+       {{2, 3, 7, 5}, kF32}},
   };
   std::set<OpCode> covered;
   for (const Case& c : cases) {
@@ -907,6 +918,71 @@ TEST_F(InferTest, LayerNorm) {
       fails_with(ln(t({2, 3}), In{}, In{}, 1, NAN), "layer_norm: eps nan must be finite and >= 0"));
   EXPECT_TRUE(fails_with(ln(t({2, 3}, kI64), In{}, In{}, 1),
                          "layer_norm: dtype i64 is not supported (expected f32 or f64)"));
+}
+
+// ---------------------------------------------------------------- gradient ops (autograd)
+
+TEST_F(InferTest, Conv2dBackwardInput) {
+  // x [2, 4, 7, 7], w [6, 2, 3, 3], groups 2, stride 2, padding 1 -> grad [2, 6, 4, 4]
+  auto op = [](In grad, In w, Shape xs, int64_t groups) {
+    return Conv2dBackwardInput{.grad = grad, .w = w, .x_shape = std::move(xs), .stride = {2, 2},
+                               .padding = {1, 1}, .dilation = {1, 1}, .groups = groups,
+                               .out = kOut};
+  };
+  EXPECT_TRUE(gives(op(t({2, 6, 4, 4}, kF64), t({6, 2, 3, 3}, kF64), {2, 4, 7, 7}, 2),
+                    {2, 4, 7, 7}, kF64));
+  // x of 8 columns gives the same output width: both input sizes are valid.
+  EXPECT_TRUE(gives(op(t({2, 6, 4, 4}), t({6, 2, 3, 3}), {2, 4, 8, 8}, 2), {2, 4, 8, 8}, kF32));
+  EXPECT_TRUE(fails_containing(op(t({2, 6, 4, 4}), t({6, 2, 3, 3}), {2, 4, 9, 9}, 2),
+                               "is not the conv2d output [2, 6, 5, 5]"));
+  EXPECT_TRUE(fails_containing(op(t({2, 6, 4, 4}), t({6, 2, 3, 3}), {2, 4, 7, 7}, 3),
+                               "groups 3 does not fit"));
+  EXPECT_TRUE(fails_containing(op(t({2, 6, 4, 4}), t({6, 2, 3, 3}, kF64), {2, 4, 7, 7}, 2),
+                               "w dtype f64 differs from grad dtype f32"));
+  EXPECT_TRUE(fails_containing(op(t({2, 6, 4, 4}), t({6, 2, 3, 3}), {2, 4, 7}, 2),
+                               "x shape must be 4-D"));
+  EXPECT_TRUE(fails_containing(op(t({2, 6, 4, 4}, kI32), t({6, 2, 3, 3}, kI32), {2, 4, 7, 7}, 2),
+                               "dtype i32 is not supported"));
+}
+
+TEST_F(InferTest, Conv2dBackwardWeight) {
+  auto op = [](In grad, In x, Shape ws) {
+    return Conv2dBackwardWeight{.grad = grad, .x = x, .w_shape = std::move(ws), .stride = {1, 1},
+                                .padding = {0, 0}, .dilation = {2, 2}, .groups = 1, .out = kOut};
+  };
+  EXPECT_TRUE(gives(op(t({1, 5, 2, 2}), t({1, 3, 6, 6}), {5, 3, 3, 3}), {5, 3, 3, 3}, kF32));
+  EXPECT_TRUE(fails_containing(op(t({1, 5, 2, 2}), t({1, 3, 6, 6}), {5, 3, 2, 2}),
+                               "is not the conv2d output [1, 5, 4, 4]"));
+  EXPECT_TRUE(fails_containing(op(t({1, 5, 2, 2}), t({1, 3, 6, 6}), {5, 3, 3, -3}),
+                               "negative dimension"));
+  EXPECT_TRUE(fails_containing(op(t({1, 5, 2, 2}), t({1, 3, 6, 6}, kF64), {5, 3, 3, 3}),
+                               "x dtype f64 differs from grad dtype f32"));
+}
+
+TEST_F(InferTest, Pool2dBackward) {
+  auto op = [](PoolKind kind, In grad, In x) {
+    return Pool2dBackward{.kind = kind, .grad = grad, .x = x, .kernel = {3, 3}, .stride = {2, 2},
+                          .padding = {1, 1}, .out = kOut};
+  };
+  EXPECT_TRUE(gives(op(PoolKind::kAvg, t({2, 3, 3, 3}, kF64), t({2, 3, 5, 6}, kF64)),
+                    {2, 3, 5, 6}, kF64));
+  EXPECT_TRUE(fails_with(op(PoolKind::kMax, t({2, 3, 2, 2}), t({2, 3, 5, 6})),
+                         "pool2d_backward: grad f32[2, 3, 2, 2] is not the pool's output "
+                         "f32[2, 3, 3, 3]"));
+  EXPECT_TRUE(fails_containing(op(PoolKind::kMax, t({2, 3, 3, 3}), t({2, 3, 5, 6}, kF64)),
+                               "is not the pool's output"));
+  EXPECT_TRUE(fails_with(op(static_cast<PoolKind>(7), t({2, 3, 3, 3}), t({2, 3, 5, 6})),
+                         "pool2d: unknown kind code 7"));
+}
+
+TEST_F(InferTest, AdaptiveAvgPool2dBackward) {
+  auto op = [](In grad, std::vector<int64_t> size) {
+    return AdaptiveAvgPool2dBackward{.grad = grad, .input_size = std::move(size), .out = kOut};
+  };
+  EXPECT_TRUE(gives(op(t({2, 3, 2, 2}), {5, 4}), {2, 3, 5, 4}, kF32));
+  EXPECT_TRUE(fails_containing(op(t({2, 3, 2, 2}), {5}), "input_size must have 2 entries"));
+  EXPECT_TRUE(fails_containing(op(t({2, 3, 2, 2}), {5, 0}), "input_size [5, 0] must be >= 1"));
+  EXPECT_TRUE(fails_containing(op(t({2, 3, 2}), {5, 4}), "grad must be 4-D"));
 }
 
 }  // namespace

@@ -1,0 +1,205 @@
+#include "digits/digits.h"
+
+#include <zlib.h>
+
+#include <chrono>
+#include <cstdlib>
+
+namespace tw::digits {
+
+const char* const kAttribution =
+    "Alpaydin, E. & Kaynak, C. (1998). Optical Recognition of Handwritten Digits. UCI Machine "
+    "Learning Repository. https://doi.org/10.24432/C50P49 (CC BY 4.0)";
+
+std::string default_path() {
+  if (const char* env = std::getenv("TW_DIGITS")) return env;
+  return TW_DIGITS_DEFAULT_PATH;
+}
+
+Dataset load(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw Error("digits: cannot open " + path + " (set TW_DIGITS to the file's path)");
+  std::string text;
+  char buf[1 << 16];
+  int got;
+  while ((got = gzread(f, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(got));
+  int err = 0;
+  const char* msg = got < 0 ? gzerror(f, &err) : nullptr;
+  const std::string zmsg = msg ? msg : "";
+  gzclose(f);
+  if (got < 0) throw Error("digits: cannot decompress " + path + ": " + zmsg);
+
+  Dataset d;
+  size_t pos = 0;
+  int64_t line = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    ++line;
+    std::string row = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (!row.empty() && row.back() == '\r') row.pop_back();
+    if (row.empty()) continue;
+    std::vector<int64_t> values;
+    size_t p = 0;
+    while (p <= row.size()) {
+      size_t comma = row.find(',', p);
+      if (comma == std::string::npos) comma = row.size();
+      const std::string field = row.substr(p, comma - p);
+      char* stop = nullptr;
+      const long v = std::strtol(field.c_str(), &stop, 10);
+      if (field.empty() || *stop != '\0') {
+        throw Error("digits: " + path + " line " + std::to_string(line) + ": '" + field + "' is not an integer");
+      }
+      values.push_back(v);
+      p = comma + 1;
+    }
+    if (values.size() != kPixels + 1) {
+      throw Error("digits: " + path + " line " + std::to_string(line) + " has " + std::to_string(values.size()) +
+                  " fields, expected 65 (64 pixels and a label)");
+    }
+    for (int64_t i = 0; i < kPixels; ++i) {
+      if (values[i] < 0 || values[i] > 16) {
+        throw Error("digits: " + path + " line " + std::to_string(line) + ": pixel " + std::to_string(values[i]) +
+                    " outside 0..16");
+      }
+      d.pixels.push_back(static_cast<float>(values[i]) / 16.0f);
+    }
+    if (values[kPixels] < 0 || values[kPixels] >= kClasses) {
+      throw Error("digits: " + path + " line " + std::to_string(line) + ": label " +
+                  std::to_string(values[kPixels]) + " outside 0..9");
+    }
+    d.labels.push_back(values[kPixels]);
+    ++d.n;
+  }
+  return d;
+}
+
+namespace {
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t x = (state += 0x9e3779b97f4a7c15ull);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::vector<int64_t> permutation(int64_t n, uint64_t seed) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
+  uint64_t state = seed;
+  for (int64_t i = n - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(i + 1));
+    std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(j)]);
+  }
+  return p;
+}
+
+Dataset subset(const Dataset& all, const std::vector<int64_t>& rows) {
+  Dataset d;
+  d.n = static_cast<int64_t>(rows.size());
+  for (int64_t r : rows) {
+    d.pixels.insert(d.pixels.end(), all.pixels.begin() + r * kPixels, all.pixels.begin() + (r + 1) * kPixels);
+    d.labels.push_back(all.labels[static_cast<size_t>(r)]);
+  }
+  return d;
+}
+}  // namespace
+
+std::pair<Dataset, Dataset> split(const Dataset& all, int64_t n_test, uint64_t seed) {
+  if (n_test < 0 || n_test > all.n) {
+    throw Error("digits: cannot hold out " + std::to_string(n_test) + " of " + std::to_string(all.n) + " rows");
+  }
+  const std::vector<int64_t> p = permutation(all.n, seed);
+  const std::vector<int64_t> train(p.begin(), p.end() - n_test), test(p.end() - n_test, p.end());
+  return {subset(all, train), subset(all, test)};
+}
+
+const char* model_name(ModelKind kind) { return kind == ModelKind::kCnn ? "cnn" : "mlp"; }
+
+std::shared_ptr<nn::Sequential> make_model(ModelKind kind, const nn::Placement& at) {
+  auto m = std::make_shared<nn::Sequential>();
+  if (kind == ModelKind::kCnn) {
+    m->push_back(nn::Conv2d(1, 16, 3, 1, 1, true, at));
+    m->push_back(nn::ReLU());
+    m->push_back(nn::MaxPool2d(2));
+    m->push_back(nn::Conv2d(16, 32, 3, 1, 1, true, at));
+    m->push_back(nn::ReLU());
+    m->push_back(nn::MaxPool2d(2));
+    m->push_back(nn::Flatten());
+    m->push_back(nn::Linear(32 * 2 * 2, kClasses, true, at));
+  } else {
+    m->push_back(nn::Linear(kPixels, 128, true, at));
+    m->push_back(nn::ReLU());
+    m->push_back(nn::Linear(128, 64, true, at));
+    m->push_back(nn::ReLU());
+    m->push_back(nn::Linear(64, kClasses, true, at));
+  }
+  return m;
+}
+
+DeviceData upload(const Dataset& d, ModelKind kind, const Device& device) {
+  const Shape xs = kind == ModelKind::kCnn ? Shape{d.n, 1, 8, 8} : Shape{d.n, kPixels};
+  return {from_vector<float>(d.pixels, xs, device), from_vector<int64_t>(d.labels, {d.n}, device), d.n};
+}
+
+Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const DeviceData& train, int64_t batch_size)
+    : model_(model), opt_(optimizer), train_(train), batch_(batch_size) {
+  if (batch_size < 1) throw Error("Trainer: batch size must be >= 1");
+}
+
+Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
+                            const std::function<void(const Progress&)>& on_progress) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  model_.train();
+  const Device dev = train_.x.device();
+  const Tensor order = from_vector<int64_t>(permutation(train_.n, seed * 1000003 + static_cast<uint64_t>(epoch)),
+                                            {train_.n}, dev);
+  // Running sums on the device, read only when reporting.
+  Tensor loss_sum, correct;
+  Progress p;
+  p.epoch = epoch;
+  p.epochs = epochs;
+  p.steps = steps_per_epoch();
+  int64_t seen = 0;
+  for (int64_t s = 0; s < p.steps; ++s) {
+    const int64_t begin = s * batch_, end = std::min(train_.n, begin + batch_);
+    const Tensor idx = order.slice(0, begin, end);
+    const Tensor xb = train_.x.index_select(0, idx), yb = train_.y.index_select(0, idx);
+    const Tensor logits = model_(xb);
+    const Tensor loss = nn::cross_entropy(logits, yb);
+    opt_.zero_grad();
+    loss.backward();
+    opt_.step();
+    seen += end - begin;
+    {
+      NoGradGuard no_grad;
+      const Tensor batch_loss = loss.detach() * static_cast<double>(end - begin);
+      const Tensor hits = logits.detach().argmax(1).eq(yb).sum();
+      loss_sum = loss_sum.defined() ? loss_sum + batch_loss : batch_loss;
+      correct = correct.defined() ? correct + hits : hits;
+    }
+    const bool last = s + 1 == p.steps;
+    if (last || (report_every > 0 && (s + 1) % report_every == 0)) {
+      NoGradGuard no_grad;
+      const std::vector<double> v = cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).to_vector<double>();
+      p.step = s + 1;
+      p.loss = v[0] / static_cast<double>(seen);
+      p.accuracy = v[1] / static_cast<double>(seen);
+      p.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (on_progress) on_progress(p);
+    }
+  }
+  return p;
+}
+
+double accuracy(nn::Module& model, const DeviceData& data) {
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  const int64_t hits = model(data.x).argmax(1).eq(data.y).sum().item<int64_t>();
+  model.train(was_training);
+  return data.n ? static_cast<double>(hits) / static_cast<double>(data.n) : 0.0;
+}
+
+}  // namespace tw::digits

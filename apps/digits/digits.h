@@ -1,0 +1,84 @@
+// The handwritten-digits training example's pieces, shared by apps/train_digits.cc, the training
+// tests (tests/unit/train) and the training benchmark (bench/train_bench.cc): the data set
+// (data/digits.csv.gz, see data/PROVENANCE.md), the two models, and a minibatch trainer whose
+// data stays on the device (each step sends only ops; statistics are read every few steps).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorwire/nn.h"
+#include "tensorwire/optim.h"
+#include "tensorwire/tensorwire.h"
+
+namespace tw::digits {
+
+inline constexpr int64_t kPixels = 64;  // 8 x 8
+inline constexpr int64_t kClasses = 10;
+
+// The attribution data/PROVENANCE.md asks users of the data to print.
+extern const char* const kAttribution;
+
+// Where the data set lives: $TW_DIGITS, else the copy in the source tree.
+std::string default_path();
+
+struct Dataset {
+  int64_t n = 0;
+  std::vector<float> pixels;    // n * 64, scaled from 0..16 to [0, 1]
+  std::vector<int64_t> labels;  // n, in 0..9
+};
+
+// Reads the gzip-compressed CSV (per line 64 integer pixels 0..16 then the label). Throws
+// tw::Error naming the file and line on anything malformed.
+Dataset load(const std::string& path);
+
+// A shuffle of `all` (Fisher-Yates on a seeded splitmix64: the same on every platform) split
+// into (train, test) with n_test rows in test.
+std::pair<Dataset, Dataset> split(const Dataset& all, int64_t n_test, uint64_t seed);
+
+enum class ModelKind { kCnn, kMlp };
+const char* model_name(ModelKind kind);
+
+// cnn: conv 1->16 3x3 pad 1, relu, maxpool 2, conv 16->32 3x3 pad 1, relu, maxpool 2, flatten,
+// linear 128 -> 10. mlp: 64-128-64-10 with relu. Parameters from the global seeded generator.
+std::shared_ptr<nn::Sequential> make_model(ModelKind kind, const nn::Placement& at = {});
+
+// A data set on a device: x [n, 1, 8, 8] (cnn) or [n, 64] (mlp) f32, y [n] i64.
+struct DeviceData {
+  Tensor x, y;
+  int64_t n = 0;
+};
+DeviceData upload(const Dataset& d, ModelKind kind, const Device& device);
+
+struct Progress {
+  int epoch = 0, epochs = 0;
+  int64_t step = 0, steps = 0;  // within the epoch
+  double loss = 0;              // mean over the epoch's samples so far
+  double accuracy = 0;          // fraction of the epoch's samples so far classified right
+  double seconds = 0;           // since the epoch started
+};
+
+// Minibatch training with cross-entropy. Each epoch visits the training set in an order drawn
+// from `seed` and the epoch number (on the host, uploaded as one index tensor per epoch).
+class Trainer {
+ public:
+  Trainer(nn::Module& model, optim::Optimizer& optimizer, const DeviceData& train, int64_t batch_size);
+  int64_t steps_per_epoch() const { return (train_.n + batch_ - 1) / batch_; }
+  // Runs one epoch; calls on_progress every `report_every` steps and after the last one (each
+  // call reads two numbers from the device: a round trip). Returns the epoch's final progress.
+  Progress run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
+                     const std::function<void(const Progress&)>& on_progress = {});
+
+ private:
+  nn::Module& model_;
+  optim::Optimizer& opt_;
+  DeviceData train_;
+  int64_t batch_;
+};
+
+// Fraction of `data` the model classifies right (eval mode, no grad, one read).
+double accuracy(nn::Module& model, const DeviceData& data);
+
+}  // namespace tw::digits

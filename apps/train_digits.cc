@@ -1,0 +1,234 @@
+// `make run`: trains a small CNN (or an MLP) on the UCI handwritten digits, on a remote device
+// served by a compute server this process hosts on an ephemeral loopback port (or on an external
+// server, or locally), then checks that the same epoch from the same seed gives bit-identical
+// parameters on the local CPU device and on the remote device.
+//
+//   train_digits [--model cnn|mlp] [--device remote|cpu] [--server tcp://host:port]
+//                [--epochs N] [--batch N] [--lr X] [--seed N] [--report-every N] [--data PATH]
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "digits/digits.h"
+#include "tensorwire/remote.h"
+#include "tensorwire/server.h"
+
+namespace {
+
+using tw::digits::ModelKind;
+
+struct Args {
+  ModelKind model = ModelKind::kCnn;
+  std::string device = "remote";
+  std::string server;  // empty: host one in-process
+  int epochs = 0;      // 0: the model's default
+  int64_t batch = 64;
+  double lr = 0;  // 0: the model's default
+  uint64_t seed = 7;
+  int64_t report_every = 4;
+  std::string data;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "train_digits: %s\n"
+               "usage: train_digits [--model cnn|mlp] [--device remote|cpu] [--server tcp://host:port]\n"
+               "                    [--epochs N] [--batch N] [--lr X] [--seed N] [--report-every N] [--data PATH]\n",
+               problem.c_str());
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(flag + " needs a value");
+      return argv[++i];
+    };
+    auto number = [&](const std::string& v) {
+      char* end = nullptr;
+      const double d = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0') usage(flag + ": '" + v + "' is not a number");
+      return d;
+    };
+    if (flag == "--model") {
+      const std::string m = value();
+      if (m == "cnn") {
+        a.model = ModelKind::kCnn;
+      } else if (m == "mlp") {
+        a.model = ModelKind::kMlp;
+      } else {
+        usage("--model takes cnn or mlp, got '" + m + "'");
+      }
+    } else if (flag == "--device") {
+      a.device = value();
+      if (a.device != "remote" && a.device != "cpu") usage("--device takes remote or cpu, got '" + a.device + "'");
+    } else if (flag == "--server") {
+      a.server = value();
+    } else if (flag == "--epochs") {
+      a.epochs = static_cast<int>(number(value()));
+      if (a.epochs < 1) usage("--epochs must be >= 1");
+    } else if (flag == "--batch") {
+      a.batch = static_cast<int64_t>(number(value()));
+      if (a.batch < 1) usage("--batch must be >= 1");
+    } else if (flag == "--lr") {
+      a.lr = number(value());
+      if (!(a.lr > 0)) usage("--lr must be > 0");
+    } else if (flag == "--seed") {
+      a.seed = static_cast<uint64_t>(number(value()));
+    } else if (flag == "--report-every") {
+      a.report_every = static_cast<int64_t>(number(value()));
+    } else if (flag == "--data") {
+      a.data = value();
+    } else if (flag == "--help" || flag == "-h") {
+      usage("trains a digit classifier on a remote device");
+    } else {
+      usage("unknown flag " + flag);
+    }
+  }
+  if (a.epochs == 0) a.epochs = a.model == ModelKind::kCnn ? 8 : 10;
+  if (a.lr == 0) a.lr = a.model == ModelKind::kCnn ? 3e-3 : 2e-3;
+  if (!a.server.empty() && a.device == "cpu") usage("--server names a remote device; drop --device cpu");
+  return a;
+}
+
+std::string bytes_str(uint64_t b) {
+  char buf[32];
+  if (b >= (uint64_t{1} << 20)) {
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(b) / (1 << 20));
+  } else if (b >= 1024) {
+    std::snprintf(buf, sizeof(buf), "%.1f KiB", static_cast<double>(b) / 1024);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%" PRIu64 " B", b);
+  }
+  return buf;
+}
+
+void print_progress(const tw::digits::Progress& p) {
+  constexpr int kWidth = 24;
+  const int filled = static_cast<int>(kWidth * p.step / std::max<int64_t>(p.steps, 1));
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(kWidth, '.');
+  std::printf("\repoch %d/%d [%s] %3" PRId64 "/%" PRId64 "  loss %.4f  acc %5.1f%%  %6.1f steps/s", p.epoch,
+              p.epochs, bar.c_str(), p.step, p.steps, p.loss, 100 * p.accuracy,
+              p.seconds > 0 ? static_cast<double>(p.step) / p.seconds : 0.0);
+  if (p.step == p.steps) std::printf("\n");
+  std::fflush(stdout);
+}
+
+struct Run {
+  std::shared_ptr<tw::nn::Sequential> model;
+  double seconds = 0;
+  int64_t steps = 0;
+};
+
+// Trains a fresh model from `seed` on `device` for `epochs` epochs.
+Run train(const Args& a, const tw::digits::Dataset& train_set, const tw::Device& device, int epochs, bool verbose) {
+  tw::manual_seed(a.seed);
+  Run r;
+  r.model = tw::digits::make_model(a.model, {device, tw::kF32});
+  tw::optim::Adam opt(r.model->parameters(), {.lr = a.lr});
+  const tw::digits::DeviceData data = tw::digits::upload(train_set, a.model, device);
+  tw::digits::Trainer trainer(*r.model, opt, data, a.batch);
+  const auto start = std::chrono::steady_clock::now();
+  for (int e = 1; e <= epochs; ++e) {
+    trainer.run_epoch(e, epochs, a.seed, verbose ? a.report_every : 0, verbose ? print_progress : nullptr);
+    r.steps += trainer.steps_per_epoch();
+  }
+  device.sync();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  try {
+    const std::string path = a.data.empty() ? tw::digits::default_path() : a.data;
+    const tw::digits::Dataset all = tw::digits::load(path);
+    constexpr int64_t kTest = 360;
+    const auto [train_set, test_set] = tw::digits::split(all, kTest, a.seed);
+    std::printf("tensorwire: training a %s on handwritten digits\n", tw::digits::model_name(a.model));
+    std::printf("data:   %s: %" PRId64 " images of 8x8 pixels, %" PRId64 " to train, %" PRId64 " to test\n",
+                path.c_str(), all.n, train_set.n, test_set.n);
+    std::printf("        %s\n", tw::digits::kAttribution);
+
+    std::unique_ptr<tw::Server> server;
+    std::optional<tw::Device> remote;
+    tw::Device device = tw::Device::cpu();
+    if (a.device == "remote") {
+      std::string url = a.server;
+      if (url.empty()) {
+        server = tw::serve(tw::Device::cpu());
+        url = server->url();
+      }
+      remote = tw::Device::remote(url);
+      remote->connect();
+      device = *remote;
+      std::printf("device: %s%s\n", device.str().c_str(),
+                  server ? (", served in-process (" + server->limits_summary() + ")").c_str() : "");
+    } else {
+      std::printf("device: %s (local, %d intra-op threads)\n", device.str().c_str(), tw::get_num_threads());
+    }
+
+    const tw::WireCounters wire0 = remote ? tw::wire_counters(*remote) : tw::WireCounters{};
+    Run run = train(a, train_set, device, a.epochs, true);
+    const tw::digits::DeviceData test = tw::digits::upload(test_set, a.model, device);
+    const double acc = tw::digits::accuracy(*run.model, test);
+    int64_t n_params = 0;
+    for (const auto& p : run.model->parameters()) n_params += p->value().numel();
+    std::printf("model:  %s, %" PRId64 " parameters, Adam lr %g, batch %" PRId64 "\n",
+                tw::digits::model_name(a.model), n_params, a.lr, a.batch);
+    constexpr double kTarget = 0.95;
+    std::printf("test accuracy: %.1f%% (%" PRId64 "/%" PRId64 "), target >= %.0f%%: %s\n", 100 * acc,
+                static_cast<int64_t>(acc * static_cast<double>(test.n) + 0.5), test.n, 100 * kTarget,
+                acc >= kTarget ? "met" : "MISSED");
+    std::printf("time per step: %.2f ms (%" PRId64 " steps in %.2f s)\n", 1e3 * run.seconds / static_cast<double>(run.steps),
+                run.steps, run.seconds);
+    if (remote) {
+      const tw::WireCounters w = tw::wire_counters(*remote);
+      const double steps = static_cast<double>(run.steps);
+      std::printf("wire:   %" PRIu64 " ops in %" PRIu64 " frames out (%s), %" PRIu64 " frames in (%s), %" PRIu64
+                  " round trips\n",
+                  w.ops - wire0.ops, w.frames_out - wire0.frames_out, bytes_str(w.bytes_out - wire0.bytes_out).c_str(),
+                  w.frames_in - wire0.frames_in, bytes_str(w.bytes_in - wire0.bytes_in).c_str(),
+                  w.round_trips - wire0.round_trips);
+      std::printf("        per step: %.0f ops, %.2f frames out, %s out, %.2f round trips (data and parameters "
+                  "stay on the server)\n",
+                  static_cast<double>(w.ops - wire0.ops) / steps, static_cast<double>(w.frames_out - wire0.frames_out) / steps,
+                  bytes_str(static_cast<uint64_t>(static_cast<double>(w.bytes_out - wire0.bytes_out) / steps)).c_str(),
+                  static_cast<double>(w.round_trips - wire0.round_trips) / steps);
+    }
+
+    // Determinism: one epoch from the same seed, locally and remotely.
+    bool identical = true;
+    if (remote) {
+      Run local = train(a, train_set, tw::Device::cpu(), 1, false);
+      Run far = train(a, train_set, *remote, 1, false);
+      const auto lp = local.model->named_parameters(), rp = far.model->named_parameters();
+      int same = 0;
+      for (size_t i = 0; i < lp.size(); ++i) {
+        if (lp[i].second->value().to_bytes() == rp[i].second->value().to_bytes()) {
+          ++same;
+        } else {
+          identical = false;
+          std::printf("        %s differs\n", lp[i].first.c_str());
+        }
+      }
+      std::printf("determinism: one epoch from seed %" PRIu64 " on cpu and on %s: %d/%zu parameters "
+                  "bit-identical: %s\n",
+                  a.seed, remote->str().c_str(), same, lp.size(), identical ? "OK" : "FAILED");
+    }
+    return acc >= kTarget && identical ? 0 : 1;
+  } catch (const tw::Error& e) {
+    std::fprintf(stderr, "\ntrain_digits: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,41 @@
+// Reverse-mode automatic differentiation, as in PyTorch:
+//
+//   tw::Tensor w = tw::randn({3, 2}).set_requires_grad();
+//   tw::Tensor loss = x.matmul(w).relu().sum();
+//   loss.backward();          // w.grad() now holds d loss / d w
+//   { tw::NoGradGuard g; w = w - w.grad() * 0.1; }
+//
+// Autograd records the ops that use a tensor requiring grad; backward() emits the gradient ops
+// onto the same device, so on a remote device training sends only ops and reads nothing back.
+// The Tensor methods set_requires_grad, requires_grad, is_leaf, grad, set_grad, zero_grad,
+// backward and detach are declared in tensor.h. Not supported: gradients of gradients
+// (create_graph), hooks.
+#pragma once
+#include <vector>
+
+#include "tensorwire/tensor.h"
+
+namespace tw {
+
+// Whether ops on this thread are recorded (on by default).
+bool is_grad_enabled();
+void set_grad_enabled(bool enabled);
+
+// Turns recording off on this thread for its lifetime (optimizer updates, evaluation).
+class NoGradGuard {
+ public:
+  NoGradGuard() : previous_(is_grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// backward() from several tensors at once: accumulates d(sum_i <roots[i], grads[i]>) into the
+// leaves. grads may be empty (every root must then have one element) or give one per root.
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},
+              bool retain_graph = false);
+
+}  // namespace tw

@@ -1,0 +1,99 @@
+// Optimizers with PyTorch's update rules (torch.optim.SGD, Adam, AdamW, single-tensor form).
+// An update is computed with tensor ops on the parameters' device (nothing is read back) under
+// NoGradGuard, and rebinds each nn::Parameter to its new value.
+//
+//   tw::optim::Adam opt(model.parameters(), {.lr = 1e-3});
+//   opt.zero_grad(); loss.backward(); opt.step();
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "tensorwire/nn.h"
+
+namespace tw::optim {
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<nn::ParameterPtr> params);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+  // One update of every parameter that has a gradient (the others are skipped, as in PyTorch).
+  virtual void step() = 0;
+  // Forgets every parameter's gradient (PyTorch's zero_grad(set_to_none=True)).
+  void zero_grad();
+  virtual double lr() const = 0;
+  virtual void set_lr(double lr) = 0;
+  const std::vector<nn::ParameterPtr>& params() const { return params_; }
+
+ protected:
+  std::vector<nn::ParameterPtr> params_;
+};
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+};
+
+// g = grad + weight_decay * p; with momentum: buf = g at the first step, then
+// buf = momentum * buf + (1 - dampening) * g, and g = nesterov ? g + momentum * buf : buf;
+// p = p - lr * g.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<nn::ParameterPtr> params, SGDOptions options = {});
+  void step() override;
+  double lr() const override { return o_.lr; }
+  void set_lr(double lr) override { o_.lr = lr; }
+
+ private:
+  SGDOptions o_;
+  std::vector<Tensor> momentum_;  // per parameter; undefined before its first step
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;  // Adam: added to the gradient (L2); AdamW: decoupled
+};
+
+// Per parameter, at step t: g = grad (+ weight_decay * p for Adam); m = m + (1 - beta1)(g - m);
+// v = beta2 v + (1 - beta2) g^2; p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+// AdamW first decays p = p * (1 - lr * weight_decay) and leaves g alone.
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<nn::ParameterPtr> params, AdamOptions options = {});
+  void step() override;
+  double lr() const override { return o_.lr; }
+  void set_lr(double lr) override { o_.lr = lr; }
+
+ protected:
+  Adam(std::vector<nn::ParameterPtr> params, AdamOptions options, bool decoupled);
+
+ private:
+  AdamOptions o_;
+  bool decoupled_;
+  struct State {
+    int64_t step = 0;
+    Tensor m, v;
+  };
+  std::vector<State> state_;
+};
+
+// AdamOptions with weight_decay defaulting to 1e-2, as torch.optim.AdamW.
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<nn::ParameterPtr> params, AdamWOptions options = {});
+};
+
+}  // namespace tw::optim

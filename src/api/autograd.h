@@ -1,0 +1,65 @@
+// Autograd's tape (inside the API layer). Every op emitted while grad mode is on and one of its
+// inputs requires grad gets a Node: the op's backward rule as a closure over the tensor handles
+// it needs (handles, not values: on a remote device backward emits ordinary ops to the same
+// device and reads nothing back) and one Edge per input. The output tensor points at its node;
+// nodes point at their inputs' nodes (or, for leaves, at the leaf's AutogradMeta where the
+// gradient accumulates), so the graph lives exactly as long as something downstream of it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/shape.h"
+#include "ir/ops.h"
+#include "tensorwire/tensor.h"
+
+namespace tw::autograd {
+
+struct Node;
+
+// A tensor's part in autograd (TensorImpl::autograd; null for the others).
+struct AutogradMeta {
+  bool requires_grad = false;     // leaves: set_requires_grad; non-leaves: always true
+  std::shared_ptr<Node> grad_fn;  // the node that computed this tensor; null for leaves
+  Tensor grad;                    // leaves: what backward() accumulated (undefined: none yet)
+};
+
+// Where the gradient of one op input goes.
+struct Edge {
+  std::shared_ptr<Node> fn;            // a computed input: its node
+  std::shared_ptr<AutogradMeta> leaf;  // a leaf input that requires grad
+  TensorMeta meta;                     // the input's shape and dtype, which its gradient takes
+  bool live() const { return fn != nullptr || leaf != nullptr; }
+};
+
+// Given d loss / d output, returns d loss / d input for each input of the op (an undefined
+// tensor where the input needs none).
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad)>;
+
+struct Node {
+  std::string name;        // the op's name, for messages
+  uint64_t seq = 0;        // creation order: backward runs later nodes first
+  std::vector<Edge> next;  // one per op input, in the order emit received them
+  BackwardFn backward;     // null once backward() has run without retain_graph
+};
+
+// Grad mode is per thread (as in PyTorch); NoGradGuard turns it off for a scope.
+bool grad_enabled();
+
+// Whether emitting an op with these inputs must record it: grad mode is on and an input
+// requires grad.
+bool needs_record(std::span<const Tensor* const> inputs);
+// Records `op`, already submitted, whose inputs are `inputs` (as given to emit) and whose output
+// is `out`: out gets a node when the op is differentiable and its output is floating point.
+void record(const ir::Op& op, std::span<const Tensor* const> inputs, Tensor& out);
+
+// Backpropagates from roots[i] seeded with grads[i] (undefined: ones, for one-element roots),
+// accumulating into the leaves' grad(). Runs with grad mode off; frees each node's saved
+// tensors unless retain_graph.
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                  bool retain_graph);
+
+}  // namespace tw::autograd

@@ -1,0 +1,149 @@
+// Gradients of the pooling ops (autograd's backward kernels): Pool2dBackward (max, avg) and
+// AdaptiveAvgPool2dBackward. One (image, channel) plane per task, terms added in a fixed order
+// within it: the bytes do not depend on the thread count.
+//
+// Max pooling sends each output's gradient to the input position that Pool2d's kernel (pool.cc)
+// chose: taps walked in row-major order, a larger value or a NaN replaces the current choice,
+// so ties go to the first position. A window that saw only -inf sends it to its first in-range
+// tap. Avg pooling spreads grad / (kH * kW) over the window's in-range taps (padding took its
+// share, count_include_pad); adaptive pooling spreads grad / bin size over its bin.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/strided.h"
+#include "core/thread_pool.h"
+
+namespace tw::cpu {
+namespace {
+
+int64_t grain_for(int64_t task_cost) {
+  constexpr int64_t kChunkWork = int64_t{1} << 15;
+  return task_cost >= kChunkWork ? 1 : kChunkWork / std::max<int64_t>(task_cost, 1);
+}
+
+template <class F>
+void dispatch_real(DType d, F&& fn) {
+  if (d == kF64) {
+    fn.template operator()<double>();
+  } else {
+    fn.template operator()<float>();
+  }
+}
+
+struct PoolGeometry {
+  int64_t h, w, ho, wo, kh, kw, sh, sw, ph, pw;
+};
+
+template <class T>
+void max_pool_grad_plane(const PoolGeometry& g, const T* x, const T* grad, T* gx) {
+  std::fill(gx, gx + g.h * g.w, T(0));
+  for (int64_t oy = 0; oy < g.ho; ++oy) {
+    for (int64_t ox = 0; ox < g.wo; ++ox) {
+      T best = -std::numeric_limits<T>::infinity();
+      int64_t at = -1, first = -1;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh - g.ph + ky;
+        if (iy < 0 || iy >= g.h) continue;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t ix = ox * g.sw - g.pw + kx;
+          if (ix < 0 || ix >= g.w) continue;
+          const int64_t i = iy * g.w + ix;
+          if (first < 0) first = i;
+          const T v = x[i];
+          if (v > best || v != v) {
+            best = v;
+            at = i;
+          }
+        }
+      }
+      if (at < 0) at = first;
+      if (at >= 0) gx[at] += grad[oy * g.wo + ox];
+    }
+  }
+}
+
+template <class T>
+void avg_pool_grad_plane(const PoolGeometry& g, const T* grad, T* gx) {
+  std::fill(gx, gx + g.h * g.w, T(0));
+  const T count = static_cast<T>(g.kh * g.kw);
+  for (int64_t oy = 0; oy < g.ho; ++oy) {
+    for (int64_t ox = 0; ox < g.wo; ++ox) {
+      const T share = grad[oy * g.wo + ox] / count;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh - g.ph + ky;
+        if (iy < 0 || iy >= g.h) continue;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t ix = ox * g.sw - g.pw + kx;
+          if (ix >= 0 && ix < g.w) gx[iy * g.w + ix] += share;
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void adaptive_grad_plane(const T* grad, T* gx, int64_t h, int64_t w, int64_t ho, int64_t wo) {
+  std::fill(gx, gx + h * w, T(0));
+  for (int64_t oy = 0; oy < ho; ++oy) {
+    const int64_t y0 = oy * h / ho, y1 = ((oy + 1) * h + ho - 1) / ho;
+    for (int64_t ox = 0; ox < wo; ++ox) {
+      const int64_t x0 = ox * w / wo, x1 = ((ox + 1) * w + wo - 1) / wo;
+      const T share = grad[oy * wo + ox] / static_cast<T>((y1 - y0) * (x1 - x0));
+      for (int64_t iy = y0; iy < y1; ++iy) {
+        for (int64_t ix = x0; ix < x1; ++ix) gx[iy * w + ix] += share;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Status run(const ir::Pool2dBackward& op, KernelContext& ctx) {
+  const CpuTensor grad = contiguous(ctx.in(op.grad));
+  const CpuTensor x = contiguous(ctx.in(op.x));
+  CpuTensor& out = ctx.alloc(op.out);
+  if (out.numel() == 0) return Status::OK();
+  const int64_t planes = x.shape[0] * x.shape[1];
+  const PoolGeometry g{x.shape[2],    x.shape[3],    grad.shape[2], grad.shape[3],
+                       op.kernel[0],  op.kernel[1],  op.stride[0],  op.stride[1],
+                       op.padding[0], op.padding[1]};
+  const int64_t cost = std::max(g.ho * g.wo * g.kh * g.kw, g.h * g.w);
+  dispatch_real(out.dtype, [&]<class T>() {
+    const T* xd = x.data<T>();
+    const T* gd = grad.data<T>();
+    T* od = out.data<T>();
+    parallel_chunks(planes, grain_for(cost), [&](int64_t, int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        if (op.kind == ir::PoolKind::kMax) {
+          max_pool_grad_plane(g, xd + p * g.h * g.w, gd + p * g.ho * g.wo, od + p * g.h * g.w);
+        } else {
+          avg_pool_grad_plane(g, gd + p * g.ho * g.wo, od + p * g.h * g.w);
+        }
+      }
+    });
+  });
+  return Status::OK();
+}
+
+Status run(const ir::AdaptiveAvgPool2dBackward& op, KernelContext& ctx) {
+  const CpuTensor grad = contiguous(ctx.in(op.grad));
+  CpuTensor& out = ctx.alloc(op.out);
+  if (out.numel() == 0) return Status::OK();
+  const int64_t planes = out.shape[0] * out.shape[1], h = out.shape[2], w = out.shape[3];
+  const int64_t ho = grad.shape[2], wo = grad.shape[3];
+  dispatch_real(out.dtype, [&]<class T>() {
+    const T* gd = grad.data<T>();
+    T* od = out.data<T>();
+    parallel_chunks(planes, grain_for(std::max(h * w, ho * wo)),
+                    [&](int64_t, int64_t b, int64_t e) {
+                      for (int64_t p = b; p < e; ++p) {
+                        adaptive_grad_plane(gd + p * ho * wo, od + p * h * w, h, w, ho, wo);
+                      }
+                    });
+  });
+  return Status::OK();
+}
+
+}  // namespace tw::cpu

@@ -1,0 +1,145 @@
+// tw::nn: initialisation as PyTorch's, parameter naming and identity, train/eval, Dropout,
+// moving between devices, and the same model from the same seed on every device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "support/remote_device.h"
+
+namespace tw {
+namespace {
+
+TEST(Nn, LinearAndConvInitialisationBounds) {
+  manual_seed(5);
+  nn::Linear lin(100, 50);
+  nn::Conv2d conv(8, 4, 3);
+  struct Check {
+    const nn::ParameterPtr& p;
+    double bound;
+  };
+  for (const Check& c : {Check{lin.weight(), 0.1}, Check{lin.bias(), 0.1}, Check{conv.weight(), 1 / std::sqrt(72.0)},
+                         Check{conv.bias(), 1 / std::sqrt(72.0)}}) {
+    const std::vector<float> v = c.p->value().to_vector<float>();
+    float lo = 1e9f, hi = -1e9f;
+    for (float x : v) {
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+    }
+    EXPECT_GE(lo, -c.bound);
+    EXPECT_LE(hi, c.bound);
+    if (v.size() > 100) {  // uniform over the whole range
+      EXPECT_LT(lo, -0.9 * c.bound);
+      EXPECT_GT(hi, 0.9 * c.bound);
+    }
+  }
+  EXPECT_EQ(lin.weight()->value().shape(), (Shape{50, 100}));
+  EXPECT_EQ(conv.weight()->value().shape(), (Shape{4, 8, 3, 3}));
+}
+
+TEST(Nn, SameSeedSameModelOnEveryDevice) {
+  manual_seed(9);
+  nn::Sequential a(nn::Conv2d(1, 4, 3), nn::Flatten(), nn::Linear(36, 3), nn::LayerNorm({3}), nn::Embedding(5, 2));
+  manual_seed(9);
+  const Device remote = testing::remote_test_device();
+  nn::Sequential b(nn::Conv2d(1, 4, 3, 1, 0, true, {remote, kF32}), nn::Flatten(), nn::Linear(36, 3, true, {remote, kF32}),
+                   nn::LayerNorm({3}, 1e-5, true, {remote, kF32}), nn::Embedding(5, 2, {remote, kF32}));
+  const auto pa = a.named_parameters(), pb = b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i].first, pb[i].first);
+    EXPECT_EQ(pb[i].second->value().device(), remote);
+    EXPECT_EQ(pa[i].second->value().to_bytes(), pb[i].second->value().to_bytes()) << pa[i].first;
+  }
+}
+
+TEST(Nn, NamesIdentityAndPrinting) {
+  manual_seed(1);
+  nn::Sequential m(nn::Linear(4, 8), nn::ReLU(), nn::Dropout(0.25), nn::Linear(8, 2, false));
+  std::vector<std::string> names;
+  for (const auto& [name, p] : m.named_parameters()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "3.weight"}));
+  EXPECT_EQ(m.parameters().size(), 3u);
+  EXPECT_EQ(m.parameters()[0].get(), m.parameters()[0].get());
+  EXPECT_EQ(m.to_string(),
+            "Sequential(\n"
+            "  (0): Linear(in_features=4, out_features=8, bias=true)\n"
+            "  (1): ReLU()\n"
+            "  (2): Dropout(p=0.25)\n"
+            "  (3): Linear(in_features=8, out_features=2, bias=false)\n"
+            ")");
+  // A parameter keeps its identity when an optimizer rebinds it.
+  nn::ParameterPtr w = m.parameters()[0];
+  const uint64_t id = w->value().id();
+  w->set(w->value() * 2.0);
+  EXPECT_NE(w->value().id(), id);
+  EXPECT_EQ(m.parameters()[0].get(), w.get());
+  EXPECT_TRUE(w->value().requires_grad());
+  EXPECT_THROW(w->set(zeros({3})), Error);
+}
+
+TEST(Nn, DropoutTrainAndEval) {
+  manual_seed(3);
+  nn::Dropout d(0.25);
+  const Tensor x = ones({10000});
+  const std::vector<float> y = d(x).to_vector<float>();
+  int kept = 0;
+  for (float v : y) {
+    if (v != 0) {
+      EXPECT_FLOAT_EQ(v, 1 / 0.75f);
+      ++kept;
+    }
+  }
+  EXPECT_NEAR(kept / 10000.0, 0.75, 0.02);
+  // The mask comes from the global seeded generator: the same seed, the same mask.
+  manual_seed(3);
+  EXPECT_EQ(d(x).to_vector<float>(), y);
+  d.eval();
+  EXPECT_FALSE(d.is_training());
+  EXPECT_EQ(d(x).to_vector<float>(), std::vector<float>(10000, 1.0f));
+  nn::Sequential s(nn::Linear(2, 2), nn::Dropout(0.5));
+  s.eval();
+  EXPECT_FALSE(s[1].is_training());
+  s.train();
+  EXPECT_TRUE(s[1].is_training());
+}
+
+TEST(Nn, ToMovesParametersAndGradients) {
+  manual_seed(2);
+  nn::Linear lin(3, 2);
+  const std::vector<uint8_t> w = lin.weight()->value().to_bytes();
+  (lin(ones({1, 3})).sum()).backward();
+  const std::vector<uint8_t> g = lin.weight()->grad().to_bytes();
+  const Device remote = testing::remote_test_device();
+  lin.to(remote);
+  EXPECT_EQ(lin.weight()->value().device(), remote);
+  EXPECT_EQ(lin.weight()->value().to_bytes(), w);
+  EXPECT_EQ(lin.weight()->grad().device(), remote);
+  EXPECT_EQ(lin.weight()->grad().to_bytes(), g);
+  EXPECT_EQ(lin(ones({1, 3}, kF32, remote)).shape(), (Shape{1, 2}));
+  EXPECT_THROW(lin(ones({1, 3})), Error);  // input on another device
+}
+
+TEST(Nn, LossesAndModulesForward) {
+  const Tensor logits = from_vector<float>({2, 1, 0, 0, 0, 3}, {2, 3});
+  const Tensor target = from_vector<int64_t>({0, 2}, {2});
+  const double l0 = -std::log(std::exp(2.0) / (std::exp(2.0) + std::exp(1.0) + 1.0));
+  const double l1 = -std::log(std::exp(3.0) / (2 + std::exp(3.0)));
+  EXPECT_NEAR(nn::cross_entropy(logits, target).item<float>(), (l0 + l1) / 2, 1e-6);
+  EXPECT_THROW(nn::cross_entropy(logits, from_vector<float>({0, 2}, {2})), Error);
+  EXPECT_THROW(nn::cross_entropy(logits, from_vector<int64_t>({0}, {1})), Error);
+  EXPECT_NEAR(nn::mse_loss(tensor<float>({1, 2}), tensor<float>({0, 4})).item<float>(), 2.5, 1e-6);
+
+  manual_seed(4);
+  nn::Embedding emb(10, 4);
+  EXPECT_EQ(emb(from_vector<int64_t>({1, 2, 3, 9, 0, 1}, {2, 3})).shape(), (Shape{2, 3, 4}));
+  nn::LayerNorm ln({4});
+  const std::vector<float> y = ln(tensor<float>({1, 2, 3, 4}).reshape({1, 4})).to_vector<float>();
+  EXPECT_NEAR(y[0] + y[1] + y[2] + y[3], 0, 1e-5);
+  EXPECT_EQ(nn::MaxPool2d(2)(zeros({1, 1, 4, 4})).shape(), (Shape{1, 1, 2, 2}));
+  EXPECT_EQ(nn::AvgPool2d(3, 1, 1)(zeros({1, 1, 4, 4})).shape(), (Shape{1, 1, 4, 4}));
+  EXPECT_EQ(nn::GELU()(zeros({2})).to_vector<float>(), (std::vector<float>{0, 0}));
+  EXPECT_EQ(nn::Flatten()(zeros({2, 3, 4})).shape(), (Shape{2, 12}));
+}
+
+}  // namespace
+}  // namespace tw
