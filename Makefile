@@ -10,8 +10,9 @@ JOBS       ?= $(shell nproc)
 TEST_JOBS  ?= 2
 # Seconds a single test may run (a default: a test's own TIMEOUT property takes precedence).
 TEST_TIMEOUT ?= 300
-# What `make run` runs (the training example will take the showcase's place).
-RUN_APP    ?= apps/tw_showcase
+# What `make run` runs: the training example (a CNN on handwritten digits, trained on a remote
+# device served in-process; apps/train_digits.cc).
+RUN_APP    ?= apps/train_digits
 
 .PHONY: all build run test bench asan format clean bootstrap
 .DEFAULT_GOAL := build

@@ -150,10 +150,16 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
   const int64_t lead = static_cast<int64_t>(gs.size()) - static_cast<int64_t>(shape.size());
   std::vector<int64_t> dims;
   for (int64_t i = 0; i < lead; ++i) dims.push_back(i);
+  bool inner = false;  // a size-1 dim of shape was stretched
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 1 && gs[lead + i] != 1) dims.push_back(lead + static_cast<int64_t>(i));
+    if (shape[i] == 1 && gs[lead + i] != 1) {
+      dims.push_back(lead + static_cast<int64_t>(i));
+      inner = true;
+    }
   }
-  Tensor r = dims.empty() ? g : g.sum(dims, /*keepdim=*/true);
+  // Only new leading dims (a bias added to a batch): one reduction gives the shape directly.
+  if (!inner) return g.sum(dims);
+  Tensor r = g.sum(dims, /*keepdim=*/true);
   return r.shape() == shape ? r : r.reshape(shape);
 }
 
@@ -178,7 +184,10 @@ Shape keepdim_shape(const Shape& x, const std::vector<int64_t>& dims) {
 
 // A reduction's output (or its gradient) broadcast back over the reduced dims.
 Tensor expand_back(const Tensor& g, const Shape& x_shape, const std::vector<int64_t>& dims) {
-  Tensor k = g.reshape(keepdim_shape(x_shape, dims));
+  // expand adds leading dims itself: no reshape when keepdim was set or only leading dims went.
+  bool leading = g.dim() + static_cast<int64_t>(dims.size()) == static_cast<int64_t>(x_shape.size());
+  for (size_t i = 0; leading && i < dims.size(); ++i) leading = dims[i] == static_cast<int64_t>(i);
+  const Tensor k = g.dim() == static_cast<int64_t>(x_shape.size()) || leading ? g : g.reshape(keepdim_shape(x_shape, dims));
   return k.shape() == x_shape ? k : k.expand(x_shape);
 }
 
@@ -255,8 +264,11 @@ struct Rules {
         return [y](const Tensor& g) -> Grads { return {g * (y * (1.0 - y))}; };
       }
       case K::kRelu: {
+        // g * (y > 0): a multiply by the bool mask is several times faster than a masked_fill
+        // or where on the CPU (no data-dependent branch). Unlike PyTorch, a NaN or inf in g
+        // where y <= 0 gives NaN there rather than 0.
         Tensor y = r.saved_out();
-        return [y](const Tensor& g) -> Grads { return {g.masked_fill(y.le(0), 0)}; };
+        return [y](const Tensor& g) -> Grads { return {g * y.gt(0)}; };
       }
       case K::kGelu:  // d/dx x * Phi(x) = Phi(x) + x * phi(x)
         return [x](const Tensor& g) -> Grads {
