@@ -31,6 +31,12 @@ if [[ "$build_type" != Release ]]; then
 fi
 cmake --build "$BUILD" --target tw_bench_kernels -j "$(nproc)"
 
+# Timings on a busy machine measure the other work; say so rather than silently print them.
+read -r load1 _ < /proc/loadavg
+if awk -v l="$load1" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }'; then
+  echo "compare_torch: warning: load average $load1 on $(nproc) CPUs; timings will be noisy" >&2
+fi
+
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -317,16 +317,13 @@ Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
 // ---- reductions ----
 Tensor Tensor::sum() const { return reduce(*this, ir::ReduceKind::kSum, {}, false); }
 Tensor Tensor::sum(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kSum, {d}, keepdim); }
+// An empty dim list reduces every dim, as in PyTorch.
 Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const {
-  if (dims.empty()) {  // an explicit empty list reduces nothing in torch; we keep the values
-    return reshape(shape());
-  }
   return reduce(*this, ir::ReduceKind::kSum, dims, keepdim);
 }
 Tensor Tensor::mean() const { return reduce(*this, ir::ReduceKind::kMean, {}, false); }
 Tensor Tensor::mean(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kMean, {d}, keepdim); }
 Tensor Tensor::mean(const std::vector<int64_t>& dims, bool keepdim) const {
-  if (dims.empty()) return to(dtype());
   return reduce(*this, ir::ReduceKind::kMean, dims, keepdim);
 }
 Tensor Tensor::prod() const { return reduce(*this, ir::ReduceKind::kProd, {}, false); }

@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "net/framing.h"
@@ -105,6 +106,8 @@ Status Connection::connect_locked() {
     return dead_;
   }
   welcome_ = std::move(w).value();
+  // A server always sends its limit (>= 1024); the floor only guards against a broken peer.
+  frame_limit_ = std::clamp<uint64_t>(welcome_.limits.max_frame_bytes, 1024, 0xFFFFFFFFu);
   timer_.emplace(io_);
   read_header();
   try {
@@ -157,7 +160,24 @@ Status Connection::submit_op(const ir::Op& op) {
     if (state_ == State::kDead) return dead_;
     TW_RETURN_NOT_OK(connect_locked());
   }
+  uint64_t before = batch_.payload_size();
   batch_.add_op(op);
+  if (batch_.payload_size() > frame_limit_) {
+    // The op does not fit beside the tasks already queued: send those first. An op too large
+    // for any frame (an upload past the server's --max-frame) is refused here, before the
+    // server would have to drop the session for it.
+    uint64_t alone = proto::BatchWriter::kEmptyBytes + batch_.payload_size() - before;
+    batch_.remove_last();
+    if (alone > frame_limit_) {
+      return resource_exhausted(ir::op_name(op) + ": the op takes " + std::to_string(alone) +
+                                " bytes on the wire, over the limit of " + std::to_string(frame_limit_) +
+                                " bytes per frame of the server at " + url_.str() +
+                                " (tensorwire-server --max-frame); send the data in smaller pieces "
+                                "and cat them there, or raise the server's limit");
+    }
+    send_batch_locked();
+    batch_.add_op(op);
+  }
   ++counters_.ops;
   if (batch_.task_count() >= options_.batch_ops || batch_.payload_size() >= options_.batch_bytes) {
     flush_locked();
@@ -188,6 +208,7 @@ std::future<Result<TensorData>> Connection::read(ir::TensorId id) {
   Pending* p = nullptr;
   uint64_t req = add_pending_locked(Pending::kRead, &p);
   auto fut = p->data.get_future();
+  make_room_locked(1 + 8 + 8);
   batch_.add_read(req, id);
   ++counters_.round_trips;
   flush_locked();
@@ -203,6 +224,7 @@ Status Connection::sync() {
     Pending* p = nullptr;
     uint64_t req = add_pending_locked(Pending::kSync, &p);
     fut = p->status.get_future();
+    make_room_locked(1 + 8);
     batch_.add_sync(req);
     ++counters_.round_trips;
     flush_locked();
@@ -229,6 +251,7 @@ Result<proto::ServerStats> Connection::stats() {
     Pending* p = nullptr;
     uint64_t req = add_pending_locked(Pending::kStats, &p);
     fut = p->stats.get_future();
+    make_room_locked(1 + 8);
     batch_.add_stats(req);
     ++counters_.round_trips;
     flush_locked();
@@ -247,15 +270,40 @@ Counters Connection::counters() const {
 }
 
 void Connection::flush_locked() {
-  if (!drops_.empty()) {
-    batch_.add_drop(drops_);  // after every op of the batch: drops never overtake their users
-    drops_.clear();
+  // Drops go after every op queued so far, so they never overtake the ops that use the tensors;
+  // split into as many tasks (and frames) as the server's frame limit requires.
+  constexpr uint64_t kDropHeader = 1 + 4;
+  size_t i = 0;
+  while (i < drops_.size()) {
+    uint64_t used = batch_.payload_size() + kDropHeader;
+    uint64_t room = used < frame_limit_ ? (frame_limit_ - used) / 8 : 0;
+    if (room == 0 && !batch_.empty()) {
+      send_batch_locked();
+      continue;
+    }
+    size_t n = static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(room, 1), drops_.size() - i));
+    if (i == 0 && n == drops_.size()) {
+      batch_.add_drop(drops_);
+    } else {
+      batch_.add_drop(std::vector<ir::TensorId>(drops_.begin() + static_cast<ptrdiff_t>(i),
+                                                drops_.begin() + static_cast<ptrdiff_t>(i + n)));
+    }
+    i += n;
   }
+  drops_.clear();
+  send_batch_locked();
+}
+
+void Connection::send_batch_locked() {
   if (batch_.empty()) return;
   proto::OutFrame f = batch_.take();
   ++counters_.frames_out;
   counters_.bytes_out += f.payload_size() + 4;
   asio::post(io_, [this, f = std::move(f)]() mutable { send(std::move(f)); });
+}
+
+void Connection::make_room_locked(uint64_t bytes) {
+  if (!batch_.empty() && batch_.payload_size() + bytes > frame_limit_) send_batch_locked();
 }
 
 void Connection::arm_idle_timer_locked() {
@@ -299,7 +347,7 @@ void Connection::send(proto::OutFrame f) {
 void Connection::do_write() {
   net::frame_buffers(write_q_.front(), out_header_, bufs_);
   writing_ = true;
-  asio::async_write(*sock_, bufs_, [this](asio::error_code ec, size_t) {
+  asio::async_write(*sock_, bufs_, net::TransferAll(), [this](asio::error_code ec, size_t) {
     writing_ = false;
     write_q_.pop_front();
     if (ec) {
@@ -315,17 +363,15 @@ void Connection::do_write() {
 void Connection::read_header() {
   asio::async_read(*sock_, asio::buffer(header_, 4), [this](asio::error_code ec, size_t) {
     if (ec) {
-      fail_all(unavailable("the server at " + url_.str() + " closed the connection (" +
-                           ec.message() + "); tensors on it are lost"));
+      fail_all(connection_lost(ec));
       timer_->cancel();
       return;
     }
     uint32_t len = net::frame_length(header_);
     Buffer payload = Buffer::allocate(len);
-    asio::async_read(*sock_, asio::buffer(payload.data(), len), [this, payload, len](asio::error_code ec2, size_t) {
+    asio::async_read(*sock_, asio::buffer(payload.data(), len), net::TransferAll(), [this, payload, len](asio::error_code ec2, size_t) {
       if (ec2) {
-        fail_all(unavailable("the server at " + url_.str() + " closed the connection (" +
-                             ec2.message() + "); tensors on it are lost"));
+        fail_all(connection_lost(ec2));
         timer_->cancel();
         return;
       }
@@ -338,6 +384,17 @@ void Connection::read_header() {
       read_header();
     });
   });
+}
+
+// The status every pending and later call gets once the server has gone. A server that drops
+// a session says why first (a frame over its limit, say): that reason is kept.
+Status Connection::connection_lost(const asio::error_code& ec) {
+  std::string why = "the server at " + url_.str() + " closed the connection (" + ec.message() + ")";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!session_errors_.empty()) why += " after reporting: " + session_errors_.back().message();
+  }
+  return unavailable(why + "; tensors on it are lost");
 }
 
 void Connection::on_message(const Buffer& payload) {

@@ -67,6 +67,11 @@ class Connection {
   Status dead_status_locked() const;
   uint64_t add_pending_locked(Pending::Kind kind, Pending** out);
   void flush_locked();
+  // Sends the queued tasks as one frame (pending drops stay queued).
+  void send_batch_locked();
+  // Sends the queued tasks first if `bytes` more would take the frame past the server's limit.
+  void make_room_locked(uint64_t bytes);
+  Status connection_lost(const asio::error_code& ec);
   void arm_idle_timer_locked();
   void fail_all(const Status& why);
   // io thread
@@ -84,6 +89,9 @@ class Connection {
   Status dead_;
   protocol::Welcome welcome_;
   protocol::BatchWriter batch_;
+  // The largest frame payload the server accepts (its --max-frame, at most what the u32 length
+  // prefix can express); no batch is allowed to grow past it.
+  uint64_t frame_limit_ = 0xFFFFFFFFu;
   std::vector<ir::TensorId> drops_;
   uint64_t next_request_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;

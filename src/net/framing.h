@@ -2,6 +2,7 @@
 // gather list for an OutFrame (its head bytes interleaved with zero-copy segments).
 #pragma once
 #include <asio/buffer.hpp>
+#include <asio/error_code.hpp>
 #include <cstdint>
 #include <vector>
 
@@ -25,6 +26,13 @@ inline void frame_buffers(const protocol::OutFrame& f, uint8_t (&header)[4],
   }
   if (f.head.size() > pos) out.emplace_back(f.head.data() + pos, f.head.size() - pos);
 }
+
+// Completion condition for reading or writing a whole frame: asio's transfer_all() caps every
+// read_some/write_some at 64 KiB, which turns a 256 MiB tensor into 4,096 system calls and as many
+// trips through the reactor; this lets each call move everything the kernel will take.
+struct TransferAll {
+  size_t operator()(const asio::error_code& ec, size_t) const { return ec ? 0 : ~size_t{0}; }
+};
 
 inline uint32_t frame_length(const uint8_t (&header)[4]) {
   return uint32_t{header[0]} | uint32_t{header[1]} << 8 | uint32_t{header[2]} << 16 |

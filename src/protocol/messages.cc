@@ -150,7 +150,13 @@ OutFrame BatchWriter::take() {
   w.u8(static_cast<uint8_t>(ClientMsg::kBatch));
   w.u32(0);  // task count, patched as tasks are added
   count_ = 0;
+  last_head_ = 0;
   return out;
+}
+
+void BatchWriter::begin_task() {
+  last_head_ = frame_.head.size();
+  last_segments_ = frame_.segments.size();
 }
 
 void BatchWriter::patch_count() {
@@ -158,7 +164,17 @@ void BatchWriter::patch_count() {
   for (int i = 0; i < 4; ++i) frame_.head[1 + i] = static_cast<uint8_t>(count_ >> (8 * i));
 }
 
+void BatchWriter::remove_last() {
+  if (count_ == 0 || last_head_ < kEmptyBytes) return;
+  frame_.head.resize(last_head_);
+  frame_.segments.resize(last_segments_);
+  --count_;
+  for (int i = 0; i < 4; ++i) frame_.head[1 + i] = static_cast<uint8_t>(count_ >> (8 * i));
+  last_head_ = 0;
+}
+
 void BatchWriter::add_op(const ir::Op& op) {
+  begin_task();
   WireWriter w(frame_.head, &frame_.segments);
   w.u8(static_cast<uint8_t>(TaskKind::kOp));
   ir::encode_op(op, w);
@@ -166,6 +182,7 @@ void BatchWriter::add_op(const ir::Op& op) {
 }
 
 void BatchWriter::add_read(uint64_t request_id, ir::TensorId id) {
+  begin_task();
   WireWriter w(frame_.head);
   w.u8(static_cast<uint8_t>(TaskKind::kRead));
   w.u64(request_id);
@@ -174,6 +191,7 @@ void BatchWriter::add_read(uint64_t request_id, ir::TensorId id) {
 }
 
 void BatchWriter::add_sync(uint64_t request_id) {
+  begin_task();
   WireWriter w(frame_.head);
   w.u8(static_cast<uint8_t>(TaskKind::kSync));
   w.u64(request_id);
@@ -181,6 +199,7 @@ void BatchWriter::add_sync(uint64_t request_id) {
 }
 
 void BatchWriter::add_drop(const std::vector<ir::TensorId>& ids) {
+  begin_task();
   WireWriter w(frame_.head);
   w.u8(static_cast<uint8_t>(TaskKind::kDrop));
   w.u32(static_cast<uint32_t>(ids.size()));
@@ -189,6 +208,7 @@ void BatchWriter::add_drop(const std::vector<ir::TensorId>& ids) {
 }
 
 void BatchWriter::add_stats(uint64_t request_id) {
+  begin_task();
   WireWriter w(frame_.head);
   w.u8(static_cast<uint8_t>(TaskKind::kStats));
   w.u64(request_id);

@@ -126,11 +126,18 @@ class BatchWriter {
   bool empty() const { return count_ == 0; }
   // The finished frame payload; the writer is reset for the next batch.
   OutFrame take();
+  // Takes the task added last back out (the client does when it would push the frame past the
+  // server's size limit). Only the last task can be removed, once.
+  void remove_last();
+  // Bytes of a batch that holds no task yet: message type and task count.
+  static constexpr uint64_t kEmptyBytes = 5;
 
  private:
+  void begin_task();
   void patch_count();
   OutFrame frame_;
   uint32_t count_ = 0;
+  size_t last_head_ = 0, last_segments_ = 0;  // where the last task began
 };
 
 // ---- decoding (payload only, the frame header already stripped) ----

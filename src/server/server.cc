@@ -156,7 +156,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     payload_ = Buffer::allocate(len);
     auto self = shared_from_this();
-    asio::async_read(sock_, asio::buffer(payload_.data(), len), [self, len](asio::error_code ec, size_t) {
+    asio::async_read(sock_, asio::buffer(payload_.data(), len), net::TransferAll(), [self, len](asio::error_code ec, size_t) {
       if (ec) return self->close();
       self->srv_.frames_in.fetch_add(1, std::memory_order_relaxed);
       self->srv_.bytes_in.fetch_add(len + 4, std::memory_order_relaxed);
@@ -348,7 +348,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     net::frame_buffers(f, out_header_, bufs_);
     writing_ = true;
     auto self = shared_from_this();
-    asio::async_write(sock_, bufs_, [self, n](asio::error_code ec, size_t) {
+    asio::async_write(sock_, bufs_, net::TransferAll(), [self, n](asio::error_code ec, size_t) {
       self->writing_ = false;
       self->write_q_.pop_front();
       if (ec) return self->close();

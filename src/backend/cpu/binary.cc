@@ -161,13 +161,12 @@ template <class T>
 bool has_zero(const CpuTensor& t) {
   std::atomic<bool> found{false};
   const T* base = t.data<T>();
-  for_each_run<1>(t.shape, {t.strides}, kElementwiseGrain,
-                  [&](int64_t, const std::array<int64_t, 1>& off,
-                      const std::array<int64_t, 1>& st, int64_t len) {
-                    bool z = false;
-                    for (int64_t i = 0; i < len; ++i) z |= base[off[0] + i * st[0]] == T(0);
-                    if (z) found.store(true, std::memory_order_relaxed);
-                  });
+  auto seg = [&](int64_t, const Run<1>& off, const Run<1>& st, int64_t len) {
+    bool z = false;
+    for (int64_t i = 0; i < len; ++i) z |= base[off[0] + i * st[0]] == T(0);
+    if (z) found.store(true, std::memory_order_relaxed);
+  };
+  for_each_run<1>(t.shape, {t.strides}, kElementwiseGrain, seg);
   return found.load();
 }
 
@@ -180,24 +179,37 @@ template <BinaryKind K, class T>
 void binary_map(const CpuTensor& a, const CpuTensor& b, OutT<K, T>* out, const Shape& shape) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
-  for_each_run<2>(
-      shape, {broadcast_strides(a, shape), broadcast_strides(b, shape)}, kElementwiseGrain,
-      [&](int64_t pos, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st,
-          int64_t len) {
-        const T* ra = pa + off[0];
-        const T* rb = pb + off[1];
-        OutT<K, T>* ro = out + pos;
-        if (st[0] == 1 && st[1] == 1) return loop_vv<K>(ra, rb, ro, len);
-        if (st[0] == 1 && st[1] == 0) return loop_vs<K>(ra, *rb, ro, len);
-        if (st[0] == 0 && st[1] == 1) return loop_sv<K>(*ra, rb, ro, len);
-        alignas(64) T ba[kRunBlock];
-        alignas(64) T bb[kRunBlock];
-        for (int64_t i = 0; i < len; i += kRunBlock) {
-          const int64_t m = std::min(kRunBlock, len - i);
-          loop_vv<K>(contiguous_run(ra + i * st[0], st[0], m, ba),
-                     contiguous_run(rb + i * st[1], st[1], m, bb), ro + i, m);
-        }
-      });
+  auto seg = [&](int64_t pos, const Run<2>& off, const Run<2>& st, int64_t len) {
+    const T* ra = pa + off[0];
+    const T* rb = pb + off[1];
+    OutT<K, T>* ro = out + pos;
+    if (st[0] == 1 && st[1] == 1) return loop_vv<K>(ra, rb, ro, len);
+    if (st[0] == 1 && st[1] == 0) return loop_vs<K>(ra, *rb, ro, len);
+    if (st[0] == 0 && st[1] == 1) return loop_sv<K>(*ra, rb, ro, len);
+    alignas(64) T ba[kRunBlock];
+    alignas(64) T bb[kRunBlock];
+    for (int64_t i = 0; i < len; i += kRunBlock) {
+      const int64_t m = std::min(kRunBlock, len - i);
+      loop_vv<K>(contiguous_run(ra + i * st[0], st[0], m, ba),
+                 contiguous_run(rb + i * st[1], st[1], m, bb), ro + i, m);
+    }
+  };
+  for_each_run<2>(shape, {broadcast_strides(a, shape), broadcast_strides(b, shape)},
+                  kElementwiseGrain, seg);
+}
+
+// A Clamp bound in x's dtype. Float bounds convert as Cast does (truncation toward zero,
+// saturating); integer bounds saturate too rather than wrap, so clamping a u8 tensor to
+// [-1, 300] leaves it unchanged, as the mathematical clamp does.
+template <class T>
+T clamp_bound(const ir::Scalar& s) {
+  if constexpr (std::is_integral_v<T>) {
+    if (!s.is_float) {
+      using L = std::numeric_limits<T>;
+      return static_cast<T>(std::clamp<int64_t>(s.i, L::min(), L::max()));
+    }
+  }
+  return scalar_to<T>(s);
 }
 
 }  // namespace
@@ -284,27 +296,26 @@ Status run(const ir::Where& op, KernelContext& ctx) {
     const bool* pc = cond.data<bool>();
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
+    auto seg = [&](int64_t pos, const Run<3>& off, const Run<3>& st, int64_t len) {
+      alignas(64) bool bc[kRunBlock];
+      alignas(64) T ba[kRunBlock];
+      alignas(64) T bb[kRunBlock];
+      for (int64_t i = 0; i < len; i += kRunBlock) {
+        const int64_t m = std::min(kRunBlock, len - i);
+        const bool* c = contiguous_run(pc + off[0] + i * st[0], st[0], m, bc);
+        const T* x = contiguous_run(pa + off[1] + i * st[1], st[1], m, ba);
+        const T* y = contiguous_run(pb + off[2] + i * st[2], st[2], m, bb);
+        T* o = out + pos + i;
+        for (int64_t j = 0; j < m; ++j) {
+          const T xv = x[j], yv = y[j];  // both loaded: the select vectorises
+          o[j] = c[j] ? xv : yv;
+        }
+      }
+    };
     for_each_run<3>(
         shape,
         {broadcast_strides(cond, shape), broadcast_strides(a, shape), broadcast_strides(b, shape)},
-        kElementwiseGrain,
-        [&](int64_t pos, const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& st,
-            int64_t len) {
-          alignas(64) bool bc[kRunBlock];
-          alignas(64) T ba[kRunBlock];
-          alignas(64) T bb[kRunBlock];
-          for (int64_t i = 0; i < len; i += kRunBlock) {
-            const int64_t m = std::min(kRunBlock, len - i);
-            const bool* c = contiguous_run(pc + off[0] + i * st[0], st[0], m, bc);
-            const T* x = contiguous_run(pa + off[1] + i * st[1], st[1], m, ba);
-            const T* y = contiguous_run(pb + off[2] + i * st[2], st[2], m, bb);
-            T* o = out + pos + i;
-            for (int64_t j = 0; j < m; ++j) {
-              const T xv = x[j], yv = y[j];  // both loaded: the select vectorises
-              o[j] = c[j] ? xv : yv;
-            }
-          }
-        });
+        kElementwiseGrain, seg);
     return Status::OK();
   });
 }
@@ -315,8 +326,8 @@ Status run(const ir::Clamp& op, KernelContext& ctx) {
   CpuTensor& out = ctx.alloc(op.out);
   return visit_numeric(x.dtype, "clamp", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T lo = scalar_to<T>(op.lo);
-    const T hi = scalar_to<T>(op.hi);
+    const T lo = clamp_bound<T>(op.lo);
+    const T hi = clamp_bound<T>(op.hi);
     T* o = out.data<T>();
     if (op.has_lo && op.has_hi) {
       map_unary<T, T>(x, o, kElementwiseGrain, [=](const T* in, T* r, int64_t n) {
@@ -349,20 +360,18 @@ Status run(const ir::MaskedFill& op, KernelContext& ctx) {
     T* out = ctx.alloc(op.out).template data<T>();
     const T* px = x.data<T>();
     const bool* pm = mask.data<bool>();
-    for_each_run<2>(
-        x.shape, {x.strides, broadcast_strides(mask, x.shape)}, kElementwiseGrain,
-        [&](int64_t pos, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st,
-            int64_t len) {
-          alignas(64) T bx[kRunBlock];
-          alignas(64) bool bm[kRunBlock];
-          for (int64_t i = 0; i < len; i += kRunBlock) {
-            const int64_t m = std::min(kRunBlock, len - i);
-            const T* xv = contiguous_run(px + off[0] + i * st[0], st[0], m, bx);
-            const bool* mv = contiguous_run(pm + off[1] + i * st[1], st[1], m, bm);
-            T* o = out + pos + i;
-            for (int64_t j = 0; j < m; ++j) o[j] = mv[j] ? value : xv[j];
-          }
-        });
+    auto seg = [&](int64_t pos, const Run<2>& off, const Run<2>& st, int64_t len) {
+      alignas(64) T bx[kRunBlock];
+      alignas(64) bool bm[kRunBlock];
+      for (int64_t i = 0; i < len; i += kRunBlock) {
+        const int64_t m = std::min(kRunBlock, len - i);
+        const T* xv = contiguous_run(px + off[0] + i * st[0], st[0], m, bx);
+        const bool* mv = contiguous_run(pm + off[1] + i * st[1], st[1], m, bm);
+        T* o = out + pos + i;
+        for (int64_t j = 0; j < m; ++j) o[j] = mv[j] ? value : xv[j];
+      }
+    };
+    for_each_run<2>(x.shape, {x.strides, broadcast_strides(mask, x.shape)}, kElementwiseGrain, seg);
     return Status::OK();
   });
 }

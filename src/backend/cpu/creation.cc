@@ -142,14 +142,13 @@ Status run(const ir::Bernoulli& op, KernelContext& ctx) {
     T* o = out.data<T>();
     const T* base = p.data<T>();
     // Element i is drawn with counter i, its row-major position, whatever p's layout.
-    for_each_run<1>(p.shape, {p.strides}, kRandomGrain,
-                    [&](int64_t pos, const std::array<int64_t, 1>& off,
-                        const std::array<int64_t, 1>& st, int64_t len) {
-                      for (int64_t i = 0; i < len; ++i) {
-                        const double u = philox_uniform_f64(op.seed, static_cast<uint64_t>(pos + i));
-                        o[pos + i] = u < static_cast<double>(base[off[0] + i * st[0]]) ? T(1) : T(0);
-                      }
-                    });
+    auto seg = [&](int64_t pos, const Run<1>& off, const Run<1>& st, int64_t len) {
+      for (int64_t i = 0; i < len; ++i) {
+        const double u = philox_uniform_f64(op.seed, static_cast<uint64_t>(pos + i));
+        o[pos + i] = u < static_cast<double>(base[off[0] + i * st[0]]) ? T(1) : T(0);
+      }
+    };
+    for_each_run<1>(p.shape, {p.strides}, kRandomGrain, seg);
     return Status::OK();
   });
 }

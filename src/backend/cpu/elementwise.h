@@ -53,13 +53,12 @@ Status visit_dtype(DType d, const char* op, F&& f) {
     case DType::kF16: return f(Tag<Half>{});
     case DType::kBF16: return f(Tag<BFloat16>{});
   }
-  return internal_error(std::string(op) + ": unknown dtype " +
-                        std::to_string(static_cast<int>(d)));
+  return internal_error(std::string(op) + ": unknown dtype " + std::to_string(static_cast<int>(d)));
 }
 
 inline Status unsupported_dtype(const char* op, DType d) {
-  return internal_error(std::string(op) + ": the cpu kernel has no " +
-                        std::string(dtype_name(d)) + " variant (inference should reject it)");
+  return internal_error(std::string(op) + ": the cpu kernel has no " + std::string(dtype_name(d)) +
+                        " variant (inference should reject it)");
 }
 
 // Every dtype that takes part in arithmetic or comparison (not f16/bf16).
@@ -185,6 +184,10 @@ Coalesced<N> coalesce(const Shape& shape, const std::array<Strides, N>& strides)
   return c;
 }
 
+// Per-operand values of a run: element offsets or steps.
+template <size_t N>
+using Run = std::array<int64_t, N>;
+
 // Walks the row-major order of `shape` in parallel chunks of `grain` elements and calls
 // seg(out_pos, offsets, inner_strides, len) for each run of consecutive output elements that
 // lies within one row of the innermost (coalesced) dim. offsets[k] is operand k's element offset
@@ -196,7 +199,7 @@ void for_each_run(const Shape& shape, const std::array<Strides, N>& strides, int
   if (n == 0) return;
   const Coalesced<N> c = coalesce<N>(shape, strides);
   const int64_t inner = c.shape.back();
-  std::array<int64_t, N> inner_strides;
+  Run<N> inner_strides;
   for (size_t k = 0; k < N; ++k) inner_strides[k] = c.strides[k].back();
   const Shape outer(c.shape.begin(), c.shape.end() - 1);
   parallel_chunks(n, grain, [&](int64_t, int64_t begin, int64_t end) {
@@ -208,7 +211,7 @@ void for_each_run(const Shape& shape, const std::array<Strides, N>& strides, int
     int64_t col = begin % inner;
     for (int64_t pos = begin; pos < end;) {
       const int64_t len = std::min(inner - col, end - pos);
-      std::array<int64_t, N> off;
+      Run<N> off;
       for (size_t k = 0; k < N; ++k) off[k] = it.off[k] + col * inner_strides[k];
       seg(pos, off, inner_strides, len);
       pos += len;
@@ -236,20 +239,19 @@ inline const T* contiguous_run(const T* p, int64_t stride, int64_t n, T* buf) {
 template <class TI, class TO, class Block>
 void map_unary(const CpuTensor& x, TO* out, int64_t grain, Block&& block) {
   const TI* base = x.data<TI>();
-  for_each_run<1>(x.shape, {x.strides}, grain,
-                  [&](int64_t pos, const std::array<int64_t, 1>& off,
-                      const std::array<int64_t, 1>& st, int64_t len) {
-                    const TI* p = base + off[0];
-                    if (st[0] == 1) {
-                      block(p, out + pos, len);
-                      return;
-                    }
-                    alignas(64) TI buf[kRunBlock];
-                    for (int64_t i = 0; i < len; i += kRunBlock) {
-                      const int64_t m = std::min(kRunBlock, len - i);
-                      block(contiguous_run(p + i * st[0], st[0], m, buf), out + pos + i, m);
-                    }
-                  });
+  auto seg = [&](int64_t pos, const Run<1>& off, const Run<1>& st, int64_t len) {
+    const TI* p = base + off[0];
+    if (st[0] == 1) {
+      block(p, out + pos, len);
+      return;
+    }
+    alignas(64) TI buf[kRunBlock];
+    for (int64_t i = 0; i < len; i += kRunBlock) {
+      const int64_t m = std::min(kRunBlock, len - i);
+      block(contiguous_run(p + i * st[0], st[0], m, buf), out + pos + i, m);
+    }
+  };
+  for_each_run<1>(x.shape, {x.strides}, grain, seg);
 }
 
 // ---- NaN-propagating max / min (maximum, minimum, clamp and the max/min reductions) ----

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "backend/cpu/kernels.h"
+#include "ir/infer.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/structured_util.h"
 #include "core/thread_pool.h"
@@ -91,25 +92,13 @@ void strided_copy(std::byte* dst, const Strides& dst_strides, const std::byte* s
   });
 }
 
-// Python slice bounds of one dim (docs/ops.md): the first index and the element count.
-struct SliceBounds {
-  int64_t start = 0, size = 0;
-};
-SliceBounds slice_bounds(int64_t start, int64_t end, int64_t step, int64_t dim_size) {
-  if (start < 0) start += dim_size;
-  if (end < 0) end += dim_size;
-  start = std::clamp<int64_t>(start, 0, dim_size);
-  end = std::clamp<int64_t>(end, 0, dim_size);
-  const int64_t size = end > start ? (end - start + step - 1) / step : 0;
-  return {start, size};
-}
-
 // The slice of t as a view (shares t's buffer).
 CpuTensor slice_view(const CpuTensor& t, const std::vector<int64_t>& starts,
                      const std::vector<int64_t>& ends, const std::vector<int64_t>& steps) {
   CpuTensor v = t;
   for (int64_t d = 0; d < t.rank(); ++d) {
-    const SliceBounds b = slice_bounds(starts[d], ends[d], steps[d], t.shape[d]);
+    // Inference accepted these bounds, so normalising them again cannot fail.
+    const ir::SliceDim b = *ir::normalize_slice(starts[d], ends[d], steps[d], t.shape[d]);
     v.shape[d] = b.size;
     v.offset += b.start * t.strides[d];
     v.strides[d] = t.strides[d] * steps[d];
@@ -226,6 +215,7 @@ Status run(const ir::Flip& op, KernelContext& ctx) {
   // Read through negative strides from the last element of each flipped dim.
   CpuTensor v = x;
   for (int64_t d : op.dims) {
+    if (x.rank() == 0) break;  // a 0-d tensor accepts dim 0/-1 and has nothing to flip
     d = norm_dim(d, x.rank());
     v.offset += (x.shape[d] - 1) * x.strides[d];
     v.strides[d] = -x.strides[d];

@@ -66,7 +66,7 @@ template <class T, class A, class O>
 struct MeanP : SumP<T, A, O> {
   static O finish(A a, int64_t n) {
     if constexpr (std::is_floating_point_v<A>) {
-      return a / static_cast<A>(n);  // n = 0 gives NaN
+      return static_cast<O>(a / static_cast<A>(n));  // n = 0 gives NaN
     } else {  // integral sums: exact in 64 bits, divided in double
       return static_cast<O>(static_cast<double>(static_cast<int64_t>(a)) /
                             static_cast<double>(n));
@@ -100,6 +100,7 @@ struct ArgAcc {
 
 template <class T, bool kMax>
 struct ArgP {
+  using Extreme = ExtremeP<T, kMax>;  // finds the value first (vectorised), then its index
   using Acc = ArgAcc<T>;
   using Out = int64_t;
   static Acc init() { return {T(0), -1}; }
@@ -127,21 +128,37 @@ struct ArgP {
 
 // ---- inner reductions: each output reduces a contiguous run ----
 
+template <class P>
+concept ArgPolicy = requires {
+  typename P::Extreme;
+};
+
 template <class P, class T>
 typename P::Acc reduce_leaf(const T* p, int64_t n, int64_t index0) {
   using A = typename P::Acc;
-  constexpr int L = kLanes<A>;
-  A acc[L];
-  for (int j = 0; j < L; ++j) acc[j] = P::init();
-  int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    for (int j = 0; j < L; ++j) acc[j] = P::op(acc[j], P::load(p[i + j], index0 + i + j));
+  if constexpr (ArgPolicy<P>) {
+    // The extreme value by the vectorised max/min, then the first element equal to it (or the
+    // first NaN, when it is NaN): the first occurrence in two quick passes over a cached leaf.
+    if (n == 0) return P::init();
+    const T best = reduce_leaf<typename P::Extreme>(p, n, 0);
+    const bool want_nan = P::nan(best);
+    int64_t i = 0;
+    while (i + 1 < n && !(want_nan ? P::nan(p[i]) : p[i] == best)) ++i;
+    return P::load(p[i], index0 + i);
+  } else {
+    constexpr int L = kLanes<A>;
+    A acc[L];
+    for (int j = 0; j < L; ++j) acc[j] = P::init();
+    int64_t i = 0;
+    for (; i + L <= n; i += L) {
+      for (int j = 0; j < L; ++j) acc[j] = P::op(acc[j], P::load(p[i + j], index0 + i + j));
+    }
+    for (int j = 0; i < n; ++i, ++j) acc[j] = P::op(acc[j], P::load(p[i], index0 + i));
+    for (int w = L / 2; w > 0; w /= 2) {
+      for (int j = 0; j < w; ++j) acc[j] = P::op(acc[j], acc[j + w]);
+    }
+    return acc[0];
   }
-  for (int j = 0; i < n; ++i, ++j) acc[j] = P::op(acc[j], P::load(p[i], index0 + i));
-  for (int w = L / 2; w > 0; w /= 2) {
-    for (int j = 0; j < w; ++j) acc[j] = P::op(acc[j], acc[j + w]);
-  }
-  return acc[0];
 }
 
 // Leaves [first, first + count) of the run at p (n elements in all), combined by the tree.
@@ -381,13 +398,16 @@ DType reduce_out_dtype(ReduceKind k, DType in) {
 template <class T>
 Status reduce_typed(ReduceKind kind, const Plan& plan, CpuTensor& out) {
   constexpr bool kFloat = std::is_floating_point_v<T>;
-  using Wide = std::conditional_t<kFloat, T, uint64_t>;   // accumulator
+  using Wide = std::conditional_t<kFloat, T, uint64_t>;    // accumulator
   using WideOut = std::conditional_t<kFloat, T, int64_t>;  // sum, prod
   using MeanOut = std::conditional_t<kFloat, T, float>;
   switch (kind) {
     case ReduceKind::kSum: reduce_with<SumP<T, Wide, WideOut>, T>(plan, out); break;
     case ReduceKind::kProd: reduce_with<ProdP<T, Wide, WideOut>, T>(plan, out); break;
-    case ReduceKind::kMean: reduce_with<MeanP<T, Wide, MeanOut>, T>(plan, out); break;
+    // Integral means accumulate in double (docs/ops.md): a 64-bit sum could wrap.
+    case ReduceKind::kMean:
+      reduce_with<MeanP<T, std::conditional_t<kFloat, T, double>, MeanOut>, T>(plan, out);
+      break;
     case ReduceKind::kMax: reduce_with<ExtremeP<T, true>, T>(plan, out); break;
     case ReduceKind::kMin: reduce_with<ExtremeP<T, false>, T>(plan, out); break;
     case ReduceKind::kArgmax: reduce_with<ArgP<T, true>, T>(plan, out); break;
@@ -486,9 +506,10 @@ void cumsum_typed(const CpuTensor& x, int64_t dim, O* out) {
     return acc;
   };
   if (L < 2 * kScanBlock) {
-    parallel_chunks(outer, std::max<int64_t>(1, kReduceGrain / L), [&](int64_t, int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) scan(in + o * L, out + o * L, L, A(0));
-    });
+    parallel_chunks(outer, std::max<int64_t>(1, kReduceGrain / L),
+                    [&](int64_t, int64_t b, int64_t e) {
+                      for (int64_t o = b; o < e; ++o) scan(in + o * L, out + o * L, L, A(0));
+                    });
     return;
   }
   // Long lines: block sums in parallel, their prefix in order, then every block rescanned from

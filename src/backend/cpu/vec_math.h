@@ -88,9 +88,7 @@ inline __m256 lt(__m256 a, __m256 b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 inline __m256 eq(__m256 a, __m256 b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
 inline __m256 is_nan(__m256 a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
 inline __m256 select(__m256 m, __m256 a, __m256 b) { return _mm256_blendv_ps(b, a, m); }
-inline __m256 abs_bits(__m256 a) {
-  return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a);
-}
+inline __m256 abs_bits(__m256 a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 inline __m256 copy_sign(__m256 mag, __m256 sgn) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   return _mm256_or_ps(_mm256_andnot_ps(sign, mag), _mm256_and_ps(sign, sgn));
@@ -114,8 +112,8 @@ inline __m256i isplat(__m256, int32_t c) { return _mm256_set1_epi32(c); }
 template <class V>
 inline V exp_f32(V x) {
   constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;         // 9 significant bits
-  constexpr float kLn2Lo = -2.12194440054690583e-4f;  // ln 2 - kLn2Hi
+  constexpr float kLn2Hi = 0.693359375f;                    // 9 significant bits
+  constexpr float kLn2Lo = -2.12194440054690583e-4f;        // ln 2 - kLn2Hi
   V z = vmin(vmax(x, splat(x, -104.0f)), splat(x, 89.0f));  // e^z is 0 / inf beyond these
   V n = round_even(mul(z, splat(x, kLog2e)));
   V r = fmadd(n, splat(x, -kLn2Hi), z);

@@ -376,7 +376,8 @@ TEST(UnaryKernels, OtherFloatKindsMatchLibm) {
   check(UnaryKind::kAbs, [](float v) { return std::fabs(v); });
   check(UnaryKind::kSquare, [](float v) { return v * v; });
   // round is half to even; sign propagates NaN; relu keeps NaN.
-  EXPECT_EQ(values<float>(unary(UnaryKind::kRound, f32({6}, {-2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f}), kF32)),
+  EXPECT_EQ(values<float>(
+                unary(UnaryKind::kRound, f32({6}, {-2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f}), kF32)),
             (std::vector<float>{-2, -2, -0.0f, 0, 2, 2}));
   std::vector<float> sign = values<float>(unary(UnaryKind::kSign, x, kF32));
   EXPECT_EQ(sign[0], -1.0f);
@@ -456,8 +457,9 @@ TEST(UnaryKernels, StridedBroadcastZeroDAndEmptyInputs) {
 TEST(BinaryKernels, BroadcastingPaths) {
   CpuTensor a = f32({3, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
   // row
-  EXPECT_EQ(values<float>(binary(BinaryKind::kAdd, a, f32({4}, {100, 200, 300, 400}), {3, 4}, kF32)),
-            (std::vector<float>{100, 201, 302, 403, 104, 205, 306, 407, 108, 209, 310, 411}));
+  EXPECT_EQ(
+      values<float>(binary(BinaryKind::kAdd, a, f32({4}, {100, 200, 300, 400}), {3, 4}, kF32)),
+      (std::vector<float>{100, 201, 302, 403, 104, 205, 306, 407, 108, 209, 310, 411}));
   // column
   EXPECT_EQ(values<float>(binary(BinaryKind::kMul, a, f32({3, 1}, {1, 10, 100}), {3, 4}, kF32)),
             (std::vector<float>{0, 1, 2, 3, 40, 50, 60, 70, 800, 900, 1000, 1100}));
@@ -482,9 +484,11 @@ TEST(BinaryKernels, BroadcastingPaths) {
 TEST(BinaryKernels, LongBroadcastRunsMatchANaiveLoop) {
   // Long rows exercise the scalar-broadcast loops and the gathered (strided) path.
   const int64_t r = 300, c = 1100;
-  std::vector<float> av = random_floats(r * c, 1), bv = random_floats(c, 2), cv = random_floats(r, 3);
+  std::vector<float> av = random_floats(r * c, 1), bv = random_floats(c, 2),
+                     cv = random_floats(r, 3);
   CpuTensor a = f32({r, c}, av);
-  std::vector<float> plus_row = values<float>(binary(BinaryKind::kAdd, a, f32({c}, bv), {r, c}, kF32));
+  std::vector<float> plus_row =
+      values<float>(binary(BinaryKind::kAdd, a, f32({c}, bv), {r, c}, kF32));
   std::vector<float> times_col =
       values<float>(binary(BinaryKind::kMul, a, f32({r, 1}, cv), {r, c}, kF32));
   CpuTensor at = transposed(f32({c, r}, av));  // [r, c] view with strides [1, r]
@@ -501,29 +505,29 @@ TEST(BinaryKernels, LongBroadcastRunsMatchANaiveLoop) {
 }
 
 TEST(BinaryKernels, PromotionAndIntegerArithmetic) {
-  EXPECT_EQ(values<float>(binary(BinaryKind::kAdd, i32({2}, {1, 2}), f32({2}, {0.5f, 0.25f}),
-                                 {2}, kF32)),
-            (std::vector<float>{1.5f, 2.25f}));
-  EXPECT_EQ(values<int32_t>(binary(BinaryKind::kAdd, u8({2}, {250, 1}), i32({2}, {10, -2}), {2},
-                                   kI32)),
-            (std::vector<int32_t>{260, -1}));
+  EXPECT_EQ(
+      values<float>(binary(BinaryKind::kAdd, i32({2}, {1, 2}), f32({2}, {0.5f, 0.25f}), {2}, kF32)),
+      (std::vector<float>{1.5f, 2.25f}));
+  EXPECT_EQ(
+      values<int32_t>(binary(BinaryKind::kAdd, u8({2}, {250, 1}), i32({2}, {10, -2}), {2}, kI32)),
+      (std::vector<int32_t>{260, -1}));
   const int32_t mx = std::numeric_limits<int32_t>::max();
   EXPECT_EQ(values<int32_t>(binary(BinaryKind::kAdd, i32({1}, {mx}), i32({1}, {1}), {1}, kI32)),
             std::vector<int32_t>{std::numeric_limits<int32_t>::min()});
   EXPECT_EQ(values<uint8_t>(binary(BinaryKind::kMul, u8({1}, {200}), u8({1}, {2}), {1}, kU8)),
             std::vector<uint8_t>{144});
-  EXPECT_EQ(values<int64_t>(binary(BinaryKind::kAdd, boolean({2}, {1, 1}), i64({2}, {1, 2}), {2},
-                                   kI64)),
-            (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(
+      values<int64_t>(binary(BinaryKind::kAdd, boolean({2}, {1, 1}), i64({2}, {1, 2}), {2}, kI64)),
+      (std::vector<int64_t>{2, 3}));
   // Integral division is true division in f32; bool / bool too.
   EXPECT_EQ(values<float>(binary(BinaryKind::kDiv, i32({2}, {7, -1}), i32({2}, {2, 4}), {2}, kF32)),
             (std::vector<float>{3.5f, -0.25f}));
-  EXPECT_EQ(values<float>(binary(BinaryKind::kDiv, boolean({2}, {1, 0}), boolean({2}, {1, 1}), {2},
-                                 kF32)),
+  EXPECT_EQ(values<float>(
+                binary(BinaryKind::kDiv, boolean({2}, {1, 0}), boolean({2}, {1, 1}), {2}, kF32)),
             (std::vector<float>{1, 0}));
-  EXPECT_EQ(values<int32_t>(binary(BinaryKind::kMaximum, i32({2}, {1, 5}), i32({2}, {3, 2}), {2},
-                                   kI32)),
-            (std::vector<int32_t>{3, 5}));
+  EXPECT_EQ(
+      values<int32_t>(binary(BinaryKind::kMaximum, i32({2}, {1, 5}), i32({2}, {3, 2}), {2}, kI32)),
+      (std::vector<int32_t>{3, 5}));
   std::vector<float> mn = values<float>(
       binary(BinaryKind::kMinimum, f32({3}, {1, kNaN, 2}), f32({3}, {kNaN, 0, 1}), {3}, kF32));
   EXPECT_TRUE(std::isnan(mn[0]));
@@ -536,9 +540,9 @@ TEST(BinaryKernels, RemainderFollowsPython) {
                                    i32({4}, {3, -3, 3, -3}), {4}, kI32)),
             (std::vector<int32_t>{2, -2, 1, -1}));
   const int64_t lo = std::numeric_limits<int64_t>::min();
-  EXPECT_EQ(values<int64_t>(binary(BinaryKind::kRemainder, i64({1}, {lo}), i64({1}, {-1}), {1},
-                                   kI64)),
-            std::vector<int64_t>{0});
+  EXPECT_EQ(
+      values<int64_t>(binary(BinaryKind::kRemainder, i64({1}, {lo}), i64({1}, {-1}), {1}, kI64)),
+      std::vector<int64_t>{0});
   std::vector<float> f = values<float>(binary(BinaryKind::kRemainder, f32({3}, {-7.5f, 7.5f, 4.0f}),
                                               f32({3}, {2.0f, -2.0f, -2.0f}), {3}, kF32));
   EXPECT_EQ(f[0], 0.5f);
@@ -566,9 +570,9 @@ TEST(BinaryKernels, IntegerPowIsExact) {
             std::vector<uint8_t>{243});
   EXPECT_EQ(values<int32_t>(binary(BinaryKind::kPow, i32({1}, {2}), i32({1}, {33}), {1}, kI32)),
             std::vector<int32_t>{0});  // wraps
-  EXPECT_EQ(values<float>(binary(BinaryKind::kPow, f32({2}, {2, 9}), f32({2}, {0.5f, 0.5f}), {2},
-                                 kF32)),
-            (std::vector<float>{std::pow(2.0f, 0.5f), 3.0f}));
+  EXPECT_EQ(
+      values<float>(binary(BinaryKind::kPow, f32({2}, {2, 9}), f32({2}, {0.5f, 0.5f}), {2}, kF32)),
+      (std::vector<float>{std::pow(2.0f, 0.5f), 3.0f}));
 }
 
 TEST(BinaryKernels, ComparisonsAndLogical) {
@@ -589,8 +593,9 @@ TEST(BinaryKernels, ComparisonsAndLogical) {
   EXPECT_EQ(bools(binary(BinaryKind::kLogicalXor, boolean({4}, {0, 0, 1, 1}),
                          boolean({4}, {0, 1, 0, 1}), {4}, kBool)),
             (std::vector<bool>{false, true, true, false}));
-  EXPECT_EQ(bools(binary(BinaryKind::kLogicalOr, u8({2}, {0, 0}), boolean({2}, {0, 1}), {2}, kBool)),
-            (std::vector<bool>{false, true}));
+  EXPECT_EQ(
+      bools(binary(BinaryKind::kLogicalOr, u8({2}, {0, 0}), boolean({2}, {0, 1}), {2}, kBool)),
+      (std::vector<bool>{false, true}));
 }
 
 TEST(BinaryKernels, ScalarDtypeRules) {
@@ -598,8 +603,8 @@ TEST(BinaryKernels, ScalarDtypeRules) {
   EXPECT_EQ(values<float>(binary_scalar(BinaryKind::kAdd, i32({2}, {1, 2}), 0.5, false, kF32)),
             (std::vector<float>{1.5f, 2.5f}));
   // an integer scalar with a bool tensor computes in i64
-  EXPECT_EQ(values<int64_t>(binary_scalar(BinaryKind::kMul, boolean({2}, {0, 1}), int64_t{5},
-                                          false, kI64)),
+  EXPECT_EQ(values<int64_t>(
+                binary_scalar(BinaryKind::kMul, boolean({2}, {0, 1}), int64_t{5}, false, kI64)),
             (std::vector<int64_t>{0, 5}));
   // ...and comparisons compare numbers: true == 2 is false
   EXPECT_EQ(bools(binary_scalar(BinaryKind::kEq, boolean({2}, {0, 1}), int64_t{1}, false, kBool)),
@@ -607,19 +612,20 @@ TEST(BinaryKernels, ScalarDtypeRules) {
   EXPECT_EQ(bools(binary_scalar(BinaryKind::kEq, boolean({2}, {0, 1}), int64_t{2}, false, kBool)),
             (std::vector<bool>{false, false}));
   // the scalar takes the tensor's dtype: u8 wraps
-  EXPECT_EQ(values<uint8_t>(binary_scalar(BinaryKind::kAdd, u8({2}, {250, 1}), int64_t{10}, false,
-                                          kU8)),
-            (std::vector<uint8_t>{4, 11}));
+  EXPECT_EQ(
+      values<uint8_t>(binary_scalar(BinaryKind::kAdd, u8({2}, {250, 1}), int64_t{10}, false, kU8)),
+      (std::vector<uint8_t>{4, 11}));
   // reverse: s op a
   EXPECT_EQ(values<float>(binary_scalar(BinaryKind::kSub, f32({2}, {1, 4}), 10.0, true, kF32)),
             (std::vector<float>{9, 6}));
-  EXPECT_EQ(values<float>(binary_scalar(BinaryKind::kDiv, i32({2}, {2, 4}), int64_t{1}, true, kF32)),
-            (std::vector<float>{0.5f, 0.25f}));
-  EXPECT_EQ(values<int32_t>(binary_scalar(BinaryKind::kPow, i32({3}, {0, 1, 3}), int64_t{2}, true,
-                                          kI32)),
-            (std::vector<int32_t>{1, 2, 8}));
-  EXPECT_EQ(bools(binary_scalar(BinaryKind::kLt, transposed(f32({2, 2}, {1, 2, 3, 4})), 2.5,
-                                false, kBool)),
+  EXPECT_EQ(
+      values<float>(binary_scalar(BinaryKind::kDiv, i32({2}, {2, 4}), int64_t{1}, true, kF32)),
+      (std::vector<float>{0.5f, 0.25f}));
+  EXPECT_EQ(
+      values<int32_t>(binary_scalar(BinaryKind::kPow, i32({3}, {0, 1, 3}), int64_t{2}, true, kI32)),
+      (std::vector<int32_t>{1, 2, 8}));
+  EXPECT_EQ(bools(binary_scalar(BinaryKind::kLt, transposed(f32({2, 2}, {1, 2, 3, 4})), 2.5, false,
+                                kBool)),
             (std::vector<bool>{true, false, true, false}));
   EXPECT_EQ(values<float>(binary_scalar(BinaryKind::kAdd, f32({}, {1}), 2.0, false, kF32)),
             std::vector<float>{3});
@@ -646,8 +652,8 @@ TEST(BinaryKernels, ScalarRemainderByZeroIsAnError) {
     op.out = h.out({2}, kI32);
     EXPECT_FALSE(h.fails(op).ok());
   }
-  EXPECT_EQ(values<int32_t>(binary_scalar(BinaryKind::kRemainder, i32({2}, {-7, 7}), int64_t{3},
-                                          false, kI32)),
+  EXPECT_EQ(values<int32_t>(
+                binary_scalar(BinaryKind::kRemainder, i32({2}, {-7, 7}), int64_t{3}, false, kI32)),
             (std::vector<int32_t>{2, 1}));
 }
 
@@ -679,8 +685,7 @@ TEST(ElementwiseKernels, Clamp) {
     op.out = h.out(x.shape, x.dtype);
     return h.run(op);
   };
-  std::vector<float> f =
-      values<float>(clamp(f32({4}, {-5, 0.5f, 5, kNaN}), true, -1.0, true, 1.0));
+  std::vector<float> f = values<float>(clamp(f32({4}, {-5, 0.5f, 5, kNaN}), true, -1.0, true, 1.0));
   EXPECT_EQ(f[0], -1.0f);
   EXPECT_EQ(f[1], 0.5f);
   EXPECT_EQ(f[2], 1.0f);
@@ -692,6 +697,9 @@ TEST(ElementwiseKernels, Clamp) {
             (std::vector<int32_t>{0, 5}));
   EXPECT_EQ(values<uint8_t>(clamp(u8({2}, {1, 200}), false, 0.0, true, int64_t{100})),
             (std::vector<uint8_t>{1, 100}));
+  // integer bounds outside x's dtype saturate instead of wrapping
+  EXPECT_EQ(values<uint8_t>(clamp(u8({2}, {1, 200}), true, int64_t{-1}, true, int64_t{300})),
+            (std::vector<uint8_t>{1, 200}));
   // lo > hi gives hi, as min(max(x, lo), hi)
   EXPECT_EQ(values<float>(clamp(f32({2}, {0, 10}), true, 5.0, true, 1.0)),
             (std::vector<float>{1, 1}));
@@ -802,14 +810,14 @@ TEST(ReduceKernels, SumOverDimsKeepdimAndLayouts) {
 }
 
 TEST(ReduceKernels, IntegralAndBoolSumsAreExactI64) {
-  EXPECT_EQ(values<int64_t>(reduce(ReduceKind::kSum, i32({3}, {2147483647, 2147483647, -5}), {},
-                                   {}, kI64)),
+  EXPECT_EQ(values<int64_t>(
+                reduce(ReduceKind::kSum, i32({3}, {2147483647, 2147483647, -5}), {}, {}, kI64)),
             std::vector<int64_t>{4294967289});
   EXPECT_EQ(values<int64_t>(reduce(ReduceKind::kSum, u8({3}, {255, 255, 1}), {}, {}, kI64)),
             std::vector<int64_t>{511});
-  EXPECT_EQ(values<int64_t>(reduce(ReduceKind::kSum, boolean({2, 2}, {1, 0, 1, 1}), {0}, {2},
-                                   kI64)),
-            (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(
+      values<int64_t>(reduce(ReduceKind::kSum, boolean({2, 2}, {1, 0, 1, 1}), {0}, {2}, kI64)),
+      (std::vector<int64_t>{2, 1}));
   EXPECT_EQ(values<int64_t>(reduce(ReduceKind::kProd, i32({2, 2}, {-2, 3, 4, 5}), {1}, {2}, kI64)),
             (std::vector<int64_t>{-6, 20}));
   EXPECT_EQ(values<float>(reduce(ReduceKind::kMean, i32({4}, {1, 2, 3, 5}), {}, {}, kF32)),
@@ -852,8 +860,7 @@ TEST(ReduceKernels, ArgmaxArgminFirstOccurrenceAndNaN) {
             (std::vector<int64_t>{3, 1}));
   EXPECT_EQ(values<int64_t>(reduce(ReduceKind::kArgmax, x, {0}, {4}, kI64)),
             (std::vector<int64_t>{1, 1, 1, 1}));
-  EXPECT_EQ(values<int64_t>(reduce(ReduceKind::kArgmax, x, {}, {}, kI64)),
-            std::vector<int64_t>{5});
+  EXPECT_EQ(values<int64_t>(reduce(ReduceKind::kArgmax, x, {}, {}, kI64)), std::vector<int64_t>{5});
   // all dims of a transposed view index its row-major order: [[1, 3], [5, NaN], [5, 9], [0, NaN]]
   EXPECT_EQ(values<int64_t>(reduce(ReduceKind::kArgmax, transposed(x), {}, {1, 1}, kI64, true)),
             std::vector<int64_t>{3});
@@ -924,7 +931,8 @@ TEST(CumsumKernel, AlongEachDimAndDtype) {
             (std::vector<int64_t>{2147483647, 2147483648, 2147483643}));
   EXPECT_EQ(values<int64_t>(cumsum(boolean({4}, {1, 0, 1, 1}), 0, kI64)),
             (std::vector<int64_t>{1, 1, 2, 3}));
-  EXPECT_EQ(values<int64_t>(cumsum(u8({2}, {200, 100}), 0, kI64)), (std::vector<int64_t>{200, 300}));
+  EXPECT_EQ(values<int64_t>(cumsum(u8({2}, {200, 100}), 0, kI64)),
+            (std::vector<int64_t>{200, 300}));
   EXPECT_EQ(values<double>(cumsum(f64({}, {2.5}), 0, kF64)), std::vector<double>{2.5});
   EXPECT_EQ(cumsum(f32({0, 3}, {}), 0, kF32).numel(), 0);
 }

@@ -36,6 +36,9 @@ const std::vector<double> kFloatSpecials = {
     1e19, -1e19, 1e300, INFINITY, -INFINITY, NAN,
     1.0 + 0x1p-11 + 0x1p-40,  // f64 -> f16 through f32 rounds to 1.0; a direct rounding gives 1 + 2^-10
     1e-40,                    // an f32 subnormal
+    9223372036854775808.0, -9223372036854775808.0,  // ±2^63: i64 saturates above, is exact below
+    9223371487098961920.0,    // 2^63 - 2^39, the largest f32 below 2^63: exact in i64
+    -0.9, 255.9, 4294967296.0,
 };
 const std::vector<double> kMathEdges = {0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 2.5, -2.5, 100.0, -100.0,
                                         INFINITY, -INFINITY, NAN};
@@ -69,6 +72,14 @@ ref::HostTensor generate(const InputSpec& spec, const Shape& shape, std::mt19937
         if (fl) v = {true, uni(spec.lo, spec.hi), 0};
         else v = {false, 0, d == kBool ? uint_in(0, 1) : uint_in(ilo, ihi)};
         if (spec.gen == Gen::kWithNaN && fl && uint_in(0, 4) == 0) v.f = NAN;
+        break;
+      case Gen::kWithNegInf:
+        if (fl) v = {true, uint_in(0, 2) == 0 ? -INFINITY : uni(spec.lo, spec.hi), 0};
+        else v = {false, 0, uint_in(ilo, ihi)};
+        break;
+      case Gen::kLogUniform:
+        if (fl) v = {true, std::pow(10.0, uni(spec.lo, spec.hi)), 0};
+        else v = {false, 0, uint_in(std::max<int64_t>(ilo, 0), ihi)};
         break;
       case Gen::kHalves:
         if (fl) v = {true, 0.5 * static_cast<double>(uint_in(static_cast<int64_t>(2 * spec.lo), static_cast<int64_t>(2 * spec.hi))), 0};
@@ -141,6 +152,9 @@ Tensor upload(const ref::HostTensor& h, Layout layout, const Device& device) {
         return put(w).slice(-1, 0, 2 * h.shape.back(), 2);
       }
       break;
+    case Layout::kComposite:
+      if (rank >= 2) return upload(ref::transpose(h, 0, -1), Layout::kStrided, device).transpose(0, -1);
+      break;
     case Layout::kExpanded:
       if (rank >= 1 && h.shape[0] > 0) return put(ref::slice(h, 0, 0, 1, 1)).expand(h.shape);
       break;
@@ -172,6 +186,8 @@ Tol tolerance(Family family, DType out) {
     case Family::kExact: return {};
     case Family::kArith: return f64 ? Tol{1e-14, 0} : Tol{1e-6, 0};
     case Family::kTranscend: return f64 ? Tol{1e-13, 1e-15} : Tol{1e-5, 1e-6};
+    // Absolute slack only below the smallest normal, where subnormal results carry few bits.
+    case Family::kTranscendRel: return f64 ? Tol{1e-13, 1e-300} : Tol{1e-5, 1e-37};
     case Family::kRemainder: return f64 ? Tol{1e-12, 1e-12} : Tol{1e-5, 1e-5};
     case Family::kReduce:
     case Family::kMatmul: return f64 ? Tol{1e-12, 1e-12} : Tol{1e-5, 1e-4};

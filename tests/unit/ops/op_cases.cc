@@ -23,8 +23,9 @@ Scalar F(double v) { return Scalar(v); }
 
 // A rotating choice of layout, so that the main case of each dtype sees a different one.
 Layout rotate(size_t k) {
-  static const Layout kOrder[] = {Layout::kContig, Layout::kTransposed, Layout::kStrided, Layout::kExpanded};
-  return kOrder[k % 4];
+  static const Layout kOrder[] = {Layout::kContig, Layout::kTransposed, Layout::kStrided, Layout::kExpanded,
+                                  Layout::kComposite};
+  return kOrder[k % 5];
 }
 
 class Table {
@@ -100,6 +101,10 @@ void creation_cases(Table& t) {
   t.add("arange", {}, {.s0 = I(0), .s1 = I(10), .s2 = I(2), .dtype = kU8});
   t.add("arange", {}, {.s0 = F(0.5), .s1 = I(3), .s2 = I(1), .dtype = kI64}, Family::kExact, "float_start");
   t.add("arange", {}, {.s0 = I(-5), .s1 = I(5), .s2 = I(1), .dtype = kF64});
+  // Many elements: start + i * step in double, not an f32 running sum.
+  t.add("arange", {}, {.s0 = F(0.1), .s1 = F(1e5), .s2 = F(0.3), .dtype = kF32}, Family::kExact, "many");
+  t.add("full", {}, {.shape = {2}, .s0 = F(65520.0), .dtype = kF16}, Family::kExact, "overflow_inf");
+  t.add("full", {}, {.shape = {2}, .s0 = F(1e39), .dtype = kBF16}, Family::kExact, "overflow_inf");
   // 2^60 + 1 has no double: integer start and step must use exact integer arithmetic.
   t.add("arange", {}, {.s0 = I((int64_t{1} << 60) + 1), .s1 = I((int64_t{1} << 60) + 769), .s2 = I(256), .dtype = kI64},
         Family::kExact, "exact_large");
@@ -147,6 +152,39 @@ void unary_cases(Table& t) {
       for (DType d : {kI32, kI64, kU8}) t.add(op, {In({64}, d).with(Gen::kWrap)}, {}, fam, "wrap");
     }
   }
+  // Accuracy near zero (log1p(x) ~ x, sin, tanh, erf) and over wide ranges (overflow to inf,
+  // subnormal results, large arguments), where vectorised approximations go wrong first.
+  struct R {
+    const char* op;
+    Gen gen;
+    double lo, hi;
+    Family fam;
+    const char* tag;
+  };
+  const R kRanges[] = {
+      {"log1p", Gen::kUniform, -1e-6, 1e-6, Family::kTranscendRel, "tiny"},
+      {"sin", Gen::kUniform, -1e-6, 1e-6, Family::kTranscendRel, "tiny"},
+      {"tanh", Gen::kUniform, -1e-6, 1e-6, Family::kTranscendRel, "tiny"},
+      {"erf", Gen::kUniform, -1e-6, 1e-6, Family::kTranscendRel, "tiny"},
+      {"gelu", Gen::kUniform, -1e-6, 1e-6, Family::kTranscendRel, "tiny"},
+      {"exp", Gen::kUniform, -110, 95, Family::kTranscendRel, "wide"},
+      {"exp", Gen::kUniform, -1e-6, 1e-6, Family::kTranscendRel, "tiny"},
+      {"log", Gen::kLogUniform, -37, 38, Family::kTranscendRel, "wide"},
+      {"sqrt", Gen::kLogUniform, -37, 38, Family::kArith, "wide"},
+      {"rsqrt", Gen::kLogUniform, -37, 37, Family::kTranscendRel, "wide"},
+      {"reciprocal", Gen::kLogUniform, -37, 37, Family::kArith, "wide"},
+      {"sin", Gen::kUniform, -1000, 1000, Family::kTranscend, "wide"},
+      {"cos", Gen::kUniform, -1000, 1000, Family::kTranscend, "wide"},
+      {"tanh", Gen::kUniform, -20, 20, Family::kTranscend, "wide"},
+      {"sigmoid", Gen::kUniform, -100, 100, Family::kTranscend, "wide"},
+      {"erf", Gen::kUniform, -6, 6, Family::kTranscend, "wide"},
+      {"gelu", Gen::kUniform, -12, 12, Family::kTranscend, "wide"},
+      {"log1p", Gen::kUniform, -0.999999, 1e6, Family::kTranscend, "wide"},
+  };
+  for (const R& r : kRanges) {
+    for (DType d : kFloats) t.add(r.op, {In({500}, d).with(r.gen).range(r.lo, r.hi)}, {}, r.fam, r.tag);
+  }
+
   for (size_t j = 0; j < kNonStorage.size(); ++j) {
     t.add("logical_not", {In({3, 4, 5}, kNonStorage[j]).with(Gen::kTies).as(rotate(j))});
   }
@@ -226,6 +264,19 @@ void binary_cases(Table& t) {
   t.add("pow", {In({40}, kF64).range(-3, 3), In({40}, kF64).with(Gen::kHalves).range(-2, 2)}, {}, Family::kTranscend, "negative_base");
   // bool / bool is allowed and gives f32 (1/0 = inf, 0/0 = NaN).
   t.add("div", {In({4, 4}, kBool), In({4}, kBool)}, {}, Family::kArith, "bools");
+  // More broadcasting: both sides stretch, high rank, a size-1 dim against 0.
+  t.add("add", {In({3, 1, 5}, kF32), In({1, 4, 1}, kF32)}, {}, Family::kArith, "bcast_both");
+  t.add("mul", {In({2, 1, 3, 1, 2, 1}, kI64), In({1, 2, 1, 2, 1, 3}, kI64).as(Layout::kTransposed)}, {}, Family::kExact, "bcast_6d");
+  t.add("sub", {In({1}, kF64), In({0}, kF64)}, {}, Family::kArith, "bcast_to_empty");
+  t.add("maximum", {In({4, 5}, kU8).as(Layout::kComposite), In({5}, kU8).as(Layout::kStrided)}, {}, Family::kExact, "composite");
+  // INT_MIN % -1 is 0 (and must not trap); every sign of divisor against the limits.
+  for (DType d : {kI32, kI64}) {
+    t.add("remainder", {In({20}, d).with(Gen::kSpecial), In({20}, d).with(Gen::kNonZero).range(-1, 1)}, {}, Family::kExact, "limits_by_one");
+    t.add("remainder", {In({20}, d).with(Gen::kSpecial), In({20}, d).with(Gen::kWrap)}, {}, Family::kExact, "limits");
+  }
+  // Integer pow with exponents up to 2^63 (repeated squaring; wraps) and negative ones.
+  t.add("pow", {In({64}, kI64).range(-3, 3), In({64}, kI64).with(Gen::kWrap)}, {}, Family::kExact, "huge_exponent");
+  t.add("pow", {In({64}, kI32).range(-3, 3), In({64}, kI32).with(Gen::kWrap)}, {}, Family::kExact, "huge_exponent");
   // Integral true division by zero gives ±inf / NaN in f32; float remainder by zero gives NaN.
   t.add("div", {In({30}, kI32).range(-2, 2), In({30}, kI32).range(-1, 1)}, {}, Family::kArith, "by_zero");
   t.add("div", {In({30}, kF32).with(Gen::kHalves).range(-2, 2), In({30}, kF32).with(Gen::kHalves).range(-0.5, 0.5)}, {}, Family::kArith, "by_zero");
@@ -322,6 +373,7 @@ void select_cases(Table& t) {
   const std::pair<DType, DType> kPairs[] = {{kI32, kF32}, {kBool, kU8}, {kU8, kI64}, {kF32, kF64}, {kI64, kBool}};
   for (auto [a, b] : kPairs) t.add("where", {In({2, 3}, kBool), In({2, 3}, a), In({3}, b)}, {}, Family::kExact, "promote");
   t.add("where", {In({}, kBool), In({2, 2}, kF32), In({}, kF32)}, {}, Family::kExact, "scalar0d");
+  t.add("where", {In({2, 1, 1, 3}, kBool), In({4, 1}, kI32), In({}, kI64)}, {}, Family::kExact, "cond_widest");
   t.add("where", {In({0, 4}, kBool), In({4}, kI32), In({1, 4}, kI32)}, {}, Family::kExact, "empty");
   t.add("where", {In({4, 5}, kBool).as(Layout::kTransposed), In({4, 5}, kF64).as(Layout::kStrided),
                   In({4, 5}, kF64).as(Layout::kExpanded)}, {}, Family::kExact, "noncontig");
@@ -361,7 +413,7 @@ void select_cases(Table& t) {
   for (DType from : kAnyDtype) {
     for (DType to : kAnyDtype) {
       const bool fl = is_float(from);
-      t.add("cast", {In({fl ? 34 : 20}, from).with(Gen::kSpecial)}, {.dtype = to}, Family::kExact,
+      t.add("cast", {In({fl ? 41 : 20}, from).with(Gen::kSpecial)}, {.dtype = to}, Family::kExact,
             std::string("to_") + std::string(dtype_name(to)));
       if (fl && !is_float(to)) {
         t.add("cast", {In({40}, from).range(-300, 300)}, {.dtype = to}, Family::kExact,
@@ -408,6 +460,12 @@ void reduction_cases(Table& t) {
     }
   }
   t.add("sum", {In({1000}, kF32).range(-1, 1)}, {}, Family::kReduce, "long");
+  // 100k positive values: a naive running f32 sum drifts by ~1e-4 relative; blocked/pairwise
+  // accumulation (docs/ops.md) stays within rounding.
+  t.add("sum", {In({100000}, kF32).range(0, 1)}, {}, Family::kReduce, "100k");
+  t.add("mean_dim", {In({4, 50000}, kF32).range(0, 1)}, {.dim = 1}, Family::kReduce, "50k");
+  t.add("sum_dims", {In({3, 4, 5, 6}, kF32).as(Layout::kComposite)}, {.dims = {0, 2}, .keepdim = true}, Family::kReduce, "composite");
+  t.add("max_dim", {In({5, 6}, kF32).with(Gen::kDistinct).as(Layout::kComposite)}, {.dim = 0}, Family::kExact, "composite");
   t.add("sum_dim", {In({64, 64}, kF32).range(-1, 1)}, {.dim = 0}, Family::kReduce, "long");
   t.add("mean", {In({999}, kF64).range(-1, 1)}, {}, Family::kReduce, "long");
   t.add("sum", {In({64}, kI64).with(Gen::kWrap)}, {}, Family::kExact, "wrap");
@@ -560,6 +618,13 @@ void movement_cases(Table& t) {
   t.add("cat", {In({3, 4}, kF16)}, {.dim = 0}, Family::kExact, "single");
   t.add("cat", {In({3, 4}, kF32).as(Layout::kTransposed), In({2, 4}, kF32).as(Layout::kExpanded)}, {.dim = 0}, Family::kExact, "noncontig");
   t.add("cat", {In({0, 4}, kU8), In({0, 4}, kU8)}, {.dim = 0}, Family::kExact, "all_empty");
+  {
+    std::vector<InputSpec> many;
+    for (size_t k = 0; k < 12; ++k) many.push_back(In({3, static_cast<int64_t>(k % 4)}, kI32).as(rotate(k)));
+    t.add("cat", many, {.dim = 1}, Family::kExact, "twelve");
+  }
+  t.add("permute", {In({2, 3, 4, 5}, kF32).as(Layout::kComposite)}, {.dims = {3, 1, 0, 2}}, Family::kExact, "composite");
+  t.add("reshape", {In({4, 6}, kI64).as(Layout::kComposite)}, {.shape = {3, 8}}, Family::kExact, "composite");
   t.add("stack", {In({2, 3}, kF32), In({2, 3}, kF32)}, {.dim = -1}, Family::kExact, "last");
   t.add("stack", {In({2, 3}, kI32), In({2, 3}, kI32), In({2, 3}, kI32)}, {.dim = 1}, Family::kExact, "middle");
   t.add("stack", {In({}, kF64), In({}, kF64), In({}, kF64)}, {.dim = 0}, Family::kExact, "scalars");
@@ -635,6 +700,16 @@ void neural_cases(Table& t) {
       t.add(op, {In({0, 4}, d)}, {.dim = 1}, Family::kNeural, "empty");
       t.add(op, {In({2, 3}, d).as(Layout::kExpanded)}, {.dim = 0}, Family::kNeural, "equal_values");
     }
+    // Masked scores: -inf entries give 0 (softmax) / -inf (log_softmax); a row of only -inf
+    // gives NaN by the max-subtracted formula (-inf - -inf).
+    t.add("softmax", {In({40, 4}, d).with(Gen::kWithNegInf)}, {.dim = 1}, Family::kNeural, "neg_inf");
+    t.add("log_softmax", {In({40, 4}, d).with(Gen::kWithNegInf)}, {.dim = 1}, Family::kNeural, "neg_inf");
+    t.add("softmax", {In({4, 5, 6}, d).as(Layout::kComposite)}, {.dim = 0}, Family::kNeural, "composite");
+    t.add("layer_norm", {In({6, 8}, d).range(1, 1), In({8}, d), In({8}, d)}, {.shape = {8}}, Family::kNeural, "constant_rows");
+    t.add("conv2d", {In({1, 2, 10, 10}, d).range(-1, 1), In({2, 2, 2, 2}, d).range(-1, 1)},
+          {.stride = {3, 3}, .padding = {1, 1}, .dilation = {2, 2}}, Family::kMatmul, "stride_gt_kernel");
+    t.add("conv2d", {In({3, 2, 6, 6}, d).range(-1, 1).as(Layout::kExpanded), In({2, 2, 3, 3}, d).range(-1, 1)},
+          {.stride = {1, 1}, .padding = {0, 0}, .dilation = {1, 1}}, Family::kMatmul, "expanded");
     t.add("softmax_fn", {In({2, 7}, d)}, {.dim = 1}, Family::kNeural);
     t.add("log_softmax_fn", {In({2, 7}, d)}, {.dim = -1}, Family::kNeural);
 
@@ -729,7 +804,6 @@ std::vector<OpCase> build_large_cases() {
   }
   t.add("sum", {In(big, kI64).with(Gen::kWrap)}, {}, E);
   t.add("mean_dims", {In({64, 128, 128}, kF32)}, {.dims = {0, 2}}, E);
-  t.add("sum", {In({1 << 22}, kF32)}, {}, E, "4M");
   t.add("cumsum", {In(big, kF32)}, {.dim = 1}, E);
   t.add("cumsum", {In(big, kF64)}, {.dim = 0}, E);
   t.add("cumsum", {In(big, kI32)}, {.dim = 1}, E);
@@ -738,6 +812,9 @@ std::vector<OpCase> build_large_cases() {
   t.add("matmul", {In({8, 64, 64}, kF32), In({64, 64}, kF32)}, {}, E, "batched");
   t.add("matmul", {In({256, 256}, kI32).range(-9, 9), In({256, 256}, kI32).range(-9, 9)}, {}, E, "256");
   t.add("matmul", {In({256, 512}, kF32).as(Layout::kTransposed), In({512, 128}, kF32)}, {}, E, "transposed");
+  // Shapes where a GEMM library may split the reduction dim k across threads.
+  t.add("matmul", {In({8, 131072}, kF32), In({131072, 8}, kF32)}, {}, E, "long_k");
+  t.add("matmul", {In({1, 65536}, kF32), In({65536, 64}, kF32)}, {}, E, "row_long_k");
   t.add("permute", {In({64, 128, 128}, kF32)}, {.dims = {2, 0, 1}}, E);
   t.add("cat", {In({512, 1024}, kF32), In({600, 1024}, kF32)}, {.dim = 0}, E);
   t.add("cat", {In({1024, 512}, kI64), In({1024, 600}, kI64)}, {.dim = 1}, E);
@@ -761,6 +838,8 @@ std::vector<OpCase> build_large_cases() {
   t.add("conv2d", {In({8, 16, 32, 32}, kF64), In({16, 16, 3, 3}, kF64)}, {.stride = one, .padding = one, .dilation = one}, E);
   t.add("conv2d", {In({8, 16, 32, 32}, kF32), In({16, 4, 3, 3}, kF32)},
         {.stride = {2, 2}, .padding = one, .dilation = one, .groups = 4}, E, "groups");
+  t.add("conv2d", {In({1, 512, 8, 8}, kF32), In({8, 512, 3, 3}, kF32)}, {.stride = one, .padding = one, .dilation = one}, E,
+        "many_channels");
   t.add("max_pool2d", {In({8, 16, 64, 64}, kF32)}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = one}, E);
   t.add("avg_pool2d", {In({8, 16, 64, 64}, kF32)}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = one}, E);
   t.add("adaptive_avg_pool2d", {In({8, 16, 64, 64}, kF32)}, {.shape = {7, 7}}, E);

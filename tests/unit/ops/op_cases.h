@@ -29,6 +29,8 @@ enum class Gen : uint8_t {
   kNonZero,   // |v| >= 0.25 (floats) or >= 1 (integers), either sign: divisors
   kIntegral,  // floats holding integer values in [lo, hi]
   kWithNaN,   // as kUniform with about one element in five NaN
+  kWithNegInf,  // as kUniform with about one element in three -inf (masked attention scores)
+  kLogUniform,  // positive floats 10^u with u uniform in [lo, hi] (tiny to huge, subnormals)
 };
 
 // The memory layout the op sees; values are always those of the logical tensor.
@@ -37,6 +39,7 @@ enum class Layout : uint8_t {
   kTransposed,  // uploaded with dims 0 and -1 swapped, then transposed back (a strided view)
   kStrided,     // uploaded with every other element of the last dim, then sliced with step 2
   kExpanded,    // dim 0 uploaded with size 1, then expanded (stride 0); values repeat along dim 0
+  kComposite,   // kStrided of the transpose, transposed back: strided in both swapped dims
 };
 
 struct InputSpec {
@@ -58,6 +61,7 @@ enum class Family : uint8_t {
   kExact,      // copies, comparisons, selections, casts, rounding, min/max: bit-exact values
   kArith,      // correctly rounded IEEE ops (+ - * / sqrt): f32 1e-6 rel, f64 1e-14 rel
   kTranscend,  // exp, log, sin, pow, ... : f32 1e-5 rel + 1e-6 abs, f64 1e-13 rel + 1e-15 abs
+  kTranscendRel,  // as kTranscend, absolute slack only for subnormal results (tiny results must be accurate)
   kRemainder,  // a - floor(a/b)*b cancels: f32 1e-5 rel + 1e-5 abs, f64 1e-12 both
   kReduce,     // sums in another order: f32 1e-5 rel + 1e-4 abs, f64 1e-12 both
   kMatmul,     // dot products (matmul, conv2d): as kReduce

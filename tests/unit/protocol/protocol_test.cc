@@ -1,0 +1,631 @@
+// The wire codec (src/protocol/messages.h, docs/protocol.md): every message round-trips, every
+// truncated prefix of an encoded message is an error, and random or mutated bytes never crash a
+// decoder.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "ir/codec.h"
+#include "net/framing.h"
+#include "protocol/messages.h"
+
+namespace tw::protocol {
+namespace {
+
+// The payload bytes of a frame: head with its zero-copy segments put back at their offsets.
+std::vector<uint8_t> flatten(const OutFrame& f) {
+  std::vector<uint8_t> out;
+  size_t pos = 0;
+  for (const auto& seg : f.segments) {
+    out.insert(out.end(), f.head.begin() + static_cast<ptrdiff_t>(pos),
+               f.head.begin() + static_cast<ptrdiff_t>(seg.offset));
+    const uint8_t* p = seg.data.as<const uint8_t>();
+    out.insert(out.end(), p, p + seg.data.size());
+    pos = seg.offset;
+  }
+  out.insert(out.end(), f.head.begin() + static_cast<ptrdiff_t>(pos), f.head.end());
+  EXPECT_EQ(out.size(), f.payload_size());
+  return out;
+}
+
+Buffer to_buffer(const std::vector<uint8_t>& v) { return Buffer::copy_of(v.data(), v.size()); }
+Buffer payload_of(const OutFrame& f) { return to_buffer(flatten(f)); }
+
+Buffer pattern_bytes(size_t n, uint8_t seed) {
+  Buffer b = Buffer::allocate(n);
+  for (size_t i = 0; i < n; ++i) b.as<uint8_t>()[i] = static_cast<uint8_t>(seed + i * 131);
+  return b;
+}
+
+// Gives every field of an op a distinctive non-default value.
+struct Filler {
+  uint64_t n = 0;
+  size_t bytes = 40;
+  void operator()(const char*, ir::In& v) { v.id = ++n; }
+  void operator()(const char*, ir::Out& v) { v.id = 1000 + ++n; }
+  void operator()(const char*, std::vector<ir::In>& v) { v = {{++n}, {++n}, {0}}; }
+  void operator()(const char*, std::vector<int64_t>& v) { v = {static_cast<int64_t>(++n), -2, INT64_MIN}; }
+  void operator()(const char*, int64_t& v) { v = -static_cast<int64_t>(++n); }
+  void operator()(const char*, uint64_t& v) { v = 0xFEDCBA9876543210ull + ++n; }
+  void operator()(const char*, double& v) { v = 0.25 + static_cast<double>(++n); }
+  void operator()(const char*, bool& v) { v = true; }
+  void operator()(const char*, DType& v) { v = kBF16; }
+  void operator()(const char*, ir::Scalar& v) {
+    v = (++n % 2) ? ir::Scalar(-1.5) : ir::Scalar(int64_t{-(int64_t{1} << 62) - 3});
+  }
+  void operator()(const char*, ir::Bytes& v) { v.data = pattern_bytes(bytes, static_cast<uint8_t>(++n)); }
+  template <class E>
+    requires std::is_enum_v<E>
+  void operator()(const char*, E& v) {
+    v = static_cast<E>(static_cast<uint8_t>(E::kCount) - 1);
+  }
+};
+
+// One op of every kind in TW_OP_LIST, every field set; Bytes fields of `bytes` bytes.
+std::vector<ir::Op> every_op(size_t bytes) {
+  std::vector<ir::Op> ops;
+  Filler f;
+  f.bytes = bytes;
+#define TW_MAKE_OP(Name, code) \
+  {                            \
+    ir::Name o;                \
+    o.fields(f);               \
+    ops.push_back(o);          \
+  }
+  TW_OP_LIST(TW_MAKE_OP)
+#undef TW_MAKE_OP
+  return ops;
+}
+
+TEST(Protocol, EveryOpListEntryIsCovered) {
+  auto ops = every_op(8);
+  ASSERT_EQ(static_cast<int>(ops.size()), ir::kNumOps);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    EXPECT_EQ(static_cast<int>(ir::op_code(ops[i])), static_cast<int>(i) + 1);
+    auto d = ir::decode_op(ir::encode_op(ops[i]).data(), ir::encode_op(ops[i]).size());
+    ASSERT_TRUE(d.ok()) << ir::op_code_name(ir::op_code(ops[i])) << ": " << d.status().message();
+    EXPECT_TRUE(*d == ops[i]) << ir::op_code_name(ir::op_code(ops[i]));
+  }
+}
+
+// ---------------------------------------------------------------- the messages used below
+
+Hello sample_hello() {
+  Hello h;
+  h.min_version = 1;
+  h.max_version = 3;
+  h.device_index = 2;
+  h.credential = "s3cret";
+  return h;
+}
+
+Welcome sample_welcome() {
+  Welcome w;
+  w.version = 1;
+  w.session_id = 0x0102030405060708ull;
+  w.server_id = "a1b2c3";
+  w.device_index = 1;
+  w.devices = {{"cpu:0", "cpu", 8ull << 30, 0xFF}, {"cpu:1", "cpu", 1ull << 20, 0x3F}};
+  w.limits = {1ull << 30, 8ull << 30, 4096, 64};
+  return w;
+}
+
+ServerStats sample_stats() {
+  ServerStats s;
+  s.sessions = 3;
+  s.bytes_held = 1234567;
+  s.session_bytes_held = 4567;
+  s.ops_executed = 99;
+  s.frames_in = 10;
+  s.frames_out = 11;
+  s.bytes_in = 12;
+  s.bytes_out = 13;
+  s.sessions_opened = 14;
+  s.per_session_bytes = {{1, 4567}, {7, 1230000}};
+  return s;
+}
+
+TensorData sample_data(size_t numel) {
+  std::vector<float> v(numel);
+  for (size_t i = 0; i < numel; ++i) v[i] = static_cast<float>(i) * 0.5f - 3.0f;
+  return TensorData::from<float>({static_cast<int64_t>(numel)}, v);
+}
+
+// Every message this codec has, encoded: (name, payload, is a client message).
+struct Encoded {
+  std::string name;
+  std::vector<uint8_t> bytes;
+  enum Kind { kHello, kBatch, kServer } kind;
+};
+
+std::vector<Encoded> every_message(size_t data_numel, size_t op_bytes) {
+  std::vector<Encoded> out;
+  OutFrame f;
+  encode_hello(sample_hello(), f);
+  out.push_back({"hello", flatten(f), Encoded::kHello});
+  f = {};
+  encode_welcome(sample_welcome(), f);
+  out.push_back({"welcome", flatten(f), Encoded::kServer});
+  f = {};
+  encode_refuse({RefuseReason::kBadDeviceIndex, "device index 7 out of range"}, f);
+  out.push_back({"refuse", flatten(f), Encoded::kServer});
+  f = {};
+  encode_session_error(data_loss("malformed batch"), f);
+  out.push_back({"session error", flatten(f), Encoded::kServer});
+  f = {};
+  encode_read_result(42, sample_data(data_numel), f);
+  out.push_back({"read result", flatten(f), Encoded::kServer});
+  f = {};
+  encode_read_result(43, Result<TensorData>(not_found("unknown tensor id %9")), f);
+  out.push_back({"read error", flatten(f), Encoded::kServer});
+  f = {};
+  encode_sync_result(44, Status::OK(), f);
+  out.push_back({"sync result", flatten(f), Encoded::kServer});
+  f = {};
+  encode_stats_result(45, sample_stats(), f);
+  out.push_back({"stats result", flatten(f), Encoded::kServer});
+  BatchWriter b;
+  for (const ir::Op& op : every_op(op_bytes)) b.add_op(op);
+  b.add_read(46, 1001);
+  b.add_sync(47);
+  b.add_drop({1001, 1002, 3});
+  b.add_stats(48);
+  out.push_back({"batch", flatten(b.take()), Encoded::kBatch});
+  return out;
+}
+
+// ---------------------------------------------------------------- round trips
+
+TEST(Protocol, HelloRoundTrip) {
+  OutFrame f;
+  encode_hello(sample_hello(), f);
+  Buffer p = payload_of(f);
+  auto kind = peek_client_msg(p);
+  ASSERT_TRUE(kind.ok());
+  EXPECT_EQ(*kind, ClientMsg::kHello);
+  auto h = decode_hello(p);
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  EXPECT_EQ(h->min_version, 1);
+  EXPECT_EQ(h->max_version, 3);
+  EXPECT_EQ(h->device_index, 2u);
+  EXPECT_EQ(h->credential, "s3cret");
+  // The layout docs/protocol.md gives: type, magic "TWIR", versions, index, credential.
+  std::vector<uint8_t> bytes = flatten(f);
+  ASSERT_EQ(bytes.size(), 1u + 4 + 2 + 2 + 4 + 4 + 6);
+  EXPECT_EQ(bytes[0], 1);
+  EXPECT_EQ(std::string(bytes.begin() + 1, bytes.begin() + 5), "TWIR");
+}
+
+TEST(Protocol, WelcomeRoundTrip) {
+  OutFrame f;
+  encode_welcome(sample_welcome(), f);
+  auto m = decode_server_message(payload_of(f));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->kind, ServerMsg::kWelcome);
+  const Welcome& w = m->welcome;
+  Welcome e = sample_welcome();
+  EXPECT_EQ(w.version, e.version);
+  EXPECT_EQ(w.session_id, e.session_id);
+  EXPECT_EQ(w.server_id, e.server_id);
+  EXPECT_EQ(w.device_index, e.device_index);
+  ASSERT_EQ(w.devices.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(w.devices[i].name, e.devices[i].name);
+    EXPECT_EQ(w.devices[i].backend, e.devices[i].backend);
+    EXPECT_EQ(w.devices[i].memory_bytes, e.devices[i].memory_bytes);
+    EXPECT_EQ(w.devices[i].dtype_mask, e.devices[i].dtype_mask);
+  }
+  EXPECT_EQ(w.limits.max_frame_bytes, e.limits.max_frame_bytes);
+  EXPECT_EQ(w.limits.session_memory_bytes, e.limits.session_memory_bytes);
+  EXPECT_EQ(w.limits.max_sessions, e.limits.max_sessions);
+  EXPECT_EQ(w.limits.session_queue_depth, e.limits.session_queue_depth);
+}
+
+TEST(Protocol, RefuseRoundTripEveryReason) {
+  for (uint8_t r = 1; r <= static_cast<uint8_t>(RefuseReason::kCannotHost); ++r) {
+    OutFrame f;
+    encode_refuse({static_cast<RefuseReason>(r), "why " + std::to_string(r)}, f);
+    auto m = decode_server_message(payload_of(f));
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    ASSERT_EQ(m->kind, ServerMsg::kRefuse);
+    EXPECT_EQ(m->refuse.reason, static_cast<RefuseReason>(r));
+    EXPECT_EQ(m->refuse.message, "why " + std::to_string(r));
+    EXPECT_STRNE(refuse_reason_name(m->refuse.reason), "refused");
+  }
+}
+
+TEST(Protocol, SessionErrorRoundTripEveryCode) {
+  for (uint8_t c = 0; c <= static_cast<uint8_t>(StatusCode::kInternal); ++c) {
+    Status s = c == 0 ? Status::OK() : Status(static_cast<StatusCode>(c), "code " + std::to_string(c));
+    OutFrame f;
+    encode_session_error(s, f);
+    auto m = decode_server_message(payload_of(f));
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    ASSERT_EQ(m->kind, ServerMsg::kSessionError);
+    EXPECT_EQ(m->status.code(), s.code());
+    if (c) {
+      EXPECT_EQ(m->status.message(), s.message());
+    }
+  }
+}
+
+TEST(Protocol, ReadResultRoundTrip) {
+  // Small payloads are copied into the head; large ones travel as gather segments.
+  for (size_t numel : {size_t{0}, size_t{5}, size_t{100000}}) {
+    TensorData d = sample_data(numel);
+    OutFrame f;
+    encode_read_result(77, d, f);
+    EXPECT_EQ(f.segments.size(), numel * 4 >= WireWriter::kMinSegmentBytes ? 1u : 0u);
+    auto m = decode_server_message(payload_of(f));
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    ASSERT_EQ(m->kind, ServerMsg::kReadResult);
+    EXPECT_EQ(m->request_id, 77u);
+    ASSERT_TRUE(m->status.ok());
+    EXPECT_EQ(m->data.meta.dtype, kF32);
+    EXPECT_EQ(m->data.meta.shape, Shape{static_cast<int64_t>(numel)});
+    ASSERT_EQ(m->data.bytes.size(), numel * 4);
+    if (numel) {
+      EXPECT_EQ(std::memcmp(m->data.bytes.data(), d.bytes.data(), numel * 4), 0);
+    }
+  }
+  OutFrame f;
+  encode_read_result(78, Result<TensorData>(not_found("unknown tensor id %9")), f);
+  auto m = decode_server_message(payload_of(f));
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->request_id, 78u);
+  EXPECT_EQ(m->status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(m->status.message(), "unknown tensor id %9");
+}
+
+TEST(Protocol, SyncAndStatsResultRoundTrip) {
+  for (const Status& s : {Status::OK(), resource_exhausted("quota")}) {
+    OutFrame f;
+    encode_sync_result(5, s, f);
+    auto m = decode_server_message(payload_of(f));
+    ASSERT_TRUE(m.ok());
+    ASSERT_EQ(m->kind, ServerMsg::kSyncResult);
+    EXPECT_EQ(m->request_id, 5u);
+    EXPECT_EQ(m->status.code(), s.code());
+  }
+  OutFrame f;
+  encode_stats_result(6, sample_stats(), f);
+  auto m = decode_server_message(payload_of(f));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->kind, ServerMsg::kStatsResult);
+  EXPECT_EQ(m->request_id, 6u);
+  ServerStats e = sample_stats();
+  const ServerStats& s = m->stats;
+  EXPECT_EQ(s.sessions, e.sessions);
+  EXPECT_EQ(s.bytes_held, e.bytes_held);
+  EXPECT_EQ(s.session_bytes_held, e.session_bytes_held);
+  EXPECT_EQ(s.ops_executed, e.ops_executed);
+  EXPECT_EQ(s.frames_in, e.frames_in);
+  EXPECT_EQ(s.frames_out, e.frames_out);
+  EXPECT_EQ(s.bytes_in, e.bytes_in);
+  EXPECT_EQ(s.bytes_out, e.bytes_out);
+  EXPECT_EQ(s.sessions_opened, e.sessions_opened);
+  EXPECT_EQ(s.per_session_bytes, e.per_session_bytes);
+}
+
+TEST(Protocol, BatchRoundTripEveryTaskAndEveryOp) {
+  // 20 KiB Bytes fields go out as gather segments; decoding them back must be exact.
+  for (size_t op_bytes : {size_t{3}, size_t{20000}}) {
+    std::vector<ir::Op> ops = every_op(op_bytes);
+    BatchWriter b;
+    EXPECT_TRUE(b.empty());
+    for (const ir::Op& op : ops) b.add_op(op);
+    b.add_read(46, 1001);
+    b.add_sync(47);
+    b.add_drop({1001, 1002, 3});
+    b.add_drop({});
+    b.add_stats(48);
+    EXPECT_EQ(b.task_count(), ops.size() + 5);
+    uint64_t size = b.payload_size();
+    OutFrame f = b.take();
+    EXPECT_EQ(f.payload_size(), size);
+    EXPECT_TRUE(b.empty());  // take() resets the writer
+    if (op_bytes >= WireWriter::kMinSegmentBytes) {
+      EXPECT_FALSE(f.segments.empty());
+    }
+    Buffer p = payload_of(f);
+    auto kind = peek_client_msg(p);
+    ASSERT_TRUE(kind.ok());
+    EXPECT_EQ(*kind, ClientMsg::kBatch);
+    std::vector<Task> tasks;
+    Status st = decode_batch(p, tasks);
+    ASSERT_TRUE(st.ok()) << st.message();
+    ASSERT_EQ(tasks.size(), ops.size() + 5);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      EXPECT_EQ(tasks[i].kind, TaskKind::kOp);
+      EXPECT_TRUE(tasks[i].op == ops[i]) << ir::op_code_name(ir::op_code(ops[i]));
+    }
+    const Task* t = &tasks[ops.size()];
+    EXPECT_EQ(t[0].kind, TaskKind::kRead);
+    EXPECT_EQ(t[0].request_id, 46u);
+    EXPECT_EQ(t[0].id, 1001u);
+    EXPECT_EQ(t[1].kind, TaskKind::kSync);
+    EXPECT_EQ(t[1].request_id, 47u);
+    EXPECT_EQ(t[2].kind, TaskKind::kDrop);
+    EXPECT_EQ(t[2].ids, (std::vector<ir::TensorId>{1001, 1002, 3}));
+    EXPECT_EQ(t[3].kind, TaskKind::kDrop);
+    EXPECT_TRUE(t[3].ids.empty());
+    EXPECT_EQ(t[4].kind, TaskKind::kStats);
+    EXPECT_EQ(t[4].request_id, 48u);
+  }
+}
+
+TEST(Protocol, RemoveLastTaskRestoresTheBatch) {
+  BatchWriter b;
+  b.add_sync(1);
+  uint64_t size = b.payload_size();
+  std::vector<uint8_t> expect;
+  {
+    BatchWriter ref;
+    ref.add_sync(1);
+    expect = flatten(ref.take());
+  }
+  // A large upload (a gather segment) taken back out.
+  ir::FromHost up;
+  up.out = {9};
+  up.shape = {40000};
+  up.dtype = kU8;
+  up.data.data = pattern_bytes(40000, 3);
+  b.add_op(up);
+  EXPECT_EQ(b.task_count(), 2u);
+  b.remove_last();
+  EXPECT_EQ(b.task_count(), 1u);
+  EXPECT_EQ(b.payload_size(), size);
+  b.remove_last();  // only once: a second call changes nothing
+  EXPECT_EQ(b.task_count(), 1u);
+  OutFrame f = b.take();
+  EXPECT_TRUE(f.segments.empty());
+  EXPECT_EQ(flatten(f), expect);
+  b.remove_last();  // nothing to remove in a fresh batch
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(b.payload_size(), BatchWriter::kEmptyBytes);
+}
+
+TEST(Protocol, MalformedTaskKeepsTheTasksBeforeIt) {
+  BatchWriter b;
+  b.add_sync(1);
+  b.add_sync(2);
+  std::vector<uint8_t> bytes = flatten(b.take());
+  bytes[1] = 3;          // claims a third task ...
+  bytes.push_back(99);   // ... of an unknown kind
+  std::vector<Task> tasks;
+  Status st = decode_batch(to_buffer(bytes), tasks);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("batch task 2 of 3"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("unknown task kind 99"), std::string::npos) << st.message();
+  EXPECT_EQ(tasks.size(), 2u);
+}
+
+TEST(Protocol, FrameBuffersGatherHeadAndSegments) {
+  TensorData d = sample_data(50000);
+  OutFrame f;
+  encode_read_result(1, d, f);
+  ASSERT_EQ(f.segments.size(), 1u);
+  uint8_t header[4];
+  std::vector<asio::const_buffer> bufs;
+  net::frame_buffers(f, header, bufs);
+  EXPECT_EQ(net::frame_length(header), f.payload_size());
+  std::vector<uint8_t> gathered;
+  for (size_t i = 1; i < bufs.size(); ++i) {
+    const uint8_t* p = static_cast<const uint8_t*>(bufs[i].data());
+    gathered.insert(gathered.end(), p, p + bufs[i].size());
+  }
+  EXPECT_EQ(gathered, flatten(f));
+  EXPECT_EQ(static_cast<const uint8_t*>(bufs[0].data()), header);
+}
+
+// ---------------------------------------------------------------- malformed input
+
+Status decode_any(const Buffer& p, Encoded::Kind kind) {
+  switch (kind) {
+    case Encoded::kHello: return decode_hello(p).status();
+    case Encoded::kBatch: {
+      std::vector<Task> tasks;
+      return decode_batch(p, tasks);
+    }
+    case Encoded::kServer: return decode_server_message(p).status();
+  }
+  return internal_error("unreachable");
+}
+
+TEST(Protocol, EveryTruncatedPrefixIsAnError) {
+  for (const Encoded& e : every_message(20, 40)) {
+    Buffer whole = to_buffer(e.bytes);
+    ASSERT_TRUE(decode_any(whole, e.kind).ok()) << e.name;
+    for (size_t k = 0; k < e.bytes.size(); ++k) {
+      // A slice shares the bytes, so no prefix is copied; a fresh copy would do the same.
+      Status st = decode_any(whole.slice(0, k), e.kind);
+      EXPECT_FALSE(st.ok()) << e.name << ": prefix of " << k << " of " << e.bytes.size() << " bytes decoded";
+      if (!st.ok()) {
+        EXPECT_EQ(st.code(), StatusCode::kDataLoss) << e.name << " prefix " << k << ": " << st.message();
+      }
+    }
+    // And one byte too many is an error too.
+    std::vector<uint8_t> longer = e.bytes;
+    longer.push_back(0);
+    EXPECT_FALSE(decode_any(to_buffer(longer), e.kind).ok()) << e.name << " with a trailing byte";
+  }
+}
+
+TEST(Protocol, HugeCountsFailWithoutAllocating) {
+  // A batch claiming 4 billion tasks, a drop of 4 billion ids, a read result of rank 2^32-1:
+  // each must fail at once (the decoder checks counts against the bytes left).
+  std::vector<uint8_t> batch = {2, 0xFF, 0xFF, 0xFF, 0xFF, 4, 0xFF, 0xFF, 0xFF, 0xFF};
+  std::vector<Task> tasks;
+  EXPECT_FALSE(decode_batch(to_buffer(batch), tasks).ok());
+  std::vector<uint8_t> drop = {2, 1, 0, 0, 0, 4, 0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3};
+  EXPECT_FALSE(decode_batch(to_buffer(drop), tasks).ok());
+  std::vector<uint8_t> read = {3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF};
+  EXPECT_FALSE(decode_server_message(to_buffer(read)).ok());
+  // A read result whose byte count disagrees with its shape.
+  OutFrame f;
+  encode_read_result(1, sample_data(4), f);
+  std::vector<uint8_t> bytes = flatten(f);
+  bytes[1 + 8 + 1 + 1 + 4 + 8] = 15;  // byte count (after id, status, dtype, rank, dim) 16 -> 15
+  EXPECT_FALSE(decode_server_message(to_buffer(bytes)).ok());
+}
+
+TEST(Protocol, RandomBytesNeverCrashTheDecoders) {
+  std::mt19937_64 rng(20240601);
+  std::vector<Encoded> valid = every_message(6, 24);
+  int decoded_ok = 0;
+  for (int i = 0; i < 5000; ++i) {
+    std::vector<uint8_t> bytes;
+    if (i % 2 == 0) {
+      // Pure noise, its first byte often a real message type so that decoding goes deeper.
+      bytes.resize(rng() % 300);
+      for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+      if (!bytes.empty() && i % 4 == 0) bytes[0] = static_cast<uint8_t>(1 + rng() % 6);
+    } else {
+      // A valid message with a few bytes changed, cut or extended.
+      bytes = valid[rng() % valid.size()].bytes;
+      int edits = 1 + static_cast<int>(rng() % 4);
+      for (int k = 0; k < edits && !bytes.empty(); ++k) {
+        switch (rng() % 4) {
+          case 0: bytes[rng() % bytes.size()] = static_cast<uint8_t>(rng()); break;
+          case 1: bytes[rng() % bytes.size()] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;
+          case 2: bytes.resize(rng() % bytes.size()); break;
+          case 3: bytes.insert(bytes.begin() + static_cast<ptrdiff_t>(rng() % bytes.size()), static_cast<uint8_t>(rng())); break;
+        }
+      }
+    }
+    Buffer p = to_buffer(bytes);
+    (void)peek_client_msg(p);
+    decoded_ok += decode_hello(p).ok();
+    std::vector<Task> tasks;
+    decoded_ok += decode_batch(p, tasks).ok();
+    decoded_ok += decode_server_message(p).ok();
+    decoded_ok += ir::decode_op(bytes.data(), bytes.size()).ok();
+  }
+  // Mutations leave some messages valid; pure noise almost never is. Either way, no crash.
+  EXPECT_LT(decoded_ok, 5000 * 4);
+}
+
+// ---------------------------------------------------------------- docs/protocol.md stays true
+
+#ifdef TW_DOCS_DIR
+std::string read_doc() {
+  std::ifstream in(std::string(TW_DOCS_DIR) + "/protocol.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The bytes of the fenced block after `<!-- example: name -->`: the hex tokens of each line
+// before its `#` comment.
+std::vector<uint8_t> doc_example(const std::string& doc, const std::string& name) {
+  size_t at = doc.find("<!-- example: " + name + " -->");
+  if (at == std::string::npos) return {};
+  size_t open = doc.find("```\n", at);
+  size_t close = doc.find("\n```", open + 4);
+  std::istringstream lines(doc.substr(open + 4, close - open - 4));
+  std::vector<uint8_t> out;
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream toks(line.substr(0, line.find('#')));
+    std::string t;
+    while (toks >> t) out.push_back(static_cast<uint8_t>(std::stoul(t, nullptr, 16)));
+  }
+  return out;
+}
+
+std::vector<uint8_t> framed(const OutFrame& f) {
+  std::vector<uint8_t> out = flatten(f);
+  uint64_t n = out.size();
+  for (int i = 3; i >= 0; --i) out.insert(out.begin(), static_cast<uint8_t>(n >> (8 * i)));
+  return out;
+}
+
+TEST(ProtocolDoc, WorkedExamplesMatchTheEncoder) {
+  std::string doc = read_doc();
+  ASSERT_FALSE(doc.empty()) << "cannot read " TW_DOCS_DIR "/protocol.md";
+  OutFrame hello;
+  encode_hello({1, 1, 0, ""}, hello);
+  EXPECT_EQ(doc_example(doc, "hello"), framed(hello));
+
+  Welcome w;
+  w.version = 1;
+  w.session_id = 1;
+  w.server_id = "9f3a";
+  w.device_index = 0;
+  w.devices = {{"cpu:0", "cpu", 8ull << 30, 0xFF}};
+  w.limits = {1ull << 30, 8ull << 30, 4096, 64};
+  OutFrame welcome;
+  encode_welcome(w, welcome);
+  EXPECT_EQ(doc_example(doc, "welcome"), framed(welcome));
+
+  BatchWriter b;
+  ir::Full full;
+  full.out = {1};
+  full.shape = {2};
+  full.dtype = kF32;
+  full.value = ir::Scalar(1.5);
+  b.add_op(full);
+  ir::BinaryScalar mul;
+  mul.kind = ir::BinaryKind::kMul;
+  mul.a = {1};
+  mul.s = ir::Scalar(int64_t{3});
+  mul.out = {2};
+  b.add_op(mul);
+  b.add_read(7, 2);
+  b.add_drop({1});
+  EXPECT_EQ(doc_example(doc, "batch"), framed(b.take()));
+
+  float v[2] = {4.5f, 4.5f};
+  TensorData d;
+  d.meta = {{2}, kF32};
+  d.bytes = Buffer::copy_of(v, sizeof v);
+  OutFrame read;
+  encode_read_result(7, d, read);
+  EXPECT_EQ(doc_example(doc, "read_result"), framed(read));
+}
+
+// Names each field's wire type as the doc's op table does.
+struct FieldTypes {
+  std::string out;
+  void add(const char* f, const char* t) { out += (out.empty() ? "" : ", ") + std::string(f) + ": " + t; }
+  void operator()(const char* f, const ir::In&) { add(f, "In"); }
+  void operator()(const char* f, const ir::Out&) { add(f, "Out"); }
+  void operator()(const char* f, const std::vector<ir::In>&) { add(f, "In[]"); }
+  void operator()(const char* f, const std::vector<int64_t>&) { add(f, "i64[]"); }
+  void operator()(const char* f, int64_t) { add(f, "i64"); }
+  void operator()(const char* f, uint64_t) { add(f, "u64"); }
+  void operator()(const char* f, double) { add(f, "f64"); }
+  void operator()(const char* f, bool) { add(f, "bool"); }
+  void operator()(const char* f, DType) { add(f, "DType"); }
+  void operator()(const char* f, const ir::Scalar&) { add(f, "Scalar"); }
+  void operator()(const char* f, const ir::Bytes&) { add(f, "Bytes"); }
+  void operator()(const char* f, ir::UnaryKind) { add(f, "UnaryKind"); }
+  void operator()(const char* f, ir::BinaryKind) { add(f, "BinaryKind"); }
+  void operator()(const char* f, ir::ReduceKind) { add(f, "ReduceKind"); }
+  void operator()(const char* f, ir::PoolKind) { add(f, "PoolKind"); }
+};
+
+TEST(ProtocolDoc, OpTableListsEveryOpWithItsFieldsInWireOrder) {
+  std::string doc = read_doc();
+  ASSERT_FALSE(doc.empty());
+#define TW_CHECK_ROW(Name, code)                                                          \
+  {                                                                                       \
+    FieldTypes ft;                                                                        \
+    ir::Name{}.fields(ft);                                                                \
+    std::string row = "| " #code " | " #Name " | " + ft.out + " |";                       \
+    EXPECT_NE(doc.find(row), std::string::npos)                                          \
+        << "docs/protocol.md §5 lacks (or has a stale) row for op " #Name "; expected:\n" << row; \
+  }
+  TW_OP_LIST(TW_CHECK_ROW)
+#undef TW_CHECK_ROW
+  std::string next = "| " + std::to_string(ir::kNumOps + 1) + " | ";
+  EXPECT_EQ(doc.find(next), std::string::npos) << "the op table lists a code this build does not have";
+}
+#endif
+
+}  // namespace
+}  // namespace tw::protocol
