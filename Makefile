@@ -14,7 +14,7 @@ TEST_TIMEOUT ?= 300
 # device served in-process; apps/train_digits.cc).
 RUN_APP    ?= apps/train_digits
 
-.PHONY: all build run test bench asan format clean bootstrap
+.PHONY: all build run test bench bench-train asan format clean bootstrap
 .DEFAULT_GOAL := build
 all: build
 
@@ -37,6 +37,9 @@ test: build
 
 bench:
 	bash bench/compare_torch.sh
+
+bench-train:
+	bash bench/compare_train.sh
 
 $(ASAN_BUILD)/build.ninja: | bootstrap
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTW_SANITIZE=ON \

@@ -5,8 +5,9 @@
 // Rounds alternate the devices (and their order) so that load from elsewhere on the machine hits
 // both alike. Reported: the best round (the least disturbed by other processes; the figure the
 // targets are judged on), the median round, and the process CPU time per step (the in-process
-// server's threads included, so it shows what the remote path costs in total). Before timing, the two devices' parameters after the
-// warm-up steps are compared byte for byte (they must be identical). Prints a table and, with
+// server's threads included, so it shows what the remote path costs in total). Before timing, the
+// two devices' parameters after the warm-up steps are compared byte for byte (they must be
+// identical). Prints a table and, with
 // --jsonl PATH, one JSON object per (workload, device) for bench/compare_train.sh.
 //   tw_bench_train [--rounds N] [--steps N] [--threads N] [--jsonl PATH]
 #include <algorithm>
@@ -49,7 +50,8 @@ struct Trainer {
   Trainer(const Workload& w, const tw::Device& d) : device(d) {
     tw::manual_seed(1234);
     model = w.make({d, tw::kF32});
-    opt = std::make_unique<tw::optim::Adam>(model->parameters(), tw::optim::AdamOptions{.lr = 1e-3});
+    opt =
+        std::make_unique<tw::optim::Adam>(model->parameters(), tw::optim::AdamOptions{.lr = 1e-3});
     tw::Shape xs{w.batch};
     xs.insert(xs.end(), w.input.begin(), w.input.end());
     x = tw::randn(xs, tw::kF32, d);
@@ -68,7 +70,8 @@ struct Trainer {
     const double c0 = cpu_seconds();
     for (int i = 0; i < steps; ++i) step();
     device.sync();
-    return {std::chrono::duration<double>(Clock::now() - t0).count() / steps, (cpu_seconds() - c0) / steps};
+    return {std::chrono::duration<double>(Clock::now() - t0).count() / steps,
+            (cpu_seconds() - c0) / steps};
   }
   static double cpu_seconds() {
     timespec t{};
@@ -81,7 +84,9 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
-double best(const std::vector<double>& v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
+double best(const std::vector<double>& v) {
+  return v.empty() ? 0 : *std::min_element(v.begin(), v.end());
+}
 
 struct Times {
   std::vector<double> wall, cpu;
@@ -114,7 +119,8 @@ int main(int argc, char** argv) {
     } else if (a == "--jsonl") {
       jsonl = next();
     } else {
-      std::fprintf(stderr, "usage: tw_bench_train [--rounds N] [--steps N] [--threads N] [--jsonl PATH]\n");
+      std::fprintf(stderr,
+                   "usage: tw_bench_train [--rounds N] [--steps N] [--threads N] [--jsonl PATH]\n");
       return 2;
     }
   }
@@ -125,16 +131,22 @@ int main(int argc, char** argv) {
     remote.connect();
     const std::vector<Workload> workloads = {
         {"mlp_b256", 256, mlp, {64}},
-        {"cnn_b64", 64, [](const tw::nn::Placement& at) { return tw::digits::make_model(tw::digits::ModelKind::kCnn, at); },
+        {"cnn_b64",
+         64,
+         [](const tw::nn::Placement& at) {
+           return tw::digits::make_model(tw::digits::ModelKind::kCnn, at);
+         },
          {1, 8, 8}},
     };
     std::ofstream out;
     if (!jsonl.empty()) out.open(jsonl);
-    std::printf("training step (ms): best and median of %d rounds of %d steps; cpu = process CPU time per step; %d "
-                "intra-op threads; server %s\n",
-                rounds, steps, threads, server->url().c_str());
-    std::printf("%-10s %10s %10s %10s %10s %10s %10s %13s %s\n", "workload", "local", "remote", "local med", "remote med",
-                "local cpu", "remote cpu", "remote/local", "identical");
+    std::printf(
+        "training step (ms): best and median of %d rounds of %d steps; cpu = process CPU time per "
+        "step; %d "
+        "intra-op threads; server %s\n",
+        rounds, steps, threads, server->url().c_str());
+    std::printf("%-10s %10s %10s %10s %10s %10s %10s %13s %s\n", "workload", "local", "remote",
+                "local med", "remote med", "local cpu", "remote cpu", "remote/local", "identical");
     for (const Workload& w : workloads) {
       Trainer local(w, tw::Device::cpu()), far(w, remote);
       for (int i = 0; i < 5; ++i) {
@@ -143,7 +155,8 @@ int main(int argc, char** argv) {
       }
       bool identical = true;
       const auto lp = local.model->parameters(), rp = far.model->parameters();
-      for (size_t i = 0; i < lp.size(); ++i) identical &= lp[i]->value().to_bytes() == rp[i]->value().to_bytes();
+      for (size_t i = 0; i < lp.size(); ++i)
+        identical &= lp[i]->value().to_bytes() == rp[i]->value().to_bytes();
       Times tl, tr;
       for (int r = 0; r < rounds; ++r) {
         if (r % 2 == 0) {
@@ -155,13 +168,16 @@ int main(int argc, char** argv) {
         }
       }
       const double bl = best(tl.wall) * 1e3, br = best(tr.wall) * 1e3;
-      std::printf("%-10s %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %13.3f %s\n", w.name.c_str(), bl, br,
-                  median(tl.wall) * 1e3, median(tr.wall) * 1e3, median(tl.cpu) * 1e3, median(tr.cpu) * 1e3, br / bl,
-                  identical ? "yes" : "NO");
+      std::printf("%-10s %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %13.3f %s\n", w.name.c_str(), bl,
+                  br, median(tl.wall) * 1e3, median(tr.wall) * 1e3, median(tl.cpu) * 1e3,
+                  median(tr.cpu) * 1e3, br / bl, identical ? "yes" : "NO");
       if (out) {
-        for (const auto& [dev, t] : {std::pair<const char*, const Times*>{"local", &tl}, {"remote", &tr}}) {
-          out << "{\"workload\": \"" << w.name << "\", \"device\": \"" << dev << "\", \"best_ms\": " << best(t->wall) * 1e3
-              << ", \"median_ms\": " << median(t->wall) * 1e3 << ", \"cpu_ms\": " << median(t->cpu) * 1e3
+        for (const auto& [dev, t] :
+             {std::pair<const char*, const Times*>{"local", &tl}, {"remote", &tr}}) {
+          out << "{\"workload\": \"" << w.name << "\", \"device\": \"" << dev
+              << "\", \"best_ms\": " << best(t->wall) * 1e3
+              << ", \"median_ms\": " << median(t->wall) * 1e3
+              << ", \"cpu_ms\": " << median(t->cpu) * 1e3
               << ", \"identical\": " << (identical ? "true" : "false") << "}\n";
         }
       }
