@@ -10,10 +10,11 @@ JOBS       ?= $(shell nproc)
 TEST_JOBS  ?= 2
 # Seconds a single test may run (a default: a test's own TIMEOUT property takes precedence).
 TEST_TIMEOUT ?= 300
-# What `make run` runs: the digits training example (apps/tw_showcase is the API tour).
+# What `make run` runs: the training example (a CNN on handwritten digits, trained on a remote
+# device served in-process; apps/train_digits.cc).
 RUN_APP    ?= apps/train_digits
 
-.PHONY: all build run test bench asan format clean bootstrap
+.PHONY: all build run test bench bench-train asan format clean bootstrap
 .DEFAULT_GOAL := build
 all: build
 
@@ -36,6 +37,9 @@ test: build
 
 bench:
 	bash bench/compare_torch.sh
+
+bench-train:
+	bash bench/compare_train.sh
 
 $(ASAN_BUILD)/build.ninja: | bootstrap
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTW_SANITIZE=ON \

@@ -35,11 +35,13 @@ struct Args {
 };
 
 [[noreturn]] void usage(const std::string& problem) {
-  std::fprintf(stderr,
-               "train_digits: %s\n"
-               "usage: train_digits [--model cnn|mlp] [--device remote|cpu] [--server tcp://host:port]\n"
-               "                    [--epochs N] [--batch N] [--lr X] [--seed N] [--report-every N] [--data PATH]\n",
-               problem.c_str());
+  std::fprintf(
+      stderr,
+      "train_digits: %s\n"
+      "usage: train_digits [--model cnn|mlp] [--device remote|cpu] [--server tcp://host:port]\n"
+      "                    [--epochs N] [--batch N] [--lr X] [--seed N] [--report-every N] [--data "
+      "PATH]\n",
+      problem.c_str());
   std::exit(2);
 }
 
@@ -68,7 +70,8 @@ Args parse(int argc, char** argv) {
       }
     } else if (flag == "--device") {
       a.device = value();
-      if (a.device != "remote" && a.device != "cpu") usage("--device takes remote or cpu, got '" + a.device + "'");
+      if (a.device != "remote" && a.device != "cpu")
+        usage("--device takes remote or cpu, got '" + a.device + "'");
     } else if (flag == "--server") {
       a.server = value();
     } else if (flag == "--epochs") {
@@ -94,7 +97,8 @@ Args parse(int argc, char** argv) {
   }
   if (a.epochs == 0) a.epochs = a.model == ModelKind::kCnn ? 8 : 10;
   if (a.lr == 0) a.lr = a.model == ModelKind::kCnn ? 3e-3 : 2e-3;
-  if (!a.server.empty() && a.device == "cpu") usage("--server names a remote device; drop --device cpu");
+  if (!a.server.empty() && a.device == "cpu")
+    usage("--server names a remote device; drop --device cpu");
   return a;
 }
 
@@ -115,8 +119,8 @@ void print_progress(const tw::digits::Progress& p) {
   const int filled = static_cast<int>(kWidth * p.step / std::max<int64_t>(p.steps, 1));
   std::string bar(static_cast<size_t>(filled), '#');
   bar.resize(kWidth, '.');
-  std::printf("\repoch %d/%d [%s] %3" PRId64 "/%" PRId64 "  loss %.4f  acc %5.1f%%  %6.1f steps/s", p.epoch,
-              p.epochs, bar.c_str(), p.step, p.steps, p.loss, 100 * p.accuracy,
+  std::printf("\repoch %d/%d [%s] %3" PRId64 "/%" PRId64 "  loss %.4f  acc %5.1f%%  %6.1f steps/s",
+              p.epoch, p.epochs, bar.c_str(), p.step, p.steps, p.loss, 100 * p.accuracy,
               p.seconds > 0 ? static_cast<double>(p.step) / p.seconds : 0.0);
   if (p.step == p.steps) std::printf("\n");
   std::fflush(stdout);
@@ -129,7 +133,8 @@ struct Run {
 };
 
 // Trains a fresh model from `seed` on `device` for `epochs` epochs.
-Run train(const Args& a, const tw::digits::Dataset& train_set, const tw::Device& device, int epochs, bool verbose) {
+Run train(const Args& a, const tw::digits::Dataset& train_set, const tw::Device& device, int epochs,
+          bool verbose) {
   tw::manual_seed(a.seed);
   Run r;
   r.model = tw::digits::make_model(a.model, {device, tw::kF32});
@@ -138,7 +143,8 @@ Run train(const Args& a, const tw::digits::Dataset& train_set, const tw::Device&
   tw::digits::Trainer trainer(*r.model, opt, data, a.batch);
   const auto start = std::chrono::steady_clock::now();
   for (int e = 1; e <= epochs; ++e) {
-    trainer.run_epoch(e, epochs, a.seed, verbose ? a.report_every : 0, verbose ? print_progress : nullptr);
+    trainer.run_epoch(e, epochs, a.seed, verbose ? a.report_every : 0,
+                      verbose ? print_progress : nullptr);
     r.steps += trainer.steps_per_epoch();
   }
   device.sync();
@@ -155,8 +161,10 @@ int main(int argc, char** argv) {
     const tw::digits::Dataset all = tw::digits::load(path);
     constexpr int64_t kTest = 360;
     const auto [train_set, test_set] = tw::digits::split(all, kTest, a.seed);
-    std::printf("tensorwire: training a %s on handwritten digits\n", tw::digits::model_name(a.model));
-    std::printf("data:   %s: %" PRId64 " images of 8x8 pixels, %" PRId64 " to train, %" PRId64 " to test\n",
+    std::printf("tensorwire: training a %s on handwritten digits\n",
+                tw::digits::model_name(a.model));
+    std::printf("data:   %s: %" PRId64 " images of 8x8 pixels, %" PRId64 " to train, %" PRId64
+                " to test\n",
                 path.c_str(), all.n, train_set.n, test_set.n);
     std::printf("        %s\n", tw::digits::kAttribution);
 
@@ -175,7 +183,8 @@ int main(int argc, char** argv) {
       std::printf("device: %s%s\n", device.str().c_str(),
                   server ? (", served in-process (" + server->limits_summary() + ")").c_str() : "");
     } else {
-      std::printf("device: %s (local, %d intra-op threads)\n", device.str().c_str(), tw::get_num_threads());
+      std::printf("device: %s (local, %d intra-op threads)\n", device.str().c_str(),
+                  tw::get_num_threads());
     }
 
     const tw::WireCounters wire0 = remote ? tw::wire_counters(*remote) : tw::WireCounters{};
@@ -187,24 +196,30 @@ int main(int argc, char** argv) {
     std::printf("model:  %s, %" PRId64 " parameters, Adam lr %g, batch %" PRId64 "\n",
                 tw::digits::model_name(a.model), n_params, a.lr, a.batch);
     constexpr double kTarget = 0.95;
-    std::printf("test accuracy: %.1f%% (%" PRId64 "/%" PRId64 "), target >= %.0f%%: %s\n", 100 * acc,
-                static_cast<int64_t>(acc * static_cast<double>(test.n) + 0.5), test.n, 100 * kTarget,
-                acc >= kTarget ? "met" : "MISSED");
-    std::printf("time per step: %.2f ms (%" PRId64 " steps in %.2f s)\n", 1e3 * run.seconds / static_cast<double>(run.steps),
-                run.steps, run.seconds);
+    std::printf("test accuracy: %.1f%% (%" PRId64 "/%" PRId64 "), target >= %.0f%%: %s\n",
+                100 * acc, static_cast<int64_t>(acc * static_cast<double>(test.n) + 0.5), test.n,
+                100 * kTarget, acc >= kTarget ? "met" : "MISSED");
+    std::printf("time per step: %.2f ms (%" PRId64 " steps in %.2f s)\n",
+                1e3 * run.seconds / static_cast<double>(run.steps), run.steps, run.seconds);
     if (remote) {
       const tw::WireCounters w = tw::wire_counters(*remote);
       const double steps = static_cast<double>(run.steps);
-      std::printf("wire:   %" PRIu64 " ops in %" PRIu64 " frames out (%s), %" PRIu64 " frames in (%s), %" PRIu64
-                  " round trips\n",
-                  w.ops - wire0.ops, w.frames_out - wire0.frames_out, bytes_str(w.bytes_out - wire0.bytes_out).c_str(),
-                  w.frames_in - wire0.frames_in, bytes_str(w.bytes_in - wire0.bytes_in).c_str(),
+      std::printf("wire:   %" PRIu64 " ops in %" PRIu64 " frames out (%s), %" PRIu64
+                  " frames in (%s), %" PRIu64 " round trips\n",
+                  w.ops - wire0.ops, w.frames_out - wire0.frames_out,
+                  bytes_str(w.bytes_out - wire0.bytes_out).c_str(), w.frames_in - wire0.frames_in,
+                  bytes_str(w.bytes_in - wire0.bytes_in).c_str(),
                   w.round_trips - wire0.round_trips);
-      std::printf("        per step: %.0f ops, %.2f frames out, %s out, %.2f round trips (data and parameters "
-                  "stay on the server)\n",
-                  static_cast<double>(w.ops - wire0.ops) / steps, static_cast<double>(w.frames_out - wire0.frames_out) / steps,
-                  bytes_str(static_cast<uint64_t>(static_cast<double>(w.bytes_out - wire0.bytes_out) / steps)).c_str(),
-                  static_cast<double>(w.round_trips - wire0.round_trips) / steps);
+      std::printf(
+          "        per step: %.0f ops, %.2f frames out, %s out, %.2f round trips (data and "
+          "parameters "
+          "stay on the server)\n",
+          static_cast<double>(w.ops - wire0.ops) / steps,
+          static_cast<double>(w.frames_out - wire0.frames_out) / steps,
+          bytes_str(
+              static_cast<uint64_t>(static_cast<double>(w.bytes_out - wire0.bytes_out) / steps))
+              .c_str(),
+          static_cast<double>(w.round_trips - wire0.round_trips) / steps);
     }
 
     // Determinism: one epoch from the same seed, locally and remotely.
@@ -222,7 +237,8 @@ int main(int argc, char** argv) {
           std::printf("        %s differs\n", lp[i].first.c_str());
         }
       }
-      std::printf("determinism: one epoch from seed %" PRIu64 " on cpu and on %s: %d/%zu parameters "
+      std::printf("determinism: one epoch from seed %" PRIu64
+                  " on cpu and on %s: %d/%zu parameters "
                   "bit-identical: %s\n",
                   a.seed, remote->str().c_str(), same, lp.size(), identical ? "OK" : "FAILED");
     }

@@ -49,19 +49,20 @@ Dataset load(const std::string& path) {
       char* stop = nullptr;
       const long v = std::strtol(field.c_str(), &stop, 10);
       if (field.empty() || *stop != '\0') {
-        throw Error("digits: " + path + " line " + std::to_string(line) + ": '" + field + "' is not an integer");
+        throw Error("digits: " + path + " line " + std::to_string(line) + ": '" + field +
+                    "' is not an integer");
       }
       values.push_back(v);
       p = comma + 1;
     }
     if (values.size() != kPixels + 1) {
-      throw Error("digits: " + path + " line " + std::to_string(line) + " has " + std::to_string(values.size()) +
-                  " fields, expected 65 (64 pixels and a label)");
+      throw Error("digits: " + path + " line " + std::to_string(line) + " has " +
+                  std::to_string(values.size()) + " fields, expected 65 (64 pixels and a label)");
     }
     for (int64_t i = 0; i < kPixels; ++i) {
       if (values[i] < 0 || values[i] > 16) {
-        throw Error("digits: " + path + " line " + std::to_string(line) + ": pixel " + std::to_string(values[i]) +
-                    " outside 0..16");
+        throw Error("digits: " + path + " line " + std::to_string(line) + ": pixel " +
+                    std::to_string(values[i]) + " outside 0..16");
       }
       d.pixels.push_back(static_cast<float>(values[i]) / 16.0f);
     }
@@ -98,7 +99,8 @@ Dataset subset(const Dataset& all, const std::vector<int64_t>& rows) {
   Dataset d;
   d.n = static_cast<int64_t>(rows.size());
   for (int64_t r : rows) {
-    d.pixels.insert(d.pixels.end(), all.pixels.begin() + r * kPixels, all.pixels.begin() + (r + 1) * kPixels);
+    d.pixels.insert(d.pixels.end(), all.pixels.begin() + r * kPixels,
+                    all.pixels.begin() + (r + 1) * kPixels);
     d.labels.push_back(all.labels[static_cast<size_t>(r)]);
   }
   return d;
@@ -107,7 +109,8 @@ Dataset subset(const Dataset& all, const std::vector<int64_t>& rows) {
 
 std::pair<Dataset, Dataset> split(const Dataset& all, int64_t n_test, uint64_t seed) {
   if (n_test < 0 || n_test > all.n) {
-    throw Error("digits: cannot hold out " + std::to_string(n_test) + " of " + std::to_string(all.n) + " rows");
+    throw Error("digits: cannot hold out " + std::to_string(n_test) + " of " +
+                std::to_string(all.n) + " rows");
   }
   const std::vector<int64_t> p = permutation(all.n, seed);
   const std::vector<int64_t> train(p.begin(), p.end() - n_test), test(p.end() - n_test, p.end());
@@ -139,10 +142,12 @@ std::shared_ptr<nn::Sequential> make_model(ModelKind kind, const nn::Placement& 
 
 DeviceData upload(const Dataset& d, ModelKind kind, const Device& device) {
   const Shape xs = kind == ModelKind::kCnn ? Shape{d.n, 1, 8, 8} : Shape{d.n, kPixels};
-  return {from_vector<float>(d.pixels, xs, device), from_vector<int64_t>(d.labels, {d.n}, device), d.n};
+  return {from_vector<float>(d.pixels, xs, device), from_vector<int64_t>(d.labels, {d.n}, device),
+          d.n};
 }
 
-Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const DeviceData& train, int64_t batch_size)
+Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const DeviceData& train,
+                 int64_t batch_size)
     : model_(model), opt_(optimizer), train_(train), batch_(batch_size) {
   if (batch_size < 1) throw Error("Trainer: batch size must be >= 1");
 }
@@ -153,8 +158,8 @@ Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report
   const auto start = Clock::now();
   model_.train();
   const Device dev = train_.x.device();
-  const Tensor order = from_vector<int64_t>(permutation(train_.n, seed * 1000003 + static_cast<uint64_t>(epoch)),
-                                            {train_.n}, dev);
+  const Tensor order = from_vector<int64_t>(
+      permutation(train_.n, seed * 1000003 + static_cast<uint64_t>(epoch)), {train_.n}, dev);
   // Running sums on the device, read only when reporting.
   Tensor loss_sum, correct;
   Progress p;
@@ -182,7 +187,8 @@ Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report
     const bool last = s + 1 == p.steps;
     if (last || (report_every > 0 && (s + 1) % report_every == 0)) {
       NoGradGuard no_grad;
-      const std::vector<double> v = cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).to_vector<double>();
+      const std::vector<double> v =
+          cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).to_vector<double>();
       p.step = s + 1;
       p.loss = v[0] / static_cast<double>(seen);
       p.accuracy = v[1] / static_cast<double>(seen);

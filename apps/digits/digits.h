@@ -64,7 +64,8 @@ struct Progress {
 // from `seed` and the epoch number (on the host, uploaded as one index tensor per epoch).
 class Trainer {
  public:
-  Trainer(nn::Module& model, optim::Optimizer& optimizer, const DeviceData& train, int64_t batch_size);
+  Trainer(nn::Module& model, optim::Optimizer& optimizer, const DeviceData& train,
+          int64_t batch_size);
   int64_t steps_per_epoch() const { return (train_.n + batch_ - 1) / batch_; }
   // Runs one epoch; calls on_progress every `report_every` steps and after the last one (each
   // call reads two numbers from the device: a round trip). Returns the epoch's final progress.

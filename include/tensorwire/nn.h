@@ -82,7 +82,9 @@ class Module {
     children_.emplace_back(std::move(name), module);
     return module;
   }
-  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {
+    return children_;
+  }
 
  private:
   void to_string_into(std::string& out, const std::string& prefix, int indent) const;
@@ -138,7 +140,8 @@ class Conv2d : public Module {
 class MaxPool2d : public Module {
  public:
   // stride defaults to the kernel size.
-  explicit MaxPool2d(int64_t kernel_size, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0);
+  explicit MaxPool2d(int64_t kernel_size, std::optional<int64_t> stride = std::nullopt,
+                     int64_t padding = 0);
   Tensor forward(const Tensor& x) override;
   std::string name() const override;
 
@@ -148,7 +151,8 @@ class MaxPool2d : public Module {
 
 class AvgPool2d : public Module {
  public:
-  explicit AvgPool2d(int64_t kernel_size, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0);
+  explicit AvgPool2d(int64_t kernel_size, std::optional<int64_t> stride = std::nullopt,
+                     int64_t padding = 0);
   Tensor forward(const Tensor& x) override;
   std::string name() const override;
 
@@ -208,7 +212,8 @@ class Embedding : public Module {
 
 class Flatten : public Module {
  public:
-  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_(start_dim), end_(end_dim) {}
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : start_(start_dim), end_(end_dim) {}
   Tensor forward(const Tensor& x) override { return x.flatten(start_, end_); }
   std::string name() const override;
 
@@ -222,9 +227,9 @@ class Sequential : public Module {
   Sequential() = default;
   // Modules by value (moved in) or as shared_ptr (shared with the caller).
   template <class... Ms>
-    requires(sizeof...(Ms) > 0 &&
-             !(sizeof...(Ms) == 1 && (std::is_same_v<std::decay_t<Ms>, Sequential> && ...)))
-  explicit Sequential(Ms&&... modules) {
+  requires(sizeof...(Ms) > 0 &&
+           !(sizeof...(Ms) == 1 && (std::is_same_v<std::decay_t<Ms>, Sequential> &&
+                                    ...))) explicit Sequential(Ms&&... modules) {
     (push_back(std::forward<Ms>(modules)), ...);
   }
   void push_back(std::shared_ptr<Module> module);

@@ -39,7 +39,8 @@ Safetensors parse_safetensors(std::span<const uint8_t> bytes, const Device& devi
                               const std::string& what = "safetensors data");
 Safetensors read_safetensors(const std::string& path, const Device& device = Device::cpu());
 // Only the tensors.
-std::map<std::string, Tensor> load_safetensors(const std::string& path, const Device& device = Device::cpu());
+std::map<std::string, Tensor> load_safetensors(const std::string& path,
+                                               const Device& device = Device::cpu());
 
 // A module's parameters under their dotted names (named_parameters), and loading them back into
 // a module of the same structure (onto its parameters' devices; strict: names must match).

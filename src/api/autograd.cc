@@ -32,7 +32,8 @@ thread_local bool t_grad_enabled = true;
 std::atomic<uint64_t> g_node_seq{0};
 
 TensorImpl& impl_ref(const Tensor& t, const char* what) {
-  if (!t.defined()) throw Error(std::string(what) + ": the tensor is undefined (default-constructed)");
+  if (!t.defined())
+    throw Error(std::string(what) + ": the tensor is undefined (default-constructed)");
   return *t.impl();
 }
 
@@ -65,8 +66,9 @@ void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
 Tensor& Tensor::set_requires_grad(bool requires_grad) {
   TensorImpl& impl = impl_ref(*this, "set_requires_grad");
   if (impl.autograd && impl.autograd->grad_fn) {
-    throw Error("set_requires_grad: only leaf tensors can change requires_grad; this one was computed by " +
-                impl.autograd->grad_fn->name + " (use detach() for a leaf copy)");
+    throw Error(
+        "set_requires_grad: only leaf tensors can change requires_grad; this one was computed by " +
+        impl.autograd->grad_fn->name + " (use detach() for a leaf copy)");
   }
   if (requires_grad && !floating_point(impl.meta.dtype)) {
     throw Error("set_requires_grad: only f32 and f64 tensors can require gradients, this one is " +
@@ -84,9 +86,7 @@ bool Tensor::requires_grad() const {
   return defined() && impl_->autograd && impl_->autograd->requires_grad;
 }
 
-bool Tensor::is_leaf() const {
-  return !defined() || !impl_->autograd || !impl_->autograd->grad_fn;
-}
+bool Tensor::is_leaf() const { return !defined() || !impl_->autograd || !impl_->autograd->grad_fn; }
 
 Tensor Tensor::grad() const {
   const TensorImpl& impl = impl_ref(*this, "grad");
@@ -100,7 +100,8 @@ void Tensor::set_grad(const Tensor& grad) {
                 " must have the tensor's shape and dtype " + meta_str(impl.meta));
   }
   if (grad.defined() && grad.device() != device()) {
-    throw Error("set_grad: the gradient is on " + grad.device().str() + ", the tensor on " + device().str());
+    throw Error("set_grad: the gradient is on " + grad.device().str() + ", the tensor on " +
+                device().str());
   }
   if (!impl.autograd) impl.autograd = std::make_shared<AutogradMeta>();
   impl.autograd->grad = grad.defined() && !grad.is_leaf() ? grad.detach() : grad;
@@ -120,7 +121,8 @@ Tensor Tensor::detach() const {
   return alias_of(*this);
 }
 
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+              bool retain_graph) {
   autograd::run_backward(roots, grads, retain_graph);
 }
 
@@ -150,10 +152,16 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
   const int64_t lead = static_cast<int64_t>(gs.size()) - static_cast<int64_t>(shape.size());
   std::vector<int64_t> dims;
   for (int64_t i = 0; i < lead; ++i) dims.push_back(i);
+  bool inner = false;  // a size-1 dim of shape was stretched
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 1 && gs[lead + i] != 1) dims.push_back(lead + static_cast<int64_t>(i));
+    if (shape[i] == 1 && gs[lead + i] != 1) {
+      dims.push_back(lead + static_cast<int64_t>(i));
+      inner = true;
+    }
   }
-  Tensor r = dims.empty() ? g : g.sum(dims, /*keepdim=*/true);
+  // Only new leading dims (a bias added to a batch): one reduction gives the shape directly.
+  if (!inner) return g.sum(dims);
+  Tensor r = g.sum(dims, /*keepdim=*/true);
   return r.shape() == shape ? r : r.reshape(shape);
 }
 
@@ -178,7 +186,13 @@ Shape keepdim_shape(const Shape& x, const std::vector<int64_t>& dims) {
 
 // A reduction's output (or its gradient) broadcast back over the reduced dims.
 Tensor expand_back(const Tensor& g, const Shape& x_shape, const std::vector<int64_t>& dims) {
-  Tensor k = g.reshape(keepdim_shape(x_shape, dims));
+  // expand adds leading dims itself: no reshape when keepdim was set or only leading dims went.
+  bool leading =
+      g.dim() + static_cast<int64_t>(dims.size()) == static_cast<int64_t>(x_shape.size());
+  for (size_t i = 0; leading && i < dims.size(); ++i) leading = dims[i] == static_cast<int64_t>(i);
+  const Tensor k = g.dim() == static_cast<int64_t>(x_shape.size()) || leading
+                       ? g
+                       : g.reshape(keepdim_shape(x_shape, dims));
   return k.shape() == x_shape ? k : k.expand(x_shape);
 }
 
@@ -190,11 +204,13 @@ Tensor emit_like(const Tensor& anchor, ir::Op op, std::initializer_list<const Te
 
 // x with the region (starts, ends, steps) replaced by src (broadcast).
 Tensor slice_assign_all(const Tensor& x, const Tensor& src, const ir::Slice& region) {
-  return emit_like(x, ir::SliceAssign{detail::in(x), detail::in(src), region.starts, region.ends, region.steps, {}},
-                   {&x, &src});
+  return emit_like(
+      x,
+      ir::SliceAssign{detail::in(x), detail::in(src), region.starts, region.ends, region.steps, {}},
+      {&x, &src});
 }
-Tensor slice_all(const Tensor& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
-                 const std::vector<int64_t>& steps) {
+Tensor slice_all(const Tensor& x, const std::vector<int64_t>& starts,
+                 const std::vector<int64_t>& ends, const std::vector<int64_t>& steps) {
   return emit_like(x, ir::Slice{detail::in(x), starts, ends, steps, {}}, {&x});
 }
 
@@ -255,8 +271,11 @@ struct Rules {
         return [y](const Tensor& g) -> Grads { return {g * (y * (1.0 - y))}; };
       }
       case K::kRelu: {
+        // g * (y > 0): a multiply by the bool mask is several times faster than a masked_fill
+        // or where on the CPU (no data-dependent branch). Unlike PyTorch, a NaN or inf in g
+        // where y <= 0 gives NaN there rather than 0.
         Tensor y = r.saved_out();
-        return [y](const Tensor& g) -> Grads { return {g.masked_fill(y.le(0), 0)}; };
+        return [y](const Tensor& g) -> Grads { return {g * y.gt(0)}; };
       }
       case K::kGelu:  // d/dx x * Phi(x) = Phi(x) + x * phi(x)
         return [x](const Tensor& g) -> Grads {
@@ -316,7 +335,8 @@ struct Rules {
           // As PyTorch: an exponent of 0 gives 0 (not 0 * inf), and so does a base of 0 for
           // the exponent's gradient when the exponent is >= 0.
           if (na) out[0] = sum_to((g * b * a.pow(b - 1.0)).masked_fill(b.eq(0), 0), as);
-          if (nb) out[1] = sum_to((g * y * a.log()).masked_fill(a.eq(0).logical_and(b.ge(0)), 0), bs);
+          if (nb)
+            out[1] = sum_to((g * y * a.log()).masked_fill(a.eq(0).logical_and(b.ge(0)), 0), bs);
           return out;
         };
       }
@@ -335,7 +355,8 @@ struct Rules {
       case K::kRemainder:
         return [=](const Tensor& g) -> Grads {
           // a - floor(a / b) * b
-          return {na ? sum_to(g, as) : Tensor(), nb ? sum_to(-(g * (a / b).floor()), bs) : Tensor()};
+          return {na ? sum_to(g, as) : Tensor(),
+                  nb ? sum_to(-(g * (a / b).floor()), bs) : Tensor()};
         };
       default: return nullptr;  // comparisons and logical kinds give bool
     }
@@ -428,8 +449,7 @@ struct Rules {
     const std::vector<int64_t> dims = reduced_dims(op.dims, x.dim());
     using K = ir::ReduceKind;
     switch (op.kind) {
-      case K::kSum:
-        return [=](const Tensor& g) -> Grads { return {expand_back(g, xs, dims)}; };
+      case K::kSum: return [=](const Tensor& g) -> Grads { return {expand_back(g, xs, dims)}; };
       case K::kMean: {
         int64_t count = 1;
         for (int64_t d : dims) count *= xs[static_cast<size_t>(d)];
@@ -610,13 +630,27 @@ struct Rules {
     return [=](const Tensor& g) -> Grads {
       Grads out(3);
       if (nx) {
-        out[0] = emit_like(g, ir::Conv2dBackwardInput{detail::in(g), detail::in(w), xs, op.stride, op.padding,
-                                                      op.dilation, op.groups, {}},
+        out[0] = emit_like(g,
+                           ir::Conv2dBackwardInput{detail::in(g),
+                                                   detail::in(w),
+                                                   xs,
+                                                   op.stride,
+                                                   op.padding,
+                                                   op.dilation,
+                                                   op.groups,
+                                                   {}},
                            {&g, &w});
       }
       if (nw) {
-        out[1] = emit_like(g, ir::Conv2dBackwardWeight{detail::in(g), detail::in(x), ws, op.stride, op.padding,
-                                                       op.dilation, op.groups, {}},
+        out[1] = emit_like(g,
+                           ir::Conv2dBackwardWeight{detail::in(g),
+                                                    detail::in(x),
+                                                    ws,
+                                                    op.stride,
+                                                    op.padding,
+                                                    op.dilation,
+                                                    op.groups,
+                                                    {}},
                            {&g, &x});
       }
       if (nb) out[2] = g.sum({0, 2, 3});
@@ -627,9 +661,11 @@ struct Rules {
   BackwardFn operator()(const ir::Pool2d& op) const {
     const Tensor x = r.in[0];
     return [x, op](const Tensor& g) -> Grads {
-      return {emit_like(g, ir::Pool2dBackward{op.kind, detail::in(g), detail::in(x), op.kernel, op.stride,
-                                              op.padding, {}},
-                        {&g, &x})};
+      return {emit_like(
+          g,
+          ir::Pool2dBackward{
+              op.kind, detail::in(g), detail::in(x), op.kernel, op.stride, op.padding, {}},
+          {&g, &x})};
     };
   }
 
@@ -647,7 +683,8 @@ struct Rules {
     //   dbias = sum(g), the means over the normalised dims and the sums over the others.
     const Tensor x = r.in[0];
     const Tensor w = r.in.size() > 1 ? r.in[1] : Tensor();
-    const bool nx = r.needs[0], nw = r.needs.size() > 1 && r.needs[1], nb = r.needs.size() > 2 && r.needs[2];
+    const bool nx = r.needs[0], nw = r.needs.size() > 1 && r.needs[1],
+               nb = r.needs.size() > 2 && r.needs[2];
     const int64_t rank = x.dim(), k = op.normalized_dims;
     std::vector<int64_t> norm_dims, batch_dims;
     for (int64_t d = 0; d < rank; ++d) (d >= rank - k ? norm_dims : batch_dims).push_back(d);
@@ -723,14 +760,16 @@ void accumulate(Tensor& into, const Tensor& g) { into = into.defined() ? into + 
 Tensor fit(const Tensor& g, const autograd::Edge& e, const Node& node) {
   if (g.shape() != e.meta.shape) {
     throw Error("backward: " + node.name + " produced a gradient of shape " + shape_str(g.shape()) +
-                " for an input of shape " + shape_str(e.meta.shape) + " (a bug in its backward rule)");
+                " for an input of shape " + shape_str(e.meta.shape) +
+                " (a bug in its backward rule)");
   }
   return g.dtype() == e.meta.dtype ? g : g.to(e.meta.dtype);
 }
 
 }  // namespace
 
-void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                  bool retain_graph) {
   if (!grads.empty() && grads.size() != roots.size()) {
     throw Error("backward: " + std::to_string(grads.size()) + " gradients given for " +
                 std::to_string(roots.size()) + " tensors");
@@ -745,20 +784,24 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     const Tensor& root = roots[i];
     impl_ref(root, "backward");
     if (!root.requires_grad()) {
-      throw Error("backward: the tensor does not require grad: no input of the ops that computed it "
-                  "requires grad (call set_requires_grad() on the parameters first)");
+      throw Error(
+          "backward: the tensor does not require grad: no input of the ops that computed it "
+          "requires grad (call set_requires_grad() on the parameters first)");
     }
     Tensor g = i < grads.size() ? grads[i] : Tensor();
     if (!g.defined()) {
       if (root.numel() != 1) {
-        throw Error("backward: a gradient can be created implicitly only for a one-element tensor, this one "
-                    "has shape " + shape_str(root.shape()) + "; pass backward(grad)");
+        throw Error(
+            "backward: a gradient can be created implicitly only for a one-element tensor, this "
+            "one "
+            "has shape " +
+            shape_str(root.shape()) + "; pass backward(grad)");
       }
       g = ones_like(root);
     } else {
       if (g.shape() != root.shape()) {
-        throw Error("backward: the gradient's shape " + shape_str(g.shape()) + " differs from the tensor's " +
-                    shape_str(root.shape()));
+        throw Error("backward: the gradient's shape " + shape_str(g.shape()) +
+                    " differs from the tensor's " + shape_str(root.shape()));
       }
       if (g.dtype() != root.dtype()) g = g.to(root.dtype());
       if (!g.is_leaf() || g.requires_grad()) g = g.detach();
@@ -802,7 +845,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     std::vector<Tensor> input_grads;
     if (g.defined()) {
       if (!n->backward) {
-        throw Error("backward: the graph through " + n->name + " was freed by an earlier backward(); pass "
+        throw Error("backward: the graph through " + n->name +
+                    " was freed by an earlier backward(); pass "
                     "retain_graph = true to the first backward() to run it twice");
       }
       input_grads = n->backward(g);

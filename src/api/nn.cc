@@ -100,9 +100,9 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     used.insert(name);
     const Tensor& t = it->second;
     if (t.shape() != p->value().shape() || t.dtype() != p->value().dtype()) {
-      throw Error("load_state_dict: " + name + " is " + std::string(dtype_name(t.dtype())) + shape_str(t.shape()) +
-                  " but the module's parameter is " + std::string(dtype_name(p->value().dtype())) +
-                  shape_str(p->value().shape()));
+      throw Error("load_state_dict: " + name + " is " + std::string(dtype_name(t.dtype())) +
+                  shape_str(t.shape()) + " but the module's parameter is " +
+                  std::string(dtype_name(p->value().dtype())) + shape_str(p->value().shape()));
     }
   }
   std::set<std::string> unexpected;
@@ -168,9 +168,11 @@ Tensor fan_in_uniform(const Shape& shape, int64_t fan_in, const Placement& at) {
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias, const Placement& at)
     : in_(in_features), out_(out_features) {
   if (in_features < 0 || out_features < 0) {
-    throw Error("Linear: sizes must be >= 0, got " + std::to_string(in_features) + " and " + std::to_string(out_features));
+    throw Error("Linear: sizes must be >= 0, got " + std::to_string(in_features) + " and " +
+                std::to_string(out_features));
   }
-  weight_ = register_parameter("weight", init::kaiming_uniform({out_, in_}, std::sqrt(5.0), in_, at));
+  weight_ =
+      register_parameter("weight", init::kaiming_uniform({out_, in_}, std::sqrt(5.0), in_, at));
   if (bias) bias_ = register_parameter("bias", fan_in_uniform({out_}, in_, at));
 }
 
@@ -186,35 +188,44 @@ std::string Linear::name() const {
 
 // ---- Conv2d ----
 Conv2d::Conv2d(const Conv2dOptions& options, const Placement& at) : o_(options) {
-  if (o_.kernel_size.size() != 2 || o_.stride.size() != 2 || o_.padding.size() != 2 || o_.dilation.size() != 2) {
+  if (o_.kernel_size.size() != 2 || o_.stride.size() != 2 || o_.padding.size() != 2 ||
+      o_.dilation.size() != 2) {
     throw Error("Conv2d: kernel_size, stride, padding and dilation take 2 entries each");
   }
   if (o_.groups < 1 || o_.in_channels % o_.groups != 0 || o_.out_channels % o_.groups != 0) {
     throw Error("Conv2d: groups " + std::to_string(o_.groups) + " must divide in_channels " +
-                std::to_string(o_.in_channels) + " and out_channels " + std::to_string(o_.out_channels));
+                std::to_string(o_.in_channels) + " and out_channels " +
+                std::to_string(o_.out_channels));
   }
   const int64_t cg = o_.in_channels / o_.groups;
   const int64_t fan_in = cg * o_.kernel_size[0] * o_.kernel_size[1];
   weight_ = register_parameter(
-      "weight", init::kaiming_uniform({o_.out_channels, cg, o_.kernel_size[0], o_.kernel_size[1]}, std::sqrt(5.0),
-                                      fan_in, at));
+      "weight", init::kaiming_uniform({o_.out_channels, cg, o_.kernel_size[0], o_.kernel_size[1]},
+                                      std::sqrt(5.0), fan_in, at));
   if (o_.bias) bias_ = register_parameter("bias", fan_in_uniform({o_.out_channels}, fan_in, at));
 }
 
-Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride, int64_t padding,
-               bool bias, const Placement& at)
-    : Conv2d(Conv2dOptions{in_channels, out_channels, {kernel_size, kernel_size}, {stride, stride},
-                           {padding, padding}, {1, 1}, 1, bias},
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride,
+               int64_t padding, bool bias, const Placement& at)
+    : Conv2d(Conv2dOptions{in_channels,
+                           out_channels,
+                           {kernel_size, kernel_size},
+                           {stride, stride},
+                           {padding, padding},
+                           {1, 1},
+                           1,
+                           bias},
              at) {}
 
 Tensor Conv2d::forward(const Tensor& x) {
-  return conv2d(x, weight_->value(), bias_ ? bias_->value() : Tensor(), o_.stride, o_.padding, o_.dilation,
-                o_.groups);
+  return conv2d(x, weight_->value(), bias_ ? bias_->value() : Tensor(), o_.stride, o_.padding,
+                o_.dilation, o_.groups);
 }
 
 std::string Conv2d::name() const {
-  std::string s = "Conv2d(" + std::to_string(o_.in_channels) + ", " + std::to_string(o_.out_channels) +
-                  ", kernel_size=" + pair_str(o_.kernel_size) + ", stride=" + pair_str(o_.stride);
+  std::string s = "Conv2d(" + std::to_string(o_.in_channels) + ", " +
+                  std::to_string(o_.out_channels) + ", kernel_size=" + pair_str(o_.kernel_size) +
+                  ", stride=" + pair_str(o_.stride);
   if (o_.padding != std::vector<int64_t>{0, 0}) s += ", padding=" + pair_str(o_.padding);
   if (o_.dilation != std::vector<int64_t>{1, 1}) s += ", dilation=" + pair_str(o_.dilation);
   if (o_.groups != 1) s += ", groups=" + std::to_string(o_.groups);
@@ -258,7 +269,8 @@ std::string Dropout::name() const {
 }
 
 // ---- LayerNorm ----
-LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine, const Placement& at)
+LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine,
+                     const Placement& at)
     : shape_(std::move(normalized_shape)), eps_(eps) {
   if (elementwise_affine) {
     weight_ = register_parameter("weight", ones(shape_, at.dtype, at.device));
@@ -267,13 +279,14 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
-  return layer_norm(x, shape_, weight_ ? weight_->value() : Tensor(), bias_ ? bias_->value() : Tensor(), eps_);
+  return layer_norm(x, shape_, weight_ ? weight_->value() : Tensor(),
+                    bias_ ? bias_->value() : Tensor(), eps_);
 }
 
 std::string LayerNorm::name() const {
   std::ostringstream os;
-  os << "LayerNorm(" << shape_str(shape_) << ", eps=" << eps_ << ", elementwise_affine=" << b(weight_ != nullptr)
-     << ")";
+  os << "LayerNorm(" << shape_str(shape_) << ", eps=" << eps_
+     << ", elementwise_affine=" << b(weight_ != nullptr) << ")";
   return os.str();
 }
 
@@ -307,10 +320,11 @@ Tensor Sequential::forward(const Tensor& x) {
 
 // ---- losses ----
 Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
-  if (logits.dim() != 2) throw Error("cross_entropy: logits must be [N, C], got " + shape_str(logits.shape()));
+  if (logits.dim() != 2)
+    throw Error("cross_entropy: logits must be [N, C], got " + shape_str(logits.shape()));
   if (target.dim() != 1 || target.size(0) != logits.size(0)) {
-    throw Error("cross_entropy: target must be [N] = [" + std::to_string(logits.size(0)) + "] class indices, got " +
-                shape_str(target.shape()));
+    throw Error("cross_entropy: target must be [N] = [" + std::to_string(logits.size(0)) +
+                "] class indices, got " + shape_str(target.shape()));
   }
   if (target.dtype() != kI64 && target.dtype() != kI32) {
     throw Error("cross_entropy: target must hold class indices (i64 or i32), got " +
@@ -321,8 +335,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
 
 Tensor mse_loss(const Tensor& input, const Tensor& target) {
   if (input.shape() != target.shape()) {
-    throw Error("mse_loss: input " + shape_str(input.shape()) + " and target " + shape_str(target.shape()) +
-                " must have the same shape");
+    throw Error("mse_loss: input " + shape_str(input.shape()) + " and target " +
+                shape_str(target.shape()) + " must have the same shape");
   }
   return (input - target).square().mean();
 }

@@ -48,7 +48,8 @@ void SGD::step() {
 }
 
 // ---- Adam / AdamW ----
-Adam::Adam(std::vector<nn::ParameterPtr> params, AdamOptions options) : Adam(std::move(params), options, false) {}
+Adam::Adam(std::vector<nn::ParameterPtr> params, AdamOptions options)
+    : Adam(std::move(params), options, false) {}
 
 Adam::Adam(std::vector<nn::ParameterPtr> params, AdamOptions options, bool decoupled)
     : Optimizer(std::move(params)), o_(options), decoupled_(decoupled), state_(params_.size()) {
@@ -90,7 +91,8 @@ void Adam::step() {
 }
 
 AdamW::AdamW(std::vector<nn::ParameterPtr> params, AdamWOptions options)
-    : Adam(std::move(params), AdamOptions{options.lr, options.beta1, options.beta2, options.eps, options.weight_decay},
+    : Adam(std::move(params),
+           AdamOptions{options.lr, options.beta1, options.beta2, options.eps, options.weight_decay},
            true) {}
 
 }  // namespace tw::optim

@@ -53,7 +53,8 @@ class JsonParser {
                 " of the header");
   }
   void skip_ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r'))
+      ++i_;
   }
   bool eat(char c) {
     if (i_ < s_.size() && s_[i_] == c) {
@@ -78,8 +79,14 @@ class JsonParser {
       case '{': j.v.emplace<Json::kObject>(object(depth)); break;
       case '[': j.v.emplace<Json::kArray>(array(depth)); break;
       case '"': j.v.emplace<Json::kString>(string()); break;
-      case 't': literal("true"); j.v = true; break;
-      case 'f': literal("false"); j.v = false; break;
+      case 't':
+        literal("true");
+        j.v = true;
+        break;
+      case 'f':
+        literal("false");
+        j.v = false;
+        break;
       case 'n': literal("null"); break;
       default: j.v.emplace<Json::kNumber>(number()); break;
     }
@@ -207,13 +214,15 @@ class JsonParser {
       fail("unexpected character");
     }
     if (eat('.')) {
-      if (i_ >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[i_]))) fail("digit expected after '.'");
+      if (i_ >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[i_])))
+        fail("digit expected after '.'");
       while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
     }
     if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
       ++i_;
       if (!eat('+')) eat('-');
-      if (i_ >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[i_]))) fail("digit expected in exponent");
+      if (i_ >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[i_])))
+        fail("digit expected in exponent");
       while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
     }
     return std::string(s_.substr(start, i_ - start));
@@ -227,7 +236,7 @@ class JsonParser {
 // ---------------------------------------------------------------- format
 
 const std::pair<const char*, DType> kDTypes[] = {
-    {"F32", kF32}, {"F64", kF64}, {"I32", kI32}, {"I64", kI64},
+    {"F32", kF32}, {"F64", kF64},   {"I32", kI32}, {"I64", kI64},
     {"U8", kU8},   {"BOOL", kBool}, {"F16", kF16}, {"BF16", kBF16},
 };
 
@@ -262,7 +271,8 @@ std::string json_escape(const std::string& s) {
 // A non-negative JSON integer below 2^63 (shape entries, offsets).
 uint64_t as_count(const Json& j, const std::string& what, const std::string& where) {
   const auto* text = std::get_if<Json::kNumber>(&j.v);
-  if (!text || text->empty() || (*text)[0] == '-' || text->find_first_of(".eE") != std::string::npos) {
+  if (!text || text->empty() || (*text)[0] == '-' ||
+      text->find_first_of(".eE") != std::string::npos) {
     throw Error(where + ": " + what + " must be a non-negative integer");
   }
   if (text->size() > 19) throw Error(where + ": " + what + " " + *text + " is too large");
@@ -288,7 +298,8 @@ struct Entry {
 
 }  // namespace
 
-std::vector<uint8_t> safetensors_bytes(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
+std::vector<uint8_t> safetensors_bytes(const NamedTensors& tensors,
+                                       const std::map<std::string, std::string>& metadata) {
   std::string header = "{";
   std::set<std::string> names;
   std::vector<std::vector<uint8_t>> data;
@@ -303,16 +314,18 @@ std::vector<uint8_t> safetensors_bytes(const NamedTensors& tensors, const std::m
     header += "}";
   }
   for (const auto& [name, t] : tensors) {
-    if (name == "__metadata__") throw Error("save_safetensors: a tensor may not be named __metadata__");
-    if (!names.insert(name).second) throw Error("save_safetensors: the name " + name + " appears twice");
+    if (name == "__metadata__")
+      throw Error("save_safetensors: a tensor may not be named __metadata__");
+    if (!names.insert(name).second)
+      throw Error("save_safetensors: the name " + name + " appears twice");
     if (!t.defined()) throw Error("save_safetensors: tensor " + name + " is undefined");
     data.push_back(t.to_bytes());
     std::string shape;
     for (int64_t d : t.shape()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
     const uint64_t end = offset + data.back().size();
     header += std::string(header.size() > 1 ? "," : "") + json_escape(name) + ":{\"dtype\":\"" +
-              format_name(t.dtype()) + "\",\"shape\":[" + shape + "],\"data_offsets\":[" + std::to_string(offset) +
-              "," + std::to_string(end) + "]}";
+              format_name(t.dtype()) + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(offset) + "," + std::to_string(end) + "]}";
     offset = end;
   }
   header += "}";
@@ -330,7 +343,8 @@ std::vector<uint8_t> safetensors_bytes(const NamedTensors& tensors, const std::m
   return out;
 }
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
   const std::vector<uint8_t> bytes = safetensors_bytes(tensors, metadata);
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) throw Error("save_safetensors: cannot open " + path + " for writing");
@@ -339,21 +353,26 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
   if (!f) throw Error("save_safetensors: writing " + path + " failed");
 }
 
-Safetensors parse_safetensors(std::span<const uint8_t> bytes, const Device& device, const std::string& what) {
+Safetensors parse_safetensors(std::span<const uint8_t> bytes, const Device& device,
+                              const std::string& what) {
   if (bytes.size() < 8) {
-    throw Error(what + ": " + std::to_string(bytes.size()) + " bytes is too short for a safetensors file (8-byte header length first)");
+    throw Error(what + ": " + std::to_string(bytes.size()) +
+                " bytes is too short for a safetensors file (8-byte header length first)");
   }
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= uint64_t{bytes[static_cast<size_t>(i)]} << (8 * i);
   if (n > kMaxHeaderBytes) {
-    throw Error(what + ": header length " + std::to_string(n) + " is absurd (limit " + std::to_string(kMaxHeaderBytes) + " bytes)");
+    throw Error(what + ": header length " + std::to_string(n) + " is absurd (limit " +
+                std::to_string(kMaxHeaderBytes) + " bytes)");
   }
   if (n > bytes.size() - 8) {
-    throw Error(what + ": header length " + std::to_string(n) + " runs past the end of the " + std::to_string(bytes.size()) +
-                "-byte file (truncated?)");
+    throw Error(what + ": header length " + std::to_string(n) + " runs past the end of the " +
+                std::to_string(bytes.size()) + "-byte file (truncated?)");
   }
-  if (n < 2) throw Error(what + ": header of " + std::to_string(n) + " bytes cannot hold a JSON object");
-  const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), static_cast<size_t>(n));
+  if (n < 2)
+    throw Error(what + ": header of " + std::to_string(n) + " bytes cannot hold a JSON object");
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8),
+                              static_cast<size_t>(n));
   if (text[0] != '{') throw Error(what + ": header must start with '{'");
   const Json doc = JsonParser(text, what).parse_document();
   const auto* top = std::get_if<Json::kObject>(&doc.v);
@@ -363,7 +382,8 @@ Safetensors parse_safetensors(std::span<const uint8_t> bytes, const Device& devi
   std::vector<Entry> entries;
   std::set<std::string> seen;
   for (const auto& [name, value] : *top) {
-    if (!seen.insert(name).second) throw Error(what + ": name \"" + name + "\" appears twice in the header");
+    if (!seen.insert(name).second)
+      throw Error(what + ": name \"" + name + "\" appears twice in the header");
     const std::string where = what + ": \"" + name + "\"";
     const auto* obj = std::get_if<Json::kObject>(&value.v);
     if (name == "__metadata__") {
@@ -377,7 +397,8 @@ Safetensors parse_safetensors(std::span<const uint8_t> bytes, const Device& devi
     }
     if (!obj) throw Error(where + " must be an object with dtype, shape and data_offsets");
     for (const auto& [k, v] : *obj) {
-      if (k != "dtype" && k != "shape" && k != "data_offsets") throw Error(where + ": unknown field \"" + k + "\"");
+      if (k != "dtype" && k != "shape" && k != "data_offsets")
+        throw Error(where + ": unknown field \"" + k + "\"");
     }
     const Json* dtype = field(*obj, "dtype");
     const Json* shape = field(*obj, "shape");
@@ -394,26 +415,31 @@ Safetensors parse_safetensors(std::span<const uint8_t> bytes, const Device& devi
       }
     }
     if (!known) {
-      throw Error(where + ": dtype " + *dname + " is not supported (F32, F64, I32, I64, U8, BOOL, F16, BF16)");
+      throw Error(where + ": dtype " + *dname +
+                  " is not supported (F32, F64, I32, I64, U8, BOOL, F16, BF16)");
     }
     const auto* dims = std::get_if<Json::kArray>(&shape->v);
     if (!dims) throw Error(where + ": shape must be an array");
     if (dims->size() > static_cast<size_t>(kMaxRank)) {
-      throw Error(where + ": rank " + std::to_string(dims->size()) + " exceeds " + std::to_string(kMaxRank));
+      throw Error(where + ": rank " + std::to_string(dims->size()) + " exceeds " +
+                  std::to_string(kMaxRank));
     }
-    for (const Json& d : *dims) e.shape.push_back(static_cast<int64_t>(as_count(d, "shape entry", where)));
+    for (const Json& d : *dims)
+      e.shape.push_back(static_cast<int64_t>(as_count(d, "shape entry", where)));
     if (Status st = validate_shape(e.shape); !st.ok()) throw Error(where + ": " + st.message());
     const auto* offs = std::get_if<Json::kArray>(&offsets->v);
     if (!offs || offs->size() != 2) throw Error(where + ": data_offsets must be [begin, end]");
     e.begin = as_count((*offs)[0], "data_offsets begin", where);
     e.end = as_count((*offs)[1], "data_offsets end", where);
     if (e.end < e.begin) {
-      throw Error(where + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] end before they begin");
+      throw Error(where + ": data_offsets [" + std::to_string(e.begin) + ", " +
+                  std::to_string(e.end) + "] end before they begin");
     }
     const uint64_t want = static_cast<uint64_t>(numel(e.shape)) * dtype_size(e.dtype);
     if (e.end - e.begin != want) {
-      throw Error(where + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] hold " +
-                  std::to_string(e.end - e.begin) + " bytes but " + *dname + " " + shape_str(e.shape) + " needs " +
+      throw Error(where + ": data_offsets [" + std::to_string(e.begin) + ", " +
+                  std::to_string(e.end) + "] hold " + std::to_string(e.end - e.begin) +
+                  " bytes but " + *dname + " " + shape_str(e.shape) + " needs " +
                   std::to_string(want));
     }
     entries.push_back(std::move(e));
@@ -430,27 +456,31 @@ Safetensors parse_safetensors(std::span<const uint8_t> bytes, const Device& devi
   uint64_t at = 0;
   for (const Entry* e : sorted) {
     if (e->end > data_size) {
-      throw Error(what + ": \"" + e->name + "\": data_offsets [" + std::to_string(e->begin) + ", " + std::to_string(e->end) +
-                  "] run past the " + std::to_string(data_size) + "-byte data section (truncated?)");
+      throw Error(what + ": \"" + e->name + "\": data_offsets [" + std::to_string(e->begin) + ", " +
+                  std::to_string(e->end) + "] run past the " + std::to_string(data_size) +
+                  "-byte data section (truncated?)");
     }
     if (e->begin < at) {
-      throw Error(what + ": \"" + e->name + "\": data_offsets [" + std::to_string(e->begin) + ", " + std::to_string(e->end) +
-                  "] overlap the previous tensor's (which ends at " + std::to_string(at) + ")");
+      throw Error(what + ": \"" + e->name + "\": data_offsets [" + std::to_string(e->begin) + ", " +
+                  std::to_string(e->end) + "] overlap the previous tensor's (which ends at " +
+                  std::to_string(at) + ")");
     }
     if (e->begin > at) {
-      throw Error(what + ": \"" + e->name + "\": data_offsets begin at " + std::to_string(e->begin) + ", leaving bytes [" +
-                  std::to_string(at) + ", " + std::to_string(e->begin) + ") unused");
+      throw Error(what + ": \"" + e->name + "\": data_offsets begin at " +
+                  std::to_string(e->begin) + ", leaving bytes [" + std::to_string(at) + ", " +
+                  std::to_string(e->begin) + ") unused");
     }
     at = e->end;
   }
   if (at != data_size) {
-    throw Error(what + ": the tensors end at byte " + std::to_string(at) + " of the data section but it has " +
-                std::to_string(data_size) + " bytes");
+    throw Error(what + ": the tensors end at byte " + std::to_string(at) +
+                " of the data section but it has " + std::to_string(data_size) + " bytes");
   }
   const uint8_t* data = bytes.data() + 8 + n;
   for (const Entry& e : entries) {
-    out.tensors[e.name] = from_bytes(std::span<const uint8_t>(data + e.begin, static_cast<size_t>(e.end - e.begin)), e.shape,
-                                     e.dtype, device);
+    out.tensors[e.name] =
+        from_bytes(std::span<const uint8_t>(data + e.begin, static_cast<size_t>(e.end - e.begin)),
+                   e.shape, e.dtype, device);
   }
   return out;
 }
@@ -462,7 +492,8 @@ Safetensors read_safetensors(const std::string& path, const Device& device) {
   if (size < 0) throw Error("load_safetensors: cannot read " + path);
   std::vector<uint8_t> bytes(static_cast<size_t>(size));
   f.seekg(0);
-  if (size > 0 && !f.read(reinterpret_cast<char*>(bytes.data()), size)) throw Error("load_safetensors: cannot read " + path);
+  if (size > 0 && !f.read(reinterpret_cast<char*>(bytes.data()), size))
+    throw Error("load_safetensors: cannot read " + path);
   return parse_safetensors(bytes, device, path);
 }
 
@@ -470,7 +501,8 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path, const De
   return read_safetensors(path, device).tensors;
 }
 
-void save_safetensors(const std::string& path, const nn::Module& module, const std::map<std::string, std::string>& metadata) {
+void save_safetensors(const std::string& path, const nn::Module& module,
+                      const std::map<std::string, std::string>& metadata) {
   save_safetensors(path, module.state_dict(), metadata);
 }
 

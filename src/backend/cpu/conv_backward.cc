@@ -29,9 +29,10 @@ struct ConvGradGeometry {
 
 template <class Op>
 ConvGradGeometry geometry(const Op& op, const Shape& x, const Shape& w, const Shape& grad) {
-  return {x[0],      x[1],        x[2],         x[3],         w[0],         w[1],
-          w[2],      w[3],        op.groups,    w[0] / op.groups, grad[2],  grad[3],
-          op.stride[0], op.stride[1], op.padding[0], op.padding[1], op.dilation[0], op.dilation[1]};
+  return {x[0],          x[1],           x[2],          x[3],         w[0],
+          w[1],          w[2],           w[3],          op.groups,    w[0] / op.groups,
+          grad[2],       grad[3],        op.stride[0],  op.stride[1], op.padding[0],
+          op.padding[1], op.dilation[0], op.dilation[1]};
 }
 
 // Tasks per chunk so that a chunk holds about 32 Ki multiply-adds: small problems run inline.
@@ -51,7 +52,8 @@ constexpr int64_t kPositionBlock = 64;
 // The patch x[img, group's channels, window at output position p] for p in [p0, p1), one row
 // per position (zeros where the window leaves the image).
 template <class T>
-void im2row(const ConvGradGeometry& g, const T* x, int64_t img, int64_t group, int64_t p0, int64_t p1, T* rows) {
+void im2row(const ConvGradGeometry& g, const T* x, int64_t img, int64_t group, int64_t p0,
+            int64_t p1, T* rows) {
   const int64_t cols = patch_cols(g);
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t oy = p / g.wo, ox = p % g.wo;
@@ -162,12 +164,14 @@ Status run(const ir::Conv2dBackwardWeight& op, KernelContext& ctx) {
     const T* xd = x.data<T>();
     T* wd = out.data<T>();
     std::fill(wd, wd + out.numel(), T(0));
-    std::vector<T> rows(static_cast<size_t>(std::min(block, std::max<int64_t>(g.n, 1)) * image_rows));
+    std::vector<T> rows(
+        static_cast<size_t>(std::min(block, std::max<int64_t>(g.n, 1)) * image_rows));
     for (int64_t group = 0; group < g.groups; ++group) {
       for (int64_t n0 = 0; n0 < g.n; n0 += block) {
         const int64_t n1 = std::min(g.n, n0 + block);
         parallel_chunks(n1 - n0, grain_for(image_rows), [&](int64_t, int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) im2row(g, xd, n0 + i, group, 0, positions, rows.data() + i * image_rows);
+          for (int64_t i = b; i < e; ++i)
+            im2row(g, xd, n0 + i, group, 0, positions, rows.data() + i * image_rows);
         });
         const int64_t row_cost = (n1 - n0) * image_rows;
         parallel_chunks(g.og, grain_for(row_cost), [&](int64_t, int64_t b, int64_t e) {

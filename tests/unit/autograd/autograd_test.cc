@@ -17,7 +17,9 @@ namespace {
 class Autograd : public ::testing::TestWithParam<std::string> {
  protected:
   Device dev() const { return testing::test_device(GetParam()); }
-  Tensor vec(std::vector<float> v) { return from_vector<float>(v, {static_cast<int64_t>(v.size())}, dev()); }
+  Tensor vec(std::vector<float> v) {
+    return from_vector<float>(v, {static_cast<int64_t>(v.size())}, dev());
+  }
 };
 
 void expect_throw_containing(const std::function<void()>& f, const std::string& part) {
@@ -124,8 +126,11 @@ TEST_P(Autograd, ExplicitGradForNonScalarRoots) {
 }
 
 TEST_P(Autograd, Errors) {
-  expect_throw_containing([&] { from_vector<int64_t>({1, 2}, {2}, dev()).set_requires_grad(); },
-                          "only f32 and f64 tensors can require gradients, this one is i64");
+  expect_throw_containing(
+      [&] {
+        from_vector<int64_t>({1, 2}, {2}, dev()).set_requires_grad();
+      },
+      "only f32 and f64 tensors can require gradients, this one is i64");
   Tensor w = vec({1, 2}).set_requires_grad();
   expect_throw_containing([&] { (w * 2.0).set_requires_grad(false); }, "only leaf tensors");
   expect_throw_containing([&] { vec({1}).backward(); }, "does not require grad");
@@ -165,7 +170,8 @@ TEST(AutogradRemote, BackwardSendsOpsAndReadsNothing) {
   dev.sync();
   const WireCounters after = wire_counters(dev);
   EXPECT_GT(after.ops, before.ops);
-  EXPECT_EQ(after.round_trips, before.round_trips + 1) << "only the sync() above may wait for the server";
+  EXPECT_EQ(after.round_trips, before.round_trips + 1)
+      << "only the sync() above may wait for the server";
   EXPECT_LT(after.bytes_out - before.bytes_out, 4096u) << "backward ships ops, not values";
   EXPECT_TRUE(w.grad().defined());
 }

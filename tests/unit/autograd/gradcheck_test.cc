@@ -80,7 +80,8 @@ std::vector<double> generate(const Input& in, std::mt19937_64& rng) {
 
 Tensor make(const Input& in, const std::vector<double>& v, const Device& d) {
   switch (in.gen) {
-    case Gen::kIndex: return from_vector<int64_t>(std::vector<int64_t>(v.begin(), v.end()), in.shape, d);
+    case Gen::kIndex:
+      return from_vector<int64_t>(std::vector<int64_t>(v.begin(), v.end()), in.shape, d);
     case Gen::kMask: {
       std::vector<uint8_t> b(v.begin(), v.end());
       return from_bytes(b, in.shape, kBool, d);
@@ -172,11 +173,13 @@ std::vector<Case> elementwise_cases() {
   unary("square", normal({2, 3}), [](const Tensor& x) { return x.square(); });
   unary("0-d exp", normal({}), [](const Tensor& x) { return x.exp(); });
 
-  auto binary = [&](const std::string& name, Input a, Input b, std::function<Tensor(const Tensor&, const Tensor&)> f) {
+  auto binary = [&](const std::string& name, Input a, Input b,
+                    std::function<Tensor(const Tensor&, const Tensor&)> f) {
     cs.push_back({name, {std::move(a), std::move(b)}, [f](V x) { return f(x[0], x[1]); }});
   };
   binary("add", normal({2, 3}), normal({2, 3}), [](auto& a, auto& b) { return a + b; });
-  binary("add broadcast", normal({2, 1, 3}), normal({4, 1}), [](auto& a, auto& b) { return a + b; });
+  binary("add broadcast", normal({2, 1, 3}), normal({4, 1}),
+         [](auto& a, auto& b) { return a + b; });
   binary("sub broadcast", normal({3}), normal({2, 3}), [](auto& a, auto& b) { return a - b; });
   binary("mul broadcast", normal({2, 3}), normal({1, 3}), [](auto& a, auto& b) { return a * b; });
   binary("mul same tensor", normal({2, 3}), constant({1}), [](auto& a, auto&) { return a * a; });
@@ -184,8 +187,10 @@ std::vector<Case> elementwise_cases() {
   binary("pow", positive({2, 3}), normal({2, 3}), [](auto& a, auto& b) { return a.pow(b); });
   binary("pow broadcast", positive({2, 3}), normal({3}), [](auto& a, auto& b) { return a.pow(b); });
   binary("maximum", normal({2, 3}), normal({2, 3}), [](auto& a, auto& b) { return a.maximum(b); });
-  binary("minimum broadcast", normal({2, 3}), normal({3}), [](auto& a, auto& b) { return a.minimum(b); });
-  binary("remainder", normal({2, 3}), positive({2, 3}), [](auto& a, auto& b) { return a.remainder(b); });
+  binary("minimum broadcast", normal({2, 3}), normal({3}),
+         [](auto& a, auto& b) { return a.minimum(b); });
+  binary("remainder", normal({2, 3}), positive({2, 3}),
+         [](auto& a, auto& b) { return a.remainder(b); });
   binary("mul no grad b", normal({2, 3}), constant({2, 3}), [](auto& a, auto& b) { return a * b; });
 
   auto scalar = [&](const std::string& name, Input a, std::function<Tensor(const Tensor&)> f) {
@@ -203,17 +208,25 @@ std::vector<Case> elementwise_cases() {
   scalar("pow scalar 0", positive({2, 3}), [](const Tensor& x) { return x.pow(0.0) + x; });
   scalar("remainder scalar", normal({2, 3}), [](const Tensor& x) { return x.remainder(0.7); });
 
-  cs.push_back({"where", {mask({2, 3}), normal({2, 3}), normal({3})}, [](V x) { return where(x[0], x[1], x[2]); }});
-  cs.push_back({"where broadcast cond", {mask({3}), normal({2, 1}), normal({2, 3})},
-                [](V x) { return where(x[0], x[1], x[2]); }});
+  cs.push_back({"where", {mask({2, 3}), normal({2, 3}), normal({3})}, [](V x) {
+                  return where(x[0], x[1], x[2]);
+                }});
+  cs.push_back({"where broadcast cond", {mask({3}), normal({2, 1}), normal({2, 3})}, [](V x) {
+                  return where(x[0], x[1], x[2]);
+                }});
   cs.push_back({"clamp both", {normal({3, 4})}, [](V x) { return x[0].clamp(-0.55, 0.45); }});
   cs.push_back({"clamp lo", {normal({3, 4})}, [](V x) { return x[0].clamp(0.05, std::nullopt); }});
   cs.push_back({"clamp hi", {normal({3, 4})}, [](V x) { return x[0].clamp(std::nullopt, -0.05); }});
-  cs.push_back({"masked_fill", {normal({2, 3}), mask({3})}, [](V x) { return x[0].masked_fill(x[1], 2.0); }});
+  cs.push_back({"masked_fill", {normal({2, 3}), mask({3})}, [](V x) {
+                  return x[0].masked_fill(x[1], 2.0);
+                }});
   cs.push_back({"cast f64 to f64", {normal({2, 3})}, [](V x) { return x[0].to(kF64) * 2.0; }});
   // Through f32 and back: rounding to f32 is far above eps = 1e-6, so the step is coarse
   // (the function is linear: central differences stay exact up to f32 rounding).
-  cs.push_back({"cast through f32", {normal({2, 3})}, [](V x) { return x[0].to(kF32).mul(3.0).to(kF64); }, 1e-2});
+  cs.push_back({"cast through f32",
+                {normal({2, 3})},
+                [](V x) { return x[0].to(kF32).mul(3.0).to(kF64); },
+                1e-2});
   return cs;
 }
 
@@ -221,7 +234,9 @@ std::vector<Case> reduction_cases() {
   std::vector<Case> cs;
   cs.push_back({"sum all", {normal({2, 3})}, [](V x) { return x[0].sum(); }});
   cs.push_back({"sum dim", {normal({2, 3, 4})}, [](V x) { return x[0].sum(1); }});
-  cs.push_back({"sum dims keepdim", {normal({2, 3, 4})}, [](V x) { return x[0].sum({0, -1}, true); }});
+  cs.push_back({"sum dims keepdim", {normal({2, 3, 4})}, [](V x) {
+                  return x[0].sum({0, -1}, true);
+                }});
   cs.push_back({"mean all", {normal({2, 3})}, [](V x) { return x[0].mean(); }});
   cs.push_back({"mean dim keepdim", {normal({2, 3, 4})}, [](V x) { return x[0].mean(2, true); }});
   cs.push_back({"prod all", {positive({2, 3})}, [](V x) { return x[0].prod(); }});
@@ -237,13 +252,25 @@ std::vector<Case> reduction_cases() {
 std::vector<Case> linalg_and_movement_cases() {
   std::vector<Case> cs;
   cs.push_back({"matmul", {normal({3, 4}), normal({4, 2})}, [](V x) { return x[0].matmul(x[1]); }});
-  cs.push_back({"matmul batched", {normal({2, 3, 4}), normal({2, 4, 2})}, [](V x) { return x[0].matmul(x[1]); }});
-  cs.push_back({"matmul broadcast b", {normal({2, 3, 4}), normal({4, 2})}, [](V x) { return x[0].matmul(x[1]); }});
-  cs.push_back({"matmul broadcast a", {normal({3, 4}), normal({2, 1, 4, 2})}, [](V x) { return x[0].matmul(x[1]); }});
-  cs.push_back({"matmul vector-matrix", {normal({4}), normal({4, 3})}, [](V x) { return x[0].matmul(x[1]); }});
-  cs.push_back({"matmul matrix-vector", {normal({3, 4}), normal({4})}, [](V x) { return x[0].matmul(x[1]); }});
+  cs.push_back({"matmul batched", {normal({2, 3, 4}), normal({2, 4, 2})}, [](V x) {
+                  return x[0].matmul(x[1]);
+                }});
+  cs.push_back({"matmul broadcast b", {normal({2, 3, 4}), normal({4, 2})}, [](V x) {
+                  return x[0].matmul(x[1]);
+                }});
+  cs.push_back({"matmul broadcast a", {normal({3, 4}), normal({2, 1, 4, 2})}, [](V x) {
+                  return x[0].matmul(x[1]);
+                }});
+  cs.push_back({"matmul vector-matrix", {normal({4}), normal({4, 3})}, [](V x) {
+                  return x[0].matmul(x[1]);
+                }});
+  cs.push_back({"matmul matrix-vector", {normal({3, 4}), normal({4})}, [](V x) {
+                  return x[0].matmul(x[1]);
+                }});
   cs.push_back({"matmul dot", {normal({4}), normal({4})}, [](V x) { return x[0].matmul(x[1]); }});
-  cs.push_back({"matmul transposed", {normal({4, 3}), normal({2, 4})}, [](V x) { return x[0].t().matmul(x[1].t()); }});
+  cs.push_back({"matmul transposed", {normal({4, 3}), normal({2, 4})}, [](V x) {
+                  return x[0].t().matmul(x[1].t());
+                }});
 
   cs.push_back({"reshape", {normal({2, 6})}, [](V x) { return x[0].reshape({3, -1, 2}); }});
   cs.push_back({"flatten", {normal({2, 3, 2})}, [](V x) { return x[0].flatten(1); }});
@@ -256,13 +283,21 @@ std::vector<Case> linalg_and_movement_cases() {
   cs.push_back({"slice", {normal({5, 4})}, [](V x) { return x[0].slice(0, 1, 5, 2); }});
   cs.push_back({"slice negative", {normal({5, 4})}, [](V x) { return x[0].slice(1, -3, -1); }});
   cs.push_back({"narrow", {normal({5, 4})}, [](V x) { return x[0].narrow(1, 1, 2); }});
-  cs.push_back({"slice_assign", {normal({5, 4}), normal({2, 4})},
-                [](V x) { return x[0].slice_assign(0, 1, 5, 2, x[1]); }});
-  cs.push_back({"slice_assign broadcast src", {normal({5, 4}), normal({4})},
-                [](V x) { return x[0].slice_assign(0, 0, 3, 1, x[1]); }});
-  cs.push_back({"cat", {normal({2, 3}), normal({1, 3}), normal({3, 3})}, [](V x) { return cat({x[0], x[1], x[2]}, 0); }});
-  cs.push_back({"cat dim 1 with constant", {normal({2, 3}), constant({2, 2})}, [](V x) { return cat({x[0], x[1]}, -1); }});
-  cs.push_back({"stack", {normal({2, 3}), normal({2, 3})}, [](V x) { return stack({x[0], x[1]}, 1); }});
+  cs.push_back({"slice_assign", {normal({5, 4}), normal({2, 4})}, [](V x) {
+                  return x[0].slice_assign(0, 1, 5, 2, x[1]);
+                }});
+  cs.push_back({"slice_assign broadcast src", {normal({5, 4}), normal({4})}, [](V x) {
+                  return x[0].slice_assign(0, 0, 3, 1, x[1]);
+                }});
+  cs.push_back({"cat", {normal({2, 3}), normal({1, 3}), normal({3, 3})}, [](V x) {
+                  return cat({x[0], x[1], x[2]}, 0);
+                }});
+  cs.push_back({"cat dim 1 with constant", {normal({2, 3}), constant({2, 2})}, [](V x) {
+                  return cat({x[0], x[1]}, -1);
+                }});
+  cs.push_back({"stack", {normal({2, 3}), normal({2, 3})}, [](V x) {
+                  return stack({x[0], x[1]}, 1);
+                }});
   cs.push_back({"flip", {normal({2, 3, 2})}, [](V x) { return x[0].flip({0, 2}); }});
   cs.push_back({"repeat", {normal({2, 3})}, [](V x) { return x[0].repeat({2, 1, 3}); }});
   cs.push_back({"repeat same rank", {normal({2, 3})}, [](V x) { return x[0].repeat({3, 2}); }});
@@ -271,15 +306,25 @@ std::vector<Case> linalg_and_movement_cases() {
 
 std::vector<Case> indexing_cases() {
   std::vector<Case> cs;
-  cs.push_back({"gather", {normal({3, 4}), index({3, 5}, 4)}, [](V x) { return x[0].gather(1, x[1]); }});
-  cs.push_back({"gather dim 0", {normal({3, 4}), index({2, 4}, 3)}, [](V x) { return x[0].gather(0, x[1]); }});
-  cs.push_back({"scatter_add", {normal({3, 4}), index({2, 4}, 3), normal({2, 4})},
-                [](V x) { return x[0].scatter_add(0, x[1], x[2]); }});
-  cs.push_back({"scatter_add src larger", {normal({3, 4}), index({3, 2}, 4), normal({3, 3})},
+  cs.push_back(
+      {"gather", {normal({3, 4}), index({3, 5}, 4)}, [](V x) { return x[0].gather(1, x[1]); }});
+  cs.push_back({"gather dim 0", {normal({3, 4}), index({2, 4}, 3)}, [](V x) {
+                  return x[0].gather(0, x[1]);
+                }});
+  cs.push_back({"scatter_add", {normal({3, 4}), index({2, 4}, 3), normal({2, 4})}, [](V x) {
+                  return x[0].scatter_add(0, x[1], x[2]);
+                }});
+  cs.push_back({"scatter_add src larger",
+                {normal({3, 4}), index({3, 2}, 4), normal({3, 3})},
                 [](V x) { return x[0].scatter_add(1, x[1], x[2]); }});
-  cs.push_back({"index_select", {normal({4, 3}), index({6}, 4)}, [](V x) { return x[0].index_select(0, x[1]); }});
-  cs.push_back({"index_select dim 1", {normal({2, 4, 3}), index({5}, 4)}, [](V x) { return x[0].index_select(1, x[1]); }});
-  cs.push_back({"embedding", {normal({5, 3}), index({2, 4}, 5)}, [](V x) { return embedding(x[0], x[1]); }});
+  cs.push_back({"index_select", {normal({4, 3}), index({6}, 4)}, [](V x) {
+                  return x[0].index_select(0, x[1]);
+                }});
+  cs.push_back({"index_select dim 1", {normal({2, 4, 3}), index({5}, 4)}, [](V x) {
+                  return x[0].index_select(1, x[1]);
+                }});
+  cs.push_back(
+      {"embedding", {normal({5, 3}), index({2, 4}, 5)}, [](V x) { return embedding(x[0], x[1]); }});
   return cs;
 }
 
@@ -289,43 +334,70 @@ std::vector<Case> neural_cases() {
   cs.push_back({"softmax dim 0", {normal({3, 4})}, [](V x) { return softmax(x[0], 0); }});
   cs.push_back({"log_softmax", {normal({3, 4})}, [](V x) { return x[0].log_softmax(1); }});
   cs.push_back({"log_softmax 3-d", {normal({2, 3, 4})}, [](V x) { return log_softmax(x[0], 1); }});
-  cs.push_back({"conv2d", {normal({2, 3, 5, 5}), normal({4, 3, 3, 3}), normal({4})},
-                [](V x) { return conv2d(x[0], x[1], x[2]); }});
-  cs.push_back({"conv2d stride padding", {normal({1, 2, 6, 5}), normal({3, 2, 3, 2}), normal({3})},
-                [](V x) { return conv2d(x[0], x[1], x[2], {2, 2}, {1, 1}); }});
-  cs.push_back({"conv2d dilation no bias", {normal({1, 2, 7, 7}), normal({2, 2, 3, 3})},
-                [](V x) { return conv2d(x[0], x[1], {}, {1, 2}, {2, 0}, {2, 2}); }});
-  cs.push_back({"conv2d groups", {normal({2, 4, 5, 4}), normal({6, 2, 2, 3}), normal({6})},
-                [](V x) { return conv2d(x[0], x[1], x[2], {1, 1}, {1, 1}, {1, 1}, 2); }});
-  cs.push_back({"conv2d input only", {normal({1, 2, 4, 4}), constant({3, 2, 3, 3})},
-                [](V x) { return conv2d(x[0], x[1], {}, {1, 1}, {1, 1}); }});
-  cs.push_back({"max_pool2d", {normal({2, 2, 4, 6})}, [](V x) { return max_pool2d(x[0], {2, 2}); }});
-  cs.push_back({"max_pool2d overlapping padded", {normal({1, 2, 5, 5})},
-                [](V x) { return max_pool2d(x[0], {3, 3}, {1, 2}, {1, 1}); }});
-  cs.push_back({"avg_pool2d", {normal({2, 2, 4, 6})}, [](V x) { return avg_pool2d(x[0], {2, 3}); }});
-  cs.push_back({"avg_pool2d padded", {normal({1, 2, 5, 5})}, [](V x) { return avg_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}); }});
-  cs.push_back({"adaptive_avg_pool2d", {normal({2, 2, 5, 7})}, [](V x) { return adaptive_avg_pool2d(x[0], {3, 2}); }});
-  cs.push_back({"adaptive_avg_pool2d up", {normal({1, 2, 2, 3})}, [](V x) { return adaptive_avg_pool2d(x[0], {3, 4}); }});
-  cs.push_back({"layer_norm", {normal({3, 4}), normal({4}), normal({4})},
-                [](V x) { return layer_norm(x[0], {4}, x[1], x[2]); }});
-  cs.push_back({"layer_norm 2 dims", {normal({2, 3, 4}), normal({3, 4}), normal({3, 4})},
-                [](V x) { return layer_norm(x[0], {3, 4}, x[1], x[2]); }});
-  cs.push_back({"layer_norm no affine", {normal({3, 5})}, [](V x) { return layer_norm(x[0], {5}); }});
+  cs.push_back({"conv2d", {normal({2, 3, 5, 5}), normal({4, 3, 3, 3}), normal({4})}, [](V x) {
+                  return conv2d(x[0], x[1], x[2]);
+                }});
+  cs.push_back(
+      {"conv2d stride padding", {normal({1, 2, 6, 5}), normal({3, 2, 3, 2}), normal({3})}, [](V x) {
+         return conv2d(x[0], x[1], x[2], {2, 2}, {1, 1});
+       }});
+  cs.push_back({"conv2d dilation no bias", {normal({1, 2, 7, 7}), normal({2, 2, 3, 3})}, [](V x) {
+                  return conv2d(x[0], x[1], {}, {1, 2}, {2, 0}, {2, 2});
+                }});
+  cs.push_back(
+      {"conv2d groups", {normal({2, 4, 5, 4}), normal({6, 2, 2, 3}), normal({6})}, [](V x) {
+         return conv2d(x[0], x[1], x[2], {1, 1}, {1, 1}, {1, 1}, 2);
+       }});
+  cs.push_back({"conv2d input only", {normal({1, 2, 4, 4}), constant({3, 2, 3, 3})}, [](V x) {
+                  return conv2d(x[0], x[1], {}, {1, 1}, {1, 1});
+                }});
+  cs.push_back({"max_pool2d", {normal({2, 2, 4, 6})}, [](V x) {
+                  return max_pool2d(x[0], {2, 2});
+                }});
+  cs.push_back({"max_pool2d overlapping padded", {normal({1, 2, 5, 5})}, [](V x) {
+                  return max_pool2d(x[0], {3, 3}, {1, 2}, {1, 1});
+                }});
+  cs.push_back({"avg_pool2d", {normal({2, 2, 4, 6})}, [](V x) {
+                  return avg_pool2d(x[0], {2, 3});
+                }});
+  cs.push_back({"avg_pool2d padded", {normal({1, 2, 5, 5})}, [](V x) {
+                  return avg_pool2d(x[0], {3, 3}, {2, 2}, {1, 1});
+                }});
+  cs.push_back({"adaptive_avg_pool2d", {normal({2, 2, 5, 7})}, [](V x) {
+                  return adaptive_avg_pool2d(x[0], {3, 2});
+                }});
+  cs.push_back({"adaptive_avg_pool2d up", {normal({1, 2, 2, 3})}, [](V x) {
+                  return adaptive_avg_pool2d(x[0], {3, 4});
+                }});
+  cs.push_back({"layer_norm", {normal({3, 4}), normal({4}), normal({4})}, [](V x) {
+                  return layer_norm(x[0], {4}, x[1], x[2]);
+                }});
+  cs.push_back({"layer_norm 2 dims", {normal({2, 3, 4}), normal({3, 4}), normal({3, 4})}, [](V x) {
+                  return layer_norm(x[0], {3, 4}, x[1], x[2]);
+                }});
+  cs.push_back(
+      {"layer_norm no affine", {normal({3, 5})}, [](V x) { return layer_norm(x[0], {5}); }});
   return cs;
 }
 
 std::vector<Case> composite_cases() {
   std::vector<Case> cs;
-  cs.push_back({"cross_entropy", {normal({4, 5}), index({4}, 5)}, [](V x) { return nn::cross_entropy(x[0], x[1]); }});
-  cs.push_back({"mse_loss", {normal({3, 4}), normal({3, 4})}, [](V x) { return nn::mse_loss(x[0], x[1]); }});
-  cs.push_back({"mlp", {normal({4, 3}), normal({5, 3}), normal({5}), normal({2, 5})},
-                [](V x) { return (x[0].matmul(x[1].t()) + x[2]).tanh().matmul(x[3].t()).log_softmax(1); }});
-  cs.push_back({"reused input", {normal({3, 3})}, [](V x) { return (x[0] * x[0].exp()).matmul(x[0]).sum(0); }});
+  cs.push_back({"cross_entropy", {normal({4, 5}), index({4}, 5)}, [](V x) {
+                  return nn::cross_entropy(x[0], x[1]);
+                }});
+  cs.push_back(
+      {"mse_loss", {normal({3, 4}), normal({3, 4})}, [](V x) { return nn::mse_loss(x[0], x[1]); }});
+  cs.push_back({"mlp", {normal({4, 3}), normal({5, 3}), normal({5}), normal({2, 5})}, [](V x) {
+                  return (x[0].matmul(x[1].t()) + x[2]).tanh().matmul(x[3].t()).log_softmax(1);
+                }});
+  cs.push_back({"reused input", {normal({3, 3})}, [](V x) {
+                  return (x[0] * x[0].exp()).matmul(x[0]).sum(0);
+                }});
   return cs;
 }
 
-#define TW_GRADCHECK_GROUP(Name, cases_fn) \
-  TEST_P(GradCheck, Name) {                \
+#define TW_GRADCHECK_GROUP(Name, cases_fn)     \
+  TEST_P(GradCheck, Name) {                    \
     for (const Case& c : cases_fn()) check(c); \
   }
 TW_GRADCHECK_GROUP(Elementwise, elementwise_cases)

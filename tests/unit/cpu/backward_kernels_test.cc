@@ -59,7 +59,8 @@ CpuTensor run_op(Op op, const std::vector<CpuTensor>& inputs) {
     lookup_table[ins[i]->id] = inputs[i].meta();
   }
   op.out.id = id++;
-  auto m = ir::infer(ir::Op(op), [&](ir::TensorId t) -> Result<TensorMeta> { return lookup_table.at(t); });
+  auto m = ir::infer(ir::Op(op),
+                     [&](ir::TensorId t) -> Result<TensorMeta> { return lookup_table.at(t); });
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   if (!m.ok()) return {};
   ctx.add_output(op.out.id, m->at(0));
@@ -108,7 +109,7 @@ const std::vector<ConvCase> kConvCases = {
     {{2, 3, 7, 6}, {4, 3, 3, 2}, {2, 1}, {1, 1}, {1, 1}, 1},
     {{1, 2, 9, 9}, {3, 2, 3, 3}, {1, 2}, {2, 0}, {2, 3}, 1},
     {{2, 4, 6, 5}, {6, 2, 2, 3}, {1, 1}, {1, 1}, {1, 1}, 2},
-    {{3, 6, 8, 8}, {6, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 6},  // depthwise
+    {{3, 6, 8, 8}, {6, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 6},      // depthwise
     {{64, 16, 4, 4}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},  // the digits CNN's second conv
     {{1, 1, 1, 1}, {2, 1, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
     {{2, 2, 3, 3}, {2, 2, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 1},  // kernel larger than the input
@@ -148,24 +149,32 @@ void check_conv(const ConvCase& c, double tol) {
   SCOPED_TRACE("x " + shape_str(c.x) + " w " + shape_str(c.w));
   Shape gs{c.x[0], c.w[0], 0, 0};
   for (int i = 0; i < 2; ++i) {
-    gs[2 + i] = ir::window_out_size(c.x[2 + i], c.w[2 + i], c.stride[i], c.padding[i], c.dilation[i]);
+    gs[2 + i] =
+        ir::window_out_size(c.x[2 + i], c.w[2 + i], c.stride[i], c.padding[i], c.dilation[i]);
   }
-  const auto x = random_values<T>(numel(c.x), 1), w = random_values<T>(numel(c.w), 2), g = random_values<T>(numel(gs), 3);
+  const auto x = random_values<T>(numel(c.x), 1), w = random_values<T>(numel(c.w), 2),
+             g = random_values<T>(numel(gs), 3);
   const CpuTensor xt = make(c.x, x), wt = make(c.w, w), gt = make(gs, g);
   std::vector<double> dx, dw;
   naive_conv_grads(c, {x.begin(), x.end()}, {w.begin(), w.end()}, {g.begin(), g.end()}, gs, dx, dw);
 
   const CpuTensor gx = thread_independent([&] {
-    return run_op(ir::Conv2dBackwardInput{{}, {}, c.x, c.stride, c.padding, c.dilation, c.groups, {}}, {gt, wt});
+    return run_op(
+        ir::Conv2dBackwardInput{{}, {}, c.x, c.stride, c.padding, c.dilation, c.groups, {}},
+        {gt, wt});
   });
   const CpuTensor gw = thread_independent([&] {
-    return run_op(ir::Conv2dBackwardWeight{{}, {}, c.w, c.stride, c.padding, c.dilation, c.groups, {}}, {gt, xt});
+    return run_op(
+        ir::Conv2dBackwardWeight{{}, {}, c.w, c.stride, c.padding, c.dilation, c.groups, {}},
+        {gt, xt});
   });
   const auto gxv = values<T>(gx), gwv = values<T>(gw);
   ASSERT_EQ(gxv.size(), dx.size());
   ASSERT_EQ(gwv.size(), dw.size());
-  for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(gxv[i], dx[i], tol * (1 + std::abs(dx[i]))) << "dx " << i;
-  for (size_t i = 0; i < dw.size(); ++i) ASSERT_NEAR(gwv[i], dw[i], tol * (1 + std::abs(dw[i]))) << "dw " << i;
+  for (size_t i = 0; i < dx.size(); ++i)
+    ASSERT_NEAR(gxv[i], dx[i], tol * (1 + std::abs(dx[i]))) << "dx " << i;
+  for (size_t i = 0; i < dw.size(); ++i)
+    ASSERT_NEAR(gwv[i], dw[i], tol * (1 + std::abs(dw[i]))) << "dw " << i;
 }
 
 TEST(ConvBackward, MatchesNaiveF64) {
@@ -185,13 +194,16 @@ TEST(ConvBackward, StridedInputsAreRead) {
   CpuTensor transposed = alloc_tensor({{2, 4, 7, 4}, kF32});  // g's values laid out [n, o, wo, ho]
   for (int64_t i = 0; i < 8; ++i)
     for (int64_t y = 0; y < 4; ++y)
-      for (int64_t x = 0; x < 7; ++x) transposed.data<float>()[(i * 7 + x) * 4 + y] = g[static_cast<size_t>((i * 4 + y) * 7 + x)];
+      for (int64_t x = 0; x < 7; ++x)
+        transposed.data<float>()[(i * 7 + x) * 4 + y] = g[static_cast<size_t>((i * 4 + y) * 7 + x)];
   CpuTensor view = transposed;
   view.shape = gs;
   view.strides = {4 * 28, 28, 1, 4};
   const CpuTensor wt = make(c.w, random_values<float>(numel(c.w), 6));
-  auto a = values<float>(run_op(ir::Conv2dBackwardInput{{}, {}, c.x, c.stride, c.padding, c.dilation, 1, {}}, {gt, wt}));
-  auto b = values<float>(run_op(ir::Conv2dBackwardInput{{}, {}, c.x, c.stride, c.padding, c.dilation, 1, {}}, {view, wt}));
+  auto a = values<float>(run_op(
+      ir::Conv2dBackwardInput{{}, {}, c.x, c.stride, c.padding, c.dilation, 1, {}}, {gt, wt}));
+  auto b = values<float>(run_op(
+      ir::Conv2dBackwardInput{{}, {}, c.x, c.stride, c.padding, c.dilation, 1, {}}, {view, wt}));
   EXPECT_EQ(a, b);
 }
 
@@ -211,7 +223,8 @@ const std::vector<PoolCase> kPoolCases = {
 
 Shape pool_out(const PoolCase& c) {
   Shape s{c.x[0], c.x[1], 0, 0};
-  for (int i = 0; i < 2; ++i) s[2 + i] = ir::window_out_size(c.x[2 + i], c.kernel[i], c.stride[i], c.padding[i], 1);
+  for (int i = 0; i < 2; ++i)
+    s[2 + i] = ir::window_out_size(c.x[2 + i], c.kernel[i], c.stride[i], c.padding[i], 1);
   return s;
 }
 
@@ -233,7 +246,8 @@ void check_pool(const PoolCase& c, ir::PoolKind kind) {
         int64_t best = -1;
         for (int64_t ky = 0; ky < c.kernel[0]; ++ky)
           for (int64_t kx = 0; kx < c.kernel[1]; ++kx) {
-            const int64_t iy = oy * c.stride[0] - c.padding[0] + ky, ix = ox * c.stride[1] - c.padding[1] + kx;
+            const int64_t iy = oy * c.stride[0] - c.padding[0] + ky,
+                          ix = ox * c.stride[1] - c.padding[1] + kx;
             if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
             const int64_t i = (p * h + iy) * w + ix;
             if (kind == ir::PoolKind::kAvg) {
@@ -245,7 +259,8 @@ void check_pool(const PoolCase& c, ir::PoolKind kind) {
         if (kind == ir::PoolKind::kMax) want[static_cast<size_t>(best)] += gv;
       }
   const auto got = values<T>(gx);
-  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
 }
 
 TEST(PoolBackward, MatchesNaive) {
@@ -258,18 +273,23 @@ TEST(PoolBackward, MatchesNaive) {
 }
 
 TEST(PoolBackward, MaxTiesNaNAndInfinity) {
-  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity(),
+              nan = std::numeric_limits<float>::quiet_NaN();
   // One 2x2 window per plane: ties go to the first, a NaN wins (the last NaN seen), a window of
   // only -inf sends the gradient to its first tap.
-  const CpuTensor x = make<float>({3, 1, 2, 2}, {5, 5, 1, 5, 1, nan, 9, nan, -inf, -inf, -inf, -inf});
+  const CpuTensor x =
+      make<float>({3, 1, 2, 2}, {5, 5, 1, 5, 1, nan, 9, nan, -inf, -inf, -inf, -inf});
   const CpuTensor g = make<float>({3, 1, 1, 1}, {1, 2, 3});
-  const auto got = values<float>(run_op(ir::Pool2dBackward{ir::PoolKind::kMax, {}, {}, {2, 2}, {2, 2}, {0, 0}, {}}, {g, x}));
+  const auto got = values<float>(
+      run_op(ir::Pool2dBackward{ir::PoolKind::kMax, {}, {}, {2, 2}, {2, 2}, {0, 0}, {}}, {g, x}));
   EXPECT_EQ(got, (std::vector<float>{1, 0, 0, 0, 0, 0, 0, 2, 3, 0, 0, 0}));
 }
 
 TEST(AdaptiveAvgPoolBackward, MatchesNaive) {
-  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
-      {{2, 3, 5, 7}, {3, 2}}, {{1, 2, 2, 3}, {3, 4}}, {{1, 1, 4, 4}, {1, 1}}, {{2, 2, 6, 6}, {3, 3}}};
+  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {{{2, 3, 5, 7}, {3, 2}},
+                                                                     {{1, 2, 2, 3}, {3, 4}},
+                                                                     {{1, 1, 4, 4}, {1, 1}},
+                                                                     {{2, 2, 6, 6}, {3, 3}}};
   for (const auto& [xs, size] : cases) {
     SCOPED_TRACE(shape_str(xs) + " -> " + shape_str(size));
     const Shape gs{xs[0], xs[1], size[0], size[1]};
@@ -287,7 +307,8 @@ TEST(AdaptiveAvgPoolBackward, MatchesNaive) {
           const double share = g[static_cast<size_t>((p * size[0] + oy) * size[1] + ox)] /
                                static_cast<double>((y1 - y0) * (x1 - x0));
           for (int64_t iy = y0; iy < y1; ++iy)
-            for (int64_t ix = x0; ix < x1; ++ix) want[static_cast<size_t>((p * h + iy) * w + ix)] += share;
+            for (int64_t ix = x0; ix < x1; ++ix)
+              want[static_cast<size_t>((p * h + iy) * w + ix)] += share;
         }
     const auto got = values<double>(gx);
     for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << i;

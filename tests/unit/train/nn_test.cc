@@ -17,8 +17,9 @@ TEST(Nn, LinearAndConvInitialisationBounds) {
     const nn::ParameterPtr& p;
     double bound;
   };
-  for (const Check& c : {Check{lin.weight(), 0.1}, Check{lin.bias(), 0.1}, Check{conv.weight(), 1 / std::sqrt(72.0)},
-                         Check{conv.bias(), 1 / std::sqrt(72.0)}}) {
+  for (const Check& c :
+       {Check{lin.weight(), 0.1}, Check{lin.bias(), 0.1}, Check{conv.weight(), 1 / std::sqrt(72.0)},
+        Check{conv.bias(), 1 / std::sqrt(72.0)}}) {
     const std::vector<float> v = c.p->value().to_vector<float>();
     float lo = 1e9f, hi = -1e9f;
     for (float x : v) {
@@ -38,11 +39,14 @@ TEST(Nn, LinearAndConvInitialisationBounds) {
 
 TEST(Nn, SameSeedSameModelOnEveryDevice) {
   manual_seed(9);
-  nn::Sequential a(nn::Conv2d(1, 4, 3), nn::Flatten(), nn::Linear(36, 3), nn::LayerNorm({3}), nn::Embedding(5, 2));
+  nn::Sequential a(nn::Conv2d(1, 4, 3), nn::Flatten(), nn::Linear(36, 3), nn::LayerNorm({3}),
+                   nn::Embedding(5, 2));
   manual_seed(9);
   const Device remote = testing::remote_test_device();
-  nn::Sequential b(nn::Conv2d(1, 4, 3, 1, 0, true, {remote, kF32}), nn::Flatten(), nn::Linear(36, 3, true, {remote, kF32}),
-                   nn::LayerNorm({3}, 1e-5, true, {remote, kF32}), nn::Embedding(5, 2, {remote, kF32}));
+  nn::Sequential b(nn::Conv2d(1, 4, 3, 1, 0, true, {remote, kF32}), nn::Flatten(),
+                   nn::Linear(36, 3, true, {remote, kF32}),
+                   nn::LayerNorm({3}, 1e-5, true, {remote, kF32}),
+                   nn::Embedding(5, 2, {remote, kF32}));
   const auto pa = a.named_parameters(), pb = b.named_parameters();
   ASSERT_EQ(pa.size(), pb.size());
   for (size_t i = 0; i < pa.size(); ++i) {

@@ -17,13 +17,15 @@
 namespace tw {
 namespace {
 
-const std::vector<std::vector<double>> kGrads = {{0.1, -0.2, 0.3}, {-0.4, 0.5, 0.25}, {0.05, 0.0, -0.6}};
+const std::vector<std::vector<double>> kGrads = {
+    {0.1, -0.2, 0.3}, {-0.4, 0.5, 0.25}, {0.05, 0.0, -0.6}};
 
 class Optim : public ::testing::TestWithParam<std::string> {
  protected:
   Device dev() const { return testing::test_device(GetParam()); }
 
-  std::vector<double> run(const std::function<std::unique_ptr<optim::Optimizer>(std::vector<nn::ParameterPtr>)>& make) {
+  std::vector<double> run(
+      const std::function<std::unique_ptr<optim::Optimizer>(std::vector<nn::ParameterPtr>)>& make) {
     auto p = std::make_shared<nn::Parameter>(from_vector<double>({0.5, -1.25, 2.0}, {3}, dev()));
     auto opt = make({p});
     const nn::Parameter* identity = p.get();
@@ -42,53 +44,65 @@ class Optim : public ::testing::TestWithParam<std::string> {
 
 void expect_close(const std::vector<double>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << i;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << i;
 }
 
 TEST_P(Optim, SgdPlain) {
-  expect_close(run([](auto ps) { return std::make_unique<optim::SGD>(ps, optim::SGDOptions{.lr = 0.1}); }),
-               {0.52500000000000002, -1.28, 2.0049999999999999});
+  expect_close(
+      run([](auto ps) { return std::make_unique<optim::SGD>(ps, optim::SGDOptions{.lr = 0.1}); }),
+      {0.52500000000000002, -1.28, 2.0049999999999999});
 }
 
 TEST_P(Optim, SgdMomentumDampeningWeightDecay) {
   expect_close(run([](auto ps) {
                  return std::make_unique<optim::SGD>(
-                     ps, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01});
+                     ps, optim::SGDOptions{
+                             .lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01});
                }),
                {0.53414390649499999, -1.2746831702874999, 1.9194412840799999});
 }
 
 TEST_P(Optim, SgdNesterov) {
   expect_close(run([](auto ps) {
-                 return std::make_unique<optim::SGD>(ps, optim::SGDOptions{.lr = 0.05, .momentum = 0.8, .nesterov = true});
+                 return std::make_unique<optim::SGD>(
+                     ps, optim::SGDOptions{.lr = 0.05, .momentum = 0.8, .nesterov = true});
                }),
                {0.52954000000000001, -1.28148, 1.97922});
 }
 
 TEST_P(Optim, Adam) {
-  expect_close(run([](auto ps) { return std::make_unique<optim::Adam>(ps, optim::AdamOptions{.lr = 0.01}); }),
+  expect_close(run([](auto ps) {
+                 return std::make_unique<optim::Adam>(ps, optim::AdamOptions{.lr = 0.01});
+               }),
                {0.49911908331461868, -1.2478404897175932, 1.9812664308584897});
 }
 
 TEST_P(Optim, AdamL2WeightDecay) {
-  expect_close(run([](auto ps) {
-                 return std::make_unique<optim::Adam>(
-                     ps, optim::AdamOptions{.lr = 0.02, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.1});
-               }),
-               {0.49262511293085359, -1.2328666785848759, 1.9551705425786774});
+  expect_close(
+      run([](auto ps) {
+        return std::make_unique<optim::Adam>(
+            ps, optim::AdamOptions{
+                    .lr = 0.02, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.1});
+      }),
+      {0.49262511293085359, -1.2328666785848759, 1.9551705425786774});
 }
 
 TEST_P(Optim, AdamWDefault) {
-  expect_close(run([](auto ps) { return std::make_unique<optim::AdamW>(ps, optim::AdamWOptions{.lr = 0.01}); }),
+  expect_close(run([](auto ps) {
+                 return std::make_unique<optim::AdamW>(ps, optim::AdamWOptions{.lr = 0.01});
+               }),
                {0.49897053871044389, -1.247467084900991, 1.9806694819292618});
 }
 
 TEST_P(Optim, AdamWDecoupledWeightDecay) {
-  expect_close(run([](auto ps) {
-                 return std::make_unique<optim::AdamW>(
-                     ps, optim::AdamWOptions{.lr = 0.02, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.5});
-               }),
-               {0.48463772694641705, -1.2102516213546941, 1.9055818062711447});
+  expect_close(
+      run([](auto ps) {
+        return std::make_unique<optim::AdamW>(
+            ps, optim::AdamWOptions{
+                    .lr = 0.02, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.5});
+      }),
+      {0.48463772694641705, -1.2102516213546941, 1.9055818062711447});
 }
 
 TEST_P(Optim, ParametersWithoutGradientsAreSkippedAndZeroGradClears) {

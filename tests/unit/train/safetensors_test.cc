@@ -21,7 +21,8 @@ std::string temp_path(const std::string& name) {
 }
 
 // A file of `header` (padded to 8 bytes with spaces) and `data`, as the spec lays it out.
-std::vector<uint8_t> file_of(std::string header, const std::vector<uint8_t>& data, bool pad = true) {
+std::vector<uint8_t> file_of(std::string header, const std::vector<uint8_t>& data,
+                             bool pad = true) {
   while (pad && header.size() % 8 != 0) header += ' ';
   std::vector<uint8_t> out;
   out.reserve(8 + header.size() + data.size());
@@ -52,7 +53,8 @@ TEST(Safetensors, ModelRoundTripThroughAFile) {
 
     manual_seed(12);  // different initial values
     auto other = digits::make_model(digits::ModelKind::kCnn, {dev, kF32});
-    ASSERT_NE(other->parameters()[0]->value().to_bytes(), model->parameters()[0]->value().to_bytes());
+    ASSERT_NE(other->parameters()[0]->value().to_bytes(),
+              model->parameters()[0]->value().to_bytes());
     load_safetensors(path, *other);
     const auto a = model->named_parameters(), b = other->named_parameters();
     for (size_t i = 0; i < a.size(); ++i) {
@@ -66,7 +68,8 @@ TEST(Safetensors, ModelRoundTripThroughAFile) {
     EXPECT_EQ(file.metadata.at("model"), "digits cnn");
     std::vector<std::string> names;
     for (const auto& [name, t] : file.tensors) names.push_back(name);
-    EXPECT_EQ(names, (std::vector<std::string>{"0.bias", "0.weight", "3.bias", "3.weight", "7.bias", "7.weight"}));
+    EXPECT_EQ(names, (std::vector<std::string>{"0.bias", "0.weight", "3.bias", "3.weight", "7.bias",
+                                               "7.weight"}));
     EXPECT_EQ(file.tensors.at("3.weight").shape(), (Shape{32, 16, 3, 3}));
     EXPECT_EQ(file.tensors.at("3.weight").dtype(), kF32);
     std::remove(path.c_str());
@@ -74,14 +77,15 @@ TEST(Safetensors, ModelRoundTripThroughAFile) {
 }
 
 TEST(Safetensors, WrittenLayoutFollowsTheSpec) {
-  const std::vector<uint8_t> bytes =
-      safetensors_bytes({{"b", from_vector<int64_t>({7, 8}, {2})}, {"a", tensor<float>({1.5f})}}, {{"k", "v"}});
+  const std::vector<uint8_t> bytes = safetensors_bytes(
+      {{"b", from_vector<int64_t>({7, 8}, {2})}, {"a", tensor<float>({1.5f})}}, {{"k", "v"}});
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= uint64_t{bytes[static_cast<size_t>(i)]} << (8 * i);
   EXPECT_EQ((8 + n) % 8, 0u) << "data starts 8-byte aligned";
   const std::string header(bytes.begin() + 8, bytes.begin() + 8 + static_cast<int64_t>(n));
   EXPECT_EQ(header.substr(0, header.find_last_not_of(' ') + 1),
-            "{\"__metadata__\":{\"k\":\"v\"},\"b\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]},"
+            "{\"__metadata__\":{\"k\":\"v\"},\"b\":{\"dtype\":\"I64\",\"shape\":[2],\"data_"
+            "offsets\":[0,16]},"
             "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}}");
   EXPECT_EQ(bytes.size(), 8 + n + 20);
 }
@@ -110,12 +114,15 @@ TEST(Safetensors, HandAssembledFile) {
       "  \"none\": {\"dtype\": \"F32\", \"shape\": [0, 4], \"data_offsets\": [51, 51]},\n"
       "  \"m\": {\"dtype\": \"BOOL\", \"shape\": [2], \"data_offsets\": [51, 53]},\n"
       "  \"h\": {\"dtype\": \"F16\", \"shape\": [2], \"data_offsets\": [53, 57]},\n"
-      "  \"layer.\\\"q\\\"\\/\\u0041\": {\"dtype\": \"BF16\", \"shape\": [1], \"data_offsets\": [57, 59]}\n"
+      "  \"layer.\\\"q\\\"\\/\\u0041\": {\"dtype\": \"BF16\", \"shape\": [1], \"data_offsets\": "
+      "[57, 59]}\n"
       "}";
   const std::string path = temp_path("hand");
   {
     const std::vector<uint8_t> bytes = file_of(header, data);
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
   }
   const Safetensors f = read_safetensors(path);
   std::remove(path.c_str());
@@ -174,47 +181,63 @@ TEST(Safetensors, MalformedFilesAreRefused) {
   const std::vector<uint8_t> eight(8, 0);
   // Sizes.
   expect_refused({1, 2, 3}, "3 bytes is too short");
-  expect_refused({0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, '{', '}'}, "header length 1099511627775 is absurd");
+  expect_refused({0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, '{', '}'},
+                 "header length 1099511627775 is absurd");
   {
     std::vector<uint8_t> b = file_of("{" + ok_entry + "}", eight);
     b.resize(20);
     expect_refused(b, "runs past the end of the 20-byte file");
   }
-  expect_refused(file_of("{" + ok_entry + "}", std::vector<uint8_t>(4, 0)), "run past the 4-byte data section");
-  expect_refused(file_of("{" + ok_entry + "}", std::vector<uint8_t>(12, 0)), "the data section but it has 12 bytes");
+  expect_refused(file_of("{" + ok_entry + "}", std::vector<uint8_t>(4, 0)),
+                 "run past the 4-byte data section");
+  expect_refused(file_of("{" + ok_entry + "}", std::vector<uint8_t>(12, 0)),
+                 "the data section but it has 12 bytes");
   // JSON.
   expect_refused(file_of("[1, 2]", {}), "must start with '{'");
   expect_refused(file_of(" {}", {}), "must start with '{'");
   expect_refused(file_of("{\"a\": }", {}), "not valid JSON");
   expect_refused(file_of("{" + ok_entry + ",}", eight), "not valid JSON: expected a string key");
   expect_refused(file_of("{" + ok_entry + "} x", eight), "after the JSON value");
-  expect_refused(file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[02],\"data_offsets\":[0,8]}}", eight), "not valid JSON");
+  expect_refused(
+      file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[02],\"data_offsets\":[0,8]}}", eight),
+      "not valid JSON");
   expect_refused(file_of("{\"a\\ud800\":1}", {}), "unpaired surrogate");
   expect_refused(file_of("{\"a\tb\":1}", {}), "control character");
-  expect_refused(file_of("{\"x\":" + std::string(100, '[') + std::string(100, ']') + "}", {}), "nesting deeper than 64");
-  expect_refused(file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}", eight), "not valid JSON");
+  expect_refused(file_of("{\"x\":" + std::string(100, '[') + std::string(100, ']') + "}", {}),
+                 "nesting deeper than 64");
+  expect_refused(file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}", eight),
+                 "not valid JSON");
   // Entries.
   expect_refused(file_of("{" + ok_entry + "," + ok_entry + "}", eight), "\"a\" appears twice");
   expect_refused(file_of("{\"a\":{\"dtype\":\"I16\",\"shape\":[4],\"data_offsets\":[0,8]}}", eight),
                  "dtype I16 is not supported");
-  expect_refused(file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", eight),
-                 "shape entry must be a non-negative integer");
-  expect_refused(file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", eight),
-                 "shape entry must be a non-negative integer");
+  expect_refused(
+      file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", eight),
+      "shape entry must be a non-negative integer");
+  expect_refused(
+      file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", eight),
+      "shape entry must be a non-negative integer");
   expect_refused(file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", eight),
                  "hold 8 bytes but F32 [3] needs 12");
-  expect_refused(file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", eight), "needs dtype, shape and data_offsets");
-  expect_refused(file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", eight),
-                 "unknown field \"x\"");
-  expect_refused(file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", eight), "end before they begin");
-  expect_refused(file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,99999999999999999999]}}", eight),
-                 "too large");
+  expect_refused(file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", eight),
+                 "needs dtype, shape and data_offsets");
+  expect_refused(
+      file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", eight),
+      "unknown field \"x\"");
+  expect_refused(file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", eight),
+                 "end before they begin");
+  expect_refused(
+      file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,99999999999999999999]}}",
+              eight),
+      "too large");
   expect_refused(file_of("{\"__metadata__\":{\"k\":1}}", {}), "value of \"k\" must be a string");
-  expect_refused(file_of("{\"a\":[1]}", {}), "must be an object with dtype, shape and data_offsets");
+  expect_refused(file_of("{\"a\":[1]}", {}),
+                 "must be an object with dtype, shape and data_offsets");
   // Offsets that overlap or leave gaps.
-  expect_refused(file_of("{" + ok_entry + ",\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
-                         std::vector<uint8_t>(12, 0)),
-                 "overlap the previous tensor's (which ends at 8)");
+  expect_refused(
+      file_of("{" + ok_entry + ",\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+              std::vector<uint8_t>(12, 0)),
+      "overlap the previous tensor's (which ends at 8)");
   expect_refused(file_of("{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", eight),
                  "leaving bytes [0, 4) unused");
   // Files that cannot be opened.
@@ -233,7 +256,8 @@ TEST(Safetensors, LoadIntoModuleChecksNamesAndShapes) {
   save_safetensors(path, {{"0.weight", zeros({3, 4})}, {"0.bias", zeros({3})}});
   EXPECT_THROW(load_safetensors(path, mlp), Error);  // strict: 2.weight and 2.bias are missing
   load_safetensors(path, mlp, /*strict=*/false);
-  EXPECT_EQ(mlp.named_parameters()[0].second->value().to_vector<float>(), std::vector<float>(12, 0.0f));
+  EXPECT_EQ(mlp.named_parameters()[0].second->value().to_vector<float>(),
+            std::vector<float>(12, 0.0f));
   save_safetensors(path, {{"0.weight", zeros({4, 3})}});
   EXPECT_THROW(load_safetensors(path, mlp, false), Error);  // wrong shape
   std::remove(path.c_str());

@@ -60,7 +60,8 @@ TEST(Digits, MlpReachesTargetOnRemoteDevice) {
   const auto start = std::chrono::steady_clock::now();
   Trained t = train(ModelKind::kMlp, dev, 10, 2e-3);
   const double acc = test_accuracy(*t.model, ModelKind::kMlp, dev);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GE(acc, 0.95) << "test accuracy after 10 epochs";
   EXPECT_GT(t.last.accuracy, 0.95) << "training accuracy of the last epoch";
   EXPECT_LT(seconds, 60);
@@ -81,7 +82,8 @@ TEST(Digits, RemoteAndLocalTrainingAreBitIdentical) {
     Trained remote = train(kind, testing::remote_test_device(), 1, 3e-3);
     const auto a = parameter_bytes(*local.model), b = parameter_bytes(*remote.model);
     ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i]) << "parameter " << i << " differs";
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(a[i] == b[i]) << "parameter " << i << " differs";
     EXPECT_EQ(local.last.loss, remote.last.loss);
     // And training changed them: not trivially identical.
     manual_seed(7);
@@ -101,7 +103,8 @@ TEST(Digits, TrainingStepOnRemoteSendsOnlyOps) {
   const WireCounters before = wire_counters(dev);
   for (int step = 0; step < 5; ++step) {
     const Tensor idx = arange(step * 64, (step + 1) * 64, 1, std::nullopt, dev);
-    const Tensor loss = nn::cross_entropy((*model)(data.x.index_select(0, idx)), data.y.index_select(0, idx));
+    const Tensor loss =
+        nn::cross_entropy((*model)(data.x.index_select(0, idx)), data.y.index_select(0, idx));
     opt.zero_grad();
     loss.backward();
     opt.step();

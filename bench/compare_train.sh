@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Training-step benchmark: tensorwire on the local CPU device and on a remote device (an
+# in-process server over loopback), beside PyTorch CPU, in one table.
+#   1. installs python3-torch if missing (through scripts/bootstrap.sh),
+#   2. builds tw_bench_train (Release, in $BUILD, default build/),
+#   3. runs it: per workload, rounds alternating local and remote; best and median round,
+#      process CPU time per step, and whether both devices hold bit-identical parameters,
+#   4. runs bench/torch_train.py (same models, data shapes, loss and Adam, $THREADS threads),
+#   5. prints the table (and writes it to bench/results/train.md): remote / local (target
+#      <= 1.10) and tensorwire local / PyTorch (target <= 1.0), on the best rounds.
+# Run on an idle machine: the table records the load average. OMP_WAIT_POLICY and the like are
+# left as the environment has them (both sides run oneDNN/OpenMP).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+BUILD=${BUILD:-build}
+THREADS=${THREADS:-2}
+ROUNDS=${ROUNDS:-15}
+STEPS=${STEPS:-10}
+PY=/usr/bin/python3
+
+scripts/bootstrap.sh python3-torch
+
+if [[ ! -f $BUILD/build.ninja ]]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+fi
+build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt")
+if [[ "$build_type" != Release ]]; then
+  echo "compare_train: $BUILD is configured as '$build_type', not Release; use BUILD=<other dir>" >&2
+  exit 1
+fi
+cmake --build "$BUILD" --target tw_bench_train -j "$(nproc)"
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+echo "== tensorwire ($THREADS threads, $ROUNDS rounds of $STEPS steps)"
+"$BUILD/bench/tw_bench_train" --threads "$THREADS" --rounds "$ROUNDS" --steps "$STEPS" --jsonl "$out/tw.jsonl"
+echo "== torch ($THREADS threads)"
+$PY bench/torch_train.py --threads "$THREADS" --rounds "$ROUNDS" --steps "$STEPS" | tee "$out/torch.jsonl"
+
+mkdir -p bench/results
+$PY - "$out/tw.jsonl" "$out/torch.jsonl" bench/results/train.md <<'PYEOF'
+import datetime, json, os, sys
+tw, torch, meta = {}, {}, {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    tw[(r["workload"], r["device"])] = r
+for line in open(sys.argv[2]):
+    r = json.loads(line)
+    if "meta" in r:
+        meta = r["meta"]
+    else:
+        torch[r["workload"]] = r["median_ms"]
+names = {"mlp_b256": "MLP 64-512-512-10, batch 256", "cnn_b64": "digits CNN, batch 64"}
+lines = [
+    f"Training step (forward, cross-entropy, backward, Adam), ms per step; "
+    f"{datetime.date.today()}, load average {os.getloadavg()[0]:.2f}, torch {meta.get('torch', '?')} "
+    f"with {meta.get('threads', '?')} threads.",
+    "",
+    "| workload | tw local | tw remote | remote / local (target <= 1.10) | tw local cpu | tw remote cpu "
+    "| params identical | torch | local / torch (target <= 1.0) |",
+    "|---|---|---|---|---|---|---|---|---|",
+]
+for w in dict.fromkeys(k[0] for k in tw):
+    l, r = tw[(w, "local")], tw[(w, "remote")]
+    ratio = r["best_ms"] / l["best_ms"]
+    t = torch.get(w)
+    torch_cells = (f"{t:.3f} | {l['best_ms'] / t:.3f} {'ok' if l['best_ms'] / t <= 1.0 else 'MISSED'}"
+                   if t else "n/a | n/a")
+    lines.append(
+        f"| {names.get(w, w)} | {l['best_ms']:.3f} (med {l['median_ms']:.3f}) | {r['best_ms']:.3f} "
+        f"(med {r['median_ms']:.3f}) | {ratio:.3f} {'ok' if ratio <= 1.10 else 'MISSED'} | "
+        f"{l['cpu_ms']:.3f} | {r['cpu_ms']:.3f} | {'yes' if l['identical'] else 'NO'} | {torch_cells} |")
+lines += ["", "tw: best of the rounds (median in brackets); cpu: process CPU time per step, the "
+          "in-process server's threads included. torch: median of the rounds."]
+text = "\n".join(lines) + "\n"
+print(text)
+open(sys.argv[3], "w").write(text)
+PYEOF
