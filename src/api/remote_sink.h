@@ -16,6 +16,7 @@ class RemoteSink final : public detail::Sink {
   }
   Status submit(ir::Op op) override { return conn_.submit_op(op); }
   std::future<Result<TensorData>> read_async(ir::TensorId id) override { return conn_.read(id); }
+  Result<TensorData> read(ir::TensorId id) override { return conn_.read_wait(id); }
   void drop(ir::TensorId id) override { conn_.drop(id); }
   Status sync() override { return conn_.sync(); }
   Status connect() override { return conn_.ensure_connected(); }

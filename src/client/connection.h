@@ -1,9 +1,12 @@
 // A client's connection to one device of a compute server: handshake, batching of
 // fire-and-forget tasks, and a pending-request table for the tasks that produce results. Its
-// socket is driven by one background Asio thread, created on connect.
+// socket is read by one background Asio thread, created on connect; frames are written from
+// the calling thread (the I/O thread only finishes writes the socket could not take at once).
 #pragma once
 #include <asio.hpp>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <future>
 #include <mutex>
@@ -12,6 +15,7 @@
 #include <unordered_map>
 
 #include "core/tensor_data.h"
+#include "net/framing.h"
 #include "net/url.h"
 #include "protocol/messages.h"
 
@@ -50,6 +54,8 @@ class Connection {
   Status submit_op(const ir::Op& op);
   void drop(ir::TensorId id);
   std::future<Result<TensorData>> read(ir::TensorId id);
+  // read(id), waited for; the waiting thread reads the reply itself when it can.
+  Result<TensorData> read_wait(ir::TensorId id);
   Status sync();
   Result<protocol::ServerStats> stats();
   void flush();
@@ -74,11 +80,17 @@ class Connection {
   Status connection_lost(const asio::error_code& ec);
   void arm_idle_timer_locked();
   void fail_all(const Status& why);
-  // io thread
-  void read_header();
+  // Reading (see connection.cc): by the I/O thread or by a waiting caller, one at a time.
+  template <typename T>
+  void wait(std::future<T>& fut);  // until fut is ready, reading replies when nobody else does
+  Status read_available(bool* closed);  // the reader: handles every frame received so far
+  void arm_watch_locked();
+  void on_readable(const asio::error_code& ec);
+  void start_check_timer_locked();
   void on_message(const Buffer& payload);
-  void send(protocol::OutFrame f);
-  void do_write();
+  // Writes what the writer holds from the calling thread; what the socket does not take at
+  // once goes out by an async write whose handler continues.
+  void pump_locked();
 
   const net::Url url_;
   const uint32_t device_index_;
@@ -98,17 +110,20 @@ class Connection {
   bool timer_armed_ = false;
   Counters counters_;
   std::vector<Status> session_errors_;  // unsolicited errors, reported by the next sync()
+  net::FrameWriter writer_;
 
   asio::io_context io_;
   std::optional<asio::generic::stream_protocol::socket> sock_;
   std::optional<asio::steady_timer> timer_;
   std::thread io_thread_;
-  // io thread state
-  uint8_t header_[4] = {};
-  uint8_t out_header_[4] = {};
-  std::deque<protocol::OutFrame> write_q_;
-  std::vector<asio::const_buffer> bufs_;
-  bool writing_ = false;
+  net::FrameReader reader_;  // the reader's
+  bool reader_busy_ = false;  // a thread is reading
+  bool watch_armed_ = false;  // the I/O thread waits for the socket to become readable
+  bool check_timer_running_ = false;
+  std::chrono::steady_clock::time_point last_caller_wait_;
+  std::condition_variable reader_cv_;  // reader_busy_ cleared, or a reply arrived
+  std::optional<asio::steady_timer> check_timer_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
 };
 
 // Connects only to list the devices a server hosts.

@@ -4,8 +4,10 @@
 #include <asio/buffer.hpp>
 #include <asio/error_code.hpp>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
+#include "core/buffer.h"
 #include "protocol/messages.h"
 
 namespace tw::net {
@@ -32,6 +34,79 @@ inline void frame_buffers(const protocol::OutFrame& f, uint8_t (&header)[4],
 // trips through the reactor; this lets each call move everything the kernel will take.
 struct TransferAll {
   size_t operator()(const asio::error_code& ec, size_t) const { return ec ? 0 : ~size_t{0}; }
+};
+
+// Drops the first `n` bytes of a gather list (what a partial write has already sent).
+void consume(std::vector<asio::const_buffer>& bufs, size_t n);
+
+// The frames queued for one socket. Each frame is offered to the kernel straight from the
+// thread that queues it (a non-blocking sendmsg: a small reply or batch costs one system call
+// and wakes no I/O thread); whatever the kernel does not take then is left for one Asio
+// async_write, which the owner starts. Not thread-safe: the owner serialises every call with
+// its own lock, and its write handler takes that lock before calling async_done().
+class FrameWriter {
+ public:
+  enum class Step {
+    kIdle,   // everything queued has been written
+    kAsync,  // the socket buffer is full: start async_write(pending()) and call async_done()
+    kError,  // the socket failed; error() says how
+  };
+  void push(protocol::OutFrame f) { queue_.push_back(std::move(f)); }
+  // Writes queued frames without blocking. Call after push() unless writing() is true (an
+  // async write is under way and will continue with the rest).
+  Step pump(int fd);
+  // The rest of the front frame, for the async write. Valid until async_done().
+  const std::vector<asio::const_buffer>& pending() const { return bufs_; }
+  void set_writing(bool w) { writing_ = w; }
+  bool writing() const { return writing_; }
+  // The async write of pending() completed: the front frame is out.
+  void async_done();
+  bool idle() const { return queue_.empty() && !writing_; }
+  const asio::error_code& error() const { return error_; }
+
+ private:
+  std::deque<protocol::OutFrame> queue_;  // front: being written; deque keeps frames in place
+  std::vector<asio::const_buffer> bufs_;  // what is left of the front frame; empty: not started
+  uint8_t header_[4] = {};
+  bool writing_ = false;
+  asio::error_code error_;
+};
+
+// Splits a received byte stream into frames. Bytes arrive in a fixed staging buffer, so one
+// receive can bring many small frames (a reply and the batch behind it cost one system call);
+// a frame that fits there is copied out into a pooled Buffer, a larger one is read straight into
+// its own Buffer. Not thread-safe: one read is outstanding per socket at a time.
+class FrameReader {
+ public:
+  static constexpr size_t kStagingBytes = 64 * 1024;
+  enum class Next {
+    kFrame,      // *frame is the next frame's payload
+    kNeedBytes,  // receive more into space(), then call received()
+    kTooLarge,   // the next header announces announced() bytes, over the caller's limit
+    kLarge,      // *frame is sized for the next frame, the staged part copied in; read rest(*frame)
+  };
+  FrameReader() : staging_(kStagingBytes) {}
+  Next next(uint64_t limit, Buffer* frame);
+
+  // Non-blocking receive from a socket for one frame at a time, a large frame across calls.
+  enum class Poll { kFrame, kWouldBlock, kClosed, kError };
+  // kFrame: *frame is the next payload. kError: `*err` is the errno. `*bytes` counts received bytes.
+  Poll read_frame(int fd, Buffer* frame, int* err, uint64_t* bytes);
+
+  asio::mutable_buffer space();  // compacts the staged bytes first
+  void received(size_t n) { end_ += n; }
+  uint64_t announced() const { return announced_; }
+  // What is still to be read of a kLarge frame.
+  asio::mutable_buffer rest(const Buffer& frame) const {
+    return asio::buffer(frame.data() + copied_, frame.size() - copied_);
+  }
+
+ private:
+  std::vector<uint8_t> staging_;
+  size_t begin_ = 0, end_ = 0;  // staged, unconsumed bytes
+  uint64_t announced_ = 0;
+  size_t copied_ = 0;  // of a kLarge frame, bytes taken from staging (read_frame: received)
+  Buffer large_;       // read_frame: a large frame being received
 };
 
 inline uint32_t frame_length(const uint8_t (&header)[4]) {

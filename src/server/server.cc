@@ -1,6 +1,9 @@
-// The compute server: an Asio io_context thread owns every socket; a fixed pool of worker threads
-// executes sessions, each session a strand (a serial queue) on that pool, so tasks of one session
-// run in submission order, sessions run in parallel, and no thread exists per session.
+// The compute server: one io_context run by a fixed pool of threads does both the sockets and the
+// execution. Each session is a serial queue of received batches: the thread that finishes reading
+// a batch queues it, starts reading the next, and runs the queue itself if no thread is running
+// it yet, so tasks of one session run in submission order, sessions run in parallel, no thread
+// exists per session, and a request costs no hand-off between threads: the thread that read it
+// runs it and writes the reply (see docs/remote.md, "Latency").
 #include "tensorwire/server.h"
 
 #include <sys/socket.h>
@@ -62,9 +65,8 @@ class Connection;
 struct Server::Impl {
   // Members are destroyed in reverse order, and the order matters: a Connection can outlive the
   // io loop (held by a handler that never ran, such as a write to a client that stopped
-  // reading), and its destructor uses the session table and counters, its strand on `workers`
-  // and its socket on `io`. So the io_context (with those handlers) goes first, then the pool,
-  // then what the sessions share.
+  // reading), and its destructor uses the session table and counters and its socket on `io`.
+  // So the io_context (with those handlers) goes first, then what the sessions share.
   ServerOptions opts;
   std::string server_id;
   int worker_count = 1;
@@ -83,10 +85,24 @@ struct Server::Impl {
   std::condition_variable stop_cv;
   bool stopped = false;
 
-  std::unique_ptr<asio::thread_pool> workers;
-  asio::io_context io;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
-  std::thread io_thread;
+  // One io_context per pool thread. A session lives on one shard (the one with the fewest
+  // sessions when it connects): its socket's events, its execution and its replies all happen
+  // on that shard's thread, so a request costs no hand-off between threads. A kernel still uses
+  // every core through the backend's own intra-op pool.
+  struct Shard {
+    asio::io_context io{1};
+    std::atomic<int> sessions{0};
+  };
+  std::vector<std::unique_ptr<Shard>> shards;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> works;
+  std::vector<std::thread> threads;  // threads[i] runs shards[i]
+  asio::io_context& io() { return shards.front()->io; }  // acceptors and their timers
+  Shard& least_loaded() {
+    Shard* best = shards.front().get();
+    for (auto& sh : shards)
+      if (sh->sessions.load() < best->sessions.load()) best = sh.get();
+    return *best;
+  }
   std::vector<std::unique_ptr<asio::basic_socket_acceptor<Proto>>> acceptors;
 
   void accept(asio::basic_socket_acceptor<Proto>& acc, bool tcp);
@@ -109,101 +125,186 @@ namespace {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(Server::Impl& srv, Proto::socket sock)
-      : srv_(srv), sock_(std::move(sock)), strand_(asio::make_strand(srv.workers->get_executor())) {}
+  Connection(Server::Impl& srv, Server::Impl::Shard& shard, Proto::socket sock)
+      : srv_(srv), shard_(shard), sock_(std::move(sock)) {
+    shard_.sessions.fetch_add(1);
+    // Non-blocking from the start: replies are written by whichever thread runs the session
+    // while another may be reading, and Asio then never changes the socket's mode under them.
+    asio::error_code ec;
+    sock_.non_blocking(true, ec);
+  }
 
   ~Connection() {
-    // Last reference gone (socket closed, no task in flight): free the session's tensors.
+    // Last reference gone (socket shut down, no task in flight): free the session's tensors.
     srv_.bytes_held.fetch_sub(static_cast<int64_t>(held_.load()));
     backend_.reset();
+    shard_.sessions.fetch_sub(1);
     if (id_) {
       std::lock_guard<std::mutex> lock(srv_.sessions_mu);
       srv_.sessions.erase(id_);
     }
   }
 
-  void start() { read_header(); }
+  void start() { read_more(); }
   uint64_t id() const { return id_; }
   uint64_t held() const { return held_.load(); }
 
-  // io thread only.
-  void close() {
-    if (closed_) return;
-    closed_ = true;
-    asio::error_code ec;
-    sock_.close(ec);
-  }
+  // Closes the session once its queued replies are out.
   void close_when_flushed() {
-    if (write_q_.empty() && !writing_) {
-      close();
+    closing_ = true;
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (writer_.idle()) {
+      shutdown_locked();
     } else {
       close_after_write_ = true;
     }
   }
 
  private:
-  void read_header() {
+  struct Batch {
+    std::vector<proto::Task> tasks;
+    Status decoded;
+    Buffer frame;  // its bytes may back uploaded tensors until they are dropped
+  };
+
+  // Ends the session: both directions of the socket are shut down, so the pending read ends and
+  // no more writes start; the descriptor itself closes with the last reference. Safe while
+  // other threads have operations on the socket, which close() would not be.
+  void shutdown_locked() {
+    if (closed_.exchange(true)) return;
+    ::shutdown(sock_.native_handle(), SHUT_RDWR);
+  }
+  void close() {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    shutdown_locked();
+  }
+
+  // ---- reading: one read outstanding at a time, completed on any pool thread ----
+  void read_more() {
     if (closed_ || srv_.stopping) return;
     auto self = shared_from_this();
-    asio::async_read(sock_, asio::buffer(header_, 4), [self](asio::error_code ec, size_t) {
+    sock_.async_read_some(reader_.space(), [self](asio::error_code ec, size_t n) {
       if (ec) return self->close();
-      self->on_header(net::frame_length(self->header_));
+      self->srv_.bytes_in.fetch_add(n, std::memory_order_relaxed);
+      self->reader_.received(n);
+      self->process();
     });
   }
 
-  void on_header(uint32_t len) {
-    if (len > srv_.opts.max_frame_bytes) {
-      // The payload cannot be read safely: answer and close this session only.
-      send_error(resource_exhausted("frame of " + std::to_string(len) +
-                                    " bytes exceeds the server's limit of " +
-                                    std::to_string(srv_.opts.max_frame_bytes) +
-                                    " bytes (tensorwire-server --max-frame)"));
-      close_when_flushed();
-      return;
-    }
-    if (len == 0) {
-      send_error(data_loss("empty frame"));
-      return read_header();
-    }
-    payload_ = Buffer::allocate(len);
-    auto self = shared_from_this();
-    asio::async_read(sock_, asio::buffer(payload_.data(), len), net::TransferAll(), [self, len](asio::error_code ec, size_t) {
-      if (ec) return self->close();
-      self->srv_.frames_in.fetch_add(1, std::memory_order_relaxed);
-      self->srv_.bytes_in.fetch_add(len + 4, std::memory_order_relaxed);
-      self->on_frame();
-    });
-  }
-
-  void on_frame() {
-    Buffer frame = std::move(payload_);
-    if (!welcomed_) return on_hello(frame);
-    auto tasks = std::make_shared<std::vector<proto::Task>>();
-    Status decoded = proto::decode_batch(frame, *tasks);
-    ++queued_;
-    srv_.batches_in_flight.fetch_add(1);
-    auto self = shared_from_this();
-    asio::post(strand_, [self, tasks, decoded, frame]() mutable {
-      self->run_tasks(*tasks);
-      if (!decoded.ok()) {
-        self->post_error(decoded.with_context("malformed batch (the tasks before it ran)"));
+  // Takes every complete frame out of what was received: queues batches (all of them before
+  // the next read starts, so they run in the order they arrived), starts the next read, then
+  // runs the queue on this thread if no other thread is running it.
+  void process() {
+    bool run_here = false;
+    for (;;) {
+      if (closing_ || closed_ || srv_.stopping) break;
+      // Before the handshake only a hello is expected: a stranger cannot make the server
+      // allocate more than this.
+      constexpr uint64_t kMaxHelloBytes = 64 * 1024;
+      uint64_t limit = srv_.opts.max_frame_bytes;
+      const char* which = " bytes (tensorwire-server --max-frame)";
+      if (!welcomed_ && limit > kMaxHelloBytes) {
+        limit = kMaxHelloBytes;
+        which = " bytes for a frame before the handshake";
       }
-      frame = Buffer();  // release the frame (its bytes may back uploaded tensors until dropped)
-      asio::post(self->srv_.io, [self] { self->task_done(); });
-      self->srv_.batches_in_flight.fetch_sub(1);
-    });
-    if (queued_ < srv_.opts.session_queue_depth) {
-      read_header();
-    } else {
-      read_paused_ = true;  // backpressure: resume once the strand catches up
+      Buffer frame;
+      net::FrameReader::Next next = reader_.next(limit, &frame);
+      if (next == net::FrameReader::Next::kNeedBytes) {
+        read_more();
+        break;
+      }
+      if (next == net::FrameReader::Next::kTooLarge) {
+        // The payload cannot be read safely: answer and close this session only.
+        send_error(resource_exhausted("frame of " + std::to_string(reader_.announced()) +
+                                      " bytes exceeds the server's limit of " +
+                                      std::to_string(limit) + which));
+        close_when_flushed();
+        break;
+      }
+      if (next == net::FrameReader::Next::kLarge) {
+        auto self = shared_from_this();
+        asio::async_read(sock_, reader_.rest(frame), net::TransferAll(), [self, frame](asio::error_code ec, size_t n) {
+          if (ec) return self->close();
+          self->srv_.bytes_in.fetch_add(n, std::memory_order_relaxed);
+          self->srv_.frames_in.fetch_add(1, std::memory_order_relaxed);
+          Queued q = self->on_frame(frame);
+          if (!q.paused) self->process();
+          if (q.run_here) self->drain();
+        });
+        break;
+      }
+      srv_.frames_in.fetch_add(1, std::memory_order_relaxed);
+      Queued q = on_frame(std::move(frame));
+      run_here |= q.run_here;
+      // Paused: drain() resumes reading (on its thread, so this one must not touch reader_).
+      if (q.paused) break;
     }
+    if (run_here) drain();
   }
 
-  void task_done() {
-    --queued_;
-    if (read_paused_ && queued_ < srv_.opts.session_queue_depth) {
-      read_paused_ = false;
-      read_header();
+  struct Queued {
+    bool run_here = false;  // this thread is to run the session's queue
+    bool paused = false;    // the queue is full: reading stops until drain() resumes it
+  };
+
+  // Handles one frame: a hello, or a batch to queue.
+  Queued on_frame(Buffer frame) {
+    if (frame.size() == 0) {
+      send_error(data_loss("empty frame"));
+      return {};
+    }
+    if (!welcomed_) {
+      on_hello(frame);
+      return {};
+    }
+    Batch batch;
+    batch.decoded = proto::decode_batch(frame, batch.tasks);
+    batch.frame = std::move(frame);
+    std::lock_guard<std::mutex> lock(exec_mu_);
+    exec_q_.push_back(std::move(batch));
+    srv_.batches_in_flight.fetch_add(1);
+    // Backpressure: past the depth, stop reading until the queue drains below it.
+    Queued q;
+    if (++queued_ >= srv_.opts.session_queue_depth) q.paused = read_paused_ = true;
+    if (!executing_) q.run_here = executing_ = true;
+    return q;
+  }
+
+  // Runs queued batches on this thread. After a few it yields the thread to other sessions
+  // (posting the rest), so one busy session cannot hold a pool thread for ever.
+  void drain() {
+    constexpr int kBatchesPerTurn = 16;
+    for (int turn = 0;; ++turn) {
+      Batch batch;
+      {
+        std::lock_guard<std::mutex> lock(exec_mu_);
+        if (exec_q_.empty()) {
+          executing_ = false;
+          return;
+        }
+        if (turn == kBatchesPerTurn) {
+          asio::post(shard_.io, [self = shared_from_this()] { self->drain(); });
+          return;
+        }
+        batch = std::move(exec_q_.front());
+        exec_q_.pop_front();
+      }
+      run_tasks(batch.tasks);
+      if (!batch.decoded.ok()) {
+        send_error(batch.decoded.with_context("malformed batch (the tasks before it ran)"));
+      }
+      batch = Batch();
+      bool resume = false;
+      {
+        std::lock_guard<std::mutex> lock(exec_mu_);
+        --queued_;
+        if (read_paused_ && queued_ < srv_.opts.session_queue_depth) {
+          read_paused_ = false;
+          resume = true;
+        }
+      }
+      srv_.batches_in_flight.fetch_sub(1);
+      if (resume) process();
     }
   }
 
@@ -269,24 +370,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
     proto::OutFrame f;
     proto::encode_welcome(w, f);
     send(std::move(f));
-    read_header();
   }
 
-  // ---- strand: execution ----
+  // ---- execution: one thread at a time (drain) ----
   void run_tasks(std::vector<proto::Task>& tasks) {
     for (proto::Task& t : tasks) {
       switch (t.kind) {
         case proto::TaskKind::kOp: run_op(t.op); break;
         case proto::TaskKind::kRead: {
           proto::OutFrame f;
-          proto::encode_read_result(t.request_id, backend_->read(t.id), f);
-          post_send(std::move(f));
+          proto::encode_read_result(t.request_id, read_for_wire(t.id), f);
+          send(std::move(f));
           break;
         }
         case proto::TaskKind::kSync: {
           proto::OutFrame f;
           proto::encode_sync_result(t.request_id, Status::OK(), f);
-          post_send(std::move(f));
+          send(std::move(f));
           break;
         }
         case proto::TaskKind::kDrop:
@@ -296,12 +396,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
           update_held();
           proto::OutFrame f;
           proto::encode_stats_result(t.request_id, srv_.snapshot(id_), f);
-          post_send(std::move(f));
+          send(std::move(f));
           break;
         }
       }
     }
     update_held();
+  }
+
+  // A tensor too large for one frame (whose length is a u32) is refused, not truncated.
+  Result<TensorData> read_for_wire(ir::TensorId id) {
+    TW_ASSIGN_OR_RETURN(TensorMeta m, backend_->meta(id));
+    uint64_t bytes = static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
+    constexpr uint64_t kRoom = 0xFFFFFFFFull - 4096;  // the frame's head beside the data
+    if (bytes > kRoom) {
+      return resource_exhausted("read: tensor " + std::to_string(id) + " holds " + human_bytes(bytes) +
+                                ", more than one frame can carry (4 GiB); read it in slices");
+    }
+    return backend_->read(id);
   }
 
   void run_op(const ir::Op& op) {
@@ -331,18 +443,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     srv_.bytes_held.fetch_add(static_cast<int64_t>(now) - static_cast<int64_t>(before));
   }
 
-  void post_error(const Status& s) {
-    proto::OutFrame f;
-    proto::encode_session_error(s, f);
-    post_send(std::move(f));
-  }
-
-  void post_send(proto::OutFrame f) {
-    auto self = shared_from_this();
-    asio::post(srv_.io, [self, f = std::move(f)]() mutable { self->send(std::move(f)); });
-  }
-
-  // ---- io thread: writing ----
+  // ---- writing: from any thread, under write_mu_ ----
   void send_error(const Status& s) {
     proto::OutFrame f;
     proto::encode_session_error(s, f);
@@ -350,46 +451,58 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void send(proto::OutFrame f) {
+    std::lock_guard<std::mutex> lock(write_mu_);
     if (closed_) return;
-    write_q_.push_back(std::move(f));
-    if (!writing_) do_write();
+    srv_.frames_out.fetch_add(1, std::memory_order_relaxed);
+    srv_.bytes_out.fetch_add(f.payload_size() + 4, std::memory_order_relaxed);
+    writer_.push(std::move(f));
+    if (!writer_.writing()) pump_locked();
   }
 
-  void do_write() {
-    proto::OutFrame& f = write_q_.front();
-    uint64_t n = f.payload_size();
-    net::frame_buffers(f, out_header_, bufs_);
-    writing_ = true;
-    auto self = shared_from_this();
-    asio::async_write(sock_, bufs_, net::TransferAll(), [self, n](asio::error_code ec, size_t) {
-      self->writing_ = false;
-      self->write_q_.pop_front();
-      if (ec) return self->close();
-      self->srv_.frames_out.fetch_add(1, std::memory_order_relaxed);
-      self->srv_.bytes_out.fetch_add(n + 4, std::memory_order_relaxed);
-      if (!self->write_q_.empty()) return self->do_write();
-      if (self->close_after_write_) self->close();
-    });
+  void pump_locked() {
+    switch (writer_.pump(sock_.native_handle())) {
+      case net::FrameWriter::Step::kIdle:
+        if (close_after_write_) shutdown_locked();
+        return;
+      case net::FrameWriter::Step::kError: return shutdown_locked();
+      case net::FrameWriter::Step::kAsync: {
+        writer_.set_writing(true);
+        auto self = shared_from_this();
+        asio::async_write(sock_, writer_.pending(), net::TransferAll(), [self](asio::error_code ec, size_t) {
+          std::lock_guard<std::mutex> lock(self->write_mu_);
+          if (ec) {
+            self->writer_.set_writing(false);
+            return self->shutdown_locked();
+          }
+          self->writer_.async_done();
+          self->pump_locked();
+        });
+        return;
+      }
+    }
   }
 
   Server::Impl& srv_;
+  Server::Impl::Shard& shard_;
   Proto::socket sock_;
-  asio::strand<asio::thread_pool::executor_type> strand_;
   uint64_t id_ = 0;
-  std::unique_ptr<Backend> backend_;  // strand only
+  std::unique_ptr<Backend> backend_;  // used by the draining thread only
   std::atomic<uint64_t> held_{0};
-  // io thread state
-  uint8_t header_[4] = {};
-  uint8_t out_header_[4] = {};
-  Buffer payload_;
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> closing_{false};  // to close once the replies queued are out
+  // reading (one read at a time)
+  net::FrameReader reader_;
   bool welcomed_ = false;
-  bool closed_ = false;
-  bool writing_ = false;
-  bool close_after_write_ = false;
+  // execution queue
+  std::mutex exec_mu_;
+  std::deque<Batch> exec_q_;
+  bool executing_ = false;
   bool read_paused_ = false;
-  uint32_t queued_ = 0;
-  std::deque<proto::OutFrame> write_q_;
-  std::vector<asio::const_buffer> bufs_;
+  uint32_t queued_ = 0;  // batches received and not finished
+  // writing
+  std::mutex write_mu_;
+  net::FrameWriter writer_;
+  bool close_after_write_ = false;
 };
 
 }  // namespace
@@ -417,11 +530,12 @@ proto::ServerStats Server::Impl::snapshot(uint64_t asking) {
 }
 
 void Server::Impl::accept(asio::basic_socket_acceptor<Proto>& acc, bool tcp) {
-  acc.async_accept([this, &acc, tcp](asio::error_code ec, Proto::socket sock) {
+  Shard& shard = least_loaded();
+  acc.async_accept(shard.io, [this, &acc, tcp, &shard](asio::error_code ec, Proto::socket sock) {
     if (ec) {
       if (ec == asio::error::operation_aborted || stopping) return;
       // Out of descriptors and similar: keep serving existing sessions, retry shortly.
-      auto t = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(50));
+      auto t = std::make_shared<asio::steady_timer>(io(), std::chrono::milliseconds(50));
       t->async_wait([this, &acc, tcp, t](asio::error_code) { accept(acc, tcp); });
       return;
     }
@@ -429,7 +543,7 @@ void Server::Impl::accept(asio::basic_socket_acceptor<Proto>& acc, bool tcp) {
       int one = 1;
       ::setsockopt(sock.native_handle(), IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof one);
     }
-    std::make_shared<Connection>(*this, std::move(sock))->start();
+    std::make_shared<Connection>(*this, shard, std::move(sock))->start();
     accept(acc, tcp);
   });
 }
@@ -440,7 +554,7 @@ void Server::Impl::do_stop() {
     if (stopped || stopping.exchange(true)) return;
   }
   // 1. Stop accepting and reading (the flag stops each session's read loop).
-  asio::post(io, [this] {
+  asio::post(io(), [this] {
     for (auto& a : acceptors) {
       asio::error_code ec;
       a->close(ec);
@@ -450,7 +564,7 @@ void Server::Impl::do_stop() {
   //    more batch per session; it runs too). The pool keeps running: see step 4.
   wait_for_batches();
   // 3. Flush pending replies and close every session.
-  asio::post(io, [this] {
+  asio::post(io(), [this] {
     std::vector<std::shared_ptr<Connection>> live;
     {
       std::lock_guard<std::mutex> lock(sessions_mu);
@@ -459,20 +573,24 @@ void Server::Impl::do_stop() {
     }
     for (auto& c : live) c->close_when_flushed();
   });
-  work.reset();
-  // The loop ends by itself once every socket is closed; a client that never reads its replies
-  // gets 2 seconds before the loop is stopped regardless.
+  works.clear();
+  // The loops end by themselves once every socket is closed; a client that never reads its
+  // replies gets 2 seconds before the loops are stopped regardless.
+  auto all_stopped = [this] {
+    for (auto& sh : shards)
+      if (!sh->io.stopped()) return false;
+    return true;
+  };
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (!io.stopped() && std::chrono::steady_clock::now() < deadline) {
+  while (!all_stopped() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  io.stop();
-  if (io_thread.joinable() && io_thread.get_id() != std::this_thread::get_id()) io_thread.join();
-  // 4. Batches that arrived while sessions were closing finish (their replies are dropped),
-  //    then the pool's threads end. Handlers the io loop never ran are destroyed with `io`,
-  //    before the pool and the session table (see the members' order).
-  wait_for_batches();
-  workers->join();
+  for (auto& sh : shards) sh->io.stop();
+  // 4. The pool's threads end (a batch being run finishes first). Handlers the loop never ran
+  //    are destroyed with the shards, before the session table (see the members' order).
+  for (std::thread& t : threads) {
+    if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+  }
   for (const auto& u : bound)
     if (u.scheme == net::Url::Scheme::kUnix) ::unlink(u.path.c_str());
   {
@@ -531,13 +649,13 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
   impl->worker_count = opts.worker_threads > 0 ? opts.worker_threads
                                                : std::max(1u, std::thread::hardware_concurrency());
   try {
-    impl->workers = std::make_unique<asio::thread_pool>(impl->worker_count);
+    for (int i = 0; i < impl->worker_count; ++i) impl->shards.push_back(std::make_unique<Server::Impl::Shard>());
     for (const std::string& text : opts.listen) {
       TW_ASSIGN_OR_RETURN(net::Url url, net::parse_url(text));
-      auto acc = std::make_unique<asio::basic_socket_acceptor<Proto>>(impl->io);
+      auto acc = std::make_unique<asio::basic_socket_acceptor<Proto>>(impl->io());
       asio::error_code ec;
       if (url.scheme == net::Url::Scheme::kTcp) {
-        asio::ip::tcp::resolver resolver(impl->io);
+        asio::ip::tcp::resolver resolver(impl->io());
         auto results = resolver.resolve(url.host, std::to_string(url.port), ec);
         if (ec || results.empty()) {
           return invalid_argument("cannot resolve listen address " + text + ": " + ec.message());
@@ -575,9 +693,11 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
     for (size_t i = 0; i < impl->acceptors.size(); ++i) {
       impl->accept(*impl->acceptors[i], impl->bound[i].scheme == net::Url::Scheme::kTcp);
     }
-    impl->work.emplace(impl->io.get_executor());
-    Server::Impl* raw = impl.get();
-    impl->io_thread = std::thread([raw] { raw->io.run(); });
+    for (auto& sh : impl->shards) impl->works.push_back(asio::make_work_guard(sh->io));
+    for (auto& sh : impl->shards) {
+      asio::io_context* io = &sh->io;
+      impl->threads.emplace_back([io] { io->run(); });
+    }
   } catch (const std::system_error& e) {
     return unavailable(std::string("cannot start the server: ") + e.what());
   }

@@ -214,6 +214,25 @@ TEST(Faults, TruncatedFramesThenCloseFreeTheSession) {
   expect_healthy(good, 4);
 }
 
+TEST(Faults, FrameBeforeHandshakeIsCappedBelowTheFrameLimit) {
+  // The default --max-frame is 1 GiB; a peer that has not shaken hands gets 64 KiB, so a
+  // stranger cannot make the server allocate a large buffer.
+  ServerProcess server;
+  Device good = Device::remote(server.url());
+  expect_healthy(good, 11);
+  RawClient c(server.url());
+  ASSERT_TRUE(c.send_bytes(testing::le32(64 * 1024 + 1)));
+  auto m = c.read_message();
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->kind, proto::ServerMsg::kSessionError);
+  EXPECT_EQ(m->status.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(contains(m->status.message(), "65537") && contains(m->status.message(), "65536") &&
+              contains(m->status.message(), "before the handshake"))
+      << m->status.message();
+  EXPECT_TRUE(c.closed_by_peer());
+  expect_healthy(good, 12);
+}
+
 TEST(Faults, OversizedFrameHeaderGetsAnErrorNamingTheLimitThenClose) {
   ServerProcess server({"--max-frame", "65536"});
   Device good = Device::remote(server.url());
