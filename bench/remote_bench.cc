@@ -128,8 +128,10 @@ void nodelay(int fd) {
 // A loopback listener and one accepted connection, served by a thread running `serve(fd)`.
 class RawPeer {
  public:
+  // The peer runs `serve` on a thread of this process, or in a forked child process (the same
+  // topology as a tensorwire-server: two processes).
   template <class F>
-  explicit RawPeer(F serve) {
+  explicit RawPeer(F serve, bool child_process = false) {
     int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -139,7 +141,7 @@ class RawPeer {
         ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
       throw std::runtime_error("raw listen failed");
     }
-    thread_ = std::thread([lfd, serve] {
+    auto run = [lfd, serve] {
       int fd = ::accept(lfd, nullptr, nullptr);
       ::close(lfd);
       nodelay(fd);
@@ -148,7 +150,18 @@ class RawPeer {
       } catch (const std::exception&) {
       }
       ::close(fd);
-    });
+    };
+    if (child_process) {
+      child_ = ::fork();
+      if (child_ < 0) throw std::runtime_error("fork failed");
+      if (child_ == 0) {
+        run();
+        _exit(0);
+      }
+      ::close(lfd);
+    } else {
+      thread_ = std::thread(run);
+    }
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("raw connect failed");
     nodelay(fd_);
@@ -156,13 +169,15 @@ class RawPeer {
   ~RawPeer() {
     ::shutdown(fd_, SHUT_RDWR);
     ::close(fd_);
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
+    if (child_ > 0) ::waitpid(child_, nullptr, 0);
   }
   int fd() const { return fd_; }
 
  private:
   int fd_ = -1;
   std::thread thread_;
+  pid_t child_ = -1;
 };
 
 struct Dist {
@@ -214,29 +229,39 @@ void bench_latency(const std::string& url, int iters) {
     if (v != 2.0f) throw std::runtime_error("latency: wrong result");
   }
 
-  std::vector<double> raw_us;
-  {
-    RawPeer peer([req, resp](int fd) {
-      std::vector<char> in(req), out(resp, 1);
-      for (;;) {
-        read_all(fd, in.data(), req);
-        write_all(fd, out.data(), resp);
-      }
-    });
+  // Raw ping-pong of the same sizes: the peer on a thread of this process, and in a child
+  // process (the topology of a client and a tensorwire-server).
+  auto raw_pingpong = [&](bool child_process) {
+    std::vector<double> us;
+    RawPeer peer(
+        [req, resp](int fd) {
+          std::vector<char> in(req), out(resp, 1);
+          for (;;) {
+            read_all(fd, in.data(), req);
+            write_all(fd, out.data(), resp);
+          }
+        },
+        child_process);
     std::vector<char> out(req, 2), in(resp);
     for (int i = 0; i < 200 + iters; ++i) {
       auto t0 = Clock::now();
       write_all(peer.fd(), out.data(), req);
       read_all(peer.fd(), in.data(), resp);
-      if (i >= 200) raw_us.push_back(us_since(t0));
+      if (i >= 200) us.push_back(us_since(t0));
     }
-  }
-  Dist t = dist(tw_us), r = dist(raw_us);
+    return us;
+  };
+  std::vector<double> raw_us = raw_pingpong(false);
+  std::vector<double> raw_proc_us = raw_pingpong(true);
+  Dist t = dist(tw_us), r = dist(raw_us), rp = dist(raw_proc_us);
   double ratio = t.median / r.median;
   rows.push_back({"a", "1-element op + read round trip, us (min / median / p99); " + std::to_string(req) + " B out, " +
                            std::to_string(resp) + " B back",
                   fmt3(t.min, t.median, t.p99), fmt3(r.min, r.median, r.p99) + " (raw TCP ping-pong)",
                   fmt("%.2fx", ratio), "<= 2x raw (median)", ratio <= 2.0});
+  rows.push_back({"a'", "the same, raw peer in a child process (two processes, as client and server are)",
+                  fmt3(t.min, t.median, t.p99), fmt3(rp.min, rp.median, rp.p99) + " (raw TCP, 2 processes)",
+                  fmt("%.2fx", t.median / rp.median), "(for comparison)", t.median / rp.median <= 2.0});
 }
 
 // ---------------------------------------------------------------- (b) throughput

@@ -403,9 +403,9 @@ void Connection::fail_all(const Status& why) {
 // sends unasked, and for the connection going away).
 constexpr auto kCallerReadWindow = std::chrono::milliseconds(1);
 
-Status Connection::read_available(bool* closed) {
+Status Connection::read_available(bool* closed, const std::function<bool()>& done) {
   *closed = false;
-  for (;;) {
+  while (!done()) {
     Buffer frame;
     int err = 0;
     uint64_t bytes = 0;
@@ -430,27 +430,42 @@ Status Connection::read_available(bool* closed) {
       case net::FrameReader::Poll::kError:
         *closed = true;
         return connection_lost(asio::error_code(err, asio::system_category()));
+      case net::FrameReader::Poll::kTooLarge: break;  // every u32 length is within the limit
     }
   }
+  return Status::OK();
 }
 
+// The watch is a read into the reader's staging space, not an edge-triggered wait: Asio tries a
+// read before it waits, so bytes that arrived while a caller was the reader are never missed.
 void Connection::arm_watch_locked() {
   if (watch_armed_ || reader_busy_ || state_ != State::kConnected) return;
   watch_armed_ = true;
-  sock_->async_wait(asio::socket_base::wait_read, [this](asio::error_code ec) { on_readable(ec); });
+  if (reader_.has_frame()) {
+    // A caller stopped reading once it had its reply: handle what it left first.
+    asio::post(io_, [this] { on_readable({}, 0); });
+    return;
+  }
+  sock_->async_read_some(reader_.space(), [this](asio::error_code ec, size_t n) { on_readable(ec, n); });
 }
 
-void Connection::on_readable(const asio::error_code& ec) {
+void Connection::on_readable(const asio::error_code& ec, size_t n) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     watch_armed_ = false;
-    // Cancelled (closing), or closed already. Another error is reported by the read below.
-    if (ec == asio::error::operation_aborted || state_ != State::kConnected) return;
-    if (reader_busy_) return;  // a caller reads; the check timer re-arms the watch
-    reader_busy_ = true;
+    if (ec == asio::error::operation_aborted || state_ != State::kConnected) return;  // closing
+    reader_busy_ = true;  // (no caller reads while the watch is armed)
+    counters_.bytes_in += n;
   }
+  reader_.received(n);
   bool closed = false;
-  Status st = read_available(&closed);
+  Status st;
+  if (ec) {
+    closed = true;
+    st = connection_lost(ec);
+  } else {
+    st = read_available(&closed, [] { return false; });
+  }
   if (closed) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -504,10 +519,14 @@ void Connection::wait(std::future<T>& fut) {
     bool closed = false;
     Status st;
     while (!ready()) {
-      st = read_available(&closed);
-      if (closed || ready()) break;
-      pollfd p{sock_->native_handle(), POLLIN, 0};
-      ::poll(&p, 1, -1);
+      // Wait first (the reply to what was just sent cannot be here yet), unless an earlier
+      // reader left frames behind.
+      if (!reader_.has_frame()) {
+        pollfd p{sock_->native_handle(), POLLIN, 0};
+        ::poll(&p, 1, -1);
+      }
+      st = read_available(&closed, ready);
+      if (closed) break;
     }
     lock.lock();
     reader_busy_ = false;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -83,9 +84,10 @@ class Connection {
   // Reading (see connection.cc): by the I/O thread or by a waiting caller, one at a time.
   template <typename T>
   void wait(std::future<T>& fut);  // until fut is ready, reading replies when nobody else does
-  Status read_available(bool* closed);  // the reader: handles every frame received so far
+  // The reader: handles frames received so far until done() holds or none is left.
+  Status read_available(bool* closed, const std::function<bool()>& done);
   void arm_watch_locked();
-  void on_readable(const asio::error_code& ec);
+  void on_readable(const asio::error_code& ec, size_t n);
   void start_check_timer_locked();
   void on_message(const Buffer& payload);
   // Writes what the writer holds from the calling thread; what the socket does not take at

@@ -65,37 +65,35 @@ FrameReader::Next FrameReader::next(uint64_t limit, Buffer* frame) {
   return Next::kLarge;
 }
 
-FrameReader::Poll FrameReader::read_frame(int fd, Buffer* frame, int* err, uint64_t* bytes) {
+FrameReader::Poll FrameReader::read_frame(int fd, Buffer* frame, int* err, uint64_t* bytes, uint64_t limit) {
   for (;;) {
-    void* dst;
-    size_t want;
     if (large_.size()) {
       if (copied_ == large_.size()) {
         *frame = std::move(large_);
         large_ = Buffer();
         return Poll::kFrame;
       }
-      dst = large_.data() + copied_;
-      want = large_.size() - copied_;
     } else {
-      Next n = next(0xFFFFFFFFu, frame);
+      Next n = next(limit, frame);
       if (n == Next::kFrame) return Poll::kFrame;
+      if (n == Next::kTooLarge) return Poll::kTooLarge;
       if (n == Next::kLarge) {
         large_ = *frame;
         continue;
       }
-      asio::mutable_buffer room = space();
-      dst = room.data();
-      want = room.size();
+    }
+    asio::mutable_buffer room = space();
+    void* dst = room.data();
+    size_t want = room.size();
+    if (drained_) {
+      drained_ = false;
+      return Poll::kWouldBlock;
     }
     ssize_t got = ::recv(fd, dst, want, MSG_DONTWAIT);
     if (got > 0) {
+      drained_ = static_cast<size_t>(got) < want;
       *bytes += static_cast<uint64_t>(got);
-      if (large_.size()) {
-        copied_ += static_cast<size_t>(got);
-      } else {
-        received(static_cast<size_t>(got));
-      }
+      received(static_cast<size_t>(got));
       continue;
     }
     if (got == 0) return Poll::kClosed;
@@ -106,7 +104,16 @@ FrameReader::Poll FrameReader::read_frame(int fd, Buffer* frame, int* err, uint6
   }
 }
 
+bool FrameReader::has_frame() const {
+  if (large_.size()) return copied_ == large_.size();
+  if (end_ - begin_ < 4) return false;
+  uint8_t header[4];
+  std::memcpy(header, staging_.data() + begin_, 4);
+  return end_ - begin_ - 4 >= frame_length(header);
+}
+
 asio::mutable_buffer FrameReader::space() {
+  if (large_.size()) return asio::buffer(large_.data() + copied_, large_.size() - copied_);
   if (begin_ > 0) {
     std::memmove(staging_.data(), staging_.data() + begin_, end_ - begin_);
     end_ -= begin_;

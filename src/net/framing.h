@@ -89,13 +89,27 @@ class FrameReader {
   Next next(uint64_t limit, Buffer* frame);
 
   // Non-blocking receive from a socket for one frame at a time, a large frame across calls.
-  enum class Poll { kFrame, kWouldBlock, kClosed, kError };
-  // kFrame: *frame is the next payload. kError: `*err` is the errno. `*bytes` counts received bytes.
-  Poll read_frame(int fd, Buffer* frame, int* err, uint64_t* bytes);
+  // kFrame: *frame is the next payload. kWouldBlock: nothing more now; a receive that returned
+  // less than it asked for counts as having emptied the socket, which spares the system call
+  // that would say so (wait with poll() or a speculative Asio read, never with an edge-triggered
+  // wait alone). kTooLarge: the header announces more than `limit` (announced()). kError:
+  // `*err` is the errno. `*bytes` counts the bytes received.
+  enum class Poll { kFrame, kWouldBlock, kClosed, kTooLarge, kError };
+  Poll read_frame(int fd, Buffer* frame, int* err, uint64_t* bytes, uint64_t limit = 0xFFFFFFFFu);
 
-  asio::mutable_buffer space();  // compacts the staged bytes first
-  void received(size_t n) { end_ += n; }
+  // Where the next bytes go: the rest of a large frame read_frame() is receiving, else the
+  // staging buffer (compacted first).
+  asio::mutable_buffer space();
+  void received(size_t n) {
+    if (large_.size()) {
+      copied_ += n;
+    } else {
+      end_ += n;
+    }
+  }
   uint64_t announced() const { return announced_; }
+  // A complete frame is staged (next() would return it without receiving).
+  bool has_frame() const;
   // What is still to be read of a kLarge frame.
   asio::mutable_buffer rest(const Buffer& frame) const {
     return asio::buffer(frame.data() + copied_, frame.size() - copied_);
@@ -107,6 +121,7 @@ class FrameReader {
   uint64_t announced_ = 0;
   size_t copied_ = 0;  // of a kLarge frame, bytes taken from staging (read_frame: received)
   Buffer large_;       // read_frame: a large frame being received
+  bool drained_ = false;  // read_frame: the last receive emptied the socket
 };
 
 inline uint32_t frame_length(const uint8_t (&header)[4]) {
