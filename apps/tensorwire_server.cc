@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "tensorwire/server.h"
@@ -25,7 +26,9 @@ void usage(FILE* to) {
                "  --max-sessions N      (default 4096)\n"
                "  --max-frame BYTES     largest frame a client may send (default 1073741824)\n"
                "  --session-memory BYTES  tensor bytes one session may hold (default 8 GiB)\n"
-               "  --queue-depth N       batches queued per session before backpressure (default 64)\n");
+               "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
+               "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
+               "                        on the client side); it travels in clear text until TLS exists\n");
 }
 
 bool parse_u64(const char* s, uint64_t& out) {
@@ -69,6 +72,16 @@ int main(int argc, char** argv) {
     else if (a == "--max-frame") opts.max_frame_bytes = number("--max-frame");
     else if (a == "--session-memory") opts.session_memory_bytes = number("--session-memory");
     else if (a == "--queue-depth") opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
+    else if (a == "--credential-file") {
+      const char* path = value("--credential-file");
+      std::ifstream f(path);
+      std::string line;
+      if (!f || !std::getline(f, line) || line.empty()) {
+        std::fprintf(stderr, "tensorwire-server: cannot read a credential from the first line of '%s'\n", path);
+        return 2;
+      }
+      opts.credential = line;
+    }
     else if (a == "--help" || a == "-h") {
       usage(stdout);
       return 0;

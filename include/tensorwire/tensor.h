@@ -5,6 +5,8 @@
 // (to_vector, item, printing) waits for them.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -75,6 +77,20 @@ class Tensor {
     const T* p = static_cast<const T*>(v.data);
     return std::vector<T>(p, p + v.numel);
   }
+  // Sends the read now and returns at once: many reads may be in flight, and their replies
+  // arrive in any order. get() waits for this one (and throws tw::Error as to_vector would).
+  // The future is deferred: get()/wait() finish the read on the calling thread, so
+  // wait_for() reports std::future_status::deferred rather than a timeout.
+  template <class T>
+  std::future<std::vector<T>> to_vector_async() const {
+    std::function<detail::HostValues()> finish = host_values_async();
+    return std::async(std::launch::deferred, [finish = std::move(finish)] {
+      detail::HostValues v = finish();
+      if (v.dtype != detail::dtype_of_v<T>) detail::throw_dtype_mismatch("to_vector_async", v.dtype, detail::dtype_of_v<T>);
+      const T* p = static_cast<const T*>(v.data);
+      return std::vector<T>(p, p + v.numel);
+    });
+  }
   template <class T>
   T item() const {
     std::vector<T> v = to_vector<T>();
@@ -84,6 +100,8 @@ class Tensor {
   // Raw little-endian bytes of any dtype (f16/bf16 included).
   std::vector<uint8_t> to_bytes() const;
   detail::HostValues host_values() const;
+  // Sends the read request now; the function waits for the reply and returns the values.
+  std::function<detail::HostValues()> host_values_async() const;
   std::string to_string() const;  // values and dtype, abbreviated past 1000 elements
 
   // ---- conversion and movement between devices ----

@@ -17,6 +17,7 @@ class RemoteSink final : public detail::Sink {
   Status submit(ir::Op op) override { return conn_.submit_op(op); }
   std::future<Result<TensorData>> read_async(ir::TensorId id) override { return conn_.read(id); }
   Result<TensorData> read(ir::TensorId id) override { return conn_.read_wait(id); }
+  Result<TensorData> await(std::future<Result<TensorData>>& f) override { return conn_.wait_read(f); }
   void drop(ir::TensorId id) override { conn_.drop(id); }
   Status sync() override { return conn_.sync(); }
   Status connect() override { return conn_.ensure_connected(); }

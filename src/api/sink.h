@@ -32,6 +32,8 @@ class Sink {
   virtual Status submit(ir::Op op) = 0;
   virtual std::future<Result<TensorData>> read_async(ir::TensorId id) = 0;
   virtual Result<TensorData> read(ir::TensorId id) { return read_async(id).get(); }
+  // Waits for a read_async() result.
+  virtual Result<TensorData> await(std::future<Result<TensorData>>& f) { return f.get(); }
   virtual void drop(ir::TensorId id) = 0;
   virtual Status sync() = 0;
   virtual Status connect() { return Status::OK(); }

@@ -136,9 +136,8 @@ Device Tensor::device() const { return Device(impl_of(*this, "device").sink); }
 uint64_t Tensor::id() const { return impl_of(*this, "id").id; }
 
 // ---- values ----
-detail::HostValues Tensor::host_values() const {
-  const TensorImpl& impl = impl_of(*this, "read");
-  auto data = impl.sink->read(impl.id);
+namespace {
+detail::HostValues to_host_values(Result<TensorData> data) {
   if (!data.ok()) throw Error(data.status().message());
   auto holder = std::make_shared<Buffer>(data->bytes);
   detail::HostValues v;
@@ -148,6 +147,19 @@ detail::HostValues Tensor::host_values() const {
   v.data = holder->data();
   v.owner = std::shared_ptr<const void>(holder, holder->data());
   return v;
+}
+}  // namespace
+
+detail::HostValues Tensor::host_values() const {
+  const TensorImpl& impl = impl_of(*this, "read");
+  return to_host_values(impl.sink->read(impl.id));
+}
+
+std::function<detail::HostValues()> Tensor::host_values_async() const {
+  const TensorImpl& impl = impl_of(*this, "read");
+  auto fut = std::make_shared<std::future<Result<TensorData>>>(impl.sink->read_async(impl.id));
+  // The sink waits so that a remote device's waiting thread can read the reply itself.
+  return [sink = impl.sink, fut] { return to_host_values(sink->await(*fut)); };
 }
 
 std::vector<uint8_t> Tensor::to_bytes() const {

@@ -278,6 +278,10 @@ Result<proto::ServerStats> Connection::stats() {
 
 Result<TensorData> Connection::read_wait(ir::TensorId id) {
   std::future<Result<TensorData>> fut = read(id);
+  return wait_read(fut);
+}
+
+Result<TensorData> Connection::wait_read(std::future<Result<TensorData>>& fut) {
   wait(fut);
   return fut.get();
 }

@@ -57,6 +57,8 @@ class Connection {
   std::future<Result<TensorData>> read(ir::TensorId id);
   // read(id), waited for; the waiting thread reads the reply itself when it can.
   Result<TensorData> read_wait(ir::TensorId id);
+  // Waits for a future from read(), reading replies on this thread when nobody else does.
+  Result<TensorData> wait_read(std::future<Result<TensorData>>& fut);
   Status sync();
   Result<protocol::ServerStats> stats();
   void flush();

@@ -85,7 +85,9 @@ class FrameReader {
     kTooLarge,   // the next header announces announced() bytes, over the caller's limit
     kLarge,      // *frame is sized for the next frame, the staged part copied in; read rest(*frame)
   };
-  FrameReader() : staging_(kStagingBytes) {}
+  // The server gives each session a small staging buffer (idle sessions cost little memory);
+  // the client one large one.
+  explicit FrameReader(size_t staging_bytes = kStagingBytes) : staging_(staging_bytes) {}
   Next next(uint64_t limit, Buffer* frame);
 
   // Non-blocking receive from a socket for one frame at a time, a large frame across calls.

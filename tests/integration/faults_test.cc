@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <random>
@@ -300,8 +301,30 @@ TEST(Faults, HelloWithTrailingBytesIsRefused) {
   expect_healthy(good, 23);
 }
 
+TEST(Faults, CredentialFileOfTheServerProcessIsChecked) {
+  std::string path = ::testing::TempDir() + "tw_credential_" + std::to_string(::getpid());
+  {
+    std::ofstream f(path);
+    f << "file-s3cret\nignored second line\n";
+  }
+  ServerProcess server({"--credential-file", path});
+  std::remove(path.c_str());
+  {
+    RawClient c(server.url());
+    proto::Hello h;
+    h.credential = "file-s3cre";  // a prefix of the secret is not the secret
+    auto m = c.hello(h);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    ASSERT_EQ(m->kind, proto::ServerMsg::kRefuse);
+    EXPECT_EQ(m->refuse.reason, proto::RefuseReason::kUnauthorized);
+  }
+  ::setenv("TW_CREDENTIAL", "file-s3cret", 1);
+  Device d = Device::remote(server.url());
+  ::unsetenv("TW_CREDENTIAL");
+  expect_healthy(d, 25);
+}
+
 TEST(Faults, CredentialIsChecked) {
-  // The command-line server has no credential flag; an in-process server does.
   ServerOptions opts;
   opts.credential = "s3cret";
   auto server = serve(Device::cpu(), opts);
