@@ -1,0 +1,175 @@
+// net::FrameReader and net::FrameWriter over a real socket pair: frames cut out of one receive,
+// frames split across receives, frames larger than the staging buffer, the size limit, and a
+// writer whose socket buffer fills up.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "net/framing.h"
+
+namespace tw::net {
+namespace {
+
+struct SocketPair {
+  int fd[2] = {-1, -1};
+  SocketPair() { EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fd), 0); }
+  ~SocketPair() {
+    ::close(fd[0]);
+    ::close(fd[1]);
+  }
+};
+
+std::vector<uint8_t> framed(const std::vector<uint8_t>& payload) {
+  std::vector<uint8_t> out;
+  out.reserve(4 + payload.size());
+  uint32_t n = static_cast<uint32_t>(payload.size());
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  for (uint8_t b : payload) out.push_back(b);
+  return out;
+}
+
+std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v;
+  v.reserve(n);
+  for (size_t i = 0; i < n; ++i) v.push_back(static_cast<uint8_t>(seed + i * 7));
+  return v;
+}
+
+void send_bytes(int fd, const std::vector<uint8_t>& b) {
+  size_t off = 0;
+  while (off < b.size()) {
+    ssize_t n = ::send(fd, b.data() + off, b.size() - off, 0);
+    ASSERT_GT(n, 0);
+    off += static_cast<size_t>(n);
+  }
+}
+
+std::vector<uint8_t> bytes_of(const Buffer& b) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(b.data());
+  return std::vector<uint8_t>(p, p + b.size());
+}
+
+TEST(Framing, ConsumeDropsWholeAndPartialBuffers) {
+  uint8_t a[3], b[5], c[2];
+  std::vector<asio::const_buffer> bufs = {asio::buffer(a), asio::buffer(b), asio::buffer(c)};
+  consume(bufs, 4);
+  ASSERT_EQ(bufs.size(), 2u);
+  EXPECT_EQ(bufs[0].data(), b + 1);
+  EXPECT_EQ(bufs[0].size(), 4u);
+  consume(bufs, 4);
+  ASSERT_EQ(bufs.size(), 1u);
+  EXPECT_EQ(bufs[0].data(), c);
+  consume(bufs, 2);
+  EXPECT_TRUE(bufs.empty());
+}
+
+TEST(Framing, ReaderCutsManyFramesFromOneReceiveAndJoinsSplitOnes) {
+  SocketPair sp;
+  FrameReader reader(64);  // a tiny staging buffer: every path is exercised
+  std::vector<std::vector<uint8_t>> payloads = {pattern(3, 1), pattern(0, 0), pattern(10, 2),
+                                                pattern(60, 3), pattern(61, 4), pattern(5000, 5)};
+  std::vector<uint8_t> stream;
+  for (auto& p : payloads) {
+    auto f = framed(p);
+    stream.insert(stream.end(), f.begin(), f.end());
+  }
+  // Delivered in odd-sized pieces, read as they come.
+  std::vector<std::vector<uint8_t>> got;
+  size_t off = 0;
+  uint64_t bytes = 0;
+  while (got.size() < payloads.size()) {
+    if (off < stream.size()) {
+      size_t n = std::min<size_t>(37, stream.size() - off);
+      send_bytes(sp.fd[0], std::vector<uint8_t>(stream.begin() + off, stream.begin() + off + n));
+      off += n;
+    }
+    for (;;) {
+      Buffer frame;
+      int err = 0;
+      FrameReader::Poll r = reader.read_frame(sp.fd[1], &frame, &err, &bytes);
+      if (r == FrameReader::Poll::kWouldBlock) break;
+      ASSERT_EQ(r, FrameReader::Poll::kFrame) << err;
+      got.push_back(bytes_of(frame));
+    }
+  }
+  EXPECT_EQ(got, payloads);
+  EXPECT_EQ(bytes, stream.size());
+}
+
+TEST(Framing, ReaderRefusesAFrameOverTheLimitBeforeReadingIt) {
+  SocketPair sp;
+  FrameReader reader;
+  send_bytes(sp.fd[0], framed(pattern(100, 9)));
+  Buffer frame;
+  int err = 0;
+  uint64_t bytes = 0;
+  EXPECT_EQ(reader.read_frame(sp.fd[1], &frame, &err, &bytes, 99), FrameReader::Poll::kTooLarge);
+  EXPECT_EQ(reader.announced(), 100u);
+  EXPECT_EQ(reader.read_frame(sp.fd[1], &frame, &err, &bytes, 100), FrameReader::Poll::kFrame);
+  EXPECT_EQ(bytes_of(frame), pattern(100, 9));
+}
+
+TEST(Framing, ReaderReportsThePeerClosing) {
+  SocketPair sp;
+  FrameReader reader;
+  auto f = framed(pattern(20, 1));
+  send_bytes(sp.fd[0], std::vector<uint8_t>(f.begin(), f.begin() + 10));  // cut short
+  ::shutdown(sp.fd[0], SHUT_WR);
+  Buffer frame;
+  int err = 0;
+  uint64_t bytes = 0;
+  FrameReader::Poll r = reader.read_frame(sp.fd[1], &frame, &err, &bytes);
+  if (r == FrameReader::Poll::kWouldBlock) r = reader.read_frame(sp.fd[1], &frame, &err, &bytes);
+  EXPECT_EQ(r, FrameReader::Poll::kClosed);
+}
+
+TEST(Framing, WriterHandsWhatTheSocketCannotTakeToAnAsyncWrite) {
+  SocketPair sp;
+  int small = 4096;
+  ::setsockopt(sp.fd[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  FrameWriter writer;
+  std::vector<uint8_t> big = pattern(1 << 20, 3);
+  for (int i = 0; i < 3; ++i) {
+    protocol::OutFrame f;
+    f.head = i == 1 ? big : pattern(100 + i, static_cast<uint8_t>(i));
+    writer.push(std::move(f));
+  }
+  ASSERT_EQ(writer.pump(sp.fd[0]), FrameWriter::Step::kAsync);
+  // Play the async write: drain the peer while writing what is pending, blocking.
+  std::vector<uint8_t> received;
+  auto drain = [&] {
+    uint8_t buf[65536];
+    for (;;) {
+      ssize_t n = ::recv(sp.fd[1], buf, sizeof buf, MSG_DONTWAIT);
+      if (n <= 0) return;
+      received.insert(received.end(), buf, buf + n);
+    }
+  };
+  for (;;) {
+    std::vector<asio::const_buffer> rest = writer.pending();
+    while (!rest.empty()) {
+      ssize_t n = ::send(sp.fd[0], rest[0].data(), rest[0].size(), MSG_DONTWAIT);
+      if (n > 0) consume(rest, static_cast<size_t>(n));
+      drain();
+    }
+    writer.async_done();
+    FrameWriter::Step s = writer.pump(sp.fd[0]);
+    if (s == FrameWriter::Step::kIdle) break;
+    ASSERT_EQ(s, FrameWriter::Step::kAsync);
+  }
+  EXPECT_TRUE(writer.idle());
+  drain();
+  std::vector<uint8_t> expect;
+  for (int i = 0; i < 3; ++i) {
+    auto f = framed(i == 1 ? big : pattern(100 + i, static_cast<uint8_t>(i)));
+    expect.insert(expect.end(), f.begin(), f.end());
+  }
+  EXPECT_EQ(received.size(), expect.size());
+  EXPECT_TRUE(received == expect);
+}
+
+}  // namespace
+}  // namespace tw::net
