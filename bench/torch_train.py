@@ -4,7 +4,7 @@
 Same models, batch sizes, initialisation scheme (PyTorch's defaults, which tensorwire copies),
 random data, loss (cross-entropy) and optimizer (Adam, lr 1e-3); a step is zero_grad, forward,
 backward, step. Medians of rounds of steps, as on the tensorwire side. Prints one JSON object per
-line: {"meta": ...}, then {"workload": NAME, "median_ms": ...}. Run with Debian's /usr/bin/python3
+line: {"meta": ...}, then {"workload": NAME, "median_ms": ..., "best_ms": ...}. Run with Debian's /usr/bin/python3
 (python3-torch 1.13).
 
   /usr/bin/python3 bench/torch_train.py [--threads 2] [--rounds 7] [--steps 20]
@@ -62,7 +62,7 @@ def main():
             for _ in range(args.steps):
                 step()
             times.append((time.perf_counter() - t0) / args.steps * 1e3)
-        print(json.dumps({"workload": name, "median_ms": statistics.median(times)}), flush=True)
+        print(json.dumps({"workload": name, "median_ms": statistics.median(times), "best_ms": min(times)}), flush=True)
 
 
 if __name__ == "__main__":
