@@ -1,7 +1,8 @@
 # Developer entry points. CMake + Ninja do the real work; this file only strings the steps
 # together. Configuring happens once per build folder (Ninja re-runs CMake by itself when a
 # CMakeLists.txt changes), so re-running make goes straight to the incremental build.
-#   make run     make test     make bench     make asan     make format     make clean
+#   make run     make test     make bench     make bench-train     make bench-remote
+#   make asan    make format   make clean
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -14,7 +15,7 @@ TEST_TIMEOUT ?= 300
 # device served in-process; apps/train_digits.cc).
 RUN_APP    ?= apps/train_digits
 
-.PHONY: all build run test bench bench-train asan format clean bootstrap
+.PHONY: all build run test bench bench-train bench-remote asan format clean bootstrap
 .DEFAULT_GOAL := build
 all: build
 
@@ -40,6 +41,10 @@ bench:
 
 bench-train:
 	bash bench/compare_train.sh
+
+bench-remote: build
+	cmake --build $(BUILD) --target tw_bench_remote -j $(JOBS)
+	./$(BUILD)/bench/tw_bench_remote
 
 $(ASAN_BUILD)/build.ninja: | bootstrap
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTW_SANITIZE=ON \

@@ -25,15 +25,8 @@ TORCH_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.tri
 # environment; they are left alone.)
 scripts/bootstrap.sh python3-torch python3-numpy libopenblas0-pthread
 
-if [[ ! -f $BUILD/build.ninja ]]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
-fi
-build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt")
-if [[ "$build_type" != Release ]]; then
-  echo "compare_torch: $BUILD is configured as '$build_type', not Release; use BUILD=<other dir>" >&2
-  exit 1
-fi
-cmake --build "$BUILD" --target tw_bench_kernels -j "$(nproc)"
+source bench/build_release.sh
+build_release compare_torch tw_bench_kernels
 
 # Timings on a busy machine measure the other work; say so rather than silently print them.
 read -r load1 _ < /proc/loadavg

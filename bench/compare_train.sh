@@ -21,15 +21,8 @@ PY=/usr/bin/python3
 
 scripts/bootstrap.sh python3-torch
 
-if [[ ! -f $BUILD/build.ninja ]]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
-fi
-build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD/CMakeCache.txt")
-if [[ "$build_type" != Release ]]; then
-  echo "compare_train: $BUILD is configured as '$build_type', not Release; use BUILD=<other dir>" >&2
-  exit 1
-fi
-cmake --build "$BUILD" --target tw_bench_train -j "$(nproc)"
+source bench/build_release.sh
+build_release compare_train tw_bench_train
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
