@@ -10,7 +10,7 @@
 #include <cmath>
 #include <limits>
 
-#include "backend/cpu/fast_math_softmax.h"
+#include "backend/cpu/vec_math.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/structured_util.h"
@@ -32,7 +32,7 @@ struct Lane1 {
   friend Lane1 max(Lane1 a, Lane1 b) { return {b.v > a.v ? b.v : a.v}; }
   friend Lane1 exp(Lane1 a) {
     if constexpr (std::is_same_v<T, float>) {
-      return {softmax_math::exp_f32(a.v)};
+      return {vm::exp_f32(a.v)};
     } else {
       return {std::exp(a.v)};
     }
@@ -53,7 +53,7 @@ struct Lanes8 {
   friend Lanes8 operator-(Lanes8 a, Lanes8 b) { return {_mm256_sub_ps(a.v, b.v)}; }
   friend Lanes8 operator/(Lanes8 a, Lanes8 b) { return {_mm256_div_ps(a.v, b.v)}; }
   friend Lanes8 max(Lanes8 a, Lanes8 b) { return {_mm256_max_ps(a.v, b.v)}; }
-  friend Lanes8 exp(Lanes8 a) { return {softmax_math::exp_f32x8(a.v)}; }
+  friend Lanes8 exp(Lanes8 a) { return {vm::exp_f32(a.v)}; }
   friend Lanes8 log(Lanes8 a) {
     alignas(32) float t[8];
     _mm256_store_ps(t, a.v);
