@@ -137,7 +137,11 @@ void Connection::close() {
   if (io_thread_.joinable()) {
     // Let queued writes go out, then close the socket so the read loop ends.
     asio::post(io_, [this] {
-      check_timer_->cancel();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        check_timer_->cancel();
+        timer_->cancel();
+      }
       work_.reset();
       bool idle;
       {
@@ -364,16 +368,17 @@ void Connection::make_room_locked(uint64_t bytes) {
   if (!batch_.empty() && batch_.payload_size() + bytes > frame_limit_) send_batch_locked();
 }
 
+// The timers are set from callers' threads as well as the I/O thread; every use of them holds
+// mu_, which serialises them (Asio's own timer queue has its lock). Setting one from here costs
+// a timerfd update, not a wake-up of the I/O thread.
 void Connection::arm_idle_timer_locked() {
   if (timer_armed_) return;
   timer_armed_ = true;
-  asio::post(io_, [this] {
-    timer_->expires_after(std::chrono::microseconds(options_.idle_flush_us));
-    timer_->async_wait([this](asio::error_code) {
-      std::lock_guard<std::mutex> lock(mu_);
-      timer_armed_ = false;
-      if (state_ == State::kConnected) flush_locked();
-    });
+  timer_->expires_after(std::chrono::microseconds(options_.idle_flush_us));
+  timer_->async_wait([this](asio::error_code) {
+    std::lock_guard<std::mutex> lock(mu_);
+    timer_armed_ = false;
+    if (state_ == State::kConnected) flush_locked();
   });
 }
 
@@ -476,6 +481,7 @@ void Connection::on_readable(const asio::error_code& ec, size_t n) {
       reader_busy_ = false;
     }
     fail_all(st);
+    std::lock_guard<std::mutex> lock(mu_);
     timer_->cancel();
     check_timer_->cancel();
     return;
@@ -539,15 +545,9 @@ void Connection::wait(std::future<T>& fut) {
       lock.unlock();
       fail_all(st);
       lock.lock();
-    } else if (!check_timer_running_ && !watch_armed_) {
-      // The check timer normally runs while callers read; the first caller to read after the
-      // watch fired starts it (from the I/O thread).
-      check_timer_running_ = true;  // posted below; keeps it from being posted twice
-      asio::post(io_, [this] {
-        std::lock_guard<std::mutex> l(mu_);
-        check_timer_running_ = false;
-        start_check_timer_locked();
-      });
+    } else if (!watch_armed_) {
+      // The check timer runs while callers read, and arms the watch once they go quiet.
+      start_check_timer_locked();
     }
   }
 }
