@@ -272,9 +272,13 @@ class TorchBackend final : public TableBackend<at::Tensor> {
 }  // namespace
 }  // namespace torch
 
-std::unique_ptr<Backend> make_torch_backend() {
-  torch::install_allocator();
-  return std::make_unique<torch::TorchBackend>();
-}
-
 }  // namespace tw
+
+extern "C" tw::Backend* tw_torch_backend_create() {
+  try {
+    tw::torch::install_allocator();
+    return new tw::torch::TorchBackend();
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
