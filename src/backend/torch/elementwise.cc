@@ -4,7 +4,7 @@
 // remainder (ours: the divisor's), integer remainder by -1 (ATen traps on INT_MIN % -1), NaN
 // clamp bounds (ATen ignores them; ours propagate), scalar conversion (ATen checks for overflow;
 // ours wraps or saturates as Cast does) and random numbers (tensorwire's Philox generator, run
-// on the host).
+// on the host, as is arange).
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -191,16 +191,12 @@ BadIndex find_bad_index(const at::Tensor& index, int64_t limit) {
 
 Result<at::Tensor> run(const ir::Full& op, const Ctx&) { return full(op.shape, op.value, op.dtype); }
 
+// On the host: docs/ops.md computes start + i * step with one rounding (a fused multiply-add),
+// which no ATen op does; the CPU kernel gives exactly those values.
 Result<at::Tensor> run(const ir::Arange& op, const Ctx& ctx) {
-  const int64_t n = ctx.out().shape.at(0);
-  if (is_integral(op.dtype) && !op.start.is_float && !op.step.is_float) {
-    // Exact: start + i * step in 64-bit two's complement, then wrapped to the dtype.
-    const at::Tensor i = at::arange(n, at::TensorOptions().dtype(at::kLong));
-    return cast(i.mul(op.step.i).add_(op.start.i), op.dtype);
-  }
-  // start + i * step in double, then converted.
-  const at::Tensor i = at::arange(n, at::TensorOptions().dtype(at::kDouble));
-  return cast(i.mul(op.step.as_double()).add_(op.start.as_double()), op.dtype);
+  ir::Arange host = op;
+  host.out = ctx.host().fresh();
+  return ctx.host().run(host);
 }
 
 Result<at::Tensor> run(const ir::Eye& op, const Ctx&) {

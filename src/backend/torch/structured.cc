@@ -2,8 +2,8 @@
 // docs/ops.md where ATen differs: argmax/argmin of bool (ATen has no kernel), prod over several
 // dims (ATen takes one), integral means (computed in double), index checks that report the
 // first bad index in row-major order (ATen's messages differ), integer index dtypes (ATen's
-// gather and scatter take i64 only) and empty inputs (ATen's pooling refuses them; its
-// convolution with no input channels gives a wrong shape).
+// gather and scatter take i64 only), empty inputs (ATen's pooling refuses them; its convolution
+// with no input channels gives a wrong shape) and layer_norm (composed; see there).
 #include <algorithm>
 #include <numeric>
 
@@ -238,15 +238,24 @@ Result<at::Tensor> run(const ir::AdaptiveAvgPool2d& op, const Ctx& ctx) {
   return at::adaptive_avg_pool2d(ctx.in(op.x), op.output_size);
 }
 
+// y = (x - mean) / sqrt(var + eps) * weight + bias, composed as docs/ops.md and the CPU kernel
+// state it: mean and biased variance in two passes in double, then (x - mean) * rstd in x's
+// dtype. ATen's fused kernel computes x * rstd - mean * rstd instead, which cancels badly when
+// the variance is small next to eps (a constant f32 row came out 4e-5 away from its bias).
 Result<at::Tensor> run(const ir::LayerNorm& op, const Ctx& ctx) {
   const at::Tensor& x = ctx.in(op.x);
   const TensorMeta& out = ctx.out();
   if (x.numel() == 0) return at::empty(sizes(out.shape), options(out.dtype));
-  const std::vector<int64_t> normalized(x.sizes().end() - op.normalized_dims, x.sizes().end());
-  c10::optional<at::Tensor> w, b;
-  if (ctx.has(op.weight)) w = ctx.in(op.weight);
-  if (ctx.has(op.bias)) b = ctx.in(op.bias);
-  return at::layer_norm(x, normalized, w, b, op.eps, false);
+  std::vector<int64_t> dims;
+  for (int64_t d = x.dim() - op.normalized_dims; d < x.dim(); ++d) dims.push_back(d);
+  const at::Tensor xd = x.to(at::kDouble);
+  const at::Tensor mean = at::mean(xd, dims, true);
+  const at::Tensor var = at::mean(at::square(xd - mean), dims, true);
+  const at::Tensor rstd = at::reciprocal(at::sqrt(var + op.eps)).to(x.scalar_type());
+  at::Tensor y = at::mul(x - mean.to(x.scalar_type()), rstd);
+  if (ctx.has(op.weight)) y.mul_(ctx.in(op.weight));
+  if (ctx.has(op.bias)) y.add_(ctx.in(op.bias));
+  return y;
 }
 
 // ---- gradients ----
