@@ -1,5 +1,6 @@
 // tensorwire-server: hosts compute devices for remote clients.
 //   tensorwire-server --listen tcp://127.0.0.1:7070 --devices 2
+//   tensorwire-server --backend cpu,torch      (device 0 on cpu, device 1 on torch)
 // Prints "listening on <url>" for every bound address (with the real port when 0 was asked),
 // then one line with its limits; stops cleanly on SIGINT/SIGTERM.
 #include <csignal>
@@ -20,7 +21,9 @@ void usage(FILE* to) {
                "  --listen URL          tcp://host:port or unix:///path (repeatable; default "
                "tcp://127.0.0.1:7070; port 0 picks a free one)\n"
                "  --devices N           devices to host (default 1)\n"
-               "  --backend NAME        cpu (default)\n"
+               "  --backend NAME        cpu (default) or torch (builds with libtorch), or one per\n"
+               "                        device, comma-separated: cpu,torch hosts device 0 on cpu\n"
+               "                        and device 1 on torch\n"
                "  --workers N           execution threads shared by all sessions (default: cores)\n"
                "  --threads N           intra-op threads per kernel (default: cores)\n"
                "  --max-sessions N      (default 4096)\n"

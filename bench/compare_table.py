@@ -2,7 +2,10 @@
 """Joins tw_bench_kernels' JSON with torch_kernels.py's output into one Markdown table.
 
 Ratio = tensorwire median / the better of the two torch medians; lower is better. A workload
-meets its target when the ratio is at or below it. Prints the table and writes it to --out.
+meets its target when the ratio is at or below it. With --tw-torch (the same benchmarks on
+tensorwire's torch device), two more columns show that device's median and its ratio to the best
+plain-PyTorch median: the cost of reaching PyTorch's kernels through tensorwire's op IR. Prints
+the table and writes it to --out.
 """
 import argparse
 import datetime
@@ -53,12 +56,14 @@ def fmt(v):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tw", required=True)
+    ap.add_argument("--tw-torch", help="tw_bench_kernels JSON run with TW_BENCH_DEVICE=torch")
     ap.add_argument("--torch-plain", required=True)
     ap.add_argument("--torch-tuned", required=True)
     ap.add_argument("--out")
     args = ap.parse_args()
 
     tw, ctx = load_tw(args.tw)
+    tw_torch = load_tw(args.tw_torch)[0] if args.tw_torch else {}
     plain, meta = load_torch(args.torch_plain)
     tuned, _ = load_torch(args.torch_tuned)
 
@@ -79,8 +84,12 @@ def main():
                 notes.append(f"- {name}: tensorwire {t}")
             elif t is None:
                 notes.append(f"- {name}: no tensorwire result")
+        tt = tw_torch.get(name)
+        if isinstance(tt, str):
+            notes.append(f"- {name}: tensorwire torch backend {tt}")
+        tt_ratio = f"{tt / best:.2f}" if isinstance(tt, float) and best else "n/a"
         rows.append(f"| {name} | {fmt(t)} | {fmt(p)} | {fmt(q)} | {ratio_s} | <= {target} | "
-                    f"{verdict} |")
+                    f"{verdict} | {fmt(tt)} | {tt_ratio} |")
 
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -97,12 +106,15 @@ def main():
         f"(BLAS {os.path.basename(meta.get('blas', '?'))}); "
         f"load average at the end {load}.",
         "Times are medians in ms (lower is better). ratio = tensorwire / best torch; "
-        "torch (tuned) runs with GLIBC_TUNABLES that keep freed memory in the heap.",
+        "torch (tuned) runs with GLIBC_TUNABLES that keep freed memory in the heap. "
+        "tw torch-backend = the same tensorwire program on Device::torch() (PyTorch's kernels "
+        "behind tensorwire's op IR, in-process); its ratio to the best plain PyTorch is the cost "
+        "of going through tensorwire.",
         "Produced by `make bench` (bench/compare_torch.sh).",
         "",
         "| workload | tensorwire ms | torch ms (plain) | torch ms (tuned) | ratio tw/best-torch "
-        "| target | result |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| target | result | tw torch-backend ms | ratio tw-torch/best-torch |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|",
         *rows,
     ]
     if notes:

@@ -2,7 +2,10 @@
 # Kernel benchmarks, tensorwire beside PyTorch CPU (`make bench`).
 #   1. installs python3-torch, python3-numpy and OpenBLAS if missing (scripts/bootstrap.sh),
 #   2. builds tw_bench_kernels (Release, in $BUILD, default build/),
-#   3. runs it (Google Benchmark, medians of repetitions, JSON),
+#   3. runs it (Google Benchmark, medians of repetitions, JSON) on the CPU device and, when the
+#      build has the torch backend, on the torch device (the same workloads through tensorwire's
+#      op IR into PyTorch's kernels: its gap to plain PyTorch is the cost of going through
+#      tensorwire),
 #   4. runs bench/torch_kernels.py twice: as installed, and with glibc malloc tuned so that freed
 #      64 MiB results stay in the heap instead of going back to the kernel (a fresh mmap per
 #      result costs page faults, which are expensive on some VMs); the better torch of the two is
@@ -45,6 +48,17 @@ TW_BENCH_THREADS=$THREADS "$BUILD/bench/tw_bench_kernels" \
   --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/tw.json" --benchmark_out_format=json
 
+tw_torch_args=()
+if TW_BENCH_DEVICE=torch "$BUILD/bench/tw_bench_kernels" --benchmark_list_tests >/dev/null 2>&1; then
+  echo "== tensorwire on the torch backend ($THREADS threads, $REPETITIONS repetitions)"
+  TW_BENCH_DEVICE=torch TW_BENCH_THREADS=$THREADS "$BUILD/bench/tw_bench_kernels" \
+    --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
+    --benchmark_out="$out/tw_torch.json" --benchmark_out_format=json
+  tw_torch_args=(--tw-torch "$out/tw_torch.json")
+else
+  echo "== no torch backend in $BUILD (configured without libtorch): that column stays empty"
+fi
+
 echo "== torch, glibc malloc as installed"
 $PY bench/torch_kernels.py --threads "$THREADS" | tee "$out/torch_plain.jsonl"
 echo "== torch, GLIBC_TUNABLES=$TORCH_TUNABLES"
@@ -52,5 +66,6 @@ GLIBC_TUNABLES=$TORCH_TUNABLES $PY bench/torch_kernels.py --threads "$THREADS" |
   tee "$out/torch_tuned.jsonl"
 
 mkdir -p bench/results
-$PY bench/compare_table.py --tw "$out/tw.json" --torch-plain "$out/torch_plain.jsonl" \
-  --torch-tuned "$out/torch_tuned.jsonl" --out bench/results/kernels.md
+$PY bench/compare_table.py --tw "$out/tw.json" "${tw_torch_args[@]}" \
+  --torch-plain "$out/torch_plain.jsonl" --torch-tuned "$out/torch_tuned.jsonl" \
+  --out bench/results/kernels.md

@@ -1,4 +1,5 @@
-// Kernel benchmarks on the CPU device, measured the way a user writes the code: every iteration
+// Kernel benchmarks on the CPU device (or the torch device, TW_BENCH_DEVICE=torch), measured the
+// way a user writes the code: every iteration
 // builds a fresh result (`c = a + b`) and waits for it, so allocation and the wait are part of
 // the time, exactly as in bench/torch_kernels.py. The workload names are shared with that
 // script; bench/compare_torch.sh joins the two by name.
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -28,6 +30,16 @@ constexpr int kDefaultThreads = 2;
 // measure memory bandwidth and allocation, as they do in real models.
 constexpr int64_t kBigNumel = int64_t{1} << 24;
 constexpr uint64_t kSeed = 20240601;
+
+// The device every benchmark runs on: the CPU device, or the torch device (PyTorch's kernels
+// behind tensorwire's op IR) when TW_BENCH_DEVICE=torch. bench/compare_torch.sh runs both.
+const tw::Device& device() {
+  static const tw::Device d = [] {
+    const char* e = std::getenv("TW_BENCH_DEVICE");
+    return e && std::string(e) == "torch" ? tw::Device::torch() : tw::Device::cpu();
+  }();
+  return d;
+}
 
 // Evenly spread sample positions in [0, n), always including the first and the last.
 std::vector<int64_t> sample_positions(int64_t n, int count = 17) {
@@ -68,8 +80,8 @@ auto guarded(F f) {
 // ---- matmul: [n, n] x [n, n], f32 ----
 void bm_matmul(benchmark::State& state, int64_t n) {
   tw::manual_seed(kSeed);
-  tw::Tensor a = tw::randn({n, n});
-  tw::Tensor b = tw::randn({n, n});
+  tw::Tensor a = tw::randn({n, n}, tw::kF32, device());
+  tw::Tensor b = tw::randn({n, n}, tw::kF32, device());
   auto check = [&] {
     std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
     std::vector<float> cv = a.matmul(b).to_vector<float>();
@@ -98,9 +110,9 @@ void bm_matmul(benchmark::State& state, int64_t n) {
 void bm_conv2d(benchmark::State& state) {
   constexpr int64_t kN = 32, kC = 3, kO = 64, kH = 32, kW = 32, kK = 3, kPad = 1;
   tw::manual_seed(kSeed);
-  tw::Tensor x = tw::randn({kN, kC, kH, kW});
-  tw::Tensor w = tw::randn({kO, kC, kK, kK});
-  tw::Tensor bias = tw::randn({kO});
+  tw::Tensor x = tw::randn({kN, kC, kH, kW}, tw::kF32, device());
+  tw::Tensor w = tw::randn({kO, kC, kK, kK}, tw::kF32, device());
+  tw::Tensor bias = tw::randn({kO}, tw::kF32, device());
   auto conv = [&] { return tw::conv2d(x, w, bias, {1, 1}, {kPad, kPad}); };
   auto check = [&] {
     std::vector<float> xv = x.to_vector<float>(), wv = w.to_vector<float>();
@@ -136,8 +148,8 @@ void bm_conv2d(benchmark::State& state) {
 // ---- add, exp, sum over 16M f32 ----
 void bm_add(benchmark::State& state) {
   tw::manual_seed(kSeed);
-  tw::Tensor a = tw::rand({kBigNumel});
-  tw::Tensor b = tw::rand({kBigNumel});
+  tw::Tensor a = tw::rand({kBigNumel}, tw::kF32, device());
+  tw::Tensor b = tw::rand({kBigNumel}, tw::kF32, device());
   auto check = [&] {
     std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
     std::vector<float> cv = (a + b).to_vector<float>();
@@ -153,7 +165,7 @@ void bm_add(benchmark::State& state) {
 
 void bm_exp(benchmark::State& state) {
   tw::manual_seed(kSeed);
-  tw::Tensor a = tw::randn({kBigNumel});
+  tw::Tensor a = tw::randn({kBigNumel}, tw::kF32, device());
   auto check = [&] {
     std::vector<float> av = a.to_vector<float>();
     std::vector<float> cv = a.exp().to_vector<float>();
@@ -171,7 +183,7 @@ void bm_exp(benchmark::State& state) {
 
 void bm_sum(benchmark::State& state) {
   tw::manual_seed(kSeed);
-  tw::Tensor a = tw::rand({kBigNumel});
+  tw::Tensor a = tw::rand({kBigNumel}, tw::kF32, device());
   auto check = [&] {
     std::vector<float> av = a.to_vector<float>();
     double want = 0;
@@ -191,7 +203,7 @@ void bm_sum(benchmark::State& state) {
 void bm_softmax(benchmark::State& state) {
   constexpr int64_t kRows = 4096, kCols = 4096;
   tw::manual_seed(kSeed);
-  tw::Tensor x = tw::randn({kRows, kCols});
+  tw::Tensor x = tw::randn({kRows, kCols}, tw::kF32, device());
   auto check = [&] {
     std::vector<float> xv = x.to_vector<float>();
     std::vector<float> yv = x.softmax(-1).to_vector<float>();
@@ -229,6 +241,12 @@ int main(int argc, char** argv) {
   if (const char* e = std::getenv("TW_BENCH_THREADS")) threads = std::max(1, std::atoi(e));
   tw::set_num_threads(threads);
   benchmark::AddCustomContext("tw_threads", std::to_string(tw::get_num_threads()));
+  try {
+    benchmark::AddCustomContext("tw_device", device().str());
+  } catch (const tw::Error& e) {
+    std::fprintf(stderr, "tw_bench_kernels: %s\n", e.what());
+    return 1;
+  }
 
   add_benchmark("matmul_f32_1024", [](benchmark::State& s) { bm_matmul(s, 1024); });
   add_benchmark("matmul_f32_2048", [](benchmark::State& s) { bm_matmul(s, 2048); });

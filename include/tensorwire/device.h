@@ -12,11 +12,18 @@ class Sink;
 
 class Device {
  public:
-  enum class Kind : uint8_t { kCpu = 0, kRemote = 1, kCapture = 2 };
+  enum class Kind : uint8_t { kCpu = 0, kRemote = 1, kCapture = 2, kTorch = 3 };
 
   // The process's local CPU device (ops execute eagerly on the calling thread, with kernels
   // parallelised over the intra-op pool).
   static Device cpu();
+  // The process's local LibTorch device: the same ops, executed eagerly by PyTorch's CPU kernels
+  // (ATen) with tensorwire's semantics (docs/ops.md; random tensors equal the CPU device's for
+  // a seed). ATen uses get_num_threads() intra-op threads. Throws tw::Error when this build has
+  // no torch backend (see torch_available()).
+  static Device torch();
+  // Whether this build has the torch backend (CMake found libtorch).
+  static bool torch_available();
   // Device `index` of the compute server at `url` (tcp://host:port or unix:///path). Each call
   // opens its own session (its own connection and tensor table), so keep the Device and pass it
   // around; copies of it share the session. Nothing is contacted until first use (or
@@ -25,7 +32,7 @@ class Device {
   static Device remote(const std::string& url, int index = 0);
 
   Kind kind() const;
-  // "cpu", "remote(tcp://host:port, 0)".
+  // "cpu", "torch", "remote(tcp://host:port, 0)".
   std::string str() const;
   // Waits until every op submitted so far has executed (a no-op for eager devices).
   void sync() const;

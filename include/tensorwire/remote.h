@@ -10,8 +10,8 @@ namespace tw {
 
 struct RemoteDeviceInfo {
   int index = 0;
-  std::string name;     // "cpu:0"
-  std::string backend;  // "cpu"
+  std::string name;     // "cpu:0", "torch:1"
+  std::string backend;  // "cpu" or "torch"
   uint64_t memory_bytes = 0;
 };
 

@@ -14,7 +14,10 @@ struct ServerOptions {
   // Addresses to listen on: tcp://host:port (port 0 picks a free one) and/or unix:///path.
   std::vector<std::string> listen = {"tcp://127.0.0.1:0"};
   int devices = 1;                 // devices hosted; each session uses one, chosen by index
-  std::string backend = "cpu";     // what executes ops ("cpu")
+  // What executes ops: "cpu" or "torch" (when built with libtorch) for every device, or one
+  // backend per device as a comma-separated list, "cpu,torch": device 0 is cpu, device 1 torch
+  // (devices must then be 1 or the list's length). The handshake names each device's backend.
+  std::string backend = "cpu";
   int worker_threads = 0;          // sessions' execution pool; 0: hardware threads
   // Limits. Every one yields a clear error to the client that hits it, never to the others.
   uint32_t max_sessions = 4096;
@@ -58,7 +61,7 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// Starts a server hosting options.devices devices of `device`'s kind. Throws tw::Error naming
+// Starts a server hosting options.devices devices of `device`'s kind (cpu or torch). Throws tw::Error naming
 // the problem (address in use, a device that does not execute ops itself such as a remote
 // device, ...). Never aborts.
 std::unique_ptr<Server> serve(const Device& device, ServerOptions options = {});

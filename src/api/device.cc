@@ -1,4 +1,5 @@
 #include "api/sink.h"
+#include "backend/registry.h"
 #include "core/thread_pool.h"
 #include "tensorwire/tensor.h"
 
@@ -28,13 +29,30 @@ void BackendSink::drop(ir::TensorId id) {
 
 }  // namespace detail
 
+namespace {
+
+// One device per local backend and process; leaked on purpose so that tensors in static storage
+// can still drop their ids during exit.
+std::shared_ptr<detail::Sink>* local_sink(const std::string& backend, Device::Kind kind) {
+  Result<std::unique_ptr<Backend>> b = make_backend(backend);
+  if (!b.ok()) throw Error(b.status().message());
+  return new std::shared_ptr<detail::Sink>(
+      std::make_shared<detail::BackendSink>(std::move(b).value(), kind));
+}
+
+}  // namespace
+
 Device Device::cpu() {
-  // One CPU device per process; leaked on purpose so that tensors in static storage can still
-  // drop their ids during exit.
-  static auto* sink =
-      new std::shared_ptr<detail::Sink>(std::make_shared<detail::BackendSink>(make_cpu_backend()));
+  static auto* sink = local_sink("cpu", Kind::kCpu);
   return Device(*sink);
 }
+
+Device Device::torch() {
+  static auto* sink = local_sink("torch", Kind::kTorch);  // a throw leaves it for a retry
+  return Device(*sink);
+}
+
+bool Device::torch_available() { return has_backend("torch"); }
 
 Device::Kind Device::kind() const { return sink_->kind(); }
 std::string Device::str() const { return sink_->str(); }

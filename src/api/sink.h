@@ -47,8 +47,9 @@ class Sink {
 // threads).
 class BackendSink final : public Sink {
  public:
-  explicit BackendSink(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {}
-  Device::Kind kind() const override { return Device::Kind::kCpu; }
+  BackendSink(std::unique_ptr<Backend> backend, Device::Kind kind)
+      : backend_(std::move(backend)), kind_(kind) {}
+  Device::Kind kind() const override { return kind_; }
   std::string str() const override { return backend_->name(); }
   Status submit(ir::Op op) override;
   std::future<Result<TensorData>> read_async(ir::TensorId id) override;
@@ -59,6 +60,7 @@ class BackendSink final : public Sink {
  private:
   std::mutex mu_;
   std::unique_ptr<Backend> backend_;
+  const Device::Kind kind_;
 };
 
 // Drops an id when the last of several TensorImpls naming it goes (see TensorImpl::shared_owner).

@@ -302,13 +302,11 @@ Result<Metas> infer_op(const Binary& op, const Ctx& c) {
   TW_RETURN_NOT_OK(c.computable(a.dtype));
   TW_RETURN_NOT_OK(c.computable(b.dtype));
   TW_ASSIGN_OR_RETURN(Shape shape, broadcast_shapes(a.shape, b.shape, c.name().c_str()));
-  const DType p = promote(a.dtype, b.dtype);
   if (!is_arithmetic(op.kind)) return one(std::move(shape), kBool);
-  if (op.kind == BinaryKind::kDiv) return one(std::move(shape), is_float(p) ? p : kF32);
-  if (a.dtype == kBool && b.dtype == kBool) {
+  if (op.kind != BinaryKind::kDiv && a.dtype == kBool && b.dtype == kBool) {
     return c.error("both operands are bool; cast one to an integer or float dtype");
   }
-  return one(std::move(shape), p);
+  return one(std::move(shape), binary_compute_dtype(op.kind, a.dtype, b.dtype));
 }
 
 Result<Metas> infer_op(const BinaryScalar& op, const Ctx& c) {
@@ -316,15 +314,7 @@ Result<Metas> infer_op(const BinaryScalar& op, const Ctx& c) {
   TW_ASSIGN_OR_RETURN(TensorMeta a, c.input(op.a, "a"));
   TW_RETURN_NOT_OK(c.computable(a.dtype));
   if (!is_arithmetic(op.kind)) return one(a.shape, kBool);
-  // The dtype the op computes in (docs/ops.md, tensor-scalar rule).
-  DType compute = a.dtype;
-  if (!is_float(a.dtype) && op.s.is_float) {
-    compute = kF32;
-  } else if (a.dtype == kBool) {
-    compute = kI64;
-  }
-  if (op.kind == BinaryKind::kDiv && !is_float(compute)) compute = kF32;
-  return one(a.shape, compute);
+  return one(a.shape, binary_scalar_compute_dtype(op.kind, a.dtype, op.s.is_float));
 }
 
 Result<Metas> infer_op(const Where& op, const Ctx& c) {
@@ -868,6 +858,23 @@ Result<SliceDim> normalize_slice(int64_t start, int64_t end, int64_t step, int64
   // ceil((e - s) / step) written so that a huge step cannot overflow.
   const int64_t size = e > s ? (e - s - 1) / step + 1 : 0;
   return SliceDim{s, size, step};
+}
+
+DType binary_compute_dtype(BinaryKind kind, DType a, DType b) {
+  const DType p = promote(a, b);
+  return kind == BinaryKind::kDiv && !is_float(p) ? kF32 : p;
+}
+
+DType binary_scalar_compute_dtype(BinaryKind kind, DType tensor, bool scalar_is_float) {
+  const bool logical = kind == BinaryKind::kLogicalAnd || kind == BinaryKind::kLogicalOr ||
+                       kind == BinaryKind::kLogicalXor;
+  DType d = tensor;
+  if (scalar_is_float && !is_float(tensor)) {
+    d = kF32;
+  } else if (!scalar_is_float && tensor == kBool && !logical) {
+    d = kI64;
+  }
+  return kind == BinaryKind::kDiv && !is_float(d) ? kF32 : d;
 }
 
 int64_t window_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,

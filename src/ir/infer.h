@@ -28,6 +28,15 @@ struct SliceDim {
 };
 Result<SliceDim> normalize_slice(int64_t start, int64_t end, int64_t step, int64_t dim_size);
 
+// The dtype Binary computes in: the promoted dtype, except that div of integral or bool operands
+// computes in f32 (docs/ops.md). Comparison and logical kinds then give bool.
+DType binary_compute_dtype(BinaryKind kind, DType a, DType b);
+// The dtype BinaryScalar computes in (docs/ops.md, tensor-scalar rule): the tensor's, except
+// that a float scalar with an integral or bool tensor computes in f32, and an integer scalar
+// with a bool tensor in i64 (arithmetic and comparison kinds: `mask == 2` compares numbers, as
+// in PyTorch); div of an integral dtype computes in f32.
+DType binary_scalar_compute_dtype(BinaryKind kind, DType tensor, bool scalar_is_float);
+
 // Output spatial size of a conv/pool window: floor((in + 2p - d(k-1) - 1) / s) + 1.
 int64_t window_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
                         int64_t dilation);

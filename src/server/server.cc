@@ -22,7 +22,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "backend/backend.h"
+#include "backend/registry.h"
 #include "ir/infer.h"
 #include "net/framing.h"
 #include "net/url.h"
@@ -47,9 +47,23 @@ std::string human_bytes(uint64_t b) {
   return os.str();
 }
 
-Result<std::unique_ptr<Backend>> make_backend(const std::string& name) {
-  if (name == "cpu") return make_cpu_backend();
-  return invalid_argument("unknown backend '" + name + "' (this build has: cpu)");
+// The backend of each hosted device, in index order. options.backend names one backend for all
+// options.devices devices, or one backend per device as a comma-separated list ("cpu,torch":
+// device 0 runs on cpu, device 1 on torch), in which case options.devices must be 1 (its
+// default) or the list's length. Every name must be a backend of this build.
+Result<std::vector<std::string>> device_backends(const ServerOptions& opts) {
+  std::vector<std::string> names;
+  std::stringstream list(opts.backend);
+  for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+  if (names.empty()) names.push_back(opts.backend);
+  for (const std::string& name : names) TW_RETURN_NOT_OK(make_backend(name).status());
+  if (names.size() == 1) return std::vector<std::string>(std::max(opts.devices, 1), names[0]);
+  if (opts.devices != 1 && opts.devices != static_cast<int>(names.size())) {
+    return invalid_argument("--backend " + opts.backend + " names " +
+                            std::to_string(names.size()) + " devices but --devices is " +
+                            std::to_string(opts.devices) + "; give one backend, or one per device");
+  }
+  return names;
 }
 
 // Compares without an early exit, so the time taken does not tell how much of a guess matched.
@@ -75,6 +89,7 @@ struct Server::Impl {
   // reading), and its destructor uses the session table and counters and its socket on `io`.
   // So the io_context (with those handlers) goes first, then what the sessions share.
   ServerOptions opts;
+  std::vector<std::string> backends;  // per device index (device_backends)
   std::string server_id;
   int worker_count = 1;
   std::vector<net::Url> bound;
@@ -117,7 +132,7 @@ struct Server::Impl {
   std::vector<proto::DeviceInfo> device_infos() const {
     std::vector<proto::DeviceInfo> v;
     for (int i = 0; i < opts.devices; ++i) {
-      v.push_back({opts.backend + ":" + std::to_string(i), opts.backend, opts.session_memory_bytes,
+      v.push_back({backends[i] + ":" + std::to_string(i), backends[i], opts.session_memory_bytes,
                    all_compute_dtypes()});
     }
     return v;
@@ -368,7 +383,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       id_ = srv_.next_session.fetch_add(1);
       srv_.sessions[id_] = weak_from_this();
     }
-    auto backend = make_backend(srv_.opts.backend);
+    auto backend = make_backend(srv_.backends[h.device_index]);
     if (!backend.ok()) return refuse(proto::RefuseReason::kCannotHost, backend.status().message());
     backend_ = std::move(backend).value();
     srv_.sessions_opened.fetch_add(1);
@@ -647,9 +662,11 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
   if (opts.listen.empty()) return invalid_argument("no address to listen on");
   if (opts.session_queue_depth < 1) return invalid_argument("session queue depth must be >= 1");
   if (opts.max_frame_bytes < 1024) return invalid_argument("max frame size must be >= 1024 bytes");
-  TW_RETURN_NOT_OK(make_backend(opts.backend).status());
+  TW_ASSIGN_OR_RETURN(std::vector<std::string> backends, device_backends(opts));
+  opts.devices = static_cast<int>(backends.size());
   auto impl = std::make_unique<Server::Impl>();
   impl->opts = opts;
+  impl->backends = std::move(backends);
   std::random_device rd;
   std::ostringstream id;
   id << std::hex << (uint64_t{rd()} << 32 | rd());
@@ -725,6 +742,9 @@ std::unique_ptr<Server> serve(const Device& device, ServerOptions options) {
   switch (device.kind()) {
     case Device::Kind::kCpu:
       options.backend = "cpu";
+      return serve(std::move(options));
+    case Device::Kind::kTorch:
+      options.backend = "torch";
       return serve(std::move(options));
     case Device::Kind::kRemote:
       throw Error("cannot serve " + device.str() +

@@ -20,9 +20,11 @@ inline Device remote_test_device() {
   return device;
 }
 
-// "cpu" or "remote": what parameterised tests are instantiated over.
+// "cpu", "remote" or "torch": what parameterised tests are instantiated over.
 inline Device test_device(const std::string& name) {
-  return name == "remote" ? remote_test_device() : Device::cpu();
+  if (name == "remote") return remote_test_device();
+  if (name == "torch") return Device::torch();
+  return Device::cpu();
 }
 
 }  // namespace tw::testing

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernels.h"
+#include "ir/infer.h"
 
 namespace tw::cpu {
 namespace {
@@ -29,15 +30,6 @@ Status visit_kind(BinaryKind k, F&& f) {
 }
 
 constexpr bool is_arithmetic(BinaryKind k) { return !ir::is_comparison(k); }
-constexpr bool is_logical(BinaryKind k) {
-  return k == BinaryKind::kLogicalAnd || k == BinaryKind::kLogicalOr ||
-         k == BinaryKind::kLogicalXor;
-}
-
-// The dtype a binary kind computes in, given the promoted dtype of its operands.
-DType compute_dtype(BinaryKind k, DType promoted) {
-  return k == BinaryKind::kDiv && !is_float(promoted) ? kF32 : promoted;
-}
 
 // Integers: exact by repeated squaring, wrapping; negative exponents per docs/ops.md.
 template <class T>
@@ -198,27 +190,13 @@ void binary_map(const CpuTensor& a, const CpuTensor& b, OutT<K, T>* out, const S
                   kElementwiseGrain, seg);
 }
 
-// A Clamp bound in x's dtype. Float bounds convert as Cast does (truncation toward zero,
-// saturating); integer bounds saturate too rather than wrap, so clamping a u8 tensor to
-// [-1, 300] leaves it unchanged, as the mathematical clamp does.
-template <class T>
-T clamp_bound(const ir::Scalar& s) {
-  if constexpr (std::is_integral_v<T>) {
-    if (!s.is_float) {
-      using L = std::numeric_limits<T>;
-      return static_cast<T>(std::clamp<int64_t>(s.i, L::min(), L::max()));
-    }
-  }
-  return scalar_to<T>(s);
-}
-
 }  // namespace
 
 Status run(const ir::Binary& op, KernelContext& ctx) {
   const std::string name = ir::kind_name(op.kind);
   const CpuTensor& a0 = ctx.in(op.a);
   const CpuTensor& b0 = ctx.in(op.b);
-  const DType dtype = compute_dtype(op.kind, promote(a0.dtype, b0.dtype));
+  const DType dtype = ir::binary_compute_dtype(op.kind, a0.dtype, b0.dtype);
   TW_RETURN_NOT_OK(
       check_out_dtype(name.c_str(), ctx.meta(op.out), ir::is_comparison(op.kind) ? kBool : dtype));
   const CpuTensor a = cast_tensor(a0, dtype);
@@ -240,16 +218,7 @@ Status run(const ir::Binary& op, KernelContext& ctx) {
 Status run(const ir::BinaryScalar& op, KernelContext& ctx) {
   const std::string name = std::string(ir::kind_name(op.kind)) + "_scalar";
   const CpuTensor& a0 = ctx.in(op.a);
-  // The scalar takes the tensor's dtype, except: a float scalar with an integral or bool tensor
-  // computes in f32; an integer scalar with a bool tensor computes in i64 (arithmetic and
-  // comparison kinds: `mask == 2` compares numbers, as in PyTorch).
-  DType dtype = a0.dtype;
-  if (op.s.is_float && !is_float(dtype)) {
-    dtype = kF32;
-  } else if (!op.s.is_float && dtype == kBool && !is_logical(op.kind)) {
-    dtype = kI64;
-  }
-  dtype = compute_dtype(op.kind, dtype);
+  const DType dtype = ir::binary_scalar_compute_dtype(op.kind, a0.dtype, op.s.is_float);
   TW_RETURN_NOT_OK(
       check_out_dtype(name.c_str(), ctx.meta(op.out), ir::is_comparison(op.kind) ? kBool : dtype));
   const CpuTensor a = cast_tensor(a0, dtype);

@@ -153,6 +153,20 @@ inline T scalar_to(const ir::Scalar& s) {
   return s.is_float ? convert<T>(s.f) : convert<T>(s.i);
 }
 
+// A Clamp bound in x's dtype. Float bounds convert as Cast does (truncation toward zero,
+// saturating); integer bounds saturate too rather than wrap, so clamping a u8 tensor to
+// [-1, 300] leaves it unchanged, as the mathematical clamp does.
+template <class T>
+T clamp_bound(const ir::Scalar& s) {
+  if constexpr (std::is_integral_v<T>) {
+    if (!s.is_float) {
+      using L = std::numeric_limits<T>;
+      return static_cast<T>(std::clamp<int64_t>(s.i, L::min(), L::max()));
+    }
+  }
+  return scalar_to<T>(s);
+}
+
 // t itself when it already has dtype `to`; otherwise a contiguous copy converted to `to` (same
 // shape). Used to bring operands to an op's compute dtype. Defined in cast.cc.
 CpuTensor cast_tensor(const CpuTensor& t, DType to);

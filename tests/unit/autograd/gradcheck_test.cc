@@ -1,6 +1,7 @@
 // Gradient checks: every differentiable op's backward rule against central finite differences in
-// f64, on small random inputs, on the local CPU device and on a remote device (an in-process
-// server over loopback). One checker, one case table, run over both devices.
+// f64, on small random inputs, on the local CPU device, on a remote device (a server process
+// over loopback) and, when built with libtorch, on the local torch device. One checker, one case
+// table, run over every device; then the CPU and torch backends' gradients against each other.
 //
 // A case is a function of its inputs; the checker reduces its output to the scalar
 // loss = sum(out * r) with fixed random r (so every output element's gradient matters), runs
@@ -9,6 +10,7 @@
 // non-smooth ops (relu, abs, max, pooling, clamp) are differentiable where they are checked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -90,6 +92,32 @@ Tensor make(const Input& in, const std::vector<double>& v, const Device& d) {
   }
 }
 
+// One backward pass of a case on a device: the inputs (values and tensors, those that take a
+// gradient marked so), the fixed random weights r of the loss sum(out * r), after
+// (out * r).sum().backward().
+struct Backward {
+  std::vector<std::vector<double>> values;
+  std::vector<Tensor> xs;
+  Tensor weights;
+};
+
+void run_backward(const Case& c, const Device& dev, Backward& b) {
+  std::mt19937_64 rng(seed_of(c.name));
+  for (const Input& in : c.inputs) b.values.push_back(generate(in, rng));
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    b.xs.push_back(make(c.inputs[i], b.values[i], dev));
+    if (c.inputs[i].grad) b.xs.back().set_requires_grad();
+  }
+  Tensor out = c.fn(b.xs);
+  ASSERT_EQ(out.dtype(), kF64);
+  ASSERT_TRUE(out.requires_grad());
+  std::vector<double> r(static_cast<size_t>(out.numel()));
+  std::uniform_real_distribution<double> rd(-1, 1);
+  for (auto& x : r) x = rd(rng);
+  b.weights = from_vector<double>(r, out.shape(), dev);
+  (out * b.weights).sum().backward();
+}
+
 class GradCheck : public ::testing::TestWithParam<std::string> {
  protected:
   Device device() const { return testing::test_device(GetParam()); }
@@ -97,22 +125,11 @@ class GradCheck : public ::testing::TestWithParam<std::string> {
   void check(const Case& c) {
     SCOPED_TRACE(c.name + " on " + GetParam());
     const Device dev = device();
-    std::mt19937_64 rng(seed_of(c.name));
-    std::vector<std::vector<double>> values;
-    for (const Input& in : c.inputs) values.push_back(generate(in, rng));
-    std::vector<Tensor> xs;
-    for (size_t i = 0; i < c.inputs.size(); ++i) {
-      xs.push_back(make(c.inputs[i], values[i], dev));
-      if (c.inputs[i].grad) xs.back().set_requires_grad();
-    }
-    Tensor out = c.fn(xs);
-    ASSERT_EQ(out.dtype(), kF64);
-    ASSERT_TRUE(out.requires_grad());
-    std::vector<double> r(static_cast<size_t>(out.numel()));
-    std::uniform_real_distribution<double> rd(-1, 1);
-    for (auto& x : r) x = rd(rng);
-    const Tensor weights = from_vector<double>(r, out.shape(), dev);
-    (out * weights).sum().backward();
+    Backward b;
+    ASSERT_NO_FATAL_FAILURE(run_backward(c, dev, b));
+    const std::vector<std::vector<double>>& values = b.values;
+    const std::vector<Tensor>& xs = b.xs;
+    const Tensor& weights = b.weights;
 
     auto loss_at = [&](const std::vector<std::vector<double>>& vals) {
       NoGradGuard no_grad;
@@ -408,8 +425,46 @@ TW_GRADCHECK_GROUP(Neural, neural_cases)
 TW_GRADCHECK_GROUP(Composite, composite_cases)
 #undef TW_GRADCHECK_GROUP
 
-INSTANTIATE_TEST_SUITE_P(Devices, GradCheck, ::testing::Values("cpu", "remote"),
+std::vector<std::string> gradcheck_devices() {
+  std::vector<std::string> v = {"cpu", "remote"};
+  if (Device::torch_available()) v.push_back("torch");
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, GradCheck, ::testing::ValuesIn(gradcheck_devices()),
                          [](const auto& info) { return info.param; });
+
+// The CPU and torch backends give the same gradients for every case: the same backward pass on
+// the same inputs, compared element by element. Both compute in f64 with different summation
+// orders (and, for convolutions and matmuls, different algorithms), so they agree to a few
+// ulps of the largest term, not bit for bit.
+void compare_backends(const std::vector<Case>& cases) {
+  if (!Device::torch_available()) GTEST_SKIP() << "this build has no torch backend";
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Backward cpu, torch;
+    ASSERT_NO_FATAL_FAILURE(run_backward(c, Device::cpu(), cpu));
+    ASSERT_NO_FATAL_FAILURE(run_backward(c, Device::torch(), torch));
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      if (!c.inputs[i].grad) continue;
+      ASSERT_TRUE(torch.xs[i].grad().defined()) << "input " << i << " got no gradient on torch";
+      const std::vector<double> a = cpu.xs[i].grad().to_vector<double>();
+      const std::vector<double> b = torch.xs[i].grad().to_vector<double>();
+      ASSERT_EQ(a.size(), b.size()) << "input " << i;
+      for (size_t j = 0; j < a.size(); ++j) {
+        EXPECT_NEAR(a[j], b[j], 1e-12 + 1e-10 * std::max(std::abs(a[j]), std::abs(b[j])))
+            << "input " << i << " element " << j << " (cpu vs torch)";
+      }
+    }
+  }
+}
+
+TEST(GradCpuVsTorch, Elementwise) { compare_backends(elementwise_cases()); }
+TEST(GradCpuVsTorch, Reductions) { compare_backends(reduction_cases()); }
+TEST(GradCpuVsTorch, LinalgAndMovement) { compare_backends(linalg_and_movement_cases()); }
+TEST(GradCpuVsTorch, Indexing) { compare_backends(indexing_cases()); }
+TEST(GradCpuVsTorch, Neural) { compare_backends(neural_cases()); }
+TEST(GradCpuVsTorch, Composite) { compare_backends(composite_cases()); }
 
 }  // namespace
 }  // namespace tw

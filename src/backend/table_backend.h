@@ -1,0 +1,185 @@
+// What every backend shares, whatever holds its tensors: the table (id -> tensor, or the error
+// that poisoned it), the checks every op passes before a kernel runs, and storage accounting.
+//
+// execute() refuses an op the backend does not support (naming op and backend), requires fresh
+// and distinct output ids, propagates the error of a poisoned input to the outputs, validates
+// the op with ir::infer, and only then calls the backend's run(). Whatever run() returns or
+// throws, the op's outputs end up either set or poisoned, and no exception leaves execute().
+//
+// T is the backend's tensor handle; TableTraits<T> says how to read its meta and which storage
+// it uses (views share a storage, which bytes_held() counts once while any entry uses it).
+#pragma once
+#include <exception>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "backend/backend.h"
+#include "ir/infer.h"
+
+namespace tw {
+
+template <class T>
+struct TableTraits;  // static TensorMeta meta(const T&); static std::pair<const void*, size_t>
+                     // storage(const T&): identity and bytes of the storage (null: none)
+
+inline std::string tensor_id_str(ir::TensorId id) { return "%" + std::to_string(id); }
+
+// The error for an op a backend has no kernel for.
+inline Status unsupported_op(const std::string& op, const std::string& backend) {
+  return unimplemented(op + ": not supported by the " + backend +
+                       " backend; run it on a device whose backend supports it (such as cpu)");
+}
+
+template <class T>
+class TableBackend : public Backend {
+ public:
+  Status execute(const ir::Op& op) final;
+  void fail(const ir::Op& op, const Status& error) final {
+    poison(ir::op_outputs(op), nullptr, error);
+  }
+  Result<TensorMeta> meta(ir::TensorId id) const final {
+    auto it = table_.find(id);
+    if (it == table_.end()) return not_found("unknown tensor id " + tensor_id_str(id));
+    if (auto* p = std::get_if<Poisoned>(&it->second)) return p->meta;
+    return TableTraits<T>::meta(std::get<T>(it->second));
+  }
+  Status drop(ir::TensorId id) final {
+    auto it = table_.find(id);
+    if (it == table_.end()) return not_found("drop: unknown tensor id " + tensor_id_str(id));
+    erase(it);
+    return Status::OK();
+  }
+  size_t bytes_held() const final { return bytes_held_; }
+  size_t tensor_count() const final { return table_.size(); }
+
+  // A live tensor, or the error it was poisoned with.
+  Result<const T*> tensor(ir::TensorId id) const {
+    auto it = table_.find(id);
+    if (it == table_.end()) return not_found("unknown tensor id " + tensor_id_str(id));
+    if (auto* p = std::get_if<Poisoned>(&it->second)) return p->error;
+    return &std::get<T>(it->second);
+  }
+
+ protected:
+  // Runs an op that passed every check: its inputs exist and are live (tensor() finds them),
+  // `metas` are its outputs' inferred metas in op_outputs order. Returns one tensor per output,
+  // in that order.
+  virtual Result<std::vector<T>> run(const ir::Op& op, const std::vector<TensorMeta>& metas) = 0;
+
+ private:
+  struct Poisoned {
+    TensorMeta meta;
+    Status error;
+  };
+  using Entry = std::variant<T, Poisoned>;
+  using Table = std::unordered_map<ir::TensorId, Entry>;
+
+  Result<std::vector<T>> run_guarded(const ir::Op& op, const std::vector<TensorMeta>& metas);
+  void poison(const std::vector<ir::TensorId>& outs, const std::vector<TensorMeta>* metas,
+              const Status& error) {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (outs[i] == 0 || table_.count(outs[i])) continue;  // never overwrite a live tensor
+      TensorMeta m = metas && i < metas->size() ? (*metas)[i] : TensorMeta{};
+      table_[outs[i]] = Poisoned{m, error};
+    }
+  }
+  void insert(ir::TensorId id, T t) {
+    const auto [sid, bytes] = TableTraits<T>::storage(t);
+    if (sid) {
+      auto& [refs, held] = storages_[sid];
+      if (refs++ == 0) {
+        held = bytes;
+        bytes_held_ += bytes;
+      }
+    }
+    table_.insert_or_assign(id, Entry(std::move(t)));
+  }
+  void erase(typename Table::iterator it) {
+    if (auto* t = std::get_if<T>(&it->second)) {
+      const void* sid = TableTraits<T>::storage(*t).first;
+      auto s = sid ? storages_.find(sid) : storages_.end();
+      if (s != storages_.end() && --s->second.first == 0) {
+        bytes_held_ -= s->second.second;
+        storages_.erase(s);
+      }
+    }
+    table_.erase(it);
+  }
+
+  Table table_;
+  std::unordered_map<const void*, std::pair<size_t, size_t>> storages_;  // id -> (refs, bytes)
+  size_t bytes_held_ = 0;
+};
+
+template <class T>
+Status TableBackend<T>::execute(const ir::Op& op) {
+  if (std::holds_alternative<std::monostate>(op)) return invalid_argument("empty op");
+  const std::vector<ir::TensorId> outs = ir::op_outputs(op);
+  const std::string name = ir::op_name(op);
+  // Output ids must be fresh and distinct; an op may not overwrite a live tensor.
+  std::unordered_set<ir::TensorId> seen;
+  for (ir::TensorId id : outs) {
+    if (id == 0) return invalid_argument(name + ": output id 0 is reserved for 'no tensor'");
+    if (table_.count(id)) {
+      return invalid_argument(name + ": output id " + tensor_id_str(id) + " is already in use");
+    }
+    if (!seen.insert(id).second) {
+      return invalid_argument(name + ": output id " + tensor_id_str(id) + " appears twice");
+    }
+  }
+  if (!supports(ir::op_code(op))) {
+    Status err = unsupported_op(name, this->name());
+    poison(outs, nullptr, err);
+    return err;
+  }
+  // An input poisoned by an earlier failure poisons the outputs with the same error.
+  for (ir::TensorId id : ir::op_inputs(op)) {
+    auto it = table_.find(id);
+    if (it == table_.end()) continue;  // inference reports unknown ids
+    if (auto* p = std::get_if<Poisoned>(&it->second)) {
+      Status err = p->error;
+      poison(outs, nullptr, err);
+      return err;
+    }
+  }
+  auto metas = ir::infer(op, [this](ir::TensorId id) { return meta(id); });
+  if (!metas.ok()) {
+    poison(outs, nullptr, metas.status());
+    return metas.status();
+  }
+  auto done = run_guarded(op, *metas);
+  Status st = done.status();
+  if (done.ok() && done->size() != outs.size()) {
+    st = internal_error("the " + this->name() + " backend produced " +
+                        std::to_string(done->size()) + " outputs, expected " +
+                        std::to_string(outs.size()));
+  }
+  if (st.ok()) {
+    for (size_t i = 0; i < outs.size(); ++i) insert(outs[i], std::move((*done)[i]));
+    return Status::OK();
+  }
+  if (st.message().rfind(name + ":", 0) != 0) st = st.with_context(name);
+  poison(outs, &*metas, st);
+  return st;
+}
+
+// A kernel that throws (out of memory, or a library's exception) fails its op, never the
+// process.
+template <class T>
+Result<std::vector<T>> TableBackend<T>::run_guarded(const ir::Op& op,
+                                                    const std::vector<TensorMeta>& metas) {
+  try {
+    return run(op, metas);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("out of memory in the " + name() + " backend");
+  } catch (const std::exception& e) {
+    return internal_error("the " + name() + " backend failed: " + e.what());
+  }
+}
+
+}  // namespace tw

@@ -1,0 +1,313 @@
+// Reductions, matmul, movement, indexing, neural ops and their gradients through ATen, adapted to
+// docs/ops.md where ATen differs: argmax/argmin of bool (ATen has no kernel), prod over several
+// dims (ATen takes one), integral means (computed in double), index checks that report the
+// first bad index in row-major order (ATen's messages differ), integer index dtypes (ATen's
+// gather and scatter take i64 only), empty inputs (ATen's pooling refuses them; its convolution
+// with no input channels gives a wrong shape) and layer_norm (composed; see there).
+#include <algorithm>
+#include <numeric>
+
+#include "backend/torch/torch_ops.h"
+#include "ir/infer.h"
+
+namespace tw::torch {
+namespace {
+
+using ir::ReduceKind;
+
+int64_t norm_dim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
+
+Status index_error(const char* op, const BadIndex& bad, int64_t dim, int64_t size) {
+  return out_of_range(std::string(op) + ": index " + std::to_string(bad.value) +
+                      " out of range for dim " + std::to_string(dim) + " of size " +
+                      std::to_string(size));
+}
+
+at::Tensor zeros(const TensorMeta& m) { return at::zeros(sizes(m.shape), options(m.dtype)); }
+
+}  // namespace
+
+// ---- reductions ----
+
+Result<at::Tensor> run(const ir::Reduce& op, const Ctx& ctx) {
+  at::Tensor x = ctx.in(op.x);
+  if (x.dim() == 0) x = x.reshape({1});  // a 0-d input reduces as one element
+  const int64_t rank = x.dim();
+  std::vector<int64_t> dims;
+  if (op.dims.empty() || ctx.in(op.x).dim() == 0) {
+    dims.resize(static_cast<size_t>(rank));
+    std::iota(dims.begin(), dims.end(), int64_t{0});
+  } else {
+    for (int64_t d : op.dims) dims.push_back(norm_dim(d, rank));
+  }
+  const TensorMeta& out = ctx.out();
+  at::Tensor r;  // reduced with keepdim; reshaped to the inferred shape below
+  switch (op.kind) {
+    case ReduceKind::kSum: r = at::sum(x, dims, true, scalar_type(out.dtype)); break;
+    case ReduceKind::kMean:
+      // Integral means are computed in double (docs/ops.md), then converted.
+      r = x.is_floating_point() ? at::mean(x, dims, true)
+                                : at::mean(x.to(at::kDouble), dims, true).to(scalar_type(out.dtype));
+      break;
+    case ReduceKind::kProd: {
+      // ATen's prod takes one dim: move the reduced dims last and flatten them into one.
+      std::vector<int64_t> order, flat;
+      int64_t reduced = 1;
+      for (int64_t d = 0; d < rank; ++d) {
+        if (std::find(dims.begin(), dims.end(), d) != dims.end()) {
+          reduced *= x.size(d);
+        } else {
+          order.push_back(d);
+          flat.push_back(x.size(d));
+        }
+      }
+      order.insert(order.end(), dims.begin(), dims.end());
+      flat.push_back(reduced);
+      r = at::prod(x.permute(order).reshape(flat), -1, false, scalar_type(out.dtype));
+      break;
+    }
+    case ReduceKind::kMax: r = at::amax(x, dims, true); break;
+    case ReduceKind::kMin: r = at::amin(x, dims, true); break;
+    case ReduceKind::kArgmax:
+    case ReduceKind::kArgmin: {
+      // ATen has no bool kernel; as u8 the order (false < true) and the first occurrence hold.
+      const at::Tensor v = x.scalar_type() == at::kBool ? x.to(at::kByte) : x;
+      const bool all = op.dims.empty();
+      const at::Tensor src = all ? v.reshape({-1}) : v;
+      const int64_t d = all ? 0 : dims.at(0);
+      r = op.kind == ReduceKind::kArgmax ? at::argmax(src, d, true) : at::argmin(src, d, true);
+      break;
+    }
+    case ReduceKind::kCount: return internal_error("reduce: unknown kind");
+  }
+  return r.reshape(sizes(out.shape));
+}
+
+Result<at::Tensor> run(const ir::Cumsum& op, const Ctx& ctx) {
+  const at::Tensor& x = ctx.in(op.x);
+  return at::cumsum(x, x.dim() == 0 ? 0 : norm_dim(op.dim, x.dim()), scalar_type(ctx.out().dtype));
+}
+
+// ---- linear algebra ----
+
+Result<at::Tensor> run(const ir::MatMul& op, const Ctx& ctx) {
+  return at::matmul(ctx.in(op.a), ctx.in(op.b));
+}
+
+// ---- movement ----
+
+Result<at::Tensor> run(const ir::Reshape& op, const Ctx& ctx) {
+  return ctx.in(op.x).reshape(sizes(ctx.out().shape));
+}
+
+Result<at::Tensor> run(const ir::Permute& op, const Ctx& ctx) { return ctx.in(op.x).permute(op.dims); }
+
+Result<at::Tensor> run(const ir::Expand& op, const Ctx& ctx) {
+  return ctx.in(op.x).expand(sizes(ctx.out().shape));
+}
+
+namespace {
+
+// The slice of t as a view (shares t's storage), bounds normalised as inference does.
+Result<at::Tensor> slice_view(const at::Tensor& t, const std::vector<int64_t>& starts,
+                              const std::vector<int64_t>& ends, const std::vector<int64_t>& steps) {
+  std::vector<int64_t> size(t.sizes().begin(), t.sizes().end());
+  std::vector<int64_t> stride(t.strides().begin(), t.strides().end());
+  int64_t offset = t.storage_offset();
+  bool empty = false;
+  for (size_t d = 0; d < size.size(); ++d) {
+    TW_ASSIGN_OR_RETURN(ir::SliceDim s, ir::normalize_slice(starts.at(d), ends.at(d),
+                                                            steps.at(d), size[d]));
+    empty |= s.size == 0;
+    offset += s.start * stride[d];
+    size[d] = s.size;
+    stride[d] *= s.step;
+  }
+  if (empty) return at::empty(size, t.options());
+  return t.as_strided(size, stride, offset);
+}
+
+}  // namespace
+
+Result<at::Tensor> run(const ir::Slice& op, const Ctx& ctx) {
+  return slice_view(ctx.in(op.x), op.starts, op.ends, op.steps);
+}
+
+Result<at::Tensor> run(const ir::SliceAssign& op, const Ctx& ctx) {
+  at::Tensor out = ctx.in(op.x).clone(at::MemoryFormat::Contiguous);
+  TW_ASSIGN_OR_RETURN(at::Tensor region, slice_view(out, op.starts, op.ends, op.steps));
+  if (region.numel() > 0) region.copy_(ctx.in(op.src));  // src broadcasts to the region
+  return out;
+}
+
+Result<at::Tensor> run(const ir::Cat& op, const Ctx& ctx) {
+  std::vector<at::Tensor> xs;
+  for (const ir::In& in : op.xs) xs.push_back(ctx.in(in));
+  return at::cat(xs, norm_dim(op.dim, xs.at(0).dim()));
+}
+
+Result<at::Tensor> run(const ir::Flip& op, const Ctx& ctx) {
+  if (op.dims.empty()) return ctx.in(op.x);
+  return at::flip(ctx.in(op.x), op.dims);
+}
+
+Result<at::Tensor> run(const ir::Repeat& op, const Ctx& ctx) { return ctx.in(op.x).repeat(op.repeats); }
+
+// ---- indexing ----
+
+Result<at::Tensor> run(const ir::Gather& op, const Ctx& ctx) {
+  const at::Tensor& x = ctx.in(op.x);
+  const at::Tensor& index = ctx.in(op.index);
+  const int64_t dim = x.dim() == 0 ? 0 : norm_dim(op.dim, x.dim());
+  const int64_t size = x.dim() == 0 ? 1 : x.size(dim);
+  if (index.numel() == 0) return at::empty(sizes(ctx.out().shape), x.options());
+  const BadIndex bad = find_bad_index(index, size);
+  if (bad.pos >= 0) return index_error("gather", bad, dim, size);
+  return at::gather(x, dim, index.to(at::kLong));
+}
+
+Result<at::Tensor> run(const ir::ScatterAdd& op, const Ctx& ctx) {
+  const at::Tensor& x = ctx.in(op.x);
+  const at::Tensor& index = ctx.in(op.index);
+  const int64_t dim = x.dim() == 0 ? 0 : norm_dim(op.dim, x.dim());
+  const int64_t size = x.dim() == 0 ? 1 : x.size(dim);
+  if (index.numel() == 0) return x;
+  const BadIndex bad = find_bad_index(index, size);
+  if (bad.pos >= 0) return index_error("scatter_add", bad, dim, size);
+  return at::scatter_add(x, dim, index.to(at::kLong), ctx.in(op.src));
+}
+
+Result<at::Tensor> run(const ir::IndexSelect& op, const Ctx& ctx) {
+  const at::Tensor& x = ctx.in(op.x);
+  const at::Tensor& index = ctx.in(op.index);
+  const int64_t dim = x.dim() == 0 ? 0 : norm_dim(op.dim, x.dim());
+  const int64_t size = x.dim() == 0 ? 1 : x.size(dim);
+  const BadIndex bad = find_bad_index(index, size);
+  if (bad.pos >= 0) return index_error("index_select", bad, dim, size);
+  return at::index_select(x, dim, index);
+}
+
+Result<at::Tensor> run(const ir::OneHot& op, const Ctx& ctx) {
+  const at::Tensor& x = ctx.in(op.x);
+  const BadIndex bad = find_bad_index(x, op.num_classes);
+  if (bad.pos >= 0) {
+    return out_of_range("one_hot: value " + std::to_string(bad.value) +
+                        " out of range for num_classes " + std::to_string(op.num_classes));
+  }
+  return at::one_hot(x.to(at::kLong), op.num_classes);
+}
+
+// ---- neural ----
+
+Result<at::Tensor> run(const ir::Softmax& op, const Ctx& ctx) {
+  const at::Tensor& x = ctx.in(op.x);
+  const int64_t dim = x.dim() == 0 ? 0 : norm_dim(op.dim, x.dim());
+  return op.log ? at::log_softmax(x, dim) : at::softmax(x, dim);
+}
+
+Result<at::Tensor> run(const ir::Conv2d& op, const Ctx& ctx) {
+  const TensorMeta& out = ctx.out();
+  const at::Tensor& x = ctx.in(op.x);
+  const at::Tensor& w = ctx.in(op.w);
+  c10::optional<at::Tensor> bias;
+  if (ctx.has(op.bias)) bias = ctx.in(op.bias);
+  if (numel(out.shape) == 0) return at::empty(sizes(out.shape), options(out.dtype));
+  if (x.numel() == 0 || w.numel() == 0) {
+    // No input channels (or an empty kernel): every output is its bias. ATen's convolution
+    // gets the shape of this case wrong.
+    if (!bias) return zeros(out);
+    return bias->reshape({1, -1, 1, 1}).expand(sizes(out.shape)).contiguous();
+  }
+  return at::conv2d(x, w, bias, op.stride, op.padding, op.dilation, op.groups);
+}
+
+Result<at::Tensor> run(const ir::Pool2d& op, const Ctx& ctx) {
+  const TensorMeta& out = ctx.out();
+  const at::Tensor& x = ctx.in(op.x);
+  if (numel(out.shape) == 0) return at::empty(sizes(out.shape), options(out.dtype));
+  if (op.kind == ir::PoolKind::kMax) {
+    return at::max_pool2d(x, op.kernel, op.stride, op.padding, {1, 1}, false);
+  }
+  // Padding counts as zeros: the divisor is always kH * kW (count_include_pad).
+  return at::avg_pool2d(x, op.kernel, op.stride, op.padding, false, true, c10::nullopt);
+}
+
+Result<at::Tensor> run(const ir::AdaptiveAvgPool2d& op, const Ctx& ctx) {
+  const TensorMeta& out = ctx.out();
+  if (numel(out.shape) == 0) return at::empty(sizes(out.shape), options(out.dtype));
+  return at::adaptive_avg_pool2d(ctx.in(op.x), op.output_size);
+}
+
+// y = (x - mean) / sqrt(var + eps) * weight + bias, composed as docs/ops.md and the CPU kernel
+// state it: mean and biased variance in two passes in double, then (x - mean) * rstd in x's
+// dtype. ATen's fused kernel computes x * rstd - mean * rstd instead, which cancels badly when
+// the variance is small next to eps (a constant f32 row came out 4e-5 away from its bias).
+Result<at::Tensor> run(const ir::LayerNorm& op, const Ctx& ctx) {
+  const at::Tensor& x = ctx.in(op.x);
+  const TensorMeta& out = ctx.out();
+  if (x.numel() == 0) return at::empty(sizes(out.shape), options(out.dtype));
+  std::vector<int64_t> dims;
+  for (int64_t d = x.dim() - op.normalized_dims; d < x.dim(); ++d) dims.push_back(d);
+  const at::Tensor xd = x.to(at::kDouble);
+  const at::Tensor mean = at::mean(xd, dims, true);
+  const at::Tensor var = at::mean(at::square(xd - mean), dims, true);
+  const at::Tensor rstd = at::reciprocal(at::sqrt(var + op.eps)).to(x.scalar_type());
+  at::Tensor y = at::mul(x - mean.to(x.scalar_type()), rstd);
+  if (ctx.has(op.weight)) y.mul_(ctx.in(op.weight));
+  if (ctx.has(op.bias)) y.add_(ctx.in(op.bias));
+  return y;
+}
+
+// ---- gradients ----
+
+Result<at::Tensor> run(const ir::Conv2dBackwardInput& op, const Ctx& ctx) {
+  const TensorMeta& out = ctx.out();
+  const at::Tensor& grad = ctx.in(op.grad);
+  const at::Tensor& w = ctx.in(op.w);
+  if (numel(out.shape) == 0) return at::empty(sizes(out.shape), options(out.dtype));
+  if (grad.numel() == 0 || w.numel() == 0) return zeros(out);  // no tap reaches x
+  // ATen takes x itself; only its shape matters for this gradient.
+  const at::Tensor x = at::empty(sizes(op.x_shape), grad.options());
+  auto r = at::convolution_backward(grad, x, w, c10::nullopt, op.stride, op.padding, op.dilation,
+                                    false, {0, 0}, op.groups, {true, false, false});
+  return std::get<0>(r);
+}
+
+Result<at::Tensor> run(const ir::Conv2dBackwardWeight& op, const Ctx& ctx) {
+  const TensorMeta& out = ctx.out();
+  const at::Tensor& grad = ctx.in(op.grad);
+  const at::Tensor& x = ctx.in(op.x);
+  if (numel(out.shape) == 0) return at::empty(sizes(out.shape), options(out.dtype));
+  if (grad.numel() == 0 || x.numel() == 0) return zeros(out);
+  // ATen takes w itself; only its shape matters for this gradient.
+  const at::Tensor w = at::empty(sizes(op.w_shape), grad.options());
+  auto r = at::convolution_backward(grad, x, w, c10::nullopt, op.stride, op.padding, op.dilation,
+                                    false, {0, 0}, op.groups, {false, true, false});
+  return std::get<1>(r);
+}
+
+Result<at::Tensor> run(const ir::Pool2dBackward& op, const Ctx& ctx) {
+  const TensorMeta& out = ctx.out();
+  const at::Tensor& grad = ctx.in(op.grad);
+  const at::Tensor& x = ctx.in(op.x);
+  if (numel(out.shape) == 0) return at::empty(sizes(out.shape), options(out.dtype));
+  if (op.kind == ir::PoolKind::kMax) {
+    // The positions the forward pass chose (first of equal values, NaN wins), as Pool2d.
+    const auto fwd = at::max_pool2d_with_indices(x, op.kernel, op.stride, op.padding, {1, 1}, false);
+    return at::max_pool2d_with_indices_backward(grad, x, op.kernel, op.stride, op.padding, {1, 1},
+                                                false, std::get<1>(fwd));
+  }
+  return at::avg_pool2d_backward(grad, x, op.kernel, op.stride, op.padding, false, true,
+                                 c10::nullopt);
+}
+
+Result<at::Tensor> run(const ir::AdaptiveAvgPool2dBackward& op, const Ctx& ctx) {
+  const TensorMeta& out = ctx.out();
+  const at::Tensor& grad = ctx.in(op.grad);
+  if (numel(out.shape) == 0) return at::empty(sizes(out.shape), options(out.dtype));
+  // ATen takes the forward input; only its shape matters for this gradient.
+  const at::Tensor x = at::empty(sizes(out.shape), grad.options());
+  return at::_adaptive_avg_pool2d_backward(grad, x);
+}
+
+}  // namespace tw::torch
