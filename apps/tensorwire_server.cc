@@ -15,20 +15,21 @@
 namespace {
 
 void usage(FILE* to) {
-  std::fprintf(to,
-               "usage: tensorwire-server [options]\n"
-               "  --listen URL          tcp://host:port or unix:///path (repeatable; default "
-               "tcp://127.0.0.1:7070; port 0 picks a free one)\n"
-               "  --devices N           devices to host (default 1)\n"
-               "  --backend NAME        cpu (default) or torch (builds with libtorch), or one per\n"
-               "                        device, comma-separated: cpu,torch hosts device 0 on cpu\n"
-               "                        and device 1 on torch\n"
-               "  --workers N           execution threads shared by all sessions (default: cores)\n"
-               "  --threads N           intra-op threads per kernel (default: cores)\n"
-               "  --max-sessions N      (default 4096)\n"
-               "  --max-frame BYTES     largest frame a client may send (default 1073741824)\n"
-               "  --session-memory BYTES  tensor bytes one session may hold (default 8 GiB)\n"
-               "  --queue-depth N       batches queued per session before backpressure (default 64)\n");
+  std::fprintf(
+      to,
+      "usage: tensorwire-server [options]\n"
+      "  --listen URL          tcp://host:port or unix:///path (repeatable; default "
+      "tcp://127.0.0.1:7070; port 0 picks a free one)\n"
+      "  --devices N           devices to host (default 1)\n"
+      "  --backend NAME        cpu (default) or torch (builds with libtorch), or one per\n"
+      "                        device, comma-separated: cpu,torch hosts device 0 on cpu\n"
+      "                        and device 1 on torch\n"
+      "  --workers N           execution threads shared by all sessions (default: cores)\n"
+      "  --threads N           intra-op threads per kernel (default: cores)\n"
+      "  --max-sessions N      (default 4096)\n"
+      "  --max-frame BYTES     largest frame a client may send (default 1073741824)\n"
+      "  --session-memory BYTES  tensor bytes one session may hold (default 8 GiB)\n"
+      "  --queue-depth N       batches queued per session before backpressure (default 64)\n");
 }
 
 bool parse_u64(const char* s, uint64_t& out) {
