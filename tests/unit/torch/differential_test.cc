@@ -749,6 +749,18 @@ TEST(CpuVsTorch, RandomTensorsBitIdentical) {
   }
 }
 
+// Tensor::to moves a tensor between the devices, every dtype, bytes unchanged.
+TEST(CpuVsTorch, TransfersBetweenDevicesKeepBytes) {
+  if (!Device::torch_available()) GTEST_SKIP() << "this build has no torch backend";
+  for (DType dt : kAny) {
+    manual_seed(3);
+    const Tensor x = randn({3, 5}, kF32).mul(100.0).to(dt).t();  // a strided view
+    const Tensor on_torch = x.to(Device::torch());
+    EXPECT_EQ(on_torch.device(), Device::torch());
+    EXPECT_EQ(on_torch.to(Device::cpu()).to_bytes(), x.to_bytes()) << dtype_name(dt);
+  }
+}
+
 // ---------------------------------------------------------------------------- gradient ops
 
 // Uploads a case's inputs (contiguous) as tensors that take a gradient, runs the op named by the
