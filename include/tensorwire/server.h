@@ -61,9 +61,9 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// Starts a server hosting options.devices devices of `device`'s kind (cpu or torch). Throws tw::Error naming
-// the problem (address in use, a device that does not execute ops itself such as a remote
-// device, ...). Never aborts.
+// Starts a server hosting options.devices devices of `device`'s kind (cpu or torch). Throws
+// tw::Error naming the problem (address in use, a device that does not execute ops itself such as a
+// remote device, ...). Never aborts.
 std::unique_ptr<Server> serve(const Device& device, ServerOptions options = {});
 // As serve(), with the backend named in options.backend.
 std::unique_ptr<Server> serve(ServerOptions options = {});

@@ -33,7 +33,8 @@ Result<tw::Backend* (*)()> torch_entry() {
       return;
     }
     entry = reinterpret_cast<tw::Backend* (*)()>(dlsym(handle, kTorchBackendEntry));
-    if (!entry) error = std::string("the torch backend module ") + path + " lacks " + kTorchBackendEntry;
+    if (!entry)
+      error = std::string("the torch backend module ") + path + " lacks " + kTorchBackendEntry;
   });
   if (!entry) return unavailable(error);
   return entry;

@@ -155,9 +155,9 @@ Status TableBackend<T>::execute(const ir::Op& op) {
   auto done = run_guarded(op, *metas);
   Status st = done.status();
   if (done.ok() && done->size() != outs.size()) {
-    st = internal_error("the " + this->name() + " backend produced " +
-                        std::to_string(done->size()) + " outputs, expected " +
-                        std::to_string(outs.size()));
+    st =
+        internal_error("the " + this->name() + " backend produced " + std::to_string(done->size()) +
+                       " outputs, expected " + std::to_string(outs.size()));
   }
   if (st.ok()) {
     for (size_t i = 0; i < outs.size(); ++i) insert(outs[i], std::move((*done)[i]));

@@ -59,9 +59,9 @@ Result<std::vector<std::string>> device_backends(const ServerOptions& opts) {
   for (const std::string& name : names) TW_RETURN_NOT_OK(make_backend(name).status());
   if (names.size() == 1) return std::vector<std::string>(std::max(opts.devices, 1), names[0]);
   if (opts.devices != 1 && opts.devices != static_cast<int>(names.size())) {
-    return invalid_argument("--backend " + opts.backend + " names " +
-                            std::to_string(names.size()) + " devices but --devices is " +
-                            std::to_string(opts.devices) + "; give one backend, or one per device");
+    return invalid_argument("--backend " + opts.backend + " names " + std::to_string(names.size()) +
+                            " devices but --devices is " + std::to_string(opts.devices) +
+                            "; give one backend, or one per device");
   }
   return names;
 }

@@ -49,7 +49,8 @@ TEST(TorchRemote, ServerHostsCpuAndTorchDevicesAndNamesTheirBackends) {
   EXPECT_EQ(on_cpu, program(Device::cpu()));
   EXPECT_EQ(on_torch, program(Device::torch()));
   ASSERT_EQ(on_cpu.size(), on_torch.size());
-  for (size_t i = 0; i < on_cpu.size(); ++i) EXPECT_NEAR(on_cpu[i], on_torch[i], 1e-4 * std::abs(on_cpu[i]));
+  for (size_t i = 0; i < on_cpu.size(); ++i)
+    EXPECT_NEAR(on_cpu[i], on_torch[i], 1e-4 * std::abs(on_cpu[i]));
 }
 
 TEST(TorchRemote, TorchOnlyServerAndDataErrors) {
@@ -66,7 +67,8 @@ TEST(TorchRemote, TorchOnlyServerAndDataErrors) {
     (void)bad.to_vector<float>();
     FAIL() << "reading a failed gather did not throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("gather: index 5 out of range"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gather: index 5 out of range"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(arange(0, 5, 1, kI64, d).sum().item<int64_t>(), 10);
 }
@@ -99,7 +101,9 @@ TEST(TorchRemote, BackendListValidation) {
     auto s = serve(opts);
     FAIL() << "an unknown backend must be refused";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown backend 'cuda' (this build has: cpu"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown backend 'cuda' (this build has: cpu"),
+              std::string::npos)
+        << e.what();
   }
 }
 

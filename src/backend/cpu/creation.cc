@@ -1,9 +1,9 @@
 // Creation kernels: Full, Arange, Eye, FromHost and the Philox-based random ops.
 #include <cmath>
-#include <cstring>
 
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernels.h"
+#include "backend/upload.h"
 #include "core/philox.h"
 
 namespace tw::cpu {
@@ -52,7 +52,8 @@ Status run(const ir::Arange& op, KernelContext& ctx) {
       const double step = op.step.as_double();
       parallel_chunks(n, chunk_grain(n), [&](int64_t, int64_t b, int64_t e) {
         // One rounding (a fused multiply-add), whatever the compiler's contraction settings.
-        for (int64_t i = b; i < e; ++i) o[i] = convert<T>(std::fma(static_cast<double>(i), step, start));
+        for (int64_t i = b; i < e; ++i)
+          o[i] = convert<T>(std::fma(static_cast<double>(i), step, start));
       });
     }
     return Status::OK();
@@ -76,26 +77,12 @@ Status run(const ir::Eye& op, KernelContext& ctx) {
 Status run(const ir::FromHost& op, KernelContext& ctx) {
   const TensorMeta& meta = ctx.meta(op.out);
   TW_RETURN_NOT_OK(check_out_dtype("from_host", meta, op.dtype));
-  const size_t elem = dtype_size(op.dtype);
-  const size_t nbytes = static_cast<size_t>(numel(meta.shape)) * elem;
-  const Buffer& data = op.data.data;
-  if (data.size() != nbytes) {
-    return invalid_argument("from_host: " + std::to_string(data.size()) + " bytes given for " +
-                            meta_str(meta) + ", which needs " + std::to_string(nbytes));
-  }
-  // The bytes already sit in a pooled buffer (received or copied once by the client): adopt
-  // them as the tensor's storage when they are aligned for the element type; copy otherwise.
-  if (nbytes == 0 || reinterpret_cast<uintptr_t>(data.data()) % elem == 0) {
-    CpuTensor t;
-    t.buffer = data;
-    t.shape = meta.shape;
-    t.strides = contiguous_strides(meta.shape);
-    t.dtype = op.dtype;
-    return ctx.set_view(op.out, std::move(t));
-  }
-  CpuTensor& out = ctx.alloc(op.out);
-  std::memcpy(out.buffer.data(), data.data(), nbytes);
-  return Status::OK();
+  CpuTensor t;
+  TW_ASSIGN_OR_RETURN(t.buffer, from_host_storage(op, meta));
+  t.shape = meta.shape;
+  t.strides = contiguous_strides(meta.shape);
+  t.dtype = op.dtype;
+  return ctx.set_view(op.out, std::move(t));
 }
 
 Status run(const ir::RandUniform& op, KernelContext& ctx) {

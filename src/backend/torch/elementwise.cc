@@ -5,12 +5,14 @@
 // clamp bounds (ATen ignores them; ours propagate), scalar conversion (ATen checks for overflow;
 // ours wraps or saturates as Cast does) and random numbers (tensorwire's Philox generator, run
 // on the host, as is arange).
+#include "backend/cpu/elementwise.h"
+
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 
-#include "backend/cpu/elementwise.h"
 #include "backend/torch/torch_ops.h"
+#include "backend/upload.h"
 #include "core/half.h"
 #include "ir/infer.h"
 
@@ -189,7 +191,9 @@ BadIndex find_bad_index(const at::Tensor& index, int64_t limit) {
 
 // ---- creation ----
 
-Result<at::Tensor> run(const ir::Full& op, const Ctx&) { return full(op.shape, op.value, op.dtype); }
+Result<at::Tensor> run(const ir::Full& op, const Ctx&) {
+  return full(op.shape, op.value, op.dtype);
+}
 
 // On the host: docs/ops.md computes start + i * step with one rounding (a fused multiply-add),
 // which no ATen op does; the CPU kernel gives exactly those values.
@@ -206,20 +210,8 @@ Result<at::Tensor> run(const ir::Eye& op, const Ctx&) {
 }
 
 Result<at::Tensor> run(const ir::FromHost& op, const Ctx& ctx) {
-  const TensorMeta& meta = ctx.out();
-  const size_t elem = dtype_size(op.dtype);
-  const size_t nbytes = static_cast<size_t>(numel(meta.shape)) * elem;
-  const Buffer& data = op.data.data;
-  if (data.size() != nbytes) {
-    return invalid_argument("from_host: " + std::to_string(data.size()) + " bytes given for " +
-                            meta_str(meta) + ", which needs " + std::to_string(nbytes));
-  }
-  // Adopt the received bytes as the tensor's storage when they are aligned for the element
-  // type; copy otherwise.
-  if (nbytes == 0 || reinterpret_cast<uintptr_t>(data.data()) % elem == 0) {
-    return tensor_over(data, meta);
-  }
-  return tensor_over(Buffer::copy_of(data.data(), nbytes), meta);
+  TW_ASSIGN_OR_RETURN(Buffer bytes, from_host_storage(op, ctx.out()));
+  return tensor_over(std::move(bytes), ctx.out());
 }
 
 // The random ops: tensorwire's generator on the host (ATen's differs), so a seed gives the

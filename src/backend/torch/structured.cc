@@ -46,8 +46,9 @@ Result<at::Tensor> run(const ir::Reduce& op, const Ctx& ctx) {
     case ReduceKind::kSum: r = at::sum(x, dims, true, scalar_type(out.dtype)); break;
     case ReduceKind::kMean:
       // Integral means are computed in double (docs/ops.md), then converted.
-      r = x.is_floating_point() ? at::mean(x, dims, true)
-                                : at::mean(x.to(at::kDouble), dims, true).to(scalar_type(out.dtype));
+      r = x.is_floating_point()
+              ? at::mean(x, dims, true)
+              : at::mean(x.to(at::kDouble), dims, true).to(scalar_type(out.dtype));
       break;
     case ReduceKind::kProd: {
       // ATen's prod takes one dim: move the reduced dims last and flatten them into one.
@@ -100,7 +101,9 @@ Result<at::Tensor> run(const ir::Reshape& op, const Ctx& ctx) {
   return ctx.in(op.x).reshape(sizes(ctx.out().shape));
 }
 
-Result<at::Tensor> run(const ir::Permute& op, const Ctx& ctx) { return ctx.in(op.x).permute(op.dims); }
+Result<at::Tensor> run(const ir::Permute& op, const Ctx& ctx) {
+  return ctx.in(op.x).permute(op.dims);
+}
 
 Result<at::Tensor> run(const ir::Expand& op, const Ctx& ctx) {
   return ctx.in(op.x).expand(sizes(ctx.out().shape));
@@ -116,8 +119,8 @@ Result<at::Tensor> slice_view(const at::Tensor& t, const std::vector<int64_t>& s
   int64_t offset = t.storage_offset();
   bool empty = false;
   for (size_t d = 0; d < size.size(); ++d) {
-    TW_ASSIGN_OR_RETURN(ir::SliceDim s, ir::normalize_slice(starts.at(d), ends.at(d),
-                                                            steps.at(d), size[d]));
+    TW_ASSIGN_OR_RETURN(ir::SliceDim s,
+                        ir::normalize_slice(starts.at(d), ends.at(d), steps.at(d), size[d]));
     empty |= s.size == 0;
     offset += s.start * stride[d];
     size[d] = s.size;
@@ -151,7 +154,9 @@ Result<at::Tensor> run(const ir::Flip& op, const Ctx& ctx) {
   return at::flip(ctx.in(op.x), op.dims);
 }
 
-Result<at::Tensor> run(const ir::Repeat& op, const Ctx& ctx) { return ctx.in(op.x).repeat(op.repeats); }
+Result<at::Tensor> run(const ir::Repeat& op, const Ctx& ctx) {
+  return ctx.in(op.x).repeat(op.repeats);
+}
 
 // ---- indexing ----
 
@@ -293,7 +298,8 @@ Result<at::Tensor> run(const ir::Pool2dBackward& op, const Ctx& ctx) {
   if (numel(out.shape) == 0) return at::empty(sizes(out.shape), options(out.dtype));
   if (op.kind == ir::PoolKind::kMax) {
     // The positions the forward pass chose (first of equal values, NaN wins), as Pool2d.
-    const auto fwd = at::max_pool2d_with_indices(x, op.kernel, op.stride, op.padding, {1, 1}, false);
+    const auto fwd =
+        at::max_pool2d_with_indices(x, op.kernel, op.stride, op.padding, {1, 1}, false);
     return at::max_pool2d_with_indices_backward(grad, x, op.kernel, op.stride, op.padding, {1, 1},
                                                 false, std::get<1>(fwd));
   }

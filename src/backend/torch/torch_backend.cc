@@ -83,7 +83,6 @@ void install_allocator() {
   });
 }
 
-
 }  // namespace
 }  // namespace torch
 
@@ -162,7 +161,6 @@ at::Tensor tensor_over(Buffer bytes, const TensorMeta& meta) {
                        /*allocator=*/nullptr, /*resizable=*/false);
   return at::empty({0}, options(meta.dtype)).set_(storage, 0, sizes(meta.shape));
 }
-
 
 namespace {
 

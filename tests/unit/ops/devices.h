@@ -30,9 +30,9 @@ struct DeviceFactory {
 inline void PrintTo(const DeviceFactory& f, std::ostream* os) { *os << f.name; }
 
 inline tw::testing::ServerProcess& test_server() {
-  static tw::testing::ServerProcess server(
-      tw::Device::torch_available() ? std::vector<std::string>{"--backend", "cpu,torch"}
-                                    : std::vector<std::string>{});
+  static tw::testing::ServerProcess server(tw::Device::torch_available()
+                                               ? std::vector<std::string>{"--backend", "cpu,torch"}
+                                               : std::vector<std::string>{});
   return server;
 }
 

@@ -391,7 +391,8 @@ HostTensor arange(const Scalar& start, const Scalar& end, const Scalar& step, DT
   HostTensor out = alloc({n}, dtype);
   bool exact_int = is_integral(dtype) && !start.is_float && !step.is_float;
   for (int64_t k = 0; k < n; ++k) {
-    Num v = exact_int ? inum(wadd(start.i, wmul(k, step.i))) : fnum(std::fma(static_cast<double>(k), st, s));
+    Num v = exact_int ? inum(wadd(start.i, wmul(k, step.i)))
+                      : fnum(std::fma(static_cast<double>(k), st, s));
     set(out, k, convert(v, dtype));
   }
   return out;

@@ -59,7 +59,9 @@ uint32_t seed_of(const std::string& s, int k) {
 class Draw {
  public:
   explicit Draw(uint32_t seed) : rng_(seed) {}
-  int64_t between(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
+  int64_t between(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+  }
   bool chance(double p) { return std::bernoulli_distribution(p)(rng_); }
   template <class T>
   const T& pick(const std::vector<T>& v) {
@@ -83,14 +85,15 @@ class Draw {
     return chance(0.2) ? s : r;
   }
   Layout layout() {
-    static const std::vector<Layout> kAll = {Layout::kContig, Layout::kContig, Layout::kTransposed,
-                                             Layout::kStrided, Layout::kExpanded, Layout::kComposite};
+    static const std::vector<Layout> kAll = {Layout::kContig,     Layout::kContig,
+                                             Layout::kTransposed, Layout::kStrided,
+                                             Layout::kExpanded,   Layout::kComposite};
     return pick(kAll);
   }
   // A value generator; `edges` adds the ones with infinities, NaN and dtype limits.
   Gen gen(bool edges = true) {
-    static const std::vector<Gen> kTame = {Gen::kUniform, Gen::kUniform, Gen::kHalves, Gen::kTies,
-                                           Gen::kIntegral, Gen::kEdgeFinite};
+    static const std::vector<Gen> kTame = {Gen::kUniform, Gen::kUniform,  Gen::kHalves,
+                                           Gen::kTies,    Gen::kIntegral, Gen::kEdgeFinite};
     static const std::vector<Gen> kWild = {Gen::kSpecial, Gen::kEdge, Gen::kWithNaN, Gen::kWrap};
     return edges && chance(0.35) ? pick(kWild) : pick(kTame);
   }
@@ -102,13 +105,15 @@ class Draw {
     return in;
   }
   Scalar scalar() {
-    static const std::vector<double> kFloatValues = {0.0, -0.0, 0.5, -1.5, 2.5, 3.0, 1e10, -1e-3,
-                                                     INFINITY, -INFINITY, NAN, 255.5, 1e300};
-    static const std::vector<int64_t> kIntValues = {0, 1, -1, 2, 3, -7, 127, 255, 256, 300, -129,
-                                                    int64_t{1} << 40, INT64_MIN, INT64_MAX};
+    static const std::vector<double> kFloatValues = {
+        0.0, -0.0, 0.5, -1.5, 2.5, 3.0, 1e10, -1e-3, INFINITY, -INFINITY, NAN, 255.5, 1e300};
+    static const std::vector<int64_t> kIntValues = {
+        0, 1, -1, 2, 3, -7, 127, 255, 256, 300, -129, int64_t{1} << 40, INT64_MIN, INT64_MAX};
     return chance(0.5) ? Scalar(pick(kFloatValues)) : Scalar(pick(kIntValues));
   }
-  int64_t dim(int64_t rank) { return rank == 0 ? pick(std::vector<int64_t>{0, -1}) : between(-rank, rank - 1); }
+  int64_t dim(int64_t rank) {
+    return rank == 0 ? pick(std::vector<int64_t>{0, -1}) : between(-rank, rank - 1);
+  }
 
  private:
   std::mt19937 rng_;
@@ -131,8 +136,10 @@ std::string scalar_str(const std::optional<Scalar>& s) {
   if (!s) return "none";
   std::ostringstream os;
   os.precision(17);
-  if (s->is_float) os << s->f;
-  else os << s->i << " (int)";
+  if (s->is_float)
+    os << s->f;
+  else
+    os << s->i << " (int)";
   return os.str();
 }
 
@@ -144,12 +151,12 @@ std::string describe(const OpCase& c) {
        << " gen " << static_cast<int>(in.gen) << " [" << in.lo << ", " << in.hi << "];";
   }
   const Attrs& a = c.attrs;
-  os << "\n  attrs: dim " << a.dim << " dim2 " << a.dim2 << " dims " << ints_str(a.dims) << " shape "
-     << ints_str(a.shape) << " keepdim " << a.keepdim << " reverse " << a.reverse << " start " << a.start
-     << " end " << a.end << " step " << a.step << " n " << a.n << " s0 " << scalar_str(a.s0) << " s1 "
-     << scalar_str(a.s1) << " s2 " << scalar_str(a.s2)
-     << " dtype " << (a.dtype ? std::string(dtype_name(*a.dtype)) : "none") << " eps " << a.eps
-     << " flag " << a.flag;
+  os << "\n  attrs: dim " << a.dim << " dim2 " << a.dim2 << " dims " << ints_str(a.dims)
+     << " shape " << ints_str(a.shape) << " keepdim " << a.keepdim << " reverse " << a.reverse
+     << " start " << a.start << " end " << a.end << " step " << a.step << " n " << a.n << " s0 "
+     << scalar_str(a.s0) << " s1 " << scalar_str(a.s1) << " s2 " << scalar_str(a.s2) << " dtype "
+     << (a.dtype ? std::string(dtype_name(*a.dtype)) : "none") << " eps " << a.eps << " flag "
+     << a.flag;
   if (!a.kernel.empty() || !a.stride.empty()) {
     os << " kernel " << ints_str(a.kernel) << " stride " << ints_str(a.stride) << " padding "
        << ints_str(a.padding) << " dilation " << ints_str(a.dilation) << " groups " << a.groups;
@@ -164,15 +171,17 @@ struct Outcome {
   std::vector<ref::HostTensor> values;
 };
 
-using Runner = std::function<std::vector<ref::HostTensor>(const OpCase&, const std::vector<ref::HostTensor>&,
-                                                          const Device&)>;
+using Runner = std::function<std::vector<ref::HostTensor>(
+    const OpCase&, const std::vector<ref::HostTensor>&, const Device&)>;
 
 // An op of the registry (tests/unit/ops/op_registry.cc): its one result.
-std::vector<ref::HostTensor> run_op(const OpCase& c, const std::vector<ref::HostTensor>& in, const Device& dev) {
+std::vector<ref::HostTensor> run_op(const OpCase& c, const std::vector<ref::HostTensor>& in,
+                                    const Device& dev) {
   return {download(run_on_device(c, in, dev))};
 }
 
-Outcome outcome(const Runner& run, const OpCase& c, const std::vector<ref::HostTensor>& in, const Device& dev) {
+Outcome outcome(const Runner& run, const OpCase& c, const std::vector<ref::HostTensor>& in,
+                const Device& dev) {
   Outcome o;
   try {
     o.values = run(c, in, dev);
@@ -186,8 +195,10 @@ Outcome outcome(const Runner& run, const OpCase& c, const std::vector<ref::HostT
 std::string value_str(const ref::HostTensor& t, int64_t k) {
   std::ostringstream os;
   os.precision(17);
-  if (t.is_float_dtype()) os << t.f[k];
-  else os << t.i[k];
+  if (t.is_float_dtype())
+    os << t.f[k];
+  else
+    os << t.i[k];
   return os.str();
 }
 
@@ -204,7 +215,8 @@ ZeroSign zero_sign_of(const std::string& op) {
 
 bool agree(double a, double b, Family family, DType dtype, ZeroSign zero_sign) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
-  if (family == Family::kExact) return a == b && (zero_sign == ZeroSign::kIgnore || std::signbit(a) == std::signbit(b));
+  if (family == Family::kExact)
+    return a == b && (zero_sign == ZeroSign::kIgnore || std::signbit(a) == std::signbit(b));
   if (a == b) return true;
   if (std::isinf(a) || std::isinf(b)) return false;
   const Tol t = tolerance(family, dtype);
@@ -215,37 +227,42 @@ bool agree(double a, double b, Family family, DType dtype, ZeroSign zero_sign) {
 ::testing::AssertionResult same_on_both(const std::string& what, Family family, ZeroSign zero_sign,
                                         const Outcome& cpu, const Outcome& torch) {
   if (cpu.failed || torch.failed) {
-    if (cpu.failed && torch.failed && cpu.error == torch.error) return ::testing::AssertionSuccess();
+    if (cpu.failed && torch.failed && cpu.error == torch.error)
+      return ::testing::AssertionSuccess();
     return ::testing::AssertionFailure()
-           << what << "\n  cpu " << (cpu.failed ? "failed: " + cpu.error : "succeeded") << "\n  torch "
-           << (torch.failed ? "failed: " + torch.error : "succeeded");
+           << what << "\n  cpu " << (cpu.failed ? "failed: " + cpu.error : "succeeded")
+           << "\n  torch " << (torch.failed ? "failed: " + torch.error : "succeeded");
   }
   if (cpu.values.size() != torch.values.size()) {
-    return ::testing::AssertionFailure() << what << "\n  cpu gives " << cpu.values.size() << " results, torch "
-                                         << torch.values.size();
+    return ::testing::AssertionFailure() << what << "\n  cpu gives " << cpu.values.size()
+                                         << " results, torch " << torch.values.size();
   }
   for (size_t r = 0; r < cpu.values.size(); ++r) {
     const ref::HostTensor& a = cpu.values[r];
     const ref::HostTensor& b = torch.values[r];
     const std::string which = cpu.values.size() > 1 ? " (result " + std::to_string(r) + ")" : "";
     if (a.shape != b.shape || a.dtype != b.dtype) {
-      return ::testing::AssertionFailure() << what << "\n  cpu gives " << dtype_name(a.dtype) << ref::shape_str(a.shape)
-                                           << ", torch " << dtype_name(b.dtype) << ref::shape_str(b.shape) << which;
+      return ::testing::AssertionFailure()
+             << what << "\n  cpu gives " << dtype_name(a.dtype) << ref::shape_str(a.shape)
+             << ", torch " << dtype_name(b.dtype) << ref::shape_str(b.shape) << which;
     }
     int64_t bad = 0, first = -1;
     for (int64_t k = 0; k < a.numel(); ++k) {
-      const bool ok = a.is_float_dtype() ? agree(a.f[k], b.f[k], family, a.dtype, zero_sign) : a.i[k] == b.i[k];
+      const bool ok =
+          a.is_float_dtype() ? agree(a.f[k], b.f[k], family, a.dtype, zero_sign) : a.i[k] == b.i[k];
       if (!ok && bad++ == 0) first = k;
     }
     if (bad == 0) continue;
     const bool exact = family == Family::kExact || !a.is_float_dtype();
     const Tol t = tolerance(family, a.dtype);
     return ::testing::AssertionFailure()
-           << what << "\n  result" << which << " " << dtype_name(a.dtype) << ref::shape_str(a.shape) << ": " << bad
-           << " of " << a.numel() << " elements differ ("
-           << (exact ? std::string("exact") : "rtol " + std::to_string(2 * t.rtol) + ", atol " + std::to_string(2 * t.atol))
-           << "); first at " << ref::shape_str(ref::unravel(first, a.shape)) << " (flat " << first << "): cpu "
-           << value_str(a, first) << ", torch " << value_str(b, first);
+           << what << "\n  result" << which << " " << dtype_name(a.dtype) << ref::shape_str(a.shape)
+           << ": " << bad << " of " << a.numel() << " elements differ ("
+           << (exact
+                   ? std::string("exact")
+                   : "rtol " + std::to_string(2 * t.rtol) + ", atol " + std::to_string(2 * t.atol))
+           << "); first at " << ref::shape_str(ref::unravel(first, a.shape)) << " (flat " << first
+           << "): cpu " << value_str(a, first) << ", torch " << value_str(b, first);
   }
   return ::testing::AssertionSuccess();
 }
@@ -288,16 +305,16 @@ TEST(CpuVsTorch, Unary) {
     bool numeric_only;
   };
   const std::vector<U> ops = {
-      {"neg", Family::kExact, true},         {"abs", Family::kExact, true},
-      {"sign", Family::kExact, true},        {"square", Family::kArith, true},
-      {"relu", Family::kExact, true},        {"floor", Family::kExact, true},
-      {"ceil", Family::kExact, true},        {"round", Family::kExact, true},
-      {"exp", Family::kTranscend, false},    {"log", Family::kTranscend, false},
-      {"log1p", Family::kTranscend, false},  {"sqrt", Family::kArith, false},
-      {"rsqrt", Family::kTranscend, false},  {"sin", Family::kTranscend, false},
-      {"cos", Family::kTranscend, false},    {"tanh", Family::kTranscend, false},
+      {"neg", Family::kExact, true},          {"abs", Family::kExact, true},
+      {"sign", Family::kExact, true},         {"square", Family::kArith, true},
+      {"relu", Family::kExact, true},         {"floor", Family::kExact, true},
+      {"ceil", Family::kExact, true},         {"round", Family::kExact, true},
+      {"exp", Family::kTranscend, false},     {"log", Family::kTranscend, false},
+      {"log1p", Family::kTranscend, false},   {"sqrt", Family::kArith, false},
+      {"rsqrt", Family::kTranscend, false},   {"sin", Family::kTranscend, false},
+      {"cos", Family::kTranscend, false},     {"tanh", Family::kTranscend, false},
       {"sigmoid", Family::kTranscend, false}, {"gelu", Family::kTranscend, false},
-      {"erf", Family::kTranscend, false},    {"reciprocal", Family::kArith, false},
+      {"erf", Family::kTranscend, false},     {"reciprocal", Family::kArith, false},
       {"logical_not", Family::kExact, false},
   };
   run_family("unary", [&](Draw& d) {
@@ -306,23 +323,27 @@ TEST(CpuVsTorch, Unary) {
     InputSpec in = d.input(d.shape(), dt);
     // sin and cos of huge arguments: the libraries reduce them differently; the op suite checks
     // those against the exact reference.
-    if ((std::string(u.op) == "sin" || std::string(u.op) == "cos") && in.gen == Gen::kSpecial) in.gen = Gen::kEdge;
+    if ((std::string(u.op) == "sin" || std::string(u.op) == "cos") && in.gen == Gen::kSpecial)
+      in.gen = Gen::kEdge;
     return make_case(u.op, {in}, {}, u.family);
   });
 }
 
 const std::vector<std::pair<const char*, Family>> kBinaryOps = {
-    {"add", Family::kArith},       {"sub", Family::kArith},       {"mul", Family::kArith},
-    {"div", Family::kArith},       {"pow", Family::kTranscend},   {"maximum", Family::kExact},
-    {"minimum", Family::kExact},   {"remainder", Family::kRemainder}, {"eq", Family::kExact},
-    {"ne", Family::kExact},        {"lt", Family::kExact},        {"le", Family::kExact},
-    {"gt", Family::kExact},        {"ge", Family::kExact},        {"logical_and", Family::kExact},
-    {"logical_or", Family::kExact}, {"logical_xor", Family::kExact},
+    {"add", Family::kArith},         {"sub", Family::kArith},
+    {"mul", Family::kArith},         {"div", Family::kArith},
+    {"pow", Family::kTranscend},     {"maximum", Family::kExact},
+    {"minimum", Family::kExact},     {"remainder", Family::kRemainder},
+    {"eq", Family::kExact},          {"ne", Family::kExact},
+    {"lt", Family::kExact},          {"le", Family::kExact},
+    {"gt", Family::kExact},          {"ge", Family::kExact},
+    {"logical_and", Family::kExact}, {"logical_or", Family::kExact},
+    {"logical_xor", Family::kExact},
 };
 
 bool arithmetic(const std::string& op) {
-  return op == "add" || op == "sub" || op == "mul" || op == "pow" || op == "maximum" || op == "minimum" ||
-         op == "remainder";
+  return op == "add" || op == "sub" || op == "mul" || op == "pow" || op == "maximum" ||
+         op == "minimum" || op == "remainder";
 }
 
 TEST(CpuVsTorch, BinaryBroadcasting) {
@@ -342,21 +363,25 @@ TEST(CpuVsTorch, BinaryBroadcasting) {
 
 TEST(CpuVsTorch, BinaryScalar) {
   const std::vector<std::pair<const char*, Family>> ops = {
-      {"add_scalar", Family::kArith},  {"sub_scalar", Family::kArith},     {"mul_scalar", Family::kArith},
-      {"div_scalar", Family::kArith},  {"pow_scalar", Family::kTranscend}, {"remainder_scalar", Family::kRemainder},
-      {"eq_scalar", Family::kExact},   {"ne_scalar", Family::kExact},      {"lt_scalar", Family::kExact},
-      {"le_scalar", Family::kExact},   {"gt_scalar", Family::kExact},      {"ge_scalar", Family::kExact},
+      {"add_scalar", Family::kArith},     {"sub_scalar", Family::kArith},
+      {"mul_scalar", Family::kArith},     {"div_scalar", Family::kArith},
+      {"pow_scalar", Family::kTranscend}, {"remainder_scalar", Family::kRemainder},
+      {"eq_scalar", Family::kExact},      {"ne_scalar", Family::kExact},
+      {"lt_scalar", Family::kExact},      {"le_scalar", Family::kExact},
+      {"gt_scalar", Family::kExact},      {"ge_scalar", Family::kExact},
   };
   run_family("binary_scalar", [&](Draw& d) {
     const auto& [op, family] = d.pick(ops);
     const std::string name = op;
     Attrs a;
     a.s0 = d.scalar();
-    const bool reversible = name == "add_scalar" || name == "sub_scalar" || name == "mul_scalar" || name == "div_scalar";
+    const bool reversible = name == "add_scalar" || name == "sub_scalar" || name == "mul_scalar" ||
+                            name == "div_scalar";
     a.reverse = reversible && d.chance(0.4);
     InputSpec x = d.input(d.shape(), d.pick(kCompute));
     // A huge integer exponent makes pow spend its time squaring; keep exponents moderate.
-    if (name == "pow_scalar" && !a.s0->is_float && (a.s0->i > 300 || a.s0->i < -300)) a.s0 = Scalar(int64_t{3});
+    if (name == "pow_scalar" && !a.s0->is_float && (a.s0->i > 300 || a.s0->i < -300))
+      a.s0 = Scalar(int64_t{3});
     return make_case(op, {x}, a, family);
   });
 }
@@ -368,9 +393,13 @@ TEST(CpuVsTorch, WhereClampMaskedFill) {
     if (which == 0) {
       Shape sa = d.broadcast_partner(s), sb = d.broadcast_partner(s);
       InputSpec cond = d.input(d.broadcast_partner(s), kBool);
-      if (d.chance(0.3)) cond.shape = s;
-      else sa = s;
-      return make_case("where", {cond, d.input(sa, d.pick(kCompute)), d.input(sb, d.pick(kCompute))}, {}, Family::kExact);
+      if (d.chance(0.3))
+        cond.shape = s;
+      else
+        sa = s;
+      return make_case("where",
+                       {cond, d.input(sa, d.pick(kCompute)), d.input(sb, d.pick(kCompute))}, {},
+                       Family::kExact);
     }
     if (which == 1) {
       Attrs a;
@@ -380,7 +409,8 @@ TEST(CpuVsTorch, WhereClampMaskedFill) {
     }
     Attrs a;
     a.s0 = d.scalar();
-    return make_case("masked_fill", {d.input(s, d.pick(kCompute)), d.input(d.broadcast_partner(s), kBool)}, a,
+    return make_case("masked_fill",
+                     {d.input(s, d.pick(kCompute)), d.input(d.broadcast_partner(s), kBool)}, a,
                      Family::kExact);
   });
 }
@@ -397,9 +427,11 @@ TEST(CpuVsTorch, Cast) {
 
 TEST(CpuVsTorch, Reductions) {
   run_family("reduce", [&](Draw& d) {
-    static const std::vector<std::string> kinds = {"sum", "mean", "prod", "max", "min", "argmax", "argmin"};
+    static const std::vector<std::string> kinds = {"sum", "mean",   "prod",  "max",
+                                                   "min", "argmax", "argmin"};
     const std::string k = d.pick(kinds);
-    const Family family = k == "sum" || k == "mean" || k == "prod" ? Family::kReduce : Family::kExact;
+    const Family family =
+        k == "sum" || k == "mean" || k == "prod" ? Family::kReduce : Family::kExact;
     InputSpec x = d.input(d.shape(0, 4, 6), d.pick(kCompute));
     // Products of many large factors overflow to inf or wrap; keep them in a sane range.
     if (k == "prod") {
@@ -435,14 +467,16 @@ TEST(CpuVsTorch, Cumsum) {
 TEST(CpuVsTorch, Matmul) {
   run_family("matmul", [&](Draw& d) {
     const DType dt = d.pick(std::vector<DType>{kF32, kF64, kI32, kI64});
-    const int64_t n = d.between(1, 9), k = d.chance(0.05) ? 0 : d.between(1, 17), m = d.between(1, 9);
+    const int64_t n = d.between(1, 9), k = d.chance(0.05) ? 0 : d.between(1, 17),
+                  m = d.between(1, 9);
     Shape batch = d.shape(0, 2, 3);
     Shape sa = batch, sb = d.broadcast_partner(batch);
     if (d.chance(0.5)) std::swap(sa, sb);
     sa.insert(sa.end(), {n, k});
     sb.insert(sb.end(), {k, m});
     InputSpec a = d.input(sa, dt), b = d.input(sb, dt);
-    if (dt == kF32 || dt == kF64) a.gen = b.gen = Gen::kUniform;  // sums of infinities are NaN either way
+    if (dt == kF32 || dt == kF64)
+      a.gen = b.gen = Gen::kUniform;  // sums of infinities are NaN either way
     return make_case("matmul", {a, b}, {}, Family::kMatmul);
   });
 }
@@ -490,7 +524,8 @@ TEST(CpuVsTorch, Movement) {
         a.start = d.between(0, s[a.dim]);
         a.end = d.between(a.start, s[a.dim] + 2);
         a.step = d.between(1, 2);
-        const int64_t len = a.end > a.start ? (std::min(a.end, s[a.dim]) - a.start + a.step - 1) / a.step : 0;
+        const int64_t len =
+            a.end > a.start ? (std::min(a.end, s[a.dim]) - a.start + a.step - 1) / a.step : 0;
         Shape region = s;
         region[a.dim] = std::max<int64_t>(len, 0);
         InputSpec src = d.input(d.chance(0.5) ? region : d.broadcast_partner(region), dt);
@@ -539,14 +574,16 @@ TEST(CpuVsTorch, Indexing) {
     // Index values in [0, size) (or [-2, size + 2) for the bad ones); no index fits a dim of
     // size 0, so those give 0, out of range on both.
     auto index = [&](Shape shape, int64_t size) {
-      InputSpec in{std::move(shape), id, Gen::kUniform, -bad, static_cast<double>(std::max<int64_t>(size - 1, 0)) + bad};
+      InputSpec in{std::move(shape), id, Gen::kUniform, -bad,
+                   static_cast<double>(std::max<int64_t>(size - 1, 0)) + bad};
       in.layout = d.chance(0.3) ? Layout::kTransposed : Layout::kContig;
       return in;
     };
     switch (d.between(0, 3)) {
       case 0: {
         Shape is = s;
-        for (int64_t i = 0; i < rank; ++i) is[i] = i == nd ? d.between(0, 6) : d.between(std::min<int64_t>(s[i], 1), s[i]);
+        for (int64_t i = 0; i < rank; ++i)
+          is[i] = i == nd ? d.between(0, 6) : d.between(std::min<int64_t>(s[i], 1), s[i]);
         return make_case("gather", {d.input(s, d.pick(kAny)), index(is, s[nd])}, a, Family::kExact);
       }
       case 1: {
@@ -562,12 +599,13 @@ TEST(CpuVsTorch, Indexing) {
                          is_float(dt) ? Family::kReduce : Family::kExact);
       }
       case 2:
-        return make_case("index_select", {d.input(s, d.pick(kAny)), index({d.between(0, 7)}, s[nd])}, a,
+        return make_case("index_select",
+                         {d.input(s, d.pick(kAny)), index({d.between(0, 7)}, s[nd])}, a,
                          Family::kExact);
       default: {
         a.n = d.between(1, 6);
-        InputSpec x{d.shape(0, 3, 4), d.pick(std::vector<DType>{kI32, kI64, kU8}), Gen::kUniform, -bad,
-                    static_cast<double>(a.n - 1) + bad};
+        InputSpec x{d.shape(0, 3, 4), d.pick(std::vector<DType>{kI32, kI64, kU8}), Gen::kUniform,
+                    -bad, static_cast<double>(a.n - 1) + bad};
         return make_case("one_hot", {x}, a, Family::kExact);
       }
     }
@@ -587,7 +625,8 @@ TEST(CpuVsTorch, Neural) {
       }
       case 1: {
         const int64_t groups = d.between(1, 3);
-        const int64_t c = groups * d.between(d.chance(0.05) ? 0 : 1, 2), o = groups * d.between(d.chance(0.05) ? 0 : 1, 3);
+        const int64_t c = groups * d.between(d.chance(0.05) ? 0 : 1, 2),
+                      o = groups * d.between(d.chance(0.05) ? 0 : 1, 3);
         a.kernel = {};
         a.groups = groups;
         a.stride = {d.between(1, 3), d.between(1, 3)};
@@ -596,8 +635,9 @@ TEST(CpuVsTorch, Neural) {
         const int64_t kh = d.between(1, 3), kw = d.between(1, 3);
         const int64_t h = a.dilation[0] * (kh - 1) + 1 - 2 * a.padding[0] + d.between(0, 6);
         const int64_t w = a.dilation[1] * (kw - 1) + 1 - 2 * a.padding[1] + d.between(0, 6);
-        std::vector<InputSpec> in = {InputSpec{{d.between(0, 2), c, std::max<int64_t>(h, 1), std::max<int64_t>(w, 1)}, dt},
-                                     InputSpec{{o, groups ? c / groups : 0, kh, kw}, dt}};
+        std::vector<InputSpec> in = {
+            InputSpec{{d.between(0, 2), c, std::max<int64_t>(h, 1), std::max<int64_t>(w, 1)}, dt},
+            InputSpec{{o, groups ? c / groups : 0, kh, kw}, dt}};
         if (d.chance(0.6)) in.push_back(InputSpec{{o}, dt});
         for (InputSpec& i : in) i.layout = d.layout();
         return make_case("conv2d", in, a, Family::kMatmul);
@@ -607,15 +647,18 @@ TEST(CpuVsTorch, Neural) {
         a.kernel = {d.between(1, 3), d.between(1, 3)};
         a.stride = {d.between(1, 3), d.between(1, 3)};
         a.padding = {d.between(0, a.kernel[0] / 2), d.between(0, a.kernel[1] / 2)};
-        Shape s = {d.between(0, 2), d.between(1, 3), a.kernel[0] + d.between(0, 5), a.kernel[1] + d.between(0, 5)};
+        Shape s = {d.between(0, 2), d.between(1, 3), a.kernel[0] + d.between(0, 5),
+                   a.kernel[1] + d.between(0, 5)};
         InputSpec x = d.input(s, dt);
         if (d.chance(0.3)) x.gen = Gen::kWithNaN;
         const bool max = d.chance(0.5);
-        return make_case(max ? "max_pool2d" : "avg_pool2d", {x}, a, max ? Family::kExact : Family::kNeural);
+        return make_case(max ? "max_pool2d" : "avg_pool2d", {x}, a,
+                         max ? Family::kExact : Family::kNeural);
       }
       case 4: {
         a.shape = {d.between(1, 5), d.between(1, 5)};
-        InputSpec x = d.input({d.between(0, 2), d.between(1, 3), d.between(1, 7), d.between(1, 7)}, dt, false);
+        InputSpec x = d.input({d.between(0, 2), d.between(1, 3), d.between(1, 7), d.between(1, 7)},
+                              dt, false);
         return make_case("adaptive_avg_pool2d", {x}, a, Family::kNeural);
       }
       default: {
@@ -654,7 +697,8 @@ TEST(CpuVsTorch, Creation) {
       case 1: {
         const bool ints = d.chance(0.5);
         const double start = static_cast<double>(d.between(-20, 20));
-        const double step = ints ? static_cast<double>(d.between(1, 4)) : d.pick(std::vector<double>{0.1, 0.25, 0.3, 1.5});
+        const double step = ints ? static_cast<double>(d.between(1, 4))
+                                 : d.pick(std::vector<double>{0.1, 0.25, 0.3, 1.5});
         const double sign = d.chance(0.3) ? -1 : 1;
         const double end = start + sign * static_cast<double>(d.between(0, 40)) * step / 2;
         a.s0 = ints ? Scalar(static_cast<int64_t>(start)) : Scalar(start);
@@ -688,16 +732,32 @@ TEST(CpuVsTorch, RandomTensorsBitIdentical) {
       };
       EXPECT_TRUE(both([&](const Device& dev) { return rand(s, dt, dev); })) << "rand";
       EXPECT_TRUE(both([&](const Device& dev) { return randn(s, dt, dev); })) << "randn";
-      EXPECT_TRUE(both([&](const Device& dev) { return uniform(s, -3.0, 5.0, dt, dev); })) << "uniform";
-      EXPECT_TRUE(both([&](const Device& dev) { return normal(s, 2.0, 0.5, dt, dev); })) << "normal";
-      EXPECT_TRUE(both([&](const Device& dev) { return bernoulli(rand(s, dt, dev).mul(1.2).sub(0.1)); }))
-          << "bernoulli";
+      EXPECT_TRUE(both([&](const Device& dev) { return uniform(s, -3.0, 5.0, dt, dev); }))
+          << "uniform";
+      EXPECT_TRUE(both([&](const Device& dev) { return normal(s, 2.0, 0.5, dt, dev); }))
+          << "normal";
+      EXPECT_TRUE(both([&](const Device& dev) {
+        return bernoulli(rand(s, dt, dev).mul(1.2).sub(0.1));
+      })) << "bernoulli";
       // p seen through a transpose: element i is drawn with counter i, its row-major position.
       if (s.size() == 2) {
-        EXPECT_TRUE(both([&](const Device& dev) { return bernoulli(rand({s[1], s[0]}, dt, dev).t()); }))
-            << "bernoulli of a transposed p";
+        EXPECT_TRUE(both([&](const Device& dev) {
+          return bernoulli(rand({s[1], s[0]}, dt, dev).t());
+        })) << "bernoulli of a transposed p";
       }
     }
+  }
+}
+
+// Tensor::to moves a tensor between the devices, every dtype, bytes unchanged.
+TEST(CpuVsTorch, TransfersBetweenDevicesKeepBytes) {
+  if (!Device::torch_available()) GTEST_SKIP() << "this build has no torch backend";
+  for (DType dt : kAny) {
+    manual_seed(3);
+    const Tensor x = randn({3, 5}, kF32).mul(100.0).to(dt).t();  // a strided view
+    const Tensor on_torch = x.to(Device::torch());
+    EXPECT_EQ(on_torch.device(), Device::torch());
+    EXPECT_EQ(on_torch.to(Device::cpu()).to_bytes(), x.to_bytes()) << dtype_name(dt);
   }
 }
 
@@ -706,7 +766,8 @@ TEST(CpuVsTorch, RandomTensorsBitIdentical) {
 // Uploads a case's inputs (contiguous) as tensors that take a gradient, runs the op named by the
 // case ("grad_<op>"), and backpropagates sum(out * r) with r drawn from the case's seed. The
 // results are the inputs' gradients.
-std::vector<ref::HostTensor> run_grad(const OpCase& c, const std::vector<ref::HostTensor>& in, const Device& dev) {
+std::vector<ref::HostTensor> run_grad(const OpCase& c, const std::vector<ref::HostTensor>& in,
+                                      const Device& dev) {
   std::vector<Tensor> xs;
   for (const ref::HostTensor& h : in) {
     const std::vector<uint8_t> bytes = ref::to_bytes(h);
@@ -737,34 +798,41 @@ std::vector<ref::HostTensor> run_grad(const OpCase& c, const std::vector<ref::Ho
 // reached through autograd: the same forward and backward pass on both backends, gradients
 // compared within the matmul family's tolerance (or exactly, for max pooling's routing).
 TEST(CpuVsTorch, GradientKernels) {
-  run_family("gradient", [&](Draw& d) {
-    // Not an op of the registry: run_grad runs it.
-    const DType dt = d.pick(kFloats);
-    Attrs a;
-    const int which = static_cast<int>(d.between(0, 3));
-    if (which == 0) {
-      const int64_t groups = d.between(1, 2);
-      a.groups = groups;
-      a.stride = {d.between(1, 2), d.between(1, 2)};
-      a.padding = {d.between(0, 1), d.between(0, 1)};
-      a.dilation = {d.between(1, 2), d.between(1, 2)};
-      const int64_t c = groups * d.between(1, 2), o = groups * d.between(1, 2), k = d.between(1, 3);
-      Shape x = {d.between(1, 2), c, a.dilation[0] * (k - 1) + 1 + d.between(0, 4), a.dilation[1] * (k - 1) + 1 + d.between(0, 4)};
-      return make_case("grad_conv2d", {InputSpec{x, dt}, InputSpec{{o, c / groups, k, k}, dt}}, a, Family::kMatmul);
-    }
-    if (which == 3) {
-      a.shape = {d.between(1, 4), d.between(1, 4)};
-      return make_case("grad_adaptive_avg_pool2d", {InputSpec{{2, 2, d.between(1, 7), d.between(1, 7)}, dt}}, a,
-                       Family::kNeural);
-    }
-    a.kernel = {d.between(1, 3), d.between(1, 3)};
-    a.stride = {d.between(1, 3), d.between(1, 3)};
-    a.padding = {d.between(0, a.kernel[0] / 2), d.between(0, a.kernel[1] / 2)};
-    InputSpec x{{2, 2, a.kernel[0] + d.between(0, 5), a.kernel[1] + d.between(0, 5)}, dt};
-    if (d.chance(0.4)) x.gen = Gen::kTies;  // equal values: the first tap takes the gradient
-    return make_case(which == 1 ? "grad_max_pool2d" : "grad_avg_pool2d", {x}, a,
-                     which == 1 ? Family::kExact : Family::kNeural);
-  }, run_grad);
+  run_family(
+      "gradient",
+      [&](Draw& d) {
+        // Not an op of the registry: run_grad runs it.
+        const DType dt = d.pick(kFloats);
+        Attrs a;
+        const int which = static_cast<int>(d.between(0, 3));
+        if (which == 0) {
+          const int64_t groups = d.between(1, 2);
+          a.groups = groups;
+          a.stride = {d.between(1, 2), d.between(1, 2)};
+          a.padding = {d.between(0, 1), d.between(0, 1)};
+          a.dilation = {d.between(1, 2), d.between(1, 2)};
+          const int64_t c = groups * d.between(1, 2), o = groups * d.between(1, 2),
+                        k = d.between(1, 3);
+          Shape x = {d.between(1, 2), c, a.dilation[0] * (k - 1) + 1 + d.between(0, 4),
+                     a.dilation[1] * (k - 1) + 1 + d.between(0, 4)};
+          return make_case("grad_conv2d", {InputSpec{x, dt}, InputSpec{{o, c / groups, k, k}, dt}},
+                           a, Family::kMatmul);
+        }
+        if (which == 3) {
+          a.shape = {d.between(1, 4), d.between(1, 4)};
+          return make_case("grad_adaptive_avg_pool2d",
+                           {InputSpec{{2, 2, d.between(1, 7), d.between(1, 7)}, dt}}, a,
+                           Family::kNeural);
+        }
+        a.kernel = {d.between(1, 3), d.between(1, 3)};
+        a.stride = {d.between(1, 3), d.between(1, 3)};
+        a.padding = {d.between(0, a.kernel[0] / 2), d.between(0, a.kernel[1] / 2)};
+        InputSpec x{{2, 2, a.kernel[0] + d.between(0, 5), a.kernel[1] + d.between(0, 5)}, dt};
+        if (d.chance(0.4)) x.gen = Gen::kTies;  // equal values: the first tap takes the gradient
+        return make_case(which == 1 ? "grad_max_pool2d" : "grad_avg_pool2d", {x}, a,
+                         which == 1 ? Family::kExact : Family::kNeural);
+      },
+      run_grad);
 }
 
 }  // namespace

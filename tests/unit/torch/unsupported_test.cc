@@ -38,7 +38,8 @@ class CreationOnlyBackend final : public TableBackend<TensorData> {
   }
 
  protected:
-  Result<std::vector<TensorData>> run(const ir::Op& op, const std::vector<TensorMeta>& metas) override {
+  Result<std::vector<TensorData>> run(const ir::Op& op,
+                                      const std::vector<TensorMeta>& metas) override {
     TensorData d;
     d.meta = metas.at(0);
     if (const auto* up = std::get_if<ir::FromHost>(&op)) {
@@ -47,7 +48,8 @@ class CreationOnlyBackend final : public TableBackend<TensorData> {
       const auto& full = std::get<ir::Full>(op);
       if (full.dtype != kF32) return unimplemented("full: creation-only makes f32 only");
       d.bytes = Buffer::allocate(static_cast<size_t>(d.numel()) * sizeof(float));
-      for (int64_t i = 0; i < d.numel(); ++i) d.bytes.as<float>()[i] = static_cast<float>(full.value.as_double());
+      for (int64_t i = 0; i < d.numel(); ++i)
+        d.bytes.as<float>()[i] = static_cast<float>(full.value.as_double());
     }
     return std::vector<TensorData>{std::move(d)};
   }
@@ -66,30 +68,34 @@ TEST(Unsupported, ExecuteRefusesNamingOpAndBackend) {
   exp.out = {2};
   const Status st = b.execute(exp);
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(st.message(), "exp: not supported by the creation-only backend; run it on a device whose backend "
-                          "supports it (such as cpu)");
+  EXPECT_EQ(st.message(),
+            "exp: not supported by the creation-only backend; run it on a device whose backend "
+            "supports it (such as cpu)");
   // The output is poisoned with that error; ops that depend on it fail the same way.
   EXPECT_EQ(b.read(2).status().message(), st.message());
   ir::Binary add;
   add.a = {1};
   add.b = {2};
   add.out = {3};
-  EXPECT_EQ(b.execute(add).message(), "add: not supported by the creation-only backend; run it on a device whose "
-                                      "backend supports it (such as cpu)");
+  EXPECT_EQ(b.execute(add).message(),
+            "add: not supported by the creation-only backend; run it on a device whose "
+            "backend supports it (such as cpu)");
   // Live tensors are untouched.
   ASSERT_TRUE(b.read(1).ok());
   EXPECT_EQ(b.read(1)->values<float>()[1], 1.5f);
 }
 
 TEST(Unsupported, DeviceReportsTheRefusalAtTheReadAndGoesOn) {
-  Device d(std::make_shared<detail::BackendSink>(std::make_unique<CreationOnlyBackend>(), Device::Kind::kCpu));
+  Device d(std::make_shared<detail::BackendSink>(std::make_unique<CreationOnlyBackend>(),
+                                                 Device::Kind::kCpu));
   Tensor x = full({3}, 2.0, kF32, d);
   Tensor y = x.exp();  // refused, recorded in y
   try {
     (void)y.to_vector<float>();
     FAIL() << "reading a refused op did not throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("exp: not supported by the creation-only backend"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("exp: not supported by the creation-only backend"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{2.0f, 2.0f, 2.0f}));
