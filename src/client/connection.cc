@@ -164,10 +164,11 @@ void Connection::close() {
   fail_all(unavailable("connection to " + url_.str() + " was closed"));
 }
 
-uint64_t Connection::add_pending_locked(Pending::Kind kind, Pending** out) {
+uint64_t Connection::add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done) {
   uint64_t id = next_request_++;
   auto p = std::make_unique<Pending>();
   p->kind = kind;
+  p->done = done;
   *out = p.get();
   pending_[id] = std::move(p);
   return id;
@@ -214,18 +215,21 @@ void Connection::drop(ir::TensorId id) {
   else arm_idle_timer_locked();
 }
 
-std::future<Result<TensorData>> Connection::read(ir::TensorId id) {
+std::future<Result<TensorData>> Connection::read(ir::TensorId id) { return read_impl(id, nullptr); }
+
+std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atomic<bool>* done) {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::kConnected) {
     Status st = state_ == State::kDead ? dead_ : connect_locked();
     if (!st.ok()) {
       std::promise<Result<TensorData>> p;
       p.set_value(st);
+      if (done) done->store(true, std::memory_order_release);
       return p.get_future();
     }
   }
   Pending* p = nullptr;
-  uint64_t req = add_pending_locked(Pending::kRead, &p);
+  uint64_t req = add_pending_locked(Pending::kRead, &p, done);
   auto fut = p->data.get_future();
   make_room_locked(1 + 8 + 8);
   batch_.add_read(req, id);
@@ -236,19 +240,20 @@ std::future<Result<TensorData>> Connection::read(ir::TensorId id) {
 
 Status Connection::sync() {
   std::future<Status> fut;
+  std::atomic<bool> done{false};
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kDead) return dead_;
     if (state_ == State::kIdle) return Status::OK();  // nothing was ever sent
     Pending* p = nullptr;
-    uint64_t req = add_pending_locked(Pending::kSync, &p);
+    uint64_t req = add_pending_locked(Pending::kSync, &p, &done);
     fut = p->status.get_future();
     make_room_locked(1 + 8);
     batch_.add_sync(req);
     ++counters_.round_trips;
     flush_locked();
   }
-  wait(fut);
+  wait(fut, &done);
   Status st = fut.get();
   if (!st.ok()) return st;
   std::lock_guard<std::mutex> lock(mu_);
@@ -262,6 +267,7 @@ Status Connection::sync() {
 
 Result<proto::ServerStats> Connection::stats() {
   std::future<Result<proto::ServerStats>> fut;
+  std::atomic<bool> done{false};
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kConnected) {
@@ -269,20 +275,22 @@ Result<proto::ServerStats> Connection::stats() {
       TW_RETURN_NOT_OK(connect_locked());
     }
     Pending* p = nullptr;
-    uint64_t req = add_pending_locked(Pending::kStats, &p);
+    uint64_t req = add_pending_locked(Pending::kStats, &p, &done);
     fut = p->stats.get_future();
     make_room_locked(1 + 8);
     batch_.add_stats(req);
     ++counters_.round_trips;
     flush_locked();
   }
-  wait(fut);
+  wait(fut, &done);
   return fut.get();
 }
 
 Result<TensorData> Connection::read_wait(ir::TensorId id) {
-  std::future<Result<TensorData>> fut = read(id);
-  return wait_read(fut);
+  std::atomic<bool> done{false};
+  std::future<Result<TensorData>> fut = read_impl(id, &done);
+  wait(fut, &done);
+  return fut.get();
 }
 
 Result<TensorData> Connection::wait_read(std::future<Result<TensorData>>& fut) {
@@ -398,6 +406,7 @@ void Connection::fail_all(const Status& why) {
       case Pending::kSync: p->status.set_value(dead_); break;
       case Pending::kStats: p->stats.set_value(dead_); break;
     }
+    if (p->done) p->done->store(true, std::memory_order_release);
   }
   std::lock_guard<std::mutex> lock(mu_);
   reader_cv_.notify_all();
@@ -514,8 +523,11 @@ void Connection::start_check_timer_locked() {
 }
 
 template <typename T>
-void Connection::wait(std::future<T>& fut) {
-  auto ready = [&] { return fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready; };
+void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
+  auto ready = [&] {
+    if (done) return done->load(std::memory_order_acquire);
+    return fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  };
   std::unique_lock<std::mutex> lock(mu_);
   while (!ready()) {
     last_caller_wait_ = std::chrono::steady_clock::now();
@@ -595,6 +607,7 @@ void Connection::on_message(const Buffer& payload) {
     case Pending::kSync: p->status.set_value(m->status); break;
     case Pending::kStats: p->stats.set_value(std::move(m->stats)); break;
   }
+  if (p->done) p->done->store(true, std::memory_order_release);
   std::lock_guard<std::mutex> lock(mu_);
   reader_cv_.notify_all();
 }

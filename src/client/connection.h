@@ -71,10 +71,14 @@ class Connection {
     std::promise<Result<TensorData>> data;
     std::promise<Status> status;
     std::promise<Result<protocol::ServerStats>> stats;
+    // Set (after the promise) when the reply is in, for a caller waiting in wait(): checking it
+    // is cheaper than polling the future, which makes the promise's fulfilment a futex wake.
+    std::atomic<bool>* done = nullptr;
   };
   Status connect_locked();
   Status dead_status_locked() const;
-  uint64_t add_pending_locked(Pending::Kind kind, Pending** out);
+  uint64_t add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done = nullptr);
+  std::future<Result<TensorData>> read_impl(ir::TensorId id, std::atomic<bool>* done);
   void flush_locked();
   // Sends the queued tasks as one frame (pending drops stay queued).
   void send_batch_locked();
@@ -84,8 +88,9 @@ class Connection {
   void arm_idle_timer_locked();
   void fail_all(const Status& why);
   // Reading (see connection.cc): by the I/O thread or by a waiting caller, one at a time.
+  // Until fut is ready (or *done, when given), reading replies when nobody else does.
   template <typename T>
-  void wait(std::future<T>& fut);  // until fut is ready, reading replies when nobody else does
+  void wait(std::future<T>& fut, const std::atomic<bool>* done = nullptr);
   // The reader: handles frames received so far until done() holds or none is left.
   Status read_available(bool* closed, const std::function<bool()>& done);
   void arm_watch_locked();

@@ -203,9 +203,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // ---- reading: one read outstanding at a time, completed on any pool thread ----
   void read_more() {
-    if (closed_ || srv_.stopping) return;
+    if (reading_ || closed_ || srv_.stopping) return;
+    reading_ = true;
     auto self = shared_from_this();
     sock_.async_read_some(reader_.space(), [self](asio::error_code ec, size_t n) {
+      self->reading_ = false;
       if (ec) return self->close();
       self->srv_.bytes_in.fetch_add(n, std::memory_order_relaxed);
       self->reader_.received(n);
@@ -213,11 +215,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
-  // Takes every complete frame out of what was received: queues batches (all of them before
-  // the next read starts, so they run in the order they arrived), starts the next read, then
-  // runs the queue on this thread if no other thread is running it.
-  void process() {
-    bool run_here = false;
+  // Takes every complete frame out of what was received and queues the batches, runs the queue
+  // on this thread unless another thread runs it, then starts the next read. Reading after
+  // running costs nothing in overlap (the shard's one thread would run the read's completion
+  // only after the batch anyway) and lets the reply go out before the receive that would only
+  // find the socket empty.
+  void process(bool run_here = false) {
+    bool need_read = false;
     for (;;) {
       if (closing_ || closed_ || srv_.stopping) break;
       // Before the handshake only a hello is expected: a stranger cannot make the server
@@ -232,7 +236,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       Buffer frame;
       net::FrameReader::Next next = reader_.next(limit, &frame);
       if (next == net::FrameReader::Next::kNeedBytes) {
-        read_more();
+        need_read = true;
         break;
       }
       if (next == net::FrameReader::Next::kTooLarge) {
@@ -244,14 +248,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
         break;
       }
       if (next == net::FrameReader::Next::kLarge) {
+        reading_ = true;
         auto self = shared_from_this();
         asio::async_read(sock_, reader_.rest(frame), net::TransferAll(), [self, frame](asio::error_code ec, size_t n) {
+          self->reading_ = false;
           if (ec) return self->close();
           self->srv_.bytes_in.fetch_add(n, std::memory_order_relaxed);
           self->srv_.frames_in.fetch_add(1, std::memory_order_relaxed);
           Queued q = self->on_frame(frame);
-          if (!q.paused) self->process();
-          if (q.run_here) self->drain();
+          if (q.paused) {
+            if (q.run_here) self->drain();  // resumes reading once the queue drains
+            return;
+          }
+          self->process(q.run_here);
         });
         break;
       }
@@ -262,6 +271,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (q.paused) break;
     }
     if (run_here) drain();
+    if (need_read) read_more();  // (drain may have started it already, resuming)
   }
 
   struct Queued {
@@ -515,6 +525,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // reading (one read at a time)
   // Small: an idle session holds it, and larger frames are read straight into their own buffer.
   net::FrameReader reader_{8 * 1024};
+  bool reading_ = false;  // a receive is outstanding
   bool welcomed_ = false;
   // execution queue
   std::mutex exec_mu_;
