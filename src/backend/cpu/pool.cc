@@ -43,11 +43,15 @@ void pool_plane(const PoolGeometry& g, const T* x, T* y) {
   for (int64_t oy = 0; oy < g.ho; ++oy) {
     T* yr = y + oy * g.wo;
     std::fill(yr, yr + g.wo, kMax ? -std::numeric_limits<T>::infinity() : T(0));
-    for (int64_t ky = 0; ky < g.kh; ++ky) {
+    const TapRange ys = tap_range(oy * g.sh - g.ph, g.kh, g.h);
+    // Column taps that reach the input for some output column: ix = ox * sw - pw + kx in
+    // [0, w) for an ox in [0, wo).
+    const int64_t kx_lo = std::max<int64_t>(0, g.pw - (g.wo - 1) * g.sw);
+    const int64_t kx_hi = std::min(g.kw, g.pw + g.w);
+    for (int64_t ky = ys.lo; ky < ys.hi; ++ky) {
       const int64_t iy = oy * g.sh - g.ph + ky;
-      if (iy < 0 || iy >= g.h) continue;
       const T* xr = x + iy * g.w;
-      for (int64_t kx = 0; kx < g.kw; ++kx) {
+      for (int64_t kx = kx_lo; kx < kx_hi; ++kx) {
         const int64_t xoff = kx - g.pw;  // ix = ox * sw + xoff
         const int64_t lo = ceil_div_nonneg(-xoff, g.sw);
         const int64_t hi = std::min(g.wo, g.w - 1 - xoff < 0 ? 0 : (g.w - 1 - xoff) / g.sw + 1);
@@ -60,7 +64,7 @@ void pool_plane(const PoolGeometry& g, const T* x, T* y) {
       }
     }
     if constexpr (!kMax) {
-      const T count = static_cast<T>(g.kh * g.kw);
+      const T count = static_cast<T>(g.kh) * static_cast<T>(g.kw);
       for (int64_t ox = 0; ox < g.wo; ++ox) yr[ox] /= count;
     }
   }

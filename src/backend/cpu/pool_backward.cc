@@ -13,6 +13,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
+#include "backend/cpu/structured_util.h"
 #include "core/thread_pool.h"
 
 namespace tw::cpu {
@@ -43,12 +44,12 @@ void max_pool_grad_plane(const PoolGeometry& g, const T* x, const T* grad, T* gx
     for (int64_t ox = 0; ox < g.wo; ++ox) {
       T best = -std::numeric_limits<T>::infinity();
       int64_t at = -1, first = -1;
-      for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const TapRange ys = tap_range(oy * g.sh - g.ph, g.kh, g.h);
+      const TapRange xs = tap_range(ox * g.sw - g.pw, g.kw, g.w);
+      for (int64_t ky = ys.lo; ky < ys.hi; ++ky) {
         const int64_t iy = oy * g.sh - g.ph + ky;
-        if (iy < 0 || iy >= g.h) continue;
-        for (int64_t kx = 0; kx < g.kw; ++kx) {
+        for (int64_t kx = xs.lo; kx < xs.hi; ++kx) {
           const int64_t ix = ox * g.sw - g.pw + kx;
-          if (ix < 0 || ix >= g.w) continue;
           const int64_t i = iy * g.w + ix;
           if (first < 0) first = i;
           const T v = x[i];
@@ -67,17 +68,15 @@ void max_pool_grad_plane(const PoolGeometry& g, const T* x, const T* grad, T* gx
 template <class T>
 void avg_pool_grad_plane(const PoolGeometry& g, const T* grad, T* gx) {
   std::fill(gx, gx + g.h * g.w, T(0));
-  const T count = static_cast<T>(g.kh * g.kw);
+  const T count = static_cast<T>(g.kh) * static_cast<T>(g.kw);
   for (int64_t oy = 0; oy < g.ho; ++oy) {
     for (int64_t ox = 0; ox < g.wo; ++ox) {
       const T share = grad[oy * g.wo + ox] / count;
-      for (int64_t ky = 0; ky < g.kh; ++ky) {
+      const TapRange ys = tap_range(oy * g.sh - g.ph, g.kh, g.h);
+      const TapRange xs = tap_range(ox * g.sw - g.pw, g.kw, g.w);
+      for (int64_t ky = ys.lo; ky < ys.hi; ++ky) {
         const int64_t iy = oy * g.sh - g.ph + ky;
-        if (iy < 0 || iy >= g.h) continue;
-        for (int64_t kx = 0; kx < g.kw; ++kx) {
-          const int64_t ix = ox * g.sw - g.pw + kx;
-          if (ix >= 0 && ix < g.w) gx[iy * g.w + ix] += share;
-        }
+        for (int64_t kx = xs.lo; kx < xs.hi; ++kx) gx[iy * g.w + (ox * g.sw - g.pw + kx)] += share;
       }
     }
   }

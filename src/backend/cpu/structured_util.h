@@ -38,4 +38,16 @@ inline int64_t rows_per_chunk(int64_t row_cost) {
   return row_cost >= kChunkElements ? 1 : kChunkElements / (row_cost < 1 ? 1 : row_cost);
 }
 
+// The kernel taps k in [lo, hi) of a window that starts at `start` (= out * stride - pad) and
+// land inside [0, n): only these are visited, so a kernel or padding far larger than the input
+// (valid, if odd) costs nothing per output instead of a loop over every tap.
+struct TapRange {
+  int64_t lo, hi;
+};
+inline TapRange tap_range(int64_t start, int64_t kernel, int64_t n) {
+  const int64_t lo = start < 0 ? -start : 0;
+  const int64_t hi = n - start < kernel ? n - start : kernel;
+  return {lo, hi > lo ? hi : lo};
+}
+
 }  // namespace tw::cpu

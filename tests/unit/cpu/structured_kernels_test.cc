@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "tensorwire/tensorwire.h"
 
 namespace tw::cpu {
 namespace {
@@ -844,5 +846,31 @@ TEST(StructuredKernels, DISABLED_Bench) {
   }
 }
 
+// A window far larger than the input (valid: padding at most half the kernel) visits only the
+// taps that land in the input. It used to loop over all 2^80 taps, so one such op from a client
+// hung a server thread.
+TEST(StructuredKernels, PoolingWithAHugeWindowVisitsOnlyTheInput) {
+  const int64_t k = int64_t{1} << 40;
+  Device cpu = Device::cpu();
+  Tensor x = arange(0, 16, 1, kF64, cpu).reshape({1, 1, 4, 4});
+  Tensor m = max_pool2d(x, {k, k}, {k, k}, {k / 2, k / 2});
+  ASSERT_EQ(m.shape(), (Shape{1, 1, 1, 1}));
+  EXPECT_EQ(m.item<double>(), 15.0);
+  const double count = std::ldexp(1.0, 80);
+  Tensor xg = x.detach();
+  xg.set_requires_grad();
+  Tensor a = avg_pool2d(xg, {k, k}, {k, k}, {k / 2, k / 2});
+  EXPECT_EQ(a.item<double>(), 120.0 / count);
+  a.sum().backward();
+  for (double g : xg.grad().to_vector<double>()) EXPECT_EQ(g, 1.0 / count);
+  Tensor xm = x.detach();
+  xm.set_requires_grad();
+  max_pool2d(xm, {k, k}, {k, k}, {k / 2, k / 2}).sum().backward();
+  std::vector<double> gm = xm.grad().to_vector<double>();
+  EXPECT_EQ(gm[15], 1.0);
+  EXPECT_EQ(std::accumulate(gm.begin(), gm.end(), 0.0), 1.0);
+}
+
 }  // namespace
 }  // namespace tw::cpu
+
