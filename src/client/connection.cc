@@ -354,16 +354,16 @@ void Connection::pump_locked() {
           return pump_locked();
         }
         lock.unlock();
-        fail_all(unavailable("lost the connection to " + url_.str() + " while sending: " + ec.message()));
+        fail_all(send_failed(ec));
         asio::error_code ignore;
         sock_->close(ignore);
       });
       return;
     case net::FrameWriter::Step::kError: {
       // fail_all takes the lock this caller holds: finish on the I/O thread.
-      std::string why = "lost the connection to " + url_.str() + " while sending: " + writer_.error().message();
+      Status why = send_failed(writer_.error());
       asio::post(io_, [this, why] {
-        fail_all(unavailable(why));
+        fail_all(why);
         asio::error_code ignore;
         sock_->close(ignore);
       });
@@ -562,6 +562,12 @@ void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
       start_check_timer_locked();
     }
   }
+}
+
+// As connection_lost, for a write that failed (the server closed or reset the connection).
+Status Connection::send_failed(const asio::error_code& ec) const {
+  return unavailable("the server at " + url_.str() + " closed the connection while this client was sending (" +
+                     ec.message() + "); tensors on it are lost");
 }
 
 // The status every pending and later call gets once the server has gone. A server that drops

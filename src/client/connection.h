@@ -85,6 +85,7 @@ class Connection {
   // Sends the queued tasks first if `bytes` more would take the frame past the server's limit.
   void make_room_locked(uint64_t bytes);
   Status connection_lost(const asio::error_code& ec);
+  Status send_failed(const asio::error_code& ec) const;
   void arm_idle_timer_locked();
   void fail_all(const Status& why);
   // Reading (see connection.cc): by the I/O thread or by a waiting caller, one at a time.
