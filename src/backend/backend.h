@@ -2,6 +2,8 @@
 // cpu/ (now), torch/ and cuda/ later. A backend never trusts its caller: execute() validates
 // every op with ir::infer before running it, and no input can make it abort.
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,6 +24,11 @@ class Backend {
   // error (a later read of them, or of anything computed from them, returns that error) and the
   // error is returned. Output ids must not exist yet.
   virtual Status execute(const ir::Op& op) = 0;
+  // Caps the tensor bytes this backend holds: execute() refuses an op whose outputs would take
+  // it past `bytes`, poisoning them with refuse(op, bytes held, bytes needed), checked on the
+  // inference execute() does anyway (the server's per-session quota).
+  using RefuseFn = std::function<Status(const ir::Op& op, uint64_t have, uint64_t need)>;
+  virtual void set_memory_limit(uint64_t bytes, RefuseFn refuse) = 0;
   // Records `op` as failed with `error` without running it (its outputs become poisoned), as
   // when the server refuses an op over a session's memory quota.
   virtual void fail(const ir::Op& op, const Status& error) = 0;

@@ -56,6 +56,10 @@ class TableBackend : public Backend {
   }
   size_t bytes_held() const final { return bytes_held_; }
   size_t tensor_count() const final { return table_.size(); }
+  void set_memory_limit(uint64_t bytes, RefuseFn refuse) final {
+    memory_limit_ = bytes;
+    refuse_ = std::move(refuse);
+  }
 
   // A live tensor, or the error it was poisoned with.
   Result<const T*> tensor(ir::TensorId id) const {
@@ -114,6 +118,8 @@ class TableBackend : public Backend {
   Table table_;
   std::unordered_map<const void*, std::pair<size_t, size_t>> storages_;  // id -> (refs, bytes)
   size_t bytes_held_ = 0;
+  uint64_t memory_limit_ = UINT64_MAX;
+  RefuseFn refuse_;
 };
 
 template <class T>
@@ -151,6 +157,15 @@ Status TableBackend<T>::execute(const ir::Op& op) {
   if (!metas.ok()) {
     poison(outs, nullptr, metas.status());
     return metas.status();
+  }
+  if (refuse_) {
+    uint64_t need = 0;
+    for (const TensorMeta& m : *metas) need += static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
+    if (bytes_held_ + need > memory_limit_) {
+      Status err = refuse_(op, bytes_held_, need);
+      poison(outs, &*metas, err);
+      return err;
+    }
   }
   auto done = run_guarded(op, *metas);
   Status st = done.status();

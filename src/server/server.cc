@@ -23,7 +23,6 @@
 #include <unordered_map>
 
 #include "backend/registry.h"
-#include "ir/infer.h"
 #include "net/framing.h"
 #include "net/url.h"
 #include "protocol/messages.h"
@@ -396,6 +395,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto backend = make_backend(srv_.backends[h.device_index]);
     if (!backend.ok()) return refuse(proto::RefuseReason::kCannotHost, backend.status().message());
     backend_ = std::move(backend).value();
+    // Quota: the backend refuses an op whose outputs would take the session past its limit.
+    const uint64_t quota = srv_.opts.session_memory_bytes;
+    backend_->set_memory_limit(quota, [quota](const ir::Op& op, uint64_t have, uint64_t need) {
+      return resource_exhausted(ir::op_name(op) + ": session memory quota exceeded: the session holds " +
+                                human_bytes(have) + " and this op needs " + human_bytes(need) +
+                                " more, over the quota of " + human_bytes(quota) +
+                                "; free tensors (drop them) or raise --session-memory");
+    });
     srv_.sessions_opened.fetch_add(1);
     welcomed_ = true;
     w.session_id = id_;
@@ -450,23 +457,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void run_op(const ir::Op& op) {
     srv_.ops_executed.fetch_add(1, std::memory_order_relaxed);
-    // Quota: refuse an op whose outputs would take the session past its memory limit.
-    auto metas = ir::infer(op, [this](ir::TensorId id) { return backend_->meta(id); });
-    if (metas.ok()) {
-      uint64_t need = 0;
-      for (auto& m : *metas) need += static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
-      uint64_t have = backend_->bytes_held();
-      if (have + need > srv_.opts.session_memory_bytes) {
-        backend_->fail(op, resource_exhausted(
-                               ir::op_name(op) + ": session memory quota exceeded: the session holds " +
-                               human_bytes(have) + " and this op needs " + human_bytes(need) +
-                               " more, over the quota of " +
-                               human_bytes(srv_.opts.session_memory_bytes) +
-                               "; free tensors (drop them) or raise --session-memory"));
-        return;
-      }
-    }
-    (void)backend_->execute(op);  // a failure is recorded in the op's outputs
+    (void)backend_->execute(op);  // a failure (the quota's too) is recorded in the op's outputs
   }
 
   void update_held() {
