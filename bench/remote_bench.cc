@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
 
@@ -42,49 +43,6 @@ double us_since(Clock::time_point t0) {
 }
 
 // ---------------------------------------------------------------- the server child process
-
-class ServerChild {
- public:
-  ServerChild(const std::string& binary, std::vector<std::string> extra) {
-    int out[2];
-    if (pipe(out) != 0) throw std::runtime_error("pipe failed");
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      close(out[0]);
-      close(out[1]);
-      std::vector<std::string> args = {binary, "--listen", "tcp://127.0.0.1:0"};
-      args.insert(args.end(), extra.begin(), extra.end());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    out_ = fdopen(out[0], "r");
-    char line[512];
-    while (std::fgets(line, sizeof line, out_)) {
-      std::string l(line);
-      if (l.rfind("listening on ", 0) == 0) url_ = l.substr(13, l.find_last_not_of("\r\n") - 12);
-      if (l.rfind("limits:", 0) == 0) return;
-    }
-    throw std::runtime_error("tensorwire-server (" + binary + ") exited before listening");
-  }
-  ~ServerChild() {
-    ::kill(pid_, SIGTERM);
-    waitpid(pid_, nullptr, 0);
-    std::fclose(out_);
-  }
-  const std::string& url() const { return url_; }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
-  std::string url_;
-};
 
 uint64_t rss_bytes(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -352,7 +310,7 @@ void bench_fire_and_forget(const std::string& url, int n) {
 // ---------------------------------------------------------------- (d) idle sessions
 
 void bench_idle_sessions(const std::string& binary, int n) {
-  ServerChild server(binary, {"--max-sessions", std::to_string(n + 16)});
+  tw::testing::ServerProcess server({"--max-sessions", std::to_string(n + 16)}, binary);
   {
     tw::Device warm = tw::Device::remote(server.url());  // first-session costs (pool, backend code)
     warm.connect();
@@ -407,7 +365,7 @@ int main(int argc, char** argv) {
   }
   try {
     {
-      ServerChild server(binary, {});
+      tw::testing::ServerProcess server({}, binary);
       if (on('a')) bench_latency(server.url(), quick ? 500 : 3000);
       if (on('b')) bench_throughput(server.url(), size_t{256} << 20, quick ? 3 : 5);
       if (on('c')) bench_fire_and_forget(server.url(), quick ? 50000 : 200000);

@@ -1,5 +1,6 @@
 // Starts a real tensorwire-server process on 127.0.0.1 port 0 and reads back the address it
-// bound from its first output line; stops it (SIGTERM, then SIGKILL) on destruction.
+// bound from its first output line; stops it (SIGTERM, then SIGKILL) on destruction. Used by the
+// tests and by bench/remote_bench.cc.
 #pragma once
 #include <signal.h>
 #include <sys/wait.h>
@@ -18,7 +19,8 @@ namespace tw::testing {
 
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> extra_args = {}) {
+  explicit ServerProcess(std::vector<std::string> extra_args = {},
+                         const std::string& binary = TW_SERVER_BINARY) {
     int out[2];
     if (pipe(out) != 0) throw std::runtime_error("pipe failed");
     pid_ = fork();
@@ -27,7 +29,7 @@ class ServerProcess {
       dup2(out[1], STDOUT_FILENO);
       close(out[0]);
       close(out[1]);
-      std::vector<std::string> args = {TW_SERVER_BINARY, "--listen", "tcp://127.0.0.1:0"};
+      std::vector<std::string> args = {binary, "--listen", "tcp://127.0.0.1:0"};
       args.insert(args.end(), extra_args.begin(), extra_args.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
@@ -47,7 +49,7 @@ class ServerProcess {
         return;
       }
     }
-    throw std::runtime_error("tensorwire-server exited before listening");
+    throw std::runtime_error("tensorwire-server (" + binary + ") exited before listening");
   }
   ~ServerProcess() { stop(); }
   ServerProcess(const ServerProcess&) = delete;
