@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "protocol/messages.h"
+#include "support/frames.h"
 
 namespace tw::testing {
 
@@ -27,22 +28,6 @@ inline uint16_t port_of(const std::string& url) {
     throw std::runtime_error("not a tcp url: " + url);
   }
   return static_cast<uint16_t>(std::stoi(url.substr(colon + 1)));
-}
-
-// The payload bytes of a frame: head with its zero-copy segments put back at their offsets.
-inline std::vector<uint8_t> flatten(const protocol::OutFrame& f) {
-  std::vector<uint8_t> out;
-  out.reserve(f.payload_size());
-  size_t pos = 0;
-  for (const auto& seg : f.segments) {
-    out.insert(out.end(), f.head.begin() + static_cast<ptrdiff_t>(pos),
-               f.head.begin() + static_cast<ptrdiff_t>(seg.offset));
-    const uint8_t* p = seg.data.as<const uint8_t>();
-    out.insert(out.end(), p, p + seg.data.size());
-    pos = seg.offset;
-  }
-  out.insert(out.end(), f.head.begin() + static_cast<ptrdiff_t>(pos), f.head.end());
-  return out;
 }
 
 inline std::vector<uint8_t> le32(uint32_t v) {

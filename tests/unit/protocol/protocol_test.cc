@@ -12,22 +12,14 @@
 #include "ir/codec.h"
 #include "net/framing.h"
 #include "protocol/messages.h"
+#include "support/frames.h"
 
 namespace tw::protocol {
 namespace {
 
-// The payload bytes of a frame: head with its zero-copy segments put back at their offsets.
+// The payload bytes of a frame (tests/support/frames.h), checked against its declared size.
 std::vector<uint8_t> flatten(const OutFrame& f) {
-  std::vector<uint8_t> out;
-  size_t pos = 0;
-  for (const auto& seg : f.segments) {
-    out.insert(out.end(), f.head.begin() + static_cast<ptrdiff_t>(pos),
-               f.head.begin() + static_cast<ptrdiff_t>(seg.offset));
-    const uint8_t* p = seg.data.as<const uint8_t>();
-    out.insert(out.end(), p, p + seg.data.size());
-    pos = seg.offset;
-  }
-  out.insert(out.end(), f.head.begin() + static_cast<ptrdiff_t>(pos), f.head.end());
+  std::vector<uint8_t> out = testing::flatten(f);
   EXPECT_EQ(out.size(), f.payload_size());
   return out;
 }

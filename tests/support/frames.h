@@ -1,0 +1,27 @@
+// Test helper shared by the protocol unit tests and the raw-socket integration client.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "protocol/messages.h"
+
+namespace tw::testing {
+
+// The payload bytes of a frame: head with its zero-copy segments put back at their offsets.
+inline std::vector<uint8_t> flatten(const protocol::OutFrame& f) {
+  std::vector<uint8_t> out;
+  out.reserve(f.payload_size());
+  size_t pos = 0;
+  for (const auto& seg : f.segments) {
+    out.insert(out.end(), f.head.begin() + static_cast<ptrdiff_t>(pos),
+               f.head.begin() + static_cast<ptrdiff_t>(seg.offset));
+    const uint8_t* p = seg.data.as<const uint8_t>();
+    out.insert(out.end(), p, p + seg.data.size());
+    pos = seg.offset;
+  }
+  out.insert(out.end(), f.head.begin() + static_cast<ptrdiff_t>(pos), f.head.end());
+  return out;
+}
+
+}  // namespace tw::testing
