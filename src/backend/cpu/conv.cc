@@ -1,10 +1,12 @@
 // Conv2d: x [N, C, H, W], w [O, C/groups, kH, kW], bias [O] -> [N, O, Ho, Wo].
 //
 // f32 runs on oneDNN's convolution. Its fast kernels want blocked layouts, so the weights are
-// reordered, the source too unless the channel count is small (oneDNN's first-layer kernels read
-// plain NCHW directly), and the blocked result is reordered to NCHW, all by oneDNN on its own
-// threads (a hand-written transpose on tw's pool measured about twice as slow here as oneDNN's
-// reorder, partly because oneDNN's OpenMP threads still spin right after the convolution).
+// reordered and the source too unless the channel count is small (oneDNN's first-layer kernels
+// read plain NCHW directly). A result in nChw16c is turned into NCHW by tile.h's AVX-512
+// transpose on oneDNN's own OpenMP threads, which are awake right after the convolution (on tw's
+// pool it competed with them), with streaming stores for large outputs: 0.11 ms against 0.36 ms
+// for oneDNN's reorder for the benchmark's 8 MiB output, bench/kernels_bench.cc. Other blocked
+// results go through oneDNN's reorder.
 // f64 runs on direct loops: each output plane is one task, so results do not depend on the
 // thread count.
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/structured_util.h"
+#include "backend/cpu/tile.h"
 #include "core/thread_pool.h"
 
 namespace tw::cpu {
@@ -62,6 +65,9 @@ struct ConvPrimitive {
   memory::desc src_md, w_md, dst_md, bias_md, scratchpad;
   memory::desc src_plain, w_plain, dst_plain;
   std::optional<Reorder> src_reorder, w_reorder, dst_reorder;
+  // The convolution writes nChw16c, which tw turns into NCHW itself (untile16) rather than
+  // with dst_reorder.
+  bool dst_untile = false;
 };
 
 DnnlCache<ConvPrimitive>& conv_cache() {
@@ -106,7 +112,8 @@ ConvPrimitive make_conv(const ConvGeometry& g, bool has_bias) {
   };
   if (p.src_md != p.src_plain) p.src_reorder = reorder(p.src_plain, p.src_md);
   if (p.w_md != p.w_plain) p.w_reorder = reorder(p.w_plain, p.w_md);
-  if (p.dst_md != p.dst_plain) p.dst_reorder = reorder(p.dst_md, p.dst_plain);
+  p.dst_untile = g.o % 16 == 0 && p.dst_md == memory::desc(dst_dims, dt::f32, tag::nChw16c);
+  if (p.dst_md != p.dst_plain && !p.dst_untile) p.dst_reorder = reorder(p.dst_md, p.dst_plain);
   return p;
 }
 
@@ -140,7 +147,7 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
       wm = blocked;
     }
     memory conv_dst = dst;
-    if (p.dst_reorder) {
+    if (p.dst_reorder || p.dst_untile) {
       dst_buf = Buffer::allocate(p.dst_md.get_size());
       conv_dst = memory(p.dst_md, eng, dst_buf.data());
     }
@@ -151,6 +158,16 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
     if (p.dst_reorder) {
       TW_RETURN_NOT_OK(dnnl_run("conv2d", p.dst_reorder->prim, p.dst_reorder->scratchpad,
                                 {{DNNL_ARG_FROM, conv_dst}, {DNNL_ARG_TO, dst}}));
+    } else if (p.dst_untile) {
+      // One task per (image, block of 16 channels), on the threads that just ran the
+      // convolution.
+      const int64_t blocks = g.o / 16, hw = g.ho * g.wo;
+      const bool streaming = out.numel() * int64_t{sizeof(float)} >= kStreamingStoreBytes;
+      const float* from = reinterpret_cast<const float*>(dst_buf.data());
+      float* to = out.data<float>();
+      dnnl_parallel_for(g.n * blocks, [&](int64_t t) {
+        untile16(from + t * hw * 16, to + t * 16 * hw, hw, hw, streaming);
+      });
     }
   } catch (const std::exception& e) {
     return dnnl_status("conv2d", e);

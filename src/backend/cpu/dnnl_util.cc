@@ -55,4 +55,16 @@ Status dnnl_run(const char* op, const dnnl::primitive& prim, const dnnl::memory:
   return Status::OK();
 }
 
+void dnnl_parallel_for(int64_t n, const std::function<void(int64_t)>& task) {
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+  const int threads = dnnl_sync_threads();
+  if (threads > 1 && n > 1) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t i = 0; i < n; ++i) task(i);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) task(i);
+}
+
 }  // namespace tw::cpu

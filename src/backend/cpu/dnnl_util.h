@@ -38,6 +38,11 @@ Status dnnl_status(const char* op, const std::exception& e);
 Status dnnl_run(const char* op, const dnnl::primitive& prim, const dnnl::memory::desc& scratchpad,
                 std::unordered_map<int, dnnl::memory> args);
 
+// Runs task(i) for every i in [0, n) on oneDNN's OpenMP threads (get_num_threads() of them, the
+// caller included), split statically. Meant for work on a oneDNN result right after the call
+// that made it: those threads are still awake then, where tw's own pool would compete with them.
+void dnnl_parallel_for(int64_t n, const std::function<void(int64_t)>& task);
+
 struct DnnlKeyHash {
   size_t operator()(const std::vector<int64_t>& k) const {
     uint64_t h = 1469598103934665603ull;

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
+#include "backend/cpu/tile.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "tensorwire/tensorwire.h"
@@ -350,6 +351,12 @@ TEST(StructuredKernels, Conv2dAgainstNaive) {
       {2, 32, 8, 8, 32, 3, 3, 2, {1, 2}, {2, 1}, {1, 2}, true},
       {1, 8, 6, 6, 8, 3, 3, 8, {1, 1}, {1, 1}, {1, 1}, true},  // depthwise
       {3, 2, 5, 5, 4, 5, 5, 1, {3, 3}, {2, 2}, {1, 1}, true},
+      // 16 and 48 output channels: oneDNN writes nChw16c, which tile.h's transpose turns into
+      // NCHW, here with 99 and 35 pixels per plane (a tail of 3 after 16-pixel tiles).
+      {2, 3, 9, 11, 16, 3, 3, 1, {1, 1}, {1, 1}, {1, 1}, true},
+      {3, 16, 5, 7, 48, 3, 3, 1, {1, 1}, {1, 1}, {1, 1}, false},
+      // An output of 4.5 MiB: the transpose writes it with streaming stores.
+      {2, 3, 96, 96, 64, 3, 3, 1, {1, 1}, {1, 1}, {1, 1}, true},
   };
   for (const ConvCase& k : cases) {
     const int64_t ho = (k.h + 2 * k.padding[0] - k.dilation[0] * (k.kh - 1) - 1) / k.stride[0] + 1;
@@ -379,6 +386,42 @@ TEST(StructuredKernels, Conv2dAgainstNaive) {
         const std::vector<double> got = values<double>(y);
         ASSERT_EQ(want.size(), got.size());
         for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(want[i], got[i], 1e-12) << i;
+      }
+    }
+  }
+}
+
+// The nChw16c -> NCHW transpose itself, on every path it has (AVX-512 when the CPU has it, the
+// portable loops always): pixel counts around the 16-pixel tile, destination planes wider than
+// the source (dst_plane > hw), streaming on and off, aligned and misaligned destinations.
+TEST(StructuredKernels, Untile16AgainstIndexing) {
+  for (int64_t hw : {1, 15, 16, 17, 64, 1029}) {
+    for (int64_t extra : {0, 16, 3}) {
+      const int64_t plane = hw + extra;
+      std::vector<float> src(static_cast<size_t>(hw * 16));
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+      for (bool streaming : {false, true}) {
+        for (int64_t misalign : {0, 1}) {
+          for (bool portable : {false, true}) {
+            // A pooled buffer is 64-byte aligned (what streaming stores need).
+            Buffer dst = Buffer::allocate(static_cast<size_t>(16 * plane + 1) * sizeof(float));
+            float* d = reinterpret_cast<float*>(dst.data()) + misalign;
+            std::fill(d, d + 16 * plane, -1.0f);
+            if (portable) {
+              untile16_portable(src.data(), d, hw, plane);
+            } else {
+              untile16(src.data(), d, hw, plane, streaming);
+            }
+            for (int64_t c = 0; c < 16; ++c) {
+              for (int64_t p = 0; p < plane; ++p) {
+                const float want = p < hw ? static_cast<float>(p * 16 + c) : -1.0f;
+                ASSERT_EQ(d[c * plane + p], want)
+                    << "hw " << hw << " plane " << plane << " channel " << c << " pixel " << p
+                    << (portable ? " portable" : "") << (streaming ? " streaming" : "");
+              }
+            }
+          }
+        }
       }
     }
   }

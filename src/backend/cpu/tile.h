@@ -1,0 +1,23 @@
+// Layout changes between oneDNN's channel-blocked layouts and plain NCHW, written for the
+// machines tensorwire runs on: a 16x16 in-register transpose with AVX-512 where the CPU has it
+// (checked at run time; the build targets x86-64-v3), plain loops over 16x16 tiles elsewhere.
+// Pure data movement: results never depend on which path ran.
+#pragma once
+#include <cstdint>
+
+namespace tw::cpu {
+
+// One image's channel block: src holds `hw` pixels of 16 channels each ([hw][16], oneDNN's
+// nChw16c for one block); dst receives the 16 channel planes, plane c at dst + c * dst_plane
+// (dst_plane >= hw). With `streaming`, full 64-byte rows go out with non-temporal stores (they
+// bypass the caches: for outputs far larger than the caches, which the next op will not find
+// there anyway, this spares the read-for-ownership of every destination line).
+void untile16(const float* src, float* dst, int64_t hw, int64_t dst_plane, bool streaming);
+
+// The portable loops alone, whatever the CPU (for tests).
+void untile16_portable(const float* src, float* dst, int64_t hw, int64_t dst_plane);
+
+// Outputs at least this large are written with streaming stores.
+constexpr int64_t kStreamingStoreBytes = int64_t{4} << 20;
+
+}  // namespace tw::cpu
