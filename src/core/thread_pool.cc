@@ -1,5 +1,6 @@
 #include "core/thread_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -27,40 +28,59 @@ ThreadPool::ThreadPool(int num_threads) {
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
+  stop_.store(true, std::memory_order_release);
+  wake_.fetch_add(1, std::memory_order_release);
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::drain() {
-  int64_t i;
-  while ((i = next_.fetch_add(1, std::memory_order_relaxed)) < n_) {
-    (*fn_)(i);
+void ThreadPool::drain(uint64_t gen) {
+  uint64_t s = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s >> kIndexBits) != gen) return;
+    const auto i = static_cast<int64_t>(s & kIndexMask);
+    // n_ may already belong to a later generation; the compare-and-swap below fails then.
+    if (i >= n_.load(std::memory_order_relaxed)) return;
+    if (!claim_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      continue;
+    }
+    // Chunk i of generation gen is ours: that run cannot end before we count it done, so fn_
+    // is still its function.
+    (*fn_.load(std::memory_order_relaxed))(i);
     done_.fetch_add(1, std::memory_order_acq_rel);
+    done_.notify_all();
+    s = claim_.load(std::memory_order_acquire);
   }
 }
 
 void ThreadPool::worker_loop() {
-  uint64_t seen = 0;
+  t_in_pool_task = true;  // a kernel that runs on a worker never starts a nested run
+  // From wake_'s initial value: a worker that starts after the first bump (even the
+  // destructor's) sees it at once.
+  uint32_t seen = 0;
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      ++active_workers_;
-    }
-    t_in_pool_task = true;
-    drain();
-    t_in_pool_task = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --active_workers_;
-    }
-    done_cv_.notify_all();
+    wake_.wait(seen, std::memory_order_acquire);
+    seen = wake_.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_acquire)) return;
+    drain(claim_.load(std::memory_order_acquire) >> kIndexBits);
+  }
+}
+
+void ThreadPool::run_batch(int64_t n, const std::function<void(int64_t)>& fn) {
+  const uint64_t gen = ++generation_ & ((uint64_t{1} << (64 - kIndexBits)) - 1);
+  fn_.store(&fn, std::memory_order_relaxed);
+  n_.store(n, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store(gen << kIndexBits, std::memory_order_release);
+  wake_.fetch_add(1, std::memory_order_release);
+  wake_.notify_all();
+  t_in_pool_task = true;
+  drain(gen);
+  t_in_pool_task = false;
+  // Every chunk is claimed; wait for those still running on workers.
+  for (int64_t d; (d = done_.load(std::memory_order_acquire)) < n;) {
+    done_.wait(d, std::memory_order_acquire);
   }
 }
 
@@ -71,23 +91,15 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    n_ = n;
-    next_.store(0);
-    done_.store(0);
-    ++generation_;
+  constexpr auto kMax = static_cast<int64_t>(kIndexMask);
+  if (n <= kMax) {
+    run_batch(n, fn);
+    return;
   }
-  wake_.notify_all();
-  t_in_pool_task = true;
-  drain();
-  t_in_pool_task = false;
-  std::unique_lock<std::mutex> lock(mu_);
-  // Wait until every chunk finished and no worker still touches fn_ (it may be about to read
-  // next_ for this generation).
-  done_cv_.wait(lock, [&] { return done_.load() >= n_ && active_workers_ == 0; });
-  fn_ = nullptr;
+  for (int64_t base = 0; base < n; base += kMax) {
+    const std::function<void(int64_t)> part = [&](int64_t i) { fn(base + i); };
+    run_batch(std::min(kMax, n - base), part);
+  }
 }
 
 ThreadPool& intra_op_pool() { return *pool_slot(); }

@@ -3,7 +3,6 @@
 // threads: reductions combine per-chunk partials in chunk order.
 #pragma once
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -26,20 +25,26 @@ class ThreadPool {
   void run(int64_t n, const std::function<void(int64_t)>& fn);
 
  private:
+  // A run is published as a generation; chunks are claimed by compare-and-swap on claim_,
+  // which holds the generation (high bits) and the next unclaimed chunk (low bits), so a worker
+  // that wakes after every chunk of its generation was taken claims nothing and touches nothing.
+  // The caller waits only for chunks that were claimed: a worker slow to wake (its core busy
+  // with another thread) never delays a run.
+  static constexpr int kIndexBits = 24;  // at most 16M chunks a run (run() splits larger)
+  static constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
   void worker_loop();
-  void drain();
-
+  void run_batch(int64_t n, const std::function<void(int64_t)>& fn);
+  // Claims and runs chunks of generation `gen` until none is left.
+  void drain(uint64_t gen);
   std::vector<std::thread> workers_;
   std::mutex run_mu_;  // one run at a time; a second concurrent caller runs inline
-  std::mutex mu_;
-  std::condition_variable wake_, done_cv_;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  const std::function<void(int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0;
-  std::atomic<int64_t> next_{0};
-  std::atomic<int64_t> done_{0};
-  int active_workers_ = 0;
+  uint64_t generation_ = 0;  // the last published generation (under run_mu_)
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int64_t> n_{0};
+  std::atomic<const std::function<void(int64_t)>*> fn_{nullptr};
+  std::atomic<int64_t> done_{0};  // chunks of the current generation finished
+  std::atomic<uint32_t> wake_{0};  // bumped for every run; idle workers wait on it
+  std::atomic<bool> stop_{false};
 };
 
 // The process-wide intra-op pool. Size: TW_NUM_THREADS, else the hardware's thread count.
