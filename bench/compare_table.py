@@ -1,7 +1,11 @@
 #!/usr/bin/python3
 """Joins tw_bench_kernels' JSON with torch_kernels.py's output into one Markdown table.
 
-Ratio = tensorwire median / the better of the two torch medians; lower is better. A workload
+Ratio = tensorwire median / the better of the two torch medians; lower is better. Each of
+--tw, --tw-torch, --torch-plain and --torch-tuned may be given once per round (compare_torch.sh
+interleaves rounds of all four); a side's figure is its best (lowest) median over the rounds, so
+drift of the machine between rounds (this VM's memory bandwidth moves by 2x over minutes) hits
+every side alike. A workload
 meets its target when the ratio is at or below it. With --tw-torch (the same benchmarks on
 tensorwire's torch device), two more columns show that device's median and its ratio to the best
 plain-PyTorch median: the cost of reaching PyTorch's kernels through tensorwire's op IR. Prints
@@ -49,23 +53,38 @@ def load_torch(path):
     return out, meta
 
 
+def best_of(rounds):
+    """Merges per-round {workload: ms or error} dicts: the lowest time, else the first error."""
+    out = {}
+    for r in rounds:
+        for name, v in r.items():
+            old = out.get(name)
+            if old is None or (isinstance(v, float) and (not isinstance(old, float) or v < old)):
+                out[name] = v
+    return out
+
+
 def fmt(v):
     return f"{v:.2f}" if isinstance(v, float) else "n/a"
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tw", required=True)
-    ap.add_argument("--tw-torch", help="tw_bench_kernels JSON run with TW_BENCH_DEVICE=torch")
-    ap.add_argument("--torch-plain", required=True)
-    ap.add_argument("--torch-tuned", required=True)
+    ap.add_argument("--tw", required=True, action="append")
+    ap.add_argument("--tw-torch", action="append",
+                    help="tw_bench_kernels JSON run with TW_BENCH_DEVICE=torch")
+    ap.add_argument("--torch-plain", required=True, action="append")
+    ap.add_argument("--torch-tuned", required=True, action="append")
     ap.add_argument("--out")
     args = ap.parse_args()
 
-    tw, ctx = load_tw(args.tw)
-    tw_torch = load_tw(args.tw_torch)[0] if args.tw_torch else {}
-    plain, meta = load_torch(args.torch_plain)
-    tuned, _ = load_torch(args.torch_tuned)
+    tw_rounds = [load_tw(p) for p in args.tw]
+    tw, ctx = best_of(r[0] for r in tw_rounds), tw_rounds[0][1]
+    tw_torch = best_of(load_tw(p)[0] for p in args.tw_torch or [])
+    plain_rounds = [load_torch(p) for p in args.torch_plain]
+    plain, meta = best_of(r[0] for r in plain_rounds), plain_rounds[0][1]
+    tuned = best_of(load_torch(p)[0] for p in args.torch_tuned)
+    rounds = len(args.tw)
 
     names = list(tw) + [n for n in plain if n not in tw]
     rows, notes = [], []
@@ -105,7 +124,8 @@ def main():
         f"torch {meta.get('torch', '?')} threads {meta.get('threads', '?')} "
         f"(BLAS {os.path.basename(meta.get('blas', '?'))}); "
         f"load average at the end {load}.",
-        "Times are medians in ms (lower is better). ratio = tensorwire / best torch; "
+        f"Times are medians in ms (lower is better), each side's best over {rounds} interleaved "
+        "round(s). ratio = tensorwire / best torch; "
         "torch (tuned) runs with GLIBC_TUNABLES that keep freed memory in the heap. "
         "tw torch-backend = the same tensorwire program on Device::torch() (PyTorch's kernels "
         "behind tensorwire's op IR, in-process); its ratio to the best plain PyTorch is the cost "

@@ -2,11 +2,13 @@
 # Kernel benchmarks, tensorwire beside PyTorch CPU (`make bench`).
 #   1. installs python3-torch, python3-numpy and OpenBLAS if missing (scripts/bootstrap.sh),
 #   2. builds tw_bench_kernels (Release, in $BUILD, default build/),
-#   3. runs it (Google Benchmark, medians of repetitions, JSON) on the CPU device and, when the
+#   3. in each of $ROUNDS rounds (default 3; interleaved, so that this VM's drifting memory
+#      bandwidth hits every side alike; each side keeps its best round), runs it (Google
+#      Benchmark, medians of repetitions, JSON) on the CPU device and, when the
 #      build has the torch backend, on the torch device (the same workloads through tensorwire's
 #      op IR into PyTorch's kernels: its gap to plain PyTorch is the cost of going through
 #      tensorwire),
-#   4. runs bench/torch_kernels.py twice: as installed, and with glibc malloc tuned so that freed
+#   4. and runs bench/torch_kernels.py twice: as installed, and with glibc malloc tuned so that freed
 #      64 MiB results stay in the heap instead of going back to the kernel (a fresh mmap per
 #      result costs page faults, which are expensive on some VMs); the better torch of the two is
 #      the bar,
@@ -18,7 +20,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 BUILD=${BUILD:-build}
 THREADS=${THREADS:-2}
-REPETITIONS=${REPETITIONS:-5}
+REPETITIONS=${REPETITIONS:-3}
+ROUNDS=${ROUNDS:-3}
 PY=/usr/bin/python3
 TORCH_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296
 
@@ -43,29 +46,34 @@ export OPENBLAS_NUM_THREADS=$THREADS
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-echo "== tensorwire ($THREADS threads, $REPETITIONS repetitions)"
-TW_BENCH_THREADS=$THREADS "$BUILD/bench/tw_bench_kernels" \
-  --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
-  --benchmark_out="$out/tw.json" --benchmark_out_format=json
-
-tw_torch_args=()
+have_tw_torch=0
 if TW_BENCH_DEVICE=torch "$BUILD/bench/tw_bench_kernels" --benchmark_list_tests >/dev/null 2>&1; then
-  echo "== tensorwire on the torch backend ($THREADS threads, $REPETITIONS repetitions)"
-  TW_BENCH_DEVICE=torch TW_BENCH_THREADS=$THREADS "$BUILD/bench/tw_bench_kernels" \
-    --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
-    --benchmark_out="$out/tw_torch.json" --benchmark_out_format=json
-  tw_torch_args=(--tw-torch "$out/tw_torch.json")
+  have_tw_torch=1
 else
   echo "== no torch backend in $BUILD (configured without libtorch): that column stays empty"
 fi
 
-echo "== torch, glibc malloc as installed"
-$PY bench/torch_kernels.py --threads "$THREADS" | tee "$out/torch_plain.jsonl"
-echo "== torch, GLIBC_TUNABLES=$TORCH_TUNABLES"
-GLIBC_TUNABLES=$TORCH_TUNABLES $PY bench/torch_kernels.py --threads "$THREADS" |
-  tee "$out/torch_tuned.jsonl"
+table_args=()
+for round in $(seq 1 "$ROUNDS"); do
+  echo "== round $round of $ROUNDS: tensorwire ($THREADS threads, $REPETITIONS repetitions)"
+  TW_BENCH_THREADS=$THREADS "$BUILD/bench/tw_bench_kernels" \
+    --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
+    --benchmark_out="$out/tw.$round.json" --benchmark_out_format=json
+  table_args+=(--tw "$out/tw.$round.json")
+  if [[ $have_tw_torch == 1 ]]; then
+    echo "== round $round of $ROUNDS: tensorwire on the torch backend"
+    TW_BENCH_DEVICE=torch TW_BENCH_THREADS=$THREADS "$BUILD/bench/tw_bench_kernels" \
+      --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
+      --benchmark_out="$out/tw_torch.$round.json" --benchmark_out_format=json
+    table_args+=(--tw-torch "$out/tw_torch.$round.json")
+  fi
+  echo "== round $round of $ROUNDS: torch, glibc malloc as installed"
+  $PY bench/torch_kernels.py --threads "$THREADS" | tee "$out/torch_plain.$round.jsonl"
+  echo "== round $round of $ROUNDS: torch, GLIBC_TUNABLES=$TORCH_TUNABLES"
+  GLIBC_TUNABLES=$TORCH_TUNABLES $PY bench/torch_kernels.py --threads "$THREADS" |
+    tee "$out/torch_tuned.$round.jsonl"
+  table_args+=(--torch-plain "$out/torch_plain.$round.jsonl" --torch-tuned "$out/torch_tuned.$round.jsonl")
+done
 
 mkdir -p bench/results
-$PY bench/compare_table.py --tw "$out/tw.json" "${tw_torch_args[@]}" \
-  --torch-plain "$out/torch_plain.jsonl" --torch-tuned "$out/torch_tuned.jsonl" \
-  --out bench/results/kernels.md
+$PY bench/compare_table.py "${table_args[@]}" --out bench/results/kernels.md

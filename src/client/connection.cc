@@ -86,7 +86,9 @@ Result<proto::Welcome> enumerate(const net::Url& url, const Options& options) {
 }
 
 Connection::Connection(net::Url url, uint32_t device_index, Options options)
-    : url_(std::move(url)), device_index_(device_index), options_(std::move(options)) {}
+    : url_(std::move(url)), device_index_(device_index), options_(std::move(options)) {
+  restart_batches_locked();
+}
 
 Connection::~Connection() { close(); }
 
@@ -199,8 +201,9 @@ Status Connection::submit_op(const ir::Op& op) {
     batch_.add_op(op);
   }
   ++counters_.ops;
-  if (batch_.task_count() >= options_.batch_ops || batch_.payload_size() >= options_.batch_bytes) {
+  if (batch_.task_count() >= batch_limit_ || batch_.payload_size() >= options_.batch_bytes) {
     flush_locked();
+    batch_limit_ = std::min(2 * batch_limit_, options_.batch_ops);
   } else {
     arm_idle_timer_locked();
   }
@@ -235,6 +238,7 @@ std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atom
   batch_.add_read(req, id);
   ++counters_.round_trips;
   flush_locked();
+  restart_batches_locked();
   return fut;
 }
 
@@ -252,6 +256,7 @@ Status Connection::sync() {
     batch_.add_sync(req);
     ++counters_.round_trips;
     flush_locked();
+    restart_batches_locked();
   }
   wait(fut, &done);
   Status st = fut.get();

