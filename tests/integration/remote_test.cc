@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <thread>
@@ -34,6 +35,41 @@ TEST(Remote, OpsMatchCpuBitForBit) {
     return c.to_bytes();
   };
   EXPECT_EQ(run(cpu), run(remote));
+}
+
+// Batches start at 16 tasks after a reply was waited for and double up to TW_BATCH_OPS, so an
+// idle server gets work at once (docs/remote.md, Batching). The idle flush is pushed far out so
+// that only the task counts send frames here.
+TEST(Remote, BatchesStartSmallAfterAReplyAndDouble) {
+  ServerProcess server;
+  ::setenv("TW_FLUSH_IDLE_US", "30000000", 1);
+  ::setenv("TW_BATCH_OPS", "64", 1);
+  Device d = Device::remote(server.url());
+  ::unsetenv("TW_FLUSH_IDLE_US");
+  ::unsetenv("TW_BATCH_OPS");
+  d.connect();
+  std::vector<Tensor> keep;  // no drops: only the ops count
+  auto frames = [&] { return wire_counters(d).frames_out; };
+  auto ops = [&](int n) {
+    for (int i = 0; i < n; ++i) keep.push_back(full({1}, static_cast<double>(i), kF32, d));
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    const uint64_t f0 = frames();
+    ops(15);
+    EXPECT_EQ(frames(), f0) << "pass " << pass;
+    ops(1);  // the 16th task sends the first batch
+    EXPECT_EQ(frames(), f0 + 1) << "pass " << pass;
+    ops(31);
+    EXPECT_EQ(frames(), f0 + 1) << "pass " << pass;
+    ops(1);  // then 32
+    EXPECT_EQ(frames(), f0 + 2) << "pass " << pass;
+    ops(64);  // then 64, the TW_BATCH_OPS cap ...
+    EXPECT_EQ(frames(), f0 + 3) << "pass " << pass;
+    ops(64);  // ... which holds
+    EXPECT_EQ(frames(), f0 + 4) << "pass " << pass;
+    // Waiting for a reply starts the sizes over.
+    EXPECT_EQ(keep.back().item<float>(), 63.0f);
+  }
 }
 
 TEST(Remote, UploadAndReadBack) {
