@@ -15,7 +15,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 BUILD=${BUILD:-build}
 THREADS=${THREADS:-2}
-ROUNDS=${ROUNDS:-15}
+ROUNDS=${ROUNDS:-30}
 STEPS=${STEPS:-10}
 PY=/usr/bin/python3
 
@@ -59,7 +59,7 @@ lines = [
     f"with {meta.get('threads', '?')} threads.",
     "",
     "| workload | tw local | tw remote | remote / local (target <= 1.10) | tw local cpu | tw remote cpu "
-    "| params identical | torch | local / torch (target <= 1.0) |",
+    "| params identical | torch | local / torch (target <= 1.0, MLP) |",
     "|---|---|---|---|---|---|---|---|---|",
 ]
 for w in dict.fromkeys(k[0] for k in tw):
@@ -67,9 +67,11 @@ for w in dict.fromkeys(k[0] for k in tw):
     ratio = r["best_ms"] / l["best_ms"]
     t = torch.get(w)
     # Like with like: tensorwire's best round against PyTorch's best round.
+    # The issue sets the PyTorch target for the MLP; the CNN row is shown for information.
+    verdict = ("ok" if l['best_ms'] / t['best_ms'] <= 1.0 else "MISSED") if t and w == "mlp_b256" \
+        else "(no target)"
     torch_cells = (f"{t['best_ms']:.3f} (med {t['median_ms']:.3f}) | {l['best_ms'] / t['best_ms']:.3f} "
-                   f"{'ok' if l['best_ms'] / t['best_ms'] <= 1.0 else 'MISSED'}"
-                   if t else "n/a | n/a")
+                   f"{verdict}" if t else "n/a | n/a")
     lines.append(
         f"| {names.get(w, w)} | {l['best_ms']:.3f} (med {l['median_ms']:.3f}) | {r['best_ms']:.3f} "
         f"(med {r['median_ms']:.3f}) | {ratio:.3f} {'ok' if ratio <= 1.10 else 'MISSED'} | "
