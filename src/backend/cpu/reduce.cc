@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "backend/cpu/elementwise.h"
+#include "backend/cpu/tile.h"
 #include "backend/cpu/kernels.h"
 
 namespace tw::cpu {
@@ -178,12 +179,6 @@ constexpr bool kWideLeaf =
     std::is_floating_point_v<typename P::Acc> && !ArgPolicy<P> &&
     (std::is_same_v<P, SumP<float, float, float>> || std::is_same_v<P, MeanP<float, float, float>>);
 
-inline bool cpu_has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return yes;
-}
-
 template <class P, class T>
 typename P::Acc reduce_leaf_fast(const T* p, int64_t n, int64_t index0) {
   if constexpr (kWideLeaf<P>) {
@@ -324,12 +319,7 @@ void reduce_rows(const Plan& plan, typename P::Out* out) {
   Buffer scratch = Buffer::allocate(static_cast<size_t>(rows * leaves) * sizeof(A));
   A* parts = scratch.as<A>();
   parallel_chunks(
-      // Two tasks per thread when that leaves each more than the usual grain: each thread then
-      // streams long contiguous stretches. (How leaves are grouped into tasks does not affect
-      // the result, which depends on the leaves only, so this may follow the thread count.)
-      rows * leaves,
-      std::max<int64_t>(1, std::max(grain, rows * R / (2 * get_num_threads())) / kLeaf),
-      [&](int64_t, int64_t b, int64_t e) {
+      rows * leaves, std::max<int64_t>(1, grain / kLeaf), [&](int64_t, int64_t b, int64_t e) {
         StridedIter<1> it(plan.kept_shape, {plan.kept_strides});
         for (int64_t t = b; t < e; ++t) {
           const int64_t r = t / leaves, l = t % leaves;

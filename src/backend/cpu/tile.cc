@@ -73,19 +73,20 @@ __attribute__((target("avx512f"))) int64_t untile16_avx512(const float* src, flo
   return p0;
 }
 
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
+}  // namespace
+
+bool cpu_has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   return yes;
 }
-
-}  // namespace
 
 void untile16_portable(const float* src, float* dst, int64_t hw, int64_t dst_plane) {
   untile16_generic(src, dst, 0, hw, dst_plane);
 }
 
 void untile16(const float* src, float* dst, int64_t hw, int64_t dst_plane, bool streaming) {
-  const int64_t done = has_avx512() ? untile16_avx512(src, dst, hw, dst_plane, streaming) : 0;
+  const int64_t done = cpu_has_avx512() ? untile16_avx512(src, dst, hw, dst_plane, streaming) : 0;
   untile16_generic(src, dst, done, hw, dst_plane);
 }
 

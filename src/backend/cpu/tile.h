@@ -17,6 +17,9 @@ void untile16(const float* src, float* dst, int64_t hw, int64_t dst_plane, bool 
 // The portable loops alone, whatever the CPU (for tests).
 void untile16_portable(const float* src, float* dst, int64_t hw, int64_t dst_plane);
 
+// Whether the CPU runs AVX-512 (F, DQ, BW, VL: what GCC's x86-64-v4 needs), checked once.
+bool cpu_has_avx512();
+
 // Outputs at least this large are written with streaming stores.
 constexpr int64_t kStreamingStoreBytes = int64_t{4} << 20;
 
