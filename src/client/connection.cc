@@ -173,6 +173,9 @@ uint64_t Connection::add_pending_locked(Pending::Kind kind, Pending** out, std::
   p->done = done;
   *out = p.get();
   pending_[id] = std::move(p);
+  // Every request with a reply is flushed at once: when the reply is in, the server has run
+  // everything sent before it and is idle, so the next batches start small again.
+  restart_batches_locked();
   return id;
 }
 
@@ -238,7 +241,6 @@ std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atom
   batch_.add_read(req, id);
   ++counters_.round_trips;
   flush_locked();
-  restart_batches_locked();
   return fut;
 }
 
@@ -256,7 +258,6 @@ Status Connection::sync() {
     batch_.add_sync(req);
     ++counters_.round_trips;
     flush_locked();
-    restart_batches_locked();
   }
   wait(fut, &done);
   Status st = fut.get();

@@ -85,7 +85,8 @@ class Connection {
   uint64_t add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done = nullptr);
   std::future<Result<TensorData>> read_impl(ir::TensorId id, std::atomic<bool>* done);
   void flush_locked();
-  // The server will be idle once the reply to what was just sent arrives: start small again.
+  // The server will be idle once the reply to the request just added arrives: start small
+  // again (called by add_pending_locked).
   void restart_batches_locked() { batch_limit_ = std::min(Options::kFirstBatchOps, options_.batch_ops); }
   // Sends the queued tasks as one frame (pending drops stay queued).
   void send_batch_locked();

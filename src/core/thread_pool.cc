@@ -49,7 +49,7 @@ void ThreadPool::drain(uint64_t gen) {
     // is still its function.
     (*fn_.load(std::memory_order_relaxed))(i);
     done_.fetch_add(1, std::memory_order_acq_rel);
-    done_.notify_all();
+    done_.notify_one();  // only the run's caller waits on it
     s = claim_.load(std::memory_order_acquire);
   }
 }

@@ -176,8 +176,7 @@ reduce_leaf_avx512(const T* p, int64_t n, int64_t index0) {
 
 template <class P>
 constexpr bool kWideLeaf =
-    std::is_floating_point_v<typename P::Acc> && !ArgPolicy<P> &&
-    (std::is_same_v<P, SumP<float, float, float>> || std::is_same_v<P, MeanP<float, float, float>>);
+    std::is_same_v<P, SumP<float, float, float>> || std::is_same_v<P, MeanP<float, float, float>>;
 
 template <class P, class T>
 typename P::Acc reduce_leaf_fast(const T* p, int64_t n, int64_t index0) {
