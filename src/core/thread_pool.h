@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -25,22 +26,33 @@ class ThreadPool {
   void run(int64_t n, const std::function<void(int64_t)>& fn);
 
  private:
-  // A run is published as a generation; chunks are claimed by compare-and-swap on claim_,
-  // which holds the generation (high bits) and the next unclaimed chunk (low bits), so a worker
-  // that wakes after every chunk of its generation was taken claims nothing and touches nothing.
-  // The caller waits only for chunks that were claimed: a worker slow to wake (its core busy
-  // with another thread) never delays a run.
-  static constexpr int kIndexBits = 24;  // at most 16M chunks a run (run() splits larger)
+  // Scheduling. A run of n chunks is cut into one contiguous range per thread (a lane: the
+  // caller's is lane 0, worker w's is lane w + 1). Each thread runs its own lane front to back,
+  // so it streams one contiguous stretch of memory (a memory-bound 16M-element f32 sum is about
+  // 10% faster so than with chunks handed out in turn), then takes chunks from the back of the
+  // other lanes, so a worker slow to wake (its core busy with another thread) delays nothing:
+  // its chunks are run by whoever is free. Which thread runs a chunk never changes a result.
+  //
+  // A lane's state is one atomic word, [generation | front | back), changed by
+  // compare-and-swap: a thread that claims a chunk has claimed it for the run it read, and a
+  // worker that wakes after its run is over finds the lanes empty or of a later generation and
+  // touches nothing.
+  static constexpr int kIndexBits = 20;  // at most 1M chunks a run (run() splits larger)
+  static constexpr int kGenBits = 64 - 2 * kIndexBits;
   static constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
-  void worker_loop();
+  struct alignas(64) Lane {
+    std::atomic<uint64_t> state{0};
+  };
+  void worker_loop(int lane);
   void run_batch(int64_t n, const std::function<void(int64_t)>& fn);
-  // Claims and runs chunks of generation `gen` until none is left.
-  void drain(uint64_t gen);
+  // Runs the chunks of generation `gen`: lane `own` from the front, then the others from the back.
+  void drain(int own, uint64_t gen);
+  void run_chunk(int64_t i);
   std::vector<std::thread> workers_;
+  std::unique_ptr<Lane[]> lanes_;
   std::mutex run_mu_;  // one run at a time; a second concurrent caller runs inline
   uint64_t generation_ = 0;  // the last published generation (under run_mu_)
-  std::atomic<uint64_t> claim_{0};
-  std::atomic<int64_t> n_{0};
+  std::atomic<uint64_t> published_{0};  // generation_, for workers
   std::atomic<const std::function<void(int64_t)>*> fn_{nullptr};
   std::atomic<int64_t> done_{0};  // chunks of the current generation finished
   std::atomic<uint32_t> wake_{0};  // bumped for every run; idle workers wait on it

@@ -1,12 +1,13 @@
 // The intra-op pool (core/thread_pool.h): every chunk of every run executes exactly once, from
-// any number of caller threads, for pools created and destroyed in quick succession, and for
-// runs past the 16M chunks one published run can hold. Uses only core/thread_pool.h, so it also
+// any number of caller threads, for pools created and destroyed in quick succession, for runs
+// past the 1M chunks one published run can hold, and when one thread is held up mid-run. Uses only core/thread_pool.h, so it also
 // builds alone under ThreadSanitizer:
 //   g++ -std=c++20 -fsanitize=thread -Isrc tests/unit/cpu/thread_pool_test.cc
 //       src/core/thread_pool.cc -lgtest -lgtest_main -pthread
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -73,15 +74,49 @@ TEST(ThreadPool, NestedRunsInline) {
   EXPECT_EQ(inner.load(), 40);
 }
 
-// More chunks than one published run holds (2^24 - 1): run() splits them.
+// More chunks than one published run holds (2^20 - 1): run() splits them.
 TEST(ThreadPool, RunsPastTheChunkLimit) {
   ThreadPool pool(2);
-  const int64_t n = (int64_t{1} << 24) + 5;
+  const int64_t n = (int64_t{1} << 21) + 5;
   std::vector<uint8_t> hits(static_cast<size_t>(n), 0);
   pool.run(n, [&](int64_t i) { hits[static_cast<size_t>(i)] += 1; });
   int64_t wrong = 0;
   for (uint8_t h : hits) wrong += h != 1;
   EXPECT_EQ(wrong, 0);
+}
+
+// Each thread starts on its own contiguous share of the chunks; a thread that is held up (here:
+// the first chunk a worker runs waits until every other chunk is done) has the rest of its share
+// taken by the others. With a fixed split and no taking over, this run would never finish.
+TEST(ThreadPool, ChunksOfAHeldUpThreadAreTakenOver) {
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  constexpr int64_t kChunks = 64;
+  int held_runs = 0;
+  for (int rep = 0; rep < 20; ++rep) {
+    std::atomic<int64_t> done{0};
+    std::atomic<bool> held{false}, timed_out{false};
+    pool.run(kChunks, [&](int64_t) {
+      if (std::this_thread::get_id() != caller && !held.exchange(true)) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (done.load() < kChunks - 1) {
+          if (std::chrono::steady_clock::now() > deadline) {
+            timed_out = true;
+            break;
+          }
+          std::this_thread::yield();
+        }
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      done.fetch_add(1);
+    });
+    ASSERT_FALSE(timed_out.load()) << "rep " << rep << ": the held-up worker's chunks were not taken over";
+    ASSERT_EQ(done.load(), kChunks);
+    held_runs += held.load();
+  }
+  // The worker joins a run of 64 x 50 us chunks in far less than its length.
+  EXPECT_GT(held_runs, 0);
 }
 
 }  // namespace
