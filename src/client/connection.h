@@ -24,8 +24,8 @@
 namespace tw::client {
 
 struct Options {
-  // Flush a batch when it holds this many tasks (TW_BATCH_OPS) ... After the program waited for
-  // a reply (the server has then run everything sent), batches start at kFirstBatchOps tasks and
+  // Flush a batch when it holds this many ops (TW_BATCH_OPS) ... After the program waited for
+  // a reply (the server has then run everything sent), batches start at kFirstBatchOps ops and
   // double up to batch_ops, so the server starts on new work at once rather than idling until a
   // full batch has been built.
   uint32_t batch_ops = 512;
@@ -84,7 +84,10 @@ class Connection {
   Status dead_status_locked() const;
   uint64_t add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done = nullptr);
   std::future<Result<TensorData>> read_impl(ir::TensorId id, std::atomic<bool>* done);
+  // Moves the queued drops into the batch, then sends it.
   void flush_locked();
+  // Moves the queued drops into the batch (as drop tasks after the tasks queued so far).
+  void queue_drops_locked();
   // The server will be idle once the reply to the request just added arrives: start small
   // again (called by add_pending_locked).
   void restart_batches_locked() { batch_limit_ = std::min(Options::kFirstBatchOps, options_.batch_ops); }
@@ -126,7 +129,8 @@ class Connection {
   uint64_t next_request_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;
   bool timer_armed_ = false;
-  uint32_t batch_limit_ = 0;  // tasks in the batch being built that send it (see Options)
+  uint32_t batch_limit_ = 0;  // ops in the batch being built that send it (see Options)
+  uint32_t batch_ops_ = 0;    // ops in the batch being built
   Counters counters_;
   std::vector<Status> session_errors_;  // unsolicited errors, reported by the next sync()
   net::FrameWriter writer_;
