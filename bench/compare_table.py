@@ -1,15 +1,14 @@
 #!/usr/bin/python3
-"""Joins tw_bench_kernels' JSON with torch_kernels.py's output into one Markdown table.
+"""Turns bench/compare_torch.py's measurements into one Markdown table.
 
-Ratio = tensorwire median / the better of the two torch medians; lower is better. Each of
---tw, --tw-torch, --torch-plain and --torch-tuned may be given once per round (compare_torch.sh
-interleaves rounds of all four); a side's figure is its best (lowest) median over the rounds, so
-drift of the machine between rounds (this VM's memory bandwidth moves by 2x over minutes) hits
-every side alike. A workload
-meets its target when the ratio is at or below it. With --tw-torch (the same benchmarks on
-tensorwire's torch device), two more columns show that device's median and its ratio to the best
-plain-PyTorch median: the cost of reaching PyTorch's kernels through tensorwire's op IR. Prints
-the table and writes it to --out.
+Per workload and round: ratio = tensorwire median / the better of the two torch medians of that
+round (lower is better); the two sides of a round were measured seconds apart, so drift of this
+VM's memory bandwidth (up to 2x within a minute) hits both alike. The table gives, per workload,
+each side's median over rounds, the median of the per-round ratios with their range, and the
+verdict against the target. With a torch-backend side (the same benchmarks on tensorwire's torch
+device), two more columns show its median and the median of its per-round ratios to the best
+plain PyTorch: the cost of reaching PyTorch's kernels through tensorwire's op IR. Prints the
+table and writes it to --out.
 """
 import argparse
 import datetime
@@ -19,49 +18,24 @@ import subprocess
 
 # Target ratio by workload-name prefix (tensorwire time / best torch time).
 TARGETS = [("matmul", 0.7), ("conv2d", 0.8), ("", 1.0)]
-TO_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
 def target_for(name):
     return next(t for prefix, t in TARGETS if name.startswith(prefix))
 
 
-def load_tw(path):
-    """{workload: median ms or error string}, in the benchmark's order."""
-    with open(path) as f:
-        doc = json.load(f)
-    out = {}
-    for b in doc["benchmarks"]:
-        name = b.get("run_name", b["name"]).removesuffix("/real_time").removesuffix(
-            "/process_time")
-        if b.get("error_occurred"):
-            out[name] = "error: " + b.get("error_message", "?")
-        elif b.get("aggregate_name") == "median":
-            out[name] = b["real_time"] * TO_MS[b.get("time_unit", "ns")]
-    return out, doc.get("context", {})
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    return None if n == 0 else (v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2)
 
 
-def load_torch(path):
-    out, meta = {}, {}
-    with open(path) as f:
-        for line in f:
-            rec = json.loads(line)
-            if "meta" in rec:
-                meta = rec["meta"]
-            else:
-                out[rec["workload"]] = rec["median_ms"]
-    return out, meta
+def numbers(values):
+    return [v for v in values if isinstance(v, (int, float))]
 
 
-def best_of(rounds):
-    """Merges per-round {workload: ms or error} dicts: the lowest time, else the first error."""
-    out = {}
-    for r in rounds:
-        for name, v in r.items():
-            old = out.get(name)
-            if old is None or (isinstance(v, float) and (not isinstance(old, float) or v < old)):
-                out[name] = v
-    return out
+def first_error(values):
+    return next((v for v in values if isinstance(v, str)), None)
 
 
 def fmt(v):
@@ -70,45 +44,39 @@ def fmt(v):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tw", required=True, action="append")
-    ap.add_argument("--tw-torch", action="append",
-                    help="tw_bench_kernels JSON run with TW_BENCH_DEVICE=torch")
-    ap.add_argument("--torch-plain", required=True, action="append")
-    ap.add_argument("--torch-tuned", required=True, action="append")
+    ap.add_argument("--results", required=True, help="the JSON bench/compare_torch.py wrote")
     ap.add_argument("--out")
     args = ap.parse_args()
+    with open(args.results) as f:
+        res = json.load(f)
+    ctx, meta, rounds = res["context"], res["torch_meta"], res["rounds"]
 
-    tw_rounds = [load_tw(p) for p in args.tw]
-    tw, ctx = best_of(r[0] for r in tw_rounds), tw_rounds[0][1]
-    tw_torch = best_of(load_tw(p)[0] for p in args.tw_torch or [])
-    plain_rounds = [load_torch(p) for p in args.torch_plain]
-    plain, meta = best_of(r[0] for r in plain_rounds), plain_rounds[0][1]
-    tuned = best_of(load_torch(p)[0] for p in args.torch_tuned)
-    rounds = len(args.tw)
+    def series(side, name):
+        return [r.get(side, {}).get(name) for r in rounds]
 
-    names = list(tw) + [n for n in plain if n not in tw]
     rows, notes = [], []
-    for name in names:
-        t, p, q = tw.get(name), plain.get(name), tuned.get(name)
-        torch_times = [v for v in (p, q) if isinstance(v, float)]
-        best = min(torch_times) if torch_times else None
+    for name in res["workloads"]:
+        tw, plain, tuned = series("tw", name), series("torch_plain", name), series("torch_tuned", name)
+        tw_torch = series("tw_torch", name)
+        best = [min(numbers([p, q])) if numbers([p, q]) else None for p, q in zip(plain, tuned)]
+        ratios = [t / b for t, b in zip(tw, best) if isinstance(t, (int, float)) and b]
+        tt_ratios = [t / b for t, b in zip(tw_torch, best) if isinstance(t, (int, float)) and b]
         target = target_for(name)
-        if isinstance(t, float) and best:
-            ratio = t / best
+        if ratios:
+            ratio = median(ratios)
             verdict = "PASS" if ratio <= target else "MISS"
-            ratio_s = f"{ratio:.2f}"
+            ratio_s = f"{ratio:.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
         else:
-            ratio_s, verdict = "n/a", "ERROR" if isinstance(t, str) else "MISS"
-            if isinstance(t, str):
-                notes.append(f"- {name}: tensorwire {t}")
-            elif t is None:
-                notes.append(f"- {name}: no tensorwire result")
-        tt = tw_torch.get(name)
-        if isinstance(tt, str):
-            notes.append(f"- {name}: tensorwire torch backend {tt}")
-        tt_ratio = f"{tt / best:.2f}" if isinstance(tt, float) and best else "n/a"
-        rows.append(f"| {name} | {fmt(t)} | {fmt(p)} | {fmt(q)} | {ratio_s} | <= {target} | "
-                    f"{verdict} | {fmt(tt)} | {tt_ratio} |")
+            ratio_s, verdict = "n/a", "ERROR"
+        for side, values in (("tensorwire", tw), ("torch plain", plain), ("torch tuned", tuned),
+                             ("tensorwire torch backend", tw_torch)):
+            err = first_error(values)
+            if err:
+                notes.append(f"- {name}: {side}: {err}")
+        tt_s = f"{median(tt_ratios):.2f}" if tt_ratios else "n/a"
+        rows.append(f"| {name} | {fmt(median(numbers(tw)))} | {fmt(median(numbers(plain)))} | "
+                    f"{fmt(median(numbers(tuned)))} | {ratio_s} | <= {target} | {verdict} | "
+                    f"{fmt(median(numbers(tw_torch)))} | {tt_s} |")
 
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -124,8 +92,10 @@ def main():
         f"torch {meta.get('torch', '?')} threads {meta.get('threads', '?')} "
         f"(BLAS {os.path.basename(meta.get('blas', '?'))}); "
         f"load average at the end {load}.",
-        f"Times are medians in ms (lower is better), each side's best over {rounds} interleaved "
-        "round(s). ratio = tensorwire / best torch; "
+        f"Times in ms (lower is better): each side's median over {len(rounds)} rounds of the "
+        "median of its repetitions. In each round the sides of a workload run back to back "
+        "(seconds apart); ratio = tensorwire / the faster torch of the same round, the median "
+        "over rounds (range in brackets); "
         "torch (tuned) runs with GLIBC_TUNABLES that keep freed memory in the heap. "
         "tw torch-backend = the same tensorwire program on Device::torch() (PyTorch's kernels "
         "behind tensorwire's op IR, in-process); its ratio to the best plain PyTorch is the cost "
@@ -133,7 +103,7 @@ def main():
         "Produced by `make bench` (bench/compare_torch.sh).",
         "",
         "| workload | tensorwire ms | torch ms (plain) | torch ms (tuned) | ratio tw/best-torch "
-        "| target | result | tw torch-backend ms | ratio tw-torch/best-torch |",
+        "(range) | target | result | tw torch-backend ms | ratio tw-torch/best-torch |",
         "|---|---:|---:|---:|---:|---:|---|---:|---:|",
         *rows,
     ]

@@ -2,17 +2,17 @@
 # Kernel benchmarks, tensorwire beside PyTorch CPU (`make bench`).
 #   1. installs python3-torch, python3-numpy and OpenBLAS if missing (scripts/bootstrap.sh),
 #   2. builds tw_bench_kernels (Release, in $BUILD, default build/),
-#   3. in each of $ROUNDS rounds (default 3; interleaved, so that this VM's drifting memory
-#      bandwidth hits every side alike; each side keeps its best round), runs it (Google
-#      Benchmark, medians of repetitions, JSON) on the CPU device and, when the
-#      build has the torch backend, on the torch device (the same workloads through tensorwire's
-#      op IR into PyTorch's kernels: its gap to plain PyTorch is the cost of going through
-#      tensorwire),
-#   4. and runs bench/torch_kernels.py twice: as installed, and with glibc malloc tuned so that freed
-#      64 MiB results stay in the heap instead of going back to the kernel (a fresh mmap per
-#      result costs page faults, which are expensive on some VMs); the better torch of the two is
-#      the bar,
-#   5. prints the comparison table and writes it to bench/results/kernels.md.
+#   3. runs bench/compare_torch.py: $ROUNDS rounds (default 5), each running every workload on
+#      every side back to back: tw_bench_kernels on the CPU device (Google Benchmark, median of
+#      $REPETITIONS repetitions), on the torch device when the build has the torch backend (the
+#      same workloads through tensorwire's op IR into PyTorch's kernels: its gap to plain PyTorch
+#      is the cost of going through tensorwire), and bench/torch_kernels.py twice: as installed,
+#      and with glibc malloc tuned so that freed 64 MiB results stay in the heap instead of going
+#      back to the kernel (a fresh mmap per result costs page faults, which are expensive on some
+#      VMs); the better torch of the two is the bar. This VM's memory bandwidth drifts by up to
+#      2x within a minute, so each ratio is taken within a round, seconds apart,
+#   4. prints the comparison table (bench/compare_table.py: medians over rounds) and writes it to
+#      bench/results/kernels.md.
 # Both sides use $THREADS threads (default 2). OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are left as
 # the environment has them.
 set -euo pipefail
@@ -21,7 +21,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD=${BUILD:-build}
 THREADS=${THREADS:-2}
 REPETITIONS=${REPETITIONS:-3}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 PY=/usr/bin/python3
 TORCH_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296
 
@@ -46,34 +46,7 @@ export OPENBLAS_NUM_THREADS=$THREADS
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-have_tw_torch=0
-if TW_BENCH_DEVICE=torch "$BUILD/bench/tw_bench_kernels" --benchmark_list_tests >/dev/null 2>&1; then
-  have_tw_torch=1
-else
-  echo "== no torch backend in $BUILD (configured without libtorch): that column stays empty"
-fi
-
-table_args=()
-for round in $(seq 1 "$ROUNDS"); do
-  echo "== round $round of $ROUNDS: tensorwire ($THREADS threads, $REPETITIONS repetitions)"
-  TW_BENCH_THREADS=$THREADS "$BUILD/bench/tw_bench_kernels" \
-    --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
-    --benchmark_out="$out/tw.$round.json" --benchmark_out_format=json
-  table_args+=(--tw "$out/tw.$round.json")
-  if [[ $have_tw_torch == 1 ]]; then
-    echo "== round $round of $ROUNDS: tensorwire on the torch backend"
-    TW_BENCH_DEVICE=torch TW_BENCH_THREADS=$THREADS "$BUILD/bench/tw_bench_kernels" \
-      --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
-      --benchmark_out="$out/tw_torch.$round.json" --benchmark_out_format=json
-    table_args+=(--tw-torch "$out/tw_torch.$round.json")
-  fi
-  echo "== round $round of $ROUNDS: torch, glibc malloc as installed"
-  $PY bench/torch_kernels.py --threads "$THREADS" | tee "$out/torch_plain.$round.jsonl"
-  echo "== round $round of $ROUNDS: torch, GLIBC_TUNABLES=$TORCH_TUNABLES"
-  GLIBC_TUNABLES=$TORCH_TUNABLES $PY bench/torch_kernels.py --threads "$THREADS" |
-    tee "$out/torch_tuned.$round.jsonl"
-  table_args+=(--torch-plain "$out/torch_plain.$round.jsonl" --torch-tuned "$out/torch_tuned.$round.jsonl")
-done
-
+$PY bench/compare_torch.py --build "$BUILD" --threads "$THREADS" --rounds "$ROUNDS" \
+  --repetitions "$REPETITIONS" --tuned-env "$TORCH_TUNABLES" --results "$out/results.json"
 mkdir -p bench/results
-$PY bench/compare_table.py "${table_args[@]}" --out bench/results/kernels.md
+$PY bench/compare_table.py --results "$out/results.json" --out bench/results/kernels.md

@@ -8,12 +8,17 @@ workload, NAME matching the Google Benchmark name. Run with Debian's /usr/bin/py
 (python3-torch 1.13).
 
   /usr/bin/python3 bench/torch_kernels.py [--threads 2] [--min-runs 10] [--min-seconds 1.0]
+
+With --serve it prints the meta line, then reads workload names from stdin, one per line, and
+answers each with its result line (bench/compare_torch.py keeps one such process per malloc
+setting and interleaves it with tensorwire, workload by workload).
 """
 import argparse
 import json
 import os
 import platform
 import statistics
+import sys
 import time
 
 import torch
@@ -96,6 +101,8 @@ def main():
     ap.add_argument("--min-runs", type=int, default=10)
     ap.add_argument("--min-seconds", type=float, default=1.0)
     ap.add_argument("--filter", default="", help="run only workloads whose name contains this")
+    ap.add_argument("--serve", action="store_true",
+                    help="read workload names from stdin and answer each with its result line")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -103,15 +110,27 @@ def main():
     print(json.dumps({"meta": {"torch": torch.__version__, "threads": torch.get_num_threads(),
                                "python": platform.python_version(),
                                "blas": blas_library()}}), flush=True)
+    setups = dict(workloads())
+
+    def run(name):
+        times = time_one(setups[name](), args.min_runs, args.min_seconds)
+        print(json.dumps({"workload": name,
+                          "median_ms": round(statistics.median(times) * 1e3, 4),
+                          "min_ms": round(min(times) * 1e3, 4),
+                          "runs": len(times)}), flush=True)
+
     with torch.no_grad():
-        for name, setup in workloads():
-            if args.filter not in name:
-                continue
-            times = time_one(setup(), args.min_runs, args.min_seconds)
-            print(json.dumps({"workload": name,
-                              "median_ms": round(statistics.median(times) * 1e3, 4),
-                              "min_ms": round(min(times) * 1e3, 4),
-                              "runs": len(times)}), flush=True)
+        if args.serve:
+            for line in sys.stdin:
+                name = line.strip()
+                if name in setups:
+                    run(name)
+                else:
+                    print(json.dumps({"workload": name, "error": "no such workload"}), flush=True)
+            return
+        for name in setups:
+            if args.filter in name:
+                run(name)
 
 
 if __name__ == "__main__":
