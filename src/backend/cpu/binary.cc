@@ -3,10 +3,13 @@
 // vectorises: tensor-tensor, tensor-scalar and scalar-tensor over contiguous runs. A broadcast
 // operand whose run has stride 0 takes the scalar loop; other strides are gathered into a stack
 // buffer a block at a time.
+#include <immintrin.h>
+
 #include <atomic>
 
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/tile.h"
 #include "ir/infer.h"
 
 namespace tw::cpu {
@@ -127,6 +130,37 @@ void loop_sv(T s, const T* __restrict b, OutT<K, T>* __restrict o, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = bin<K>(s, b[i]);
 }
 
+// f32 add, sub, mul and div of two contiguous operands into an output too large for the caches
+// (past kStreamingStoreBytes): streaming stores straight from the registers skip the
+// read-for-ownership of every output line. The same IEEE operations as loop_vv, so the same
+// values. Fenced at the end, before the chunk is reported done.
+template <BinaryKind K>
+constexpr bool kStreamsF32 = K == BinaryKind::kAdd || K == BinaryKind::kSub ||
+                             K == BinaryKind::kMul || K == BinaryKind::kDiv;
+
+template <BinaryKind K>
+void loop_vv_stream(const float* __restrict a, const float* __restrict b, float* __restrict o,
+                    int64_t n) {
+  int64_t i = 0;
+  for (; i < n && reinterpret_cast<uintptr_t>(o + i) % 32 != 0; ++i) o[i] = bin<K>(a[i], b[i]);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(b + i);
+    __m256 r;
+    if constexpr (K == BinaryKind::kAdd) {
+      r = _mm256_add_ps(x, y);
+    } else if constexpr (K == BinaryKind::kSub) {
+      r = _mm256_sub_ps(x, y);
+    } else if constexpr (K == BinaryKind::kMul) {
+      r = _mm256_mul_ps(x, y);
+    } else {
+      r = _mm256_div_ps(x, y);
+    }
+    _mm256_stream_ps(o + i, r);
+  }
+  for (; i < n; ++i) o[i] = bin<K>(a[i], b[i]);
+  _mm_sfence();
+}
+
 // Which element types a kind is defined on (inference rejects the rest; the kernel does not
 // instantiate them).
 template <BinaryKind K, class T>
@@ -171,10 +205,15 @@ template <BinaryKind K, class T>
 void binary_map(const CpuTensor& a, const CpuTensor& b, OutT<K, T>* out, const Shape& shape) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
+  const bool streaming =
+      numel(shape) * static_cast<int64_t>(sizeof(OutT<K, T>)) >= kStreamingStoreBytes;
   auto seg = [&](int64_t pos, const Run<2>& off, const Run<2>& st, int64_t len) {
     const T* ra = pa + off[0];
     const T* rb = pb + off[1];
     OutT<K, T>* ro = out + pos;
+    if constexpr (std::is_same_v<T, float> && kStreamsF32<K>) {
+      if (streaming && st[0] == 1 && st[1] == 1) return loop_vv_stream<K>(ra, rb, ro, len);
+    }
     if (st[0] == 1 && st[1] == 1) return loop_vv<K>(ra, rb, ro, len);
     if (st[0] == 1 && st[1] == 0) return loop_vs<K>(ra, *rb, ro, len);
     if (st[0] == 0 && st[1] == 1) return loop_sv<K>(*ra, rb, ro, len);

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
+#include "backend/cpu/tile.h"
 #include "core/half.h"
 #include "core/philox.h"
 #include "core/thread_pool.h"
@@ -500,6 +501,27 @@ TEST(BinaryKernels, LongBroadcastRunsMatchANaiveLoop) {
       ASSERT_EQ(plus_row[i * c + j], av[i * c + j] + bv[j]);
       ASSERT_EQ(times_col[i * c + j], av[i * c + j] * cv[i]);
       ASSERT_EQ(strided[i * c + j], atv[i * c + j] - bv[j]);
+    }
+  }
+}
+
+// f32 add/sub/mul/div of two contiguous operands past kStreamingStoreBytes take the streaming
+// path (binary.cc, loop_vv_stream). 1234567 elements: chunks of 38580 start at addresses that
+// are not 32-byte aligned and the last is ragged; every element must equal the plain IEEE op.
+TEST(BinaryKernels, StreamedF32ArithmeticMatchesANaiveLoop) {
+  constexpr int64_t n = 1234567;
+  static_assert(n * 4 >= kStreamingStoreBytes);
+  const std::vector<float> av = random_floats(n, 11), bv = random_floats(n, 12, 0.5f, 2.0f);
+  const CpuTensor a = f32({n}, av), b = f32({n}, bv);
+  for (BinaryKind k : {BinaryKind::kAdd, BinaryKind::kSub, BinaryKind::kMul, BinaryKind::kDiv}) {
+    const std::vector<float> got = values<float>(binary(k, a, b, {n}, kF32));
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = av[static_cast<size_t>(i)], y = bv[static_cast<size_t>(i)];
+      const float want = k == BinaryKind::kAdd ? x + y
+                         : k == BinaryKind::kSub ? x - y
+                         : k == BinaryKind::kMul ? x * y
+                                                 : x / y;
+      ASSERT_EQ(got[static_cast<size_t>(i)], want) << ir::kind_name(k) << " at " << i;
     }
   }
 }
