@@ -103,7 +103,8 @@ def main():
 
     def tw_cpu(name):
         ms, ctx = tw_run(binary, name, args.threads, args.repetitions)
-        context.update(ctx if not context else {})
+        if not context:
+            context.update(ctx)
         return ms
 
     sides = {

@@ -7,6 +7,7 @@
 namespace tw {
 namespace {
 thread_local bool t_in_pool_task = false;
+constexpr uint64_t kNoChunk = ~uint64_t{0};  // ThreadPool::drain's "this lane has none left"
 
 int default_threads() {
   if (const char* e = std::getenv("TW_NUM_THREADS")) {
@@ -34,10 +35,6 @@ ThreadPool::~ThreadPool() {
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
-
-namespace {
-constexpr uint64_t kNoChunk = ~uint64_t{0};
-}  // namespace
 
 void ThreadPool::run_chunk(int64_t i) {
   // Chunk i was claimed by a compare-and-swap on a state of this run: the run cannot end before

@@ -29,7 +29,7 @@ class ThreadPool {
   // Scheduling. A run of n chunks is cut into one contiguous range per thread (a lane: the
   // caller's is lane 0, worker w's is lane w + 1). Each thread runs its own lane front to back,
   // so it streams one contiguous stretch of memory (a memory-bound 16M-element f32 sum is about
-  // 10% faster so than with chunks handed out in turn), then takes chunks from the back of the
+  // 10% faster than with chunks handed out in turn), then takes chunks from the back of the
   // other lanes, so a worker slow to wake (its core busy with another thread) delays nothing:
   // its chunks are run by whoever is free. Which thread runs a chunk never changes a result.
   //

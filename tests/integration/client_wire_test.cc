@@ -1,5 +1,6 @@
 // What the client puts on the wire, seen by a stand-in server: a listening socket on 127.0.0.1
-// (port 0) in this process that completes the handshake, decodes every batch and answers syncs.
+// (port 0) in this process that completes the handshake, decodes every batch and answers syncs
+// (framing by integration/raw_client.h).
 // It checks the order of tasks, which a real server cannot show.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -7,14 +8,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "integration/raw_client.h"
 #include "protocol/messages.h"
-#include "support/frames.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
 
@@ -60,43 +63,20 @@ class StandInServer {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_.empty()) error_ = why;
   }
-  bool read_exact(int fd, uint8_t* p, size_t n) {
-    while (n > 0) {
-      pollfd pf{fd, POLLIN, 0};
-      if (::poll(&pf, 1, 20000) <= 0) return false;
-      ssize_t k = ::recv(fd, p, n, 0);
-      if (k <= 0) return false;
-      p += k;
-      n -= static_cast<size_t>(k);
-    }
-    return true;
-  }
-  bool read_frame(int fd, Buffer& out) {
-    uint8_t h[4];
-    if (!read_exact(fd, h, 4)) return false;
-    const uint32_t len = uint32_t{h[0]} | uint32_t{h[1]} << 8 | uint32_t{h[2]} << 16 | uint32_t{h[3]} << 24;
-    if (len > (64u << 20)) return false;
-    out = Buffer::allocate(len);
-    return read_exact(fd, out.as<uint8_t>(), len);
-  }
-  void send_frame(int fd, const proto::OutFrame& f) {
-    std::vector<uint8_t> payload = testing::flatten(f);
-    std::vector<uint8_t> b(4);
-    for (int i = 0; i < 4; ++i) b[static_cast<size_t>(i)] = static_cast<uint8_t>(payload.size() >> (8 * i));
-    b.insert(b.end(), payload.begin(), payload.end());
-    if (::send(fd, b.data(), b.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(b.size())) {
-      fail("send failed");
-    }
-  }
   void serve() {
     pollfd pf{listen_fd_, POLLIN, 0};
     if (::poll(&pf, 1, 20000) <= 0) return;
     const int fd = ::accept(listen_fd_, nullptr, nullptr);
     if (fd < 0) return;
-    Buffer frame;
-    if (!read_frame(fd, frame) || !proto::decode_hello(frame).ok()) {
+    testing::RawClient conn(fd, 20000);  // the framing of the raw client, from the other end
+    auto next = [&]() -> std::optional<Buffer> {
+      auto f = conn.read_frame();
+      if (!f) return std::nullopt;
+      return Buffer::copy_of(f->data(), f->size());
+    };
+    std::optional<Buffer> frame = next();
+    if (!frame || !proto::decode_hello(*frame).ok()) {
       fail("no Hello");
-      ::close(fd);
       return;
     }
     proto::Welcome w;
@@ -106,22 +86,21 @@ class StandInServer {
     w.limits = {64ull << 20, 1ull << 30, 4, 64};
     proto::OutFrame welcome;
     proto::encode_welcome(w, welcome);
-    send_frame(fd, welcome);
-    while (read_frame(fd, frame)) {
+    if (!conn.send_frame(welcome)) fail("send failed");
+    while ((frame = next())) {
       std::vector<proto::Task> batch;
-      const Status st = proto::decode_batch(frame, batch);
+      const Status st = proto::decode_batch(*frame, batch);
       if (!st.ok()) fail(st.message());
       for (const proto::Task& t : batch) {
         if (t.kind == proto::TaskKind::kSync) {
           proto::OutFrame reply;
           proto::encode_sync_result(t.request_id, Status::OK(), reply);
-          send_frame(fd, reply);
+          if (!conn.send_frame(reply)) fail("send failed");
         }
       }
       std::lock_guard<std::mutex> lock(mu_);
       tasks_.insert(tasks_.end(), batch.begin(), batch.end());
     }
-    ::close(fd);
   }
 
   int listen_fd_ = -1;

@@ -1,6 +1,6 @@
 // A plain POSIX-socket client for fault tests: sends arbitrary bytes or hand-encoded frames to a
 // server and decodes what comes back, with a receive timeout so that no test can hang on a
-// silent server.
+// silent server. It also frames the other end of an accepted connection (a stand-in server).
 #pragma once
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -51,6 +51,9 @@ class RawClient {
     int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
+  // Adopts a connected socket (closed with this object): the stand-in server of
+  // client_wire_test.cc talks to an accepted connection through the same framing.
+  RawClient(int connected_fd, int timeout_ms) : fd_(connected_fd), timeout_ms_(timeout_ms) {}
   ~RawClient() {
     if (fd_ >= 0) ::close(fd_);
   }

@@ -37,9 +37,9 @@ TEST(Remote, OpsMatchCpuBitForBit) {
   EXPECT_EQ(run(cpu), run(remote));
 }
 
-// Batches start at 16 tasks after a reply was waited for and double up to TW_BATCH_OPS, so an
+// Batches start at 16 ops after a reply was waited for and double up to TW_BATCH_OPS, so an
 // idle server gets work at once (docs/remote.md, Batching). The idle flush is pushed far out so
-// that only the task counts send frames here.
+// that only the op counts send frames here.
 TEST(Remote, BatchesStartSmallAfterAReplyAndDouble) {
   ServerProcess server;
   ::setenv("TW_FLUSH_IDLE_US", "30000000", 1);
@@ -57,7 +57,7 @@ TEST(Remote, BatchesStartSmallAfterAReplyAndDouble) {
     const uint64_t f0 = frames();
     ops(15);
     EXPECT_EQ(frames(), f0) << "pass " << pass;
-    ops(1);  // the 16th task sends the first batch
+    ops(1);  // the 16th op sends the first batch
     EXPECT_EQ(frames(), f0 + 1) << "pass " << pass;
     ops(31);
     EXPECT_EQ(frames(), f0 + 1) << "pass " << pass;

@@ -205,8 +205,7 @@ template <BinaryKind K, class T>
 void binary_map(const CpuTensor& a, const CpuTensor& b, OutT<K, T>* out, const Shape& shape) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
-  const bool streaming =
-      numel(shape) * static_cast<int64_t>(sizeof(OutT<K, T>)) >= kStreamingStoreBytes;
+  const bool streaming = streams_output(numel(shape) * static_cast<int64_t>(sizeof(OutT<K, T>)));
   auto seg = [&](int64_t pos, const Run<2>& off, const Run<2>& st, int64_t len) {
     const T* ra = pa + off[0];
     const T* rb = pb + off[1];

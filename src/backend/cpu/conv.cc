@@ -163,7 +163,7 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
       // One task per (image, block of 16 channels), on the threads that just ran the
       // convolution.
       const int64_t blocks = g.o / 16, hw = g.ho * g.wo;
-      const bool streaming = out.numel() * int64_t{sizeof(float)} >= kStreamingStoreBytes;
+      const bool streaming = streams_output(out.numel() * int64_t{sizeof(float)});
       const float* from = reinterpret_cast<const float*>(dst_buf.data());
       float* to = out.data<float>();
       dnnl_parallel_for(g.n * blocks, [&](int64_t t) {

@@ -1,7 +1,8 @@
 // Layout changes between oneDNN's channel-blocked layouts and plain NCHW, written for the
 // machines tensorwire runs on: a 16x16 in-register transpose with AVX-512 where the CPU has it
 // (checked at run time; the build targets x86-64-v3), plain loops over 16x16 tiles elsewhere.
-// Pure data movement: results never depend on which path ran.
+// Pure data movement: results never depend on which path ran. Also the rule for when kernels
+// write their output with streaming stores (conv.cc, binary.cc).
 #pragma once
 #include <cstdint>
 
@@ -22,5 +23,6 @@ bool cpu_has_avx512();
 
 // Outputs at least this large are written with streaming stores.
 constexpr int64_t kStreamingStoreBytes = int64_t{4} << 20;
+inline bool streams_output(int64_t bytes) { return bytes >= kStreamingStoreBytes; }
 
 }  // namespace tw::cpu
