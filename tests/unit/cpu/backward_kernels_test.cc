@@ -13,90 +13,12 @@
 #include "backend/cpu/strided.h"
 #include "core/thread_pool.h"
 #include "ir/infer.h"
+#include "support/kernel_fixture.h"
 
 namespace tw::cpu {
 namespace {
 
-template <class T>
-CpuTensor make(const Shape& shape, const std::vector<T>& values) {
-  CpuTensor t = alloc_tensor({shape, sizeof(T) == 8 ? kF64 : kF32});
-  if (!values.empty()) std::memcpy(t.bytes(), values.data(), values.size() * sizeof(T));
-  return t;
-}
-
-template <class T>
-std::vector<T> random_values(int64_t n, uint64_t seed) {
-  std::vector<T> v(static_cast<size_t>(n));
-  uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<T>(static_cast<double>(s >> 11) / 4503599627370496.0 - 1.0);
-  }
-  return v;
-}
-
-template <class T>
-std::vector<T> values(const CpuTensor& t) {
-  std::vector<T> v(static_cast<size_t>(t.numel()));
-  copy_to_contiguous(t, reinterpret_cast<std::byte*>(v.data()));
-  return v;
-}
-
-// Runs `op` on `inputs` (in the op's input order) with the output meta inference gives.
-template <class Op>
-CpuTensor run_op(Op op, const std::vector<CpuTensor>& inputs) {
-  KernelContext ctx;
-  std::vector<TensorMeta> metas;
-  ir::TensorId id = 1;
-  std::vector<ir::In*> ins;
-  op.fields([&](const char*, auto& f) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(f)>, ir::In>) ins.push_back(&f);
-  });
-  std::map<ir::TensorId, TensorMeta> lookup_table;
-  for (size_t i = 0; i < ins.size(); ++i) {
-    ins[i]->id = id++;
-    ctx.add_input(ins[i]->id, inputs.at(i));
-    lookup_table[ins[i]->id] = inputs[i].meta();
-  }
-  op.out.id = id++;
-  auto m = ir::infer(ir::Op(op),
-                     [&](ir::TensorId t) -> Result<TensorMeta> { return lookup_table.at(t); });
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  if (!m.ok()) return {};
-  ctx.add_output(op.out.id, m->at(0));
-  Status st = run(op, ctx);
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  auto out = ctx.take(op.out.id);
-  EXPECT_TRUE(out.ok());
-  return out.ok() ? std::move(out).value() : CpuTensor{};
-}
-
-template <class F>
-void with_threads(int n, F&& body) {
-  const int before = get_num_threads();
-  set_num_threads(n);
-  body();
-  set_num_threads(before);
-}
-
-// Runs `make_result` at 1, 2 and 3 threads and expects the same bytes each time.
-template <class F>
-CpuTensor thread_independent(F&& make_result) {
-  CpuTensor first;
-  std::vector<uint8_t> bytes[3];
-  for (int t = 1; t <= 3; ++t) {
-    with_threads(t, [&] {
-      CpuTensor r = make_result();
-      const size_t n = static_cast<size_t>(r.numel()) * dtype_size(r.dtype);
-      bytes[t - 1].resize(n);
-      copy_to_contiguous(r, reinterpret_cast<std::byte*>(bytes[t - 1].data()));
-      if (t == 1) first = r;
-    });
-  }
-  EXPECT_EQ(bytes[0], bytes[1]) << "1 vs 2 threads";
-  EXPECT_EQ(bytes[0], bytes[2]) << "1 vs 3 threads";
-  return first;
-}
+using namespace kernel_test;
 
 struct ConvCase {
   Shape x, w;
@@ -159,12 +81,12 @@ void check_conv(const ConvCase& c, double tol) {
   naive_conv_grads(c, {x.begin(), x.end()}, {w.begin(), w.end()}, {g.begin(), g.end()}, gs, dx, dw);
 
   const CpuTensor gx = thread_independent([&] {
-    return run_op(
+    return run_inferred(
         ir::Conv2dBackwardInput{{}, {}, c.x, c.stride, c.padding, c.dilation, c.groups, {}},
         {gt, wt});
   });
   const CpuTensor gw = thread_independent([&] {
-    return run_op(
+    return run_inferred(
         ir::Conv2dBackwardWeight{{}, {}, c.w, c.stride, c.padding, c.dilation, c.groups, {}},
         {gt, xt});
   });
@@ -200,9 +122,9 @@ TEST(ConvBackward, StridedInputsAreRead) {
   view.shape = gs;
   view.strides = {4 * 28, 28, 1, 4};
   const CpuTensor wt = make(c.w, random_values<float>(numel(c.w), 6));
-  auto a = values<float>(run_op(
+  auto a = values<float>(run_inferred(
       ir::Conv2dBackwardInput{{}, {}, c.x, c.stride, c.padding, c.dilation, 1, {}}, {gt, wt}));
-  auto b = values<float>(run_op(
+  auto b = values<float>(run_inferred(
       ir::Conv2dBackwardInput{{}, {}, c.x, c.stride, c.padding, c.dilation, 1, {}}, {view, wt}));
   EXPECT_EQ(a, b);
 }
@@ -235,7 +157,8 @@ void check_pool(const PoolCase& c, ir::PoolKind kind) {
   const auto x = random_values<T>(numel(c.x), 11), g = random_values<T>(numel(gs), 12);
   const CpuTensor xt = make(c.x, x), gt = make(gs, g);
   const CpuTensor gx = thread_independent([&] {
-    return run_op(ir::Pool2dBackward{kind, {}, {}, c.kernel, c.stride, c.padding, {}}, {gt, xt});
+    return run_inferred(ir::Pool2dBackward{kind, {}, {}, c.kernel, c.stride, c.padding, {}},
+                        {gt, xt});
   });
   std::vector<double> want(x.size(), 0);
   const int64_t h = c.x[2], w = c.x[3];
@@ -280,8 +203,8 @@ TEST(PoolBackward, MaxTiesNaNAndInfinity) {
   const CpuTensor x =
       make<float>({3, 1, 2, 2}, {5, 5, 1, 5, 1, nan, 9, nan, -inf, -inf, -inf, -inf});
   const CpuTensor g = make<float>({3, 1, 1, 1}, {1, 2, 3});
-  const auto got = values<float>(
-      run_op(ir::Pool2dBackward{ir::PoolKind::kMax, {}, {}, {2, 2}, {2, 2}, {0, 0}, {}}, {g, x}));
+  const auto got = values<float>(run_inferred(
+      ir::Pool2dBackward{ir::PoolKind::kMax, {}, {}, {2, 2}, {2, 2}, {0, 0}, {}}, {g, x}));
   EXPECT_EQ(got, (std::vector<float>{1, 0, 0, 0, 0, 0, 0, 2, 3, 0, 0, 0}));
 }
 
@@ -295,7 +218,7 @@ TEST(AdaptiveAvgPoolBackward, MatchesNaive) {
     const Shape gs{xs[0], xs[1], size[0], size[1]};
     const auto g = random_values<double>(numel(gs), 21);
     const CpuTensor gx = thread_independent([&] {
-      return run_op(ir::AdaptiveAvgPool2dBackward{{}, {xs[2], xs[3]}, {}}, {make(gs, g)});
+      return run_inferred(ir::AdaptiveAvgPool2dBackward{{}, {xs[2], xs[3]}, {}}, {make(gs, g)});
     });
     std::vector<double> want(static_cast<size_t>(numel(xs)), 0);
     const int64_t h = xs[2], w = xs[3];

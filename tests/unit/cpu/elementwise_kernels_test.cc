@@ -15,9 +15,12 @@
 #include "core/half.h"
 #include "core/philox.h"
 #include "core/thread_pool.h"
+#include "support/kernel_fixture.h"
 
 namespace tw::cpu {
 namespace {
+
+using namespace kernel_test;
 
 using ir::BinaryKind;
 using ir::ReduceKind;
@@ -25,39 +28,6 @@ using ir::UnaryKind;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-template <class T>
-CpuTensor make(const Shape& shape, DType dtype, const std::vector<T>& v) {
-  CpuTensor t = alloc_tensor({shape, dtype});
-  EXPECT_EQ(static_cast<size_t>(t.numel()), v.size());
-  if (!v.empty()) std::memcpy(t.bytes(), v.data(), v.size() * sizeof(T));
-  return t;
-}
-CpuTensor f32(const Shape& s, const std::vector<float>& v) { return make(s, kF32, v); }
-CpuTensor f64(const Shape& s, const std::vector<double>& v) { return make(s, kF64, v); }
-CpuTensor i32(const Shape& s, const std::vector<int32_t>& v) { return make(s, kI32, v); }
-CpuTensor i64(const Shape& s, const std::vector<int64_t>& v) { return make(s, kI64, v); }
-CpuTensor u8(const Shape& s, const std::vector<uint8_t>& v) { return make(s, kU8, v); }
-CpuTensor boolean(const Shape& s, const std::vector<uint8_t>& v) { return make(s, kBool, v); }
-
-// A 2-D tensor's transpose as a strided view (no copy).
-CpuTensor transposed(CpuTensor t) {
-  std::swap(t.shape[0], t.shape[1]);
-  std::swap(t.strides[0], t.strides[1]);
-  return t;
-}
-
-template <class T>
-std::vector<T> values(const CpuTensor& t) {
-  std::vector<T> v(static_cast<size_t>(t.numel()));
-  copy_to_contiguous(t, reinterpret_cast<std::byte*>(v.data()));
-  return v;
-}
-std::vector<bool> bools(const CpuTensor& t) {
-  std::vector<bool> r;
-  for (uint8_t b : values<uint8_t>(t)) r.push_back(b != 0);
-  return r;
-}
 
 // Deterministic pseudo-random values in [lo, hi).
 std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -1, float hi = 1) {
@@ -69,35 +39,6 @@ std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -1, float 
 }
 
 bool same_float(double a, double b) { return (a != a && b != b) || a == b; }
-
-// Inputs and outputs get fresh ids; run() executes an op and returns its output.
-struct Harness {
-  KernelContext ctx;
-  ir::TensorId next = 1;
-  ir::In in(const CpuTensor& t) {
-    ir::In i{next++};
-    ctx.add_input(i.id, t);
-    return i;
-  }
-  ir::Out out(const Shape& shape, DType dtype) {
-    ir::Out o{next++};
-    ctx.add_output(o.id, {shape, dtype});
-    return o;
-  }
-  template <class Op>
-  CpuTensor run(const Op& op) {
-    Status st = cpu::run(op, ctx);
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    if (!st.ok()) return {};
-    auto r = ctx.take(op.out.id);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    return r.ok() ? std::move(r).value() : CpuTensor{};
-  }
-  template <class Op>
-  Status fails(const Op& op) {
-    return cpu::run(op, ctx);
-  }
-};
 
 CpuTensor unary(UnaryKind k, const CpuTensor& x, DType out) {
   Harness h;
@@ -142,22 +83,15 @@ CpuTensor reduce(ReduceKind k, const CpuTensor& x, std::vector<int64_t> dims, co
   return h.run(op);
 }
 
+// (Braced initialisers run in order: the input gets its id before the output.)
 CpuTensor cumsum(const CpuTensor& x, int64_t dim, DType out) {
   Harness h;
-  ir::Cumsum op;
-  op.x = h.in(x);
-  op.dim = dim;
-  op.out = h.out(x.shape, out);
-  return h.run(op);
+  return h.run(ir::Cumsum{.x = h.in(x), .dim = dim, .out = h.out(x.shape, out)});
 }
 
 CpuTensor cast(const CpuTensor& x, DType to) {
   Harness h;
-  ir::Cast op;
-  op.x = h.in(x);
-  op.dtype = to;
-  op.out = h.out(x.shape, to);
-  return h.run(op);
+  return h.run(ir::Cast{.x = h.in(x), .dtype = to, .out = h.out(x.shape, to)});
 }
 
 // ================================ creation ================================
@@ -213,19 +147,12 @@ TEST(CreationKernels, Arange) {
 }
 
 TEST(CreationKernels, Eye) {
-  Harness h;
-  ir::Eye op;
-  op.n = 2;
-  op.m = 3;
-  op.dtype = kF32;
-  op.out = h.out({2, 3}, kF32);
-  EXPECT_EQ(values<float>(h.run(op)), (std::vector<float>{1, 0, 0, 0, 1, 0}));
-  ir::Eye half;
-  half.n = 3;
-  half.m = 2;
-  half.dtype = kF16;
-  half.out = h.out({3, 2}, kF16);
-  EXPECT_EQ(values<uint16_t>(h.run(half)), (std::vector<uint16_t>{0x3C00, 0, 0, 0x3C00, 0, 0}));
+  auto eye = [](int64_t n, int64_t m, DType dtype) {
+    Harness h;
+    return h.run(ir::Eye{.out = h.out({n, m}, dtype), .n = n, .m = m, .dtype = dtype});
+  };
+  EXPECT_EQ(values<float>(eye(2, 3, kF32)), (std::vector<float>{1, 0, 0, 0, 1, 0}));
+  EXPECT_EQ(values<uint16_t>(eye(3, 2, kF16)), (std::vector<uint16_t>{0x3C00, 0, 0, 0x3C00, 0, 0}));
 }
 
 TEST(CreationKernels, FromHostAdoptsAlignedBytesAndCopiesMisalignedOnes) {
@@ -517,7 +444,7 @@ TEST(BinaryKernels, StreamedF32ArithmeticMatchesANaiveLoop) {
     const std::vector<float> got = values<float>(binary(k, a, b, {n}, kF32));
     for (int64_t i = 0; i < n; ++i) {
       const float x = av[static_cast<size_t>(i)], y = bv[static_cast<size_t>(i)];
-      const float want = k == BinaryKind::kAdd ? x + y
+      const float want = k == BinaryKind::kAdd   ? x + y
                          : k == BinaryKind::kSub ? x - y
                          : k == BinaryKind::kMul ? x * y
                                                  : x / y;
