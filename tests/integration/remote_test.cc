@@ -24,17 +24,23 @@ TEST(Remote, OpsMatchCpuBitForBit) {
   ServerProcess server;
   Device remote = Device::remote(server.url(), 0);
   Device cpu = Device::cpu();
-  for (Device d : {cpu, remote}) {
-    (void)d;
-  }
+  // Otherwise the comparison below would be of the CPU with itself.
+  ASSERT_EQ(remote.kind(), Device::Kind::kRemote);
   auto run = [](const Device& d) {
     manual_seed(42);
     Tensor a = randn({64, 32}, kF32, d);
     Tensor b = randn({32, 16}, kF32, d);
     Tensor c = (a.matmul(b).relu() + 1.5).softmax(-1).sum(0);
-    return c.to_bytes();
+    return c;
   };
-  EXPECT_EQ(run(cpu), run(remote));
+  const Tensor on_remote = run(remote);
+  EXPECT_EQ(run(cpu).to_bytes(), on_remote.to_bytes());
+  ASSERT_EQ(on_remote.shape(), Shape{16});
+  // Each of the 64 softmax rows sums to 1, so the column sums add up to 64: a check that does
+  // not come from the CPU backend (two equally wrong results would still agree).
+  double total = 0;
+  for (float v : on_remote.to_vector<float>()) total += v;
+  EXPECT_NEAR(total, 64.0, 1e-3);
 }
 
 // Batches start at 16 ops after a reply was waited for and double up to TW_BATCH_OPS, so an
