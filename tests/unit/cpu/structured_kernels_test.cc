@@ -369,40 +369,36 @@ TEST(StructuredKernels, Conv2dNonContiguousAndEmpty) {
 
 // ----------------------------------------------------------------------------------- Pooling
 
+// One Pool2d kernel run on x, with the output shape the caller computed by hand.
+CpuTensor pool2d(ir::PoolKind kind, const CpuTensor& x, std::vector<int64_t> kernel,
+                 std::vector<int64_t> stride, std::vector<int64_t> padding, const Shape& out) {
+  Harness h;
+  return h.run(ir::Pool2d{.kind = kind,
+                          .x = h.in(x),
+                          .kernel = std::move(kernel),
+                          .stride = std::move(stride),
+                          .padding = std::move(padding),
+                          .out = h.out(out, x.dtype)});
+}
+
 TEST(StructuredKernels, Pool2dMaxAndAvg) {
   // 1 x 1 x 4 x 4, kernel 3, stride 2, padding 1 -> 2 x 2
   std::vector<float> v(16);
   for (int i = 0; i < 16; ++i) v[i] = static_cast<float>(i);
   const CpuTensor x = f32({1, 1, 4, 4}, v);
-  Harness h;
-  ir::Pool2d mx{.kind = ir::PoolKind::kMax,
-                .x = h.in(x),
-                .kernel = {3, 3},
-                .stride = {2, 2},
-                .padding = {1, 1},
-                .out = h.out({1, 1, 2, 2}, kF32)};
-  EXPECT_EQ(values<float>(h.run(mx)), (std::vector<float>{5, 7, 13, 15}));
-  ir::Pool2d avg{.kind = ir::PoolKind::kAvg,
-                 .x = h.in(x),
-                 .kernel = {3, 3},
-                 .stride = {2, 2},
-                 .padding = {1, 1},
-                 .out = h.out({1, 1, 2, 2}, kF32)};
+  const CpuTensor mx = pool2d(ir::PoolKind::kMax, x, {3, 3}, {2, 2}, {1, 1}, {1, 1, 2, 2});
+  EXPECT_EQ(values<float>(mx), (std::vector<float>{5, 7, 13, 15}));
+  const CpuTensor avg = pool2d(ir::PoolKind::kAvg, x, {3, 3}, {2, 2}, {1, 1}, {1, 1, 2, 2});
   // Window sums: (0+1+4+5)=10, (1+2+3+5+6+7)=24, (4+5+8+9+12+13)=51, (5+6+7+9+10+11+13+14+15)=90;
   // each divided by 9 (padding counts).
-  const std::vector<float> got = values<float>(h.run(avg));
+  const std::vector<float> got = values<float>(avg);
   const std::vector<float> want = {10.f / 9, 24.f / 9, 51.f / 9, 90.f / 9};
   for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(got[i], want[i]);
   // NaN propagates through max.
   v[5] = std::numeric_limits<float>::quiet_NaN();
   const CpuTensor xn = f32({1, 1, 4, 4}, v);
-  ir::Pool2d mxn{.kind = ir::PoolKind::kMax,
-                 .x = h.in(xn),
-                 .kernel = {2, 2},
-                 .stride = {2, 2},
-                 .padding = {0, 0},
-                 .out = h.out({1, 1, 2, 2}, kF32)};
-  const std::vector<float> gn = values<float>(h.run(mxn));
+  const CpuTensor mxn = pool2d(ir::PoolKind::kMax, xn, {2, 2}, {2, 2}, {0, 0}, {1, 1, 2, 2});
+  const std::vector<float> gn = values<float>(mxn);
   EXPECT_TRUE(std::isnan(gn[0]));
   EXPECT_EQ(gn[1], 7);
 }
@@ -410,14 +406,9 @@ TEST(StructuredKernels, Pool2dMaxAndAvg) {
 TEST(StructuredKernels, Pool2dAgainstNaiveF64) {
   const CpuTensor x = random_f64({2, 3, 7, 9}, 51);
   for (bool is_max : {true, false}) {
-    Harness h;
-    ir::Pool2d op{.kind = is_max ? ir::PoolKind::kMax : ir::PoolKind::kAvg,
-                  .x = h.in(x),
-                  .kernel = {3, 2},
-                  .stride = {2, 1},
-                  .padding = {1, 1},
-                  .out = h.out({2, 3, 4, 10}, kF64)};
-    const std::vector<double> got = values<double>(h.run(op));
+    const CpuTensor y = pool2d(is_max ? ir::PoolKind::kMax : ir::PoolKind::kAvg, x, {3, 2}, {2, 1},
+                               {1, 1}, {2, 3, 4, 10});
+    const std::vector<double> got = values<double>(y);
     size_t i = 0;
     for (int64_t p = 0; p < 6; ++p) {
       for (int64_t oy = 0; oy < 4; ++oy) {
