@@ -14,8 +14,8 @@ namespace {
 // over every one of its 2^80 taps, so one such op from a client hung a server thread; the
 // average's divisor was kh * kw in int64, which overflowed. The kernels now visit only the taps
 // that land in the input and count in floating point. With the old loop this test never
-// finishes (ctest's timeout fails it); with the old count the average is 120 / 0 or garbage,
-// not 120 / 2^80.
+// finishes (ctest's timeout fails it; reverting the loop bounds, it ran past 30 s); with the old
+// count kh * kw = 2^80 wraps to 0 in int64 and the average is 120 / 0 = inf, not 120 / 2^80.
 TEST(Regress, PoolingWithAHugeWindowHungAndItsAverageOverflowed) {
   const int64_t k = int64_t{1} << 40;
   Tensor x = arange(0, 16, 1, kF64).reshape({1, 1, 4, 4});
