@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/registry.h"
@@ -66,6 +68,26 @@ class ForwardingSink final : public detail::Sink {
  private:
   std::shared_ptr<detail::Sink> to_;
 };
+
+// First in the file, before any test makes a torch device: the torch entry is registered, but
+// libtorch is loaded only when a torch backend is made.
+TEST(Registry, TorchLoadsOnFirstUseOnly) {
+  if (!Device::torch_available()) GTEST_SKIP() << "this build has no torch backend";
+  auto loaded = [] {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      if (line.find("libtorch_cpu") != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has_backend("torch"));
+  EXPECT_FALSE(loaded());
+  Result<std::unique_ptr<Backend>> b = make_backend("torch");
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ((*b)->name(), "torch");
+  EXPECT_TRUE(loaded());
+}
 
 // ---- copy_to ----
 
