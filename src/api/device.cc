@@ -27,6 +27,28 @@ void BackendSink::drop(ir::TensorId id) {
   (void)backend_->drop(id);  // an id unknown to the backend (never created) needs no freeing
 }
 
+Status BackendSink::copy_to(ir::TensorId src, Sink& dst, ir::TensorId dst_id) {
+  auto* local = dynamic_cast<BackendSink*>(&dst);
+  if (!local) return Sink::copy_to(src, dst, dst_id);
+  if (local == this) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return backend_->copy_to(src, *backend_, dst_id);
+  }
+  std::scoped_lock lock(mu_, local->mu_);  // both at once, in an order that cannot deadlock
+  return backend_->copy_to(src, *local->backend_, dst_id);
+}
+
+Result<ir::GraphId> BackendSink::register_graph(ir::Graph graph) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return backend_->register_graph(std::move(graph));
+}
+
+Status BackendSink::run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
+                              std::span<const ir::TensorId> outputs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return backend_->run_graph(graph, inputs, outputs);
+}
+
 }  // namespace detail
 
 namespace {

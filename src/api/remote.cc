@@ -20,6 +20,24 @@ RemoteDeviceInfo info_of(int index, const protocol::DeviceInfo& d) {
 }
 }  // namespace
 
+namespace client {
+
+// The protocol has no message yet for registering a graph or running one by id (the next step:
+// the server would validate it once and run it in its session); until then a remote device
+// refuses graphs instead of expanding them into single ops behind the caller's back.
+Result<ir::GraphId> RemoteSink::register_graph(ir::Graph) {
+  return unimplemented("register_graph: not supported by this server yet (" + str() +
+                       "): the protocol has no graph message; submit the ops one by one");
+}
+
+Status RemoteSink::run_graph(ir::GraphId, std::span<const ir::TensorId>,
+                             std::span<const ir::TensorId>) {
+  return unimplemented("run_graph: not supported by this server yet (" + str() +
+                       "): the protocol has no graph message");
+}
+
+}  // namespace client
+
 Device Device::remote(const std::string& url, int index) {
   auto parsed = net::parse_url(url);
   if (!parsed.ok()) throw Error("remote device: " + parsed.status().message());

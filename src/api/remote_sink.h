@@ -17,11 +17,19 @@ class RemoteSink final : public detail::Sink {
   Status submit(ir::Op op) override { return conn_.submit_op(op); }
   std::future<Result<TensorData>> read_async(ir::TensorId id) override { return conn_.read(id); }
   Result<TensorData> read(ir::TensorId id) override { return conn_.read_wait(id); }
-  Result<TensorData> await(std::future<Result<TensorData>>& f) override { return conn_.wait_read(f); }
+  Result<TensorData> await(std::future<Result<TensorData>>& f) override {
+    return conn_.wait_read(f);
+  }
   void drop(ir::TensorId id) override { conn_.drop(id); }
   Status sync() override { return conn_.sync(); }
   Status connect() override { return conn_.ensure_connected(); }
   void flush() override { conn_.flush(); }
+  // copy_to: Sink's default (read, then upload to the destination).
+  // Graphs need a protocol message (register once, run by id) that the wire format does not
+  // have yet, so a remote device refuses them rather than pretending; see remote.cc.
+  Result<ir::GraphId> register_graph(ir::Graph graph) override;
+  Status run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
+                   std::span<const ir::TensorId> outputs) override;
   Connection& connection() { return conn_; }
 
  private:

@@ -1,15 +1,18 @@
 // The device-side contract behind tw::Device: a Sink accepts ops (ir::Op, already validated by
-// the API), answers reads and forgets dropped tensors. The local CPU device executes eagerly;
-// the remote device (client/) queues ops and ships them in batches.
+// the API), answers reads and forgets dropped tensors, copies a tensor to another sink and runs
+// registered graphs. The local devices execute eagerly on a Backend; the remote device (client/)
+// queues ops and ships them in batches.
 #pragma once
 #include <atomic>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 
 #include "backend/backend.h"
 #include "core/tensor_data.h"
+#include "ir/graph.h"
 #include "ir/ops.h"
 #include "tensorwire/device.h"
 
@@ -39,6 +42,23 @@ class Sink {
   virtual Status connect() { return Status::OK(); }
   virtual void flush() {}
 
+  // Makes `dst_id` (a fresh id from dst.new_id(); dst may be this sink) a copy of tensor `src`.
+  // This default reads the tensor and uploads it to dst as FromHost (a host round trip); sinks
+  // that can do better, such as two local backends, override it. On failure (an unknown or
+  // poisoned `src`, an unusable device) nothing is created at dst_id.
+  virtual Status copy_to(ir::TensorId src, Sink& dst, ir::TensorId dst_id) {
+    TW_ASSIGN_OR_RETURN(TensorData data, read(src));
+    return dst.submit(from_host_of(std::move(data), dst_id));
+  }
+  // Validates every op of `graph` once and keeps it (Backend::register_graph); an invalid graph
+  // is refused here, naming the op.
+  virtual Result<ir::GraphId> register_graph(ir::Graph graph) = 0;
+  // Runs a registered graph on this sink's tensors `inputs`, storing its outputs under
+  // `outputs` (fresh ids from new_id()). A bad call fails; an op's failure is recorded in the
+  // outputs it reaches (a read reports it), and an eager sink also returns it.
+  virtual Status run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
+                           std::span<const ir::TensorId> outputs) = 0;
+
  private:
   std::atomic<ir::TensorId> next_id_{1};
 };
@@ -55,6 +75,12 @@ class BackendSink final : public Sink {
   std::future<Result<TensorData>> read_async(ir::TensorId id) override;
   void drop(ir::TensorId id) override;
   Status sync() override { return Status::OK(); }
+  // Between two local sinks the backends copy directly (Backend::copy_to: no future, and
+  // between CPU backends the storage is shared instead of copied).
+  Status copy_to(ir::TensorId src, Sink& dst, ir::TensorId dst_id) override;
+  Result<ir::GraphId> register_graph(ir::Graph graph) override;
+  Status run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
+                   std::span<const ir::TensorId> outputs) override;
   Backend& backend() { return *backend_; }
 
  private:

@@ -248,10 +248,17 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_
 Tensor Tensor::to(DType dtype) const { return emit1(*this, ir::Cast{in(*this), dtype, {}}, {this}); }
 
 Tensor Tensor::to(const Device& device) const {
-  detail::HostValues v = host_values();
-  return from_bytes(std::span<const uint8_t>(static_cast<const uint8_t*>(v.data),
-                                             v.numel * dtype_size(v.dtype)),
-                    v.shape, v.dtype, device);
+  const TensorImpl& src = impl_of(*this, "to");
+  auto out = std::make_shared<TensorImpl>();
+  out->sink = device.sink();
+  out->id = out->sink->new_id();
+  out->meta = src.meta;
+  Status st = src.sink->copy_to(src.id, *out->sink, out->id);
+  if (!st.ok()) {
+    out->id = 0;  // nothing was made under it
+    throw Error(st.message());
+  }
+  return Tensor(std::move(out));
 }
 
 // ---- elementwise ----

@@ -1,14 +1,20 @@
 // The Backend interface: an executor of the op IR over its own tensor table. Implementations:
-// cpu/ (now), torch/ and cuda/ later. A backend never trusts its caller: execute() validates
-// every op with ir::infer before running it, and no input can make it abort.
+// cpu/ (built in) and torch/ (LibTorch, a module loaded on first use), both on TableBackend
+// (table_backend.h). A backend never trusts its caller: execute() validates every op with
+// ir::infer before running it, and no input can make it abort. Like ggml's backend interface
+// (cpy_tensor_async, graph_compute) it also copies tensors to another backend and runs
+// registered graphs.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
+#include "backend/upload.h"
 #include "core/status.h"
 #include "core/tensor_data.h"
+#include "ir/graph.h"
 #include "ir/ops.h"
 
 namespace tw {
@@ -39,7 +45,26 @@ class Backend {
   virtual Status drop(ir::TensorId id) = 0;
   // Bytes of tensor storage held by this backend's table (views counted once per buffer).
   virtual size_t bytes_held() const = 0;
-  virtual size_t tensor_count() const = 0;
+
+  // Makes `dst_id` (a fresh id of `dst`, which may be this backend) a copy of tensor `src`.
+  // This default reads a host copy and hands it to dst as FromHost; a CPU backend's read shares
+  // the storage and its FromHost adopts it, so a copy between CPU backends moves no byte. On
+  // failure (an unknown or poisoned `src`) nothing is created at dst_id.
+  virtual Status copy_to(ir::TensorId src, Backend& dst, ir::TensorId dst_id) {
+    TW_ASSIGN_OR_RETURN(TensorData data, read(src));
+    return dst.execute(from_host_of(std::move(data), dst_id));
+  }
+  // Validates every op of `graph` once (ir::validate_graph) and keeps it; an invalid graph is
+  // refused here, naming the op, and never runs.
+  virtual Result<ir::GraphId> register_graph(ir::Graph graph) = 0;
+  // Runs a registered graph with its inputs bound to `inputs` (live tensors of this backend
+  // whose metas equal the graph's declared ones) and its outputs stored under `outputs` (fresh
+  // ids). The ops execute one by one exactly as execute() runs them eagerly, so the results are
+  // bit-identical; intermediates are freed after their last reader. A bad call (unknown graph,
+  // wrong inputs, used output ids) fails before anything runs; an op's failure poisons the
+  // outputs it reaches and is returned.
+  virtual Status run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
+                           std::span<const ir::TensorId> outputs) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
 
 #include "backend/torch/torch_backend.h"
@@ -10,11 +11,19 @@
 namespace tw {
 namespace {
 
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, BackendFactory> factories;  // sorted, so backend_names() is
+};
+
+// Built on first use, so a registration from any file's static initialiser finds it ready.
+Registry& registry() {
+  static auto* r = new Registry;  // leaked: backends may be made during exit
+  return *r;
+}
+
 #ifdef TW_TORCH_MODULE
 constexpr const char* kTorchModule = TW_TORCH_MODULE;  // where the build put it
-#else
-constexpr const char* kTorchModule = nullptr;  // built without libtorch
-#endif
 
 // Loads the torch backend module once per process (never unloaded: libtorch cannot be). The
 // environment variable TW_TORCH_BACKEND_MODULE names another copy of it.
@@ -40,32 +49,52 @@ Result<tw::Backend* (*)()> torch_entry() {
   return entry;
 }
 
+// The torch entry is registered like any backend; only making one loads libtorch.
+[[maybe_unused]] const bool kTorchRegistered =
+    register_backend("torch", []() -> Result<std::unique_ptr<Backend>> {
+      TW_ASSIGN_OR_RETURN(auto entry, torch_entry());
+      Backend* b = entry();
+      if (!b) return internal_error("the torch backend could not be created");
+      return std::unique_ptr<Backend>(b);
+    });
+#endif
+
 }  // namespace
 
+bool register_backend(const std::string& name, BackendFactory factory) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.factories[name] = std::move(factory);
+  return true;
+}
+
 std::vector<std::string> backend_names() {
-  if (kTorchModule) return {"cpu", "torch"};
-  return {"cpu"};
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : r.factories) names.push_back(name);
+  return names;
 }
 
 bool has_backend(const std::string& name) {
-  for (const std::string& n : backend_names()) {
-    if (n == name) return true;
-  }
-  return false;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.factories.count(name) != 0;
 }
 
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name) {
-  if (name == "cpu") return make_cpu_backend();
+  BackendFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.factories.find(name);
+    if (it != r.factories.end()) factory = it->second;
+  }
+  if (factory) return factory();  // outside the lock: loading the torch module takes a second
   if (name == "torch") {
-    if (!kTorchModule) {
-      return unimplemented(
-          "this build has no torch backend: it was configured without libtorch (install "
-          "Debian's libtorch-dev and reconfigure with -DTW_WITH_TORCH=ON)");
-    }
-    TW_ASSIGN_OR_RETURN(auto entry, torch_entry());
-    Backend* b = entry();
-    if (!b) return internal_error("the torch backend could not be created");
-    return std::unique_ptr<Backend>(b);
+    return unimplemented(
+        "this build has no torch backend: it was configured without libtorch (install "
+        "Debian's libtorch-dev and reconfigure with -DTW_WITH_TORCH=ON)");
   }
   std::string have;
   for (const std::string& n : backend_names()) have += (have.empty() ? "" : ", ") + n;

@@ -6,11 +6,15 @@
 // the op with ir::infer, and only then calls the backend's run(). Whatever run() returns or
 // throws, the op's outputs end up either set or poisoned, and no exception leaves execute().
 //
+// Graphs (register_graph, run_graph) are validated once with ir::validate_graph and run op by op
+// through execute(), so a run computes exactly what the same ops submitted eagerly would.
+//
 // T is the backend's tensor handle; TableTraits<T> says how to read its meta and which storage
 // it uses (views share a storage, which bytes_held() counts once while any entry uses it).
 #pragma once
 #include <exception>
 #include <new>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -22,6 +26,11 @@
 #include "ir/infer.h"
 
 namespace tw {
+
+// A graph run's intermediates live under ids from here up: the API's ids count up from 1 and
+// never get there. (A server that runs graphs for peers, which pick ids freely, must keep them
+// below it; an id taken already only fails the run, as execute() refuses a used output id.)
+inline constexpr ir::TensorId kGraphScratchIds = ir::TensorId{1} << 63;
 
 template <class T>
 struct TableTraits;  // static TensorMeta meta(const T&); static std::pair<const void*, size_t>
@@ -55,11 +64,13 @@ class TableBackend : public Backend {
     return Status::OK();
   }
   size_t bytes_held() const final { return bytes_held_; }
-  size_t tensor_count() const final { return table_.size(); }
   void set_memory_limit(uint64_t bytes, RefuseFn refuse) final {
     memory_limit_ = bytes;
     refuse_ = std::move(refuse);
   }
+  Result<ir::GraphId> register_graph(ir::Graph graph) final;
+  Status run_graph(ir::GraphId id, std::span<const ir::TensorId> inputs,
+                   std::span<const ir::TensorId> outputs) final;
 
   // A live tensor, or the error it was poisoned with.
   Result<const T*> tensor(ir::TensorId id) const {
@@ -115,8 +126,16 @@ class TableBackend : public Backend {
     table_.erase(it);
   }
 
+  struct RegisteredGraph {
+    ir::Graph graph;
+    ir::GraphPlan plan;
+  };
+
   Table table_;
   std::unordered_map<const void*, std::pair<size_t, size_t>> storages_;  // id -> (refs, bytes)
+  std::unordered_map<ir::GraphId, RegisteredGraph> graphs_;
+  ir::GraphId next_graph_ = 1;
+  ir::TensorId next_scratch_ = kGraphScratchIds;
   size_t bytes_held_ = 0;
   uint64_t memory_limit_ = UINT64_MAX;
   RefuseFn refuse_;
@@ -160,7 +179,8 @@ Status TableBackend<T>::execute(const ir::Op& op) {
   }
   if (refuse_) {
     uint64_t need = 0;
-    for (const TensorMeta& m : *metas) need += static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
+    for (const TensorMeta& m : *metas)
+      need += static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
     if (bytes_held_ + need > memory_limit_) {
       Status err = refuse_(op, bytes_held_, need);
       poison(outs, &*metas, err);
@@ -181,6 +201,75 @@ Status TableBackend<T>::execute(const ir::Op& op) {
   if (st.message().rfind(name + ":", 0) != 0) st = st.with_context(name);
   poison(outs, &*metas, st);
   return st;
+}
+
+template <class T>
+Result<ir::GraphId> TableBackend<T>::register_graph(ir::Graph graph) {
+  TW_ASSIGN_OR_RETURN(ir::GraphPlan plan, ir::validate_graph(graph));
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    if (!supports(ir::op_code(graph.ops[i]))) {
+      return unsupported_op(ir::op_name(graph.ops[i]), this->name())
+          .with_context("graph op " + std::to_string(i));
+    }
+  }
+  const ir::GraphId id = next_graph_++;
+  graphs_.emplace(id, RegisteredGraph{std::move(graph), std::move(plan)});
+  return id;
+}
+
+template <class T>
+Status TableBackend<T>::run_graph(ir::GraphId id, std::span<const ir::TensorId> inputs,
+                                  std::span<const ir::TensorId> outputs) {
+  auto g = graphs_.find(id);
+  if (g == graphs_.end()) return not_found("run_graph: unknown graph " + std::to_string(id));
+  const ir::Graph& graph = g->second.graph;
+  const ir::GraphPlan& plan = g->second.plan;
+  if (inputs.size() != graph.inputs.size() || outputs.size() != graph.output_ids.size()) {
+    return invalid_argument("run_graph: the graph takes " + std::to_string(graph.inputs.size()) +
+                            " inputs and gives " + std::to_string(graph.output_ids.size()) +
+                            " outputs; " + std::to_string(inputs.size()) + " and " +
+                            std::to_string(outputs.size()) + " ids were given");
+  }
+  std::unordered_map<ir::TensorId, ir::TensorId> ids;  // graph-local -> table id
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TW_ASSIGN_OR_RETURN(TensorMeta m, meta(inputs[i]));
+    // A poisoned input passes: execute() hands its error on to what the graph computes from it.
+    if (tensor(inputs[i]).ok() && m != graph.inputs[i]) {
+      return invalid_argument("run_graph: input " + std::to_string(i) + " is " + meta_str(m) +
+                              ", the graph takes " + meta_str(graph.inputs[i]));
+    }
+    ids[graph.input_ids[i]] = inputs[i];
+  }
+  std::unordered_set<ir::TensorId> fresh;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (outputs[k] == 0 || table_.count(outputs[k]) || !fresh.insert(outputs[k]).second) {
+      return invalid_argument("run_graph: output id " + tensor_id_str(outputs[k]) +
+                              " is 0, in use or given twice");
+    }
+    ids[graph.output_ids[k]] = outputs[k];
+  }
+  for (const ir::Op& op : graph.ops) {
+    for (ir::TensorId local : ir::op_outputs(op)) ids.emplace(local, next_scratch_++);
+  }
+  // Validation saw every id the ops name, so each is in the map.
+  const std::function<ir::TensorId(ir::TensorId)> to_table = [&](ir::TensorId local) {
+    return ids.at(local);
+  };
+  Status first_error;
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    ir::Op op = graph.ops[i];
+    ir::remap_op(op, to_table);
+    if (first_error.ok()) {
+      first_error = execute(op);
+    } else {
+      fail(op, first_error);  // what execute() would do with a poisoned input, without looking
+    }
+    for (ir::TensorId local : plan.free_after[i]) {
+      auto it = table_.find(ids.at(local));
+      if (it != table_.end()) erase(it);
+    }
+  }
+  return first_error;
 }
 
 // A kernel that throws (out of memory, or a library's exception) fails its op, never the

@@ -7,6 +7,7 @@
 
 #include "core/buffer.h"
 #include "core/shape.h"
+#include "core/tensor_data.h"
 #include "ir/ops.h"
 
 namespace tw {
@@ -21,6 +22,13 @@ inline Result<Buffer> from_host_storage(const ir::FromHost& op, const TensorMeta
   }
   if (nbytes == 0 || reinterpret_cast<uintptr_t>(data.data()) % elem == 0) return data;
   return Buffer::copy_of(data.data(), nbytes);
+}
+
+// The op that recreates a tensor read from somewhere under `id` elsewhere: what copy_to does by
+// default (Backend and Sink). The bytes are shared, not copied (from_host_storage adopts them).
+inline ir::Op from_host_of(TensorData data, ir::TensorId id) {
+  return ir::FromHost{ir::Out{id}, data.meta.shape, data.meta.dtype,
+                      ir::Bytes{std::move(data.bytes)}};
 }
 
 }  // namespace tw

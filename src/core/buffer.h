@@ -39,7 +39,6 @@ class Buffer {
   Buffer slice(size_t offset, size_t size) const;
   template <class T>
   T* as() const { return reinterpret_cast<T*>(data()); }
-  long use_count() const { return storage_.use_count(); }
   // Identity and size of the underlying storage (shared by all slices of it).
   const void* storage_id() const { return storage_.get(); }
   size_t storage_bytes() const { return storage_ ? storage_->capacity : 0; }

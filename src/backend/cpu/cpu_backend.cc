@@ -2,6 +2,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
+#include "backend/registry.h"
 
 namespace tw::cpu {
 
@@ -50,4 +51,9 @@ Result<TensorData> CpuBackend::read(ir::TensorId id) {
 
 namespace tw {
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+
+namespace {
+[[maybe_unused]] const bool kCpuRegistered = register_backend(
+    "cpu", []() -> Result<std::unique_ptr<Backend>> { return make_cpu_backend(); });
+}  // namespace
 }  // namespace tw
