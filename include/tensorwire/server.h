@@ -12,6 +12,7 @@ namespace tw {
 
 struct ServerOptions {
   // Addresses to listen on: tcp://host:port (port 0 picks a free one) and/or unix:///path.
+  // Listening on a non-loopback address with no credential prints a warning.
   std::vector<std::string> listen = {"tcp://127.0.0.1:0"};
   int devices = 1;                 // devices hosted; each session uses one, chosen by index
   // What executes ops: "cpu" or "torch" (when built with libtorch) for every device, or one
@@ -26,7 +27,10 @@ struct ServerOptions {
   // Batches received but not yet executed, per session; past this the server stops reading
   // that client's socket (backpressure) until its queue drains.
   uint32_t session_queue_depth = 64;
-  std::string credential;  // reserved for authentication; empty: none
+  // When set, a client's Hello must carry this credential (compared in constant time) or the
+  // session is refused as unauthorised; empty: any client is served. It travels in clear text
+  // over tcp://, so it keeps strangers out on a trusted network, no more.
+  std::string credential;
 };
 
 struct ServerStatsSnapshot {
@@ -46,7 +50,8 @@ class Server {
   // The bound addresses, ports resolved (tcp://127.0.0.1:41234).
   std::vector<std::string> urls() const;
   std::string url() const { return urls().at(0); }
-  // "sessions<=4096 frame<=1.0GiB memory/session<=8.0GiB queue=64 workers=2 devices=1 (cpu)"
+  // "devices=1 (cpu) workers=2 max-sessions=4096 max-frame=1.0GiB session-memory=8.0GiB
+  // queue-depth=64"
   std::string limits_summary() const;
   ServerStatsSnapshot stats() const;
   // Stops accepting, lets queued work finish, closes every session. Idempotent.
@@ -63,7 +68,8 @@ class Server {
 
 // Starts a server hosting options.devices devices of `device`'s kind (cpu or torch). Throws
 // tw::Error naming the problem (address in use, a device that does not execute ops itself such as a
-// remote device, ...). Never aborts.
+// remote device, ...). Never aborts. Defined in the API layer (src/api/serve.cc), which knows
+// devices; the server library itself links no client code.
 std::unique_ptr<Server> serve(const Device& device, ServerOptions options = {});
 // As serve(), with the backend named in options.backend.
 std::unique_ptr<Server> serve(ServerOptions options = {});

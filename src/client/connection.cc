@@ -1,19 +1,13 @@
 #include "client/connection.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <cstdlib>
-#include <poll.h>
 
 #include "net/framing.h"
 
 namespace tw::client {
 
 namespace proto = protocol;
-using Proto = asio::generic::stream_protocol;
 
 Options Options::from_env() {
   Options o;
@@ -26,45 +20,23 @@ Options Options::from_env() {
 
 namespace {
 
-// Blocking connect + handshake on a socket not yet driven by an io thread.
-Result<proto::Welcome> handshake(asio::io_context& io, Proto::socket& sock, const net::Url& url,
-                                 uint32_t device_index, const std::string& credential) {
+// Blocking handshake on a stream not yet driven by an io thread.
+Result<proto::Welcome> handshake(net::Stream& sock, const net::Url& url, uint32_t device_index,
+                                 const std::string& credential) {
   asio::error_code ec;
-  if (url.scheme == net::Url::Scheme::kTcp) {
-    asio::ip::tcp::resolver resolver(io);
-    auto results = resolver.resolve(url.host, std::to_string(url.port), ec);
-    if (ec) return unavailable("cannot resolve " + url.str() + ": " + ec.message());
-    for (const auto& r : results) {
-      asio::ip::tcp::endpoint ep = r.endpoint();
-      Proto::endpoint gep(ep.data(), ep.size());
-      sock.close(ec);
-      sock.open(gep.protocol(), ec);
-      if (ec) continue;
-      sock.connect(gep, ec);
-      if (!ec) break;
-    }
-    if (ec) return unavailable("cannot connect to " + url.str() + ": " + ec.message() + " (is tensorwire-server running there?)");
-    int one = 1;
-    ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  } else {
-    Proto::endpoint gep{asio::local::stream_protocol::endpoint(url.path)};
-    sock.open(gep.protocol(), ec);
-    if (!ec) sock.connect(gep, ec);
-    if (ec) return unavailable("cannot connect to " + url.str() + ": " + ec.message() + " (is tensorwire-server running there?)");
-  }
   proto::OutFrame hello;
   proto::encode_hello({proto::kMinProtocolVersion, proto::kProtocolVersion, device_index, credential}, hello);
   uint8_t header[4];
   std::vector<asio::const_buffer> bufs;
   net::frame_buffers(hello, header, bufs);
-  asio::write(sock, bufs, ec);
+  ec = net::write_all(sock, bufs);
   if (ec) return unavailable("handshake with " + url.str() + " failed: " + ec.message());
-  asio::read(sock, asio::buffer(header, 4), ec);
+  ec = net::read_exact(sock, asio::buffer(header, 4));
   if (ec) return unavailable("handshake with " + url.str() + " failed: the server closed the connection (" + ec.message() + "); is it a tensorwire server?");
   uint32_t len = net::frame_length(header);
   if (len == 0 || len > (16u << 20)) return data_loss("handshake with " + url.str() + ": bad reply frame of " + std::to_string(len) + " bytes; is it a tensorwire server?");
   Buffer payload = Buffer::allocate(len);
-  asio::read(sock, asio::buffer(payload.data(), len), ec);
+  ec = net::read_exact(sock, asio::buffer(payload.data(), len));
   if (ec) return unavailable("handshake with " + url.str() + " failed: " + ec.message());
   TW_ASSIGN_OR_RETURN(proto::ServerMessage m, proto::decode_server_message(payload));
   if (m.kind == proto::ServerMsg::kRefuse) {
@@ -81,8 +53,8 @@ Result<proto::Welcome> handshake(asio::io_context& io, Proto::socket& sock, cons
 
 Result<proto::Welcome> enumerate(const net::Url& url, const Options& options) {
   asio::io_context io;
-  Proto::socket sock(io);
-  return handshake(io, sock, url, proto::kEnumerateOnly, options.credential);
+  TW_ASSIGN_OR_RETURN(std::unique_ptr<net::Stream> stream, net::dial(url, io));
+  return handshake(*stream, url, proto::kEnumerateOnly, options.credential);
 }
 
 Connection::Connection(net::Url url, uint32_t device_index, Options options)
@@ -92,8 +64,6 @@ Connection::Connection(net::Url url, uint32_t device_index, Options options)
 
 Connection::~Connection() { close(); }
 
-Status Connection::dead_status_locked() const { return dead_; }
-
 Status Connection::ensure_connected() {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ == State::kConnected) return Status::OK();
@@ -102,8 +72,14 @@ Status Connection::ensure_connected() {
 }
 
 Status Connection::connect_locked() {
-  sock_.emplace(io_);
-  auto w = handshake(io_, *sock_, url_, device_index_, options_.credential);
+  auto dialed = net::dial(url_, io_);
+  if (!dialed.ok()) {
+    state_ = State::kDead;
+    dead_ = dialed.status();
+    return dead_;
+  }
+  stream_ = std::move(dialed).value();
+  auto w = handshake(*stream_, url_, device_index_, options_.credential);
   if (!w.ok()) {
     state_ = State::kDead;
     dead_ = w.status();
@@ -115,10 +91,6 @@ Status Connection::connect_locked() {
   timer_.emplace(io_);
   check_timer_.emplace(io_);
   work_.emplace(io_.get_executor());
-  // Non-blocking from here on: writes are tried from callers' threads with MSG_DONTWAIT, and
-  // Asio then never needs to change the socket's mode while another thread uses it.
-  asio::error_code nb;
-  sock_->non_blocking(true, nb);
   state_ = State::kConnected;  // (reset below if the I/O thread cannot start)
   arm_watch_locked();
   try {
@@ -153,12 +125,10 @@ void Connection::close() {
       if (!idle) {
         auto t = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(200));
         t->async_wait([this, t](asio::error_code) {
-          asio::error_code ec;
-          if (sock_) sock_->close(ec);
+          if (stream_) stream_->close();
         });
       } else {
-        asio::error_code ec;
-        if (sock_) sock_->close(ec);
+        if (stream_) stream_->close();
       }
     });
     io_thread_.join();
@@ -360,11 +330,11 @@ void Connection::send_batch_locked() {
 }
 
 void Connection::pump_locked() {
-  switch (writer_.pump(sock_->native_handle())) {
+  switch (writer_.pump(*stream_)) {
     case net::FrameWriter::Step::kIdle: return;
     case net::FrameWriter::Step::kAsync:
       writer_.set_writing(true);
-      asio::async_write(*sock_, writer_.pending(), net::TransferAll(), [this](asio::error_code ec, size_t) {
+      stream_->async_write(writer_.pending(), [this](const asio::error_code& ec, size_t) {
         std::unique_lock<std::mutex> lock(mu_);
         if (!ec) {
           writer_.async_done();
@@ -372,8 +342,7 @@ void Connection::pump_locked() {
         }
         lock.unlock();
         fail_all(send_failed(ec));
-        asio::error_code ignore;
-        sock_->close(ignore);
+        stream_->close();
       });
       return;
     case net::FrameWriter::Step::kError: {
@@ -381,8 +350,7 @@ void Connection::pump_locked() {
       Status why = send_failed(writer_.error());
       asio::post(io_, [this, why] {
         fail_all(why);
-        asio::error_code ignore;
-        sock_->close(ignore);
+        stream_->close();
       });
       return;
     }
@@ -442,9 +410,9 @@ Status Connection::read_available(bool* closed, const std::function<bool()>& don
   *closed = false;
   while (!done()) {
     Buffer frame;
-    int err = 0;
+    asio::error_code err;
     uint64_t bytes = 0;
-    net::FrameReader::Poll r = reader_.read_frame(sock_->native_handle(), &frame, &err, &bytes);
+    net::FrameReader::Poll r = reader_.read_frame(*stream_, &frame, &err, &bytes);
     if (bytes) {
       std::lock_guard<std::mutex> lock(mu_);
       counters_.bytes_in += bytes;
@@ -464,15 +432,16 @@ Status Connection::read_available(bool* closed, const std::function<bool()>& don
         return connection_lost(asio::error::eof);
       case net::FrameReader::Poll::kError:
         *closed = true;
-        return connection_lost(asio::error_code(err, asio::system_category()));
+        return connection_lost(err);
       case net::FrameReader::Poll::kTooLarge: break;  // every u32 length is within the limit
     }
   }
   return Status::OK();
 }
 
-// The watch is a read into the reader's staging space, not an edge-triggered wait: Asio tries a
-// read before it waits, so bytes that arrived while a caller was the reader are never missed.
+// The watch is a read into the reader's staging space, not an edge-triggered wait: the stream
+// tries a read before it waits (net/stream.h), so bytes that arrived while a caller was the
+// reader are never missed.
 void Connection::arm_watch_locked() {
   if (watch_armed_ || reader_busy_ || state_ != State::kConnected) return;
   watch_armed_ = true;
@@ -481,7 +450,7 @@ void Connection::arm_watch_locked() {
     asio::post(io_, [this] { on_readable({}, 0); });
     return;
   }
-  sock_->async_read_some(reader_.space(), [this](asio::error_code ec, size_t n) { on_readable(ec, n); });
+  stream_->async_read_some(reader_.space(), [this](const asio::error_code& ec, size_t n) { on_readable(ec, n); });
 }
 
 void Connection::on_readable(const asio::error_code& ec, size_t n) {
@@ -560,10 +529,7 @@ void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
     while (!ready()) {
       // Wait first (the reply to what was just sent cannot be here yet), unless an earlier
       // reader left frames behind.
-      if (!reader_.has_frame()) {
-        pollfd p{sock_->native_handle(), POLLIN, 0};
-        ::poll(&p, 1, -1);
-      }
+      if (!reader_.has_frame()) stream_->wait_readable();
       st = read_available(&closed, ready);
       if (closed) break;
     }
@@ -602,7 +568,7 @@ void Connection::on_message(const Buffer& payload) {
   auto m = proto::decode_server_message(payload);
   if (!m.ok()) {
     fail_all(m.status().with_context("malformed message from " + url_.str()));
-    ::shutdown(sock_->native_handle(), SHUT_RDWR);  // safe from a reading caller's thread
+    stream_->shutdown();  // safe from a reading caller's thread
     return;
   }
   if (m->kind == proto::ServerMsg::kSessionError) {

@@ -1,7 +1,8 @@
 // A client's connection to one device of a compute server: handshake, batching of
 // fire-and-forget tasks, and a pending-request table for the tasks that produce results. Its
-// socket is read by one background Asio thread, created on connect; frames are written from
-// the calling thread (the I/O thread only finishes writes the socket could not take at once).
+// stream (net/stream.h: whatever transport the URL names) is read by one background Asio
+// thread, created on connect, or by a caller waiting for a reply; frames are written from the
+// calling thread (the I/O thread only finishes writes the stream could not take at once).
 #pragma once
 #include <algorithm>
 #include <asio.hpp>
@@ -18,6 +19,7 @@
 
 #include "core/tensor_data.h"
 #include "net/framing.h"
+#include "net/stream.h"
 #include "net/url.h"
 #include "protocol/messages.h"
 
@@ -81,7 +83,6 @@ class Connection {
     std::atomic<bool>* done = nullptr;
   };
   Status connect_locked();
-  Status dead_status_locked() const;
   uint64_t add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done = nullptr);
   std::future<Result<TensorData>> read_impl(ir::TensorId id, std::atomic<bool>* done);
   // Moves the queued drops into the batch, then sends it.
@@ -136,7 +137,7 @@ class Connection {
   net::FrameWriter writer_;
 
   asio::io_context io_;
-  std::optional<asio::generic::stream_protocol::socket> sock_;
+  std::unique_ptr<net::Stream> stream_;
   std::optional<asio::steady_timer> timer_;
   std::thread io_thread_;
   net::FrameReader reader_;  // the reader's

@@ -1,43 +1,22 @@
 #include "net/framing.h"
 
-#include <sys/socket.h>
-#include <sys/uio.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <climits>
+#include <asio/error.hpp>
 #include <cstring>
 
 namespace tw::net {
 
-void consume(std::vector<asio::const_buffer>& bufs, size_t n) {
-  size_t i = 0;
-  while (i < bufs.size() && n >= bufs[i].size()) n -= bufs[i++].size();
-  bufs.erase(bufs.begin(), bufs.begin() + static_cast<ptrdiff_t>(i));
-  if (n && !bufs.empty()) bufs.front() += n;
-}
-
-FrameWriter::Step FrameWriter::pump(int fd) {
-  iovec iov[64];
+FrameWriter::Step FrameWriter::pump(Stream& s) {
   while (!queue_.empty()) {
     if (bufs_.empty()) frame_buffers(queue_.front(), header_, bufs_);
     while (!bufs_.empty()) {
-      size_t count = std::min<size_t>(bufs_.size(), std::size(iov));
-      for (size_t i = 0; i < count; ++i) {
-        iov[i].iov_base = const_cast<void*>(bufs_[i].data());
-        iov[i].iov_len = bufs_[i].size();
-      }
-      msghdr msg{};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = count;
-      ssize_t sent = ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (sent < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return Step::kAsync;
-        error_ = asio::error_code(errno, asio::system_category());
+      IoResult r = s.try_write(bufs_.data(), bufs_.size());
+      if (r.kind == IoResult::kWouldBlock) return Step::kAsync;
+      if (r.kind != IoResult::kDone) {
+        error_ = r.kind == IoResult::kError ? r.error : asio::error_code(asio::error::eof);
         return Step::kError;
       }
-      consume(bufs_, static_cast<size_t>(sent));
+      consume(bufs_, r.bytes);
     }
     queue_.pop_front();
   }
@@ -65,7 +44,8 @@ FrameReader::Next FrameReader::next(uint64_t limit, Buffer* frame) {
   return Next::kLarge;
 }
 
-FrameReader::Poll FrameReader::read_frame(int fd, Buffer* frame, int* err, uint64_t* bytes, uint64_t limit) {
+FrameReader::Poll FrameReader::read_frame(Stream& s, Buffer* frame, asio::error_code* err,
+                                          uint64_t* bytes, uint64_t limit) {
   for (;;) {
     if (large_.size()) {
       if (copied_ == large_.size()) {
@@ -83,24 +63,21 @@ FrameReader::Poll FrameReader::read_frame(int fd, Buffer* frame, int* err, uint6
       }
     }
     asio::mutable_buffer room = space();
-    void* dst = room.data();
-    size_t want = room.size();
     if (drained_) {
       drained_ = false;
       return Poll::kWouldBlock;
     }
-    ssize_t got = ::recv(fd, dst, want, MSG_DONTWAIT);
-    if (got > 0) {
-      drained_ = static_cast<size_t>(got) < want;
-      *bytes += static_cast<uint64_t>(got);
-      received(static_cast<size_t>(got));
-      continue;
+    IoResult r = s.try_read(room);
+    switch (r.kind) {
+      case IoResult::kDone:
+        drained_ = r.bytes < room.size();
+        *bytes += r.bytes;
+        received(r.bytes);
+        break;
+      case IoResult::kWouldBlock: return Poll::kWouldBlock;
+      case IoResult::kClosed: return Poll::kClosed;
+      case IoResult::kError: *err = r.error; return Poll::kError;
     }
-    if (got == 0) return Poll::kClosed;
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return Poll::kWouldBlock;
-    *err = errno;
-    return Poll::kError;
   }
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "net/stream.h"
 #include "protocol/messages.h"
 
 namespace tw::net {
@@ -29,32 +30,23 @@ inline void frame_buffers(const protocol::OutFrame& f, uint8_t (&header)[4],
   if (f.head.size() > pos) out.emplace_back(f.head.data() + pos, f.head.size() - pos);
 }
 
-// Completion condition for reading or writing a whole frame: asio's transfer_all() caps every
-// read_some/write_some at 64 KiB, which turns a 256 MiB tensor into 4,096 system calls and as many
-// trips through the reactor; this lets each call move everything the kernel will take.
-struct TransferAll {
-  size_t operator()(const asio::error_code& ec, size_t) const { return ec ? 0 : ~size_t{0}; }
-};
-
-// Drops the first `n` bytes of a gather list (what a partial write has already sent).
-void consume(std::vector<asio::const_buffer>& bufs, size_t n);
-
-// The frames queued for one socket. Each frame is offered to the kernel straight from the
-// thread that queues it (a non-blocking sendmsg: a small reply or batch costs one system call
-// and wakes no I/O thread); whatever the kernel does not take then is left for one Asio
-// async_write, which the owner starts. Not thread-safe: the owner serialises every call with
-// its own lock, and its write handler takes that lock before calling async_done().
+// The frames queued for one stream. Each frame is offered to the stream straight from the
+// thread that queues it (Stream::try_write, a non-blocking sendmsg on a socket: a small reply or
+// batch costs one system call and wakes no I/O thread); whatever the stream does not take then
+// is left for one Stream::async_write, which the owner starts. Not thread-safe: the owner
+// serialises every call with its own lock, and its write handler takes that lock before calling
+// async_done().
 class FrameWriter {
  public:
   enum class Step {
     kIdle,   // everything queued has been written
-    kAsync,  // the socket buffer is full: start async_write(pending()) and call async_done()
-    kError,  // the socket failed; error() says how
+    kAsync,  // the stream would block: start async_write(pending()) and call async_done()
+    kError,  // the stream failed; error() says how
   };
   void push(protocol::OutFrame f) { queue_.push_back(std::move(f)); }
   // Writes queued frames without blocking. Call after push() unless writing() is true (an
   // async write is under way and will continue with the rest).
-  Step pump(int fd);
+  Step pump(Stream& s);
   // The rest of the front frame, for the async write. Valid until async_done().
   const std::vector<asio::const_buffer>& pending() const { return bufs_; }
   void set_writing(bool w) { writing_ = w; }
@@ -75,7 +67,7 @@ class FrameWriter {
 // Splits a received byte stream into frames. Bytes arrive in a fixed staging buffer, so one
 // receive can bring many small frames (a reply and the batch behind it cost one system call);
 // a frame that fits there is copied out into a pooled Buffer, a larger one is read straight into
-// its own Buffer. Not thread-safe: one read is outstanding per socket at a time.
+// its own Buffer. Not thread-safe: one read is outstanding per stream at a time.
 class FrameReader {
  public:
   static constexpr size_t kStagingBytes = 64 * 1024;
@@ -85,19 +77,21 @@ class FrameReader {
     kTooLarge,   // the next header announces announced() bytes, over the caller's limit
     kLarge,      // *frame is sized for the next frame, the staged part copied in; read rest(*frame)
   };
-  // The server gives each session a small staging buffer (idle sessions cost little memory);
+  // The server gives each connection a small staging buffer (idle sessions cost little memory);
   // the client one large one.
   explicit FrameReader(size_t staging_bytes = kStagingBytes) : staging_(staging_bytes) {}
   Next next(uint64_t limit, Buffer* frame);
 
-  // Non-blocking receive from a socket for one frame at a time, a large frame across calls.
-  // kFrame: *frame is the next payload. kWouldBlock: nothing more now; a receive that returned
-  // less than it asked for counts as having emptied the socket, which spares the system call
-  // that would say so (wait with poll() or a speculative Asio read, never with an edge-triggered
-  // wait alone). kTooLarge: the header announces more than `limit` (announced()). kError:
-  // `*err` is the errno. `*bytes` counts the bytes received.
+  // Non-blocking receive (Stream::try_read) for one frame at a time, a large frame across
+  // calls. kFrame: *frame is the next payload. kWouldBlock: nothing more now; a receive that
+  // returned less than it asked for counts as having emptied the stream, which spares the system
+  // call that would say so (wait with Stream::wait_readable() or async_read_some(), which
+  // stream.h requires to return at once for bytes already there). kTooLarge: the header
+  // announces more than `limit` (announced()). kError: `*err` says why. `*bytes` counts the
+  // bytes received.
   enum class Poll { kFrame, kWouldBlock, kClosed, kTooLarge, kError };
-  Poll read_frame(int fd, Buffer* frame, int* err, uint64_t* bytes, uint64_t limit = 0xFFFFFFFFu);
+  Poll read_frame(Stream& s, Buffer* frame, asio::error_code* err, uint64_t* bytes,
+                  uint64_t limit = 0xFFFFFFFFu);
 
   // Where the next bytes go: the rest of a large frame read_frame() is receiving, else the
   // staging buffer (compacted first).
@@ -121,8 +115,8 @@ class FrameReader {
   std::vector<uint8_t> staging_;
   size_t begin_ = 0, end_ = 0;  // staged, unconsumed bytes
   uint64_t announced_ = 0;
-  size_t copied_ = 0;  // of a kLarge frame, bytes taken from staging (read_frame: received)
-  Buffer large_;       // read_frame: a large frame being received
+  size_t copied_ = 0;     // of a kLarge frame, bytes taken from staging (read_frame: received)
+  Buffer large_;          // read_frame: a large frame being received
   bool drained_ = false;  // read_frame: the last receive emptied the socket
 };
 

@@ -1,45 +1,58 @@
 #include "net/url.h"
 
 #include <cstdlib>
+#include <iterator>
 
 namespace tw::net {
 
-std::string Url::str() const {
-  if (scheme == Scheme::kUnix) return "unix://" + path;
-  bool v6 = host.find(':') != std::string::npos;
-  return "tcp://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+namespace {
+
+// The schemes this build speaks. A host:port scheme parses as tcp does (IPv6 in brackets); a
+// path scheme takes the rest of the address as a socket path.
+struct SchemeInfo {
+  Url::Scheme scheme;
+  const char* name;  // before "://"
+  bool has_path;
+  const char* form;  // for messages
+};
+constexpr SchemeInfo kSchemes[] = {
+    {Url::Scheme::kTcp, "tcp", false, "tcp://host:port"},
+    {Url::Scheme::kUnix, "unix", true, "unix:///path"},
+};
+
+const SchemeInfo& info(Url::Scheme s) {
+  for (const SchemeInfo& i : kSchemes)
+    if (i.scheme == s) return i;
+  return kSchemes[0];  // every enumerator has a row
 }
 
-bool Url::is_loopback() const {
-  if (scheme == Scheme::kUnix) return true;
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+// The longest sun_path a Unix socket address holds, less its terminating NUL.
+constexpr size_t kMaxSocketPath = 107;
+
+Status parse_path(const std::string& rest, Url& u) {
+  u.path = rest;
+  if (u.path.empty()) return invalid_argument("unix URL needs a path: unix:///path/to.sock");
+  if (u.path.size() > kMaxSocketPath) {
+    return invalid_argument("unix socket path too long (max " + std::to_string(kMaxSocketPath) +
+                            "): " + u.path);
+  }
+  return Status::OK();
 }
 
-Result<Url> parse_url(const std::string& text) {
-  Url u;
-  const std::string kTcp = "tcp://", kUnix = "unix://";
-  if (text.rfind(kUnix, 0) == 0) {
-    u.scheme = Url::Scheme::kUnix;
-    u.path = text.substr(kUnix.size());
-    if (u.path.empty()) return invalid_argument("unix URL needs a path: unix:///path/to.sock");
-    if (u.path.size() >= 108) return invalid_argument("unix socket path too long (max 107): " + u.path);
-    return u;
-  }
-  if (text.rfind(kTcp, 0) != 0) {
-    return invalid_argument("unsupported address '" + text +
-                            "': expected tcp://host:port or unix:///path");
-  }
-  std::string rest = text.substr(kTcp.size());
+Status parse_host_port(const std::string& text, const std::string& rest, Url& u) {
   size_t colon;
   if (!rest.empty() && rest[0] == '[') {
     size_t close = rest.find(']');
     if (close == std::string::npos) return invalid_argument("bad IPv6 address in '" + text + "'");
     u.host = rest.substr(1, close - 1);
     colon = close + 1;
-    if (colon >= rest.size() || rest[colon] != ':') return invalid_argument("missing port in '" + text + "'");
+    if (colon >= rest.size() || rest[colon] != ':')
+      return invalid_argument("missing port in '" + text + "'");
   } else {
     colon = rest.rfind(':');
-    if (colon == std::string::npos) return invalid_argument("missing port in '" + text + "' (tcp://host:port)");
+    if (colon == std::string::npos) {
+      return invalid_argument("missing port in '" + text + "' (" + info(u.scheme).form + ")");
+    }
     u.host = rest.substr(0, colon);
   }
   std::string port = rest.substr(colon + 1);
@@ -50,7 +63,43 @@ Result<Url> parse_url(const std::string& text) {
   }
   if (u.host.empty()) return invalid_argument("missing host in '" + text + "'");
   u.port = static_cast<uint16_t>(p);
-  return u;
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string supported_schemes() {
+  std::string s;
+  for (const SchemeInfo& i : kSchemes) s += std::string(s.empty() ? "" : " or ") + i.form;
+  return s;
+}
+
+std::string Url::str() const {
+  const SchemeInfo& i = info(scheme);
+  std::string prefix = std::string(i.name) + "://";
+  if (i.has_path) return prefix + path;
+  bool v6 = host.find(':') != std::string::npos;
+  return prefix + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+bool Url::is_loopback() const {
+  if (info(scheme).has_path) return true;  // a socket file on this host
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+Result<Url> parse_url(const std::string& text) {
+  size_t sep = text.find("://");
+  std::string name = sep == std::string::npos ? "" : text.substr(0, sep);
+  for (const SchemeInfo& i : kSchemes) {
+    if (name != i.name) continue;
+    Url u;
+    u.scheme = i.scheme;
+    std::string rest = text.substr(sep + 3);
+    TW_RETURN_NOT_OK(i.has_path ? parse_path(rest, u) : parse_host_port(text, rest, u));
+    return u;
+  }
+  return invalid_argument("unsupported address '" + text + "': this build speaks " +
+                          supported_schemes());
 }
 
 }  // namespace tw::net

@@ -1,4 +1,5 @@
-// Transport addresses: tcp://host:port and unix:///path/to.sock.
+// Transport addresses: tcp://host:port and unix:///path/to.sock. The schemes this build has are
+// one table in url.cc; a new transport adds its row there and its dial/listen in stream.cc.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,13 +10,15 @@ namespace tw::net {
 
 struct Url {
   enum class Scheme { kTcp, kUnix } scheme = Scheme::kTcp;
-  std::string host;  // tcp
-  uint16_t port = 0; // tcp; 0 asks the OS for a free port when listening
-  std::string path;  // unix
+  std::string host;   // host:port schemes (tcp)
+  uint16_t port = 0;  // host:port schemes; 0 asks the OS for a free port when listening
+  std::string path;   // path schemes (unix)
   std::string str() const;
   bool is_loopback() const;
 };
 
 Result<Url> parse_url(const std::string& text);
+// "tcp://host:port, unix:///path": the address forms this build accepts, for messages.
+std::string supported_schemes();
 
 }  // namespace tw::net

@@ -16,7 +16,6 @@ namespace tw::protocol {
 inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 inline constexpr uint16_t kProtocolVersion = 1;
 inline constexpr uint16_t kMinProtocolVersion = 1;
-inline constexpr size_t kFrameHeaderBytes = 4;  // u32 payload length
 // Hello's device index that asks only for the device list (tw::remote_devices).
 inline constexpr uint32_t kEnumerateOnly = 0xFFFFFFFFu;
 // Strings (names, reasons, credentials) longer than this are malformed.

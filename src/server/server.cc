@@ -1,14 +1,11 @@
-// The compute server: one io_context run by a fixed pool of threads does both the sockets and the
-// execution. Each session is a serial queue of received batches: the thread that finishes reading
-// a batch queues it, starts reading the next, and runs the queue itself if no thread is running
-// it yet, so tasks of one session run in submission order, sessions run in parallel, no thread
-// exists per session, and a request costs no hand-off between threads: the thread that read it
-// runs it and writes the reply (see docs/remote.md, "Latency").
+// The compute server's listening, connections and shutdown: a fixed pool of threads, each running
+// its own io_context (a shard), does both the streams and the execution. A connection lives on
+// one shard; it is a serial queue of received batches: the thread that finishes reading a batch
+// queues it, starts reading the next, and runs the queue itself (on its Session, session.h) if
+// no thread is running it yet, so tasks of one session run in submission order, sessions run in
+// parallel, no thread exists per session, and a request costs no hand-off between threads: the
+// thread that read it runs it and writes the reply (see docs/remote.md, "Latency").
 #include "tensorwire/server.h"
-
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <asio.hpp>
 #include <atomic>
@@ -24,27 +21,18 @@
 
 #include "backend/registry.h"
 #include "net/framing.h"
+#include "net/stream.h"
 #include "net/url.h"
 #include "protocol/messages.h"
+#include "server/session.h"
 #include "tensorwire/error.h"
 
 namespace tw {
 
-using Proto = asio::generic::stream_protocol;
 namespace proto = protocol;
+using server::human_bytes;
 
 namespace {
-
-std::string human_bytes(uint64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  std::ostringstream os;
-  os.precision(u ? 1 : 0);
-  os << std::fixed << v << units[u];
-  return os.str();
-}
 
 // The backend of each hosted device, in index order. options.backend names one backend for all
 // options.devices devices, or one backend per device as a comma-separated list ("cpu,torch":
@@ -85,21 +73,19 @@ class Connection;
 struct Server::Impl {
   // Members are destroyed in reverse order, and the order matters: a Connection can outlive the
   // io loop (held by a handler that never ran, such as a write to a client that stopped
-  // reading), and its destructor uses the session table and counters and its socket on `io`.
+  // reading), and its destructor uses the session table and counters and its stream on `io`.
   // So the io_context (with those handlers) goes first, then what the sessions share.
   ServerOptions opts;
   std::vector<std::string> backends;  // per device index (device_backends)
   std::string server_id;
   int worker_count = 1;
-  std::vector<net::Url> bound;
 
   std::mutex sessions_mu;
   std::unordered_map<uint64_t, std::weak_ptr<Connection>> sessions;
   std::atomic<uint64_t> next_session{1};
-  std::atomic<uint64_t> sessions_opened{0}, ops_executed{0}, frames_in{0}, frames_out{0},
-      bytes_in{0}, bytes_out{0};
-  std::atomic<int64_t> bytes_held{0};
-  std::atomic<int64_t> batches_in_flight{0};  // posted to a strand, not yet finished
+  std::atomic<uint64_t> sessions_opened{0}, frames_in{0}, frames_out{0}, bytes_in{0}, bytes_out{0};
+  server::SessionTotals totals;  // ops run, tensor bytes held
+  std::atomic<int64_t> batches_in_flight{0};  // queued on a connection, not yet finished
   std::atomic<bool> stopping{false};
 
   std::mutex stop_mu;
@@ -117,16 +103,16 @@ struct Server::Impl {
   std::vector<std::unique_ptr<Shard>> shards;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> works;
   std::vector<std::thread> threads;  // threads[i] runs shards[i]
-  asio::io_context& io() { return shards.front()->io; }  // acceptors and their timers
+  asio::io_context& io() { return shards.front()->io; }  // listeners and their timers
   Shard& least_loaded() {
     Shard* best = shards.front().get();
     for (auto& sh : shards)
       if (sh->sessions.load() < best->sessions.load()) best = sh.get();
     return *best;
   }
-  std::vector<std::unique_ptr<asio::basic_socket_acceptor<Proto>>> acceptors;
+  std::vector<std::unique_ptr<net::Listener>> listeners;
 
-  void accept(asio::basic_socket_acceptor<Proto>& acc, bool tcp);
+  void accept(net::Listener& l);
   proto::ServerStats snapshot(uint64_t asking_session);
   std::vector<proto::DeviceInfo> device_infos() const {
     std::vector<proto::DeviceInfo> v;
@@ -144,21 +130,19 @@ struct Server::Impl {
 
 namespace {
 
-class Connection : public std::enable_shared_from_this<Connection> {
+// One client's connection: reads its frames, shakes hands, queues its batches for its Session
+// and writes the replies. Replies are written by whichever thread runs the session while
+// another may be reading (a stream allows one reader and one writer at a time).
+class Connection : public std::enable_shared_from_this<Connection>, private server::SessionOutput {
  public:
-  Connection(Server::Impl& srv, Server::Impl::Shard& shard, Proto::socket sock)
-      : srv_(srv), shard_(shard), sock_(std::move(sock)) {
+  Connection(Server::Impl& srv, Server::Impl::Shard& shard, std::unique_ptr<net::Stream> stream)
+      : srv_(srv), shard_(shard), stream_(std::move(stream)) {
     shard_.sessions.fetch_add(1);
-    // Non-blocking from the start: replies are written by whichever thread runs the session
-    // while another may be reading, and Asio then never changes the socket's mode under them.
-    asio::error_code ec;
-    sock_.non_blocking(true, ec);
   }
 
-  ~Connection() {
-    // Last reference gone (socket shut down, no task in flight): free the session's tensors.
-    srv_.bytes_held.fetch_sub(static_cast<int64_t>(held_.load()));
-    backend_.reset();
+  ~Connection() override {
+    // Last reference gone (stream shut down, no task in flight): free the session's tensors.
+    session_.reset();
     shard_.sessions.fetch_sub(1);
     if (id_) {
       std::lock_guard<std::mutex> lock(srv_.sessions_mu);
@@ -168,7 +152,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void start() { read_more(); }
   uint64_t id() const { return id_; }
-  uint64_t held() const { return held_.load(); }
+  // Call with srv_.sessions_mu held (the session is set under it).
+  uint64_t held() const { return session_ ? session_->held() : 0; }
 
   // Closes the session once its queued replies are out.
   void close_when_flushed() {
@@ -188,12 +173,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Buffer frame;  // its bytes may back uploaded tensors until they are dropped
   };
 
-  // Ends the session: both directions of the socket are shut down, so the pending read ends and
-  // no more writes start; the descriptor itself closes with the last reference. Safe while
-  // other threads have operations on the socket, which close() would not be.
+  // Ends the session: both directions of the stream are shut down, so the pending read ends and
+  // no more writes start; the stream itself is released with the last reference. Safe while
+  // other threads have operations on the stream, which close() would not be.
   void shutdown_locked() {
     if (closed_.exchange(true)) return;
-    ::shutdown(sock_.native_handle(), SHUT_RDWR);
+    stream_->shutdown();
   }
   void close() {
     std::lock_guard<std::mutex> lock(write_mu_);
@@ -205,7 +190,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (reading_ || closed_ || srv_.stopping) return;
     reading_ = true;
     auto self = shared_from_this();
-    sock_.async_read_some(reader_.space(), [self](asio::error_code ec, size_t n) {
+    stream_->async_read_some(reader_.space(), [self](const asio::error_code& ec, size_t n) {
       self->reading_ = false;
       if (ec) return self->close();
       self->srv_.bytes_in.fetch_add(n, std::memory_order_relaxed);
@@ -218,7 +203,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // on this thread unless another thread runs it, then starts the next read. Reading after
   // running costs nothing in overlap (the shard's one thread would run the read's completion
   // only after the batch anyway) and lets the reply go out before the receive that would only
-  // find the socket empty.
+  // find the stream empty.
   void process(bool run_here = false) {
     bool need_read = false;
     for (;;) {
@@ -249,7 +234,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (next == net::FrameReader::Next::kLarge) {
         reading_ = true;
         auto self = shared_from_this();
-        asio::async_read(sock_, reader_.rest(frame), net::TransferAll(), [self, frame](asio::error_code ec, size_t n) {
+        stream_->async_read(reader_.rest(frame), [self, frame](const asio::error_code& ec, size_t n) {
           self->reading_ = false;
           if (ec) return self->close();
           self->srv_.bytes_in.fetch_add(n, std::memory_order_relaxed);
@@ -320,10 +305,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         batch = std::move(exec_q_.front());
         exec_q_.pop_front();
       }
-      run_tasks(batch.tasks);
-      if (!batch.decoded.ok()) {
-        send_error(batch.decoded.with_context("malformed batch (the tasks before it ran)"));
-      }
+      session_->run(batch.tasks, batch.decoded, *this);
       batch = Batch();
       bool resume = false;
       {
@@ -392,17 +374,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       id_ = srv_.next_session.fetch_add(1);
       srv_.sessions[id_] = weak_from_this();
     }
-    auto backend = make_backend(srv_.backends[h.device_index]);
-    if (!backend.ok()) return refuse(proto::RefuseReason::kCannotHost, backend.status().message());
-    backend_ = std::move(backend).value();
-    // Quota: the backend refuses an op whose outputs would take the session past its limit.
-    const uint64_t quota = srv_.opts.session_memory_bytes;
-    backend_->set_memory_limit(quota, [quota](const ir::Op& op, uint64_t have, uint64_t need) {
-      return resource_exhausted(ir::op_name(op) + ": session memory quota exceeded: the session holds " +
-                                human_bytes(have) + " and this op needs " + human_bytes(need) +
-                                " more, over the quota of " + human_bytes(quota) +
-                                "; free tensors (drop them) or raise --session-memory");
-    });
+    auto session = server::Session::open(id_, srv_.backends[h.device_index],
+                                         srv_.opts.session_memory_bytes, srv_.totals);
+    if (!session.ok()) return refuse(proto::RefuseReason::kCannotHost, session.status().message());
+    {
+      std::lock_guard<std::mutex> lock(srv_.sessions_mu);  // snapshot() reads held() under it
+      session_ = std::move(session).value();
+    }
     srv_.sessions_opened.fetch_add(1);
     welcomed_ = true;
     w.session_id = id_;
@@ -411,60 +389,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     send(std::move(f));
   }
 
-  // ---- execution: one thread at a time (drain) ----
-  void run_tasks(std::vector<proto::Task>& tasks) {
-    for (proto::Task& t : tasks) {
-      switch (t.kind) {
-        case proto::TaskKind::kOp: run_op(t.op); break;
-        case proto::TaskKind::kRead: {
-          proto::OutFrame f;
-          proto::encode_read_result(t.request_id, read_for_wire(t.id), f);
-          send(std::move(f));
-          break;
-        }
-        case proto::TaskKind::kSync: {
-          proto::OutFrame f;
-          proto::encode_sync_result(t.request_id, Status::OK(), f);
-          send(std::move(f));
-          break;
-        }
-        case proto::TaskKind::kDrop:
-          for (auto id : t.ids) (void)backend_->drop(id);  // unknown ids: nothing to free
-          break;
-        case proto::TaskKind::kStats: {
-          update_held();
-          proto::OutFrame f;
-          proto::encode_stats_result(t.request_id, srv_.snapshot(id_), f);
-          send(std::move(f));
-          break;
-        }
-      }
-    }
-    update_held();
-  }
-
-  // A tensor too large for one frame (whose length is a u32) is refused, not truncated.
-  Result<TensorData> read_for_wire(ir::TensorId id) {
-    TW_ASSIGN_OR_RETURN(TensorMeta m, backend_->meta(id));
-    uint64_t bytes = static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
-    constexpr uint64_t kRoom = 0xFFFFFFFFull - 4096;  // the frame's head beside the data
-    if (bytes > kRoom) {
-      return resource_exhausted("read: tensor " + std::to_string(id) + " holds " + human_bytes(bytes) +
-                                ", more than one frame can carry (4 GiB); read it in slices");
-    }
-    return backend_->read(id);
-  }
-
-  void run_op(const ir::Op& op) {
-    srv_.ops_executed.fetch_add(1, std::memory_order_relaxed);
-    (void)backend_->execute(op);  // a failure (the quota's too) is recorded in the op's outputs
-  }
-
-  void update_held() {
-    uint64_t now = backend_ ? backend_->bytes_held() : 0;
-    uint64_t before = held_.exchange(now);
-    srv_.bytes_held.fetch_add(static_cast<int64_t>(now) - static_cast<int64_t>(before));
-  }
+  // server::SessionOutput, called by session_->run() on the draining thread.
+  void reply(proto::OutFrame f) override { send(std::move(f)); }
+  proto::ServerStats server_stats(uint64_t asking) override { return srv_.snapshot(asking); }
 
   // ---- writing: from any thread, under write_mu_ ----
   void send_error(const Status& s) {
@@ -483,7 +410,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void pump_locked() {
-    switch (writer_.pump(sock_.native_handle())) {
+    switch (writer_.pump(*stream_)) {
       case net::FrameWriter::Step::kIdle:
         if (close_after_write_) shutdown_locked();
         return;
@@ -491,7 +418,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       case net::FrameWriter::Step::kAsync: {
         writer_.set_writing(true);
         auto self = shared_from_this();
-        asio::async_write(sock_, writer_.pending(), net::TransferAll(), [self](asio::error_code ec, size_t) {
+        stream_->async_write(writer_.pending(), [self](const asio::error_code& ec, size_t) {
           std::lock_guard<std::mutex> lock(self->write_mu_);
           if (ec) {
             self->writer_.set_writing(false);
@@ -507,10 +434,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   Server::Impl& srv_;
   Server::Impl::Shard& shard_;
-  Proto::socket sock_;
+  std::unique_ptr<net::Stream> stream_;
   uint64_t id_ = 0;
-  std::unique_ptr<Backend> backend_;  // used by the draining thread only
-  std::atomic<uint64_t> held_{0};
+  std::unique_ptr<server::Session> session_;  // set by the handshake; run by the draining thread
   std::atomic<bool> closed_{false};
   std::atomic<bool> closing_{false};  // to close once the replies queued are out
   // reading (one read at a time)
@@ -544,8 +470,8 @@ proto::ServerStats Server::Impl::snapshot(uint64_t asking) {
       }
     }
   }
-  s.bytes_held = static_cast<uint64_t>(std::max<int64_t>(0, bytes_held.load()));
-  s.ops_executed = ops_executed.load();
+  s.bytes_held = static_cast<uint64_t>(std::max<int64_t>(0, totals.bytes_held.load()));
+  s.ops_executed = totals.ops_executed.load();
   s.frames_in = frames_in.load();
   s.frames_out = frames_out.load();
   s.bytes_in = bytes_in.load();
@@ -554,22 +480,18 @@ proto::ServerStats Server::Impl::snapshot(uint64_t asking) {
   return s;
 }
 
-void Server::Impl::accept(asio::basic_socket_acceptor<Proto>& acc, bool tcp) {
+void Server::Impl::accept(net::Listener& l) {
   Shard& shard = least_loaded();
-  acc.async_accept(shard.io, [this, &acc, tcp, &shard](asio::error_code ec, Proto::socket sock) {
+  l.async_accept(shard.io, [this, &l, &shard](const asio::error_code& ec, std::unique_ptr<net::Stream> stream) {
     if (ec) {
       if (ec == asio::error::operation_aborted || stopping) return;
       // Out of descriptors and similar: keep serving existing sessions, retry shortly.
       auto t = std::make_shared<asio::steady_timer>(io(), std::chrono::milliseconds(50));
-      t->async_wait([this, &acc, tcp, t](asio::error_code) { accept(acc, tcp); });
+      t->async_wait([this, &l, t](asio::error_code) { accept(l); });
       return;
     }
-    if (tcp) {
-      int one = 1;
-      ::setsockopt(sock.native_handle(), IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof one);
-    }
-    std::make_shared<Connection>(*this, shard, std::move(sock))->start();
-    accept(acc, tcp);
+    std::make_shared<Connection>(*this, shard, std::move(stream))->start();
+    accept(l);
   });
 }
 
@@ -578,12 +500,10 @@ void Server::Impl::do_stop() {
     std::lock_guard<std::mutex> lock(stop_mu);
     if (stopped || stopping.exchange(true)) return;
   }
-  // 1. Stop accepting and reading (the flag stops each session's read loop).
+  // 1. Stop accepting and reading (the flag stops each session's read loop). Closing a listener
+  //    removes its Unix socket's file.
   asio::post(io(), [this] {
-    for (auto& a : acceptors) {
-      asio::error_code ec;
-      a->close(ec);
-    }
+    for (auto& l : listeners) l->close();
   });
   // 2. Let queued work finish (a read under way when the flag was set may still deliver one
   //    more batch per session; it runs too). The pool keeps running: see step 4.
@@ -616,8 +536,6 @@ void Server::Impl::do_stop() {
   for (std::thread& t : threads) {
     if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
   }
-  for (const auto& u : bound)
-    if (u.scheme == net::Url::Scheme::kUnix) ::unlink(u.path.c_str());
   {
     std::lock_guard<std::mutex> lock(stop_mu);
     stopped = true;
@@ -630,7 +548,7 @@ Server::~Server() { stop(); }
 
 std::vector<std::string> Server::urls() const {
   std::vector<std::string> v;
-  for (auto& u : impl_->bound) v.push_back(u.str());
+  for (auto& l : impl_->listeners) v.push_back(l->url().str());
   return v;
 }
 
@@ -679,47 +597,16 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
     for (int i = 0; i < impl->worker_count; ++i) impl->shards.push_back(std::make_unique<Server::Impl::Shard>());
     for (const std::string& text : opts.listen) {
       TW_ASSIGN_OR_RETURN(net::Url url, net::parse_url(text));
-      auto acc = std::make_unique<asio::basic_socket_acceptor<Proto>>(impl->io());
-      asio::error_code ec;
-      if (url.scheme == net::Url::Scheme::kTcp) {
-        asio::ip::tcp::resolver resolver(impl->io());
-        auto results = resolver.resolve(url.host, std::to_string(url.port), ec);
-        if (ec || results.empty()) {
-          return invalid_argument("cannot resolve listen address " + text + ": " + ec.message());
-        }
-        asio::ip::tcp::endpoint ep = results.begin()->endpoint();
-        Proto::endpoint gep(ep.data(), ep.size());
-        acc->open(gep.protocol(), ec);
-        if (!ec) acc->set_option(asio::socket_base::reuse_address(true), ec);
-        if (!ec) acc->bind(gep, ec);
-        if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
-        if (ec) return unavailable("cannot listen on " + text + ": " + ec.message());
-        Proto::endpoint local = acc->local_endpoint(ec);
-        asio::ip::tcp::endpoint tep;
-        std::memcpy(tep.data(), local.data(), std::min<size_t>(local.size(), sizeof(sockaddr_in6)));
-        url.port = tep.port();
-        if (!url.is_loopback()) {
-          std::fprintf(stderr,
-                       "warning: listening on non-loopback address %s without authentication: "
-                       "anyone who can reach it can run ops on this machine\n",
-                       url.str().c_str());
-        }
-      } else {
-        struct stat st;
-        if (::stat(url.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(url.path.c_str());
-        asio::local::stream_protocol::endpoint lep(url.path);
-        Proto::endpoint gep(lep);
-        acc->open(gep.protocol(), ec);
-        if (!ec) acc->bind(gep, ec);
-        if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
-        if (ec) return unavailable("cannot listen on " + text + ": " + ec.message());
+      TW_ASSIGN_OR_RETURN(std::unique_ptr<net::Listener> l, net::listen(url, impl->io()));
+      if (!l->url().is_loopback() && opts.credential.empty()) {
+        std::fprintf(stderr,
+                     "warning: listening on non-loopback address %s without authentication: "
+                     "anyone who can reach it can run ops on this machine\n",
+                     l->url().str().c_str());
       }
-      impl->bound.push_back(url);
-      impl->acceptors.push_back(std::move(acc));
+      impl->listeners.push_back(std::move(l));
     }
-    for (size_t i = 0; i < impl->acceptors.size(); ++i) {
-      impl->accept(*impl->acceptors[i], impl->bound[i].scheme == net::Url::Scheme::kTcp);
-    }
+    for (auto& l : impl->listeners) impl->accept(*l);
     for (auto& sh : impl->shards) impl->works.push_back(asio::make_work_guard(sh->io));
     for (auto& sh : impl->shards) {
       asio::io_context* io = &sh->io;
@@ -739,26 +626,5 @@ std::unique_ptr<Server> unwrap(Result<std::unique_ptr<Server>> r) {
 }  // namespace
 
 std::unique_ptr<Server> serve(ServerOptions options) { return unwrap(start_server(std::move(options))); }
-
-std::unique_ptr<Server> serve(const Device& device, ServerOptions options) {
-  switch (device.kind()) {
-    case Device::Kind::kCpu:
-      options.backend = "cpu";
-      return serve(std::move(options));
-    case Device::Kind::kTorch:
-      options.backend = "torch";
-      return serve(std::move(options));
-    case Device::Kind::kRemote:
-      throw Error("cannot serve " + device.str() +
-                  ": a remote device only forwards ops to another server; a server hosts devices "
-                  "that execute ops itself. Host tw::Device::cpu() here, or let clients connect "
-                  "to that server directly");
-    case Device::Kind::kCapture:
-      throw Error("cannot serve " + device.str() +
-                  ": a capture device records ops instead of executing them; host the device it "
-                  "wraps instead");
-  }
-  throw Error("cannot serve device " + device.str() + ": unknown device kind");
-}
 
 }  // namespace tw

@@ -1,4 +1,5 @@
-// net::FrameReader and net::FrameWriter over a real socket pair: frames cut out of one receive,
+// net::FrameReader and net::FrameWriter over a real socket pair (each end a net::Stream):
+// frames cut out of one receive,
 // frames split across receives, frames larger than the staging buffer, the size limit, and a
 // writer whose socket buffer fills up.
 #include <gtest/gtest.h>
@@ -9,13 +10,20 @@
 #include <numeric>
 
 #include "net/framing.h"
+#include "net/socket_stream.h"
 
 namespace tw::net {
 namespace {
 
+// The raw descriptors, to play the peer, and a Stream over a duplicate of each.
 struct SocketPair {
   int fd[2] = {-1, -1};
-  SocketPair() { EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fd), 0); }
+  asio::io_context io;
+  std::unique_ptr<Stream> s[2];
+  SocketPair() {
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fd), 0);
+    for (int i = 0; i < 2; ++i) s[i] = adopt_socket(io, ::dup(fd[i])).value();
+  }
   ~SocketPair() {
     ::close(fd[0]);
     ::close(fd[1]);
@@ -88,10 +96,10 @@ TEST(Framing, ReaderCutsManyFramesFromOneReceiveAndJoinsSplitOnes) {
     }
     for (;;) {
       Buffer frame;
-      int err = 0;
-      FrameReader::Poll r = reader.read_frame(sp.fd[1], &frame, &err, &bytes);
+      asio::error_code err;
+      FrameReader::Poll r = reader.read_frame(*sp.s[1], &frame, &err, &bytes);
       if (r == FrameReader::Poll::kWouldBlock) break;
-      ASSERT_EQ(r, FrameReader::Poll::kFrame) << err;
+      ASSERT_EQ(r, FrameReader::Poll::kFrame) << err.message();
       got.push_back(bytes_of(frame));
     }
   }
@@ -104,11 +112,11 @@ TEST(Framing, ReaderRefusesAFrameOverTheLimitBeforeReadingIt) {
   FrameReader reader;
   send_bytes(sp.fd[0], framed(pattern(100, 9)));
   Buffer frame;
-  int err = 0;
+  asio::error_code err;
   uint64_t bytes = 0;
-  EXPECT_EQ(reader.read_frame(sp.fd[1], &frame, &err, &bytes, 99), FrameReader::Poll::kTooLarge);
+  EXPECT_EQ(reader.read_frame(*sp.s[1], &frame, &err, &bytes, 99), FrameReader::Poll::kTooLarge);
   EXPECT_EQ(reader.announced(), 100u);
-  EXPECT_EQ(reader.read_frame(sp.fd[1], &frame, &err, &bytes, 100), FrameReader::Poll::kFrame);
+  EXPECT_EQ(reader.read_frame(*sp.s[1], &frame, &err, &bytes, 100), FrameReader::Poll::kFrame);
   EXPECT_EQ(bytes_of(frame), pattern(100, 9));
 }
 
@@ -119,10 +127,10 @@ TEST(Framing, ReaderReportsThePeerClosing) {
   send_bytes(sp.fd[0], std::vector<uint8_t>(f.begin(), f.begin() + 10));  // cut short
   ::shutdown(sp.fd[0], SHUT_WR);
   Buffer frame;
-  int err = 0;
+  asio::error_code err;
   uint64_t bytes = 0;
-  FrameReader::Poll r = reader.read_frame(sp.fd[1], &frame, &err, &bytes);
-  if (r == FrameReader::Poll::kWouldBlock) r = reader.read_frame(sp.fd[1], &frame, &err, &bytes);
+  FrameReader::Poll r = reader.read_frame(*sp.s[1], &frame, &err, &bytes);
+  if (r == FrameReader::Poll::kWouldBlock) r = reader.read_frame(*sp.s[1], &frame, &err, &bytes);
   EXPECT_EQ(r, FrameReader::Poll::kClosed);
 }
 
@@ -137,7 +145,7 @@ TEST(Framing, WriterHandsWhatTheSocketCannotTakeToAnAsyncWrite) {
     f.head = i == 1 ? big : pattern(100 + i, static_cast<uint8_t>(i));
     writer.push(std::move(f));
   }
-  ASSERT_EQ(writer.pump(sp.fd[0]), FrameWriter::Step::kAsync);
+  ASSERT_EQ(writer.pump(*sp.s[0]), FrameWriter::Step::kAsync);
   // Play the async write: drain the peer while writing what is pending, blocking.
   std::vector<uint8_t> received;
   auto drain = [&] {
@@ -156,7 +164,7 @@ TEST(Framing, WriterHandsWhatTheSocketCannotTakeToAnAsyncWrite) {
       drain();
     }
     writer.async_done();
-    FrameWriter::Step s = writer.pump(sp.fd[0]);
+    FrameWriter::Step s = writer.pump(*sp.s[0]);
     if (s == FrameWriter::Step::kIdle) break;
     ASSERT_EQ(s, FrameWriter::Step::kAsync);
   }

@@ -1,0 +1,25 @@
+// tw::serve(const Device&): picks the backend a device names and starts tw::Server with it. It
+// lives in the API layer, beside Device, so that the server itself links no client code.
+#include "tensorwire/error.h"
+#include "tensorwire/server.h"
+
+namespace tw {
+
+std::unique_ptr<Server> serve(const Device& device, ServerOptions options) {
+  switch (device.kind()) {
+    case Device::Kind::kCpu: options.backend = "cpu"; return serve(std::move(options));
+    case Device::Kind::kTorch: options.backend = "torch"; return serve(std::move(options));
+    case Device::Kind::kRemote:
+      throw Error("cannot serve " + device.str() +
+                  ": a remote device only forwards ops to another server; a server hosts devices "
+                  "that execute ops itself. Host tw::Device::cpu() here, or let clients connect "
+                  "to that server directly");
+    case Device::Kind::kCapture:
+      throw Error("cannot serve " + device.str() +
+                  ": a capture device records ops instead of executing them; host the device it "
+                  "wraps instead");
+  }
+  throw Error("cannot serve device " + device.str() + ": unknown device kind");
+}
+
+}  // namespace tw

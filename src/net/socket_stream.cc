@@ -1,0 +1,218 @@
+#include "net/socket_stream.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <asio.hpp>
+#include <cerrno>
+#include <cstring>
+#include <iterator>
+
+namespace tw::net {
+
+namespace {
+
+using Proto = asio::generic::stream_protocol;
+
+IoResult from_errno() {
+  if (errno == EAGAIN || errno == EWOULDBLOCK) return {IoResult::kWouldBlock, 0, {}};
+  return {IoResult::kError, 0, asio::error_code(errno, asio::system_category())};
+}
+
+// Completion condition for reading or writing a whole frame: asio's transfer_all() caps every
+// read_some/write_some at 64 KiB, which turns a 256 MiB tensor into 4,096 system calls and as many
+// trips through the reactor; this lets each call move everything the kernel will take.
+struct TransferAll {
+  size_t operator()(const asio::error_code& ec, size_t) const { return ec ? 0 : ~size_t{0}; }
+};
+
+void wait_for(int fd, short events) {
+  pollfd p{fd, events, 0};
+  while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
+  }
+}
+
+// Either family: the socket calls are the same, only dialing and listening differ.
+class SocketStream final : public Stream {
+ public:
+  explicit SocketStream(Proto::socket sock) : sock_(std::move(sock)), fd_(sock_.native_handle()) {
+    // Non-blocking from the start: reads and writes are tried from several threads with
+    // MSG_DONTWAIT, and Asio then never changes the socket's mode under them.
+    asio::error_code ec;
+    sock_.non_blocking(true, ec);
+  }
+
+  IoResult try_read(asio::mutable_buffer into) override {
+    for (;;) {
+      ssize_t got = ::recv(fd_, into.data(), into.size(), MSG_DONTWAIT);
+      if (got > 0) return {IoResult::kDone, static_cast<size_t>(got), {}};
+      if (got == 0) return {IoResult::kClosed, 0, {}};
+      if (errno != EINTR) return from_errno();
+    }
+  }
+
+  IoResult try_write(const asio::const_buffer* bufs, size_t count) override {
+    iovec iov[64];
+    count = std::min(count, std::size(iov));
+    for (size_t i = 0; i < count; ++i) {
+      iov[i].iov_base = const_cast<void*>(bufs[i].data());
+      iov[i].iov_len = bufs[i].size();
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = count;
+    for (;;) {
+      ssize_t sent = ::sendmsg(fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (sent >= 0) return {IoResult::kDone, static_cast<size_t>(sent), {}};
+      if (errno != EINTR) return from_errno();
+    }
+  }
+
+  void wait_readable() override { wait_for(fd_, POLLIN); }
+  void wait_writable() override { wait_for(fd_, POLLOUT); }
+
+  void async_read_some(asio::mutable_buffer into, IoHandler done) override {
+    sock_.async_read_some(into, std::move(done));
+  }
+  void async_read(asio::mutable_buffer into, IoHandler done) override {
+    asio::async_read(sock_, into, TransferAll(), std::move(done));
+  }
+  void async_write(const std::vector<asio::const_buffer>& bufs, IoHandler done) override {
+    asio::async_write(sock_, bufs, TransferAll(), std::move(done));
+  }
+
+  // ::shutdown, not close(): safe while other threads have operations on the socket; the
+  // descriptor itself closes with the stream.
+  void shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
+  void close() override {
+    asio::error_code ec;
+    sock_.close(ec);
+  }
+
+ private:
+  Proto::socket sock_;
+  const int fd_;  // sock_'s, read without touching the Asio object from other threads
+};
+
+void set_nodelay(Proto::socket& sock) {
+  int one = 1;
+  ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+class SocketListener final : public Listener {
+ public:
+  SocketListener(asio::io_context& io, Url url) : acc_(io), url_(std::move(url)) {}
+
+  Status open(const Proto::endpoint& ep, const std::string& text) {
+    asio::error_code ec;
+    acc_.open(ep.protocol(), ec);
+    if (!ec && tcp()) acc_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acc_.bind(ep, ec);
+    if (!ec) acc_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return unavailable("cannot listen on " + text + ": " + ec.message());
+    if (tcp()) {
+      Proto::endpoint local = acc_.local_endpoint(ec);
+      asio::ip::tcp::endpoint tep;
+      std::memcpy(tep.data(), local.data(), std::min<size_t>(local.size(), sizeof(sockaddr_in6)));
+      url_.port = tep.port();
+    }
+    return Status::OK();
+  }
+
+  const Url& url() const override { return url_; }
+
+  void async_accept(asio::io_context& io, AcceptHandler done) override {
+    acc_.async_accept(io, [this, done = std::move(done)](asio::error_code ec, Proto::socket sock) {
+      if (ec) return done(ec, nullptr);
+      if (tcp()) set_nodelay(sock);
+      done(ec, std::make_unique<SocketStream>(std::move(sock)));
+    });
+  }
+
+  void close() override {
+    asio::error_code ec;
+    acc_.close(ec);
+    if (!tcp()) ::unlink(url_.path.c_str());
+  }
+
+ private:
+  bool tcp() const { return url_.scheme == Url::Scheme::kTcp; }
+  asio::basic_socket_acceptor<Proto> acc_;
+  Url url_;
+};
+
+const char* const kNotRunning = " (is tensorwire-server running there?)";
+
+}  // namespace
+
+Result<std::unique_ptr<Stream>> dial_socket(const Url& url, asio::io_context& io) {
+  Proto::socket sock(io);
+  asio::error_code ec;
+  if (url.scheme == Url::Scheme::kTcp) {
+    asio::ip::tcp::resolver resolver(io);
+    auto results = resolver.resolve(url.host, std::to_string(url.port), ec);
+    if (ec) return unavailable("cannot resolve " + url.str() + ": " + ec.message());
+    for (const auto& r : results) {
+      asio::ip::tcp::endpoint ep = r.endpoint();
+      Proto::endpoint gep(ep.data(), ep.size());
+      sock.close(ec);
+      sock.open(gep.protocol(), ec);
+      if (ec) continue;
+      sock.connect(gep, ec);
+      if (!ec) break;
+    }
+    if (ec)
+      return unavailable("cannot connect to " + url.str() + ": " + ec.message() + kNotRunning);
+    set_nodelay(sock);
+  } else {
+    Proto::endpoint gep{asio::local::stream_protocol::endpoint(url.path)};
+    sock.open(gep.protocol(), ec);
+    if (!ec) sock.connect(gep, ec);
+    if (ec)
+      return unavailable("cannot connect to " + url.str() + ": " + ec.message() + kNotRunning);
+  }
+  return std::unique_ptr<Stream>(std::make_unique<SocketStream>(std::move(sock)));
+}
+
+Result<std::unique_ptr<Listener>> listen_socket(const Url& url, asio::io_context& io) {
+  auto l = std::make_unique<SocketListener>(io, url);
+  const std::string text = url.str();
+  if (url.scheme == Url::Scheme::kTcp) {
+    asio::error_code ec;
+    asio::ip::tcp::resolver resolver(io);
+    auto results = resolver.resolve(url.host, std::to_string(url.port), ec);
+    if (ec || results.empty()) {
+      return invalid_argument("cannot resolve listen address " + text + ": " + ec.message());
+    }
+    asio::ip::tcp::endpoint ep = results.begin()->endpoint();
+    TW_RETURN_NOT_OK(l->open(Proto::endpoint(ep.data(), ep.size()), text));
+  } else {
+    // A socket file left by a server that did not stop cleanly would make bind fail.
+    struct stat st;
+    if (::stat(url.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(url.path.c_str());
+    TW_RETURN_NOT_OK(
+        l->open(Proto::endpoint(asio::local::stream_protocol::endpoint(url.path)), text));
+  }
+  return std::unique_ptr<Listener>(std::move(l));
+}
+
+Result<std::unique_ptr<Stream>> adopt_socket(asio::io_context& io, int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return invalid_argument(std::string("not a socket: ") + std::strerror(errno));
+  }
+  asio::error_code ec;
+  Proto::socket sock(io);
+  sock.assign(Proto(addr.ss_family, SOCK_STREAM), fd, ec);
+  if (ec) return invalid_argument("cannot adopt socket: " + ec.message());
+  return std::unique_ptr<Stream>(std::make_unique<SocketStream>(std::move(sock)));
+}
+
+}  // namespace tw::net

@@ -1,0 +1,61 @@
+#include "net/stream.h"
+
+#include <asio/error.hpp>
+
+#include "net/socket_stream.h"
+
+namespace tw::net {
+
+// One case per scheme of url.h: a new transport adds its own here.
+Result<std::unique_ptr<Stream>> dial(const Url& url, asio::io_context& io) {
+  switch (url.scheme) {
+    case Url::Scheme::kTcp:
+    case Url::Scheme::kUnix: return dial_socket(url, io);
+  }
+  return invalid_argument("cannot dial " + url.str() + ": this build speaks " +
+                          supported_schemes());
+}
+
+Result<std::unique_ptr<Listener>> listen(const Url& url, asio::io_context& io) {
+  switch (url.scheme) {
+    case Url::Scheme::kTcp:
+    case Url::Scheme::kUnix: return listen_socket(url, io);
+  }
+  return invalid_argument("cannot listen on " + url.str() + ": this build speaks " +
+                          supported_schemes());
+}
+
+void consume(std::vector<asio::const_buffer>& bufs, size_t n) {
+  size_t i = 0;
+  while (i < bufs.size() && n >= bufs[i].size()) n -= bufs[i++].size();
+  bufs.erase(bufs.begin(), bufs.begin() + static_cast<ptrdiff_t>(i));
+  if (n && !bufs.empty()) bufs.front() += n;
+}
+
+asio::error_code write_all(Stream& s, std::vector<asio::const_buffer> bufs) {
+  while (!bufs.empty()) {
+    IoResult r = s.try_write(bufs.data(), bufs.size());
+    switch (r.kind) {
+      case IoResult::kDone: consume(bufs, r.bytes); break;
+      case IoResult::kWouldBlock: s.wait_writable(); break;
+      case IoResult::kClosed: return asio::error::eof;
+      case IoResult::kError: return r.error;
+    }
+  }
+  return {};
+}
+
+asio::error_code read_exact(Stream& s, asio::mutable_buffer into) {
+  while (into.size()) {
+    IoResult r = s.try_read(into);
+    switch (r.kind) {
+      case IoResult::kDone: into += r.bytes; break;
+      case IoResult::kWouldBlock: s.wait_readable(); break;
+      case IoResult::kClosed: return asio::error::eof;
+      case IoResult::kError: return r.error;
+    }
+  }
+  return {};
+}
+
+}  // namespace tw::net

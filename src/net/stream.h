@@ -1,0 +1,105 @@
+// The byte stream under framing, and dialing and listening for one: every transport (TCP and
+// Unix sockets today; TLS and a same-host shared-memory path are meant to be further
+// implementations) is a Stream, so framing, the client and the server never see what carries
+// their bytes.
+//
+// The contract, which the latency of a small request depends on:
+//  - Every stream is non-blocking. try_read() and try_write() never wait: they move what can be
+//    moved now and answer kWouldBlock when nothing can. Would-block means "call again once the
+//    stream is ready", where ready is what wait_readable()/wait_writable() or an async operation
+//    wait for. A TLS stream maps SSL_ERROR_WANT_READ/WANT_WRITE to kWouldBlock and has its waits
+//    wait for whichever direction the record layer asked for (a read may need the socket to be
+//    writable, and the other way round).
+//  - A try_read() that returns fewer bytes than asked may be taken by the caller to mean that
+//    nothing more is available now (FrameReader does, to spare the system call that would say
+//    so). So wait_readable() and async_read_some() must return at once when the stream holds
+//    bytes it has already received (a TLS stream's decrypted records), and async_read_some()
+//    tries a read before it waits for the descriptor: it never waits for an edge alone.
+//  - Threads: one reader and one writer may act at the same time. The reads (try_read,
+//    wait_readable, async_read_some, async_read) are serialised by the caller among themselves,
+//    as are the writes (try_write, wait_writable, async_write); at most one async read and one
+//    async write are outstanding. A stream whose two directions share state (TLS: one SSL
+//    object) serialises them internally; the calls never block, so such a lock is held briefly.
+//    shutdown() may be called from any thread at any time, while operations are under way.
+//  - Async operations complete on the io_context the stream was made on (dial's or accept's),
+//    with the error Asio would give (operation_aborted when cancelled by close(), eof at the
+//    end of the stream). The buffers passed stay alive and untouched until the handler runs.
+#pragma once
+#include <asio/buffer.hpp>
+#include <asio/error_code.hpp>
+#include <asio/io_context.hpp>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "net/url.h"
+
+namespace tw::net {
+
+struct IoResult {
+  enum Kind { kDone, kWouldBlock, kClosed, kError } kind = kDone;
+  size_t bytes = 0;        // kDone: bytes moved (at least 1)
+  asio::error_code error;  // kError
+};
+
+using IoHandler = std::function<void(const asio::error_code&, size_t)>;
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+
+  // Reads at most into.size() bytes. kClosed: the peer ended the stream.
+  virtual IoResult try_read(asio::mutable_buffer into) = 0;
+  // Writes from the first `count` buffers in order (a gather write), as much as goes now.
+  virtual IoResult try_write(const asio::const_buffer* bufs, size_t count) = 0;
+  // Block the calling thread until a try_read()/try_write() may make progress, or the stream
+  // fails (then the try call says how). For callers that read or write on their own thread.
+  virtual void wait_readable() = 0;
+  virtual void wait_writable() = 0;
+
+  // Reads what is available, at least one byte, into `into`.
+  virtual void async_read_some(asio::mutable_buffer into, IoHandler done) = 0;
+  // Reads exactly into.size() bytes (as few system calls as the kernel allows).
+  virtual void async_read(asio::mutable_buffer into, IoHandler done) = 0;
+  // Writes every byte of `bufs` (the vector itself stays alive until `done` runs).
+  virtual void async_write(const std::vector<asio::const_buffer>& bufs, IoHandler done) = 0;
+
+  // Ends both directions: pending and later operations fail, the peer sees the end of the
+  // stream. Safe while other threads have operations on the stream; idempotent.
+  virtual void shutdown() = 0;
+  // Cancels outstanding async operations and releases the stream. Call on the stream's
+  // io_context thread, or when no other thread uses the stream.
+  virtual void close() = 0;
+};
+
+using AcceptHandler = std::function<void(const asio::error_code&, std::unique_ptr<Stream>)>;
+
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  // The address bound, with a requested port 0 resolved to the one the OS chose.
+  virtual const Url& url() const = 0;
+  // Accepts one connection; the stream's async operations run on `io`. A transport's
+  // per-connection options (TCP_NODELAY) are set on it already.
+  virtual void async_accept(asio::io_context& io, AcceptHandler done) = 0;
+  // Stops accepting (a pending accept completes with operation_aborted) and removes what the
+  // listener left behind (a Unix socket's file). Call on the io_context passed to listen().
+  virtual void close() = 0;
+};
+
+// Connects to `url`, blocking until connected. The stream's async operations run on `io`.
+Result<std::unique_ptr<Stream>> dial(const Url& url, asio::io_context& io);
+// Binds and listens on `url`; accepts are driven on `io`.
+Result<std::unique_ptr<Listener>> listen(const Url& url, asio::io_context& io);
+
+// Blocking helpers over the non-blocking calls, for exchanges before a stream is driven
+// asynchronously (the handshake). They return the error, or eof when the stream ends first.
+asio::error_code write_all(Stream& s, std::vector<asio::const_buffer> bufs);
+asio::error_code read_exact(Stream& s, asio::mutable_buffer into);
+
+// Drops the first `n` bytes of a gather list (what a partial write has already sent).
+void consume(std::vector<asio::const_buffer>& bufs, size_t n);
+
+}  // namespace tw::net
