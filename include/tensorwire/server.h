@@ -25,7 +25,7 @@ struct ServerOptions {
   uint64_t max_frame_bytes = uint64_t{1} << 30;        // a frame's payload, checked before allocating
   uint64_t session_memory_bytes = uint64_t{8} << 30;   // tensor bytes one session may hold
   // Batches received but not yet executed, per session; past this the server stops reading
-  // that client's socket (backpressure) until its queue drains.
+  // that client's connection (backpressure) until its queue drains.
   uint32_t session_queue_depth = 64;
   // When set, a client's Hello must carry this credential (compared in constant time) or the
   // session is refused as unauthorised; empty: any client is served. It travels in clear text

@@ -109,7 +109,7 @@ void Connection::close() {
     if (state_ == State::kConnected) flush_locked();
   }
   if (io_thread_.joinable()) {
-    // Let queued writes go out, then close the socket so the read loop ends.
+    // Let queued writes go out, then close the stream so the read loop ends.
     asio::post(io_, [this] {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -398,11 +398,11 @@ void Connection::fail_all(const Status& why) {
 }
 
 // ---- io thread ----
-// Reading. The socket is read by one thread at a time, the reader: either the I/O thread, woken
-// by its watch on the socket, or a caller that waits for a reply and reads it itself. The second
+// Reading. The stream is read by one thread at a time, the reader: either the I/O thread, woken
+// by its watch on the stream, or a caller that waits for a reply and reads it itself. The second
 // saves a thread wake-up per round trip (about a third of a small request's latency on loopback),
-// so while callers keep waiting for replies the I/O thread leaves the socket to them and looks
-// in once a millisecond; when they go quiet it watches the socket again (for errors the server
+// so while callers keep waiting for replies the I/O thread leaves the stream to them and looks
+// in once a millisecond; when they go quiet it watches the stream again (for errors the server
 // sends unasked, and for the connection going away).
 constexpr auto kCallerReadWindow = std::chrono::milliseconds(1);
 
@@ -484,7 +484,7 @@ void Connection::on_readable(const asio::error_code& ec, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   reader_busy_ = false;
   if (std::chrono::steady_clock::now() - last_caller_wait_ < kCallerReadWindow) {
-    // Callers are waiting for replies: leave the socket to them.
+    // Callers are waiting for replies: leave the stream to them.
     start_check_timer_locked();
     reader_cv_.notify_all();
   } else {

@@ -110,7 +110,7 @@ class Connection {
   void on_readable(const asio::error_code& ec, size_t n);
   void start_check_timer_locked();
   void on_message(const Buffer& payload);
-  // Writes what the writer holds from the calling thread; what the socket does not take at
+  // Writes what the writer holds from the calling thread; what the stream does not take at
   // once goes out by an async write whose handler continues.
   void pump_locked();
 
@@ -142,7 +142,7 @@ class Connection {
   std::thread io_thread_;
   net::FrameReader reader_;  // the reader's
   bool reader_busy_ = false;  // a thread is reading
-  bool watch_armed_ = false;  // the I/O thread waits for the socket to become readable
+  bool watch_armed_ = false;  // the I/O thread waits for the stream to become readable
   bool check_timer_running_ = false;
   std::chrono::steady_clock::time_point last_caller_wait_;
   std::condition_variable reader_cv_;  // reader_busy_ cleared, or a reply arrived

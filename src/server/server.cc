@@ -93,7 +93,7 @@ struct Server::Impl {
   bool stopped = false;
 
   // One io_context per pool thread. A session lives on one shard (the one with the fewest
-  // sessions when it connects): its socket's events, its execution and its replies all happen
+  // sessions when it connects): its stream's events, its execution and its replies all happen
   // on that shard's thread, so a request costs no hand-off between threads. A kernel still uses
   // every core through the backend's own intra-op pool.
   struct Shard {
@@ -519,7 +519,7 @@ void Server::Impl::do_stop() {
     for (auto& c : live) c->close_when_flushed();
   });
   works.clear();
-  // The loops end by themselves once every socket is closed; a client that never reads its
+  // The loops end by themselves once every stream is closed; a client that never reads its
   // replies gets 2 seconds before the loops are stopped regardless.
   auto all_stopped = [this] {
     for (auto& sh : shards)
