@@ -123,7 +123,14 @@ class RecordingBackend final : public Backend {
   Result<TensorMeta> meta(ir::TensorId id) const override { return inner_->meta(id); }
   Status drop(ir::TensorId id) override { return inner_->drop(id); }
   size_t bytes_held() const override { return inner_->bytes_held(); }
-  size_t tensor_count() const override { return inner_->tensor_count(); }
+  // Graphs run their ops inside the inner backend, unrecorded; run_every_op issues none.
+  Result<ir::GraphId> register_graph(ir::Graph graph) override {
+    return inner_->register_graph(std::move(graph));
+  }
+  Status run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
+                   std::span<const ir::TensorId> outputs) override {
+    return inner_->run_graph(graph, inputs, outputs);
+  }
   // Shared with the test: the device owns the backend.
   std::shared_ptr<std::set<ir::OpCode>> executed() const { return executed_; }
 
