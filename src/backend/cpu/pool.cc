@@ -22,8 +22,6 @@ struct PoolGeometry {
   int64_t kh, kw, sh, sw, ph, pw;
 };
 
-int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
-
 // One kernel tap over output row y, reading x[ox * step + off] for ox in [lo, hi): y[ox] takes
 // the max (NaN sticks) or the sum.
 template <class T, bool kMax>

@@ -19,20 +19,6 @@
 namespace tw::cpu {
 namespace {
 
-int64_t grain_for(int64_t task_cost) {
-  constexpr int64_t kChunkWork = int64_t{1} << 15;
-  return task_cost >= kChunkWork ? 1 : kChunkWork / std::max<int64_t>(task_cost, 1);
-}
-
-template <class F>
-void dispatch_real(DType d, F&& fn) {
-  if (d == kF64) {
-    fn.template operator()<double>();
-  } else {
-    fn.template operator()<float>();
-  }
-}
-
 struct PoolGeometry {
   int64_t h, w, ho, wo, kh, kw, sh, sw, ph, pw;
 };
@@ -108,11 +94,11 @@ Status run(const ir::Pool2dBackward& op, KernelContext& ctx) {
   const PoolGeometry g{x.shape[2],   x.shape[3],   grad.shape[2], grad.shape[3], op.kernel[0],
                        op.kernel[1], op.stride[0], op.stride[1],  op.padding[0], op.padding[1]};
   const int64_t cost = std::max(g.ho * g.wo * g.kh * g.kw, g.h * g.w);
-  dispatch_real(out.dtype, [&]<class T>() {
+  dispatch_float(out.dtype, [&]<class T>() {
     const T* xd = x.data<T>();
     const T* gd = grad.data<T>();
     T* od = out.data<T>();
-    parallel_chunks(planes, grain_for(cost), [&](int64_t, int64_t b, int64_t e) {
+    parallel_chunks(planes, rows_per_chunk(cost), [&](int64_t, int64_t b, int64_t e) {
       for (int64_t p = b; p < e; ++p) {
         if (op.kind == ir::PoolKind::kMax) {
           max_pool_grad_plane(g, xd + p * g.h * g.w, gd + p * g.ho * g.wo, od + p * g.h * g.w);
@@ -131,10 +117,10 @@ Status run(const ir::AdaptiveAvgPool2dBackward& op, KernelContext& ctx) {
   if (out.numel() == 0) return Status::OK();
   const int64_t planes = out.shape[0] * out.shape[1], h = out.shape[2], w = out.shape[3];
   const int64_t ho = grad.shape[2], wo = grad.shape[3];
-  dispatch_real(out.dtype, [&]<class T>() {
+  dispatch_float(out.dtype, [&]<class T>() {
     const T* gd = grad.data<T>();
     T* od = out.data<T>();
-    parallel_chunks(planes, grain_for(std::max(h * w, ho * wo)),
+    parallel_chunks(planes, rows_per_chunk(std::max(h * w, ho * wo)),
                     [&](int64_t, int64_t b, int64_t e) {
                       for (int64_t p = b; p < e; ++p) {
                         adaptive_grad_plane(gd + p * ho * wo, od + p * h * w, h, w, ho, wo);

@@ -38,6 +38,10 @@ inline int64_t rows_per_chunk(int64_t row_cost) {
   return row_cost >= kChunkElements ? 1 : kChunkElements / (row_cost < 1 ? 1 : row_cost);
 }
 
+// ceil(a / b) for b > 0, and 0 for a <= 0: the first output column a window tap at offset -a
+// reaches.
+inline int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
+
 // The kernel taps k in [lo, hi) of a window that starts at `start` (= out * stride - pad) and
 // land inside [0, n): only these are visited, so a kernel or padding far larger than the input
 // (valid, if odd) costs nothing per output instead of a loop over every tap.
