@@ -39,7 +39,7 @@ void max_pool_grad_plane(const PoolGeometry& g, const T* x, const T* grad, T* gx
           const int64_t i = iy * g.w + ix;
           if (first < 0) first = i;
           const T v = x[i];
-          if (v > best || v != v) {
+          if (max_pool_takes(v, best)) {
             best = v;
             at = i;
           }
@@ -63,6 +63,41 @@ void avg_pool_grad_plane(const PoolGeometry& g, const T* grad, T* gx) {
       for (int64_t ky = ys.lo; ky < ys.hi; ++ky) {
         const int64_t iy = oy * g.sh - g.ph + ky;
         for (int64_t kx = xs.lo; kx < xs.hi; ++kx) gx[iy * g.w + (ox * g.sw - g.pw + kx)] += share;
+      }
+    }
+  }
+}
+
+// Output rows [r0, r1) of the whole batch when tiles_2x2 holds. Each input element is in one
+// window, so it gets 0 + that window's share or 0, exactly what the plane kernels add onto
+// zeros; the max tap is chosen as there (a window of only -inf picks its first tap).
+template <class T, bool kMax>
+void pool_grad_2x2_rows(const PoolGeometry& g, const T* x, const T* grad, T* gx, int64_t r0,
+                        int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* top = x + r * 2 * g.w;
+    const T* bottom = top + g.w;
+    T* gtop = gx + r * 2 * g.w;
+    T* gbottom = gtop + g.w;
+    for (int64_t ox = 0; ox < g.wo; ++ox) {
+      if constexpr (kMax) {
+        const T taps[4] = {top[2 * ox], top[2 * ox + 1], bottom[2 * ox], bottom[2 * ox + 1]};
+        T best = -std::numeric_limits<T>::infinity();
+        int at = 0;
+        for (int i = 0; i < 4; ++i) {
+          if (max_pool_takes(taps[i], best)) {
+            best = taps[i];
+            at = i;
+          }
+        }
+        const T share = T(0) + grad[r * g.wo + ox];
+        gtop[2 * ox] = at == 0 ? share : T(0);
+        gtop[2 * ox + 1] = at == 1 ? share : T(0);
+        gbottom[2 * ox] = at == 2 ? share : T(0);
+        gbottom[2 * ox + 1] = at == 3 ? share : T(0);
+      } else {
+        const T share = T(0) + grad[r * g.wo + ox] / T(4);
+        gtop[2 * ox] = gtop[2 * ox + 1] = gbottom[2 * ox] = gbottom[2 * ox + 1] = share;
       }
     }
   }
@@ -98,6 +133,17 @@ Status run(const ir::Pool2dBackward& op, KernelContext& ctx) {
     const T* xd = x.data<T>();
     const T* gd = grad.data<T>();
     T* od = out.data<T>();
+    if (tiles_2x2(g.h, g.w, g.ho, g.wo, op.kernel, op.stride, op.padding)) {
+      const bool max = op.kind == ir::PoolKind::kMax;
+      parallel_chunks(planes * g.ho, rows_per_chunk(4 * g.wo), [&](int64_t, int64_t b, int64_t e) {
+        if (max) {
+          pool_grad_2x2_rows<T, true>(g, xd, gd, od, b, e);
+        } else {
+          pool_grad_2x2_rows<T, false>(g, xd, gd, od, b, e);
+        }
+      });
+      return;
+    }
     parallel_chunks(planes, rows_per_chunk(cost), [&](int64_t, int64_t b, int64_t e) {
       for (int64_t p = b; p < e; ++p) {
         if (op.kind == ir::PoolKind::kMax) {

@@ -2,6 +2,7 @@
 // movement, indexing).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "backend/cpu/cpu_tensor.h"
 
@@ -52,6 +53,22 @@ inline TapRange tap_range(int64_t start, int64_t kernel, int64_t n) {
   const int64_t lo = start < 0 ? -start : 0;
   const int64_t hi = n - start < kernel ? n - start : kernel;
   return {lo, hi > lo ? hi : lo};
+}
+
+// Max pooling's rule, shared by Pool2d and its gradient: tap value v replaces the window's
+// current choice `best` when larger or NaN (so ties keep the first tap, and a NaN sticks).
+template <class T>
+inline bool max_pool_takes(T v, T best) {
+  return v > best || v != v;
+}
+
+// Pooling windows of 2x2 at stride 2 without padding that tile the plane exactly (MaxPool2d(2)
+// on even sizes): pool.cc and pool_backward.cc then run one loop over output rows, each reading
+// two whole input rows, instead of the per-row tap setup that dominates small planes.
+inline bool tiles_2x2(int64_t h, int64_t w, int64_t ho, int64_t wo, const std::vector<int64_t>& k,
+                      const std::vector<int64_t>& s, const std::vector<int64_t>& p) {
+  return k[0] == 2 && k[1] == 2 && s[0] == 2 && s[1] == 2 && p[0] == 0 && p[1] == 0 &&
+         h == 2 * ho && w == 2 * wo;
 }
 
 }  // namespace tw::cpu

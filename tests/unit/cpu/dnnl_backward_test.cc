@@ -1,11 +1,14 @@
-// The oneDNN paths of the conv and pool backward kernels (conv_backward.cc, pool_backward.cc) at
-// 1, 2 and 4 intra-op threads: the same bytes each time, and values within f32 rounding of a
-// double reference. The shapes cut the batch into several chunks of images, the last one short,
-// and take both plain (few channels) and blocked (16+ channels) layouts.
+// The fast paths of the conv and pool kernels. Conv backward on oneDNN (conv_backward.cc) and
+// pool backward (pool_backward.cc) at 1, 2 and 4 intra-op threads: the same bytes each time, and
+// conv within f32 rounding of a double reference; the shapes cut the batch into several chunks
+// of images, the last one short, and take both plain (few channels) and blocked (16+ channels)
+// layouts. The 2x2 pooling paths (pool.cc, pool_backward.cc) against the general kernels, byte
+// for byte, on values that exercise the max rule's ties, NaN, -inf and signed zeros.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -25,21 +28,21 @@ CpuTensor filled(const Shape& shape, uint64_t seed) {
   return t;
 }
 
-// Runs `op` on `inputs` (ids 1, 2, ...) into an output of `out_shape` (f32).
-template <class Op>
-std::vector<float> run_op(Op op, const std::vector<CpuTensor>& inputs, const Shape& out_shape) {
+// Runs `op` on `inputs` (ids 1, 2, ...) into an output of `out_shape` and dtype T.
+template <class Op, class T = float>
+std::vector<T> run_op(Op op, const std::vector<CpuTensor>& inputs, const Shape& out_shape) {
   KernelContext ctx;
   for (size_t i = 0; i < inputs.size(); ++i)
     ctx.add_input(static_cast<ir::TensorId>(i + 1), inputs[i]);
   op.out.id = static_cast<ir::TensorId>(inputs.size() + 1);
-  ctx.add_output(op.out.id, {out_shape, kF32});
+  ctx.add_output(op.out.id, {out_shape, sizeof(T) == 8 ? kF64 : kF32});
   const Status st = run(op, ctx);
   EXPECT_TRUE(st.ok()) << st.to_string();
   auto out = ctx.take(op.out.id);
   if (!st.ok() || !out.ok()) return {};
   const CpuTensor t = std::move(out).value();
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  std::memcpy(v.data(), t.data<float>(), v.size() * sizeof(float));
+  std::vector<T> v(static_cast<size_t>(t.numel()));
+  std::memcpy(v.data(), t.template data<T>(), v.size() * sizeof(T));
   return v;
 }
 
@@ -149,6 +152,66 @@ TEST(DnnlBackward, PoolGradientsIdenticalAcrossThreadCounts) {
   at_every_thread_count([&] {
     return run_op(ir::AdaptiveAvgPool2dBackward{{1}, {8, 8}, {}}, {ag}, xs);
   });
+}
+
+// Planes of 9x9 (the general kernels: 2x2 windows do not tile them) and their top-left 8x8
+// (the 2x2 paths): the pooled values, and the gradient on the 8x8 part, must match bytewise.
+template <class T>
+void check_2x2_paths() {
+  const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
+  const T specials[] = {nan, -inf, inf, T(0), -T(0), T(1), T(1), -T(2)};
+  const int64_t planes = 6;
+  const Shape big{2, 3, 9, 9}, small{2, 3, 8, 8}, out{2, 3, 4, 4};
+  CpuTensor xb = alloc_tensor({big, sizeof(T) == 8 ? kF64 : kF32});
+  CpuTensor xs = alloc_tensor({small, xb.dtype});
+  CpuTensor g = alloc_tensor({out, xb.dtype});
+  uint64_t s = 7;
+  auto next = [&] { return (s = s * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  for (int64_t i = 0; i < xb.numel(); ++i) {
+    // Mostly a few small integers (ties), sometimes a special value.
+    const uint64_t r = next();
+    xb.data<T>()[i] = r % 4 == 0 ? specials[r / 4 % 8] : static_cast<T>(r / 4 % 3);
+  }
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t y = 0; y < 8; ++y)
+      for (int64_t x = 0; x < 8; ++x)
+        xs.data<T>()[(p * 8 + y) * 8 + x] = xb.data<T>()[(p * 9 + y) * 9 + x];
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    const uint64_t r = next();
+    g.data<T>()[i] = r % 5 == 0 ? -T(0) : static_cast<T>(static_cast<double>(r % 1000) / 7.0 - 70);
+  }
+  // Bytes equal, or both NaN: a sum meeting two NaNs (inf + -inf makes one) keeps either one's
+  // sign, as the compiler orders the operands of a vectorised add; every path is deterministic.
+  auto same = [](const std::vector<T>& a, const std::vector<T>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0 && !(a[i] != a[i] && b[i] != b[i])) {
+        ADD_FAILURE() << "element " << i << ": " << a[i] << " vs " << b[i];
+        return false;
+      }
+    }
+    return true;
+  };
+  for (ir::PoolKind kind : {ir::PoolKind::kMax, ir::PoolKind::kAvg}) {
+    SCOPED_TRACE(kind == ir::PoolKind::kMax ? "max" : "avg");
+    const ir::Pool2d fwd{kind, {1}, {2, 2}, {2, 2}, {0, 0}, {}};
+    EXPECT_TRUE(same(run_op<ir::Pool2d, T>(fwd, {xb}, out), run_op<ir::Pool2d, T>(fwd, {xs}, out)));
+    const ir::Pool2dBackward bwd{kind, {1}, {2}, {2, 2}, {2, 2}, {0, 0}, {}};
+    const auto gb = run_op<ir::Pool2dBackward, T>(bwd, {g, xb}, big);
+    const auto gs = run_op<ir::Pool2dBackward, T>(bwd, {g, xs}, small);
+    ASSERT_EQ(gs.size(), static_cast<size_t>(numel(small)));
+    std::vector<T> crop;
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t y = 0; y < 8; ++y)
+        for (int64_t x = 0; x < 8; ++x)
+          crop.push_back(gb[static_cast<size_t>((p * 9 + y) * 9 + x)]);
+    EXPECT_TRUE(same(crop, gs));
+  }
+}
+
+TEST(Pool2x2, SameBytesAsTheGeneralKernels) {
+  check_2x2_paths<float>();
+  check_2x2_paths<double>();
 }
 
 }  // namespace
