@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
@@ -76,7 +77,19 @@ void pool_2x2_rows(const PoolGeometry& g, const T* x, T* y, int64_t r0, int64_t 
     const T* top = x + r * 2 * g.w;
     const T* bottom = top + g.w;
     T* out = y + r * g.wo;
-    for (int64_t ox = 0; ox < g.wo; ++ox) {
+    int64_t ox = 0;
+#ifdef __AVX2__
+    if constexpr (kMax && std::is_same_v<T, float>) {
+      for (; ox + 2 <= g.wo; ox += 2) {  // two windows at a time: lanes 0 and 2 hold them
+        __m128 best;
+        __m128i at;
+        max_pool_2x2_pair(_mm_loadu_ps(top + 2 * ox), _mm_loadu_ps(bottom + 2 * ox), best, at);
+        _mm_storel_pi(reinterpret_cast<__m64*>(out + ox),
+                      _mm_shuffle_ps(best, best, _MM_SHUFFLE(2, 0, 2, 0)));
+      }
+    }
+#endif
+    for (; ox < g.wo; ++ox) {
       const T taps[4] = {top[2 * ox], top[2 * ox + 1], bottom[2 * ox], bottom[2 * ox + 1]};
       if constexpr (kMax) {
         T best = -std::numeric_limits<T>::infinity();

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
@@ -79,7 +80,26 @@ void pool_grad_2x2_rows(const PoolGeometry& g, const T* x, const T* grad, T* gx,
     const T* bottom = top + g.w;
     T* gtop = gx + r * 2 * g.w;
     T* gbottom = gtop + g.w;
-    for (int64_t ox = 0; ox < g.wo; ++ox) {
+    int64_t ox = 0;
+#ifdef __AVX2__
+    if constexpr (kMax && std::is_same_v<T, float>) {
+      // Two windows at a time; lanes (2ox, 2ox + 1) of each row get the window's share or 0.
+      const __m128i top_tap = _mm_setr_epi32(0, 1, 0, 1), bottom_tap = _mm_setr_epi32(2, 3, 2, 3);
+      for (; ox + 2 <= g.wo; ox += 2) {
+        __m128 best;
+        __m128i at;
+        max_pool_2x2_pair(_mm_loadu_ps(top + 2 * ox), _mm_loadu_ps(bottom + 2 * ox), best, at);
+        const __m128 two =
+            _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(grad + r * g.wo + ox)));
+        const __m128 share = _mm_add_ps(_mm_setzero_ps(), _mm_unpacklo_ps(two, two));
+        _mm_storeu_ps(gtop + 2 * ox,
+                      _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(at, top_tap)), share));
+        _mm_storeu_ps(gbottom + 2 * ox,
+                      _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(at, bottom_tap)), share));
+      }
+    }
+#endif
+    for (; ox < g.wo; ++ox) {
       if constexpr (kMax) {
         const T taps[4] = {top[2 * ox], top[2 * ox + 1], bottom[2 * ox], bottom[2 * ox + 1]};
         T best = -std::numeric_limits<T>::infinity();

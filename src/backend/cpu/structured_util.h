@@ -2,6 +2,9 @@
 // movement, indexing).
 #pragma once
 #include <cstdint>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 #include <vector>
 
 #include "backend/cpu/cpu_tensor.h"
@@ -70,5 +73,28 @@ inline bool tiles_2x2(int64_t h, int64_t w, int64_t ho, int64_t wo, const std::v
   return k[0] == 2 && k[1] == 2 && s[0] == 2 && s[1] == 2 && p[0] == 0 && p[1] == 0 &&
          h == 2 * ho && w == 2 * wo;
 }
+
+#ifdef __AVX2__
+// Two 2x2 windows side by side, f32: `top` and `bottom` hold input columns [2ox, 2ox + 4) of a
+// window row pair, i.e. taps a0 b0 a1 b1 and c0 d0 c1 d1. Applies max_pool_takes to the taps in
+// row-major order (a, b, c, d) as the scalar kernels do, each lane of a window pair holding that
+// window's result: `best` the value, `at` the chosen tap (0..3), [w0 w0 w1 w1].
+inline void max_pool_2x2_pair(__m128 top, __m128 bottom, __m128& best, __m128i& at) {
+  auto takes = [](__m128 v, __m128 b) {
+    return _mm_or_ps(_mm_cmpgt_ps(v, b), _mm_cmpunord_ps(v, v));
+  };
+  const __m128 taps[4] = {_mm_moveldup_ps(top), _mm_movehdup_ps(top), _mm_moveldup_ps(bottom),
+                          _mm_movehdup_ps(bottom)};
+  // The first tap always becomes the choice (-inf stays -inf), so start from it.
+  best = taps[0];
+  at = _mm_setzero_si128();
+  for (int i = 1; i < 4; ++i) {
+    const __m128 take = takes(taps[i], best);
+    best = _mm_blendv_ps(best, taps[i], take);
+    at = _mm_castps_si128(
+        _mm_blendv_ps(_mm_castsi128_ps(at), _mm_castsi128_ps(_mm_set1_epi32(i)), take));
+  }
+}
+#endif
 
 }  // namespace tw::cpu

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -154,14 +155,16 @@ TEST(DnnlBackward, PoolGradientsIdenticalAcrossThreadCounts) {
   });
 }
 
-// Planes of 9x9 (the general kernels: 2x2 windows do not tile them) and their top-left 8x8
-// (the 2x2 paths): the pooled values, and the gradient on the 8x8 part, must match bytewise.
+// Planes of (n + 1) x (n + 1) (the general kernels: 2x2 windows do not tile them) and their
+// top-left n x n (the 2x2 paths, n even): the pooled values, and the gradient on the n x n part,
+// must match bytewise. n / 2 odd leaves the vectorised f32 path a scalar tail.
 template <class T>
-void check_2x2_paths() {
+void check_2x2_paths(int64_t n) {
+  SCOPED_TRACE("n " + std::to_string(n));
   const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
   const T specials[] = {nan, -inf, inf, T(0), -T(0), T(1), T(1), -T(2)};
   const int64_t planes = 6;
-  const Shape big{2, 3, 9, 9}, small{2, 3, 8, 8}, out{2, 3, 4, 4};
+  const Shape big{2, 3, n + 1, n + 1}, small{2, 3, n, n}, out{2, 3, n / 2, n / 2};
   CpuTensor xb = alloc_tensor({big, sizeof(T) == 8 ? kF64 : kF32});
   CpuTensor xs = alloc_tensor({small, xb.dtype});
   CpuTensor g = alloc_tensor({out, xb.dtype});
@@ -173,9 +176,9 @@ void check_2x2_paths() {
     xb.data<T>()[i] = r % 4 == 0 ? specials[r / 4 % 8] : static_cast<T>(r / 4 % 3);
   }
   for (int64_t p = 0; p < planes; ++p)
-    for (int64_t y = 0; y < 8; ++y)
-      for (int64_t x = 0; x < 8; ++x)
-        xs.data<T>()[(p * 8 + y) * 8 + x] = xb.data<T>()[(p * 9 + y) * 9 + x];
+    for (int64_t y = 0; y < n; ++y)
+      for (int64_t x = 0; x < n; ++x)
+        xs.data<T>()[(p * n + y) * n + x] = xb.data<T>()[(p * (n + 1) + y) * (n + 1) + x];
   for (int64_t i = 0; i < g.numel(); ++i) {
     const uint64_t r = next();
     g.data<T>()[i] = r % 5 == 0 ? -T(0) : static_cast<T>(static_cast<double>(r % 1000) / 7.0 - 70);
@@ -202,16 +205,18 @@ void check_2x2_paths() {
     ASSERT_EQ(gs.size(), static_cast<size_t>(numel(small)));
     std::vector<T> crop;
     for (int64_t p = 0; p < planes; ++p)
-      for (int64_t y = 0; y < 8; ++y)
-        for (int64_t x = 0; x < 8; ++x)
-          crop.push_back(gb[static_cast<size_t>((p * 9 + y) * 9 + x)]);
+      for (int64_t y = 0; y < n; ++y)
+        for (int64_t x = 0; x < n; ++x)
+          crop.push_back(gb[static_cast<size_t>((p * (n + 1) + y) * (n + 1) + x)]);
     EXPECT_TRUE(same(crop, gs));
   }
 }
 
 TEST(Pool2x2, SameBytesAsTheGeneralKernels) {
-  check_2x2_paths<float>();
-  check_2x2_paths<double>();
+  for (int64_t n : {2, 4, 6, 8, 14}) {
+    check_2x2_paths<float>(n);
+    check_2x2_paths<double>(n);
+  }
 }
 
 }  // namespace
