@@ -179,30 +179,32 @@ GradPrimitive make_grad(const ConvGradGeometry& g, int64_t images, GradKind kind
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, x_any, w_any, dy_any,
                                       strides, dilates, pad, pad),
       dnnl_attr(), dnnl_engine());
-  if (kind == GradKind::kInput) {
-    dnnl::convolution_backward_data::primitive_desc pd(
+  // x flows out of the input gradient and into the weight gradient; w the other way.
+  const bool input = kind == GradKind::kInput;
+  auto adopt = [&](const auto& pd, const memory::desc& x_md, const memory::desc& w_md,
+                   dnnl::primitive prim) {
+    p.x_md = x_md;
+    p.w_md = w_md;
+    p.dy_md = pd.diff_dst_desc();
+    p.scratchpad = pd.scratchpad_desc();
+    p.conv = std::move(prim);
+    if (p.x_md != p.x_plain)
+      p.x_reorder = input ? dnnl_reorder(p.x_md, p.x_plain) : dnnl_reorder(p.x_plain, p.x_md);
+    if (p.w_md != p.w_plain)
+      p.w_reorder = input ? dnnl_reorder(p.w_plain, p.w_md) : dnnl_reorder(p.w_md, p.w_plain);
+  };
+  if (input) {
+    const dnnl::convolution_backward_data::primitive_desc pd(
         dnnl::convolution_backward_data::desc(algo, x_any, w_any, dy_any, strides, dilates, pad,
                                               pad),
         dnnl_attr(), dnnl_engine(), hint);
-    p.x_md = pd.diff_src_desc();
-    p.w_md = pd.weights_desc();
-    p.dy_md = pd.diff_dst_desc();
-    p.scratchpad = pd.scratchpad_desc();
-    p.conv = dnnl::convolution_backward_data(pd);
-    if (p.x_md != p.x_plain) p.x_reorder = dnnl_reorder(p.x_md, p.x_plain);
-    if (p.w_md != p.w_plain) p.w_reorder = dnnl_reorder(p.w_plain, p.w_md);
+    adopt(pd, pd.diff_src_desc(), pd.weights_desc(), dnnl::convolution_backward_data(pd));
   } else {
-    dnnl::convolution_backward_weights::primitive_desc pd(
+    const dnnl::convolution_backward_weights::primitive_desc pd(
         dnnl::convolution_backward_weights::desc(algo, x_any, w_any, dy_any, strides, dilates, pad,
                                                  pad),
         dnnl_attr(), dnnl_engine(), hint);
-    p.x_md = pd.src_desc();
-    p.w_md = pd.diff_weights_desc();
-    p.dy_md = pd.diff_dst_desc();
-    p.scratchpad = pd.scratchpad_desc();
-    p.conv = dnnl::convolution_backward_weights(pd);
-    if (p.x_md != p.x_plain) p.x_reorder = dnnl_reorder(p.x_plain, p.x_md);
-    if (p.w_md != p.w_plain) p.w_reorder = dnnl_reorder(p.w_md, p.w_plain);
+    adopt(pd, pd.src_desc(), pd.diff_weights_desc(), dnnl::convolution_backward_weights(pd));
   }
   if (p.dy_md != p.dy_plain) p.dy_reorder = dnnl_reorder(p.dy_plain, p.dy_md);
   return p;
