@@ -56,16 +56,11 @@ void fill_bias(const ConvGeometry& g, const T* bias, T* y) {
 // network's first layer take it so; blocking 3 channels to 16 would waste most of the work).
 constexpr int64_t kPlainSrcMaxChannels = 16;
 
-struct Reorder {
-  dnnl::reorder prim;
-  memory::desc scratchpad;
-};
-
 struct ConvPrimitive {
   dnnl::primitive conv;
   memory::desc src_md, w_md, dst_md, bias_md, scratchpad;
   memory::desc src_plain, w_plain, dst_plain;
-  std::optional<Reorder> src_reorder, w_reorder, dst_reorder;
+  std::optional<DnnlReorder> src_reorder, w_reorder, dst_reorder;
   // The convolution writes nChw16c, which tw turns into NCHW itself (untile16) rather than
   // with dst_reorder.
   bool dst_untile = false;
@@ -107,14 +102,10 @@ ConvPrimitive make_conv(const ConvGeometry& g, bool has_bias) {
   p.dst_md = pd.dst_desc();
   p.scratchpad = pd.scratchpad_desc();
   p.conv = dnnl::convolution_forward(pd);
-  auto reorder = [](const memory::desc& from, const memory::desc& to) {
-    dnnl::reorder::primitive_desc rpd(dnnl_engine(), from, dnnl_engine(), to, dnnl_attr());
-    return Reorder{dnnl::reorder(rpd), rpd.scratchpad_desc()};
-  };
-  if (p.src_md != p.src_plain) p.src_reorder = reorder(p.src_plain, p.src_md);
-  if (p.w_md != p.w_plain) p.w_reorder = reorder(p.w_plain, p.w_md);
+  if (p.src_md != p.src_plain) p.src_reorder = dnnl_reorder(p.src_plain, p.src_md);
+  if (p.w_md != p.w_plain) p.w_reorder = dnnl_reorder(p.w_plain, p.w_md);
   p.dst_untile = g.o % 16 == 0 && p.dst_md == memory::desc(dst_dims, dt::f32, tag::nChw16c);
-  if (p.dst_md != p.dst_plain && !p.dst_untile) p.dst_reorder = reorder(p.dst_md, p.dst_plain);
+  if (p.dst_md != p.dst_plain && !p.dst_untile) p.dst_reorder = dnnl_reorder(p.dst_md, p.dst_plain);
   return p;
 }
 
@@ -136,15 +127,13 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
     if (p.src_reorder) {
       src_buf = Buffer::allocate(p.src_md.get_size());
       memory blocked(p.src_md, eng, src_buf.data());
-      TW_RETURN_NOT_OK(dnnl_run("conv2d", p.src_reorder->prim, p.src_reorder->scratchpad,
-                                {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, blocked}}));
+      TW_RETURN_NOT_OK(dnnl_run_reorder("conv2d", *p.src_reorder, src, blocked));
       src = blocked;
     }
     if (p.w_reorder) {
       w_buf = Buffer::allocate(p.w_md.get_size());
       memory blocked(p.w_md, eng, w_buf.data());
-      TW_RETURN_NOT_OK(dnnl_run("conv2d", p.w_reorder->prim, p.w_reorder->scratchpad,
-                                {{DNNL_ARG_FROM, wm}, {DNNL_ARG_TO, blocked}}));
+      TW_RETURN_NOT_OK(dnnl_run_reorder("conv2d", *p.w_reorder, wm, blocked));
       wm = blocked;
     }
     memory conv_dst = dst;
@@ -157,8 +146,7 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
     if (bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias_md, eng, bias->data<float>()));
     TW_RETURN_NOT_OK(dnnl_run("conv2d", p.conv, p.scratchpad, std::move(args)));
     if (p.dst_reorder) {
-      TW_RETURN_NOT_OK(dnnl_run("conv2d", p.dst_reorder->prim, p.dst_reorder->scratchpad,
-                                {{DNNL_ARG_FROM, conv_dst}, {DNNL_ARG_TO, dst}}));
+      TW_RETURN_NOT_OK(dnnl_run_reorder("conv2d", *p.dst_reorder, conv_dst, dst));
     } else if (p.dst_untile) {
       // One task per (image, block of 16 channels), on the threads that just ran the
       // convolution.
@@ -178,8 +166,6 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
 
 // ---------------------------------------------------------------------------------------------
 // Direct loops (f64)
-
-int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
 
 // One output plane (image, out channel): bias, then every (in channel, kh, kw) tap added in that
 // order over the outputs it reaches, vectorised along the output row.

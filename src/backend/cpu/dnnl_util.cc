@@ -55,6 +55,29 @@ Status dnnl_run(const char* op, const dnnl::primitive& prim, const dnnl::memory:
   return Status::OK();
 }
 
+DnnlReorder dnnl_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  dnnl::reorder::primitive_desc pd(dnnl_engine(), from, dnnl_engine(), to, dnnl_attr());
+  return {dnnl::reorder(pd), pd.scratchpad_desc()};
+}
+
+Status dnnl_run_reorder(const char* op, const DnnlReorder& r, const dnnl::memory& from,
+                        const dnnl::memory& to) {
+  return dnnl_run(op, r.prim, r.scratchpad, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
+DnnlSingleThread::DnnlSingleThread() {
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+  saved_ = omp_get_max_threads();
+  omp_set_num_threads(1);
+#endif
+}
+
+DnnlSingleThread::~DnnlSingleThread() {
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+  omp_set_num_threads(saved_);
+#endif
+}
+
 void dnnl_parallel_for(int64_t n, const std::function<void(int64_t)>& task) {
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
   const int threads = dnnl_sync_threads();

@@ -38,6 +38,32 @@ Status dnnl_status(const char* op, const std::exception& e);
 Status dnnl_run(const char* op, const dnnl::primitive& prim, const dnnl::memory::desc& scratchpad,
                 std::unordered_map<int, dnnl::memory> args);
 
+// A reorder primitive between two layouts, with its scratchpad.
+struct DnnlReorder {
+  dnnl::reorder prim;
+  dnnl::memory::desc scratchpad;
+};
+DnnlReorder dnnl_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
+
+// Runs `r` from `from` into `to` (dnnl_run's contract).
+Status dnnl_run_reorder(const char* op, const DnnlReorder& r, const dnnl::memory& from,
+                        const dnnl::memory& to);
+
+// While alive, oneDNN on the calling thread sees one thread. A primitive created under it runs
+// its whole problem on whichever single thread executes it, so primitives that reduce across
+// threads (the convolution weight gradient) can be run per fixed chunk of work on
+// dnnl_parallel_for's threads and give the same bytes for every thread count.
+class DnnlSingleThread {
+ public:
+  DnnlSingleThread();
+  ~DnnlSingleThread();
+  DnnlSingleThread(const DnnlSingleThread&) = delete;
+  DnnlSingleThread& operator=(const DnnlSingleThread&) = delete;
+
+ private:
+  int saved_ = 1;
+};
+
 // Runs task(i) for every i in [0, n) on oneDNN's OpenMP threads (get_num_threads() of them, the
 // caller included), split statically. Meant for work on a oneDNN result right after the call
 // that made it: those threads are still awake then, where tw's own pool would compete with them.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
@@ -22,8 +23,6 @@ struct PoolGeometry {
   int64_t kh, kw, sh, sw, ph, pw;
 };
 
-int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
-
 // One kernel tap over output row y, reading x[ox * step + off] for ox in [lo, hi): y[ox] takes
 // the max (NaN sticks) or the sum.
 template <class T, bool kMax>
@@ -31,7 +30,7 @@ inline void tap_row(const T* x, int64_t step, int64_t off, T* y, int64_t lo, int
   for (int64_t ox = lo; ox < hi; ++ox) {
     const T v = x[ox * step + off];
     if constexpr (kMax) {
-      y[ox] = (v > y[ox] || v != v) ? v : y[ox];
+      y[ox] = max_pool_takes(v, y[ox]) ? v : y[ox];
     } else {
       y[ox] += v;
     }
@@ -66,6 +65,40 @@ void pool_plane(const PoolGeometry& g, const T* x, T* y) {
     if constexpr (!kMax) {
       const T count = static_cast<T>(g.kh) * static_cast<T>(g.kw);
       for (int64_t ox = 0; ox < g.wo; ++ox) yr[ox] /= count;
+    }
+  }
+}
+
+// Output rows [r0, r1) of the whole batch when tiles_2x2 holds: the taps of each window in
+// pool_plane's order with its rule and sums, so the same bytes.
+template <class T, bool kMax>
+void pool_2x2_rows(const PoolGeometry& g, const T* x, T* y, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* top = x + r * 2 * g.w;
+    const T* bottom = top + g.w;
+    T* out = y + r * g.wo;
+    int64_t ox = 0;
+#ifdef __AVX2__
+    if constexpr (kMax && std::is_same_v<T, float>) {
+      for (; ox + 2 <= g.wo; ox += 2) {  // two windows at a time: lanes 0 and 2 hold them
+        __m128 best;
+        __m128i at;
+        max_pool_2x2_pair(_mm_loadu_ps(top + 2 * ox), _mm_loadu_ps(bottom + 2 * ox), best, at);
+        _mm_storel_pi(reinterpret_cast<__m64*>(out + ox),
+                      _mm_shuffle_ps(best, best, _MM_SHUFFLE(2, 0, 2, 0)));
+      }
+    }
+#endif
+    for (; ox < g.wo; ++ox) {
+      const T taps[4] = {top[2 * ox], top[2 * ox + 1], bottom[2 * ox], bottom[2 * ox + 1]};
+      if constexpr (kMax) {
+        T best = -std::numeric_limits<T>::infinity();
+        for (const T v : taps) best = max_pool_takes(v, best) ? v : best;
+        out[ox] = best;
+      } else {
+        out[ox] = (((T(0) + taps[0]) + taps[1]) + taps[2]) + taps[3];
+        out[ox] /= T(4);
+      }
     }
   }
 }
@@ -106,6 +139,18 @@ Status run(const ir::Pool2d& op, KernelContext& ctx) {
   dispatch_float(x.dtype, [&]<class T>() {
     const T* xd = x.data<T>();
     T* yd = out.data<T>();
+    if (tiles_2x2(g.h, g.w, g.ho, g.wo, op.kernel, op.stride, op.padding)) {
+      const bool max = op.kind == ir::PoolKind::kMax;
+      parallel_chunks(g.planes * g.ho, rows_per_chunk(4 * g.wo),
+                      [&](int64_t, int64_t b, int64_t e) {
+                        if (max) {
+                          pool_2x2_rows<T, true>(g, xd, yd, b, e);
+                        } else {
+                          pool_2x2_rows<T, false>(g, xd, yd, b, e);
+                        }
+                      });
+      return;
+    }
     parallel_chunks(g.planes, rows_per_chunk(plane_cost), [&](int64_t, int64_t b, int64_t e) {
       for (int64_t p = b; p < e; ++p) {
         if (op.kind == ir::PoolKind::kMax) {

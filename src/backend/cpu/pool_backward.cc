@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
@@ -18,20 +19,6 @@
 
 namespace tw::cpu {
 namespace {
-
-int64_t grain_for(int64_t task_cost) {
-  constexpr int64_t kChunkWork = int64_t{1} << 15;
-  return task_cost >= kChunkWork ? 1 : kChunkWork / std::max<int64_t>(task_cost, 1);
-}
-
-template <class F>
-void dispatch_real(DType d, F&& fn) {
-  if (d == kF64) {
-    fn.template operator()<double>();
-  } else {
-    fn.template operator()<float>();
-  }
-}
 
 struct PoolGeometry {
   int64_t h, w, ho, wo, kh, kw, sh, sw, ph, pw;
@@ -53,7 +40,7 @@ void max_pool_grad_plane(const PoolGeometry& g, const T* x, const T* grad, T* gx
           const int64_t i = iy * g.w + ix;
           if (first < 0) first = i;
           const T v = x[i];
-          if (v > best || v != v) {
+          if (max_pool_takes(v, best)) {
             best = v;
             at = i;
           }
@@ -77,6 +64,60 @@ void avg_pool_grad_plane(const PoolGeometry& g, const T* grad, T* gx) {
       for (int64_t ky = ys.lo; ky < ys.hi; ++ky) {
         const int64_t iy = oy * g.sh - g.ph + ky;
         for (int64_t kx = xs.lo; kx < xs.hi; ++kx) gx[iy * g.w + (ox * g.sw - g.pw + kx)] += share;
+      }
+    }
+  }
+}
+
+// Output rows [r0, r1) of the whole batch when tiles_2x2 holds. Each input element is in one
+// window, so it gets 0 + that window's share or 0, exactly what the plane kernels add onto
+// zeros; the max tap is chosen as there (a window of only -inf picks its first tap).
+template <class T, bool kMax>
+void pool_grad_2x2_rows(const PoolGeometry& g, const T* x, const T* grad, T* gx, int64_t r0,
+                        int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* top = x + r * 2 * g.w;
+    const T* bottom = top + g.w;
+    T* gtop = gx + r * 2 * g.w;
+    T* gbottom = gtop + g.w;
+    int64_t ox = 0;
+#ifdef __AVX2__
+    if constexpr (kMax && std::is_same_v<T, float>) {
+      // Two windows at a time; lanes (2ox, 2ox + 1) of each row get the window's share or 0.
+      const __m128i top_tap = _mm_setr_epi32(0, 1, 0, 1), bottom_tap = _mm_setr_epi32(2, 3, 2, 3);
+      for (; ox + 2 <= g.wo; ox += 2) {
+        __m128 best;
+        __m128i at;
+        max_pool_2x2_pair(_mm_loadu_ps(top + 2 * ox), _mm_loadu_ps(bottom + 2 * ox), best, at);
+        const __m128 two =
+            _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(grad + r * g.wo + ox)));
+        const __m128 share = _mm_add_ps(_mm_setzero_ps(), _mm_unpacklo_ps(two, two));
+        _mm_storeu_ps(gtop + 2 * ox,
+                      _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(at, top_tap)), share));
+        _mm_storeu_ps(gbottom + 2 * ox,
+                      _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(at, bottom_tap)), share));
+      }
+    }
+#endif
+    for (; ox < g.wo; ++ox) {
+      if constexpr (kMax) {
+        const T taps[4] = {top[2 * ox], top[2 * ox + 1], bottom[2 * ox], bottom[2 * ox + 1]};
+        T best = -std::numeric_limits<T>::infinity();
+        int at = 0;
+        for (int i = 0; i < 4; ++i) {
+          if (max_pool_takes(taps[i], best)) {
+            best = taps[i];
+            at = i;
+          }
+        }
+        const T share = T(0) + grad[r * g.wo + ox];
+        gtop[2 * ox] = at == 0 ? share : T(0);
+        gtop[2 * ox + 1] = at == 1 ? share : T(0);
+        gbottom[2 * ox] = at == 2 ? share : T(0);
+        gbottom[2 * ox + 1] = at == 3 ? share : T(0);
+      } else {
+        const T share = T(0) + grad[r * g.wo + ox] / T(4);
+        gtop[2 * ox] = gtop[2 * ox + 1] = gbottom[2 * ox] = gbottom[2 * ox + 1] = share;
       }
     }
   }
@@ -108,11 +149,22 @@ Status run(const ir::Pool2dBackward& op, KernelContext& ctx) {
   const PoolGeometry g{x.shape[2],   x.shape[3],   grad.shape[2], grad.shape[3], op.kernel[0],
                        op.kernel[1], op.stride[0], op.stride[1],  op.padding[0], op.padding[1]};
   const int64_t cost = std::max(g.ho * g.wo * g.kh * g.kw, g.h * g.w);
-  dispatch_real(out.dtype, [&]<class T>() {
+  dispatch_float(out.dtype, [&]<class T>() {
     const T* xd = x.data<T>();
     const T* gd = grad.data<T>();
     T* od = out.data<T>();
-    parallel_chunks(planes, grain_for(cost), [&](int64_t, int64_t b, int64_t e) {
+    if (tiles_2x2(g.h, g.w, g.ho, g.wo, op.kernel, op.stride, op.padding)) {
+      const bool max = op.kind == ir::PoolKind::kMax;
+      parallel_chunks(planes * g.ho, rows_per_chunk(4 * g.wo), [&](int64_t, int64_t b, int64_t e) {
+        if (max) {
+          pool_grad_2x2_rows<T, true>(g, xd, gd, od, b, e);
+        } else {
+          pool_grad_2x2_rows<T, false>(g, xd, gd, od, b, e);
+        }
+      });
+      return;
+    }
+    parallel_chunks(planes, rows_per_chunk(cost), [&](int64_t, int64_t b, int64_t e) {
       for (int64_t p = b; p < e; ++p) {
         if (op.kind == ir::PoolKind::kMax) {
           max_pool_grad_plane(g, xd + p * g.h * g.w, gd + p * g.ho * g.wo, od + p * g.h * g.w);
@@ -131,10 +183,10 @@ Status run(const ir::AdaptiveAvgPool2dBackward& op, KernelContext& ctx) {
   if (out.numel() == 0) return Status::OK();
   const int64_t planes = out.shape[0] * out.shape[1], h = out.shape[2], w = out.shape[3];
   const int64_t ho = grad.shape[2], wo = grad.shape[3];
-  dispatch_real(out.dtype, [&]<class T>() {
+  dispatch_float(out.dtype, [&]<class T>() {
     const T* gd = grad.data<T>();
     T* od = out.data<T>();
-    parallel_chunks(planes, grain_for(std::max(h * w, ho * wo)),
+    parallel_chunks(planes, rows_per_chunk(std::max(h * w, ho * wo)),
                     [&](int64_t, int64_t b, int64_t e) {
                       for (int64_t p = b; p < e; ++p) {
                         adaptive_grad_plane(gd + p * ho * wo, od + p * h * w, h, w, ho, wo);

@@ -2,6 +2,10 @@
 // movement, indexing).
 #pragma once
 #include <cstdint>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+#include <vector>
 
 #include "backend/cpu/cpu_tensor.h"
 
@@ -38,6 +42,10 @@ inline int64_t rows_per_chunk(int64_t row_cost) {
   return row_cost >= kChunkElements ? 1 : kChunkElements / (row_cost < 1 ? 1 : row_cost);
 }
 
+// ceil(a / b) for b > 0, and 0 for a <= 0: the first output column a window tap at offset -a
+// reaches.
+inline int64_t ceil_div_nonneg(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
+
 // The kernel taps k in [lo, hi) of a window that starts at `start` (= out * stride - pad) and
 // land inside [0, n): only these are visited, so a kernel or padding far larger than the input
 // (valid, if odd) costs nothing per output instead of a loop over every tap.
@@ -49,5 +57,44 @@ inline TapRange tap_range(int64_t start, int64_t kernel, int64_t n) {
   const int64_t hi = n - start < kernel ? n - start : kernel;
   return {lo, hi > lo ? hi : lo};
 }
+
+// Max pooling's rule, shared by Pool2d and its gradient: tap value v replaces the window's
+// current choice `best` when larger or NaN (so ties keep the first tap, and a NaN sticks).
+template <class T>
+inline bool max_pool_takes(T v, T best) {
+  return v > best || v != v;
+}
+
+// Pooling windows of 2x2 at stride 2 without padding that tile the plane exactly (MaxPool2d(2)
+// on even sizes): pool.cc and pool_backward.cc then run one loop over output rows, each reading
+// two whole input rows, instead of the per-row tap setup that dominates small planes.
+inline bool tiles_2x2(int64_t h, int64_t w, int64_t ho, int64_t wo, const std::vector<int64_t>& k,
+                      const std::vector<int64_t>& s, const std::vector<int64_t>& p) {
+  return k[0] == 2 && k[1] == 2 && s[0] == 2 && s[1] == 2 && p[0] == 0 && p[1] == 0 &&
+         h == 2 * ho && w == 2 * wo;
+}
+
+#ifdef __AVX2__
+// Two 2x2 windows side by side, f32: `top` and `bottom` hold input columns [2ox, 2ox + 4) of a
+// window row pair, i.e. taps a0 b0 a1 b1 and c0 d0 c1 d1. Applies max_pool_takes to the taps in
+// row-major order (a, b, c, d) as the scalar kernels do, each lane of a window pair holding that
+// window's result: `best` the value, `at` the chosen tap (0..3), [w0 w0 w1 w1].
+inline void max_pool_2x2_pair(__m128 top, __m128 bottom, __m128& best, __m128i& at) {
+  auto takes = [](__m128 v, __m128 b) {
+    return _mm_or_ps(_mm_cmpgt_ps(v, b), _mm_cmpunord_ps(v, v));
+  };
+  const __m128 taps[4] = {_mm_moveldup_ps(top), _mm_movehdup_ps(top), _mm_moveldup_ps(bottom),
+                          _mm_movehdup_ps(bottom)};
+  // The first tap always becomes the choice (-inf stays -inf), so start from it.
+  best = taps[0];
+  at = _mm_setzero_si128();
+  for (int i = 1; i < 4; ++i) {
+    const __m128 take = takes(taps[i], best);
+    best = _mm_blendv_ps(best, taps[i], take);
+    at = _mm_castps_si128(
+        _mm_blendv_ps(_mm_castsi128_ps(at), _mm_castsi128_ps(_mm_set1_epi32(i)), take));
+  }
+}
+#endif
 
 }  // namespace tw::cpu
