@@ -65,7 +65,6 @@ int64_t norm_dim(int64_t dim, int64_t rank, const char* what) {
 
 }  // namespace
 
-
 // ---- metadata ----
 const Shape& Tensor::shape() const { return impl_of(*this, "shape").meta.shape; }
 int64_t Tensor::dim() const { return static_cast<int64_t>(shape().size()); }
@@ -201,9 +200,9 @@ Tensor Tensor::to(const Device& device) const {
 TW_UNARY_KINDS(TW_UNARY_METHOD)
 #undef TW_UNARY_METHOD
 
-#define TW_BINARY_METHOD(Kind, ir_name, api_name, ...)                                 \
-  Tensor Tensor::api_name(const Tensor& o) const {                                     \
-    return binary(*this, o, ir::BinaryKind::k##Kind);                                  \
+#define TW_BINARY_METHOD(Kind, ir_name, api_name, ...) \
+  Tensor Tensor::api_name(const Tensor& o) const {     \
+    return binary(*this, o, ir::BinaryKind::k##Kind);  \
   }
 TW_BINARY_KINDS(TW_BINARY_METHOD)
 #undef TW_BINARY_METHOD
@@ -212,9 +211,9 @@ TW_BINARY_KINDS(TW_BINARY_METHOD)
 #define TW_BINARY_SCALAR_METHOD(Kind, ir_name, api_name, grad, scalar) \
   TW_BINARY_SCALAR_METHOD_##scalar(Kind, api_name)
 #define TW_BINARY_SCALAR_METHOD_kNoScalarApi(Kind, api_name)
-#define TW_BINARY_SCALAR_METHOD_kScalarApi(Kind, api_name)                              \
-  Tensor Tensor::api_name(Scalar s) const {                                            \
-    return binary_scalar(*this, s, ir::BinaryKind::k##Kind);                           \
+#define TW_BINARY_SCALAR_METHOD_kScalarApi(Kind, api_name)   \
+  Tensor Tensor::api_name(Scalar s) const {                  \
+    return binary_scalar(*this, s, ir::BinaryKind::k##Kind); \
   }
 TW_BINARY_KINDS(TW_BINARY_SCALAR_METHOD)
 #undef TW_BINARY_SCALAR_METHOD
@@ -234,10 +233,10 @@ Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
 // ---- reductions ----
 // Every kind has the whole-tensor and one-dim forms (api_name column of ir/ops.h); sum and
 // mean also take a dim list, where an empty list reduces every dim, as in PyTorch.
-#define TW_REDUCE_METHODS(Kind, ir_name, api_name, ...)                                \
+#define TW_REDUCE_METHODS(Kind, ir_name, api_name, ...)                                         \
   Tensor Tensor::api_name() const { return reduce(*this, ir::ReduceKind::k##Kind, {}, false); } \
-  Tensor Tensor::api_name(int64_t d, bool keepdim) const {                             \
-    return reduce(*this, ir::ReduceKind::k##Kind, {d}, keepdim);                       \
+  Tensor Tensor::api_name(int64_t d, bool keepdim) const {                                      \
+    return reduce(*this, ir::ReduceKind::k##Kind, {d}, keepdim);                                \
   }
 TW_REDUCE_KINDS(TW_REDUCE_METHODS)
 #undef TW_REDUCE_METHODS

@@ -19,9 +19,9 @@ using MemberS = Tensor (Tensor::*)(Scalar) const;
 enum class Form { kAll, kDim, kDims };
 
 Tensor call_reduce(const std::string& k, Form f, const Tensor& x, const Attrs& a) {
-#define TW_REDUCE_CALL(Kind, ir_name, api_name, ...)        \
-  if (k == #api_name) {                                      \
-    if (f == Form::kAll) return x.api_name();                \
+#define TW_REDUCE_CALL(Kind, ir_name, api_name, ...)          \
+  if (k == #api_name) {                                       \
+    if (f == Form::kAll) return x.api_name();                 \
     if (f == Form::kDim) return x.api_name(a.dim, a.keepdim); \
   }
   TW_REDUCE_KINDS(TW_REDUCE_CALL)
