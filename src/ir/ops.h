@@ -67,7 +67,8 @@ struct Bytes {
 //   math      unary only: kFloatMath computes a real function (integral and bool inputs give
 //             f32); kSameDType keeps the dtype; kToBool gives bool
 // Binary kinds add a column after grad: kScalarApi when the Tensor API has the tensor-scalar
-// method (x.add(2)), kNoScalarApi otherwise; reductions have (Name, ir_name, api_name, grad).
+// method (x.add(2)), kNoScalarApi otherwise; reductions have (Name, ir_name, api_name, grad),
+// pool kinds (Name, ir_name, api_name) (Pool2d's rule covers both).
 // clang-format off
 #define TW_UNARY_KINDS(X)                                   \
   X(Neg, neg, neg, kGrad, kSameDType)                       \
@@ -117,7 +118,7 @@ struct Bytes {
   X(Min, min, min, kGrad)            \
   X(Argmax, argmax, argmax, kNoGrad) \
   X(Argmin, argmin, argmin, kNoGrad)
-#define TW_POOL_KINDS(X) X(Max, max_pool2d, max_pool2d, kGrad) X(Avg, avg_pool2d, avg_pool2d, kGrad)
+#define TW_POOL_KINDS(X) X(Max, max_pool2d, max_pool2d) X(Avg, avg_pool2d, avg_pool2d)
 // clang-format on
 
 #define TW_ENUM_ENTRY(Name, ...) k##Name,
