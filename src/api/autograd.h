@@ -46,8 +46,8 @@ struct Node {
   BackwardFn backward;     // null once backward() has run without retain_graph
 };
 
-// Grad mode is per thread (as in PyTorch); NoGradGuard turns it off for a scope.
-bool grad_enabled();
+// The dtypes that carry gradients.
+inline bool grad_dtype(DType d) { return d == kF32 || d == kF64; }
 
 // Whether emitting an op with these inputs must record it: grad mode is on and an input
 // requires grad.
@@ -55,6 +55,21 @@ bool needs_record(std::span<const Tensor* const> inputs);
 // Records `op`, already submitted, whose inputs are `inputs` (as given to emit) and whose output
 // is `out`: out gets a node when the op is differentiable and its output is floating point.
 void record(const ir::Op& op, std::span<const Tensor* const> inputs, Tensor& out);
+
+// A second handle on t's values without t's autograd state (no op is emitted).
+Tensor alias_of(const Tensor& t);
+
+// What a backward rule (api/grad_rules.cc) is built from.
+struct RuleInputs {
+  std::vector<Tensor> in;   // the op's inputs (handles; undefined where absent)
+  std::vector<bool> needs;  // whether input i requires grad
+  Tensor* out;              // the op's output (use saved_out() to keep it)
+  // The output's values without its graph links (the node is owned through them otherwise).
+  Tensor saved_out() const { return alias_of(*out); }
+};
+// The backward rule of `op` for these inputs; null when the op (or its kind, or its input
+// dtype) is not differentiable. Which ops have rules is declared in ir/ops.h (kAutograd).
+BackwardFn backward_rule(const ir::Op& op, const RuleInputs& inputs);
 
 // Backpropagates from roots[i] seeded with grads[i] (undefined: ones, for one-element roots),
 // accumulating into the leaves' grad(). Runs with grad mode off; frees each node's saved

@@ -1,6 +1,6 @@
-// The Tensor API: each call builds one op of the IR, validates it with ir::infer against its
-// inputs' metadata (so errors surface at the call site), gives its output a fresh id and submits
-// it to the inputs' device.
+// The Tensor API: each call builds one op of the IR and emits it (api/emit.cc), which validates
+// it with ir::infer against its inputs' metadata (so errors surface at the call site), gives its
+// output a fresh id and submits it to the inputs' device.
 #include "tensorwire/tensor.h"
 
 #include <atomic>
@@ -10,11 +10,9 @@
 #include <limits>
 #include <sstream>
 
-#include "api/autograd.h"
 #include "api/emit.h"
 #include "api/sink.h"
 #include "core/thread_pool.h"
-#include "ir/infer.h"
 
 namespace tw {
 
@@ -38,20 +36,8 @@ const TensorImpl& impl_of(const Tensor& t, const char* what) {
 
 ir::Scalar to_ir(Scalar s) { return s.is_float ? ir::Scalar(s.f) : ir::Scalar(s.i); }
 
-struct AssignOutputs {
-  Sink* sink;
-  std::vector<ir::TensorId>* ids;
-  void operator()(const char*, ir::Out& o) const {
-    o.id = sink->new_id();
-    ids->push_back(o.id);
-  }
-  template <class T>
-  void operator()(const char*, T&) const {}
-};
-
 using detail::emit;
 using detail::in;
-
 
 Tensor emit1(const Tensor& x, ir::Op op, std::initializer_list<const Tensor*> inputs) {
   return emit(impl_of(x, ir::op_name(op).c_str()).sink, std::move(op), inputs);
@@ -78,53 +64,6 @@ int64_t norm_dim(int64_t dim, int64_t rank, const char* what) {
 }
 
 }  // namespace
-
-namespace detail {
-
-Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op, std::span<const Tensor* const> inputs) {
-  std::vector<std::pair<ir::TensorId, const TensorMeta*>> metas;
-  for (const Tensor* t : inputs) {
-    if (!t->defined()) continue;
-    if (t->impl()->sink != sink) {
-      throw Error(ir::op_name(op) + ": tensors are on different devices (" + sink->str() + " and " +
-                  t->impl()->sink->str() + "); move one with .to(device)");
-    }
-    metas.emplace_back(t->impl()->id, &t->impl()->meta);
-  }
-  auto lookup = [&](ir::TensorId id) -> Result<TensorMeta> {
-    for (auto& [i, m] : metas)
-      if (i == id) return *m;
-    return not_found("tensor %" + std::to_string(id) + " is not an input of this op");
-  };
-  std::vector<ir::TensorId> outs;
-  std::visit(
-      [&](auto& o) {
-        if constexpr (!std::is_same_v<std::decay_t<decltype(o)>, std::monostate>)
-          o.fields(AssignOutputs{sink.get(), &outs});
-      },
-      op);
-  auto inferred = ir::infer(op, lookup);
-  if (!inferred.ok()) throw Error(inferred.status().message());
-  auto impl = std::make_shared<TensorImpl>();
-  impl->meta = inferred->at(0);
-  // Autograd keeps the op (attributes included) for its backward rule; the sink takes the op.
-  std::optional<ir::Op> recorded;
-  if (autograd::needs_record(inputs)) recorded = op;
-  Status st = sink->submit(std::move(op));
-  if (!st.ok()) throw Error(st.message());
-  impl->sink = sink;
-  impl->id = outs.at(0);
-  Tensor out(std::move(impl));
-  if (recorded) autograd::record(*recorded, inputs, out);
-  return out;
-}
-
-Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op,
-            std::initializer_list<const Tensor*> inputs) {
-  return emit(sink, std::move(op), std::span<const Tensor* const>(inputs.begin(), inputs.size()));
-}
-
-}  // namespace detail
 
 // ---- metadata ----
 const Shape& Tensor::shape() const { return impl_of(*this, "shape").meta.shape; }
@@ -262,66 +201,31 @@ Tensor Tensor::to(const Device& device) const {
 }
 
 // ---- elementwise ----
-#define TW_UNARY_METHOD(method, Kind) \
-  Tensor Tensor::method() const { return unary(*this, ir::UnaryKind::k##Kind); }
-TW_UNARY_METHOD(neg, Neg)
-TW_UNARY_METHOD(abs, Abs)
-TW_UNARY_METHOD(exp, Exp)
-TW_UNARY_METHOD(log, Log)
-TW_UNARY_METHOD(log1p, Log1p)
-TW_UNARY_METHOD(sqrt, Sqrt)
-TW_UNARY_METHOD(rsqrt, Rsqrt)
-TW_UNARY_METHOD(sin, Sin)
-TW_UNARY_METHOD(cos, Cos)
-TW_UNARY_METHOD(tanh, Tanh)
-TW_UNARY_METHOD(sigmoid, Sigmoid)
-TW_UNARY_METHOD(relu, Relu)
-TW_UNARY_METHOD(gelu, Gelu)
-TW_UNARY_METHOD(erf, Erf)
-TW_UNARY_METHOD(reciprocal, Recip)
-TW_UNARY_METHOD(floor, Floor)
-TW_UNARY_METHOD(ceil, Ceil)
-TW_UNARY_METHOD(round, Round)
-TW_UNARY_METHOD(sign, Sign)
-TW_UNARY_METHOD(square, Square)
-TW_UNARY_METHOD(logical_not, LogicalNot)
+// One method per kind, named by the kind lists' api_name column (ir/ops.h).
+#define TW_UNARY_METHOD(Kind, ir_name, api_name, ...) \
+  Tensor Tensor::api_name() const { return unary(*this, ir::UnaryKind::k##Kind); }
+TW_UNARY_KINDS(TW_UNARY_METHOD)
 #undef TW_UNARY_METHOD
 
-#define TW_BINARY_METHOD(method, Kind)                                                  \
-  Tensor Tensor::method(const Tensor& o) const { return binary(*this, o, ir::BinaryKind::k##Kind); }
-#define TW_BINARY_SCALAR_METHOD(method, Kind)                                           \
-  Tensor Tensor::method(Scalar s) const { return binary_scalar(*this, s, ir::BinaryKind::k##Kind); }
-TW_BINARY_METHOD(add, Add)
-TW_BINARY_METHOD(sub, Sub)
-TW_BINARY_METHOD(mul, Mul)
-TW_BINARY_METHOD(div, Div)
-TW_BINARY_METHOD(pow, Pow)
-TW_BINARY_METHOD(maximum, Maximum)
-TW_BINARY_METHOD(minimum, Minimum)
-TW_BINARY_METHOD(remainder, Remainder)
-TW_BINARY_METHOD(eq, Eq)
-TW_BINARY_METHOD(ne, Ne)
-TW_BINARY_METHOD(lt, Lt)
-TW_BINARY_METHOD(le, Le)
-TW_BINARY_METHOD(gt, Gt)
-TW_BINARY_METHOD(ge, Ge)
-TW_BINARY_METHOD(logical_and, LogicalAnd)
-TW_BINARY_METHOD(logical_or, LogicalOr)
-TW_BINARY_METHOD(logical_xor, LogicalXor)
-TW_BINARY_SCALAR_METHOD(add, Add)
-TW_BINARY_SCALAR_METHOD(sub, Sub)
-TW_BINARY_SCALAR_METHOD(mul, Mul)
-TW_BINARY_SCALAR_METHOD(div, Div)
-TW_BINARY_SCALAR_METHOD(pow, Pow)
-TW_BINARY_SCALAR_METHOD(remainder, Remainder)
-TW_BINARY_SCALAR_METHOD(eq, Eq)
-TW_BINARY_SCALAR_METHOD(ne, Ne)
-TW_BINARY_SCALAR_METHOD(lt, Lt)
-TW_BINARY_SCALAR_METHOD(le, Le)
-TW_BINARY_SCALAR_METHOD(gt, Gt)
-TW_BINARY_SCALAR_METHOD(ge, Ge)
+#define TW_BINARY_METHOD(Kind, ir_name, api_name, ...) \
+  Tensor Tensor::api_name(const Tensor& o) const {     \
+    return binary(*this, o, ir::BinaryKind::k##Kind);  \
+  }
+TW_BINARY_KINDS(TW_BINARY_METHOD)
 #undef TW_BINARY_METHOD
+
+// The tensor-scalar form, for the kinds whose scalar column is kScalarApi.
+#define TW_BINARY_SCALAR_METHOD(Kind, ir_name, api_name, grad, scalar) \
+  TW_BINARY_SCALAR_METHOD_##scalar(Kind, api_name)
+#define TW_BINARY_SCALAR_METHOD_kNoScalarApi(Kind, api_name)
+#define TW_BINARY_SCALAR_METHOD_kScalarApi(Kind, api_name)   \
+  Tensor Tensor::api_name(Scalar s) const {                  \
+    return binary_scalar(*this, s, ir::BinaryKind::k##Kind); \
+  }
+TW_BINARY_KINDS(TW_BINARY_SCALAR_METHOD)
 #undef TW_BINARY_SCALAR_METHOD
+#undef TW_BINARY_SCALAR_METHOD_kNoScalarApi
+#undef TW_BINARY_SCALAR_METHOD_kScalarApi
 
 Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const {
   ir::Clamp op{in(*this), lo.has_value(), lo ? to_ir(*lo) : ir::Scalar(), hi.has_value(),
@@ -334,27 +238,21 @@ Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
 }
 
 // ---- reductions ----
-Tensor Tensor::sum() const { return reduce(*this, ir::ReduceKind::kSum, {}, false); }
-Tensor Tensor::sum(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kSum, {d}, keepdim); }
-// An empty dim list reduces every dim, as in PyTorch.
+// Every kind has the whole-tensor and one-dim forms (api_name column of ir/ops.h); sum and
+// mean also take a dim list, where an empty list reduces every dim, as in PyTorch.
+#define TW_REDUCE_METHODS(Kind, ir_name, api_name, ...)                                         \
+  Tensor Tensor::api_name() const { return reduce(*this, ir::ReduceKind::k##Kind, {}, false); } \
+  Tensor Tensor::api_name(int64_t d, bool keepdim) const {                                      \
+    return reduce(*this, ir::ReduceKind::k##Kind, {d}, keepdim);                                \
+  }
+TW_REDUCE_KINDS(TW_REDUCE_METHODS)
+#undef TW_REDUCE_METHODS
 Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const {
   return reduce(*this, ir::ReduceKind::kSum, dims, keepdim);
 }
-Tensor Tensor::mean() const { return reduce(*this, ir::ReduceKind::kMean, {}, false); }
-Tensor Tensor::mean(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kMean, {d}, keepdim); }
 Tensor Tensor::mean(const std::vector<int64_t>& dims, bool keepdim) const {
   return reduce(*this, ir::ReduceKind::kMean, dims, keepdim);
 }
-Tensor Tensor::prod() const { return reduce(*this, ir::ReduceKind::kProd, {}, false); }
-Tensor Tensor::prod(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kProd, {d}, keepdim); }
-Tensor Tensor::max() const { return reduce(*this, ir::ReduceKind::kMax, {}, false); }
-Tensor Tensor::max(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kMax, {d}, keepdim); }
-Tensor Tensor::min() const { return reduce(*this, ir::ReduceKind::kMin, {}, false); }
-Tensor Tensor::min(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kMin, {d}, keepdim); }
-Tensor Tensor::argmax() const { return reduce(*this, ir::ReduceKind::kArgmax, {}, false); }
-Tensor Tensor::argmax(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kArgmax, {d}, keepdim); }
-Tensor Tensor::argmin() const { return reduce(*this, ir::ReduceKind::kArgmin, {}, false); }
-Tensor Tensor::argmin(int64_t d, bool keepdim) const { return reduce(*this, ir::ReduceKind::kArgmin, {d}, keepdim); }
 Tensor Tensor::cumsum(int64_t d) const { return emit1(*this, ir::Cumsum{in(*this), d, {}}, {this}); }
 
 // ---- linear algebra ----

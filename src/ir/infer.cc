@@ -252,36 +252,10 @@ Result<Metas> infer_op(const Unary& op, const Ctx& c) {
   }
   TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
   TW_RETURN_NOT_OK(c.computable(x.dtype));
-  switch (op.kind) {
-    case UnaryKind::kNeg:
-    case UnaryKind::kAbs:
-    case UnaryKind::kSign:
-    case UnaryKind::kSquare:
-    case UnaryKind::kRelu:
-    case UnaryKind::kFloor:
-    case UnaryKind::kCeil:
-    case UnaryKind::kRound:
-      TW_RETURN_NOT_OK(c.numeric(x.dtype));
-      return Metas{x};
-    case UnaryKind::kExp:
-    case UnaryKind::kLog:
-    case UnaryKind::kLog1p:
-    case UnaryKind::kSqrt:
-    case UnaryKind::kRsqrt:
-    case UnaryKind::kSin:
-    case UnaryKind::kCos:
-    case UnaryKind::kTanh:
-    case UnaryKind::kSigmoid:
-    case UnaryKind::kGelu:
-    case UnaryKind::kErf:
-    case UnaryKind::kRecip:
-      return one(x.shape, is_float(x.dtype) ? x.dtype : kF32);
-    case UnaryKind::kLogicalNot:
-      return one(x.shape, kBool);
-    case UnaryKind::kCount:
-      break;
-  }
-  return internal_error("unary kind without a rule");
+  if (is_float_math(op.kind)) return one(x.shape, is_float(x.dtype) ? x.dtype : kF32);
+  if (op.kind == UnaryKind::kLogicalNot) return one(x.shape, kBool);
+  TW_RETURN_NOT_OK(c.numeric(x.dtype));
+  return Metas{x};
 }
 
 // Arithmetic kinds: those that are neither comparisons nor logical.

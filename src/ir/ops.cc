@@ -5,7 +5,7 @@
 
 namespace tw::ir {
 
-#define TW_KIND_NAME_ENTRY(Name, str) #str,
+#define TW_KIND_NAME_ENTRY(Name, str, ...) #str,
 const char* kind_name(UnaryKind k) {
   static const char* kNames[] = {TW_UNARY_KINDS(TW_KIND_NAME_ENTRY)};
   return k < UnaryKind::kCount ? kNames[static_cast<int>(k)] : "?";

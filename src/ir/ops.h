@@ -8,6 +8,7 @@
 // by the client. Wire op codes (TW_OP_LIST) and enum values are append-only: never renumber.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <variant>
@@ -42,15 +43,8 @@ struct Scalar {
   Scalar(int v) : Scalar(static_cast<int64_t>(v)) {}                     // NOLINT
   Scalar(bool v) : Scalar(static_cast<int64_t>(v)) {}                    // NOLINT
   double as_double() const { return is_float ? f : static_cast<double>(i); }
-  // The integer view of a float, as Cast converts: truncation toward zero, NaN -> 0, out of
-  // range saturates. A plain static_cast of NaN or 1e300 would be undefined behaviour, and the
-  // decoder builds Scalars from whatever bytes a peer sends.
-  static constexpr int64_t saturate(double v) {
-    if (v != v) return 0;
-    if (v >= 9223372036854775808.0) return INT64_MAX;
-    if (v <= -9223372036854775808.0) return INT64_MIN;
-    return static_cast<int64_t>(v);
-  }
+  // The integer view of a float, as Cast converts (float_to_int below).
+  static constexpr int64_t saturate(double v);
   bool operator==(const Scalar& o) const {
     return is_float == o.is_float && (is_float ? (f == o.f || (f != f && o.f != o.f)) : i == o.i);
   }
@@ -63,21 +57,71 @@ struct Bytes {
 };
 
 // ---- enums carried by ops (serialised as u8; append only) ----
-#define TW_UNARY_KINDS(X)                                                                  \
-  X(Neg, neg) X(Abs, abs) X(Exp, exp) X(Log, log) X(Log1p, log1p) X(Sqrt, sqrt)            \
-  X(Rsqrt, rsqrt) X(Sin, sin) X(Cos, cos) X(Tanh, tanh) X(Sigmoid, sigmoid) X(Relu, relu)  \
-  X(Gelu, gelu) X(Erf, erf) X(Recip, recip) X(Floor, floor) X(Ceil, ceil) X(Round, round)  \
-  X(Sign, sign) X(Square, square) X(LogicalNot, logical_not)
-#define TW_BINARY_KINDS(X)                                                                  \
-  X(Add, add) X(Sub, sub) X(Mul, mul) X(Div, div) X(Pow, pow) X(Maximum, maximum)           \
-  X(Minimum, minimum) X(Remainder, remainder) X(Eq, eq) X(Ne, ne) X(Lt, lt) X(Le, le)       \
-  X(Gt, gt) X(Ge, ge) X(LogicalAnd, logical_and) X(LogicalOr, logical_or)                   \
-  X(LogicalXor, logical_xor)
-#define TW_REDUCE_KINDS(X) \
-  X(Sum, sum) X(Mean, mean) X(Prod, prod) X(Max, max) X(Min, min) X(Argmax, argmax) X(Argmin, argmin)
-#define TW_POOL_KINDS(X) X(Max, max_pool2d) X(Avg, avg_pool2d)
+// Each kind is declared once here, with its traits; everything that lists kinds (the API
+// methods, kind_name, inference, the kernels' dispatch, autograd, the op suite's registry)
+// expands these lists rather than typing them again. Columns:
+//   X(Name, ir_name, api_name, grad, math)
+//   ir_name   what op_name and the printer call it (the kind's name in docs/ops.md)
+//   api_name  the Tensor method (differs from ir_name for recip: Tensor::reciprocal)
+//   grad      kGrad: autograd differentiates it (rule in api/grad_rules.cc); kNoGrad: not
+//   math      unary only: kFloatMath computes a real function (integral and bool inputs give
+//             f32); kSameDType keeps the dtype; kToBool gives bool
+// Binary kinds add a column after grad: kScalarApi when the Tensor API has the tensor-scalar
+// method (x.add(2)), kNoScalarApi otherwise; reductions have (Name, ir_name, api_name, grad),
+// pool kinds (Name, ir_name, api_name) (Pool2d's rule covers both).
+// clang-format off
+#define TW_UNARY_KINDS(X)                                   \
+  X(Neg, neg, neg, kGrad, kSameDType)                       \
+  X(Abs, abs, abs, kGrad, kSameDType)                       \
+  X(Exp, exp, exp, kGrad, kFloatMath)                       \
+  X(Log, log, log, kGrad, kFloatMath)                       \
+  X(Log1p, log1p, log1p, kGrad, kFloatMath)                 \
+  X(Sqrt, sqrt, sqrt, kGrad, kFloatMath)                    \
+  X(Rsqrt, rsqrt, rsqrt, kGrad, kFloatMath)                 \
+  X(Sin, sin, sin, kGrad, kFloatMath)                       \
+  X(Cos, cos, cos, kGrad, kFloatMath)                       \
+  X(Tanh, tanh, tanh, kGrad, kFloatMath)                    \
+  X(Sigmoid, sigmoid, sigmoid, kGrad, kFloatMath)           \
+  X(Relu, relu, relu, kGrad, kSameDType)                    \
+  X(Gelu, gelu, gelu, kGrad, kFloatMath)                    \
+  X(Erf, erf, erf, kGrad, kFloatMath)                       \
+  X(Recip, recip, reciprocal, kGrad, kFloatMath)            \
+  X(Floor, floor, floor, kGrad, kSameDType)                 \
+  X(Ceil, ceil, ceil, kGrad, kSameDType)                    \
+  X(Round, round, round, kGrad, kSameDType)                 \
+  X(Sign, sign, sign, kGrad, kSameDType)                    \
+  X(Square, square, square, kGrad, kSameDType)              \
+  X(LogicalNot, logical_not, logical_not, kNoGrad, kToBool)
+#define TW_BINARY_KINDS(X)                                       \
+  X(Add, add, add, kGrad, kScalarApi)                            \
+  X(Sub, sub, sub, kGrad, kScalarApi)                            \
+  X(Mul, mul, mul, kGrad, kScalarApi)                            \
+  X(Div, div, div, kGrad, kScalarApi)                            \
+  X(Pow, pow, pow, kGrad, kScalarApi)                            \
+  X(Maximum, maximum, maximum, kGrad, kNoScalarApi)              \
+  X(Minimum, minimum, minimum, kGrad, kNoScalarApi)              \
+  X(Remainder, remainder, remainder, kGrad, kScalarApi)          \
+  X(Eq, eq, eq, kNoGrad, kScalarApi)                             \
+  X(Ne, ne, ne, kNoGrad, kScalarApi)                             \
+  X(Lt, lt, lt, kNoGrad, kScalarApi)                             \
+  X(Le, le, le, kNoGrad, kScalarApi)                             \
+  X(Gt, gt, gt, kNoGrad, kScalarApi)                             \
+  X(Ge, ge, ge, kNoGrad, kScalarApi)                             \
+  X(LogicalAnd, logical_and, logical_and, kNoGrad, kNoScalarApi) \
+  X(LogicalOr, logical_or, logical_or, kNoGrad, kNoScalarApi)    \
+  X(LogicalXor, logical_xor, logical_xor, kNoGrad, kNoScalarApi)
+#define TW_REDUCE_KINDS(X)           \
+  X(Sum, sum, sum, kGrad)            \
+  X(Mean, mean, mean, kGrad)         \
+  X(Prod, prod, prod, kGrad)         \
+  X(Max, max, max, kGrad)            \
+  X(Min, min, min, kGrad)            \
+  X(Argmax, argmax, argmax, kNoGrad) \
+  X(Argmin, argmin, argmin, kNoGrad)
+#define TW_POOL_KINDS(X) X(Max, max_pool2d, max_pool2d) X(Avg, avg_pool2d, avg_pool2d)
+// clang-format on
 
-#define TW_ENUM_ENTRY(Name, str) k##Name,
+#define TW_ENUM_ENTRY(Name, ...) k##Name,
 enum class UnaryKind : uint8_t { TW_UNARY_KINDS(TW_ENUM_ENTRY) kCount };
 enum class BinaryKind : uint8_t { TW_BINARY_KINDS(TW_ENUM_ENTRY) kCount };
 enum class ReduceKind : uint8_t { TW_REDUCE_KINDS(TW_ENUM_ENTRY) kCount };
@@ -89,10 +133,61 @@ const char* kind_name(BinaryKind k);
 const char* kind_name(ReduceKind k);
 const char* kind_name(PoolKind k);
 
+// ---- the traits columns, as values ----
+namespace kind_traits {
+inline constexpr bool kGrad = true, kNoGrad = false;
+inline constexpr bool kScalarApi = true, kNoScalarApi = false;
+enum Math { kSameDType, kFloatMath, kToBool };
+}  // namespace kind_traits
+
+// Whether autograd differentiates ops of this kind (when their output is floating point).
+#define TW_KIND_GRAD_ENTRY(Name, ir_name, api_name, grad, ...) kind_traits::grad,
+constexpr bool differentiable(UnaryKind k) {
+  constexpr bool kTable[] = {TW_UNARY_KINDS(TW_KIND_GRAD_ENTRY)};
+  return k < UnaryKind::kCount && kTable[static_cast<int>(k)];
+}
+constexpr bool differentiable(BinaryKind k) {
+  constexpr bool kTable[] = {TW_BINARY_KINDS(TW_KIND_GRAD_ENTRY)};
+  return k < BinaryKind::kCount && kTable[static_cast<int>(k)];
+}
+constexpr bool differentiable(ReduceKind k) {
+  constexpr bool kTable[] = {TW_REDUCE_KINDS(TW_KIND_GRAD_ENTRY)};
+  return k < ReduceKind::kCount && kTable[static_cast<int>(k)];
+}
+#undef TW_KIND_GRAD_ENTRY
+
+// Unary kinds that compute a real function: integral and bool inputs are first cast to f32.
+constexpr bool is_float_math(UnaryKind k) {
+#define TW_KIND_MATH_ENTRY(Name, ir_name, api_name, grad, math) kind_traits::math,
+  constexpr kind_traits::Math kTable[] = {TW_UNARY_KINDS(TW_KIND_MATH_ENTRY)};
+#undef TW_KIND_MATH_ENTRY
+  return k < UnaryKind::kCount && kTable[static_cast<int>(k)] == kind_traits::kFloatMath;
+}
+
 // Comparison and logical kinds produce bool.
 constexpr bool is_comparison(BinaryKind k) {
   return k >= BinaryKind::kEq && k <= BinaryKind::kLogicalXor;
 }
+
+// ---- the Cast rule for float -> integral (docs/ops.md), shared by Scalar, every backend ----
+// Truncation toward zero, NaN -> 0, out of range saturates. kCastLow/kCastHigh are the
+// thresholds in double: at or below kCastLow gives min, at or above kCastHigh gives max
+// ((double)max may round up, to 2^63 for i64: at or above it saturates either way). A plain
+// static_cast of NaN or 1e300 would be undefined behaviour, and decoders build values from
+// whatever bytes a peer sends.
+template <class To>
+inline constexpr double kCastLow = static_cast<double>(std::numeric_limits<To>::min());
+template <class To>
+inline constexpr double kCastHigh = static_cast<double>(std::numeric_limits<To>::max());
+template <class To>
+constexpr To float_to_int(double d) {
+  if (d != d) return 0;
+  if (d <= kCastLow<To>) return std::numeric_limits<To>::min();
+  if (d >= kCastHigh<To>) return std::numeric_limits<To>::max();
+  return static_cast<To>(d);
+}
+
+constexpr int64_t Scalar::saturate(double v) { return float_to_int<int64_t>(v); }
 
 // ---- field declaration helper: TW_FIELDS(a, b, out) ----
 #define TW_FE_1(M, x) M(x)
@@ -126,178 +221,222 @@ constexpr bool is_comparison(BinaryKind k) {
 // ================================ the ops ================================
 // Field types allowed: In, Out, std::vector<In>, int64_t, std::vector<int64_t>, double, bool,
 // DType, Scalar, Bytes and the kind enums above.
+//
+// Each op also declares kAutograd, whether autograd differentiates it: kRule (a rule in
+// api/grad_rules.cc, which fails to compile without one), kByKind (a rule whose kinds are
+// differentiable as the kind lists above say) or kNone (no gradient flows through it). Cast's
+// rule covers floating-point inputs only.
+enum class Autograd : uint8_t { kNone, kRule, kByKind };
 
 // -- creation --
 struct Full {  // zeros, ones, full
+  static constexpr Autograd kAutograd = Autograd::kNone;
   Out out; Shape shape; DType dtype = kF32; Scalar value;
   TW_FIELDS(out, shape, dtype, value)
 };
 struct Arange {  // [start, end) by step, 1-D
+  static constexpr Autograd kAutograd = Autograd::kNone;
   Out out; Scalar start, end, step; DType dtype = kI64;
   TW_FIELDS(out, start, end, step, dtype)
 };
 struct Eye {  // n x m identity
+  static constexpr Autograd kAutograd = Autograd::kNone;
   Out out; int64_t n = 0, m = 0; DType dtype = kF32;
   TW_FIELDS(out, n, m, dtype)
 };
 struct FromHost {  // host bytes, little-endian, contiguous row-major
+  static constexpr Autograd kAutograd = Autograd::kNone;
   Out out; Shape shape; DType dtype = kF32; Bytes data;
   TW_FIELDS(out, shape, dtype, data)
 };
 struct RandUniform {  // element i = low + (high - low) * U(seed, i)
+  static constexpr Autograd kAutograd = Autograd::kNone;
   Out out; Shape shape; DType dtype = kF32; uint64_t seed = 0; double low = 0, high = 1;
   TW_FIELDS(out, shape, dtype, seed, low, high)
 };
 struct RandNormal {  // element i = mean + std * N(seed, i)
+  static constexpr Autograd kAutograd = Autograd::kNone;
   Out out; Shape shape; DType dtype = kF32; uint64_t seed = 0; double mean = 0, std = 1;
   TW_FIELDS(out, shape, dtype, seed, mean, std)
 };
 struct Bernoulli {  // element i = U(seed, i) < p[i], in p's dtype
+  static constexpr Autograd kAutograd = Autograd::kNone;
   In p; Out out; uint64_t seed = 0;
   TW_FIELDS(p, out, seed)
 };
 
 // -- elementwise --
 struct Unary {
+  static constexpr Autograd kAutograd = Autograd::kByKind;
   UnaryKind kind = UnaryKind::kNeg; In x; Out out;
   TW_FIELDS(kind, x, out)
 };
 struct Binary {  // broadcasting
+  static constexpr Autograd kAutograd = Autograd::kByKind;
   BinaryKind kind = BinaryKind::kAdd; In a, b; Out out;
   TW_FIELDS(kind, a, b, out)
 };
 struct BinaryScalar {  // a (op) s, or s (op) a when reverse
+  static constexpr Autograd kAutograd = Autograd::kByKind;
   BinaryKind kind = BinaryKind::kAdd; In a; Scalar s; bool reverse = false; Out out;
   TW_FIELDS(kind, a, s, reverse, out)
 };
 struct Where {  // cond ? a : b, broadcasting all three
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In cond, a, b; Out out;
   TW_FIELDS(cond, a, b, out)
 };
 struct Clamp {  // clamp(x, lo, hi); an absent bound is not applied
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; bool has_lo = false; Scalar lo; bool has_hi = false; Scalar hi; Out out;
   TW_FIELDS(x, has_lo, lo, has_hi, hi, out)
 };
 struct MaskedFill {  // mask ? value : x, mask broadcast to x
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x, mask; Scalar value; Out out;
   TW_FIELDS(x, mask, value, out)
 };
 struct Cast {
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; DType dtype = kF32; Out out;
   TW_FIELDS(x, dtype, out)
 };
 
 // -- reductions --
 struct Reduce {  // over `dims` (empty: all); argmax/argmin take exactly one dim or all
+  static constexpr Autograd kAutograd = Autograd::kByKind;
   ReduceKind kind = ReduceKind::kSum; In x; std::vector<int64_t> dims; bool keepdim = false; Out out;
   TW_FIELDS(kind, x, dims, keepdim, out)
 };
 struct Cumsum {
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; int64_t dim = 0; Out out;
   TW_FIELDS(x, dim, out)
 };
 
 // -- linear algebra --
 struct MatMul {  // 2-D, or batched with broadcast batch dims
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In a, b; Out out;
   TW_FIELDS(a, b, out)
 };
 
 // -- movement --
 struct Reshape {  // one -1 allowed
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; Shape shape; Out out;
   TW_FIELDS(x, shape, out)
 };
 struct Permute {
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; std::vector<int64_t> dims; Out out;
   TW_FIELDS(x, dims, out)
 };
 struct Expand {  // -1 keeps a dim; new leading dims allowed
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; Shape shape; Out out;
   TW_FIELDS(x, shape, out)
 };
 struct Slice {  // per dim: [start, end) by step > 0; starts/ends clamped as in Python
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; std::vector<int64_t> starts, ends, steps; Out out;
   TW_FIELDS(x, starts, ends, steps, out)
 };
 struct SliceAssign {  // out = copy of x with x[slice] = src (src broadcast to the slice)
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x, src; std::vector<int64_t> starts, ends, steps; Out out;
   TW_FIELDS(x, src, starts, ends, steps, out)
 };
 struct Cat {
+  static constexpr Autograd kAutograd = Autograd::kRule;
   std::vector<In> xs; int64_t dim = 0; Out out;
   TW_FIELDS(xs, dim, out)
 };
 struct Flip {
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; std::vector<int64_t> dims; Out out;
   TW_FIELDS(x, dims, out)
 };
 struct Repeat {  // tiles x; repeats.size() >= rank (leading new dims)
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; std::vector<int64_t> repeats; Out out;
   TW_FIELDS(x, repeats, out)
 };
 
 // -- indexing --
 struct Gather {  // out[i][j] = x[index[i][j]][j] (dim 0), index i64 same rank as x
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; int64_t dim = 0; In index; Out out;
   TW_FIELDS(x, dim, index, out)
 };
 struct ScatterAdd {  // out = x; out[index[i][j]][j] += src[i][j] (dim 0)
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; int64_t dim = 0; In index, src; Out out;
   TW_FIELDS(x, dim, index, src, out)
 };
 struct IndexSelect {  // index 1-D i64
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; int64_t dim = 0; In index; Out out;
   TW_FIELDS(x, dim, index, out)
 };
 struct OneHot {  // x integral; out i64 of shape x.shape + [num_classes]
+  static constexpr Autograd kAutograd = Autograd::kNone;
   In x; int64_t num_classes = 0; Out out;
   TW_FIELDS(x, num_classes, out)
 };
 
 // -- neural --
 struct Softmax {  // softmax or log_softmax over dim
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; int64_t dim = -1; bool log = false; Out out;
   TW_FIELDS(x, dim, log, out)
 };
 struct Conv2d {  // x [N, C, H, W], w [O, C/groups, kH, kW], bias [O] or absent
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x, w, bias; std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
   int64_t groups = 1; Out out;
   TW_FIELDS(x, w, bias, stride, padding, dilation, groups, out)
 };
 struct Pool2d {  // avg excludes nothing: padding counts as zeros (count_include_pad = true)
+  static constexpr Autograd kAutograd = Autograd::kRule;
   PoolKind kind = PoolKind::kMax; In x; std::vector<int64_t> kernel{2, 2}, stride{2, 2},
       padding{0, 0};
   Out out;
   TW_FIELDS(kind, x, kernel, stride, padding, out)
 };
 struct AdaptiveAvgPool2d {
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x; std::vector<int64_t> output_size{1, 1}; Out out;
   TW_FIELDS(x, output_size, out)
 };
 struct LayerNorm {  // over the last `normalized_dims` dims; weight, bias optional
+  static constexpr Autograd kAutograd = Autograd::kRule;
   In x, weight, bias; int64_t normalized_dims = 1; double eps = 1e-5; Out out;
   TW_FIELDS(x, weight, bias, normalized_dims, eps, out)
 };
 
 // -- gradients (the backward kernels autograd needs beyond composing the ops above) --
 struct Conv2dBackwardInput {  // d loss / d x of Conv2d: grad [N, O, Ho, Wo], w -> x_shape
+  static constexpr Autograd kAutograd = Autograd::kNone;
   In grad, w; Shape x_shape; std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
   int64_t groups = 1; Out out;
   TW_FIELDS(grad, w, x_shape, stride, padding, dilation, groups, out)
 };
 struct Conv2dBackwardWeight {  // d loss / d w of Conv2d: grad [N, O, Ho, Wo], x -> w_shape
+  static constexpr Autograd kAutograd = Autograd::kNone;
   In grad, x; Shape w_shape; std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
   int64_t groups = 1; Out out;
   TW_FIELDS(grad, x, w_shape, stride, padding, dilation, groups, out)
 };
 struct Pool2dBackward {  // d loss / d x of Pool2d: grad has the pool's output shape; out x's
+  static constexpr Autograd kAutograd = Autograd::kNone;
   PoolKind kind = PoolKind::kMax; In grad, x; std::vector<int64_t> kernel{2, 2}, stride{2, 2},
       padding{0, 0};
   Out out;
   TW_FIELDS(kind, grad, x, kernel, stride, padding, out)
 };
 struct AdaptiveAvgPool2dBackward {  // grad [N, C, Ho, Wo] -> [N, C, input_size[0], input_size[1]]
+  static constexpr Autograd kAutograd = Autograd::kNone;
   In grad; std::vector<int64_t> input_size; Out out;
   TW_FIELDS(grad, input_size, out)
 };
@@ -336,6 +475,7 @@ struct OpTraits;
   struct OpTraits<Name> {                                    \
     static constexpr OpCode kCode = OpCode::k##Name;         \
     static constexpr const char* kStructName = #Name;        \
+    static constexpr Autograd kAutograd = Name::kAutograd;   \
   };
 TW_OP_LIST(TW_OP_TRAITS_ENTRY)
 #undef TW_OP_TRAITS_ENTRY

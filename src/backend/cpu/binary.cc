@@ -23,7 +23,7 @@ using KindC = std::integral_constant<BinaryKind, K>;
 template <class F>
 Status visit_kind(BinaryKind k, F&& f) {
   switch (k) {
-#define TW_KIND_CASE(Name, str) \
+#define TW_KIND_CASE(Name, ...) \
   case BinaryKind::k##Name: return f(KindC<BinaryKind::k##Name>{});
     TW_BINARY_KINDS(TW_KIND_CASE)
 #undef TW_KIND_CASE

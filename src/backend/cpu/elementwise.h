@@ -115,18 +115,6 @@ inline Status check_out_dtype(const char* op, const TensorMeta& meta, DType expe
 
 // ---- conversions (the Cast rules of docs/ops.md) ----
 
-// Float to integral: truncation toward zero, NaN -> 0, out of range saturates.
-template <class To, class From>
-inline To float_to_int(From v) {
-  using L = std::numeric_limits<To>;
-  const double d = static_cast<double>(v);
-  if (d != d) return 0;
-  // (double)max may round up (2^63 for i64); d >= that value is out of range either way.
-  if (d <= static_cast<double>(L::min())) return L::min();
-  if (d >= static_cast<double>(L::max())) return L::max();
-  return static_cast<To>(d);
-}
-
 template <class To, class From>
 inline To convert(From v) {
   if constexpr (std::is_same_v<From, Half>) {
@@ -140,7 +128,7 @@ inline To convert(From v) {
   } else if constexpr (std::is_same_v<To, bool>) {
     return v != From(0);  // NaN -> true
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
-    return float_to_int<To>(v);
+    return ir::float_to_int<To>(static_cast<double>(v));  // the Cast rule, declared in ir
   } else {
     return static_cast<To>(v);  // integral narrowing wraps (C++20 modular conversion)
   }

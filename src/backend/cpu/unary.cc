@@ -12,24 +12,7 @@ using ir::UnaryKind;
 constexpr float kSqrtHalfF = 0.70710678118654752f;
 constexpr double kSqrtHalf = 0.70710678118654752;
 
-// Kinds that compute a real function: integral and bool inputs are first cast to f32.
-bool is_float_math(UnaryKind k) {
-  switch (k) {
-    case UnaryKind::kExp:
-    case UnaryKind::kLog:
-    case UnaryKind::kLog1p:
-    case UnaryKind::kSqrt:
-    case UnaryKind::kRsqrt:
-    case UnaryKind::kSin:
-    case UnaryKind::kCos:
-    case UnaryKind::kTanh:
-    case UnaryKind::kSigmoid:
-    case UnaryKind::kGelu:
-    case UnaryKind::kErf:
-    case UnaryKind::kRecip: return true;
-    default: return false;
-  }
-}
+using ir::is_float_math;  // the kinds' math column (ir/ops.h)
 
 template <class T>
 T neg(T x) {

@@ -35,7 +35,8 @@ auto visit_compute(DType d, F&& f) {
   }
 }
 
-// float -> integral by the Cast rules, through f64 (exact for every float dtype).
+// float -> integral by the Cast rule (ir::float_to_int), through f64 (exact for every float
+// dtype).
 at::Tensor float_to_integral(const at::Tensor& x, DType to) {
   double lo = 0, hi = 0;
   int64_t min = 0, max = 0;
@@ -43,9 +44,8 @@ at::Tensor float_to_integral(const at::Tensor& x, DType to) {
     using T = decltype(t);
     if constexpr (std::is_integral_v<T>) {
       using L = std::numeric_limits<T>;
-      // (double)max may round up (2^63 for i64): at or above it saturates either way.
-      lo = static_cast<double>(L::min());
-      hi = static_cast<double>(L::max());
+      lo = ir::kCastLow<T>;  // the thresholds of ir::float_to_int, as a vector op
+      hi = ir::kCastHigh<T>;
       min = static_cast<int64_t>(L::min());
       max = static_cast<int64_t>(L::max());
     }

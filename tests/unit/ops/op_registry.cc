@@ -3,6 +3,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "ir/ops.h"
 #include "unit/ops/op_cases.h"
 
 namespace tw::optest {
@@ -18,23 +19,14 @@ using MemberS = Tensor (Tensor::*)(Scalar) const;
 enum class Form { kAll, kDim, kDims };
 
 Tensor call_reduce(const std::string& k, Form f, const Tensor& x, const Attrs& a) {
-  if (f == Form::kAll) {
-    if (k == "sum") return x.sum();
-    if (k == "mean") return x.mean();
-    if (k == "prod") return x.prod();
-    if (k == "max") return x.max();
-    if (k == "min") return x.min();
-    if (k == "argmax") return x.argmax();
-    if (k == "argmin") return x.argmin();
-  } else if (f == Form::kDim) {
-    if (k == "sum") return x.sum(a.dim, a.keepdim);
-    if (k == "mean") return x.mean(a.dim, a.keepdim);
-    if (k == "prod") return x.prod(a.dim, a.keepdim);
-    if (k == "max") return x.max(a.dim, a.keepdim);
-    if (k == "min") return x.min(a.dim, a.keepdim);
-    if (k == "argmax") return x.argmax(a.dim, a.keepdim);
-    if (k == "argmin") return x.argmin(a.dim, a.keepdim);
-  } else {
+#define TW_REDUCE_CALL(Kind, ir_name, api_name, ...)          \
+  if (k == #api_name) {                                       \
+    if (f == Form::kAll) return x.api_name();                 \
+    if (f == Form::kDim) return x.api_name(a.dim, a.keepdim); \
+  }
+  TW_REDUCE_KINDS(TW_REDUCE_CALL)
+#undef TW_REDUCE_CALL
+  if (f == Form::kDims) {
     if (k == "sum") return x.sum(a.dims, a.keepdim);
     if (k == "mean") return x.mean(a.dims, a.keepdim);
   }
@@ -96,15 +88,9 @@ std::map<std::string, OpDef> build_registry() {
     const char* kind;
     Member0 fn;
   };
-  for (U u : {U{"neg", "neg", &Tensor::neg}, U{"abs", "abs", &Tensor::abs}, U{"exp", "exp", &Tensor::exp},
-              U{"log", "log", &Tensor::log}, U{"log1p", "log1p", &Tensor::log1p}, U{"sqrt", "sqrt", &Tensor::sqrt},
-              U{"rsqrt", "rsqrt", &Tensor::rsqrt}, U{"sin", "sin", &Tensor::sin}, U{"cos", "cos", &Tensor::cos},
-              U{"tanh", "tanh", &Tensor::tanh}, U{"sigmoid", "sigmoid", &Tensor::sigmoid},
-              U{"relu", "relu", &Tensor::relu}, U{"gelu", "gelu", &Tensor::gelu}, U{"erf", "erf", &Tensor::erf},
-              U{"reciprocal", "recip", &Tensor::reciprocal}, U{"floor", "floor", &Tensor::floor},
-              U{"ceil", "ceil", &Tensor::ceil}, U{"round", "round", &Tensor::round},
-              U{"sign", "sign", &Tensor::sign}, U{"square", "square", &Tensor::square},
-              U{"logical_not", "logical_not", &Tensor::logical_not}}) {
+#define TW_UNARY_ENTRY(Kind, ir_name, api_name, ...) U{#api_name, #ir_name, &Tensor::api_name},
+  for (U u : {TW_UNARY_KINDS(TW_UNARY_ENTRY)}) {
+#undef TW_UNARY_ENTRY
     std::string kind = u.kind;
     def(u.api, [fn = u.fn](const Ts& x, const Attrs&, const Device&) { return (x[0].*fn)(); },
         [kind](const Hs& x, const Attrs&) { return ref::unary(kind, x[0]); });
@@ -115,12 +101,9 @@ std::map<std::string, OpDef> build_registry() {
     const char* kind;
     Member1 fn;
   };
-  for (B b : {B{"add", &Tensor::add}, B{"sub", &Tensor::sub}, B{"mul", &Tensor::mul}, B{"div", &Tensor::div},
-              B{"pow", &Tensor::pow}, B{"maximum", &Tensor::maximum}, B{"minimum", &Tensor::minimum},
-              B{"remainder", &Tensor::remainder}, B{"eq", &Tensor::eq}, B{"ne", &Tensor::ne}, B{"lt", &Tensor::lt},
-              B{"le", &Tensor::le}, B{"gt", &Tensor::gt}, B{"ge", &Tensor::ge},
-              B{"logical_and", &Tensor::logical_and}, B{"logical_or", &Tensor::logical_or},
-              B{"logical_xor", &Tensor::logical_xor}}) {
+#define TW_BINARY_ENTRY(Kind, ir_name, api_name, ...) B{#api_name, &Tensor::api_name},
+  for (B b : {TW_BINARY_KINDS(TW_BINARY_ENTRY)}) {
+#undef TW_BINARY_ENTRY
     std::string kind = b.kind;
     def(kind, [fn = b.fn](const Ts& x, const Attrs&, const Device&) { return (x[0].*fn)(x[1]); },
         [kind](const Hs& x, const Attrs&) { return ref::binary(kind, x[0], x[1]); });
@@ -131,10 +114,14 @@ std::map<std::string, OpDef> build_registry() {
     const char* kind;
     MemberS fn;
   };
-  for (S s : {S{"add", &Tensor::add}, S{"sub", &Tensor::sub}, S{"mul", &Tensor::mul}, S{"div", &Tensor::div},
-              S{"pow", &Tensor::pow}, S{"remainder", &Tensor::remainder}, S{"eq", &Tensor::eq},
-              S{"ne", &Tensor::ne}, S{"lt", &Tensor::lt}, S{"le", &Tensor::le}, S{"gt", &Tensor::gt},
-              S{"ge", &Tensor::ge}}) {
+  // The kinds whose scalar column (ir/ops.h) is kScalarApi.
+#define TW_SCALAR_ENTRY(Kind, ir_name, api_name, grad, scalar) TW_SCALAR_ENTRY_##scalar(api_name)
+#define TW_SCALAR_ENTRY_kScalarApi(api_name) S{#api_name, &Tensor::api_name},
+#define TW_SCALAR_ENTRY_kNoScalarApi(api_name)
+  for (S s : {TW_BINARY_KINDS(TW_SCALAR_ENTRY)}) {
+#undef TW_SCALAR_ENTRY
+#undef TW_SCALAR_ENTRY_kScalarApi
+#undef TW_SCALAR_ENTRY_kNoScalarApi
     std::string kind = s.kind;
     def(kind + "_scalar",
         [fn = s.fn, kind](const Ts& x, const Attrs& a, const Device&) {
@@ -190,7 +177,9 @@ std::map<std::string, OpDef> build_registry() {
       [](const Hs& x, const Attrs& a) { return ref::cast(x[0], *a.dtype); });
 
   // ---- reductions: "<kind>" (all dims), "<kind>_dim" (dim, keepdim), "<kind>_dims" (dims, keepdim) ----
-  for (std::string k : {"sum", "mean", "prod", "max", "min", "argmax", "argmin"}) {
+#define TW_REDUCE_NAME(Kind, ir_name, api_name, ...) #api_name,
+  for (std::string k : {TW_REDUCE_KINDS(TW_REDUCE_NAME)}) {
+#undef TW_REDUCE_NAME
     def(k, [k](const Ts& x, const Attrs& a, const Device&) { return call_reduce(k, Form::kAll, x[0], a); },
         [k](const Hs& x, const Attrs&) { return ref::reduce(k, x[0], {}, false); });
     def(k + "_dim", [k](const Ts& x, const Attrs& a, const Device&) { return call_reduce(k, Form::kDim, x[0], a); },
