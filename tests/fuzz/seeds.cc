@@ -9,11 +9,9 @@
 #include <fstream>
 #include <set>
 #include <string>
-#include <unordered_map>
 
 #include "fuzz_util.h"
 #include "ir/codec.h"
-#include "ir/infer.h"
 #include "ir/printer.h"
 
 namespace tw::fuzz {
@@ -109,22 +107,15 @@ std::vector<Op> program() {
 
 // Every op must infer against the tensors the ops before it made, and every op kind appear.
 bool program_is_valid(const std::vector<Op>& ops) {
-  std::unordered_map<TensorId, TensorMeta> table;
-  const MetaLookup lookup = [&](TensorId id) -> Result<TensorMeta> {
-    auto it = table.find(id);
-    if (it == table.end()) return not_found("no tensor " + std::to_string(id));
-    return it->second;
-  };
+  MetaTable table;
   std::set<OpCode> codes;
   for (const Op& op : ops) {
-    Result<std::vector<TensorMeta>> metas = infer(op, lookup);
-    if (!metas.ok()) {
+    Status st = table.apply(op);
+    if (!st.ok()) {
       std::fprintf(stderr, "tw_fuzz_seeds: %s: %s\n", to_string(op).c_str(),
-                   metas.status().to_string().c_str());
+                   st.to_string().c_str());
       return false;
     }
-    const std::vector<TensorId> outs = op_outputs(op);
-    for (size_t i = 0; i < outs.size(); ++i) table[outs[i]] = (*metas)[i];
     codes.insert(op_code(op));
   }
   if (static_cast<int>(codes.size()) != kNumOps) {
@@ -146,7 +137,7 @@ class Corpus {
     ++count_;
   }
   void add(const std::string& target, const std::string& name, const protocol::OutFrame& f) {
-    add(target, name, flatten(f));
+    add(target, name, testing::flatten(f));
   }
   bool ok() const { return ok_; }
   int count() const { return count_; }
@@ -181,13 +172,13 @@ int run(const fs::path& dir) {
 
   BatchWriter bw;
   for (const Op& op : ops) bw.add_op(op);
-  const std::vector<uint8_t> all_ops = flatten(bw.take());
+  const std::vector<uint8_t> all_ops = testing::flatten(bw.take());
   bw.add_read(1, 39);
   bw.add_sync(2);
   bw.add_drop({1, 2, 3});
   bw.add_stats(3);
-  const std::vector<uint8_t> other_tasks = flatten(bw.take());
-  const std::vector<uint8_t> empty_batch = flatten(bw.take());
+  const std::vector<uint8_t> other_tasks = testing::flatten(bw.take());
+  const std::vector<uint8_t> empty_batch = testing::flatten(bw.take());
   for (const char* target : {"batch", "infer"}) {
     c.add(target, "program", all_ops);
     c.add(target, "read_sync_drop_stats", other_tasks);
@@ -231,7 +222,7 @@ int run(const fs::path& dir) {
   encode_session_error(invalid_argument("batch task 0 of 1: matmul: bad"), f);
   c.add("server_msg", "session_error", f);
 
-  const std::vector<uint8_t> hello_bytes = flatten(hello);
+  const std::vector<uint8_t> hello_bytes = testing::flatten(hello);
   c.add("frame", "hello_batch", stream(255, 255, {hello_bytes, other_tasks}));
   c.add("frame", "small_staging", stream(2, 3, {hello_bytes, {}, other_tasks, empty_batch}));
   c.add("frame", "large_frame", stream(0, 16, {all_ops}));
