@@ -2,10 +2,16 @@
 # together. Configuring happens once per build folder (Ninja re-runs CMake by itself when a
 # CMakeLists.txt changes), so re-running make goes straight to the incremental build.
 #   make run     make test     make bench     make bench-train     make bench-remote
-#   make asan    make format   make clean
+#   make asan    make fuzz     make format   make clean
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+# Seconds each fuzz target runs (tests/fuzz/README.md); .ci/run uses a short run.
+FUZZ_SECONDS ?= 60
+# libFuzzer comes with clang; clang-14 with libstdc++ 12 rejects std::views and
+# std::source_location, so the fuzz build uses clang-16.
+FUZZ_CXX   ?= clang++-16
 JOBS       ?= $(shell nproc)
 # Tests run two at a time: each test may itself use every core through the intra-op pool.
 TEST_JOBS  ?= 2
@@ -15,7 +21,7 @@ TEST_TIMEOUT ?= 300
 # device served in-process; apps/train_digits.cc).
 RUN_APP    ?= apps/train_digits
 
-.PHONY: all build run test bench bench-train bench-remote asan format clean bootstrap
+.PHONY: all build run test bench bench-train bench-remote asan fuzz format clean bootstrap
 .DEFAULT_GOAL := build
 all: build
 
@@ -56,6 +62,20 @@ asan: $(ASAN_BUILD)/build.ninja
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure --no-tests=error -j $(TEST_JOBS) \
 	  --timeout $(TEST_TIMEOUT)
 
+# The root CMakeLists.txt requires OpenMP, which clang-16 finds only with its own runtime
+# (libomp-16-dev); the fuzz targets compile nothing with OpenMP, so it is pointed at GCC's libgomp,
+# the runtime Debian's oneDNN uses anyway.
+FUZZ_OPENMP = -DOpenMP_CXX_FLAGS=-fopenmp=libgomp -DOpenMP_CXX_LIB_NAMES=gomp \
+  -DOpenMP_gomp_LIBRARY=$$(g++ -print-file-name=libgomp.so)
+$(FUZZ_BUILD)/build.ninja: | bootstrap
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_COMPILER=$(FUZZ_CXX) -DTW_FUZZ=ON -DTW_WITH_TORCH=OFF -DTW_BUILD_TESTS=OFF \
+	  -DTW_BUILD_BENCH=OFF $(FUZZ_OPENMP)
+
+fuzz: $(FUZZ_BUILD)/build.ninja
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target tw_fuzz_all
+	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 FORMAT_DIRS := src include tests bench apps
 format:
 	@command -v clang-format >/dev/null || { \
@@ -63,4 +83,4 @@ format:
 	find $(FORMAT_DIRS) -type f \( -name '*.cc' -o -name '*.h' \) -print0 | xargs -0 -r clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

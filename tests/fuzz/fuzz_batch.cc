@@ -1,0 +1,22 @@
+// decode_batch (src/protocol/messages.h): every frame a session sends after its hello, with the
+// op decoder (src/ir/codec.h) under it.
+#include "fuzz_util.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace tw::protocol;
+  std::vector<Task> tasks;
+  if (!decode_batch(tw::Buffer::copy_of(data, size), tasks).ok()) return 0;
+  BatchWriter w;
+  for (const Task& t : tasks) {
+    switch (t.kind) {
+      case TaskKind::kOp: w.add_op(t.op); break;
+      case TaskKind::kRead: w.add_read(t.request_id, t.id); break;
+      case TaskKind::kSync: w.add_sync(t.request_id); break;
+      case TaskKind::kDrop: w.add_drop(t.ids); break;
+      case TaskKind::kStats: w.add_stats(t.request_id); break;
+      default: tw::fuzz::fail("decode_batch accepted an unknown task kind");
+    }
+  }
+  tw::fuzz::check_round_trip(w.take(), data, size, "batch re-encodes differently");
+  return 0;
+}

@@ -1,0 +1,247 @@
+// Writes the fuzz targets' seed corpora: valid encodings made by the encoders themselves, so
+// that the fuzzers start from inputs the decoders accept and mutate from there.
+//   tw_fuzz_seeds DIR   writes DIR/<target>/<name> for every target in tests/fuzz
+// The op program below uses every op in TW_OP_LIST on inputs it creates first; the tool checks
+// that inference accepts each op (the validator's corpus must be valid) and that no op is left
+// out, and fails otherwise, so a new op without a seed breaks the fuzz run.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "fuzz_util.h"
+#include "ir/codec.h"
+#include "ir/printer.h"
+
+namespace tw::fuzz {
+namespace {
+
+using namespace ir;
+namespace fs = std::filesystem;
+
+// A program over every op: creation ops make the inputs (ids 1..), then each op reads them.
+std::vector<Op> program() {
+  const float host[4] = {1, 2, 3, 4};
+  const Bytes host_bytes{Buffer::copy_of(host, sizeof(host))};
+  return {
+      Full{.out = {1}, .shape = {2, 4, 6, 6}, .dtype = kF32, .value = 1.5},
+      Arange{.out = {2}, .start = 0, .end = 4, .step = 1, .dtype = kI64},
+      Eye{.out = {3}, .n = 4, .m = 4, .dtype = kF32},
+      FromHost{.out = {4}, .shape = {2, 2}, .dtype = kF32, .data = host_bytes},
+      RandUniform{.out = {5}, .shape = {4, 4}, .dtype = kF32, .seed = 7, .low = -1, .high = 1},
+      RandNormal{.out = {6}, .shape = {2, 4, 6, 6}, .dtype = kF32, .seed = 8, .mean = 0, .std = 1},
+      Bernoulli{.p = {5}, .out = {7}, .seed = 9},
+      Unary{.kind = UnaryKind::kExp, .x = {3}, .out = {8}},
+      Binary{.kind = BinaryKind::kAdd, .a = {3}, .b = {5}, .out = {9}},
+      BinaryScalar{.kind = BinaryKind::kMul, .a = {3}, .s = 2.0, .reverse = true, .out = {10}},
+      Full{.out = {11}, .shape = {4, 4}, .dtype = kBool, .value = 1},
+      Where{.cond = {11}, .a = {3}, .b = {5}, .out = {12}},
+      Clamp{.x = {3}, .has_lo = true, .lo = -1, .has_hi = true, .hi = 1.0, .out = {13}},
+      MaskedFill{.x = {3}, .mask = {11}, .value = 0.5, .out = {14}},
+      Cast{.x = {3}, .dtype = kF64, .out = {15}},
+      Reduce{.kind = ReduceKind::kSum, .x = {1}, .dims = {1, -1}, .keepdim = true, .out = {16}},
+      Cumsum{.x = {3}, .dim = 1, .out = {17}},
+      MatMul{.a = {3}, .b = {5}, .out = {18}},
+      Reshape{.x = {3}, .shape = {2, -1}, .out = {19}},
+      Permute{.x = {1}, .dims = {0, 2, 3, 1}, .out = {20}},
+      Expand{.x = {4}, .shape = {3, -1, 2}, .out = {21}},
+      Slice{.x = {3}, .starts = {0, 1}, .ends = {4, 4}, .steps = {2, 1}, .out = {22}},
+      SliceAssign{
+          .x = {3}, .src = {4}, .starts = {0, 0}, .ends = {2, 2}, .steps = {1, 1}, .out = {23}},
+      Cat{.xs = {{3}, {5}}, .dim = 0, .out = {24}},
+      Flip{.x = {3}, .dims = {0}, .out = {25}},
+      Repeat{.x = {3}, .repeats = {2, 1}, .out = {26}},
+      Full{.out = {27}, .shape = {4, 4}, .dtype = kI64, .value = 1},
+      Gather{.x = {3}, .dim = 1, .index = {27}, .out = {28}},
+      ScatterAdd{.x = {3}, .dim = 0, .index = {27}, .src = {5}, .out = {29}},
+      IndexSelect{.x = {3}, .dim = 0, .index = {2}, .out = {30}},
+      OneHot{.x = {2}, .num_classes = 4, .out = {31}},
+      Softmax{.x = {3}, .dim = 1, .log = true, .out = {32}},
+      Full{.out = {33}, .shape = {8, 2, 3, 3}, .dtype = kF32, .value = 0.25},
+      Full{.out = {34}, .shape = {8}, .dtype = kF32, .value = 0},
+      Conv2d{.x = {1},
+             .w = {33},
+             .bias = {34},
+             .stride = {1, 1},
+             .padding = {1, 1},
+             .dilation = {1, 1},
+             .groups = 2,
+             .out = {35}},
+      Pool2d{.kind = PoolKind::kMax,
+             .x = {1},
+             .kernel = {2, 2},
+             .stride = {2, 2},
+             .padding = {0, 0},
+             .out = {36}},
+      AdaptiveAvgPool2d{.x = {1}, .output_size = {2, 3}, .out = {37}},
+      Full{.out = {38}, .shape = {6, 6}, .dtype = kF32, .value = 1},
+      LayerNorm{
+          .x = {1}, .weight = {38}, .bias = {38}, .normalized_dims = 2, .eps = 1e-5, .out = {39}},
+      Conv2dBackwardInput{.grad = {35},
+                          .w = {33},
+                          .x_shape = {2, 4, 6, 6},
+                          .stride = {1, 1},
+                          .padding = {1, 1},
+                          .dilation = {1, 1},
+                          .groups = 2,
+                          .out = {40}},
+      Conv2dBackwardWeight{.grad = {35},
+                           .x = {1},
+                           .w_shape = {8, 2, 3, 3},
+                           .stride = {1, 1},
+                           .padding = {1, 1},
+                           .dilation = {1, 1},
+                           .groups = 2,
+                           .out = {41}},
+      Pool2dBackward{.kind = PoolKind::kAvg,
+                     .grad = {36},
+                     .x = {1},
+                     .kernel = {2, 2},
+                     .stride = {2, 2},
+                     .padding = {0, 0},
+                     .out = {42}},
+      AdaptiveAvgPool2dBackward{.grad = {37}, .input_size = {6, 6}, .out = {43}},
+  };
+}
+
+// Every op must infer against the tensors the ops before it made, and every op kind appear.
+bool program_is_valid(const std::vector<Op>& ops) {
+  MetaTable table;
+  std::set<OpCode> codes;
+  for (const Op& op : ops) {
+    Status st = table.apply(op);
+    if (!st.ok()) {
+      std::fprintf(stderr, "tw_fuzz_seeds: %s: %s\n", to_string(op).c_str(),
+                   st.to_string().c_str());
+      return false;
+    }
+    codes.insert(op_code(op));
+  }
+  if (static_cast<int>(codes.size()) != kNumOps) {
+    std::fprintf(stderr, "tw_fuzz_seeds: the program uses %zu of %d ops; add the others\n",
+                 codes.size(), kNumOps);
+    return false;
+  }
+  return true;
+}
+
+class Corpus {
+ public:
+  explicit Corpus(fs::path root) : root_(std::move(root)) {}
+  void add(const std::string& target, const std::string& name, const std::vector<uint8_t>& b) {
+    fs::create_directories(root_ / target);
+    std::ofstream out(root_ / target / name, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    ok_ = ok_ && out.good();
+    ++count_;
+  }
+  void add(const std::string& target, const std::string& name, const protocol::OutFrame& f) {
+    add(target, name, testing::flatten(f));
+  }
+  bool ok() const { return ok_; }
+  int count() const { return count_; }
+
+ private:
+  fs::path root_;
+  bool ok_ = true;
+  int count_ = 0;
+};
+
+// A byte stream of frames for fuzz_frame: [staging selector][piece selector] then the frames.
+std::vector<uint8_t> stream(uint8_t staging, uint8_t piece,
+                            const std::vector<std::vector<uint8_t>>& payloads) {
+  std::vector<uint8_t> out{staging, piece};
+  for (const auto& p : payloads) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(p.size() >> (8 * i)));
+    out.insert(out.end(), p.begin(), p.end());
+  }
+  return out;
+}
+
+int run(const fs::path& dir) {
+  using namespace protocol;
+  const std::vector<Op> ops = program();
+  if (!program_is_valid(ops)) return 1;
+  Corpus c(dir);
+
+  for (const Op& op : ops) {
+    c.add("op", std::string(op_code_name(op_code(op))) + "_" + std::to_string(c.count()),
+          encode_op(op));
+  }
+
+  BatchWriter bw;
+  for (const Op& op : ops) bw.add_op(op);
+  const std::vector<uint8_t> all_ops = testing::flatten(bw.take());
+  bw.add_read(1, 39);
+  bw.add_sync(2);
+  bw.add_drop({1, 2, 3});
+  bw.add_stats(3);
+  const std::vector<uint8_t> other_tasks = testing::flatten(bw.take());
+  const std::vector<uint8_t> empty_batch = testing::flatten(bw.take());
+  for (const char* target : {"batch", "infer"}) {
+    c.add(target, "program", all_ops);
+    c.add(target, "read_sync_drop_stats", other_tasks);
+    c.add(target, "empty", empty_batch);
+  }
+
+  OutFrame hello;
+  encode_hello(Hello{.device_index = 1, .credential = "token"}, hello);
+  OutFrame enumerate;
+  encode_hello(Hello{.device_index = kEnumerateOnly}, enumerate);
+  c.add("hello", "hello", hello);
+  c.add("hello", "enumerate", enumerate);
+
+  Welcome welcome{.session_id = 42,
+                  .server_id = "server-1",
+                  .device_index = 1,
+                  .devices = {{"cpu:0", "cpu", 1 << 30, 0x3F}, {"torch:0", "torch", 1 << 20, 3}},
+                  .limits = {1 << 28, 1 << 30, 64, 8}};
+  OutFrame f;
+  encode_welcome(welcome, f);
+  c.add("server_msg", "welcome", f);
+  f = {};
+  encode_refuse(Refuse{RefuseReason::kBadVersion, "server speaks 1..1"}, f);
+  c.add("server_msg", "refuse", f);
+  f = {};
+  const float values[6] = {1, 2, 3, 4, 5, 6};
+  encode_read_result(7, TensorData{{{2, 3}, kF32}, Buffer::copy_of(values, sizeof(values))}, f);
+  c.add("server_msg", "read_result", f);
+  f = {};
+  encode_read_result(8, Result<TensorData>(not_found("no tensor 5")), f);
+  c.add("server_msg", "read_error", f);
+  f = {};
+  encode_sync_result(9, Status::OK(), f);
+  c.add("server_msg", "sync_result", f);
+  f = {};
+  encode_stats_result(
+      10, ServerStats{.sessions = 2, .bytes_held = 100, .per_session_bytes = {{1, 60}, {2, 40}}},
+      f);
+  c.add("server_msg", "stats_result", f);
+  f = {};
+  encode_session_error(invalid_argument("batch task 0 of 1: matmul: bad"), f);
+  c.add("server_msg", "session_error", f);
+
+  const std::vector<uint8_t> hello_bytes = testing::flatten(hello);
+  c.add("frame", "hello_batch", stream(255, 255, {hello_bytes, other_tasks}));
+  c.add("frame", "small_staging", stream(2, 3, {hello_bytes, {}, other_tasks, empty_batch}));
+  c.add("frame", "large_frame", stream(0, 16, {all_ops}));
+
+  if (!c.ok()) {
+    std::fprintf(stderr, "tw_fuzz_seeds: cannot write under %s\n", dir.c_str());
+    return 1;
+  }
+  std::printf("tw_fuzz_seeds: %d seeds under %s\n", c.count(), dir.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace tw::fuzz
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  return tw::fuzz::run(argv[1]);
+}
