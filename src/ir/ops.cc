@@ -1,7 +1,9 @@
 #include "ir/ops.h"
 
+#include <bit>
 #include <cstring>
 #include <functional>
+#include <tuple>
 
 namespace tw::ir {
 
@@ -111,13 +113,27 @@ struct IoCollector {
   void operator()(const char*, const T&) const {}
 };
 
+// Attributes compare by value, doubles by their bits: an op carrying NaN equals itself (as
+// Scalar's == treats NaN), which a plain == would deny. Equal bits hash equally (HashVisitor).
+inline bool same_field(double a, double b) {
+  return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
+}
+template <class T>
+bool same_field(const T& a, const T& b) {
+  return a == b;
+}
+
 struct EqVisitor {
   template <class T>
   bool operator()(const T& a, const T& b) const {
     if constexpr (std::is_same_v<T, std::monostate>) {
       return true;
     } else {
-      return a.tie() == b.tie();
+      return std::apply(
+          [&](const auto&... x) {
+            return std::apply([&](const auto&... y) { return (same_field(x, y) && ...); }, b.tie());
+          },
+          a.tie());
     }
   }
   template <class T, class U>
