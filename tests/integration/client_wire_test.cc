@@ -111,7 +111,7 @@ class StandInServer {
   std::string error_;
 };
 
-// One letter per task: o(p), d(rop), s(ync), r(ead), t (stats).
+// One letter per task: o(p), d(rop), s(ync), r(ead), t (stats), g (register graph), x (run one).
 std::string kinds(const std::vector<proto::Task>& tasks) {
   std::string s;
   for (const proto::Task& t : tasks) {
@@ -121,6 +121,8 @@ std::string kinds(const std::vector<proto::Task>& tasks) {
       case proto::TaskKind::kSync: s += 's'; break;
       case proto::TaskKind::kRead: s += 'r'; break;
       case proto::TaskKind::kStats: s += 't'; break;
+      case proto::TaskKind::kRegisterGraph: s += 'g'; break;
+      case proto::TaskKind::kRunGraph: s += 'x'; break;
     }
   }
   return s;

@@ -105,7 +105,9 @@ Result<ir::GraphId> register_graph(Session& s, const ir::Graph& g) {
   Replies r;
   run(s, b, r);
   EXPECT_EQ(r.got.size(), 1u);
-  if (!r.got.empty()) EXPECT_EQ(r.got[0].request_id, 5u);
+  if (!r.got.empty()) {
+    EXPECT_EQ(r.got[0].request_id, 5u);
+  }
   return graph_reply(r);
 }
 
@@ -285,6 +287,11 @@ TEST(SessionGraphs, AnOutputThatViewsAnIntermediateLeavesTheArena) {
   EXPECT_EQ(va, std::vector<float>(6, 3.0f));
   EXPECT_EQ(vc, std::vector<float>(6, 6.0f));
   EXPECT_EQ(a->meta.shape, (Shape{2, 3}));
+  // Had an output kept the arena block, the runs after the first would have needed fresh ones.
+  auto mem = s->graph_memory(*id);
+  ASSERT_TRUE(mem.ok());
+  EXPECT_EQ(mem->allocations, 3u);
+  EXPECT_EQ(mem->fresh_allocations, 0u);
 }
 
 TEST(SessionGraphs, BadRunsPoisonTheirOutputsWithTheReason) {
