@@ -30,7 +30,7 @@ void usage(FILE* to) {
                "  --max-frame BYTES     largest frame a client may send (default 1073741824)\n"
                "  --session-memory BYTES  tensor bytes one session may hold (default 8 GiB)\n"
                "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
-               "  --max-graph-ops N     ops one session's registered graphs may hold (default 1048576)\n"
+               "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
                "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
                "                        on the client side); it travels in clear text until TLS exists\n");
 }

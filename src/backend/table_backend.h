@@ -6,8 +6,14 @@
 // the op with ir::infer, and only then calls the backend's run(). Whatever run() returns or
 // throws, the op's outputs end up either set or poisoned, and no exception leaves execute().
 //
-// Graphs (register_graph, run_graph) are validated once with ir::validate_graph and run op by op
-// through execute(), so a run computes exactly what the same ops submitted eagerly would.
+// Graphs (register_graph, run_graph) are validated once with ir::validate_graph, which is what
+// lets a run skip execute()'s per-op checks: registration renumbers the graph's tensors to dense
+// slots (ids from the graph's own range at kGraphScratchIds and up) and keeps each op's inferred
+// output metas, and a run hands each op with those metas straight to the backend's run(), the
+// kernels execute() would call, so it computes exactly what the same ops submitted eagerly would.
+// Within a run the tensors live in the graph's slot array, not the table (tensor() looks there
+// for the graph's ids), and a poisoned input poisons what is computed from it as in eager
+// execution; the outputs move to the table under the caller's ids at the end.
 //
 // A backend that can take kernel outputs from a given pool (plans_graph_buffers: the cpu backend)
 // gets an arena per graph, planned at registration: walking the ops with the plan's liveness,
@@ -27,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -41,9 +48,9 @@
 
 namespace tw {
 
-// A graph run's intermediates live under ids from here up: the API's ids count up from 1 and
-// never get there. (A server that runs graphs for peers, which pick ids freely, must keep them
-// below it; an id taken already only fails the run, as execute() refuses a used output id.)
+// Within a graph run the graph's tensors have ids from here up (each registered graph has a range
+// of its own). They live in the graph's slots, never in the table, and only the graph's ops name
+// them, so no id a caller picks (the API's count up from 1; a peer's are anything) can clash.
 inline constexpr ir::TensorId kGraphScratchIds = ir::TensorId{1} << 63;
 
 template <class T>
@@ -89,6 +96,7 @@ class TableBackend : public Backend {
 
   // A live tensor, or the error it was poisoned with.
   Result<const T*> tensor(ir::TensorId id) const {
+    if (slots_ && id - slot_base_ < slots_->size()) return slot_tensor((*slots_)[id - slot_base_], id);
     auto it = table_.find(id);
     if (it == table_.end()) return not_found("unknown tensor id " + tensor_id_str(id));
     if (auto* p = std::get_if<Poisoned>(&it->second)) return p->error;
@@ -132,9 +140,8 @@ class TableBackend : public Backend {
     if (sid) {
       auto& [refs, held] = storages_[sid];
       if (refs++ == 0) {
-        // An arena block was counted when its graph was registered.
-        held = arena_ && in_arena(t, *arena_) ? 0 : bytes;
-        bytes_held_ += held;
+        held = bytes;
+        bytes_held_ += bytes;
       }
     }
     table_.insert_or_assign(id, Entry(std::move(t)));
@@ -151,23 +158,42 @@ class TableBackend : public Backend {
     table_.erase(it);
   }
 
+  // A registered graph, as registration prepared it for runs. Slot j is the graph's tensor with
+  // id base + j: first the inputs, then every op output in op order.
+  struct GraphOp {
+    ir::Op op;                       // its ids are slot ids
+    std::vector<TensorMeta> metas;   // its outputs' metas, inferred at registration
+    uint32_t in_begin = 0, in_end = 0, out_begin = 0, out_end = 0, free_begin = 0, free_end = 0;
+    bool from_arena = false;         // its outputs are all intermediates: allocate from the arena
+  };
   struct RegisteredGraph {
-    ir::Graph graph;
-    ir::GraphPlan plan;
-    // Per op: whether its outputs are all intermediates, so it allocates from the arena.
-    std::vector<bool> from_arena;
+    std::vector<TensorMeta> input_metas;
+    std::vector<GraphOp> ops;
+    // Slot indices, shared by the ops' ranges above: inputs read, outputs made, slots freed after.
+    std::vector<uint32_t> in_slots, out_slots, free_slots;
+    std::vector<uint32_t> output_slots;  // the graph's outputs, in run order
+    ir::TensorId base = 0;
+    uint32_t slot_count = 0;
+    std::vector<std::optional<Entry>> slots;  // a run's tensors; empty between runs
     std::unique_ptr<BufferPool> arena;  // null: the backend plans no buffers
     uint64_t arena_bytes = 0;
     uint64_t reserved_blocks = 0;
   };
+  Result<const T*> slot_tensor(const std::optional<Entry>& e, ir::TensorId id) const {
+    if (!e) return not_found("unknown tensor id " + tensor_id_str(id));
+    if (auto* p = std::get_if<Poisoned>(&*e)) return p->error;
+    return &std::get<T>(*e);
+  }
+  // Renumbers the validated graph to slots and infers each op's metas.
+  RegisteredGraph prepare_graph(ir::Graph graph, const ir::GraphPlan& plan);
   // The arena a graph needs (see the top of this file); an over-limit one is refused before any
   // of it is allocated.
   Status plan_arena(RegisteredGraph& g);
-  // run_graph without the poisoning of a bad call's outputs; sets ran_ once the ops start.
-  Status run_graph_checked(ir::GraphId id, std::span<const ir::TensorId> inputs,
-                           std::span<const ir::TensorId> outputs);
-  // A run's end: graph outputs that view arena storage get storage of their own.
-  void copy_outputs_out_of_arena(std::span<const ir::TensorId> outputs);
+  // The checks of a run's arguments, before anything runs.
+  Status check_run(const RegisteredGraph& g, std::span<const ir::TensorId> inputs,
+                   std::span<const ir::TensorId> outputs) const;
+  // Runs graph op `op` on the slots; returns its error (already recorded in its outputs).
+  Status run_graph_op(RegisteredGraph& g, const GraphOp& op);
 
   // Declared before the table, so the table (whose tensors may use arena storage) goes first.
   std::unordered_map<ir::GraphId, RegisteredGraph> graphs_;
@@ -175,7 +201,9 @@ class TableBackend : public Backend {
   std::unordered_map<const void*, std::pair<size_t, size_t>> storages_;  // id -> (refs, bytes)
   uint64_t graph_bytes_ = 0;   // every graph's arena
   BufferPool* arena_ = nullptr;  // the arena of the graph op running now
-  bool ran_ = false;             // the last run_graph call got past its checks
+  // The slots of the graph running now (null: none), and the id of slot 0.
+  std::vector<std::optional<Entry>>* slots_ = nullptr;
+  ir::TensorId slot_base_ = 0;
   ir::GraphId next_graph_ = 1;
   ir::TensorId next_scratch_ = kGraphScratchIds;
   size_t bytes_held_ = 0;
@@ -219,7 +247,7 @@ Status TableBackend<T>::execute(const ir::Op& op) {
     poison(outs, nullptr, metas.status());
     return metas.status();
   }
-  if (refuse_ && !arena_) {  // an arena's tensors were counted when the graph was registered
+  if (refuse_) {
     uint64_t need = 0;
     for (const TensorMeta& m : *metas)
       need += static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
@@ -254,8 +282,9 @@ Result<ir::GraphId> TableBackend<T>::register_graph(ir::Graph graph) {
           .with_context("graph op " + std::to_string(i));
     }
   }
-  RegisteredGraph g{std::move(graph), std::move(plan), {}, nullptr, 0, 0};
+  RegisteredGraph g = prepare_graph(std::move(graph), plan);
   if (plans_graph_buffers()) TW_RETURN_NOT_OK(plan_arena(g));
+  next_scratch_ += g.slot_count;
   graph_bytes_ += g.arena_bytes;
   const ir::GraphId id = next_graph_++;
   graphs_.emplace(id, std::move(g));
@@ -263,43 +292,85 @@ Result<ir::GraphId> TableBackend<T>::register_graph(ir::Graph graph) {
 }
 
 template <class T>
-Status TableBackend<T>::plan_arena(RegisteredGraph& g) {
-  const ir::Graph& graph = g.graph;
-  std::unordered_set<ir::TensorId> outputs(graph.output_ids.begin(), graph.output_ids.end());
-  std::unordered_map<ir::TensorId, TensorMeta> metas;
-  for (size_t i = 0; i < graph.inputs.size(); ++i) metas.emplace(graph.input_ids[i], graph.inputs[i]);
+typename TableBackend<T>::RegisteredGraph TableBackend<T>::prepare_graph(
+    ir::Graph graph, const ir::GraphPlan& plan) {
+  RegisteredGraph g;
+  g.base = next_scratch_;
+  g.input_metas = std::move(graph.inputs);
+  std::unordered_map<ir::TensorId, uint32_t> slot;  // graph-local id -> slot
+  std::vector<TensorMeta> metas;                    // by slot
+  for (ir::TensorId id : graph.input_ids) {
+    slot.emplace(id, static_cast<uint32_t>(metas.size()));
+    metas.push_back(g.input_metas[metas.size()]);
+  }
   const ir::MetaLookup lookup = [&](ir::TensorId id) -> Result<TensorMeta> {
-    auto it = metas.find(id);
-    if (it == metas.end()) return not_found("tensor " + tensor_id_str(id));
-    return it->second;
+    return metas.at(id - g.base);
   };
-  std::unordered_map<ir::TensorId, size_t> block_of;  // intermediate -> its block's size class
-  std::map<size_t, std::pair<uint64_t, uint64_t>> blocks;  // size class -> (live, most live)
-  g.from_arena.assign(graph.ops.size(), false);
+  const std::function<ir::TensorId(ir::TensorId)> to_slot_id = [&](ir::TensorId local) {
+    return g.base + slot.emplace(local, static_cast<uint32_t>(slot.size())).first->second;
+  };
+  g.ops.reserve(graph.ops.size());
   for (size_t i = 0; i < graph.ops.size(); ++i) {
-    const ir::Op& op = graph.ops[i];
-    // validate_graph inferred every op already; this repeats it to learn the output sizes.
-    TW_ASSIGN_OR_RETURN(std::vector<TensorMeta> out_metas, ir::infer(op, lookup));
-    const std::vector<ir::TensorId> outs = ir::op_outputs(op);
-    bool intermediates = true;
-    for (size_t k = 0; k < outs.size(); ++k) {
-      metas.emplace(outs[k], out_metas[k]);
-      if (outputs.count(outs[k])) intermediates = false;
+    GraphOp op;
+    op.op = std::move(graph.ops[i]);
+    // Inputs were all seen before (validation), so only outputs take new slots, in op order.
+    ir::remap_op(op.op, to_slot_id);
+    // validate_graph inferred the same op on the same metas; it cannot fail here.
+    Result<std::vector<TensorMeta>> out = ir::infer(op.op, lookup);
+    op.metas = out.ok() ? std::move(out).value() : std::vector<TensorMeta>{};
+    op.in_begin = static_cast<uint32_t>(g.in_slots.size());
+    for (ir::TensorId id : ir::op_inputs(op.op)) {
+      g.in_slots.push_back(static_cast<uint32_t>(id - g.base));
     }
-    g.from_arena[i] = intermediates;
-    if (intermediates) {
-      for (size_t k = 0; k < outs.size(); ++k) {
-        const uint64_t bytes = static_cast<uint64_t>(numel(out_metas[k].shape)) *
-                               dtype_size(out_metas[k].dtype);
+    op.in_end = static_cast<uint32_t>(g.in_slots.size());
+    op.out_begin = static_cast<uint32_t>(g.out_slots.size());
+    for (ir::TensorId id : ir::op_outputs(op.op)) {
+      g.out_slots.push_back(static_cast<uint32_t>(id - g.base));
+    }
+    op.out_end = static_cast<uint32_t>(g.out_slots.size());
+    metas.resize(slot.size());
+    for (uint32_t k = op.out_begin; k < op.out_end; ++k) {
+      metas[g.out_slots[k]] = op.metas[k - op.out_begin];
+    }
+    op.free_begin = static_cast<uint32_t>(g.free_slots.size());
+    for (ir::TensorId local : plan.free_after[i]) g.free_slots.push_back(slot.at(local));
+    op.free_end = static_cast<uint32_t>(g.free_slots.size());
+    g.ops.push_back(std::move(op));
+  }
+  std::unordered_set<uint32_t> outputs;
+  for (ir::TensorId id : graph.output_ids) {
+    g.output_slots.push_back(slot.at(id));
+    outputs.insert(slot.at(id));
+  }
+  for (GraphOp& op : g.ops) {
+    op.from_arena = true;
+    for (uint32_t k = op.out_begin; k < op.out_end; ++k) {
+      if (outputs.count(g.out_slots[k])) op.from_arena = false;
+    }
+  }
+  g.slot_count = static_cast<uint32_t>(slot.size());
+  return g;
+}
+
+template <class T>
+Status TableBackend<T>::plan_arena(RegisteredGraph& g) {
+  // Walk the ops as a run does: an arena op takes a block of each output's size class, and the
+  // block returns after the tensor's last reader.
+  std::vector<size_t> block_of(g.slot_count, 0);  // slot -> its block's size class (0: none)
+  std::map<size_t, std::pair<uint64_t, uint64_t>> blocks;  // size class -> (live, most live)
+  for (const GraphOp& op : g.ops) {
+    if (op.from_arena) {
+      for (uint32_t k = op.out_begin; k < op.out_end; ++k) {
+        const TensorMeta& m = op.metas[k - op.out_begin];
+        const uint64_t bytes = static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
         const size_t cls = BufferPool::size_class(std::max<uint64_t>(bytes, 1));
         auto& [live, most] = blocks[cls];
         most = std::max(most, ++live);
-        block_of[outs[k]] = cls;
+        block_of[g.out_slots[k]] = cls;
       }
     }
-    for (ir::TensorId id : g.plan.free_after[i]) {
-      auto b = block_of.find(id);
-      if (b != block_of.end()) --blocks[b->second].first;
+    for (uint32_t k = op.free_begin; k < op.free_end; ++k) {
+      if (size_t cls = block_of[g.free_slots[k]]) --blocks[cls].first;
     }
   }
   uint64_t need = 0;
@@ -326,24 +397,6 @@ Status TableBackend<T>::plan_arena(RegisteredGraph& g) {
 }
 
 template <class T>
-void TableBackend<T>::copy_outputs_out_of_arena(std::span<const ir::TensorId> outputs) {
-  for (ir::TensorId id : outputs) {
-    auto it = table_.find(id);
-    if (it == table_.end()) continue;
-    const T* t = std::get_if<T>(&it->second);
-    if (!t || !in_arena(*t, *arena_)) continue;
-    Result<T> copy = copy_out_of_arena(*t);
-    const TensorMeta m = TableTraits<T>::meta(*t);
-    erase(it);
-    if (copy.ok()) {
-      insert(id, std::move(copy).value());
-    } else {
-      table_[id] = Poisoned{m, copy.status()};
-    }
-  }
-}
-
-template <class T>
 Result<Backend::GraphMemory> TableBackend<T>::graph_memory(ir::GraphId id) const {
   auto g = graphs_.find(id);
   if (g == graphs_.end()) return not_found("graph_memory: unknown graph " + std::to_string(id));
@@ -359,81 +412,119 @@ Result<Backend::GraphMemory> TableBackend<T>::graph_memory(ir::GraphId id) const
 }
 
 template <class T>
-Status TableBackend<T>::run_graph(ir::GraphId id, std::span<const ir::TensorId> inputs,
-                                  std::span<const ir::TensorId> outputs) {
-  Status st = run_graph_checked(id, inputs, outputs);
-  if (!st.ok() && !ran_) {
-    // A bad call: nothing ran; the outputs carry the reason (poison() leaves live ids alone).
-    poison(std::vector<ir::TensorId>(outputs.begin(), outputs.end()), nullptr, st);
-  }
-  return st;
-}
-
-template <class T>
-Status TableBackend<T>::run_graph_checked(ir::GraphId id, std::span<const ir::TensorId> inputs,
-                                          std::span<const ir::TensorId> outputs) {
-  ran_ = false;
-  auto g = graphs_.find(id);
-  if (g == graphs_.end()) return not_found("run_graph: unknown graph " + std::to_string(id));
-  const RegisteredGraph& rg = g->second;
-  const ir::Graph& graph = rg.graph;
-  const ir::GraphPlan& plan = rg.plan;
-  if (inputs.size() != graph.inputs.size() || outputs.size() != graph.output_ids.size()) {
-    return invalid_argument("run_graph: the graph takes " + std::to_string(graph.inputs.size()) +
-                            " inputs and gives " + std::to_string(graph.output_ids.size()) +
+Status TableBackend<T>::check_run(const RegisteredGraph& g, std::span<const ir::TensorId> inputs,
+                                  std::span<const ir::TensorId> outputs) const {
+  if (inputs.size() != g.input_metas.size() || outputs.size() != g.output_slots.size()) {
+    return invalid_argument("run_graph: the graph takes " + std::to_string(g.input_metas.size()) +
+                            " inputs and gives " + std::to_string(g.output_slots.size()) +
                             " outputs; " + std::to_string(inputs.size()) + " and " +
                             std::to_string(outputs.size()) + " ids were given");
   }
-  std::unordered_map<ir::TensorId, ir::TensorId> ids;  // graph-local -> table id
   for (size_t i = 0; i < inputs.size(); ++i) {
     TW_ASSIGN_OR_RETURN(TensorMeta m, meta(inputs[i]));
-    // A poisoned input passes: execute() hands its error on to what the graph computes from it.
-    if (tensor(inputs[i]).ok() && m != graph.inputs[i]) {
+    // A poisoned input passes: the run hands its error on to what the graph computes from it.
+    if (tensor(inputs[i]).ok() && m != g.input_metas[i]) {
       return invalid_argument("run_graph: input " + std::to_string(i) + " is " + meta_str(m) +
-                              ", the graph takes " + meta_str(graph.inputs[i]));
+                              ", the graph takes " + meta_str(g.input_metas[i]));
     }
-    ids[graph.input_ids[i]] = inputs[i];
   }
   std::unordered_set<ir::TensorId> fresh;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    if (outputs[k] == 0 || table_.count(outputs[k]) || !fresh.insert(outputs[k]).second) {
-      return invalid_argument("run_graph: output id " + tensor_id_str(outputs[k]) +
+  for (ir::TensorId id : outputs) {
+    if (id == 0 || table_.count(id) || !fresh.insert(id).second) {
+      return invalid_argument("run_graph: output id " + tensor_id_str(id) +
                               " is 0, in use or given twice");
     }
-    ids[graph.output_ids[k]] = outputs[k];
   }
-  for (const ir::Op& op : graph.ops) {
-    for (ir::TensorId local : ir::op_outputs(op)) ids.emplace(local, next_scratch_++);
+  return Status::OK();
+}
+
+template <class T>
+Status TableBackend<T>::run_graph(ir::GraphId id, std::span<const ir::TensorId> inputs,
+                                  std::span<const ir::TensorId> outputs) {
+  auto it = graphs_.find(id);
+  Status bad = it == graphs_.end() ? not_found("run_graph: unknown graph " + std::to_string(id))
+                                   : check_run(it->second, inputs, outputs);
+  if (!bad.ok()) {
+    // Nothing runs; the outputs carry the reason (poison() leaves live ids alone).
+    poison(std::vector<ir::TensorId>(outputs.begin(), outputs.end()), nullptr, bad);
+    return bad;
   }
-  // Validation saw every id the ops name, so each is in the map.
-  const std::function<ir::TensorId(ir::TensorId)> to_table = [&](ir::TensorId local) {
-    return ids.at(local);
-  };
-  ran_ = true;
+  RegisteredGraph& g = it->second;
+  g.slots.assign(g.slot_count, std::nullopt);  // no allocation after the first run
+  for (size_t i = 0; i < inputs.size(); ++i) g.slots[i] = table_.at(inputs[i]);
+  slots_ = &g.slots;
+  slot_base_ = g.base;
   Status first_error;
-  for (size_t i = 0; i < graph.ops.size(); ++i) {
-    ir::Op op = graph.ops[i];
-    ir::remap_op(op, to_table);
-    arena_ = rg.arena && rg.from_arena[i] ? rg.arena.get() : nullptr;
-    use_arena(arena_);
-    if (first_error.ok()) {
-      first_error = execute(op);
+  for (const GraphOp& op : g.ops) {
+    Status st = run_graph_op(g, op);
+    if (first_error.ok()) first_error = st;
+    for (uint32_t k = op.free_begin; k < op.free_end; ++k) g.slots[g.free_slots[k]].reset();
+  }
+  slots_ = nullptr;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    std::optional<Entry>& e = g.slots[g.output_slots[k]];
+    if (T* t = std::get_if<T>(&*e)) {
+      // An output that views an intermediate's arena block gets storage of its own, so every
+      // block is free again once the run is over.
+      if (g.arena && in_arena(*t, *g.arena)) {
+        Result<T> copy = copy_out_of_arena(*t);
+        if (!copy.ok()) {
+          table_[outputs[k]] = Poisoned{TableTraits<T>::meta(*t), copy.status()};
+          continue;
+        }
+        *t = std::move(copy).value();
+      }
+      insert(outputs[k], std::move(*t));
     } else {
-      fail(op, first_error);  // what execute() would do with a poisoned input, without looking
-    }
-    for (ir::TensorId local : plan.free_after[i]) {
-      auto it = table_.find(ids.at(local));
-      if (it != table_.end()) erase(it);
+      table_[outputs[k]] = std::get<Poisoned>(*e);
     }
   }
+  g.slots.clear();  // the inputs' references, and the outputs moved out
+  return first_error;
+}
+
+template <class T>
+Status TableBackend<T>::run_graph_op(RegisteredGraph& g, const GraphOp& op) {
+  auto set_outputs_poisoned = [&](const Status& err) {
+    for (uint32_t k = op.out_begin; k < op.out_end; ++k) {
+      g.slots[g.out_slots[k]] = Poisoned{op.metas[k - op.out_begin], err};
+    }
+    return err;
+  };
+  // An input poisoned by an earlier failure (or given poisoned) poisons the outputs with the
+  // same error, as in eager execution.
+  for (uint32_t k = op.in_begin; k < op.in_end; ++k) {
+    const std::optional<Entry>& e = g.slots[g.in_slots[k]];
+    if (auto* p = std::get_if<Poisoned>(&*e)) return set_outputs_poisoned(p->error);
+  }
+  if (refuse_ && !op.from_arena) {  // an arena's tensors were counted at registration
+    uint64_t need = 0;
+    for (const TensorMeta& m : op.metas)
+      need += static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
+    if (bytes_held() + need > memory_limit_) {
+      return set_outputs_poisoned(refuse_(op.op, bytes_held(), need));
+    }
+  }
+  arena_ = op.from_arena ? g.arena.get() : nullptr;
+  use_arena(arena_);
+  auto done = run_guarded(op.op, op.metas);
   use_arena(nullptr);
   arena_ = nullptr;
-  if (rg.arena) {
-    arena_ = rg.arena.get();
-    copy_outputs_out_of_arena(outputs);
-    arena_ = nullptr;
+  Status st = done.status();
+  if (done.ok() && done->size() != op.out_end - op.out_begin) {
+    st = internal_error("the " + this->name() + " backend produced " +
+                        std::to_string(done->size()) + " outputs, expected " +
+                        std::to_string(op.out_end - op.out_begin));
   }
-  return first_error;
+  if (st.ok()) {
+    for (uint32_t k = op.out_begin; k < op.out_end; ++k) {
+      g.slots[g.out_slots[k]] = Entry(std::move((*done)[k - op.out_begin]));
+    }
+    return Status::OK();
+  }
+  const std::string name = ir::op_name(op.op);
+  if (st.message().rfind(name + ":", 0) != 0) st = st.with_context(name);
+  return set_outputs_poisoned(st);
 }
 
 // A kernel that throws (out of memory, or a library's exception) fails its op, never the

@@ -40,7 +40,7 @@ class Session {
   // at most `max_graph_ops` ops together. `totals` outlives the session.
   static Result<std::unique_ptr<Session>> open(uint64_t id, const std::string& backend,
                                                uint64_t memory_quota, SessionTotals& totals,
-                                               uint64_t max_graph_ops = uint64_t{1} << 20);
+                                               uint64_t max_graph_ops = uint64_t{1} << 18);
   // Frees the session's tensors and graphs.
   ~Session();
   Session(const Session&) = delete;
