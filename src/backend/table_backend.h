@@ -96,7 +96,8 @@ class TableBackend : public Backend {
 
   // A live tensor, or the error it was poisoned with.
   Result<const T*> tensor(ir::TensorId id) const {
-    if (slots_ && id - slot_base_ < slots_->size()) return slot_tensor((*slots_)[id - slot_base_], id);
+    if (slots_ && id - slot_base_ < slots_->size())
+      return slot_tensor((*slots_)[id - slot_base_], id);
     auto it = table_.find(id);
     if (it == table_.end()) return not_found("unknown tensor id " + tensor_id_str(id));
     if (auto* p = std::get_if<Poisoned>(&it->second)) return p->error;
@@ -161,10 +162,10 @@ class TableBackend : public Backend {
   // A registered graph, as registration prepared it for runs. Slot j is the graph's tensor with
   // id base + j: first the inputs, then every op output in op order.
   struct GraphOp {
-    ir::Op op;                       // its ids are slot ids
-    std::vector<TensorMeta> metas;   // its outputs' metas, inferred at registration
+    ir::Op op;                      // its ids are slot ids
+    std::vector<TensorMeta> metas;  // its outputs' metas, inferred at registration
     uint32_t in_begin = 0, in_end = 0, out_begin = 0, out_end = 0, free_begin = 0, free_end = 0;
-    bool from_arena = false;         // its outputs are all intermediates: allocate from the arena
+    bool from_arena = false;  // its outputs are all intermediates: allocate from the arena
   };
   struct RegisteredGraph {
     std::vector<TensorMeta> input_metas;
@@ -175,7 +176,7 @@ class TableBackend : public Backend {
     ir::TensorId base = 0;
     uint32_t slot_count = 0;
     std::vector<std::optional<Entry>> slots;  // a run's tensors; empty between runs
-    std::unique_ptr<BufferPool> arena;  // null: the backend plans no buffers
+    std::unique_ptr<BufferPool> arena;        // null: the backend plans no buffers
     uint64_t arena_bytes = 0;
     uint64_t reserved_blocks = 0;
   };
@@ -199,7 +200,7 @@ class TableBackend : public Backend {
   std::unordered_map<ir::GraphId, RegisteredGraph> graphs_;
   Table table_;
   std::unordered_map<const void*, std::pair<size_t, size_t>> storages_;  // id -> (refs, bytes)
-  uint64_t graph_bytes_ = 0;   // every graph's arena
+  uint64_t graph_bytes_ = 0;                                             // every graph's arena
   BufferPool* arena_ = nullptr;  // the arena of the graph op running now
   // The slots of the graph running now (null: none), and the id of slot 0.
   std::vector<std::optional<Entry>>* slots_ = nullptr;
@@ -512,9 +513,9 @@ Status TableBackend<T>::run_graph_op(RegisteredGraph& g, const GraphOp& op) {
   arena_ = nullptr;
   Status st = done.status();
   if (done.ok() && done->size() != op.out_end - op.out_begin) {
-    st = internal_error("the " + this->name() + " backend produced " +
-                        std::to_string(done->size()) + " outputs, expected " +
-                        std::to_string(op.out_end - op.out_begin));
+    st =
+        internal_error("the " + this->name() + " backend produced " + std::to_string(done->size()) +
+                       " outputs, expected " + std::to_string(op.out_end - op.out_begin));
   }
   if (st.ok()) {
     for (uint32_t k = op.out_begin; k < op.out_end; ++k) {

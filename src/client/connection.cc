@@ -227,11 +227,11 @@ Result<ir::GraphId> Connection::register_graph(const ir::Graph& graph) {
       const uint64_t size = batch_.payload_size();
       batch_.remove_last();
       pending_.erase(req);
-      return resource_exhausted("register_graph: the graph of " + std::to_string(graph.ops.size()) +
-                                " ops takes " + std::to_string(size) +
-                                " bytes on the wire, over the limit of " +
-                                std::to_string(frame_limit_) + " bytes per frame of the server at " +
-                                url_.str() + " (tensorwire-server --max-frame)");
+      return resource_exhausted(
+          "register_graph: the graph of " + std::to_string(graph.ops.size()) + " ops takes " +
+          std::to_string(size) + " bytes on the wire, over the limit of " +
+          std::to_string(frame_limit_) + " bytes per frame of the server at " + url_.str() +
+          " (tensorwire-server --max-frame)");
     }
     ++counters_.round_trips;
     flush_locked();

@@ -170,7 +170,7 @@ struct ServerMessage {
   Welcome welcome;
   Refuse refuse;
   uint64_t request_id = 0;
-  Status status;          // read/sync/graph results, session errors
+  Status status;             // read/sync/graph results, session errors
   ir::GraphId graph_id = 0;  // graph results that are OK
   TensorData data;        // read results
   ServerStats stats;

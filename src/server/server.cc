@@ -374,9 +374,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       id_ = srv_.next_session.fetch_add(1);
       srv_.sessions[id_] = weak_from_this();
     }
-    auto session = server::Session::open(id_, srv_.backends[h.device_index],
-                                         srv_.opts.session_memory_bytes, srv_.totals,
-                                         srv_.opts.max_graph_ops);
+    auto session =
+        server::Session::open(id_, srv_.backends[h.device_index], srv_.opts.session_memory_bytes,
+                              srv_.totals, srv_.opts.max_graph_ops);
     if (!session.ok()) return refuse(proto::RefuseReason::kCannotHost, session.status().message());
     {
       std::lock_guard<std::mutex> lock(srv_.sessions_mu);  // snapshot() reads held() under it

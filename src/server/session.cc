@@ -36,12 +36,11 @@ void Session::set_backend_limit() {
   backend_->set_memory_limit(
       quota - std::min(quota, constants),
       [quota, constants](const ir::Op& op, uint64_t have, uint64_t need) {
-        return resource_exhausted(ir::op_name(op) +
-                                  ": session memory quota exceeded: the session holds " +
-                                  human_bytes(have + constants) + " and this op needs " +
-                                  human_bytes(need) + " more, over the quota of " +
-                                  human_bytes(quota) +
-                                  "; free tensors (drop them) or raise --session-memory");
+        return resource_exhausted(
+            ir::op_name(op) + ": session memory quota exceeded: the session holds " +
+            human_bytes(have + constants) + " and this op needs " + human_bytes(need) +
+            " more, over the quota of " + human_bytes(quota) +
+            "; free tensors (drop them) or raise --session-memory");
       });
 }
 
@@ -73,9 +72,7 @@ void Session::run(std::vector<proto::Task>& tasks, const Status& decoded, Sessio
       case proto::TaskKind::kRegisterGraph:
         proto::encode_graph_result(t.request_id, register_graph(std::move(t.graph)), f);
         break;
-      case proto::TaskKind::kRunGraph:
-        run_graph(t);
-        continue;
+      case proto::TaskKind::kRunGraph: run_graph(t); continue;
     }
     out.reply(std::move(f));
   }
@@ -94,11 +91,11 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
   // A graph of no ops still takes a table entry: it counts as one, so the count bounds both.
   const uint64_t ops = std::max<uint64_t>(graph.ops.size(), 1);
   if (graph_ops_total_ + ops > max_graph_ops_) {
-    return resource_exhausted(
-        "register_graph: the graph has " + std::to_string(graph.ops.size()) +
-        " ops and this session's graphs hold " + std::to_string(graph_ops_total_) +
-        ", over the limit of " + std::to_string(max_graph_ops_) +
-        " graph ops per session (tensorwire-server --max-graph-ops)");
+    return resource_exhausted("register_graph: the graph has " + std::to_string(graph.ops.size()) +
+                              " ops and this session's graphs hold " +
+                              std::to_string(graph_ops_total_) + ", over the limit of " +
+                              std::to_string(max_graph_ops_) +
+                              " graph ops per session (tensorwire-server --max-graph-ops)");
   }
   // Constants (FromHost ops) stay in the graph for as long as it is registered.
   uint64_t constants = 0;
@@ -107,11 +104,10 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
   }
   const uint64_t held = backend_->bytes_held() + graph_constant_bytes_;
   if (held + constants > memory_quota_) {
-    return resource_exhausted("register_graph: session memory quota exceeded: the session holds " +
-                              human_bytes(held) + " and the graph's constants take " +
-                              human_bytes(constants) + ", over the quota of " +
-                              human_bytes(memory_quota_) +
-                              "; free tensors (drop them) or raise --session-memory");
+    return resource_exhausted(
+        "register_graph: session memory quota exceeded: the session holds " + human_bytes(held) +
+        " and the graph's constants take " + human_bytes(constants) + ", over the quota of " +
+        human_bytes(memory_quota_) + "; free tensors (drop them) or raise --session-memory");
   }
   graph_constant_bytes_ += constants;
   set_backend_limit();

@@ -149,7 +149,7 @@ TEST(GraphRemote, AGraphOverTheOpQuotaIsRefused) {
   ServerProcess server({"--max-graph-ops", "8"});
   Device d = Device::remote(server.url());
   ASSERT_TRUE(d.sink()->register_graph(mlp()).ok());  // 5 ops
-  auto second = d.sink()->register_graph(mlp());       // 10
+  auto second = d.sink()->register_graph(mlp());      // 10
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted);
   EXPECT_TRUE(contains(second.status().message(), "--max-graph-ops")) << second.status().message();

@@ -413,7 +413,8 @@ TEST(Protocol, HugeGraphCountsFailWithoutAllocating) {
   std::vector<Task> tasks;
   Status st = decode_batch(to_buffer(inputs), tasks);
   EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.message();
-  std::vector<uint8_t> ops = {2, 1, 0, 0, 0, 6, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF};
+  std::vector<uint8_t> ops = {2, 1, 0, 0, 0, 6, 1, 0,    0,    0,    0,
+                              0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF};
   st = decode_batch(to_buffer(ops), tasks);
   EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.message();
   EXPECT_TRUE(tasks.empty());

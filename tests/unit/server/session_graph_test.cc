@@ -42,12 +42,7 @@ std::unique_ptr<Session> open_cpu(SessionTotals& totals, uint64_t quota = uint64
 }
 
 ir::Op full(ir::TensorId out, int64_t n, double value) {
-  ir::Full f;
-  f.out = {out};
-  f.shape = {n};
-  f.dtype = kF32;
-  f.value = ir::Scalar(value);
-  return f;
+  return ir::Full{{out}, {n}, kF32, ir::Scalar(value)};
 }
 
 ir::Op binary(ir::BinaryKind kind, ir::TensorId a, ir::TensorId b, ir::TensorId out) {
@@ -269,12 +264,7 @@ TEST(SessionGraphs, AnOutputThatViewsAnIntermediateLeavesTheArena) {
   b.add_op(full(10, 6, 1.5));
   b.add_run_graph(*id, {10}, {11});
   b.add_run_graph(*id, {10}, {12});  // reuses the arena block the first output must not share
-  ir::BinaryScalar mul;
-  mul.kind = ir::BinaryKind::kMul;
-  mul.a = {10};
-  mul.s = ir::Scalar(int64_t{2});
-  mul.out = {20};
-  b.add_op(mul);
+  b.add_op(ir::BinaryScalar{ir::BinaryKind::kMul, {10}, ir::Scalar(int64_t{2}), false, {20}});
   b.add_run_graph(*id, {20}, {13});
   Replies r;
   run(*s, b, r);
