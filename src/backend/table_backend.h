@@ -359,12 +359,16 @@ Status TableBackend<T>::plan_arena(RegisteredGraph& g) {
   // block returns after the tensor's last reader.
   std::vector<size_t> block_of(g.slot_count, 0);  // slot -> its block's size class (0: none)
   std::map<size_t, std::pair<uint64_t, uint64_t>> blocks;  // size class -> (live, most live)
+  // Sizes saturate rather than wrap: a peer's graph of huge tensors is refused below, never
+  // planned small.
+  constexpr uint64_t kHuge = uint64_t{1} << 62;
   for (const GraphOp& op : g.ops) {
     if (op.from_arena) {
       for (uint32_t k = op.out_begin; k < op.out_end; ++k) {
         const TensorMeta& m = op.metas[k - op.out_begin];
-        const uint64_t bytes = static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
-        const size_t cls = BufferPool::size_class(std::max<uint64_t>(bytes, 1));
+        const uint64_t n = static_cast<uint64_t>(numel(m.shape));
+        const uint64_t bytes = n > kHuge / 8 ? kHuge : n * dtype_size(m.dtype);
+        const size_t cls = bytes >= kHuge ? kHuge : BufferPool::size_class(std::max<uint64_t>(bytes, 1));
         auto& [live, most] = blocks[cls];
         most = std::max(most, ++live);
         block_of[g.out_slots[k]] = cls;
@@ -375,8 +379,10 @@ Status TableBackend<T>::plan_arena(RegisteredGraph& g) {
     }
   }
   uint64_t need = 0;
-  for (const auto& [cls, counts] : blocks) need += cls * counts.second;
-  if (bytes_held() + need > memory_limit_) {
+  for (const auto& [cls, counts] : blocks) {
+    need = counts.second > (kHuge - need) / cls ? kHuge : need + cls * counts.second;
+  }
+  if (need >= kHuge || bytes_held() + need > memory_limit_) {
     return resource_exhausted("register_graph: the graph's planned buffers take " +
                               std::to_string(need) + " bytes beside the " +
                               std::to_string(bytes_held()) + " held, over the limit of " +
@@ -386,11 +392,15 @@ Status TableBackend<T>::plan_arena(RegisteredGraph& g) {
   // whatever a run hands back (views can keep a block a little longer than planned, and a
   // later run then finds the extra block cached).
   g.arena = std::make_unique<BufferPool>(SIZE_MAX);
-  {
+  try {
     std::vector<Buffer> reserve;
     for (const auto& [cls, counts] : blocks) {
       for (uint64_t k = 0; k < counts.second; ++k) reserve.push_back(g.arena->allocate(cls));
     }
+  } catch (const std::bad_alloc&) {
+    g.arena.reset();
+    return resource_exhausted("register_graph: out of memory reserving the graph's planned " +
+                              std::to_string(need) + " bytes in the " + name() + " backend");
   }
   g.arena_bytes = need;
   g.reserved_blocks = g.arena->stats().allocations;
