@@ -149,7 +149,8 @@ Result<TensorData> Session::read_for_wire(ir::TensorId id) {
 }
 
 void Session::update_held() {
-  uint64_t now = backend_->bytes_held();
+  // The backend's bytes include graphs' planned buffers; their constants are the session's.
+  uint64_t now = backend_->bytes_held() + graph_constant_bytes_;
   uint64_t before = held_.exchange(now);
   totals_.bytes_held.fetch_add(static_cast<int64_t>(now) - static_cast<int64_t>(before));
 }

@@ -52,7 +52,8 @@ class Session {
   void run(std::vector<protocol::Task>& tasks, const Status& decoded, SessionOutput& out);
 
   uint64_t id() const { return id_; }
-  // Tensor bytes held after the last task run; any thread.
+  // Tensor bytes held after the last task run (graphs' planned buffers and constants included);
+  // any thread.
   uint64_t held() const { return held_.load(); }
 
   // ---- graphs (protocol 2): this session's graph table ----
