@@ -30,6 +30,7 @@ void usage(FILE* to) {
                "  --max-frame BYTES     largest frame a client may send (default 1073741824)\n"
                "  --session-memory BYTES  tensor bytes one session may hold (default 8 GiB)\n"
                "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
+               "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
                "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
                "                        on the client side); it travels in clear text until TLS exists\n");
 }
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
     else if (a == "--max-frame") opts.max_frame_bytes = number("--max-frame");
     else if (a == "--session-memory") opts.session_memory_bytes = number("--session-memory");
     else if (a == "--queue-depth") opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
+    else if (a == "--max-graph-ops") opts.max_graph_ops = number("--max-graph-ops");
     else if (a == "--credential-file") {
       const char* path = value("--credential-file");
       std::ifstream f(path);

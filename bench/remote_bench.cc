@@ -5,7 +5,11 @@
 //   (b) upload and download of 256 MiB vs raw TCP streaming of the same bytes
 //   (c) fire-and-forget throughput of 1-element adds (one read at the end) vs the CPU device
 //   (d) 1,000 idle sessions: server RSS growth per session, time for all to connect
-// Usage: tw_bench_remote [--quick] [--only abcd] [--server PATH]. Measures; never asserts.
+//   (e) 200k chained 1-element adds as ONE registered graph (protocol 2), run remotely, vs the
+//       same adds sent eagerly to the same server
+//   (f) replays of a training-step graph (an MLP's forward, backward and SGD update, built by
+//       hand): server RSS after 1,000 replays vs after 10 (the planned buffers are reused)
+// Usage: tw_bench_remote [--quick] [--only abcdef] [--server PATH]. Measures; never asserts.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -27,6 +31,8 @@
 #include <thread>
 #include <vector>
 
+#include "api/sink.h"
+#include "ir/graph.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
@@ -307,6 +313,153 @@ void bench_fire_and_forget(const std::string& url, int n) {
                   ">= 250000 ops/s", remote >= 250000});
 }
 
+// ---------------------------------------------------------------- (e) one graph of 200k adds
+
+tw::ir::Op add_op(tw::ir::TensorId a, tw::ir::TensorId b, tw::ir::TensorId out) {
+  tw::ir::Binary op;
+  op.kind = tw::ir::BinaryKind::kAdd;
+  op.a = {a};
+  op.b = {b};
+  op.out = {out};
+  return op;
+}
+
+tw::ir::Op full_op(tw::ir::TensorId out, tw::Shape shape, double v) {
+  tw::ir::Full f;
+  f.out = {out};
+  f.shape = std::move(shape);
+  f.dtype = tw::kF32;
+  f.value = tw::ir::Scalar(v);
+  return f;
+}
+
+void check(const tw::Status& st, const char* what) {
+  if (!st.ok()) throw std::runtime_error(std::string(what) + ": " + st.message());
+}
+
+void bench_graph_adds(const std::string& url, int n) {
+  tw::Device d = tw::Device::remote(url);
+  d.connect();
+  tw::detail::Sink& sink = *d.sink();
+  // x_{i+1} = x_i + one, graph-local ids: 1 = x_0, 2 = one, 3.. the sums.
+  tw::ir::Graph g;
+  g.input_ids = {1, 2};
+  g.inputs = {{{1}, tw::kF32}, {{1}, tw::kF32}};
+  for (int i = 0; i < n; ++i) {
+    g.ops.push_back(add_op(i == 0 ? 1 : static_cast<tw::ir::TensorId>(i + 2), 2,
+                           static_cast<tw::ir::TensorId>(i + 3)));
+  }
+  g.output_ids = {static_cast<tw::ir::TensorId>(n + 2)};
+  auto t0 = Clock::now();
+  auto id = sink.register_graph(g);
+  check(id.status(), "register_graph");
+  double reg_s = us_since(t0) / 1e6;
+  const tw::ir::TensorId x = sink.new_id(), one = sink.new_id();
+  check(sink.submit(full_op(x, {1}, 0.0)), "submit");
+  check(sink.submit(full_op(one, {1}, 1.0)), "submit");
+  check(sink.sync(), "sync");
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const tw::ir::TensorId out = sink.new_id();
+    const std::vector<tw::ir::TensorId> ins = {x, one}, outs = {out};
+    t0 = Clock::now();
+    check(sink.run_graph(*id, ins, outs), "run_graph");
+    auto v = sink.read(out);
+    double s = us_since(t0) / 1e6;
+    check(v.status(), "read");
+    float got = 0;
+    std::memcpy(&got, v->bytes.data(), sizeof got);
+    if (got != static_cast<float>(n)) throw std::runtime_error("graph adds: wrong sum " + std::to_string(got));
+    sink.drop(out);
+    best = std::max(best, n / s);
+  }
+  tw::WireCounters before = tw::wire_counters(d);
+  const tw::ir::TensorId out = sink.new_id();
+  const std::vector<tw::ir::TensorId> ins = {x, one}, outs = {out};
+  check(sink.run_graph(*id, ins, outs), "run_graph");
+  check(sink.read(out).status(), "read");
+  tw::WireCounters after = tw::wire_counters(d);
+  double eager = adds_per_second(d, n);
+  rows.push_back({"e", std::to_string(n) + " chained 1-element adds as ONE graph, run by id, one read, effective ops/s (" +
+                           fmt("%.0f", static_cast<double>(after.bytes_out - before.bytes_out)) +
+                           " bytes sent per run; registered in " + fmt("%.2f s", reg_s) + ")",
+                  fmt("%.0f", best), fmt("%.0f", eager) + " (eager remote)", fmt("%.2fx", best / eager),
+                  ">= 5000000 ops/s", best >= 5e6});
+}
+
+// ---------------------------------------------------------------- (f) steady-state replay
+
+// One SGD step of an MLP 64-512-512-10 on a batch of 256, forward (tanh), backward of
+// 0.5 * sum(out^2), update w -= 0.01 * dw: inputs x, w1, w2, w3; outputs w1', w2', w3', loss.
+tw::ir::Graph mlp_step() {
+  using namespace tw::ir;
+  Graph g;
+  g.input_ids = {1, 2, 3, 4};
+  g.inputs = {{{256, 64}, tw::kF32}, {{64, 512}, tw::kF32}, {{512, 512}, tw::kF32}, {{512, 10}, tw::kF32}};
+  TensorId next = 5;
+  auto emit = [&](auto op) {
+    op.out = {next};
+    g.ops.push_back(op);
+    return next++;
+  };
+  auto mm = [&](TensorId a, TensorId b) { return emit(MatMul{{a}, {b}, {}}); };
+  auto t = [&](TensorId a) { return emit(Permute{{a}, {1, 0}, {}}); };
+  auto bin = [&](BinaryKind k, TensorId a, TensorId b) { return emit(Binary{k, {a}, {b}, {}}); };
+  auto scalar = [&](BinaryKind k, TensorId a, double s, bool reverse) {
+    return emit(BinaryScalar{k, {a}, Scalar(s), reverse, {}});
+  };
+  auto tanh = [&](TensorId a) { return emit(Unary{UnaryKind::kTanh, {a}, {}}); };
+  const TensorId h1 = tanh(mm(1, 2)), h2 = tanh(mm(h1, 3)), o = mm(h2, 4);
+  const TensorId loss = scalar(BinaryKind::kMul, emit(Reduce{ReduceKind::kSum, {bin(BinaryKind::kMul, o, o)}, {}, false, {}}), 0.5, false);
+  const TensorId dw3 = mm(t(h2), o);
+  auto dtanh = [&](TensorId grad, TensorId h) {
+    return bin(BinaryKind::kMul, grad, scalar(BinaryKind::kSub, bin(BinaryKind::kMul, h, h), 1.0, true));
+  };
+  const TensorId gz2 = dtanh(mm(o, t(4)), h2);
+  const TensorId dw2 = mm(t(h1), gz2);
+  const TensorId gz1 = dtanh(mm(gz2, t(3)), h1);
+  const TensorId dw1 = mm(t(1), gz1);
+  auto sgd = [&](TensorId w, TensorId dw) { return bin(BinaryKind::kSub, w, scalar(BinaryKind::kMul, dw, 0.01, false)); };
+  g.output_ids = {sgd(2, dw1), sgd(3, dw2), sgd(4, dw3), loss};
+  return g;
+}
+
+void bench_graph_replay_rss(const std::string& binary, int replays) {
+  tw::testing::ServerProcess server({}, binary);
+  tw::Device d = tw::Device::remote(server.url());
+  tw::detail::Sink& sink = *d.sink();
+  const tw::ir::Graph g = mlp_step();
+  auto id = sink.register_graph(g);
+  check(id.status(), "register_graph");
+  std::vector<tw::ir::TensorId> ins;
+  for (const tw::TensorMeta& m : g.inputs) {
+    ins.push_back(sink.new_id());
+    check(sink.submit(full_op(ins.back(), m.shape, 0.01)), "submit");
+  }
+  auto replay = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      std::vector<tw::ir::TensorId> outs;
+      for (size_t k = 0; k < g.output_ids.size(); ++k) outs.push_back(sink.new_id());
+      check(sink.run_graph(*id, ins, outs), "run_graph");
+      for (tw::ir::TensorId o : outs) sink.drop(o);
+    }
+    check(sink.sync(), "sync");
+  };
+  replay(10);
+  const uint64_t at10 = rss_bytes(server.pid());
+  auto t0 = Clock::now();
+  replay(replays - 10);
+  const double per_step = us_since(t0) / (replays - 10);
+  const uint64_t at_end = rss_bytes(server.pid());
+  const double growth = static_cast<double>(at_end) - static_cast<double>(at10);
+  rows.push_back({"f", "replays of an MLP 64-512-512-10 b256 SGD step graph (" + std::to_string(g.ops.size()) +
+                           " ops, " + fmt("%.0f us", per_step) + " a step): server RSS growth from replay 10 to " +
+                           std::to_string(replays),
+                  fmt("%+.2f MiB", growth / 1048576.0),
+                  fmt("%.1f MiB", at10 / 1048576.0) + " -> " + fmt("%.1f MiB", at_end / 1048576.0) + " RSS", "",
+                  "within 1 MiB", growth <= 1048576.0 && growth >= -1048576.0});
+}
+
 // ---------------------------------------------------------------- (d) idle sessions
 
 void bench_idle_sessions(const std::string& binary, int n) {
@@ -339,14 +492,14 @@ void bench_idle_sessions(const std::string& binary, int n) {
 int main(int argc, char** argv) {
   std::string binary = TW_SERVER_BINARY;
   bool quick = false;
-  std::string only = "abcd";
+  std::string only = "abcdef";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--server" && i + 1 < argc) binary = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: tw_bench_remote [--quick] [--only abcd] [--server PATH]\n");
+      std::fprintf(stderr, "usage: tw_bench_remote [--quick] [--only abcdef] [--server PATH]\n");
       return 2;
     }
   }
@@ -369,7 +522,9 @@ int main(int argc, char** argv) {
       if (on('a')) bench_latency(server.url(), quick ? 500 : 3000);
       if (on('b')) bench_throughput(server.url(), size_t{256} << 20, quick ? 3 : 5);
       if (on('c')) bench_fire_and_forget(server.url(), quick ? 50000 : 200000);
+      if (on('e')) bench_graph_adds(server.url(), 200000);
     }
+    if (on('f')) bench_graph_replay_rss(binary, 1000);
     if (on('d')) bench_idle_sessions(binary, 1000);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tw_bench_remote: %s\n", e.what());

@@ -24,6 +24,9 @@ struct ServerOptions {
   uint32_t max_sessions = 4096;
   uint64_t max_frame_bytes = uint64_t{1} << 30;        // a frame's payload, checked before allocating
   uint64_t session_memory_bytes = uint64_t{8} << 30;   // tensor bytes one session may hold
+  // Ops all of one session's registered graphs may hold together (a graph of no ops counts as
+  // one); a registration past it is refused. Graphs' planned buffers count in the memory above.
+  uint64_t max_graph_ops = uint64_t{1} << 18;
   // Batches received but not yet executed, per session; past this the server stops reading
   // that client's connection (backpressure) until its queue drains.
   uint32_t session_queue_depth = 64;

@@ -22,18 +22,21 @@ RemoteDeviceInfo info_of(int index, const protocol::DeviceInfo& d) {
 
 namespace client {
 
-// The protocol has no message yet for registering a graph or running one by id (the next step:
-// the server would validate it once and run it in its session); until then a remote device
-// refuses graphs instead of expanding them into single ops behind the caller's back.
-Result<ir::GraphId> RemoteSink::register_graph(ir::Graph) {
-  return unimplemented("register_graph: not supported by this server yet (" + str() +
-                       "): the protocol has no graph message; submit the ops one by one");
+// Graphs go to the server's session (protocol 2): registration waits for the id the server
+// gives after validating and planning the graph; a run is one task, batched like an op.
+Result<ir::GraphId> RemoteSink::register_graph(ir::Graph graph) {
+  TW_RETURN_NOT_OK(conn_.ensure_connected());
+  if (conn_.welcome().version < 2) {
+    return unimplemented("register_graph: the server at " + conn_.url().str() +
+                         " speaks protocol " + std::to_string(conn_.welcome().version) +
+                         ", which has no graph tasks (they need 2); submit the ops one by one");
+  }
+  return conn_.register_graph(graph);
 }
 
-Status RemoteSink::run_graph(ir::GraphId, std::span<const ir::TensorId>,
-                             std::span<const ir::TensorId>) {
-  return unimplemented("run_graph: not supported by this server yet (" + str() +
-                       "): the protocol has no graph message");
+Status RemoteSink::run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
+                             std::span<const ir::TensorId> outputs) {
+  return conn_.run_graph(graph, {inputs.begin(), inputs.end()}, {outputs.begin(), outputs.end()});
 }
 
 }  // namespace client

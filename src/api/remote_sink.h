@@ -25,8 +25,7 @@ class RemoteSink final : public detail::Sink {
   Status connect() override { return conn_.ensure_connected(); }
   void flush() override { conn_.flush(); }
   // copy_to: Sink's default (read, then upload to the destination).
-  // Graphs need a protocol message (register once, run by id) that the wire format does not
-  // have yet, so a remote device refuses them rather than pretending; see remote.cc.
+  // Graphs are registered on the server's session once and run there by id (remote.cc).
   Result<ir::GraphId> register_graph(ir::Graph graph) override;
   Status run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
                    std::span<const ir::TensorId> outputs) override;

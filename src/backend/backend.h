@@ -61,10 +61,21 @@ class Backend {
   // whose metas equal the graph's declared ones) and its outputs stored under `outputs` (fresh
   // ids). The ops execute one by one exactly as execute() runs them eagerly, so the results are
   // bit-identical; intermediates are freed after their last reader. A bad call (unknown graph,
-  // wrong inputs, used output ids) fails before anything runs; an op's failure poisons the
-  // outputs it reaches and is returned.
+  // wrong inputs, used output ids) fails before anything runs and poisons the output ids that
+  // are free with its error (so a peer that sent the run unanswered reads the reason); an op's
+  // failure poisons the outputs it reaches and is returned.
   virtual Status run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
                            std::span<const ir::TensorId> outputs) = 0;
+
+  // What a registered graph's planned buffers (its arena) hold: a backend that plans them
+  // allocates a run's intermediates from storage reserved at registration, so a steady-state run
+  // takes no fresh memory. Zeros where the backend plans nothing.
+  struct GraphMemory {
+    uint64_t planned_bytes = 0;      // reserved at registration; counted in bytes_held()
+    uint64_t allocations = 0;        // intermediates taken from the arena, all runs together
+    uint64_t fresh_allocations = 0;  // of those, the ones the reservation did not cover
+  };
+  virtual Result<GraphMemory> graph_memory(ir::GraphId) const { return GraphMemory{}; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -149,12 +149,15 @@ uint64_t Connection::add_pending_locked(Pending::Kind kind, Pending** out, std::
   return id;
 }
 
+Status Connection::ready_locked() {
+  if (state_ == State::kConnected) return Status::OK();
+  if (state_ == State::kDead) return dead_;
+  return connect_locked();
+}
+
 Status Connection::submit_op(const ir::Op& op) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (state_ != State::kConnected) {
-    if (state_ == State::kDead) return dead_;
-    TW_RETURN_NOT_OK(connect_locked());
-  }
+  TW_RETURN_NOT_OK(ready_locked());
   if (!drops_.empty()) queue_drops_locked();
   uint64_t before = batch_.payload_size();
   batch_.add_op(op);
@@ -174,6 +177,11 @@ Status Connection::submit_op(const ir::Op& op) {
     send_batch_locked();
     batch_.add_op(op);
   }
+  added_op_locked();
+  return Status::OK();
+}
+
+void Connection::added_op_locked() {
   ++counters_.ops;
   ++batch_ops_;
   if (batch_ops_ >= batch_limit_ || batch_.payload_size() >= options_.batch_bytes) {
@@ -182,7 +190,56 @@ Status Connection::submit_op(const ir::Op& op) {
   } else {
     arm_idle_timer_locked();
   }
+}
+
+Status Connection::run_graph(ir::GraphId graph, std::vector<ir::TensorId> inputs,
+                             std::vector<ir::TensorId> outputs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TW_RETURN_NOT_OK(ready_locked());
+  if (!drops_.empty()) queue_drops_locked();
+  const uint64_t bytes = 1 + 8 + 4 + 8 * inputs.size() + 4 + 8 * outputs.size();
+  if (proto::BatchWriter::kEmptyBytes + bytes > frame_limit_) {
+    return resource_exhausted("run_graph: " + std::to_string(inputs.size()) + " inputs and " +
+                              std::to_string(outputs.size()) + " outputs take " +
+                              std::to_string(bytes) + " bytes, over the limit of " +
+                              std::to_string(frame_limit_) + " bytes per frame of the server at " +
+                              url_.str() + " (tensorwire-server --max-frame)");
+  }
+  make_room_locked(bytes);
+  batch_.add_run_graph(graph, inputs, outputs);
+  added_op_locked();
   return Status::OK();
+}
+
+Result<ir::GraphId> Connection::register_graph(const ir::Graph& graph) {
+  std::future<Result<ir::GraphId>> fut;
+  std::atomic<bool> done{false};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TW_RETURN_NOT_OK(ready_locked());
+    // Alone in its frame: whatever is queued goes first, and the graph must fit one frame.
+    flush_locked();
+    Pending* p = nullptr;
+    uint64_t req = add_pending_locked(Pending::kGraph, &p, &done);
+    fut = p->graph.get_future();
+    batch_.add_register_graph(req, graph);
+    if (batch_.payload_size() > frame_limit_) {
+      const uint64_t size = batch_.payload_size();
+      batch_.remove_last();
+      pending_.erase(req);
+      return resource_exhausted(
+          "register_graph: the graph of " + std::to_string(graph.ops.size()) + " ops takes " +
+          std::to_string(size) + " bytes on the wire, over the limit of " +
+          std::to_string(frame_limit_) + " bytes per frame of the server at " + url_.str() +
+          " (tensorwire-server --max-frame)");
+    }
+    ++counters_.round_trips;
+    flush_locked();
+  }
+  wait(fut, &done);
+  Result<ir::GraphId> id = fut.get();
+  if (!id.ok()) return id.status().with_context("register_graph on " + url_.str());
+  return id;
 }
 
 void Connection::drop(ir::TensorId id) {
@@ -390,6 +447,7 @@ void Connection::fail_all(const Status& why) {
       case Pending::kRead: p->data.set_value(dead_); break;
       case Pending::kSync: p->status.set_value(dead_); break;
       case Pending::kStats: p->stats.set_value(dead_); break;
+      case Pending::kGraph: p->graph.set_value(dead_); break;
     }
     if (p->done) p->done->store(true, std::memory_order_release);
   }
@@ -595,6 +653,13 @@ void Connection::on_message(const Buffer& payload) {
       break;
     case Pending::kSync: p->status.set_value(m->status); break;
     case Pending::kStats: p->stats.set_value(std::move(m->stats)); break;
+    case Pending::kGraph:
+      if (m->status.ok()) {
+        p->graph.set_value(m->graph_id);
+      } else {
+        p->graph.set_value(m->status);
+      }
+      break;
   }
   if (p->done) p->done->store(true, std::memory_order_release);
   std::lock_guard<std::mutex> lock(mu_);

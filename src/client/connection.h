@@ -68,21 +68,33 @@ class Connection {
   Result<TensorData> wait_read(std::future<Result<TensorData>>& fut);
   Status sync();
   Result<protocol::ServerStats> stats();
+  // Registers a graph on the session's device and waits for its id (the server validates and
+  // plans it; a refusal names the op). Tasks queued before it are sent first.
+  Result<ir::GraphId> register_graph(const ir::Graph& graph);
+  // Queues a run of a registered graph like an op (one small task whatever the op count); its
+  // failure is recorded in the outputs on the server.
+  Status run_graph(ir::GraphId graph, std::vector<ir::TensorId> inputs,
+                   std::vector<ir::TensorId> outputs);
   void flush();
   void close();
   Counters counters() const;
 
  private:
   struct Pending {
-    enum Kind { kRead, kSync, kStats } kind = kRead;
+    enum Kind { kRead, kSync, kStats, kGraph } kind = kRead;
     std::promise<Result<TensorData>> data;
     std::promise<Status> status;
     std::promise<Result<protocol::ServerStats>> stats;
+    std::promise<Result<ir::GraphId>> graph;
     // Set (after the promise) when the reply is in, for a caller waiting in wait(): checking it
     // is cheaper than polling the future, which makes the promise's fulfilment a futex wake.
     std::atomic<bool>* done = nullptr;
   };
   Status connect_locked();
+  // Connects unless connected; the error of a dead connection.
+  Status ready_locked();
+  // After a task was added to the batch: counts it as an op and flushes as submit_op does.
+  void added_op_locked();
   uint64_t add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done = nullptr);
   std::future<Result<TensorData>> read_impl(ir::TensorId id, std::atomic<bool>* done);
   // Moves the queued drops into the batch, then sends it.

@@ -42,6 +42,8 @@ class Buffer {
   // Identity and size of the underlying storage (shared by all slices of it).
   const void* storage_id() const { return storage_.get(); }
   size_t storage_bytes() const { return storage_ ? storage_->capacity : 0; }
+  // The pool the storage came from (null: none, or plain allocation).
+  const BufferPool* pool() const { return storage_ ? storage_->pool : nullptr; }
 
  private:
   Buffer(std::shared_ptr<Storage> s, size_t off, size_t size)

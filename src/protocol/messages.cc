@@ -1,6 +1,7 @@
 #include "protocol/messages.h"
 
 #include "ir/codec.h"
+#include "ir/graph_codec.h"
 
 namespace tw::protocol {
 
@@ -140,6 +141,14 @@ void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f)
   }
 }
 
+void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ServerMsg::kGraphResult));
+  w.u64(request_id);
+  put_status(w, r.status());
+  if (r.ok()) w.u64(*r);
+}
+
 // ---- batches ----
 BatchWriter::BatchWriter() { take(); }
 
@@ -215,7 +224,39 @@ void BatchWriter::add_stats(uint64_t request_id) {
   patch_count();
 }
 
+void BatchWriter::add_register_graph(uint64_t request_id, const ir::Graph& graph) {
+  begin_task();
+  WireWriter w(frame_.head, &frame_.segments);
+  w.u8(static_cast<uint8_t>(TaskKind::kRegisterGraph));
+  w.u64(request_id);
+  ir::encode_graph(graph, w);
+  patch_count();
+}
+
+void BatchWriter::add_run_graph(ir::GraphId graph, const std::vector<ir::TensorId>& inputs,
+                                const std::vector<ir::TensorId>& outputs) {
+  begin_task();
+  WireWriter w(frame_.head);
+  w.u8(static_cast<uint8_t>(TaskKind::kRunGraph));
+  w.u64(graph);
+  for (const auto* ids : {&inputs, &outputs}) {
+    w.u32(static_cast<uint32_t>(ids->size()));
+    for (ir::TensorId id : *ids) w.u64(id);
+  }
+  patch_count();
+}
+
 // ---- decoding ----
+namespace {
+Status get_ids(WireReader& r, std::vector<ir::TensorId>& ids) {
+  uint32_t k = 0;
+  TW_RETURN_NOT_OK(r.count(k, 8));
+  ids.resize(k);
+  for (auto& id : ids) TW_RETURN_NOT_OK(r.u64(id));
+  return Status::OK();
+}
+}  // namespace
+
 Result<ClientMsg> peek_client_msg(const Buffer& payload) {
   if (payload.size() == 0) return data_loss("empty frame");
   uint8_t k = payload.as<const uint8_t>()[0];
@@ -277,18 +318,20 @@ Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
       case TaskKind::kStats:
         s = r.u64(t.request_id);
         break;
-      case TaskKind::kDrop: {
-        uint32_t k = 0;
-        s = r.count(k, 8);
-        if (s.ok()) {
-          t.ids.resize(k);
-          for (auto& id : t.ids) {
-            s = r.u64(id);
-            if (!s.ok()) break;
-          }
-        }
+      case TaskKind::kDrop: s = get_ids(r, t.ids); break;
+      case TaskKind::kRegisterGraph: {
+        s = r.u64(t.request_id);
+        if (!s.ok()) break;
+        auto g = ir::decode_graph(r);
+        if (!g.ok()) return fail(g.status());
+        t.graph = std::move(g).value();
         break;
       }
+      case TaskKind::kRunGraph:
+        s = r.u64(t.graph_id);
+        if (s.ok()) s = get_ids(r, t.ids);
+        if (s.ok()) s = get_ids(r, t.outputs);
+        break;
       default:
         return fail(data_loss("unknown task kind " + std::to_string(tk)));
     }
@@ -379,6 +422,11 @@ Result<ServerMessage> decode_server_message(const Buffer& payload) {
     }
     case ServerMsg::kSessionError:
       TW_RETURN_NOT_OK(get_status(r, m.status));
+      break;
+    case ServerMsg::kGraphResult:
+      TW_RETURN_NOT_OK(r.u64(m.request_id));
+      TW_RETURN_NOT_OK(get_status(r, m.status));
+      if (m.status.ok()) TW_RETURN_NOT_OK(r.u64(m.graph_id));
       break;
     default:
       return data_loss("unknown server message type " + std::to_string(kind));

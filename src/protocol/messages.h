@@ -9,12 +9,15 @@
 #include "core/status.h"
 #include "core/tensor_data.h"
 #include "core/wire.h"
+#include "ir/graph.h"
 #include "ir/ops.h"
 
 namespace tw::protocol {
 
 inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
-inline constexpr uint16_t kProtocolVersion = 1;
+// Version 2 added the graph tasks (register, run) and the graph result; a version 1 client never
+// sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr uint16_t kMinProtocolVersion = 1;
 // Hello's device index that asks only for the device list (tw::remote_devices).
 inline constexpr uint32_t kEnumerateOnly = 0xFFFFFFFFu;
@@ -29,8 +32,17 @@ enum class ServerMsg : uint8_t {
   kSyncResult = 4,
   kStatsResult = 5,
   kSessionError = 6,  // a problem not tied to a request (a malformed batch, say); session goes on
+  kGraphResult = 7,   // the reply to kRegisterGraph: the graph's id or why it was refused
 };
-enum class TaskKind : uint8_t { kOp = 1, kRead = 2, kSync = 3, kDrop = 4, kStats = 5 };
+enum class TaskKind : uint8_t {
+  kOp = 1,
+  kRead = 2,
+  kSync = 3,
+  kDrop = 4,
+  kStats = 5,
+  kRegisterGraph = 6,  // protocol 2
+  kRunGraph = 7,       // protocol 2
+};
 enum class RefuseReason : uint8_t {
   kBadVersion = 1,
   kBadDeviceIndex = 2,
@@ -79,9 +91,12 @@ struct Refuse {
 struct Task {
   TaskKind kind = TaskKind::kOp;
   ir::Op op;                       // kOp
-  uint64_t request_id = 0;         // kRead, kSync, kStats
+  uint64_t request_id = 0;         // kRead, kSync, kStats, kRegisterGraph
   ir::TensorId id = 0;             // kRead
-  std::vector<ir::TensorId> ids;   // kDrop
+  std::vector<ir::TensorId> ids;   // kDrop; kRunGraph: the inputs
+  ir::Graph graph;                 // kRegisterGraph
+  ir::GraphId graph_id = 0;        // kRunGraph
+  std::vector<ir::TensorId> outputs;  // kRunGraph: the ids its outputs get
 };
 
 struct ServerStats {
@@ -110,6 +125,7 @@ void encode_session_error(const Status& s, OutFrame& f);
 void encode_read_result(uint64_t request_id, const Result<TensorData>& r, OutFrame& f);
 void encode_sync_result(uint64_t request_id, const Status& s, OutFrame& f);
 void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f);
+void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutFrame& f);
 
 // Batches are built incrementally by the client.
 class BatchWriter {
@@ -120,6 +136,9 @@ class BatchWriter {
   void add_sync(uint64_t request_id);
   void add_drop(const std::vector<ir::TensorId>& ids);
   void add_stats(uint64_t request_id);
+  void add_register_graph(uint64_t request_id, const ir::Graph& graph);
+  void add_run_graph(ir::GraphId graph, const std::vector<ir::TensorId>& inputs,
+                     const std::vector<ir::TensorId>& outputs);
   uint32_t task_count() const { return count_; }
   uint64_t payload_size() const { return frame_.payload_size(); }
   bool empty() const { return count_ == 0; }
@@ -151,7 +170,8 @@ struct ServerMessage {
   Welcome welcome;
   Refuse refuse;
   uint64_t request_id = 0;
-  Status status;          // read/sync results, session errors
+  Status status;             // read/sync/graph results, session errors
+  ir::GraphId graph_id = 0;  // graph results that are OK
   TensorData data;        // read results
   ServerStats stats;
 };

@@ -374,8 +374,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       id_ = srv_.next_session.fetch_add(1);
       srv_.sessions[id_] = weak_from_this();
     }
-    auto session = server::Session::open(id_, srv_.backends[h.device_index],
-                                         srv_.opts.session_memory_bytes, srv_.totals);
+    auto session =
+        server::Session::open(id_, srv_.backends[h.device_index], srv_.opts.session_memory_bytes,
+                              srv_.totals, srv_.opts.max_graph_ops);
     if (!session.ok()) return refuse(proto::RefuseReason::kCannotHost, session.status().message());
     {
       std::lock_guard<std::mutex> lock(srv_.sessions_mu);  // snapshot() reads held() under it
@@ -558,7 +559,7 @@ std::string Server::limits_summary() const {
   os << "devices=" << o.devices << " (" << o.backend << ") workers=" << impl_->worker_count
      << " max-sessions=" << o.max_sessions << " max-frame=" << human_bytes(o.max_frame_bytes)
      << " session-memory=" << human_bytes(o.session_memory_bytes)
-     << " queue-depth=" << o.session_queue_depth;
+     << " queue-depth=" << o.session_queue_depth << " max-graph-ops=" << o.max_graph_ops;
   return os.str();
 }
 

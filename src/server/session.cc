@@ -1,5 +1,6 @@
 #include "server/session.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "backend/registry.h"
@@ -20,17 +21,27 @@ std::string human_bytes(uint64_t b) {
 }
 
 Result<std::unique_ptr<Session>> Session::open(uint64_t id, const std::string& backend,
-                                               uint64_t memory_quota, SessionTotals& totals) {
+                                               uint64_t memory_quota, SessionTotals& totals,
+                                               uint64_t max_graph_ops) {
   TW_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, make_backend(backend));
+  std::unique_ptr<Session> s(new Session(id, std::move(b), totals, memory_quota, max_graph_ops));
+  s->set_backend_limit();
+  return s;
+}
+
+void Session::set_backend_limit() {
   // Quota: the backend refuses an op whose outputs would take the session past its limit.
-  b->set_memory_limit(memory_quota, [memory_quota](const ir::Op& op, uint64_t have, uint64_t need) {
-    return resource_exhausted(ir::op_name(op) +
-                              ": session memory quota exceeded: the session holds " +
-                              human_bytes(have) + " and this op needs " + human_bytes(need) +
-                              " more, over the quota of " + human_bytes(memory_quota) +
-                              "; free tensors (drop them) or raise --session-memory");
-  });
-  return std::unique_ptr<Session>(new Session(id, std::move(b), totals));
+  const uint64_t quota = memory_quota_;
+  const uint64_t constants = graph_constant_bytes_;
+  backend_->set_memory_limit(
+      quota - std::min(quota, constants),
+      [quota, constants](const ir::Op& op, uint64_t have, uint64_t need) {
+        return resource_exhausted(
+            ir::op_name(op) + ": session memory quota exceeded: the session holds " +
+            human_bytes(have + constants) + " and this op needs " + human_bytes(need) +
+            " more, over the quota of " + human_bytes(quota) +
+            "; free tensors (drop them) or raise --session-memory");
+      });
 }
 
 Session::~Session() {
@@ -58,6 +69,10 @@ void Session::run(std::vector<proto::Task>& tasks, const Status& decoded, Sessio
         update_held();
         proto::encode_stats_result(t.request_id, out.server_stats(id_), f);
         break;
+      case proto::TaskKind::kRegisterGraph:
+        proto::encode_graph_result(t.request_id, register_graph(std::move(t.graph)), f);
+        break;
+      case proto::TaskKind::kRunGraph: run_graph(t); continue;
     }
     out.reply(std::move(f));
   }
@@ -68,6 +83,56 @@ void Session::run(std::vector<proto::Task>& tasks, const Status& decoded, Sessio
                                 f);
     out.reply(std::move(f));
   }
+}
+
+// ---- graphs ----
+
+Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
+  // A graph of no ops still takes a table entry: it counts as one, so the count bounds both.
+  const uint64_t ops = std::max<uint64_t>(graph.ops.size(), 1);
+  if (graph_ops_total_ + ops > max_graph_ops_) {
+    return resource_exhausted("register_graph: the graph has " + std::to_string(graph.ops.size()) +
+                              " ops and this session's graphs hold " +
+                              std::to_string(graph_ops_total_) + ", over the limit of " +
+                              std::to_string(max_graph_ops_) +
+                              " graph ops per session (tensorwire-server --max-graph-ops)");
+  }
+  // Constants (FromHost ops) stay in the graph for as long as it is registered.
+  uint64_t constants = 0;
+  for (const ir::Op& op : graph.ops) {
+    if (auto* fh = std::get_if<ir::FromHost>(&op)) constants += fh->data.data.size();
+  }
+  const uint64_t held = backend_->bytes_held() + graph_constant_bytes_;
+  if (held + constants > memory_quota_) {
+    return resource_exhausted(
+        "register_graph: session memory quota exceeded: the session holds " + human_bytes(held) +
+        " and the graph's constants take " + human_bytes(constants) + ", over the quota of " +
+        human_bytes(memory_quota_) + "; free tensors (drop them) or raise --session-memory");
+  }
+  graph_constant_bytes_ += constants;
+  set_backend_limit();
+  Result<ir::GraphId> id = backend_->register_graph(std::move(graph));
+  if (!id.ok()) {
+    graph_constant_bytes_ -= constants;
+    set_backend_limit();
+    if (id.status().code() == StatusCode::kResourceExhausted) {
+      return id.status().with_context("session memory quota of " + human_bytes(memory_quota_) +
+                                      " (tensorwire-server --session-memory)");
+    }
+    return id.status();
+  }
+  graph_ops_[*id] = ops;
+  graph_ops_total_ += ops;
+  return id;
+}
+
+void Session::run_graph(const proto::Task& t) {
+  auto g = graph_ops_.find(t.graph_id);
+  if (g != graph_ops_.end()) {
+    totals_.ops_executed.fetch_add(g->second, std::memory_order_relaxed);
+  }
+  // A failure (an unknown graph included) is recorded in the run's outputs.
+  (void)backend_->run_graph(t.graph_id, t.ids, t.outputs);
 }
 
 // A tensor too large for one frame (whose length is a u32) is refused, not truncated.
@@ -84,7 +149,8 @@ Result<TensorData> Session::read_for_wire(ir::TensorId id) {
 }
 
 void Session::update_held() {
-  uint64_t now = backend_->bytes_held();
+  // The backend's bytes include graphs' planned buffers; their constants are the session's.
+  uint64_t now = backend_->bytes_held() + graph_constant_bytes_;
   uint64_t before = held_.exchange(now);
   totals_.bytes_held.fetch_add(static_cast<int64_t>(now) - static_cast<int64_t>(before));
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -35,10 +36,12 @@ class SessionOutput {
 class Session {
  public:
   // A session on a new instance of the backend named `backend` that may hold at most
-  // `memory_quota` tensor bytes. `totals` outlives the session.
+  // `memory_quota` tensor bytes (graphs' planned buffers and constants included) and graphs of
+  // at most `max_graph_ops` ops together. `totals` outlives the session.
   static Result<std::unique_ptr<Session>> open(uint64_t id, const std::string& backend,
-                                               uint64_t memory_quota, SessionTotals& totals);
-  // Frees the session's tensors.
+                                               uint64_t memory_quota, SessionTotals& totals,
+                                               uint64_t max_graph_ops = uint64_t{1} << 18);
+  // Frees the session's tensors and graphs.
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -49,19 +52,48 @@ class Session {
   void run(std::vector<protocol::Task>& tasks, const Status& decoded, SessionOutput& out);
 
   uint64_t id() const { return id_; }
-  // Tensor bytes held after the last task run; any thread.
+  // Tensor bytes held after the last task run (graphs' planned buffers and constants included);
+  // any thread.
   uint64_t held() const { return held_.load(); }
 
+  // ---- graphs (protocol 2): this session's graph table ----
+  // Graphs registered and the ops they hold together. Not thread-safe, like run().
+  size_t graph_count() const { return graph_ops_.size(); }
+  uint64_t graph_ops() const { return graph_ops_total_; }
+  // A registered graph's planned buffers and what its runs took from them.
+  Result<Backend::GraphMemory> graph_memory(ir::GraphId id) const {
+    return backend_->graph_memory(id);
+  }
+
  private:
-  Session(uint64_t id, std::unique_ptr<Backend> backend, SessionTotals& totals)
-      : id_(id), backend_(std::move(backend)), totals_(totals) {}
+  Session(uint64_t id, std::unique_ptr<Backend> backend, SessionTotals& totals,
+          uint64_t memory_quota, uint64_t max_graph_ops)
+      : id_(id),
+        backend_(std::move(backend)),
+        totals_(totals),
+        memory_quota_(memory_quota),
+        max_graph_ops_(max_graph_ops) {}
   Result<TensorData> read_for_wire(ir::TensorId id);
   void update_held();
+  // The backend refuses what would take the session past its quota, less what graphs' constants
+  // (FromHost ops kept in the table) hold.
+  void set_backend_limit();
+  // Graph tasks: registration checks the session's graph quotas, then the backend validates
+  // and plans the graph; a run's failure is recorded in its outputs, as an op's is.
+  Result<ir::GraphId> register_graph(ir::Graph graph);
+  void run_graph(const protocol::Task& t);
 
   const uint64_t id_;
   std::unique_ptr<Backend> backend_;
   SessionTotals& totals_;
   std::atomic<uint64_t> held_{0};
+  const uint64_t memory_quota_;
+
+  // ---- graphs ----
+  const uint64_t max_graph_ops_;
+  std::unordered_map<ir::GraphId, uint64_t> graph_ops_;  // graph -> ops it counts for
+  uint64_t graph_ops_total_ = 0;
+  uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs
 };
 
 // 1536 -> "1.5KiB": sizes in messages and the limits summary.

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/sink.h"
 #include "integration/raw_client.h"
 #include "protocol/messages.h"
 #include "tensorwire/remote.h"
@@ -28,7 +29,8 @@ namespace proto = protocol;
 
 class StandInServer {
  public:
-  StandInServer() {
+  // Welcomes with protocol `version`; answers syncs, and graph registrations with id 7.
+  explicit StandInServer(uint16_t version = proto::kProtocolVersion) : version_(version) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -80,6 +82,7 @@ class StandInServer {
       return;
     }
     proto::Welcome w;
+    w.version = version_;
     w.session_id = 1;
     w.server_id = "stand-in";
     w.devices = {{"cpu:0", "cpu", 1ull << 30, 0xFF}};
@@ -92,17 +95,22 @@ class StandInServer {
       const Status st = proto::decode_batch(*frame, batch);
       if (!st.ok()) fail(st.message());
       for (const proto::Task& t : batch) {
+        proto::OutFrame reply;
         if (t.kind == proto::TaskKind::kSync) {
-          proto::OutFrame reply;
           proto::encode_sync_result(t.request_id, Status::OK(), reply);
-          if (!conn.send_frame(reply)) fail("send failed");
+        } else if (t.kind == proto::TaskKind::kRegisterGraph) {
+          proto::encode_graph_result(t.request_id, ir::GraphId{7}, reply);
+        } else {
+          continue;
         }
+        if (!conn.send_frame(reply)) fail("send failed");
       }
       std::lock_guard<std::mutex> lock(mu_);
       tasks_.insert(tasks_.end(), batch.begin(), batch.end());
     }
   }
 
+  const uint16_t version_;
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::thread thread_;
@@ -111,7 +119,7 @@ class StandInServer {
   std::string error_;
 };
 
-// One letter per task: o(p), d(rop), s(ync), r(ead), t (stats).
+// One letter per task: o(p), d(rop), s(ync), r(ead), t (stats), g (register graph), x (run one).
 std::string kinds(const std::vector<proto::Task>& tasks) {
   std::string s;
   for (const proto::Task& t : tasks) {
@@ -121,6 +129,8 @@ std::string kinds(const std::vector<proto::Task>& tasks) {
       case proto::TaskKind::kSync: s += 's'; break;
       case proto::TaskKind::kRead: s += 'r'; break;
       case proto::TaskKind::kStats: s += 't'; break;
+      case proto::TaskKind::kRegisterGraph: s += 'g'; break;
+      case proto::TaskKind::kRunGraph: s += 'x'; break;
     }
   }
   return s;
@@ -152,6 +162,56 @@ TEST(ClientWire, DropsTravelWhereTheProgramReleasedTheTensors) {
   std::vector<ir::TensorId> want = {b_id, c_id};
   std::sort(want.begin(), want.end());
   EXPECT_EQ(dropped, want);
+}
+
+// A graph registration waits for its id alone in its frame (what was queued goes first); runs
+// are then batched like ops, one small task each whatever the graph's op count.
+TEST(ClientWire, GraphRunsAreBatchedLikeOps) {
+  StandInServer server;
+  ::setenv("TW_FLUSH_IDLE_US", "30000000", 1);  // only the registration and the sync send
+  Device d = Device::remote(server.url());
+  ::unsetenv("TW_FLUSH_IDLE_US");
+  auto& sink = *d.sink();
+  ir::Graph g;
+  g.input_ids = {1};
+  g.inputs = {{{4}, kF32}};
+  for (ir::TensorId i = 1; i <= 100; ++i) {
+    g.ops.push_back(ir::Binary{ir::BinaryKind::kAdd, {i}, {1}, {i + 1}});
+  }
+  g.output_ids = {101};
+  Tensor x = full({4}, 1.0, kF32, d);  // o, sent before the registration
+  auto id = sink.register_graph(g);    // g
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  EXPECT_EQ(*id, 7u);
+  const tw::WireCounters before = wire_counters(d);
+  for (ir::TensorId out = 1000; out < 1003; ++out) {  // x x x
+    const std::vector<ir::TensorId> ins = {x.id()}, outs = {out};
+    ASSERT_TRUE(sink.run_graph(*id, ins, outs).ok());
+  }
+  d.sync();  // s
+  const tw::WireCounters after = wire_counters(d);
+  ASSERT_EQ(server.error(), "");
+  const std::vector<proto::Task> tasks = server.tasks();
+  ASSERT_EQ(kinds(tasks), "ogxxxs");
+  EXPECT_EQ(tasks[1].graph.ops.size(), 100u);
+  EXPECT_EQ(tasks[2].graph_id, 7u);
+  EXPECT_EQ(tasks[2].ids, std::vector<ir::TensorId>{x.id()});
+  EXPECT_EQ(tasks[4].outputs, std::vector<ir::TensorId>{1002});
+  // The three runs and the sync went in one frame of 5 + 3 * 33 + 9 bytes (and its header).
+  EXPECT_EQ(after.frames_out - before.frames_out, 1u);
+  EXPECT_EQ(after.bytes_out - before.bytes_out, 4u + 5 + 3 * 33 + 9);
+}
+
+TEST(ClientWire, AVersion1ServerIsNotSentGraphs) {
+  StandInServer server(1);
+  Device d = Device::remote(server.url());
+  auto id = d.sink()->register_graph(ir::Graph{});
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(id.status().message().find("speaks protocol 1"), std::string::npos)
+      << id.status().message();
+  d.sync();
+  EXPECT_EQ(kinds(server.tasks()), "s");  // no graph task went out
 }
 
 }  // namespace

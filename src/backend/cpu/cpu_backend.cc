@@ -10,6 +10,7 @@ Result<std::vector<CpuTensor>> CpuBackend::run(const ir::Op& op,
                                                const std::vector<TensorMeta>& metas) {
   const std::vector<ir::TensorId> outs = ir::op_outputs(op);
   KernelContext ctx;
+  ctx.set_pool(arena_);
   for (ir::TensorId id : ir::op_inputs(op)) {
     TW_ASSIGN_OR_RETURN(const CpuTensor* t, tensor(id));
     ctx.add_input(id, *t);
@@ -30,6 +31,12 @@ Result<std::vector<CpuTensor>> CpuBackend::run(const ir::Op& op,
     done.push_back(std::move(t));
   }
   return done;
+}
+
+Result<CpuTensor> CpuBackend::copy_out_of_arena(const CpuTensor& t) {
+  CpuTensor out = alloc_tensor(t.meta());
+  copy_to_contiguous(t, out.buffer.data());
+  return out;
 }
 
 Result<TensorData> CpuBackend::read(ir::TensorId id) {

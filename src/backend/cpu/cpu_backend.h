@@ -25,6 +25,16 @@ class CpuBackend final : public TableBackend<CpuTensor> {
  protected:
   Result<std::vector<CpuTensor>> run(const ir::Op& op,
                                      const std::vector<TensorMeta>& metas) override;
+  // Graph buffer planning: kernels' outputs come from the arena while one is set.
+  bool plans_graph_buffers() const override { return true; }
+  void use_arena(BufferPool* arena) override { arena_ = arena; }
+  bool in_arena(const CpuTensor& t, const BufferPool& arena) const override {
+    return t.buffer.pool() == &arena;
+  }
+  Result<CpuTensor> copy_out_of_arena(const CpuTensor& t) override;
+
+ private:
+  BufferPool* arena_ = nullptr;
 };
 
 }  // namespace tw::cpu

@@ -14,18 +14,19 @@ bool CpuTensor::is_contiguous() const {
   return true;
 }
 
-CpuTensor alloc_tensor(const TensorMeta& meta) {
+CpuTensor alloc_tensor(const TensorMeta& meta, BufferPool* pool) {
   CpuTensor t;
   t.shape = meta.shape;
   t.dtype = meta.dtype;
   t.strides = contiguous_strides(meta.shape);
-  t.buffer = Buffer::allocate(static_cast<size_t>(numel(meta.shape)) * dtype_size(meta.dtype));
+  const size_t bytes = static_cast<size_t>(numel(meta.shape)) * dtype_size(meta.dtype);
+  t.buffer = pool ? pool->allocate(bytes) : Buffer::allocate(bytes);
   return t;
 }
 
 CpuTensor& KernelContext::alloc(ir::Out out) {
   Output& o = outputs_.at(out.id);
-  o.tensor = alloc_tensor(o.meta);
+  o.tensor = alloc_tensor(o.meta, pool_);
   o.set = true;
   return o.tensor;
 }

@@ -29,8 +29,8 @@ struct CpuTensor {
   TensorMeta meta() const { return {shape, dtype}; }
 };
 
-// A new contiguous tensor (uninitialised) from the buffer pool.
-CpuTensor alloc_tensor(const TensorMeta& meta);
+// A new contiguous tensor (uninitialised) from `pool`, or from the global buffer pool.
+CpuTensor alloc_tensor(const TensorMeta& meta, BufferPool* pool = nullptr);
 
 // What a kernel sees: its inputs, and the inferred metas of its outputs. Kernels either allocate
 // an output (alloc) or set it to a view (set_view); the executor checks every output was set.
@@ -44,8 +44,11 @@ class KernelContext {
   bool has(ir::In in) const { return in.id != 0 && inputs_.count(in.id) != 0; }
   const CpuTensor& in(ir::In in) const { return inputs_.at(in.id); }
   const TensorMeta& meta(ir::Out out) const { return outputs_.at(out.id).meta; }
-  // Allocates a contiguous output with the inferred meta.
+  // Allocates a contiguous output with the inferred meta (from the pool set, if any).
   CpuTensor& alloc(ir::Out out);
+  // Where alloc() takes outputs from: a registered graph's arena while the executor runs one of
+  // its ops whose outputs the graph frees again (null: the global pool).
+  void set_pool(BufferPool* pool) { pool_ = pool; }
   // Makes the output a view; its shape and dtype must equal the inferred meta.
   Status set_view(ir::Out out, CpuTensor view);
   // The finished output (after alloc/set_view).
@@ -59,6 +62,7 @@ class KernelContext {
   };
   std::unordered_map<ir::TensorId, CpuTensor> inputs_;
   std::unordered_map<ir::TensorId, Output> outputs_;
+  BufferPool* pool_ = nullptr;
 };
 
 }  // namespace tw::cpu

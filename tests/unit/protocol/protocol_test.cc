@@ -127,6 +127,24 @@ TensorData sample_data(size_t numel) {
   return TensorData::from<float>({static_cast<int64_t>(numel)}, v);
 }
 
+// A graph over every op (their ids as every_op gives them), with two inputs of different metas.
+ir::Graph sample_graph(size_t op_bytes) {
+  ir::Graph g;
+  g.input_ids = {1001, 1002};
+  g.inputs = {{{2, 3}, kF32}, {{}, kI64}};
+  g.ops = every_op(op_bytes);
+  g.output_ids = {7, 9};
+  return g;
+}
+
+void expect_same_graph(const ir::Graph& a, const ir::Graph& b) {
+  EXPECT_EQ(a.input_ids, b.input_ids);
+  EXPECT_EQ(a.inputs, b.inputs);
+  ASSERT_EQ(a.ops.size(), b.ops.size());
+  for (size_t i = 0; i < a.ops.size(); ++i) EXPECT_TRUE(a.ops[i] == b.ops[i]) << "op " << i;
+  EXPECT_EQ(a.output_ids, b.output_ids);
+}
+
 // Every message this codec has, encoded: (name, payload, is a client message).
 struct Encoded {
   std::string name;
@@ -160,12 +178,20 @@ std::vector<Encoded> every_message(size_t data_numel, size_t op_bytes) {
   f = {};
   encode_stats_result(45, sample_stats(), f);
   out.push_back({"stats result", flatten(f), Encoded::kServer});
+  f = {};
+  encode_graph_result(49, ir::GraphId{3}, f);
+  out.push_back({"graph result", flatten(f), Encoded::kServer});
+  f = {};
+  encode_graph_result(50, Result<ir::GraphId>(invalid_argument("graph op 1 (matmul): no")), f);
+  out.push_back({"graph error", flatten(f), Encoded::kServer});
   BatchWriter b;
   for (const ir::Op& op : every_op(op_bytes)) b.add_op(op);
   b.add_read(46, 1001);
   b.add_sync(47);
   b.add_drop({1001, 1002, 3});
   b.add_stats(48);
+  b.add_register_graph(51, sample_graph(op_bytes));
+  b.add_run_graph(3, {1001, 1002}, {4, 5});
   out.push_back({"batch", flatten(b.take()), Encoded::kBatch});
   return out;
 }
@@ -315,7 +341,10 @@ TEST(Protocol, BatchRoundTripEveryTaskAndEveryOp) {
     b.add_drop({1001, 1002, 3});
     b.add_drop({});
     b.add_stats(48);
-    EXPECT_EQ(b.task_count(), ops.size() + 5);
+    b.add_register_graph(49, sample_graph(op_bytes));
+    b.add_run_graph(3, {1001, 1002}, {4, 5});
+    b.add_run_graph(4, {}, {});
+    EXPECT_EQ(b.task_count(), ops.size() + 8);
     uint64_t size = b.payload_size();
     OutFrame f = b.take();
     EXPECT_EQ(f.payload_size(), size);
@@ -330,7 +359,7 @@ TEST(Protocol, BatchRoundTripEveryTaskAndEveryOp) {
     std::vector<Task> tasks;
     Status st = decode_batch(p, tasks);
     ASSERT_TRUE(st.ok()) << st.message();
-    ASSERT_EQ(tasks.size(), ops.size() + 5);
+    ASSERT_EQ(tasks.size(), ops.size() + 8);
     for (size_t i = 0; i < ops.size(); ++i) {
       EXPECT_EQ(tasks[i].kind, TaskKind::kOp);
       EXPECT_TRUE(tasks[i].op == ops[i]) << ir::op_code_name(ir::op_code(ops[i]));
@@ -347,7 +376,48 @@ TEST(Protocol, BatchRoundTripEveryTaskAndEveryOp) {
     EXPECT_TRUE(t[3].ids.empty());
     EXPECT_EQ(t[4].kind, TaskKind::kStats);
     EXPECT_EQ(t[4].request_id, 48u);
+    EXPECT_EQ(t[5].kind, TaskKind::kRegisterGraph);
+    EXPECT_EQ(t[5].request_id, 49u);
+    expect_same_graph(t[5].graph, sample_graph(op_bytes));
+    EXPECT_EQ(t[6].kind, TaskKind::kRunGraph);
+    EXPECT_EQ(t[6].graph_id, 3u);
+    EXPECT_EQ(t[6].ids, (std::vector<ir::TensorId>{1001, 1002}));
+    EXPECT_EQ(t[6].outputs, (std::vector<ir::TensorId>{4, 5}));
+    EXPECT_EQ(t[7].kind, TaskKind::kRunGraph);
+    EXPECT_TRUE(t[7].ids.empty() && t[7].outputs.empty());
   }
+}
+
+TEST(Protocol, GraphResultRoundTrip) {
+  OutFrame f;
+  encode_graph_result(9, ir::GraphId{77}, f);
+  auto m = decode_server_message(payload_of(f));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->kind, ServerMsg::kGraphResult);
+  EXPECT_EQ(m->request_id, 9u);
+  EXPECT_TRUE(m->status.ok());
+  EXPECT_EQ(m->graph_id, 77u);
+  f = {};
+  encode_graph_result(10, Result<ir::GraphId>(resource_exhausted("over --max-graph-ops")), f);
+  m = decode_server_message(payload_of(f));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->request_id, 10u);
+  EXPECT_EQ(m->status.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(m->status.message(), "over --max-graph-ops");
+  EXPECT_EQ(m->graph_id, 0u);
+}
+
+TEST(Protocol, HugeGraphCountsFailWithoutAllocating) {
+  // RegisterGraph claiming 2^32-1 inputs, then one claiming that many ops after no inputs.
+  std::vector<uint8_t> inputs = {2, 1, 0, 0, 0, 6, 1, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF};
+  std::vector<Task> tasks;
+  Status st = decode_batch(to_buffer(inputs), tasks);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.message();
+  std::vector<uint8_t> ops = {2, 1, 0, 0, 0, 6, 1, 0,    0,    0,    0,
+                              0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF};
+  st = decode_batch(to_buffer(ops), tasks);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.message();
+  EXPECT_TRUE(tasks.empty());
 }
 
 TEST(Protocol, RemoveLastTaskRestoresTheBatch) {
@@ -578,6 +648,21 @@ TEST(ProtocolDoc, WorkedExamplesMatchTheEncoder) {
   OutFrame read;
   encode_read_result(7, d, read);
   EXPECT_EQ(doc_example(doc, "read_result"), framed(read));
+
+  ir::Graph g;
+  g.input_ids = {1};
+  g.inputs = {{{2}, kF32}};
+  ir::BinaryScalar triple = mul;
+  triple.a = {1};
+  triple.out = {2};
+  g.ops = {triple};
+  g.output_ids = {2};
+  b.add_register_graph(8, g);
+  b.add_run_graph(1, {1}, {3});
+  EXPECT_EQ(doc_example(doc, "graph_batch"), framed(b.take()));
+  OutFrame graph;
+  encode_graph_result(8, ir::GraphId{1}, graph);
+  EXPECT_EQ(doc_example(doc, "graph_result"), framed(graph));
 }
 
 // Names each field's wire type as the doc's op table does.
