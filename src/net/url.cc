@@ -18,6 +18,7 @@ struct SchemeInfo {
 constexpr SchemeInfo kSchemes[] = {
     {Url::Scheme::kTcp, "tcp", false, "tcp://host:port"},
     {Url::Scheme::kUnix, "unix", true, "unix:///path"},
+    {Url::Scheme::kTls, "tls", false, "tls://host:port"},
 };
 
 const SchemeInfo& info(Url::Scheme s) {

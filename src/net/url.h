@@ -1,4 +1,5 @@
-// Transport addresses: tcp://host:port and unix:///path/to.sock. The schemes this build has are
+// Transport addresses: tcp://host:port, tls://host:port (TCP under TLS 1.3) and
+// unix:///path/to.sock. The schemes this build has are
 // one table in url.cc; a new transport adds its row there and its dial/listen in stream.cc.
 #pragma once
 #include <cstdint>
@@ -9,8 +10,8 @@
 namespace tw::net {
 
 struct Url {
-  enum class Scheme { kTcp, kUnix } scheme = Scheme::kTcp;
-  std::string host;   // host:port schemes (tcp)
+  enum class Scheme { kTcp, kUnix, kTls } scheme = Scheme::kTcp;
+  std::string host;   // host:port schemes (tcp, tls)
   uint16_t port = 0;  // host:port schemes; 0 asks the OS for a free port when listening
   std::string path;   // path schemes (unix)
   std::string str() const;
@@ -18,7 +19,7 @@ struct Url {
 };
 
 Result<Url> parse_url(const std::string& text);
-// "tcp://host:port, unix:///path": the address forms this build accepts, for messages.
+// "tcp://host:port or unix:///path or tls://host:port": the address forms this build accepts, for messages.
 std::string supported_schemes();
 
 }  // namespace tw::net

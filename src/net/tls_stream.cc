@@ -1,0 +1,515 @@
+#include "net/tls_stream.h"
+
+#include <openssl/bn.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+#include <poll.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <array>
+#include <asio.hpp>
+#include <asio/ssl/context.hpp>
+#include <asio/ssl/error.hpp>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+
+#include "net/socket_stream.h"
+
+namespace tw::net {
+
+namespace {
+
+// TLS 1.3's AEAD suites, in the order a client offers them (the server takes the client's
+// order): AES-GCM first, as x86-64 and arm64 servers have AES instructions (`openssl speed
+// -evp aes-128-gcm` beats chacha20-poly1305 there); ChaCha20 for a peer without them.
+constexpr const char* kCipherSuites =
+    "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
+// Small buffers of a gather write are copied into one record of at most this much (a request
+// of a header and a few small segments goes out as one record and one system call); a larger
+// buffer is handed to OpenSSL in place.
+constexpr size_t kCoalesceBytes = 16 * 1024;
+// What OpenSSL reads from the socket at once (read-ahead): many records per system call.
+constexpr size_t kReadAheadBytes = 256 * 1024;
+// A dialed server that has not finished the handshake by then is given up on.
+constexpr int kHandshakeTimeoutMs = 10'000;
+
+template <typename T, void (*Free)(T*)>
+struct Deleter {
+  void operator()(T* p) const { Free(p); }
+};
+using X509Ptr = std::unique_ptr<X509, Deleter<X509, X509_free>>;
+using KeyPtr = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY, EVP_PKEY_free>>;
+using BioPtr = std::unique_ptr<BIO, Deleter<BIO, BIO_free_all>>;
+using BnPtr = std::unique_ptr<BIGNUM, Deleter<BIGNUM, BN_free>>;
+using Context = std::shared_ptr<asio::ssl::context>;
+
+// The first error OpenSSL queued on this thread (and the queue cleared), for messages.
+std::string openssl_error(const char* fallback) {
+  unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return fallback;
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof buf);
+  return buf;
+}
+
+std::string fingerprint_of(const X509* cert) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  if (!cert || X509_digest(cert, EVP_sha256(), md, &len) != 1) return {};
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    if (i) out += ':';
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 15];
+  }
+  return out;
+}
+
+Result<Context> make_context(asio::ssl::context::method method, const std::string& suites) {
+  Context ctx;
+  try {
+    ctx = std::make_shared<asio::ssl::context>(method);
+  } catch (const asio::system_error& e) {
+    return internal_error(std::string("cannot create a TLS context: ") + e.what());
+  }
+  SSL_CTX* c = ctx->native_handle();
+  SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION);
+  SSL_CTX_set_max_proto_version(c, TLS1_3_VERSION);
+  if (SSL_CTX_set_ciphersuites(c, suites.empty() ? kCipherSuites : suites.c_str()) != 1) {
+    return invalid_argument("bad TLS cipher suites '" + suites + "': " + openssl_error("none known"));
+  }
+  // A peer that drops the connection without close_notify ends the stream as a close would:
+  // framing above notices a frame cut short, and shutdown() sends no close_notify either.
+  SSL_CTX_set_options(c, SSL_OP_IGNORE_UNEXPECTED_EOF);
+  // Partial writes: SSL_write returns after each record, so try_write reports progress as the
+  // socket takes it; the moving buffer lets a retried write come from a re-coalesced copy.
+  SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_CTX_set_read_ahead(c, 1);
+  SSL_CTX_set_default_read_buffer_len(c, kReadAheadBytes);
+  return ctx;
+}
+
+// One TLS connection over a connected non-blocking socket. OpenSSL reads and writes the
+// descriptor itself (SSL_set_fd): Asio's ssl::stream drives a record layer through memory
+// buffers with operations of its own, which would not give the never-waiting try calls of the
+// Stream contract. Asio still provides the context (ssl::context) and the readiness waits.
+class TlsStream final : public Stream {
+ public:
+  TlsStream(Socket sock, SSL* ssl, Context ctx)
+      : sock_(std::move(sock)), fd_(sock_.native_handle()), ssl_(ssl), ctx_(std::move(ctx)) {
+    asio::error_code ec;
+    sock_.non_blocking(true, ec);
+    SSL_set_fd(ssl_, fd_);
+  }
+  ~TlsStream() override { SSL_free(ssl_); }
+
+  // Reads records until `into` is full or nothing decrypted or buffered is left: a short read
+  // then means the socket must be waited for, as the contract lets the caller assume.
+  IoResult try_read(asio::mutable_buffer into) override {
+    auto* p = static_cast<uint8_t*>(into.data());
+    size_t total = 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    while (total < into.size()) {
+      size_t n = 0;
+      ERR_clear_error();
+      int rc = SSL_read_ex(ssl_, p + total, into.size() - total, &n);
+      if (rc != 1) {
+        IoResult r = failure(rc, read_wait_);
+        if (total == 0) return r;
+        break;  // the bytes first; a lasting failure is reported by the next call
+      }
+      total += n;
+      if (!SSL_has_pending(ssl_)) break;
+    }
+    return {IoResult::kDone, total, {}};
+  }
+
+  IoResult try_write(const asio::const_buffer* bufs, size_t count) override {
+    size_t total = 0, i = 0, off = 0;  // bufs[i] + off: the first byte not yet written
+    for (;;) {
+      while (i < count && off == bufs[i].size()) {
+        ++i;
+        off = 0;
+      }
+      if (i == count) break;
+      const uint8_t* data = static_cast<const uint8_t*>(bufs[i].data()) + off;
+      size_t len = bufs[i].size() - off;
+      if (len < kCoalesceBytes) {
+        // A retry after would-block coalesces the same bytes again (the caller passes the
+        // same buffers, perhaps with more behind them), as OpenSSL requires of a retried write.
+        len = coalesce(bufs, count, i, off);
+        data = staging_.data();
+      }
+      size_t n = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ERR_clear_error();
+        int rc = SSL_write_ex(ssl_, data, len, &n);
+        if (rc != 1) {
+          IoResult r = failure(rc, write_wait_);
+          if (total == 0) return r;
+          break;
+        }
+      }
+      total += n;
+      for (off += n; i < count && off >= bufs[i].size() && off > 0; ++i) off -= bufs[i].size();
+    }
+    return {IoResult::kDone, total, {}};
+  }
+
+  void wait_readable() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (SSL_has_pending(ssl_)) return;
+    }
+    wait_fd(fd_, read_wait_.load());
+  }
+  void wait_writable() override { wait_fd(fd_, write_wait_.load()); }
+
+  void async_read_some(asio::mutable_buffer into, IoHandler done) override {
+    IoResult r = try_read(into);
+    if (r.kind != IoResult::kWouldBlock) return complete(r, r.bytes, std::move(done));
+    sock_.async_wait(wait_type(read_wait_), [this, into, done = std::move(done)](
+                                                const asio::error_code& ec) mutable {
+      if (ec) return done(ec, 0);
+      async_read_some(into, std::move(done));
+    });
+  }
+
+  void async_read(asio::mutable_buffer into, IoHandler done) override {
+    read_rest(into, 0, std::move(done));
+  }
+
+  void async_write(const std::vector<asio::const_buffer>& bufs, IoHandler done) override {
+    write_rest(std::make_shared<std::vector<asio::const_buffer>>(bufs), 0, std::move(done));
+  }
+
+  // ::shutdown, as the socket stream does (safe from any thread); no close_notify, which
+  // would need the SSL object while another thread may be inside it.
+  void shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
+  void close() override {
+    asio::error_code ec;
+    sock_.close(ec);
+  }
+
+  // Client side, before the stream is shared: the blocking handshake, within the deadline.
+  Status handshake(const Url& url, const TlsOptions& tls) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandshakeTimeoutMs);
+    for (;;) {
+      ERR_clear_error();
+      int rc = SSL_do_handshake(ssl_);
+      if (rc == 1) return Status::OK();
+      int err = SSL_get_error(ssl_, rc);
+      if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) {
+        return handshake_failure(url, tls, err);
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{fd_, static_cast<short>(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
+      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) == 0) {
+        return unavailable("TLS handshake with " + url.str() + " timed out after " +
+                           std::to_string(kHandshakeTimeoutMs / 1000) +
+                           " s: is a tensorwire server listening with tls:// there?");
+      }
+    }
+  }
+
+  std::string peer_fingerprint() const {
+    X509Ptr cert(SSL_get1_peer_certificate(ssl_));
+    return fingerprint_of(cert.get());
+  }
+  std::string cipher() const { return SSL_get_cipher_name(ssl_); }
+
+ private:
+  // Copies the small buffers from bufs[i] + off into staging_, up to one record's worth.
+  size_t coalesce(const asio::const_buffer* bufs, size_t count, size_t i, size_t off) {
+    size_t len = 0;
+    for (; i < count && len < kCoalesceBytes; ++i, off = 0) {
+      size_t take = std::min(bufs[i].size() - off, kCoalesceBytes - len);
+      std::memcpy(staging_.data() + len, static_cast<const uint8_t*>(bufs[i].data()) + off, take);
+      len += take;
+    }
+    return len;
+  }
+
+  // What a failed SSL call means for the caller. A would-block records which way the record
+  // layer waits (`wait`: the poll events for wait_readable/wait_writable and the async waits).
+  IoResult failure(int rc, std::atomic<short>& wait) {
+    int err = SSL_get_error(ssl_, rc);
+    switch (err) {
+      case SSL_ERROR_WANT_READ: wait = POLLIN; return {IoResult::kWouldBlock, 0, {}};
+      case SSL_ERROR_WANT_WRITE: wait = POLLOUT; return {IoResult::kWouldBlock, 0, {}};
+      case SSL_ERROR_ZERO_RETURN: return {IoResult::kClosed, 0, {}};
+      case SSL_ERROR_SYSCALL:
+        if (ERR_peek_error() == 0) {
+          if (errno == 0) return {IoResult::kClosed, 0, {}};
+          return {IoResult::kError, 0, asio::error_code(errno, asio::system_category())};
+        }
+        [[fallthrough]];
+      default: {
+        auto e = static_cast<int>(ERR_get_error());
+        ERR_clear_error();
+        return {IoResult::kError, 0, asio::error_code(e, asio::error::get_ssl_category())};
+      }
+    }
+  }
+
+  static asio::socket_base::wait_type wait_type(const std::atomic<short>& events) {
+    return events.load() == POLLIN ? asio::socket_base::wait_read : asio::socket_base::wait_write;
+  }
+
+  // Completes an async operation with `r`'s outcome after `bytes` moved, through the
+  // io_context as Asio would (never inside the initiating call).
+  void complete(const IoResult& r, size_t bytes, IoHandler done) {
+    asio::error_code ec;
+    if (r.kind == IoResult::kClosed) ec = asio::error::eof;
+    if (r.kind == IoResult::kError) ec = r.error;
+    asio::post(sock_.get_executor(), [ec, bytes, done = std::move(done)] { done(ec, bytes); });
+  }
+
+  void read_rest(asio::mutable_buffer rest, size_t got, IoHandler done) {
+    for (;;) {
+      if (rest.size() == 0) return complete({}, got, std::move(done));
+      IoResult r = try_read(rest);
+      if (r.kind == IoResult::kDone) {
+        rest += r.bytes;
+        got += r.bytes;
+        continue;
+      }
+      if (r.kind != IoResult::kWouldBlock) return complete(r, got, std::move(done));
+      return sock_.async_wait(wait_type(read_wait_), [this, rest, got, done = std::move(done)](
+                                                         const asio::error_code& ec) mutable {
+        if (ec) return done(ec, got);
+        read_rest(rest, got, std::move(done));
+      });
+    }
+  }
+
+  void write_rest(std::shared_ptr<std::vector<asio::const_buffer>> rest, size_t sent,
+                  IoHandler done) {
+    for (;;) {
+      if (rest->empty()) return complete({}, sent, std::move(done));
+      IoResult r = try_write(rest->data(), rest->size());
+      if (r.kind == IoResult::kDone) {
+        consume(*rest, r.bytes);
+        sent += r.bytes;
+        continue;
+      }
+      if (r.kind != IoResult::kWouldBlock) return complete(r, sent, std::move(done));
+      return sock_.async_wait(wait_type(write_wait_), [this, rest, sent, done = std::move(done)](
+                                                          const asio::error_code& ec) mutable {
+        if (ec) return done(ec, sent);
+        write_rest(rest, sent, std::move(done));
+      });
+    }
+  }
+
+  Status handshake_failure(const Url& url, const TlsOptions& tls, int err) {
+    long verify = SSL_get_verify_result(ssl_);
+    if (verify != X509_V_OK) {
+      ERR_clear_error();
+      std::string trust = tls.ca_file.empty() ? "the system's trusted CAs"
+                                              : "the CA file " + tls.ca_file + " (TW_TLS_CA)";
+      return unavailable("TLS: refusing " + url.str() + ": its certificate (SHA-256 " +
+                         peer_fingerprint() + ") does not verify against " + trust + ": " +
+                         X509_verify_cert_error_string(verify));
+    }
+    std::string why = err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN
+                          ? openssl_error("the server closed the connection")
+                          : openssl_error("protocol error");
+    return unavailable("TLS handshake with " + url.str() + " failed (" + why +
+                       "): is the server listening with tls:// there, not tcp://?");
+  }
+
+  Socket sock_;
+  const int fd_;
+  SSL* const ssl_;
+  const Context ctx_;  // outlives ssl_'s use of it
+  std::mutex mu_;      // ssl_: one reader and one writer share it
+  std::atomic<short> read_wait_{POLLIN}, write_wait_{POLLOUT};
+  std::array<uint8_t, kCoalesceBytes> staging_;  // the writer's
+};
+
+class TlsListener final : public Listener {
+ public:
+  TlsListener(std::unique_ptr<Listener> tcp, std::string fingerprint)
+      : tcp_(std::move(tcp)), fingerprint_(std::move(fingerprint)) {}
+  const Url& url() const override { return tcp_->url(); }
+  std::string tls_fingerprint() const override { return fingerprint_; }
+  void async_accept(asio::io_context& io, AcceptHandler done) override {
+    tcp_->async_accept(io, std::move(done));
+  }
+  void close() override { tcp_->close(); }
+
+ private:
+  std::unique_ptr<Listener> tcp_;  // its streams are made TLS ones as they are accepted
+  std::string fingerprint_;
+};
+
+Status load_identity(asio::ssl::context& ctx, const TlsOptions& tls) {
+  asio::error_code ec;
+  std::string what;
+  if (!tls.cert_pem.empty() || !tls.key_pem.empty()) {
+    what = "the TLS certificate and key given";
+    ctx.use_certificate_chain(asio::buffer(tls.cert_pem), ec);
+    if (!ec) ctx.use_private_key(asio::buffer(tls.key_pem), asio::ssl::context::pem, ec);
+  } else if (!tls.cert_file.empty() && !tls.key_file.empty()) {
+    what = "TLS certificate " + tls.cert_file + " and key " + tls.key_file;
+    ctx.use_certificate_chain_file(tls.cert_file, ec);
+    if (!ec) ctx.use_private_key_file(tls.key_file, asio::ssl::context::pem, ec);
+  } else {
+    return invalid_argument("a tls:// listener needs a certificate and its key (both)");
+  }
+  if (ec) return invalid_argument("cannot load " + what + ": " + ec.message());
+  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
+    return invalid_argument(what + ": the key does not match the certificate (" +
+                            openssl_error("mismatch") + ")");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Stream>> dial_tls(const Url& url, asio::io_context& io,
+                                         const TlsOptions& tls) {
+  std::string pinned;
+  if (!tls.fingerprint.empty()) {
+    TW_ASSIGN_OR_RETURN(pinned, normalize_fingerprint(tls.fingerprint));
+  }
+  TW_ASSIGN_OR_RETURN(Context ctx, make_context(asio::ssl::context::tlsv13_client, tls.cipher_suites));
+  SSL_CTX* c = ctx->native_handle();
+  bool verify_chain = !tls.ca_file.empty() || pinned.empty();
+  if (!tls.ca_file.empty()) {
+    asio::error_code ec;
+    ctx->load_verify_file(tls.ca_file, ec);
+    if (ec) {
+      return invalid_argument("cannot load the TLS CA file " + tls.ca_file +
+                              " (TW_TLS_CA): " + ec.message());
+    }
+  } else if (verify_chain) {
+    SSL_CTX_set_default_verify_paths(c);
+  }
+  // Pinned without a CA: the chain is not checked, the fingerprint is, once the handshake is
+  // done and before a byte of the session is sent.
+  SSL_CTX_set_verify(c, verify_chain ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, nullptr);
+  TW_ASSIGN_OR_RETURN(Socket sock, connect_socket(url, io));
+  SSL* ssl = SSL_new(c);
+  if (!ssl) return resource_exhausted("cannot create a TLS connection: " + openssl_error("SSL_new"));
+  auto stream = std::make_unique<TlsStream>(std::move(sock), ssl, ctx);
+  SSL_set_connect_state(ssl);
+  if (verify_chain) {
+    // The certificate must name the host dialed: an address as an IP entry, a name as DNS.
+    if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), url.host.c_str()) != 1) {
+      ERR_clear_error();
+      SSL_set1_host(ssl, url.host.c_str());
+      SSL_set_tlsext_host_name(ssl, url.host.c_str());
+    }
+  }
+  TW_RETURN_NOT_OK(stream->handshake(url, tls));
+  if (!pinned.empty()) {
+    std::string got = stream->peer_fingerprint();
+    if (got != pinned) {
+      return unavailable("TLS: refusing " + url.str() +
+                         ": its certificate's SHA-256 fingerprint is " + got +
+                         ", but the pinned one (TW_TLS_FINGERPRINT) is " + pinned);
+    }
+  }
+  return std::unique_ptr<Stream>(std::move(stream));
+}
+
+Result<std::unique_ptr<Listener>> listen_tls(const Url& url, asio::io_context& io,
+                                             const TlsOptions& tls) {
+  TW_ASSIGN_OR_RETURN(Context ctx, make_context(asio::ssl::context::tlsv13_server, tls.cipher_suites));
+  TW_RETURN_NOT_OK(load_identity(*ctx, tls));
+  // No session tickets: clients do not resume, and tickets would be bytes the client must
+  // read after the handshake before its first reply.
+  SSL_CTX_set_num_tickets(ctx->native_handle(), 0);
+  std::string fingerprint = fingerprint_of(SSL_CTX_get0_certificate(ctx->native_handle()));
+  MakeStream make = [ctx](Socket sock, asio::error_code& ec) -> std::unique_ptr<Stream> {
+    SSL* ssl = SSL_new(ctx->native_handle());
+    if (!ssl) {
+      ERR_clear_error();
+      ec = asio::error::no_memory;
+      return nullptr;
+    }
+    SSL_set_accept_state(ssl);
+    return std::make_unique<TlsStream>(std::move(sock), ssl, ctx);
+  };
+  TW_ASSIGN_OR_RETURN(std::unique_ptr<Listener> tcp, listen_socket(url, io, std::move(make)));
+  return std::unique_ptr<Listener>(std::make_unique<TlsListener>(std::move(tcp), fingerprint));
+}
+
+Result<TlsIdentity> generate_self_signed(const std::string& common_name) {
+  KeyPtr key(EVP_EC_gen("P-256"));
+  X509Ptr cert(X509_new());
+  BnPtr serial(BN_new());
+  if (!key || !cert || !serial) return internal_error("cannot generate a TLS key: " + openssl_error("EVP_EC_gen"));
+  bool ok = X509_set_version(cert.get(), X509_VERSION_3) == 1 &&
+            BN_rand(serial.get(), 127, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) == 1 &&
+            BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert.get())) != nullptr &&
+            X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600) != nullptr &&
+            X509_gmtime_adj(X509_getm_notAfter(cert.get()), 365L * 24 * 3600) != nullptr &&
+            X509_set_pubkey(cert.get(), key.get()) == 1;
+  X509_NAME* name = X509_get_subject_name(cert.get());
+  ok = ok &&
+       X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
+                                  reinterpret_cast<const unsigned char*>(common_name.c_str()), -1,
+                                  -1, 0) == 1 &&
+       X509_set_issuer_name(cert.get(), name) == 1 &&
+       X509_sign(cert.get(), key.get(), EVP_sha256()) > 0;
+  BioPtr cert_bio(BIO_new(BIO_s_mem())), key_bio(BIO_new(BIO_s_mem()));
+  ok = ok && cert_bio && key_bio && PEM_write_bio_X509(cert_bio.get(), cert.get()) == 1 &&
+       PEM_write_bio_PrivateKey(key_bio.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr) == 1;
+  if (!ok) return internal_error("cannot make a self-signed TLS certificate: " + openssl_error("X509"));
+  auto text = [](BIO* b) {
+    char* p = nullptr;
+    long n = BIO_get_mem_data(b, &p);
+    return std::string(p, static_cast<size_t>(n));
+  };
+  return TlsIdentity{text(cert_bio.get()), text(key_bio.get()), fingerprint_of(cert.get())};
+}
+
+Result<std::string> normalize_fingerprint(const std::string& text) {
+  std::string rest = text;
+  if (rest.size() > 7 && strncasecmp(rest.c_str(), "sha256:", 7) == 0) rest = rest.substr(7);
+  std::string hex;
+  bool digits_only = true;
+  for (char ch : rest) {
+    auto u = static_cast<unsigned char>(ch);
+    if (ch == ':' || std::isspace(u)) continue;
+    digits_only = digits_only && std::isxdigit(u);
+    hex += static_cast<char>(std::toupper(u));
+  }
+  if (!digits_only || hex.size() != 64) {
+    return invalid_argument(
+        "a TLS fingerprint is a SHA-256 of 64 hex digits (as tensorwire-server prints it, "
+        "AB:CD:...), got '" + text + "'");
+  }
+  std::string out;
+  for (size_t i = 0; i < 64; i += 2) out += (i ? ":" : "") + hex.substr(i, 2);
+  return out;
+}
+
+bool looks_like_tls(const uint8_t* bytes, size_t n) {
+  // Content type 21 (alert) or 22 (handshake), then a 3.x record version.
+  return n >= 3 && (bytes[0] == 21 || bytes[0] == 22) && bytes[1] == 3 && bytes[2] <= 4;
+}
+
+std::string tls_cipher(const Stream& s) {
+  auto* t = dynamic_cast<const TlsStream*>(&s);
+  return t ? t->cipher() : std::string();
+}
+
+}  // namespace tw::net
