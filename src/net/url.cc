@@ -103,4 +103,18 @@ Result<Url> parse_url(const std::string& text) {
                           supported_schemes());
 }
 
+Status check_exposure(const Url& url, bool has_credential, bool insecure) {
+  bool tls = url.scheme == Url::Scheme::kTls;
+  if (url.is_loopback() || insecure || (tls && has_credential)) return Status::OK();
+  std::string missing = !tls && !has_credential ? "TLS and a credential"
+                        : !tls                  ? "TLS"
+                                                : "a credential";
+  Url secure = url;
+  secure.scheme = Url::Scheme::kTls;
+  return invalid_argument("refusing to listen on " + url.str() + " without " + missing +
+                          ": other hosts can reach it. Listen on " + secure.str() +
+                          " with --credential-file, or pass --insecure to serve it anyway "
+                          "on a network you trust");
+}
+
 }  // namespace tw::net

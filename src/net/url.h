@@ -19,6 +19,12 @@ struct Url {
 };
 
 Result<Url> parse_url(const std::string& text);
+
+// Secure by default: a server listening where other hosts can reach it must speak tls:// and
+// require a credential, unless `insecure` (tensorwire-server --insecure) waives both. OK for
+// loopback addresses and Unix sockets; otherwise an error naming what is missing and the ways
+// out.
+Status check_exposure(const Url& url, bool has_credential, bool insecure);
 // "tcp://host:port or unix:///path or tls://host:port": the address forms this build accepts, for messages.
 std::string supported_schemes();
 
