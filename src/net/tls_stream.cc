@@ -259,11 +259,21 @@ class TlsStream final : public Stream {
         }
         [[fallthrough]];
       default: {
+        if (SSL_is_server(ssl_) && SSL_get_state(ssl_) == TLS_ST_BEFORE) alert_plain_peer();
         auto e = static_cast<int>(ERR_get_error());
         ERR_clear_error();
         return {IoResult::kError, 0, asio::error_code(e, asio::error::get_ssl_category())};
       }
     }
+  }
+
+  // A peer whose first bytes are no TLS record (a plain tcp:// client) gets nothing from
+  // OpenSSL, which has no version to answer in; a fatal protocol_version alert lets it say
+  // that it reached a TLS port (looks_like_tls) instead of only seeing the connection close.
+  void alert_plain_peer() {
+    static constexpr uint8_t kAlert[] = {21, 3, 3, 0, 2, 2, 70};
+    ssize_t sent = ::send(fd_, kAlert, sizeof kAlert, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)sent;  // best effort: the connection is being dropped either way
   }
 
   static asio::socket_base::wait_type wait_type(const std::atomic<short>& events) {
