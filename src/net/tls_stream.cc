@@ -35,9 +35,11 @@ namespace {
 constexpr const char* kCipherSuites =
     "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
 // Small buffers of a gather write are copied into one record of at most this much (a request
-// of a header and a few small segments goes out as one record and one system call); a larger
-// buffer is handed to OpenSSL in place.
+// of a header and a few small segments goes out as one record); a larger buffer is handed to
+// OpenSSL in place.
 constexpr size_t kCoalesceBytes = 16 * 1024;
+// Records encrypted into the stream's own buffer before it is sent.
+constexpr size_t kFlushBytes = 256 * 1024;
 // What OpenSSL reads from the socket at once (read-ahead): many records per system call.
 constexpr size_t kReadAheadBytes = 256 * 1024;
 // A dialed server that has not finished the handshake by then is given up on.
@@ -93,25 +95,48 @@ Result<Context> make_context(asio::ssl::context::method method, const std::strin
   // A peer that drops the connection without close_notify ends the stream as a close would:
   // framing above notices a frame cut short, and shutdown() sends no close_notify either.
   SSL_CTX_set_options(c, SSL_OP_IGNORE_UNEXPECTED_EOF);
-  // Partial writes: SSL_write returns after each record, so try_write reports progress as the
-  // socket takes it; the moving buffer lets a retried write come from a re-coalesced copy.
-  SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // Records go to a buffer that never blocks (TlsStream), so a write is never retried halfway;
+  // should the handshake make one wait, the retry may come from a re-coalesced copy.
+  SSL_CTX_set_mode(c, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_read_ahead(c, 1);
   SSL_CTX_set_default_read_buffer_len(c, kReadAheadBytes);
   return ctx;
 }
 
-// One TLS connection over a connected non-blocking socket. OpenSSL reads and writes the
-// descriptor itself (SSL_set_fd): Asio's ssl::stream drives a record layer through memory
-// buffers with operations of its own, which would not give the never-waiting try calls of the
-// Stream contract. Asio still provides the context (ssl::context) and the readiness waits.
+// The write side's BIO: OpenSSL appends each record it makes to the stream's `out_` buffer
+// (never blocking), and the stream sends that buffer itself, many records per system call.
+BIO_METHOD* out_bio_method() {
+  static BIO_METHOD* const method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "tensorwire out");
+    BIO_meth_set_write_ex(m, [](BIO* b, const char* data, size_t n, size_t* written) {
+      auto* out = static_cast<std::vector<uint8_t>*>(BIO_get_data(b));
+      out->insert(out->end(), data, data + n);
+      *written = n;
+      return 1;
+    });
+    BIO_meth_set_ctrl(m, [](BIO*, int cmd, long, void*) -> long { return cmd == BIO_CTRL_FLUSH; });
+    return m;
+  }();
+  return method;
+}
+
+// One TLS connection over a connected non-blocking socket. OpenSSL reads the descriptor
+// itself (a socket BIO, with read-ahead) and writes records into out_, which the stream sends:
+// encrypting up to kFlushBytes before one send() is what lets a bulk upload reach the cipher's
+// speed instead of paying a system call and a receiver wake-up per 16 KiB record. Asio's
+// ssl::stream, which drives the record layer through its own asynchronous operations, would
+// not give the never-waiting try calls of the Stream contract; Asio provides the context
+// (ssl::context) and the readiness waits.
 class TlsStream final : public Stream {
  public:
   TlsStream(Socket sock, SSL* ssl, Context ctx)
       : sock_(std::move(sock)), fd_(sock_.native_handle()), ssl_(ssl), ctx_(std::move(ctx)) {
     asio::error_code ec;
     sock_.non_blocking(true, ec);
-    SSL_set_fd(ssl_, fd_);
+    BIO* out = BIO_new(out_bio_method());
+    BIO_set_data(out, &out_);
+    BIO_set_init(out, 1);
+    SSL_set_bio(ssl_, BIO_new_socket(fd_, BIO_NOCLOSE), out);  // ssl_ owns both
   }
   ~TlsStream() override { SSL_free(ssl_); }
 
@@ -121,51 +146,59 @@ class TlsStream final : public Stream {
     auto* p = static_cast<uint8_t*>(into.data());
     size_t total = 0;
     std::lock_guard<std::mutex> lock(mu_);
+    IoResult r{IoResult::kDone, 0, {}};
     while (total < into.size()) {
       size_t n = 0;
       ERR_clear_error();
-      int rc = SSL_read_ex(ssl_, p + total, into.size() - total, &n);
-      if (rc != 1) {
-        IoResult r = failure(rc, read_wait_);
-        if (total == 0) return r;
-        break;  // the bytes first; a lasting failure is reported by the next call
+      if (SSL_read_ex(ssl_, p + total, into.size() - total, &n) != 1) {
+        r = failure(0, read_wait_);
+        break;
       }
       total += n;
       if (!SSL_has_pending(ssl_)) break;
     }
-    return {IoResult::kDone, total, {}};
+    // What the read made OpenSSL send (handshake messages, alerts) goes out now; a wait for
+    // the next read then waits to send the rest first.
+    if (flush_locked().kind == IoResult::kWouldBlock && r.kind == IoResult::kWouldBlock) {
+      read_wait_ = POLLOUT;
+    }
+    if (total) return {IoResult::kDone, total, {}};  // a lasting failure comes back next call
+    return r;
   }
 
   IoResult try_write(const asio::const_buffer* bufs, size_t count) override {
-    size_t total = 0, i = 0, off = 0;  // bufs[i] + off: the first byte not yet written
-    for (;;) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (IoResult f = flush_locked(); f.kind != IoResult::kDone) {
+      if (f.kind == IoResult::kWouldBlock) write_wait_ = POLLOUT;
+      return f;
+    }
+    size_t total = 0, i = 0, off = 0;  // bufs[i] + off: the first byte not yet taken
+    while (out_.size() < kFlushBytes) {
       while (i < count && off == bufs[i].size()) {
         ++i;
         off = 0;
       }
       if (i == count) break;
       const uint8_t* data = static_cast<const uint8_t*>(bufs[i].data()) + off;
-      size_t len = bufs[i].size() - off;
+      size_t len = std::min(bufs[i].size() - off, kFlushBytes);
       if (len < kCoalesceBytes) {
-        // A retry after would-block coalesces the same bytes again (the caller passes the
-        // same buffers, perhaps with more behind them), as OpenSSL requires of a retried write.
         len = coalesce(bufs, count, i, off);
         data = staging_.data();
       }
       size_t n = 0;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ERR_clear_error();
-        int rc = SSL_write_ex(ssl_, data, len, &n);
-        if (rc != 1) {
-          IoResult r = failure(rc, write_wait_);
-          if (total == 0) return r;
-          break;
-        }
+      ERR_clear_error();
+      if (SSL_write_ex(ssl_, data, len, &n) != 1) {
+        IoResult r = failure(0, write_wait_);
+        if (total == 0) return r;
+        break;
       }
       total += n;
       for (off += n; i < count && off >= bufs[i].size() && off > 0; ++i) off -= bufs[i].size();
     }
+    // The bytes taken are the caller's no more: what the socket does not take now stays in
+    // out_, sent by the next call (which says would-block until it can).
+    IoResult f = flush_locked();
+    if (f.kind == IoResult::kError && total == 0) return f;
     return {IoResult::kDone, total, {}};
   }
 
@@ -210,14 +243,16 @@ class TlsStream final : public Stream {
     for (;;) {
       ERR_clear_error();
       int rc = SSL_do_handshake(ssl_);
-      if (rc == 1) return Status::OK();
-      int err = SSL_get_error(ssl_, rc);
-      if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) {
-        return handshake_failure(url, tls, err);
-      }
+      int err = rc == 1 ? SSL_ERROR_NONE : SSL_get_error(ssl_, rc);
+      short events = POLLIN;
+      IoResult f = flush_locked();
+      if (f.kind == IoResult::kError) return unavailable("TLS handshake with " + url.str() + " failed: " + f.error.message());
+      if (f.kind == IoResult::kWouldBlock) events = POLLOUT;
+      else if (rc == 1) return Status::OK();
+      else if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) return handshake_failure(url, tls, err);
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
-      pollfd p{fd_, static_cast<short>(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
+      pollfd p{fd_, events, 0};
       if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) == 0) {
         return unavailable("TLS handshake with " + url.str() + " timed out after " +
                            std::to_string(kHandshakeTimeoutMs / 1000) +
@@ -244,8 +279,26 @@ class TlsStream final : public Stream {
     return len;
   }
 
-  // What a failed SSL call means for the caller. A would-block records which way the record
-  // layer waits (`wait`: the poll events for wait_readable/wait_writable and the async waits).
+  // Sends what out_ holds: kDone once all of it is gone, kWouldBlock while the socket is full.
+  IoResult flush_locked() {
+    while (out_sent_ < out_.size()) {
+      ssize_t k = ::send(fd_, out_.data() + out_sent_, out_.size() - out_sent_,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (k >= 0) {
+        out_sent_ += static_cast<size_t>(k);
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return {IoResult::kWouldBlock, 0, {}};
+      } else if (errno != EINTR) {
+        return {IoResult::kError, 0, asio::error_code(errno, asio::system_category())};
+      }
+    }
+    out_.clear();
+    out_sent_ = 0;
+    return {IoResult::kDone, 0, {}};
+  }
+
+  // What the SSL call that just failed means for the caller. A would-block records which way
+  // the record layer waits (`wait`: the poll events of the waits and async waits).
   IoResult failure(int rc, std::atomic<short>& wait) {
     int err = SSL_get_error(ssl_, rc);
     switch (err) {
@@ -272,8 +325,8 @@ class TlsStream final : public Stream {
   // that it reached a TLS port (looks_like_tls) instead of only seeing the connection close.
   void alert_plain_peer() {
     static constexpr uint8_t kAlert[] = {21, 3, 3, 0, 2, 2, 70};
-    ssize_t sent = ::send(fd_, kAlert, sizeof kAlert, MSG_DONTWAIT | MSG_NOSIGNAL);
-    (void)sent;  // best effort: the connection is being dropped either way
+    out_.insert(out_.end(), std::begin(kAlert), std::end(kAlert));
+    flush_locked();  // best effort: the connection is being dropped either way
   }
 
   static asio::socket_base::wait_type wait_type(const std::atomic<short>& events) {
@@ -349,6 +402,8 @@ class TlsStream final : public Stream {
   const Context ctx_;  // outlives ssl_'s use of it
   std::mutex mu_;      // ssl_: one reader and one writer share it
   std::atomic<short> read_wait_{POLLIN}, write_wait_{POLLOUT};
+  std::vector<uint8_t> out_;  // records made, from out_sent_ on not yet sent (under mu_)
+  size_t out_sent_ = 0;
   std::array<uint8_t, kCoalesceBytes> staging_;  // the writer's
 };
 
