@@ -170,6 +170,18 @@ std::string fmt3(double a, double b, double c) {
 
 // ---------------------------------------------------------------- (a) latency
 
+// `iters` round trips of an op on `x` (a 1-element tensor holding 1) and its read, in us.
+std::vector<double> round_trips_us(const tw::Tensor& x, int iters) {
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = Clock::now();
+    float v = (x + 1.0).item<float>();
+    us.push_back(us_since(t0));
+    if (v != 2.0f) throw std::runtime_error("latency: wrong result");
+  }
+  return us;
+}
+
 void bench_latency(const std::string& url, int iters) {
   tw::Device d = tw::Device::remote(url);
   tw::Tensor x = tw::full({1}, 1.0, tw::kF32, d);
@@ -181,13 +193,7 @@ void bench_latency(const std::string& url, int iters) {
   // One iteration: one frame each way (the drop of the temporary rides in the next frame).
   size_t req = static_cast<size_t>(c1.bytes_out - c0.bytes_out);
   size_t resp = static_cast<size_t>(c1.bytes_in - c0.bytes_in);
-  std::vector<double> tw_us;
-  for (int i = 0; i < iters; ++i) {
-    auto t0 = Clock::now();
-    float v = (x + 1.0).item<float>();
-    tw_us.push_back(us_since(t0));
-    if (v != 2.0f) throw std::runtime_error("latency: wrong result");
-  }
+  std::vector<double> tw_us = round_trips_us(x, iters);
 
   // Raw ping-pong of the same sizes: the peer on a thread of this process, and in a child
   // process (the topology of a client and a tensorwire-server).
@@ -340,15 +346,7 @@ void bench_idle_sessions(const std::string& binary, int n) {
 
 // The median of `iters` round trips of a 1-element op and its read.
 double median_round_trip_us(const tw::Device& d, int iters) {
-  tw::Tensor x = tw::full({1}, 1.0, tw::kF32, d);
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i) {
-    auto t0 = Clock::now();
-    float v = (x + 1.0).item<float>();
-    us.push_back(us_since(t0));
-    if (v != 2.0f) throw std::runtime_error("tls latency: wrong result");
-  }
-  return dist(us).median;
+  return dist(round_trips_us(tw::full({1}, 1.0, tw::kF32, d), iters)).median;
 }
 
 // GB/s of one upload of `host` (from_bytes + sync; the tensor is dropped before returning).
@@ -386,12 +384,14 @@ void bench_tls(const std::string& binary, int iters, size_t bytes, int reps) {
     up_tls = std::max(up_tls, upload_gbps(tls, host));
   }
   double rt = rt_tls / rt_plain, up = up_tls / up_plain;
-  rows.push_back({"e", "TLS 1.3 round trip (1-element op + read), us, median (best of 3 rounds of " +
-                           std::to_string(iters / 3) + ")",
+  rows.push_back({"e",
+                  "TLS 1.3 round trip (1-element op + read), us, median (best of 3 rounds of " +
+                      std::to_string(iters / 3) + ")",
                   fmt("%.1f", rt_tls), fmt("%.1f", rt_plain) + " (tcp:// to the same server)",
                   fmt("%.2fx", rt), "<= 1.25x tcp://", rt <= 1.25});
-  rows.push_back({"e", "TLS 1.3 upload " + std::to_string(bytes >> 20) + " MiB, GB/s, best of " +
-                           std::to_string(reps),
+  rows.push_back({"e",
+                  "TLS 1.3 upload " + std::to_string(bytes >> 20) + " MiB, GB/s, best of " +
+                      std::to_string(reps),
                   fmt("%.2f", up_tls), fmt("%.2f", up_plain) + " (tcp:// to the same server)",
                   fmt("%.2fx", up), ">= 0.4x tcp://", up >= 0.4});
 }

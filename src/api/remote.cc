@@ -58,7 +58,9 @@ Device remote_device(const std::string& url, int index, const RemoteOptions& opt
 void Device::connect() const { throw_if(sink_->connect()); }
 void Device::flush() const { sink_->flush(); }
 
-std::vector<RemoteDeviceInfo> remote_devices(const std::string& url) { return remote_devices(url, {}); }
+std::vector<RemoteDeviceInfo> remote_devices(const std::string& url) {
+  return remote_devices(url, {});
+}
 
 std::vector<RemoteDeviceInfo> remote_devices(const std::string& url, const RemoteOptions& options) {
   auto parsed = net::parse_url(url);

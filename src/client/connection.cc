@@ -37,8 +37,9 @@ Result<proto::Welcome> handshake(net::Stream& sock, const net::Url& url, uint32_
   ec = net::read_exact(sock, asio::buffer(header, 4));
   if (ec) return unavailable("handshake with " + url.str() + " failed: the server closed the connection (" + ec.message() + "); is it a tensorwire server?");
   if (net::looks_like_tls(header, sizeof header)) {
-    return unavailable("handshake with " + url.str() + " failed: the server speaks TLS there; connect with tls://" +
-                       url.host + ":" + std::to_string(url.port));
+    return unavailable("handshake with " + url.str() +
+                       " failed: the server speaks TLS there; connect with tls://" + url.host +
+                       ":" + std::to_string(url.port));
   }
   uint32_t len = net::frame_length(header);
   if (len == 0 || len > (16u << 20)) return data_loss("handshake with " + url.str() + ": bad reply frame of " + std::to_string(len) + " bytes; is it a tensorwire server?");

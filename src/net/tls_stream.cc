@@ -90,7 +90,8 @@ Result<Context> make_context(asio::ssl::context::method method, const std::strin
   SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION);
   SSL_CTX_set_max_proto_version(c, TLS1_3_VERSION);
   if (SSL_CTX_set_ciphersuites(c, suites.empty() ? kCipherSuites : suites.c_str()) != 1) {
-    return invalid_argument("bad TLS cipher suites '" + suites + "': " + openssl_error("none known"));
+    return invalid_argument("bad TLS cipher suites '" + suites +
+                            "': " + openssl_error("none known"));
   }
   // A peer that drops the connection without close_notify ends the stream as a close would:
   // framing above notices a frame cut short, and shutdown() sends no close_notify either.
@@ -214,19 +215,20 @@ class TlsStream final : public Stream {
   void async_read_some(asio::mutable_buffer into, IoHandler done) override {
     IoResult r = try_read(into);
     if (r.kind != IoResult::kWouldBlock) return complete(r, r.bytes, std::move(done));
-    sock_.async_wait(wait_type(read_wait_), [this, into, done = std::move(done)](
-                                                const asio::error_code& ec) mutable {
-      if (ec) return done(ec, 0);
-      async_read_some(into, std::move(done));
-    });
+    sock_.async_wait(wait_type(read_wait_),
+                     [this, into, done = std::move(done)](const asio::error_code& ec) mutable {
+                       if (ec) return done(ec, 0);
+                       async_read_some(into, std::move(done));
+                     });
   }
 
   void async_read(asio::mutable_buffer into, IoHandler done) override {
-    read_rest(into, 0, std::move(done));
+    transfer(ReadLeft{into}, read_wait_, 0, std::move(done));
   }
 
   void async_write(const std::vector<asio::const_buffer>& bufs, IoHandler done) override {
-    write_rest(std::make_shared<std::vector<asio::const_buffer>>(bufs), 0, std::move(done));
+    transfer(WriteLeft{std::make_shared<std::vector<asio::const_buffer>>(bufs)}, write_wait_, 0,
+             std::move(done));
   }
 
   // ::shutdown, as the socket stream does (safe from any thread); no close_notify, which
@@ -239,17 +241,22 @@ class TlsStream final : public Stream {
 
   // Client side, before the stream is shared: the blocking handshake, within the deadline.
   Status handshake(const Url& url, const TlsOptions& tls) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandshakeTimeoutMs);
+    auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandshakeTimeoutMs);
     for (;;) {
       ERR_clear_error();
       int rc = SSL_do_handshake(ssl_);
       int err = rc == 1 ? SSL_ERROR_NONE : SSL_get_error(ssl_, rc);
       short events = POLLIN;
       IoResult f = flush_locked();
-      if (f.kind == IoResult::kError) return unavailable("TLS handshake with " + url.str() + " failed: " + f.error.message());
-      if (f.kind == IoResult::kWouldBlock) events = POLLOUT;
-      else if (rc == 1) return Status::OK();
-      else if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) return handshake_failure(url, tls, err);
+      if (f.kind == IoResult::kError)
+        return unavailable("TLS handshake with " + url.str() + " failed: " + f.error.message());
+      if (f.kind == IoResult::kWouldBlock)
+        events = POLLOUT;
+      else if (rc == 1)
+        return Status::OK();
+      else if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE)
+        return handshake_failure(url, tls, err);
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       pollfd p{fd_, events, 0};
@@ -342,39 +349,42 @@ class TlsStream final : public Stream {
     asio::post(sock_.get_executor(), [ec, bytes, done = std::move(done)] { done(ec, bytes); });
   }
 
-  void read_rest(asio::mutable_buffer rest, size_t got, IoHandler done) {
-    for (;;) {
-      if (rest.size() == 0) return complete({}, got, std::move(done));
-      IoResult r = try_read(rest);
-      if (r.kind == IoResult::kDone) {
-        rest += r.bytes;
-        got += r.bytes;
-        continue;
-      }
-      if (r.kind != IoResult::kWouldBlock) return complete(r, got, std::move(done));
-      return sock_.async_wait(wait_type(read_wait_), [this, rest, got, done = std::move(done)](
-                                                         const asio::error_code& ec) mutable {
-        if (ec) return done(ec, got);
-        read_rest(rest, got, std::move(done));
-      });
+  // What is left of an async_read or an async_write, and the try call that moves some of it.
+  struct ReadLeft {
+    asio::mutable_buffer rest;
+    bool empty() const { return rest.size() == 0; }
+    IoResult attempt(TlsStream& s) {
+      IoResult r = s.try_read(rest);
+      if (r.kind == IoResult::kDone) rest += r.bytes;
+      return r;
     }
-  }
+  };
+  struct WriteLeft {
+    std::shared_ptr<std::vector<asio::const_buffer>> rest;
+    bool empty() const { return rest->empty(); }
+    IoResult attempt(TlsStream& s) {
+      IoResult r = s.try_write(rest->data(), rest->size());
+      if (r.kind == IoResult::kDone) consume(*rest, r.bytes);
+      return r;
+    }
+  };
 
-  void write_rest(std::shared_ptr<std::vector<asio::const_buffer>> rest, size_t sent,
-                  IoHandler done) {
+  // Moves `left` with try calls, waiting for the socket whenever one would block (in the
+  // direction `wait` says), then completes `done` with the bytes moved in all.
+  template <typename Left>
+  void transfer(Left left, std::atomic<short>& wait, size_t moved, IoHandler done) {
     for (;;) {
-      if (rest->empty()) return complete({}, sent, std::move(done));
-      IoResult r = try_write(rest->data(), rest->size());
+      if (left.empty()) return complete({}, moved, std::move(done));
+      IoResult r = left.attempt(*this);
       if (r.kind == IoResult::kDone) {
-        consume(*rest, r.bytes);
-        sent += r.bytes;
+        moved += r.bytes;
         continue;
       }
-      if (r.kind != IoResult::kWouldBlock) return complete(r, sent, std::move(done));
-      return sock_.async_wait(wait_type(write_wait_), [this, rest, sent, done = std::move(done)](
-                                                          const asio::error_code& ec) mutable {
-        if (ec) return done(ec, sent);
-        write_rest(rest, sent, std::move(done));
+      if (r.kind != IoResult::kWouldBlock) return complete(r, moved, std::move(done));
+      return sock_.async_wait(wait_type(wait), [this, left, &wait, moved, done = std::move(done)](
+                                                   const asio::error_code& ec) mutable {
+        if (ec) return done(ec, moved);
+        transfer(std::move(left), wait, moved, std::move(done));
       });
     }
   }
@@ -453,7 +463,8 @@ Result<std::unique_ptr<Stream>> dial_tls(const Url& url, asio::io_context& io,
   if (!tls.fingerprint.empty()) {
     TW_ASSIGN_OR_RETURN(pinned, normalize_fingerprint(tls.fingerprint));
   }
-  TW_ASSIGN_OR_RETURN(Context ctx, make_context(asio::ssl::context::tlsv13_client, tls.cipher_suites));
+  TW_ASSIGN_OR_RETURN(Context ctx,
+                      make_context(asio::ssl::context::tlsv13_client, tls.cipher_suites));
   SSL_CTX* c = ctx->native_handle();
   bool verify_chain = !tls.ca_file.empty() || pinned.empty();
   if (!tls.ca_file.empty()) {
@@ -471,7 +482,8 @@ Result<std::unique_ptr<Stream>> dial_tls(const Url& url, asio::io_context& io,
   SSL_CTX_set_verify(c, verify_chain ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, nullptr);
   TW_ASSIGN_OR_RETURN(Socket sock, connect_socket(url, io));
   SSL* ssl = SSL_new(c);
-  if (!ssl) return resource_exhausted("cannot create a TLS connection: " + openssl_error("SSL_new"));
+  if (!ssl)
+    return resource_exhausted("cannot create a TLS connection: " + openssl_error("SSL_new"));
   auto stream = std::make_unique<TlsStream>(std::move(sock), ssl, ctx);
   SSL_set_connect_state(ssl);
   if (verify_chain) {
@@ -496,7 +508,8 @@ Result<std::unique_ptr<Stream>> dial_tls(const Url& url, asio::io_context& io,
 
 Result<std::unique_ptr<Listener>> listen_tls(const Url& url, asio::io_context& io,
                                              const TlsOptions& tls) {
-  TW_ASSIGN_OR_RETURN(Context ctx, make_context(asio::ssl::context::tlsv13_server, tls.cipher_suites));
+  TW_ASSIGN_OR_RETURN(Context ctx,
+                      make_context(asio::ssl::context::tlsv13_server, tls.cipher_suites));
   TW_RETURN_NOT_OK(load_identity(*ctx, tls));
   // No session tickets: clients do not resume, and tickets would be bytes the client must
   // read after the handshake before its first reply.
@@ -520,7 +533,8 @@ Result<TlsIdentity> generate_self_signed(const std::string& common_name) {
   KeyPtr key(EVP_EC_gen("P-256"));
   X509Ptr cert(X509_new());
   BnPtr serial(BN_new());
-  if (!key || !cert || !serial) return internal_error("cannot generate a TLS key: " + openssl_error("EVP_EC_gen"));
+  if (!key || !cert || !serial)
+    return internal_error("cannot generate a TLS key: " + openssl_error("EVP_EC_gen"));
   bool ok = X509_set_version(cert.get(), X509_VERSION_3) == 1 &&
             BN_rand(serial.get(), 127, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) == 1 &&
             BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert.get())) != nullptr &&
@@ -536,8 +550,10 @@ Result<TlsIdentity> generate_self_signed(const std::string& common_name) {
        X509_sign(cert.get(), key.get(), EVP_sha256()) > 0;
   BioPtr cert_bio(BIO_new(BIO_s_mem())), key_bio(BIO_new(BIO_s_mem()));
   ok = ok && cert_bio && key_bio && PEM_write_bio_X509(cert_bio.get(), cert.get()) == 1 &&
-       PEM_write_bio_PrivateKey(key_bio.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr) == 1;
-  if (!ok) return internal_error("cannot make a self-signed TLS certificate: " + openssl_error("X509"));
+       PEM_write_bio_PrivateKey(key_bio.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr) ==
+           1;
+  if (!ok)
+    return internal_error("cannot make a self-signed TLS certificate: " + openssl_error("X509"));
   auto text = [](BIO* b) {
     char* p = nullptr;
     long n = BIO_get_mem_data(b, &p);
@@ -560,7 +576,8 @@ Result<std::string> normalize_fingerprint(const std::string& text) {
   if (!digits_only || hex.size() != 64) {
     return invalid_argument(
         "a TLS fingerprint is a SHA-256 of 64 hex digits (as tensorwire-server prints it, "
-        "AB:CD:...), got '" + text + "'");
+        "AB:CD:...), got '" +
+        text + "'");
   }
   std::string out;
   for (size_t i = 0; i < 64; i += 2) out += (i ? ":" : "") + hex.substr(i, 2);

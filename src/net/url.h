@@ -25,7 +25,8 @@ Result<Url> parse_url(const std::string& text);
 // loopback addresses and Unix sockets; otherwise an error naming what is missing and the ways
 // out.
 Status check_exposure(const Url& url, bool has_credential, bool insecure);
-// "tcp://host:port or unix:///path or tls://host:port": the address forms this build accepts, for messages.
+// "tcp://host:port or unix:///path or tls://host:port": the address forms this build accepts, for
+// messages.
 std::string supported_schemes();
 
 }  // namespace tw::net

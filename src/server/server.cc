@@ -636,13 +636,13 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
       TW_RETURN_NOT_OK(net::check_exposure(url, has_credential, opts.insecure));
       TW_ASSIGN_OR_RETURN(std::unique_ptr<net::Listener> l, net::listen(url, impl->io(), tls));
       if (!net::check_exposure(url, has_credential, false).ok()) {
-        std::fprintf(stderr,
-                     "\n*** INSECURE (--insecure): listening on %s, which other hosts can reach, "
-                     "without %s. Anyone on the network can %s. ***\n\n",
-                     l->url().str().c_str(),
-                     url.scheme == net::Url::Scheme::kTls ? "a credential" : "TLS",
-                     has_credential ? "read the traffic, the credential included, and then run ops here"
-                                    : "run ops on this machine and read what it computes");
+        std::fprintf(
+            stderr,
+            "\n*** INSECURE (--insecure): listening on %s, which other hosts can reach, "
+            "without %s. Anyone on the network can %s. ***\n\n",
+            l->url().str().c_str(), url.scheme == net::Url::Scheme::kTls ? "a credential" : "TLS",
+            has_credential ? "read the traffic, the credential included, and then run ops here"
+                           : "run ops on this machine and read what it computes");
       }
       impl->listeners.push_back(std::move(l));
     }

@@ -61,8 +61,8 @@ class Pki : public ::testing::Test {
               0);
     std::string log;
     ASSERT_EQ(run("openssl x509 -req -days 2 -in " + path("server.csr") + " -CA " + path("ca.pem") +
-                      " -CAkey " + path("ca.key") + " -CAcreateserial -extfile " +
-                      path("ext.cnf") + " -out " + path("server.pem"),
+                      " -CAkey " + path("ca.key") + " -CAcreateserial -extfile " + path("ext.cnf") +
+                      " -out " + path("server.pem"),
                   &log),
               0)
         << log;
@@ -141,9 +141,11 @@ TEST_F(Pki, ACaFileVerifiesTheServerAndAnotherCaIsRefused) {
   // The fingerprint printed is the certificate's own (not a generated one's), with no
   // self-signed note.
   std::string openssl_fp;
-  ASSERT_EQ(run("openssl x509 -noout -fingerprint -sha256 -in " + path("server.pem"), &openssl_fp), 0);
+  ASSERT_EQ(run("openssl x509 -noout -fingerprint -sha256 -in " + path("server.pem"), &openssl_fp),
+            0);
   EXPECT_NE(openssl_fp.find(printed_fingerprint(server)), std::string::npos) << openssl_fp;
-  for (const std::string& l : server.lines()) EXPECT_EQ(l.find("self-signed"), std::string::npos) << l;
+  for (const std::string& l : server.lines())
+    EXPECT_EQ(l.find("self-signed"), std::string::npos) << l;
 
   RemoteOptions ca;
   ca.tls_ca_file = path("ca.pem");

@@ -34,7 +34,8 @@ TEST(Server, RefusesAReachableAddressWithoutTlsAndACredentialUnlessInsecure) {
   }
   open.insecure = true;
   std::string err = start_and_capture_stderr(open);
-  EXPECT_NE(err.find("INSECURE (--insecure): listening on tcp://0.0.0.0:"), std::string::npos) << err;
+  EXPECT_NE(err.find("INSECURE (--insecure): listening on tcp://0.0.0.0:"), std::string::npos)
+      << err;
   EXPECT_NE(err.find("without TLS"), std::string::npos) << err;
 }
 
