@@ -18,6 +18,7 @@ Options Options::from_env() {
   if (const char* e = std::getenv("TW_CREDENTIAL")) o.credential = e;
   if (const char* e = std::getenv("TW_TLS_CA")) o.tls.ca_file = e;
   if (const char* e = std::getenv("TW_TLS_FINGERPRINT")) o.tls.fingerprint = e;
+  if (const char* e = std::getenv("TW_TLS_CIPHERS")) o.tls.cipher_suites = e;
   return o;
 }
 
