@@ -160,6 +160,10 @@ class TlsStream final : public Stream {
       total += n;
       if (!SSL_has_pending(ssl_)) break;
     }
+    // Stopped by a full `into` with records still in OpenSSL's buffer: those need no socket.
+    // (A partial record also counts as pending, but a read that stopped on one says
+    // would-block, and only the socket can complete it.)
+    buffered_ = r.kind == IoResult::kDone && total == into.size() && SSL_has_pending(ssl_);
     // What the read made OpenSSL send (handshake messages, alerts) goes out now; a wait for
     // the next read then waits to send the rest first.
     if (flush_locked().kind == IoResult::kWouldBlock && r.kind == IoResult::kWouldBlock) {
@@ -206,11 +210,7 @@ class TlsStream final : public Stream {
   }
 
   void wait_readable() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (SSL_has_pending(ssl_)) return;
-    }
-    wait_fd(fd_, read_wait_.load());
+    if (!buffered_) wait_fd(fd_, read_wait_.load());
   }
   void wait_writable() override { wait_fd(fd_, write_wait_.load()); }
 
@@ -414,6 +414,7 @@ class TlsStream final : public Stream {
   const Context ctx_;  // outlives ssl_'s use of it
   std::mutex mu_;      // ssl_: one reader and one writer share it
   std::atomic<short> read_wait_{POLLIN}, write_wait_{POLLOUT};
+  bool buffered_ = false;     // the reader's: the last try_read left records to read
   std::vector<uint8_t> out_;  // records made, from out_sent_ on not yet sent (under mu_)
   size_t out_sent_ = 0;
   std::array<uint8_t, kCoalesceBytes> staging_;  // the writer's

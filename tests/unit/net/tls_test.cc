@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <asio.hpp>
+#include <chrono>
 #include <future>
 #include <numeric>
 #include <thread>
@@ -117,6 +118,27 @@ TEST(Tls, KeepsTheStreamContract) {
   p.io.run();
   EXPECT_EQ(some, 2u);
   EXPECT_EQ(std::string(buf, buf + 2), "lo");
+
+  // Records OpenSSL has already read ahead (past a read that filled its buffer) need no more
+  // bytes from the socket, so wait_readable returns at once for them.
+  const char two[] = "abcdef";
+  EXPECT_FALSE(write_all(*p.client, {asio::buffer(two, 3)}));
+  EXPECT_FALSE(write_all(*p.client, {asio::buffer(two + 3, 3)}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both in the server's socket
+  auto one_by_one = std::async(std::launch::async, [&] {
+    std::string got;
+    for (int i = 0; i < 6; ++i) {
+      p.server->wait_readable();
+      uint8_t c = 0;
+      if (p.server->try_read(asio::buffer(&c, 1)).kind == IoResult::kDone) got += char(c);
+    }
+    return got;
+  });
+  if (one_by_one.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    ADD_FAILURE() << "wait_readable waited for the socket with records already read";
+    p.client->shutdown();  // lets the wait end
+  }
+  EXPECT_EQ(one_by_one.get(), "abcdef");
 
   // The end of the stream is reported as closed once the peer shuts down.
   p.server->shutdown();
