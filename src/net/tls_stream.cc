@@ -392,8 +392,9 @@ class TlsStream final : public Stream {
   }
 
   Status handshake_failure(const Url& url, const TlsOptions& tls, int err) {
+    // (Pinned alone, the chain is not verified: its result, recorded anyway, is no reason.)
     long verify = SSL_get_verify_result(ssl_);
-    if (verify != X509_V_OK) {
+    if (verify != X509_V_OK && (SSL_get_verify_mode(ssl_) & SSL_VERIFY_PEER)) {
       ERR_clear_error();
       std::string trust = tls.ca_file.empty() ? "the system's trusted CAs"
                                               : "the CA file " + tls.ca_file + " (TW_TLS_CA)";
