@@ -1,8 +1,10 @@
 // tensorwire-server: hosts compute devices for remote clients.
 //   tensorwire-server --listen tcp://127.0.0.1:7070 --devices 2
 //   tensorwire-server --backend cpu,torch      (device 0 on cpu, device 1 on torch)
+//   tensorwire-server --listen tls://0.0.0.0:7070 --credential-file key.txt
 // Prints "listening on <url>" for every bound address (with the real port when 0 was asked),
-// then one line with its limits; stops cleanly on SIGINT/SIGTERM.
+// the TLS certificate's fingerprint when an address is tls://, then one line with its limits;
+// stops cleanly on SIGINT/SIGTERM.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -18,8 +20,15 @@ namespace {
 void usage(FILE* to) {
   std::fprintf(to,
                "usage: tensorwire-server [options]\n"
-               "  --listen URL          tcp://host:port or unix:///path (repeatable; default "
-               "tcp://127.0.0.1:7070; port 0 picks a free one)\n"
+               "  --listen URL          tcp://host:port, tls://host:port or unix:///path (repeatable;\n"
+               "                        default tcp://127.0.0.1:7070; port 0 picks a free one). An\n"
+               "                        address other hosts can reach must be tls:// and needs\n"
+               "                        --credential-file, unless --insecure\n"
+               "  --tls-cert PATH       certificate chain (PEM) of the tls:// addresses; with --tls-key.\n"
+               "                        Without both, a self-signed pair is generated at start and\n"
+               "                        its SHA-256 fingerprint printed (clients: TW_TLS_FINGERPRINT)\n"
+               "  --tls-key PATH        the certificate's private key (PEM)\n"
+               "  --insecure            serve a reachable address without TLS or a credential\n"
                "  --devices N           devices to host (default 1)\n"
                "  --backend NAME        cpu (default) or torch (builds with libtorch), or one per\n"
                "                        device, comma-separated: cpu,torch hosts device 0 on cpu\n"
@@ -32,7 +41,7 @@ void usage(FILE* to) {
                "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
                "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
                "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
-               "                        on the client side); it travels in clear text until TLS exists\n");
+               "                        on the client side); encrypted over tls://, clear text otherwise\n");
 }
 
 bool parse_u64(const char* s, uint64_t& out) {
@@ -77,6 +86,9 @@ int main(int argc, char** argv) {
     else if (a == "--session-memory") opts.session_memory_bytes = number("--session-memory");
     else if (a == "--queue-depth") opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
     else if (a == "--max-graph-ops") opts.max_graph_ops = number("--max-graph-ops");
+    else if (a == "--tls-cert") opts.tls_cert_file = value("--tls-cert");
+    else if (a == "--tls-key") opts.tls_key_file = value("--tls-key");
+    else if (a == "--insecure") opts.insecure = true;
     else if (a == "--credential-file") {
       const char* path = value("--credential-file");
       std::ifstream f(path);
@@ -114,6 +126,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (const std::string& u : server->urls()) std::printf("listening on %s\n", u.c_str());
+  if (std::string fp = server->tls_fingerprint(); !fp.empty()) {
+    std::printf("tls certificate sha256 %s%s\n", fp.c_str(),
+                server->tls_self_signed()
+                    ? " (self-signed, generated at start: clients pin it with TW_TLS_FINGERPRINT)"
+                    : "");
+  }
   std::printf("limits: %s\n", server->limits_summary().c_str());
   std::fflush(stdout);
 

@@ -9,7 +9,9 @@
 //       same adds sent eagerly to the same server
 //   (f) replays of a training-step graph (an MLP's forward, backward and SGD update, built by
 //       hand): server RSS after 1,000 replays vs after 10 (the planned buffers are reused)
-// Usage: tw_bench_remote [--quick] [--only abcdef] [--server PATH]. Measures; never asserts.
+//   (g) TLS (tls://, a pinned self-signed certificate) vs plain TCP to the same server: the
+//       round trip of (a) and the upload of (b), interleaved
+// Usage: tw_bench_remote [--quick] [--only abcdefg] [--server PATH]. Measures; never asserts.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -174,6 +176,18 @@ std::string fmt3(double a, double b, double c) {
 
 // ---------------------------------------------------------------- (a) latency
 
+// `iters` round trips of an op on `x` (a 1-element tensor holding 1) and its read, in us.
+std::vector<double> round_trips_us(const tw::Tensor& x, int iters) {
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = Clock::now();
+    float v = (x + 1.0).item<float>();
+    us.push_back(us_since(t0));
+    if (v != 2.0f) throw std::runtime_error("latency: wrong result");
+  }
+  return us;
+}
+
 void bench_latency(const std::string& url, int iters) {
   tw::Device d = tw::Device::remote(url);
   tw::Tensor x = tw::full({1}, 1.0, tw::kF32, d);
@@ -185,13 +199,7 @@ void bench_latency(const std::string& url, int iters) {
   // One iteration: one frame each way (the drop of the temporary rides in the next frame).
   size_t req = static_cast<size_t>(c1.bytes_out - c0.bytes_out);
   size_t resp = static_cast<size_t>(c1.bytes_in - c0.bytes_in);
-  std::vector<double> tw_us;
-  for (int i = 0; i < iters; ++i) {
-    auto t0 = Clock::now();
-    float v = (x + 1.0).item<float>();
-    tw_us.push_back(us_since(t0));
-    if (v != 2.0f) throw std::runtime_error("latency: wrong result");
-  }
+  std::vector<double> tw_us = round_trips_us(x, iters);
 
   // Raw ping-pong of the same sizes: the peer on a thread of this process, and in a child
   // process (the topology of a client and a tensorwire-server).
@@ -487,19 +495,77 @@ void bench_idle_sessions(const std::string& binary, int n) {
                   "", "<= 64 KiB/session", per <= 64 * 1024});
 }
 
+// ---------------------------------------------------------------- (g) TLS
+
+// GB/s of one upload of `host` (from_bytes + sync; the tensor is dropped before returning).
+double upload_gbps(const tw::Device& d, const std::vector<uint8_t>& host) {
+  auto t0 = Clock::now();
+  {
+    tw::Tensor t = tw::from_bytes(host, {static_cast<int64_t>(host.size())}, tw::kU8, d);
+    d.sync();
+  }
+  double gbps = static_cast<double>(host.size()) / 1e9 / (us_since(t0) / 1e6);
+  d.sync();  // the drop has run: the server's pool can reuse the buffer next time
+  return gbps;
+}
+
+void bench_tls(const std::string& binary, int iters, size_t bytes, int reps) {
+  tw::testing::ServerProcess server({"--listen", "tls://127.0.0.1:0"}, binary);
+  tw::RemoteOptions pin;
+  for (const std::string& l : server.lines())
+    if (l.rfind("tls certificate sha256 ", 0) == 0) pin.tls_fingerprint = l.substr(23, 95);
+  tw::Device plain = tw::Device::remote(server.urls().at(0));
+  tw::Device tls = tw::remote_device(server.urls().at(1), 0, pin);
+  // The same with ChaCha20-Poly1305 (offered alone), to show which cipher wins on this machine.
+  ::setenv("TW_TLS_CIPHERS", "TLS_CHACHA20_POLY1305_SHA256", 1);
+  tw::Device chacha = tw::remote_device(server.urls().at(1), 0, pin);
+  ::unsetenv("TW_TLS_CIPHERS");
+  const tw::Device* devices[] = {&plain, &tls, &chacha};
+  std::vector<tw::Tensor> xs;
+  for (const tw::Device* d : devices) {
+    xs.push_back(tw::full({1}, 1.0, tw::kF32, *d));
+    (void)round_trips_us(xs.back(), 200);  // warm up
+  }
+  // One round trip of each in turn, so that all three see the same machine load.
+  std::vector<double> us[3];
+  for (int i = 0; i < iters; ++i)
+    for (int k = 0; k < 3; ++k) us[k].push_back(round_trips_us(xs[k], 1).front());
+  double rt[3] = {dist(us[0]).median, dist(us[1]).median, dist(us[2]).median}, up[3] = {0, 0, 0};
+  std::vector<uint8_t> host(bytes);
+  for (size_t i = 0; i < bytes; i += 4096) host[i] = static_cast<uint8_t>(i >> 12);
+  for (int r = 0; r < reps; ++r)
+    for (int k = 0; k < 3; ++k) up[k] = std::max(up[k], upload_gbps(*devices[k], host));
+  const char* names[] = {"", "TLS 1.3 (AES-128-GCM, the default)", "TLS 1.3 ChaCha20-Poly1305"};
+  for (int k = 1; k < 3; ++k) {
+    bool target = k == 1;  // the default suite is the one with targets
+    rows.push_back({"e",
+                    std::string(names[k]) + " round trip (1-element op + read), us, median of " +
+                        std::to_string(iters) + " (the three kinds in turn)",
+                    fmt("%.1f", rt[k]), fmt("%.1f", rt[0]) + " (tcp:// to the same server)",
+                    fmt("%.2fx", rt[k] / rt[0]), target ? "<= 1.25x tcp://" : "(for comparison)",
+                    rt[k] / rt[0] <= 1.25});
+    rows.push_back({"e",
+                    std::string(names[k]) + " upload " + std::to_string(bytes >> 20) +
+                        " MiB, GB/s, best of " + std::to_string(reps),
+                    fmt("%.2f", up[k]), fmt("%.2f", up[0]) + " (tcp:// to the same server)",
+                    fmt("%.2fx", up[k] / up[0]), target ? ">= 0.4x tcp://" : "(for comparison)",
+                    up[k] / up[0] >= 0.4});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string binary = TW_SERVER_BINARY;
   bool quick = false;
-  std::string only = "abcdef";
+  std::string only = "abcdefg";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--server" && i + 1 < argc) binary = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: tw_bench_remote [--quick] [--only abcdef] [--server PATH]\n");
+      std::fprintf(stderr, "usage: tw_bench_remote [--quick] [--only abcdefg] [--server PATH]\n");
       return 2;
     }
   }
@@ -526,6 +592,7 @@ int main(int argc, char** argv) {
     }
     if (on('f')) bench_graph_replay_rss(binary, 1000);
     if (on('d')) bench_idle_sessions(binary, 1000);
+    if (on('g')) bench_tls(binary, quick ? 600 : 3000, size_t{256} << 20, quick ? 3 : 5);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tw_bench_remote: %s\n", e.what());
     return 1;

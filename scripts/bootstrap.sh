@@ -9,11 +9,12 @@
 set -euo pipefail
 
 # libtorch-dev: the torch backend (src/backend/torch), which `make test` builds and tests; a
-# build without it configures, builds and passes everything else. clang-16 and
+# build without it configures, builds and passes everything else. libssl-dev: TLS (src/net);
+# openssl: the CLI tests/integration/tls_test.cc makes its CA and certificates with. clang-16 and
 # libclang-rt-16-dev (libFuzzer and the sanitizer runtimes): `make fuzz` (tests/fuzz).
 packages=(build-essential cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev googletest zlib1g-dev
-          libbenchmark-dev libdnnl-dev libasio-dev libtorch-dev python3 clang-16 libclang-rt-16-dev
-          "$@")
+          libbenchmark-dev libdnnl-dev libasio-dev libssl-dev openssl libtorch-dev python3 clang-16
+          libclang-rt-16-dev "$@")
 
 # One dpkg-query for all of them (it exits non-zero when some are unknown; their lines are absent).
 installed=" $(dpkg-query -W -f='${Package}=${Status}\n' "${packages[@]}" 2>/dev/null |

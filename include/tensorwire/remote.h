@@ -1,4 +1,5 @@
-// Remote devices: enumeration, server statistics and wire counters.
+// Remote devices: how their connections are secured, enumeration, server statistics and wire
+// counters.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,8 +16,25 @@ struct RemoteDeviceInfo {
   uint64_t memory_bytes = 0;
 };
 
+// How a remote device verifies a tls:// server (docs/remote.md, TLS). A field left empty takes
+// its environment variable's value; Device::remote(url, index) takes them all from there.
+struct RemoteOptions {
+  // A PEM file of the CA(s) the server's certificate must chain to; the certificate must also
+  // name the host of the URL (TW_TLS_CA).
+  std::string tls_ca_file;
+  // The SHA-256 fingerprint of the one certificate to accept, as tensorwire-server prints it
+  // (hex, colons optional; TW_TLS_FINGERPRINT). With a CA file too, both must hold; with
+  // neither, the system's trusted CAs and the host name decide. A mismatch refuses the
+  // connection with a message naming both fingerprints.
+  std::string tls_fingerprint;
+};
+
+// Device `index` of the server at `url`, as Device::remote, verified as `options` says.
+Device remote_device(const std::string& url, int index, const RemoteOptions& options);
+
 // Every device the server at `url` hosts. Throws tw::Error if it cannot be reached.
 std::vector<RemoteDeviceInfo> remote_devices(const std::string& url);
+std::vector<RemoteDeviceInfo> remote_devices(const std::string& url, const RemoteOptions& options);
 
 struct RemoteStats {
   uint32_t sessions = 0;

@@ -11,8 +11,10 @@
 namespace tw {
 
 struct ServerOptions {
-  // Addresses to listen on: tcp://host:port (port 0 picks a free one) and/or unix:///path.
-  // Listening on a non-loopback address with no credential prints a warning.
+  // Addresses to listen on: tcp://host:port (port 0 picks a free one), tls://host:port (TCP
+  // under TLS 1.3) and/or unix:///path. Secure by default: an address other hosts can reach
+  // (not loopback, not a Unix socket) must be tls:// with a credential set, or the server
+  // refuses to start, unless `insecure`.
   std::vector<std::string> listen = {"tcp://127.0.0.1:0"};
   int devices = 1;                 // devices hosted; each session uses one, chosen by index
   // What executes ops: "cpu" or "torch" (when built with libtorch) for every device, or one
@@ -32,8 +34,14 @@ struct ServerOptions {
   uint32_t session_queue_depth = 64;
   // When set, a client's Hello must carry this credential (compared in constant time) or the
   // session is refused as unauthorised; empty: any client is served. It travels in clear text
-  // over tcp://, so it keeps strangers out on a trusted network, no more.
+  // over tcp:// and unix://, encrypted over tls://.
   std::string credential;
+  // The tls:// listeners' certificate chain and private key (PEM files, both or neither).
+  // Neither: a self-signed pair is generated at start (see Server::tls_fingerprint()).
+  std::string tls_cert_file, tls_key_file;
+  // Serve addresses other hosts can reach without TLS or without a credential; a loud warning
+  // at start says what is missing (tensorwire-server --insecure).
+  bool insecure = false;
 };
 
 struct ServerStatsSnapshot {
@@ -56,6 +64,11 @@ class Server {
   // "devices=1 (cpu) workers=2 max-sessions=4096 max-frame=1.0GiB session-memory=8.0GiB
   // queue-depth=64"
   std::string limits_summary() const;
+  // The SHA-256 fingerprint ("AB:CD:...") of the certificate the tls:// listeners present, for
+  // clients to pin (TW_TLS_FINGERPRINT); empty when no address is tls://.
+  std::string tls_fingerprint() const;
+  // Whether that certificate is a self-signed one generated at start (no tls_cert_file).
+  bool tls_self_signed() const;
   ServerStatsSnapshot stats() const;
   // Stops accepting, lets queued work finish, closes every session. Idempotent.
   void stop();

@@ -18,6 +18,12 @@ void throw_if(const Status& st) {
 RemoteDeviceInfo info_of(int index, const protocol::DeviceInfo& d) {
   return {index, d.name, d.backend, d.memory_bytes};
 }
+client::Options client_options(const RemoteOptions& options) {
+  client::Options o = client::Options::from_env();
+  if (!options.tls_ca_file.empty()) o.tls.ca_file = options.tls_ca_file;
+  if (!options.tls_fingerprint.empty()) o.tls.fingerprint = options.tls_fingerprint;
+  return o;
+}
 }  // namespace
 
 namespace client {
@@ -41,12 +47,14 @@ Status RemoteSink::run_graph(ir::GraphId graph, std::span<const ir::TensorId> in
 
 }  // namespace client
 
-Device Device::remote(const std::string& url, int index) {
+Device Device::remote(const std::string& url, int index) { return remote_device(url, index, {}); }
+
+Device remote_device(const std::string& url, int index, const RemoteOptions& options) {
   auto parsed = net::parse_url(url);
   if (!parsed.ok()) throw Error("remote device: " + parsed.status().message());
   if (index < 0) throw Error("remote device: index must be >= 0, got " + std::to_string(index));
   auto sink = std::make_shared<client::RemoteSink>(*parsed, static_cast<uint32_t>(index),
-                                                   client::Options::from_env());
+                                                   client_options(options));
   return Device(sink);
 }
 
@@ -54,9 +62,13 @@ void Device::connect() const { throw_if(sink_->connect()); }
 void Device::flush() const { sink_->flush(); }
 
 std::vector<RemoteDeviceInfo> remote_devices(const std::string& url) {
+  return remote_devices(url, {});
+}
+
+std::vector<RemoteDeviceInfo> remote_devices(const std::string& url, const RemoteOptions& options) {
   auto parsed = net::parse_url(url);
   if (!parsed.ok()) throw Error("remote_devices: " + parsed.status().message());
-  auto w = client::enumerate(*parsed, client::Options::from_env());
+  auto w = client::enumerate(*parsed, client_options(options));
   throw_if(w.status());
   std::vector<RemoteDeviceInfo> out;
   for (size_t i = 0; i < w->devices.size(); ++i) out.push_back(info_of(static_cast<int>(i), w->devices[i]));

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "net/framing.h"
+#include "net/tls_stream.h"
 
 namespace tw::client {
 
@@ -15,6 +16,9 @@ Options Options::from_env() {
   if (const char* e = std::getenv("TW_BATCH_BYTES")) o.batch_bytes = std::max(1024ULL, std::strtoull(e, nullptr, 10));
   if (const char* e = std::getenv("TW_FLUSH_IDLE_US")) o.idle_flush_us = static_cast<uint32_t>(std::max(0L, std::atol(e)));
   if (const char* e = std::getenv("TW_CREDENTIAL")) o.credential = e;
+  if (const char* e = std::getenv("TW_TLS_CA")) o.tls.ca_file = e;
+  if (const char* e = std::getenv("TW_TLS_FINGERPRINT")) o.tls.fingerprint = e;
+  if (const char* e = std::getenv("TW_TLS_CIPHERS")) o.tls.cipher_suites = e;
   return o;
 }
 
@@ -33,6 +37,11 @@ Result<proto::Welcome> handshake(net::Stream& sock, const net::Url& url, uint32_
   if (ec) return unavailable("handshake with " + url.str() + " failed: " + ec.message());
   ec = net::read_exact(sock, asio::buffer(header, 4));
   if (ec) return unavailable("handshake with " + url.str() + " failed: the server closed the connection (" + ec.message() + "); is it a tensorwire server?");
+  if (net::looks_like_tls(header, sizeof header)) {
+    return unavailable("handshake with " + url.str() +
+                       " failed: the server speaks TLS there; connect with tls://" + url.host +
+                       ":" + std::to_string(url.port));
+  }
   uint32_t len = net::frame_length(header);
   if (len == 0 || len > (16u << 20)) return data_loss("handshake with " + url.str() + ": bad reply frame of " + std::to_string(len) + " bytes; is it a tensorwire server?");
   Buffer payload = Buffer::allocate(len);
@@ -53,7 +62,7 @@ Result<proto::Welcome> handshake(net::Stream& sock, const net::Url& url, uint32_
 
 Result<proto::Welcome> enumerate(const net::Url& url, const Options& options) {
   asio::io_context io;
-  TW_ASSIGN_OR_RETURN(std::unique_ptr<net::Stream> stream, net::dial(url, io));
+  TW_ASSIGN_OR_RETURN(std::unique_ptr<net::Stream> stream, net::dial(url, io, options.tls));
   return handshake(*stream, url, proto::kEnumerateOnly, options.credential);
 }
 
@@ -72,7 +81,7 @@ Status Connection::ensure_connected() {
 }
 
 Status Connection::connect_locked() {
-  auto dialed = net::dial(url_, io_);
+  auto dialed = net::dial(url_, io_, options_.tls);
   if (!dialed.ok()) {
     state_ = State::kDead;
     dead_ = dialed.status();

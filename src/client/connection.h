@@ -38,6 +38,10 @@ struct Options {
   // program goes quiet still run promptly.
   uint32_t idle_flush_us = 500;
   std::string credential;  // TW_CREDENTIAL
+  // How a tls:// server is verified: tls.ca_file (TW_TLS_CA) and/or tls.fingerprint
+  // (TW_TLS_FINGERPRINT); the suites offered, tls.cipher_suites (TW_TLS_CIPHERS); see
+  // net::TlsOptions.
+  net::TlsOptions tls;
   static Options from_env();
 };
 

@@ -32,12 +32,6 @@ struct TransferAll {
   size_t operator()(const asio::error_code& ec, size_t) const { return ec ? 0 : ~size_t{0}; }
 };
 
-void wait_for(int fd, short events) {
-  pollfd p{fd, events, 0};
-  while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
-  }
-}
-
 // Either family: the socket calls are the same, only dialing and listening differ.
 class SocketStream final : public Stream {
  public:
@@ -74,8 +68,8 @@ class SocketStream final : public Stream {
     }
   }
 
-  void wait_readable() override { wait_for(fd_, POLLIN); }
-  void wait_writable() override { wait_for(fd_, POLLOUT); }
+  void wait_readable() override { wait_fd(fd_, POLLIN); }
+  void wait_writable() override { wait_fd(fd_, POLLOUT); }
 
   void async_read_some(asio::mutable_buffer into, IoHandler done) override {
     sock_.async_read_some(into, std::move(done));
@@ -107,7 +101,8 @@ void set_nodelay(Proto::socket& sock) {
 
 class SocketListener final : public Listener {
  public:
-  SocketListener(asio::io_context& io, Url url) : acc_(io), url_(std::move(url)) {}
+  SocketListener(asio::io_context& io, Url url, MakeStream make)
+      : acc_(io), url_(std::move(url)), make_(std::move(make)) {}
 
   Status open(const Proto::endpoint& ep, const std::string& text) {
     asio::error_code ec;
@@ -131,6 +126,10 @@ class SocketListener final : public Listener {
     acc_.async_accept(io, [this, done = std::move(done)](asio::error_code ec, Proto::socket sock) {
       if (ec) return done(ec, nullptr);
       if (tcp()) set_nodelay(sock);
+      if (make_) {
+        std::unique_ptr<Stream> s = make_(std::move(sock), ec);
+        return done(ec, std::move(s));
+      }
       done(ec, std::make_unique<SocketStream>(std::move(sock)));
     });
   }
@@ -142,19 +141,26 @@ class SocketListener final : public Listener {
   }
 
  private:
-  bool tcp() const { return url_.scheme == Url::Scheme::kTcp; }
+  bool tcp() const { return url_.scheme != Url::Scheme::kUnix; }
   asio::basic_socket_acceptor<Proto> acc_;
   Url url_;
+  MakeStream make_;
 };
 
 const char* const kNotRunning = " (is tensorwire-server running there?)";
 
 }  // namespace
 
-Result<std::unique_ptr<Stream>> dial_socket(const Url& url, asio::io_context& io) {
+void wait_fd(int fd, short events) {
+  pollfd p{fd, events, 0};
+  while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
+  }
+}
+
+Result<Socket> connect_socket(const Url& url, asio::io_context& io) {
   Proto::socket sock(io);
   asio::error_code ec;
-  if (url.scheme == Url::Scheme::kTcp) {
+  if (url.scheme != Url::Scheme::kUnix) {
     asio::ip::tcp::resolver resolver(io);
     auto results = resolver.resolve(url.host, std::to_string(url.port), ec);
     if (ec) return unavailable("cannot resolve " + url.str() + ": " + ec.message());
@@ -177,13 +183,19 @@ Result<std::unique_ptr<Stream>> dial_socket(const Url& url, asio::io_context& io
     if (ec)
       return unavailable("cannot connect to " + url.str() + ": " + ec.message() + kNotRunning);
   }
+  return sock;
+}
+
+Result<std::unique_ptr<Stream>> dial_socket(const Url& url, asio::io_context& io) {
+  TW_ASSIGN_OR_RETURN(Socket sock, connect_socket(url, io));
   return std::unique_ptr<Stream>(std::make_unique<SocketStream>(std::move(sock)));
 }
 
-Result<std::unique_ptr<Listener>> listen_socket(const Url& url, asio::io_context& io) {
-  auto l = std::make_unique<SocketListener>(io, url);
+Result<std::unique_ptr<Listener>> listen_socket(const Url& url, asio::io_context& io,
+                                                MakeStream make) {
+  auto l = std::make_unique<SocketListener>(io, url, std::move(make));
   const std::string text = url.str();
-  if (url.scheme == Url::Scheme::kTcp) {
+  if (url.scheme != Url::Scheme::kUnix) {
     asio::error_code ec;
     asio::ip::tcp::resolver resolver(io);
     auto results = resolver.resolve(url.host, std::to_string(url.port), ec);

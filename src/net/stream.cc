@@ -3,23 +3,27 @@
 #include <asio/error.hpp>
 
 #include "net/socket_stream.h"
+#include "net/tls_stream.h"
 
 namespace tw::net {
 
 // One case per scheme of url.h: a new transport adds its own here.
-Result<std::unique_ptr<Stream>> dial(const Url& url, asio::io_context& io) {
+Result<std::unique_ptr<Stream>> dial(const Url& url, asio::io_context& io, const TlsOptions& tls) {
   switch (url.scheme) {
     case Url::Scheme::kTcp:
     case Url::Scheme::kUnix: return dial_socket(url, io);
+    case Url::Scheme::kTls: return dial_tls(url, io, tls);
   }
   return invalid_argument("cannot dial " + url.str() + ": this build speaks " +
                           supported_schemes());
 }
 
-Result<std::unique_ptr<Listener>> listen(const Url& url, asio::io_context& io) {
+Result<std::unique_ptr<Listener>> listen(const Url& url, asio::io_context& io,
+                                         const TlsOptions& tls) {
   switch (url.scheme) {
     case Url::Scheme::kTcp:
     case Url::Scheme::kUnix: return listen_socket(url, io);
+    case Url::Scheme::kTls: return listen_tls(url, io, tls);
   }
   return invalid_argument("cannot listen on " + url.str() + ": this build speaks " +
                           supported_schemes());

@@ -1,6 +1,6 @@
-// The byte stream under framing, and dialing and listening for one: every transport (TCP and
-// Unix sockets today; TLS and a same-host shared-memory path are meant to be further
-// implementations) is a Stream, so framing, the client and the server never see what carries
+// The byte stream under framing, and dialing and listening for one: every transport (TCP, Unix
+// sockets and TLS over TCP today; a same-host shared-memory path is meant to be a further
+// implementation) is a Stream, so framing, the client and the server never see what carries
 // their bytes.
 //
 // The contract, which the latency of a small request depends on:
@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -84,15 +85,39 @@ class Listener {
   // Accepts one connection; the stream's async operations run on `io`. A transport's
   // per-connection options (TCP_NODELAY) are set on it already.
   virtual void async_accept(asio::io_context& io, AcceptHandler done) = 0;
+  // The SHA-256 fingerprint of the certificate a TLS listener presents ("AB:CD:..."); empty
+  // for the other transports.
+  virtual std::string tls_fingerprint() const { return {}; }
   // Stops accepting (a pending accept completes with operation_aborted) and removes what the
   // listener left behind (a Unix socket's file). Call on the io_context passed to listen().
   virtual void close() = 0;
 };
 
-// Connects to `url`, blocking until connected. The stream's async operations run on `io`.
-Result<std::unique_ptr<Stream>> dial(const Url& url, asio::io_context& io);
-// Binds and listens on `url`; accepts are driven on `io`.
-Result<std::unique_ptr<Listener>> listen(const Url& url, asio::io_context& io);
+// What a tls:// URL needs besides its address; the other schemes ignore it.
+struct TlsOptions {
+  // Dialing: how the server's certificate is trusted. A pinned fingerprint (SHA-256 of the
+  // certificate, hex, colons and case optional) accepts exactly that certificate, whoever
+  // issued it; a CA file (PEM) accepts a certificate that chains to it and names the host
+  // dialed. Both: both must hold. Neither: the system's trusted CAs and the host name.
+  std::string ca_file;
+  std::string fingerprint;
+  // Listening: the certificate chain and its private key, as PEM files or as PEM text (a
+  // generated pair, see tls_stream.h). A tls:// listener needs one of the two.
+  std::string cert_file, key_file;
+  std::string cert_pem, key_pem;
+  // TLS 1.3 suites to offer or accept, in OpenSSL's form; empty: AES-GCM and ChaCha20-Poly1305
+  // (tls_stream.cc says in which order, and why).
+  std::string cipher_suites;
+};
+
+// Connects to `url`, blocking until connected (for tls://, until the TLS handshake is done and
+// the certificate verified). The stream's async operations run on `io`.
+Result<std::unique_ptr<Stream>> dial(const Url& url, asio::io_context& io,
+                                     const TlsOptions& tls = {});
+// Binds and listens on `url`; accepts are driven on `io`. A tls:// stream does its handshake
+// within its first reads, under whatever deadline the caller keeps for a peer's first message.
+Result<std::unique_ptr<Listener>> listen(const Url& url, asio::io_context& io,
+                                         const TlsOptions& tls = {});
 
 // Blocking helpers over the non-blocking calls, for exchanges before a stream is driven
 // asynchronously (the handshake). They return the error, or eof when the stream ends first.

@@ -18,6 +18,7 @@ struct SchemeInfo {
 constexpr SchemeInfo kSchemes[] = {
     {Url::Scheme::kTcp, "tcp", false, "tcp://host:port"},
     {Url::Scheme::kUnix, "unix", true, "unix:///path"},
+    {Url::Scheme::kTls, "tls", false, "tls://host:port"},
 };
 
 const SchemeInfo& info(Url::Scheme s) {
@@ -100,6 +101,20 @@ Result<Url> parse_url(const std::string& text) {
   }
   return invalid_argument("unsupported address '" + text + "': this build speaks " +
                           supported_schemes());
+}
+
+Status check_exposure(const Url& url, bool has_credential, bool insecure) {
+  bool tls = url.scheme == Url::Scheme::kTls;
+  if (url.is_loopback() || insecure || (tls && has_credential)) return Status::OK();
+  std::string missing = !tls && !has_credential ? "TLS and a credential"
+                        : !tls                  ? "TLS"
+                                                : "a credential";
+  Url secure = url;
+  secure.scheme = Url::Scheme::kTls;
+  return invalid_argument("refusing to listen on " + url.str() + " without " + missing +
+                          ": other hosts can reach it. Listen on " + secure.str() +
+                          " with --credential-file, or pass --insecure to serve it anyway "
+                          "on a network you trust");
 }
 
 }  // namespace tw::net

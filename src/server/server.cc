@@ -7,6 +7,7 @@
 // thread that read it runs it and writes the reply (see docs/remote.md, "Latency").
 #include "tensorwire/server.h"
 
+#include <algorithm>
 #include <asio.hpp>
 #include <atomic>
 #include <chrono>
@@ -22,6 +23,7 @@
 #include "backend/registry.h"
 #include "net/framing.h"
 #include "net/stream.h"
+#include "net/tls_stream.h"
 #include "net/url.h"
 #include "protocol/messages.h"
 #include "server/session.h"
@@ -111,6 +113,7 @@ struct Server::Impl {
     return *best;
   }
   std::vector<std::unique_ptr<net::Listener>> listeners;
+  bool tls_self_signed = false;  // the tls:// listeners present a pair generated at start
 
   void accept(net::Listener& l);
   proto::ServerStats snapshot(uint64_t asking_session);
@@ -553,6 +556,14 @@ std::vector<std::string> Server::urls() const {
   return v;
 }
 
+std::string Server::tls_fingerprint() const {
+  for (auto& l : impl_->listeners)
+    if (!l->tls_fingerprint().empty()) return l->tls_fingerprint();
+  return {};
+}
+
+bool Server::tls_self_signed() const { return impl_->tls_self_signed; }
+
 std::string Server::limits_summary() const {
   const ServerOptions& o = impl_->opts;
   std::ostringstream os;
@@ -578,6 +589,29 @@ void Server::wait() {
 
 namespace {
 
+// The identity of the tls:// listeners: the PEM files given, else a self-signed pair made now
+// (`generated` says so) when some address is tls://.
+Result<net::TlsOptions> server_tls(const ServerOptions& opts, bool& generated) {
+  net::TlsOptions tls;
+  tls.cert_file = opts.tls_cert_file;
+  tls.key_file = opts.tls_key_file;
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return invalid_argument("a TLS certificate and its key go together (--tls-cert and --tls-key)");
+  }
+  bool any_tls = std::any_of(opts.listen.begin(), opts.listen.end(),
+                             [](const std::string& u) { return u.rfind("tls://", 0) == 0; });
+  if (!tls.cert_file.empty() && !any_tls) {
+    return invalid_argument("a TLS certificate was given, but no address is tls://");
+  }
+  if (any_tls && tls.cert_file.empty()) {
+    TW_ASSIGN_OR_RETURN(net::TlsIdentity id, net::generate_self_signed("tensorwire-server"));
+    tls.cert_pem = std::move(id.cert_pem);
+    tls.key_pem = std::move(id.key_pem);
+    generated = true;
+  }
+  return tls;
+}
+
 Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
   if (opts.devices < 1) return invalid_argument("a server hosts at least 1 device, got " + std::to_string(opts.devices));
   if (opts.listen.empty()) return invalid_argument("no address to listen on");
@@ -596,14 +630,20 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
                                                : std::max(1u, std::thread::hardware_concurrency());
   try {
     for (int i = 0; i < impl->worker_count; ++i) impl->shards.push_back(std::make_unique<Server::Impl::Shard>());
+    TW_ASSIGN_OR_RETURN(net::TlsOptions tls, server_tls(opts, impl->tls_self_signed));
     for (const std::string& text : opts.listen) {
       TW_ASSIGN_OR_RETURN(net::Url url, net::parse_url(text));
-      TW_ASSIGN_OR_RETURN(std::unique_ptr<net::Listener> l, net::listen(url, impl->io()));
-      if (!l->url().is_loopback() && opts.credential.empty()) {
-        std::fprintf(stderr,
-                     "warning: listening on non-loopback address %s without authentication: "
-                     "anyone who can reach it can run ops on this machine\n",
-                     l->url().str().c_str());
+      bool has_credential = !opts.credential.empty();
+      TW_RETURN_NOT_OK(net::check_exposure(url, has_credential, opts.insecure));
+      TW_ASSIGN_OR_RETURN(std::unique_ptr<net::Listener> l, net::listen(url, impl->io(), tls));
+      if (!net::check_exposure(url, has_credential, false).ok()) {
+        std::fprintf(
+            stderr,
+            "\n*** INSECURE (--insecure): listening on %s, which other hosts can reach, "
+            "without %s. Anyone on the network can %s. ***\n\n",
+            l->url().str().c_str(), url.scheme == net::Url::Scheme::kTls ? "a credential" : "TLS",
+            has_credential ? "read the traffic, the credential included, and then run ops here"
+                           : "run ops on this machine and read what it computes");
       }
       impl->listeners.push_back(std::move(l));
     }

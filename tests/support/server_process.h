@@ -43,6 +43,7 @@ class ServerProcess {
     char line[512];
     while (std::fgets(line, sizeof line, stdout_)) {
       std::string l(line);
+      lines_.push_back(l.substr(0, l.find_last_not_of("\r\n") + 1));
       if (l.rfind("listening on ", 0) == 0) {
         urls_.push_back(l.substr(13, l.find_last_not_of("\r\n") - 12));
       } else if (l.rfind("limits:", 0) == 0) {
@@ -57,6 +58,8 @@ class ServerProcess {
 
   const std::string& url() const { return urls_.at(0); }
   const std::vector<std::string>& urls() const { return urls_; }
+  // What it printed up to its limits line, that included.
+  const std::vector<std::string>& lines() const { return lines_; }
   pid_t pid() const { return pid_; }
 
   // SIGKILL: the server vanishes without closing anything itself.
@@ -86,6 +89,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   FILE* stdout_ = nullptr;
   std::vector<std::string> urls_;
+  std::vector<std::string> lines_;
 };
 
 }  // namespace tw::testing
