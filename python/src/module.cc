@@ -41,7 +41,9 @@ const char* doc(const std::string& name, const std::string& summary) {
   static std::deque<std::string> keep;  // pybind keeps the pointer, so the text must outlive it
   std::string text = summary;
   std::vector<std::string> keys = {name};
-  if (auto a = op_doc_aliases().find(name); a != op_doc_aliases().end()) keys = a->second;
+  if (auto a = op_doc_aliases().find(name); a != op_doc_aliases().end()) {
+    keys.insert(keys.end(), a->second.begin(), a->second.end());
+  }
   std::vector<std::string> seen;
   for (const std::string& k : keys) {
     std::string flat;
