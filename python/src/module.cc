@@ -235,8 +235,8 @@ Tensor copy_from_numpy(py::array a, const Device& device) {
 // it is contiguous (the array keeps it alive); elsewhere it is a download.
 py::array to_numpy(const Tensor& t) {
   const py::dtype npd = numpy_dtype_of(t.dtype());
-  auto* values = new detail::HostValues(
-      wait_for_device(t.device(), [t] { return t.host_values(); }));
+  auto* values =
+      new detail::HostValues(wait_for_device(t.device(), [t] { return t.host_values(); }));
   py::capsule base(values, [](void* p) { delete static_cast<detail::HostValues*>(p); });
   std::vector<py::ssize_t> shape(values->shape.begin(), values->shape.end());
   if (values->numel == 0) return py::array(npd, shape);
@@ -362,12 +362,12 @@ Tensor set_item(const Tensor& x, const py::object& index, const Tensor& value) {
   if (specs.empty()) return v;
   std::vector<Tensor> parts = {x};
   for (size_t d = 0; d + 1 < specs.size(); ++d) {
-    parts.push_back(parts.back().slice(static_cast<int64_t>(d), specs[d].start, specs[d].stop,
-                                       specs[d].step));
+    parts.push_back(
+        parts.back().slice(static_cast<int64_t>(d), specs[d].start, specs[d].stop, specs[d].step));
   }
   for (size_t d = specs.size(); d-- > 0;) {
-    v = parts[d].slice_assign(static_cast<int64_t>(d), specs[d].start, specs[d].stop,
-                              specs[d].step, v);
+    v = parts[d].slice_assign(static_cast<int64_t>(d), specs[d].start, specs[d].stop, specs[d].step,
+                              v);
   }
   return v;
 }
@@ -491,10 +491,12 @@ void bind_device(py::module_& m) {
                                }
                                return "?";
                              })
-      .def("sync", [](const Device& d) { wait_for_device(d, [d] { d.sync(); }); },
-           "Waits until every op submitted so far has executed (interruptible with Ctrl-C).")
-      .def("connect", [](const Device& d) { wait_for_device(d, [d] { d.connect(); }); },
-           "Connects now instead of on first use; raises tw.Error on failure.")
+      .def(
+          "sync", [](const Device& d) { wait_for_device(d, [d] { d.sync(); }); },
+          "Waits until every op submitted so far has executed (interruptible with Ctrl-C).")
+      .def(
+          "connect", [](const Device& d) { wait_for_device(d, [d] { d.connect(); }); },
+          "Connects now instead of on first use; raises tw.Error on failure.")
       .def("flush", &Device::flush, Release(), "Sends every queued op now (remote devices).")
       .def("__str__", &Device::str)
       .def("__repr__", [](const Device& d) { return "Device(" + d.str() + ")"; })
@@ -509,12 +511,13 @@ void bind_tensor(py::module_& m) {
                        "asynchronously on remote devices; reading values waits for them.");
   // ---- metadata ----
   t.def_property_readonly("shape", [](const Tensor& x) { return shape_tuple(x.shape()); })
-      .def("size",
-           [](const Tensor& x, std::optional<int64_t> d) -> py::object {
-             if (d) return py::int_(x.size(*d));
-             return shape_tuple(x.shape());
-           },
-           py::arg("dim") = py::none())
+      .def(
+          "size",
+          [](const Tensor& x, std::optional<int64_t> d) -> py::object {
+            if (d) return py::int_(x.size(*d));
+            return shape_tuple(x.shape());
+          },
+          py::arg("dim") = py::none())
       .def("dim", &Tensor::dim)
       .def_property_readonly("ndim", &Tensor::dim)
       .def("numel", &Tensor::numel)
@@ -534,12 +537,13 @@ void bind_tensor(py::module_& m) {
         "The values as a numpy array. On the CPU device it shares the tensor's memory (writes "
         "through it are seen by the tensor; the array keeps the tensor alive); on other devices "
         "it is a download.")
-      .def("__array__",
-           [](const Tensor& x, py::object dtype) -> py::object {
-             py::array a = to_numpy(x);
-             return dtype.is_none() ? py::object(a) : a.attr("astype")(dtype);
-           },
-           py::arg("dtype") = py::none())
+      .def(
+          "__array__",
+          [](const Tensor& x, py::object dtype) -> py::object {
+            py::array a = to_numpy(x);
+            return dtype.is_none() ? py::object(a) : a.attr("astype")(dtype);
+          },
+          py::arg("dtype") = py::none())
       .def("item", &item, "The one element as a Python number (waits for the device).")
       .def("tolist", [](const Tensor& x) { return to_numpy(x).attr("tolist")(); })
       .def("to_bytes",
@@ -548,7 +552,9 @@ void bind_tensor(py::module_& m) {
              return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
            })
       .def("__repr__",
-           [](const Tensor& x) { return wait_for_device(x.device(), [x] { return x.to_string(); }); })
+           [](const Tensor& x) {
+             return wait_for_device(x.device(), [x] { return x.to_string(); });
+           })
       .def("__bool__", [](const Tensor& x) { return item(x).cast<bool>(); })
       .def("__float__", [](const Tensor& x) { return item(x).cast<double>(); })
       .def("__int__", [](const Tensor& x) { return item(x).cast<int64_t>(); })
@@ -561,33 +567,68 @@ void bind_tensor(py::module_& m) {
         Release(), doc("to", "A copy of the values on another device."))
       .def("to", py::overload_cast<DType>(&Tensor::to, py::const_), py::arg("dtype"), Release(),
            doc("cast", "A cast to `dtype` (a copy even when the dtype is unchanged)."))
-      .def("cpu", [](const Tensor& x) { return x.to(Device::cpu()); }, Release())
-      .def("float", [](const Tensor& x) { return x.to(kF32); }, Release())
-      .def("double", [](const Tensor& x) { return x.to(kF64); }, Release())
-      .def("long", [](const Tensor& x) { return x.to(kI64); }, Release())
-      .def("int", [](const Tensor& x) { return x.to(kI32); }, Release())
-      .def("bool", [](const Tensor& x) { return x.to(kBool); }, Release());
+      .def(
+          "cpu", [](const Tensor& x) { return x.to(Device::cpu()); }, Release())
+      .def(
+          "float", [](const Tensor& x) { return x.to(kF32); }, Release())
+      .def(
+          "double", [](const Tensor& x) { return x.to(kF64); }, Release())
+      .def(
+          "long", [](const Tensor& x) { return x.to(kI64); }, Release())
+      .def(
+          "int", [](const Tensor& x) { return x.to(kI32); }, Release())
+      .def(
+          "bool", [](const Tensor& x) { return x.to(kBool); }, Release());
   // ---- elementwise unary ----
 #define TW_UNARY(name) t.def(#name, &Tensor::name, Release(), doc(#name, "Elementwise " #name "."))
-  TW_UNARY(neg); TW_UNARY(abs); TW_UNARY(exp); TW_UNARY(log); TW_UNARY(log1p); TW_UNARY(sqrt);
-  TW_UNARY(rsqrt); TW_UNARY(sin); TW_UNARY(cos); TW_UNARY(tanh); TW_UNARY(sigmoid);
-  TW_UNARY(relu); TW_UNARY(gelu); TW_UNARY(erf); TW_UNARY(reciprocal); TW_UNARY(floor);
-  TW_UNARY(ceil); TW_UNARY(round); TW_UNARY(sign); TW_UNARY(square); TW_UNARY(logical_not);
+  TW_UNARY(neg);
+  TW_UNARY(abs);
+  TW_UNARY(exp);
+  TW_UNARY(log);
+  TW_UNARY(log1p);
+  TW_UNARY(sqrt);
+  TW_UNARY(rsqrt);
+  TW_UNARY(sin);
+  TW_UNARY(cos);
+  TW_UNARY(tanh);
+  TW_UNARY(sigmoid);
+  TW_UNARY(relu);
+  TW_UNARY(gelu);
+  TW_UNARY(erf);
+  TW_UNARY(reciprocal);
+  TW_UNARY(floor);
+  TW_UNARY(ceil);
+  TW_UNARY(round);
+  TW_UNARY(sign);
+  TW_UNARY(square);
+  TW_UNARY(logical_not);
 #undef TW_UNARY
   // ---- elementwise binary: tensor or scalar operand ----
-#define TW_BINARY(name)                                                                          \
-  t.def(#name, py::overload_cast<const Tensor&>(&Tensor::name, py::const_), py::arg("other"),    \
-        Release(), doc(#name, "Elementwise " #name " with a tensor (broadcast) or a scalar."));  \
+#define TW_BINARY(name)                                                                         \
+  t.def(#name, py::overload_cast<const Tensor&>(&Tensor::name, py::const_), py::arg("other"),   \
+        Release(), doc(#name, "Elementwise " #name " with a tensor (broadcast) or a scalar.")); \
   t.def(#name, py::overload_cast<Scalar>(&Tensor::name, py::const_), py::arg("other"), Release())
-  TW_BINARY(add); TW_BINARY(sub); TW_BINARY(mul); TW_BINARY(div); TW_BINARY(pow);
-  TW_BINARY(remainder); TW_BINARY(eq); TW_BINARY(ne); TW_BINARY(lt); TW_BINARY(le);
-  TW_BINARY(gt); TW_BINARY(ge);
+  TW_BINARY(add);
+  TW_BINARY(sub);
+  TW_BINARY(mul);
+  TW_BINARY(div);
+  TW_BINARY(pow);
+  TW_BINARY(remainder);
+  TW_BINARY(eq);
+  TW_BINARY(ne);
+  TW_BINARY(lt);
+  TW_BINARY(le);
+  TW_BINARY(gt);
+  TW_BINARY(ge);
 #undef TW_BINARY
-#define TW_TENSOR_BINARY(name)                                                  \
-  t.def(#name, &Tensor::name, py::arg("other"), Release(),                      \
+#define TW_TENSOR_BINARY(name)                             \
+  t.def(#name, &Tensor::name, py::arg("other"), Release(), \
         doc(#name, "Elementwise " #name " with a tensor (broadcast)."))
-  TW_TENSOR_BINARY(maximum); TW_TENSOR_BINARY(minimum); TW_TENSOR_BINARY(logical_and);
-  TW_TENSOR_BINARY(logical_or); TW_TENSOR_BINARY(logical_xor);
+  TW_TENSOR_BINARY(maximum);
+  TW_TENSOR_BINARY(minimum);
+  TW_TENSOR_BINARY(logical_and);
+  TW_TENSOR_BINARY(logical_or);
+  TW_TENSOR_BINARY(logical_xor);
 #undef TW_TENSOR_BINARY
   t.def("clamp", &Tensor::clamp, py::arg("min") = py::none(), py::arg("max") = py::none(),
         Release(), doc("clamp", "Elementwise min(max(x, min), max); either bound may be None."))
@@ -595,80 +636,126 @@ void bind_tensor(py::module_& m) {
            doc("masked_fill", "x with `value` where the bool `mask` is true."));
   // ---- operators ----
   using T = const Tensor&;
-  t.def("__neg__", [](T a) { return -a; }, Release())
-      .def("__invert__", [](T a) { return !a; }, Release())
-      .def("__abs__", [](T a) { return a.abs(); }, Release());
-  t.def("__add__", [](T a, T b) { return a + b; }, Release())
-      .def("__add__", [](T a, Scalar b) { return a + b; }, Release())
-      .def("__radd__", [](T a, Scalar b) { return b + a; }, Release())
-      .def("__sub__", [](T a, T b) { return a - b; }, Release())
-      .def("__sub__", [](T a, Scalar b) { return a - b; }, Release())
-      .def("__rsub__", [](T a, Scalar b) { return b - a; }, Release())
-      .def("__mul__", [](T a, T b) { return a * b; }, Release())
-      .def("__mul__", [](T a, Scalar b) { return a * b; }, Release())
-      .def("__rmul__", [](T a, Scalar b) { return b * a; }, Release())
-      .def("__truediv__", [](T a, T b) { return a / b; }, Release())
-      .def("__truediv__", [](T a, Scalar b) { return a / b; }, Release())
-      .def("__rtruediv__", [](T a, Scalar b) { return b / a; }, Release())
-      .def("__pow__", [](T a, T b) { return a.pow(b); }, Release())
-      .def("__pow__", [](T a, Scalar b) { return a.pow(b); }, Release())
-      .def("__mod__", [](T a, T b) { return a.remainder(b); }, Release())
-      .def("__mod__", [](T a, Scalar b) { return a.remainder(b); }, Release())
-      .def("__matmul__", [](T a, T b) { return a.matmul(b); }, Release())
-      .def("__eq__", [](T a, T b) { return a == b; }, Release())
-      .def("__eq__", [](T a, Scalar b) { return a == b; }, Release())
-      .def("__ne__", [](T a, T b) { return a != b; }, Release())
-      .def("__ne__", [](T a, Scalar b) { return a != b; }, Release())
-      .def("__lt__", [](T a, T b) { return a < b; }, Release())
-      .def("__lt__", [](T a, Scalar b) { return a < b; }, Release())
-      .def("__le__", [](T a, T b) { return a <= b; }, Release())
-      .def("__le__", [](T a, Scalar b) { return a <= b; }, Release())
-      .def("__gt__", [](T a, T b) { return a > b; }, Release())
-      .def("__gt__", [](T a, Scalar b) { return a > b; }, Release())
-      .def("__ge__", [](T a, T b) { return a >= b; }, Release())
-      .def("__ge__", [](T a, Scalar b) { return a >= b; }, Release())
-      .def("__and__", [](T a, T b) { return a.logical_and(b); }, Release())
-      .def("__or__", [](T a, T b) { return a.logical_or(b); }, Release())
-      .def("__xor__", [](T a, T b) { return a.logical_xor(b); }, Release())
+  t.def(
+       "__neg__", [](T a) { return -a; }, Release())
+      .def(
+          "__invert__", [](T a) { return !a; }, Release())
+      .def(
+          "__abs__", [](T a) { return a.abs(); }, Release());
+  t.def(
+       "__add__", [](T a, T b) { return a + b; }, Release())
+      .def(
+          "__add__", [](T a, Scalar b) { return a + b; }, Release())
+      .def(
+          "__radd__", [](T a, Scalar b) { return b + a; }, Release())
+      .def(
+          "__sub__", [](T a, T b) { return a - b; }, Release())
+      .def(
+          "__sub__", [](T a, Scalar b) { return a - b; }, Release())
+      .def(
+          "__rsub__", [](T a, Scalar b) { return b - a; }, Release())
+      .def(
+          "__mul__", [](T a, T b) { return a * b; }, Release())
+      .def(
+          "__mul__", [](T a, Scalar b) { return a * b; }, Release())
+      .def(
+          "__rmul__", [](T a, Scalar b) { return b * a; }, Release())
+      .def(
+          "__truediv__", [](T a, T b) { return a / b; }, Release())
+      .def(
+          "__truediv__", [](T a, Scalar b) { return a / b; }, Release())
+      .def(
+          "__rtruediv__", [](T a, Scalar b) { return b / a; }, Release())
+      .def(
+          "__pow__", [](T a, T b) { return a.pow(b); }, Release())
+      .def(
+          "__pow__", [](T a, Scalar b) { return a.pow(b); }, Release())
+      .def(
+          "__mod__", [](T a, T b) { return a.remainder(b); }, Release())
+      .def(
+          "__mod__", [](T a, Scalar b) { return a.remainder(b); }, Release())
+      .def(
+          "__matmul__", [](T a, T b) { return a.matmul(b); }, Release())
+      .def(
+          "__eq__", [](T a, T b) { return a == b; }, Release())
+      .def(
+          "__eq__", [](T a, Scalar b) { return a == b; }, Release())
+      .def(
+          "__ne__", [](T a, T b) { return a != b; }, Release())
+      .def(
+          "__ne__", [](T a, Scalar b) { return a != b; }, Release())
+      .def(
+          "__lt__", [](T a, T b) { return a < b; }, Release())
+      .def(
+          "__lt__", [](T a, Scalar b) { return a < b; }, Release())
+      .def(
+          "__le__", [](T a, T b) { return a <= b; }, Release())
+      .def(
+          "__le__", [](T a, Scalar b) { return a <= b; }, Release())
+      .def(
+          "__gt__", [](T a, T b) { return a > b; }, Release())
+      .def(
+          "__gt__", [](T a, Scalar b) { return a > b; }, Release())
+      .def(
+          "__ge__", [](T a, T b) { return a >= b; }, Release())
+      .def(
+          "__ge__", [](T a, Scalar b) { return a >= b; }, Release())
+      .def(
+          "__and__", [](T a, T b) { return a.logical_and(b); }, Release())
+      .def(
+          "__or__", [](T a, T b) { return a.logical_or(b); }, Release())
+      .def(
+          "__xor__", [](T a, T b) { return a.logical_xor(b); }, Release())
       .def("__getitem__", &get_item)
-      .def("__setitem__", [](Tensor& a, const py::object& index, T v) { a = set_item(a, index, v); })
+      .def("__setitem__",
+           [](Tensor& a, const py::object& index, T v) { a = set_item(a, index, v); })
       .def("__setitem__", [](Tensor& a, const py::object& index, Scalar v) {
         a = set_item(a, index, full({}, v, a.dtype(), a.device()));
       });
   // ---- reductions: no dim, one dim or several ----
-#define TW_REDUCE(name)                                                                          \
-  t.def(#name,                                                                                   \
-        [](T x, py::object dim, bool keepdim) {                                                  \
-          if (dim.is_none()) {                                                                   \
-            py::gil_scoped_release r;                                                            \
-            return x.name();                                                                     \
-          }                                                                                      \
-          std::vector<int64_t> dims = dims_arg(dim);                                             \
-          py::gil_scoped_release r;                                                              \
-          return dims.size() == 1 ? x.name(dims[0], keepdim) : x.name(dims, keepdim);            \
-        },                                                                                       \
-        py::arg("dim") = py::none(), py::arg("keepdim") = false,                                 \
-        doc(#name, #name " over all elements, or over dim (an int or a list of ints)."))
-  TW_REDUCE(sum); TW_REDUCE(mean);
+#define TW_REDUCE(name)                                                             \
+  t.def(                                                                            \
+      #name,                                                                        \
+      [](T x, py::object dim, bool keepdim) {                                       \
+        if (dim.is_none()) {                                                        \
+          py::gil_scoped_release r;                                                 \
+          return x.name();                                                          \
+        }                                                                           \
+        std::vector<int64_t> dims = dims_arg(dim);                                  \
+        py::gil_scoped_release r;                                                   \
+        return dims.size() == 1 ? x.name(dims[0], keepdim) : x.name(dims, keepdim); \
+      },                                                                            \
+      py::arg("dim") = py::none(), py::arg("keepdim") = false,                      \
+      doc(#name, #name " over all elements, or over dim (an int or a list of ints)."))
+  TW_REDUCE(sum);
+  TW_REDUCE(mean);
 #undef TW_REDUCE
-#define TW_REDUCE1(name)                                                                         \
-  t.def(#name,                                                                                   \
-        [](T x, std::optional<int64_t> dim, bool keepdim) {                                      \
-          py::gil_scoped_release r;                                                              \
-          return dim ? x.name(*dim, keepdim) : x.name();                                         \
-        },                                                                                       \
-        py::arg("dim") = py::none(), py::arg("keepdim") = false,                                 \
-        doc(#name, #name " over all elements, or over one dim."))
-  TW_REDUCE1(prod); TW_REDUCE1(max); TW_REDUCE1(min); TW_REDUCE1(argmax); TW_REDUCE1(argmin);
+#define TW_REDUCE1(name)                                       \
+  t.def(                                                       \
+      #name,                                                   \
+      [](T x, std::optional<int64_t> dim, bool keepdim) {      \
+        py::gil_scoped_release r;                              \
+        return dim ? x.name(*dim, keepdim) : x.name();         \
+      },                                                       \
+      py::arg("dim") = py::none(), py::arg("keepdim") = false, \
+      doc(#name, #name " over all elements, or over one dim."))
+  TW_REDUCE1(prod);
+  TW_REDUCE1(max);
+  TW_REDUCE1(min);
+  TW_REDUCE1(argmax);
+  TW_REDUCE1(argmin);
 #undef TW_REDUCE1
-  t.def("cumsum", &Tensor::cumsum, py::arg("dim"), Release(), doc("cumsum", "Running sum along dim."))
+  t.def("cumsum", &Tensor::cumsum, py::arg("dim"), Release(),
+        doc("cumsum", "Running sum along dim."))
       .def("matmul", &Tensor::matmul, py::arg("other"), Release(),
            doc("matmul", "Matrix product; 1-D operands are treated as in torch.matmul."));
   // ---- movement ----
-  t.def("reshape", [](T x, const Shape& s) { return x.reshape(s); }, py::arg("shape"), Release(),
-        doc("reshape", "The same values in a new shape (one size may be -1)."))
-      .def("view", [](T x, const Shape& s) { return x.reshape(s); }, py::arg("shape"), Release(),
-           doc("view", "As reshape."))
+  t.def(
+       "reshape", [](T x, const Shape& s) { return x.reshape(s); }, py::arg("shape"), Release(),
+       doc("reshape", "The same values in a new shape (one size may be -1)."))
+      .def(
+          "view", [](T x, const Shape& s) { return x.reshape(s); }, py::arg("shape"), Release(),
+          doc("view", "As reshape."))
       .def("flatten", &Tensor::flatten, py::arg("start_dim") = 0, py::arg("end_dim") = -1,
            Release(), doc("flatten", "Joins dims start_dim..end_dim into one."))
       .def("permute", &Tensor::permute, py::arg("dims"), Release(),
@@ -680,9 +767,9 @@ void bind_tensor(py::module_& m) {
       .def("expand", &Tensor::expand, py::arg("shape"), Release(),
            doc("expand", "Size-1 dims stretched to `shape` (-1 keeps a dim)."))
       .def("expand_as", &Tensor::expand_as, py::arg("other"), Release())
-      .def("squeeze",
-           [](T x, std::optional<int64_t> d) { return d ? x.squeeze(*d) : x.squeeze(); },
-           py::arg("dim") = py::none(), Release(), doc("squeeze", "Size-1 dims removed."))
+      .def(
+          "squeeze", [](T x, std::optional<int64_t> d) { return d ? x.squeeze(*d) : x.squeeze(); },
+          py::arg("dim") = py::none(), Release(), doc("squeeze", "Size-1 dims removed."))
       .def("unsqueeze", &Tensor::unsqueeze, py::arg("dim"), Release(),
            doc("unsqueeze", "A size-1 dim inserted at dim."))
       .def("slice", &Tensor::slice, py::arg("dim"), py::arg("start"), py::arg("end"),
@@ -690,11 +777,12 @@ void bind_tensor(py::module_& m) {
            doc("slice", "Elements start, start+step, ... < end along dim (Python slice rules)."))
       .def("narrow", &Tensor::narrow, py::arg("dim"), py::arg("start"), py::arg("length"),
            Release(), doc("narrow", "length elements from start along dim."))
-      .def("slice_assign", &Tensor::slice_assign, py::arg("dim"), py::arg("start"),
-           py::arg("end"), py::arg("step"), py::arg("src"), Release(),
+      .def("slice_assign", &Tensor::slice_assign, py::arg("dim"), py::arg("start"), py::arg("end"),
+           py::arg("step"), py::arg("src"), Release(),
            doc("slice_assign", "A copy with this[slice(dim, start, end, step)] = src."))
-      .def("flip", [](T x, const py::object& dims) { return x.flip(dims_arg(dims)); },
-           py::arg("dims"), doc("flip", "The order of elements reversed along dims."))
+      .def(
+          "flip", [](T x, const py::object& dims) { return x.flip(dims_arg(dims)); },
+          py::arg("dims"), doc("flip", "The order of elements reversed along dims."))
       .def("repeat", &Tensor::repeat, py::arg("repeats"), Release(),
            doc("repeat", "Tiled as torch.Tensor.repeat."));
   // ---- indexing and neural ----
@@ -704,17 +792,17 @@ void bind_tensor(py::module_& m) {
            Release(), doc("scatter_add", "x plus src scattered to index along dim."))
       .def("index_select", &Tensor::index_select, py::arg("dim"), py::arg("index"), Release(),
            doc("index_select", "The entries of index along dim."))
-      .def("softmax", &Tensor::softmax, py::arg("dim"), Release(), doc("softmax", "Softmax along dim."))
+      .def("softmax", &Tensor::softmax, py::arg("dim"), Release(),
+           doc("softmax", "Softmax along dim."))
       .def("log_softmax", &Tensor::log_softmax, py::arg("dim"), Release(),
            doc("log_softmax", "Log of softmax along dim."));
   // ---- autograd ----
   t.def_property(
-       "requires_grad", &Tensor::requires_grad,
-       [](Tensor& x, bool on) { x.set_requires_grad(on); },
+       "requires_grad", &Tensor::requires_grad, [](Tensor& x, bool on) { x.set_requires_grad(on); },
        "Whether backward() accumulates a gradient for this (floating-point leaf) tensor.")
-      .def("requires_grad_",
-           [](Tensor& x, bool on) -> Tensor& { return x.set_requires_grad(on); },
-           py::arg("requires_grad") = true, py::return_value_policy::reference_internal)
+      .def(
+          "requires_grad_", [](Tensor& x, bool on) -> Tensor& { return x.set_requires_grad(on); },
+          py::arg("requires_grad") = true, py::return_value_policy::reference_internal)
       .def_property_readonly("is_leaf", &Tensor::is_leaf)
       .def_property(
           "grad",
@@ -727,14 +815,15 @@ void bind_tensor(py::module_& m) {
           },
           "What backward() accumulated into this leaf; None before that and after zero_grad().")
       .def("zero_grad", &Tensor::zero_grad)
-      .def("backward",
-           [](T x, const py::object& grad, bool retain_graph) {
-             Tensor g = grad.is_none() ? Tensor() : grad.cast<Tensor>();
-             py::gil_scoped_release r;
-             x.backward(g, retain_graph);
-           },
-           py::arg("gradient") = py::none(), py::arg("retain_graph") = false,
-           "Backpropagates from this tensor (the gradient defaults to ones for one element).")
+      .def(
+          "backward",
+          [](T x, const py::object& grad, bool retain_graph) {
+            Tensor g = grad.is_none() ? Tensor() : grad.cast<Tensor>();
+            py::gil_scoped_release r;
+            x.backward(g, retain_graph);
+          },
+          py::arg("gradient") = py::none(), py::arg("retain_graph") = false,
+          "Backpropagates from this tensor (the gradient defaults to ones for one element).")
       .def("detach", &Tensor::detach, "The same values cut from the graph.");
 }
 
@@ -742,26 +831,27 @@ void bind_functions(py::module_& m) {
   using T = const Tensor&;
   m.def("zeros", &zeros, py::arg("shape"), py::arg("dtype") = kF32,
         py::arg("device") = Device::cpu(), Release(), doc("zeros", "A tensor of zeros."));
-  m.def("ones", &ones, py::arg("shape"), py::arg("dtype") = kF32,
-        py::arg("device") = Device::cpu(), Release(), doc("ones", "A tensor of ones."));
+  m.def("ones", &ones, py::arg("shape"), py::arg("dtype") = kF32, py::arg("device") = Device::cpu(),
+        Release(), doc("ones", "A tensor of ones."));
   m.def("full", &full, py::arg("shape"), py::arg("value"), py::arg("dtype") = kF32,
         py::arg("device") = Device::cpu(), Release(), doc("full", "A tensor of `value`."));
   m.def("zeros_like", &zeros_like, Release());
   m.def("ones_like", &ones_like, Release());
   m.def("full_like", &full_like, Release());
-  m.def("arange",
-        [](Scalar start, Scalar end, Scalar step, std::optional<DType> dtype, const Device& d) {
-          return arange(start, end, step, dtype, d);
-        },
-        py::arg("start"), py::arg("end"), py::arg("step") = Scalar(int64_t{1}),
-        py::arg("dtype") = py::none(), py::arg("device") = Device::cpu(), Release(),
-        doc("arange", "[start, end) by step; i64 when all three are ints, else f32."));
+  m.def(
+      "arange",
+      [](Scalar start, Scalar end, Scalar step, std::optional<DType> dtype, const Device& d) {
+        return arange(start, end, step, dtype, d);
+      },
+      py::arg("start"), py::arg("end"), py::arg("step") = Scalar(int64_t{1}),
+      py::arg("dtype") = py::none(), py::arg("device") = Device::cpu(), Release(),
+      doc("arange", "[start, end) by step; i64 when all three are ints, else f32."));
   m.def("eye", &eye, py::arg("n"), py::arg("m") = py::none(), py::arg("dtype") = kF32,
         py::arg("device") = Device::cpu(), Release(), doc("eye", "The identity matrix."));
   m.def("manual_seed", &manual_seed, py::arg("seed"),
         "Restarts the global sequence of random seeds (same tensors on every device).");
-  m.def("rand", &rand, py::arg("shape"), py::arg("dtype") = kF32,
-        py::arg("device") = Device::cpu(), Release(), doc("rand", "Uniform in [0, 1)."));
+  m.def("rand", &rand, py::arg("shape"), py::arg("dtype") = kF32, py::arg("device") = Device::cpu(),
+        Release(), doc("rand", "Uniform in [0, 1)."));
   m.def("randn", &randn, py::arg("shape"), py::arg("dtype") = kF32,
         py::arg("device") = Device::cpu(), Release(), doc("randn", "Standard normal."));
   m.def("uniform", &uniform, py::arg("shape"), py::arg("low"), py::arg("high"),
@@ -770,21 +860,23 @@ void bind_functions(py::module_& m) {
   m.def("normal", &normal, py::arg("shape"), py::arg("mean"), py::arg("std"),
         py::arg("dtype") = kF32, py::arg("device") = Device::cpu(), Release(),
         doc("normal", "Normal with the given mean and std."));
-  m.def("bernoulli", &bernoulli, py::arg("p"), Release(), doc("bernoulli", "1 with probability p."));
+  m.def("bernoulli", &bernoulli, py::arg("p"), Release(),
+        doc("bernoulli", "1 with probability p."));
   m.def("from_numpy", &from_numpy, py::arg("array"), py::arg("device") = Device::cpu(),
         doc("from_numpy",
             "A tensor over a C-contiguous numpy array. On the CPU device it shares the array's "
             "memory (writes to the array are seen by the tensor; the tensor keeps the array "
             "alive); on other devices it is an upload."));
   m.def("_copy_from_numpy", &copy_from_numpy, py::arg("array"), py::arg("device"));
-  m.def("from_bytes",
-        [](const py::bytes& b, const Shape& shape, DType dtype, const Device& d) {
-          const std::string s = b;
-          return from_bytes(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()),
-                                                     s.size()),
-                            shape, dtype, d);
-        },
-        py::arg("data"), py::arg("shape"), py::arg("dtype"), py::arg("device") = Device::cpu());
+  m.def(
+      "from_bytes",
+      [](const py::bytes& b, const Shape& shape, DType dtype, const Device& d) {
+        const std::string s = b;
+        return from_bytes(
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()), shape,
+            dtype, d);
+      },
+      py::arg("data"), py::arg("shape"), py::arg("dtype"), py::arg("device") = Device::cpu());
   m.def("where", &where, py::arg("cond"), py::arg("a"), py::arg("b"), Release(),
         doc("where", "a where cond is true, else b (broadcast)."));
   m.def("matmul", &matmul, Release(), doc("matmul", "Matrix product (as Tensor.matmul)."));
@@ -796,18 +888,19 @@ void bind_functions(py::module_& m) {
         doc("one_hot", "i64 one-hot rows."));
   m.def("embedding", &embedding, py::arg("weight"), py::arg("indices"), Release(),
         doc("embedding", "Rows of weight looked up by indices."));
-  m.def("conv2d",
-        [](T x, T w, const py::object& b, std::vector<int64_t> stride,
-           std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
-          Tensor bias = b.is_none() ? Tensor() : b.cast<Tensor>();
-          py::gil_scoped_release r;
-          return conv2d(x, w, bias, stride, padding, dilation, groups);
-        },
-        py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
-        py::arg("stride") = std::vector<int64_t>{1, 1},
-        py::arg("padding") = std::vector<int64_t>{0, 0},
-        py::arg("dilation") = std::vector<int64_t>{1, 1}, py::arg("groups") = 1,
-        doc("conv2d", "2-D convolution of x [N, C, H, W] with weight [O, C/groups, kH, kW]."));
+  m.def(
+      "conv2d",
+      [](T x, T w, const py::object& b, std::vector<int64_t> stride, std::vector<int64_t> padding,
+         std::vector<int64_t> dilation, int64_t groups) {
+        Tensor bias = b.is_none() ? Tensor() : b.cast<Tensor>();
+        py::gil_scoped_release r;
+        return conv2d(x, w, bias, stride, padding, dilation, groups);
+      },
+      py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
+      py::arg("stride") = std::vector<int64_t>{1, 1},
+      py::arg("padding") = std::vector<int64_t>{0, 0},
+      py::arg("dilation") = std::vector<int64_t>{1, 1}, py::arg("groups") = 1,
+      doc("conv2d", "2-D convolution of x [N, C, H, W] with weight [O, C/groups, kH, kW]."));
   m.def("max_pool2d", &max_pool2d, py::arg("x"), py::arg("kernel"),
         py::arg("stride") = std::vector<int64_t>{}, py::arg("padding") = std::vector<int64_t>{0, 0},
         Release(), doc("max_pool2d", "2-D max pooling (stride defaults to the kernel)."));
@@ -816,16 +909,17 @@ void bind_functions(py::module_& m) {
         Release(), doc("avg_pool2d", "2-D average pooling (stride defaults to the kernel)."));
   m.def("adaptive_avg_pool2d", &adaptive_avg_pool2d, py::arg("x"), py::arg("output_size"),
         Release(), doc("adaptive_avg_pool2d", "Average pooling to a given output size."));
-  m.def("layer_norm",
-        [](T x, const Shape& shape, const py::object& w, const py::object& b, double eps) {
-          Tensor wt = w.is_none() ? Tensor() : w.cast<Tensor>();
-          Tensor bt = b.is_none() ? Tensor() : b.cast<Tensor>();
-          py::gil_scoped_release r;
-          return layer_norm(x, shape, wt, bt, eps);
-        },
-        py::arg("x"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
-        py::arg("bias") = py::none(), py::arg("eps") = 1e-5,
-        doc("layer_norm", "Normalised over the last dims, then scaled and shifted."));
+  m.def(
+      "layer_norm",
+      [](T x, const Shape& shape, const py::object& w, const py::object& b, double eps) {
+        Tensor wt = w.is_none() ? Tensor() : w.cast<Tensor>();
+        Tensor bt = b.is_none() ? Tensor() : b.cast<Tensor>();
+        py::gil_scoped_release r;
+        return layer_norm(x, shape, wt, bt, eps);
+      },
+      py::arg("x"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
+      py::arg("bias") = py::none(), py::arg("eps") = 1e-5,
+      doc("layer_norm", "Normalised over the last dims, then scaled and shifted."));
   m.def("softmax", py::overload_cast<const Tensor&, int64_t>(&softmax), py::arg("x"),
         py::arg("dim"), Release(), doc("softmax", "Softmax along dim."));
   m.def("log_softmax", py::overload_cast<const Tensor&, int64_t>(&log_softmax), py::arg("x"),
@@ -834,13 +928,14 @@ void bind_functions(py::module_& m) {
   m.def("get_num_threads", &get_num_threads);
   m.def("is_grad_enabled", &is_grad_enabled);
   m.def("set_grad_enabled", &set_grad_enabled, py::arg("enabled"));
-  m.def("backward",
-        [](const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain) {
-          py::gil_scoped_release r;
-          backward(roots, grads, retain);
-        },
-        py::arg("tensors"), py::arg("grad_tensors") = std::vector<Tensor>{},
-        py::arg("retain_graph") = false);
+  m.def(
+      "backward",
+      [](const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain) {
+        py::gil_scoped_release r;
+        backward(roots, grads, retain);
+      },
+      py::arg("tensors"), py::arg("grad_tensors") = std::vector<Tensor>{},
+      py::arg("retain_graph") = false);
 }
 
 void bind_nn(py::module_& m) {
@@ -869,13 +964,17 @@ void bind_nn(py::module_& m) {
       .def("train", &nn::Module::train, py::arg("mode") = true)
       .def("eval", &nn::Module::eval)
       .def_property_readonly("training", &nn::Module::is_training)
-      .def("to", [](nn::Module& mod, const Device& d) -> nn::Module& {
-             py::gil_scoped_release r;
-             mod.to(d);
-             return mod;
-           }, py::return_value_policy::reference_internal)
+      .def(
+          "to",
+          [](nn::Module& mod, const Device& d) -> nn::Module& {
+            py::gil_scoped_release r;
+            mod.to(d);
+            return mod;
+          },
+          py::return_value_policy::reference_internal)
       .def("zero_grad", &nn::Module::zero_grad)
-      .def("state_dict", [](const nn::Module& mod) {
+      .def("state_dict",
+           [](const nn::Module& mod) {
              py::dict out;
              for (auto& [k, v] : mod.state_dict()) out[py::str(k)] = v;
              return out;
@@ -888,10 +987,10 @@ void bind_nn(py::module_& m) {
     return P{d ? *d : Device::cpu(), dt};
   };
   py::class_<nn::Linear, nn::Module, std::shared_ptr<nn::Linear>>(nn, "Linear")
-      .def(py::init([placement](int64_t in, int64_t out, bool bias, std::optional<Device> d,
-                                DType dt) {
-             return std::make_shared<nn::Linear>(in, out, bias, placement(d, dt));
-           }),
+      .def(py::init(
+               [placement](int64_t in, int64_t out, bool bias, std::optional<Device> d, DType dt) {
+                 return std::make_shared<nn::Linear>(in, out, bias, placement(d, dt));
+               }),
            py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true,
            py::arg("device") = py::none(), py::arg("dtype") = kF32)
       .def_property_readonly("weight", &nn::Linear::weight)
@@ -935,12 +1034,10 @@ void bind_nn(py::module_& m) {
   py::class_<nn::LayerNorm, nn::Module, std::shared_ptr<nn::LayerNorm>>(nn, "LayerNorm")
       .def(py::init([placement](const py::object& shape, double eps, bool affine,
                                 std::optional<Device> d, DType dt) {
-             return std::make_shared<nn::LayerNorm>(dims_arg(shape), eps, affine,
-                                                    placement(d, dt));
+             return std::make_shared<nn::LayerNorm>(dims_arg(shape), eps, affine, placement(d, dt));
            }),
-           py::arg("normalized_shape"), py::arg("eps") = 1e-5,
-           py::arg("elementwise_affine") = true, py::arg("device") = py::none(),
-           py::arg("dtype") = kF32);
+           py::arg("normalized_shape"), py::arg("eps") = 1e-5, py::arg("elementwise_affine") = true,
+           py::arg("device") = py::none(), py::arg("dtype") = kF32);
   py::class_<nn::Embedding, nn::Module, std::shared_ptr<nn::Embedding>>(nn, "Embedding")
       .def(py::init([placement](int64_t n, int64_t dim, std::optional<Device> d, DType dt) {
              return std::make_shared<nn::Embedding>(n, dim, placement(d, dt));
@@ -961,11 +1058,13 @@ void bind_nn(py::module_& m) {
          "i64.");
   nn.def("mse_loss", &nn::mse_loss, py::arg("input"), py::arg("target"), Release(),
          "Mean of (input - target)^2.");
-  nn.def("kaiming_uniform",
-         [placement](const Shape& shape, double a, int64_t fan_in, std::optional<Device> d,
-                     DType dt) { return nn::init::kaiming_uniform(shape, a, fan_in, placement(d, dt)); },
-         py::arg("shape"), py::arg("a"), py::arg("fan_in"), py::arg("device") = py::none(),
-         py::arg("dtype") = kF32, Release());
+  nn.def(
+      "kaiming_uniform",
+      [placement](const Shape& shape, double a, int64_t fan_in, std::optional<Device> d, DType dt) {
+        return nn::init::kaiming_uniform(shape, a, fan_in, placement(d, dt));
+      },
+      py::arg("shape"), py::arg("a"), py::arg("fan_in"), py::arg("device") = py::none(),
+      py::arg("dtype") = kF32, Release());
 }
 
 void bind_optim(py::module_& m) {
@@ -985,51 +1084,56 @@ void bind_optim(py::module_& m) {
            py::arg("params"), py::arg("lr") = 1e-3, py::arg("momentum") = 0.0,
            py::arg("dampening") = 0.0, py::arg("weight_decay") = 0.0, py::arg("nesterov") = false);
   py::class_<optim::Adam, optim::Optimizer>(optim, "Adam")
-      .def(py::init([](Params p, double lr, std::pair<double, double> betas, double eps,
-                       double wd) {
-             return new optim::Adam(std::move(p), {lr, betas.first, betas.second, eps, wd});
-           }),
-           py::arg("params"), py::arg("lr") = 1e-3,
-           py::arg("betas") = std::pair<double, double>{0.9, 0.999}, py::arg("eps") = 1e-8,
-           py::arg("weight_decay") = 0.0);
+      .def(
+          py::init([](Params p, double lr, std::pair<double, double> betas, double eps, double wd) {
+            return new optim::Adam(std::move(p), {lr, betas.first, betas.second, eps, wd});
+          }),
+          py::arg("params"), py::arg("lr") = 1e-3,
+          py::arg("betas") = std::pair<double, double>{0.9, 0.999}, py::arg("eps") = 1e-8,
+          py::arg("weight_decay") = 0.0);
   py::class_<optim::AdamW, optim::Adam>(optim, "AdamW")
-      .def(py::init([](Params p, double lr, std::pair<double, double> betas, double eps,
-                       double wd) {
-             return new optim::AdamW(std::move(p), {lr, betas.first, betas.second, eps, wd});
-           }),
-           py::arg("params"), py::arg("lr") = 1e-3,
-           py::arg("betas") = std::pair<double, double>{0.9, 0.999}, py::arg("eps") = 1e-8,
-           py::arg("weight_decay") = 1e-2);
+      .def(
+          py::init([](Params p, double lr, std::pair<double, double> betas, double eps, double wd) {
+            return new optim::AdamW(std::move(p), {lr, betas.first, betas.second, eps, wd});
+          }),
+          py::arg("params"), py::arg("lr") = 1e-3,
+          py::arg("betas") = std::pair<double, double>{0.9, 0.999}, py::arg("eps") = 1e-8,
+          py::arg("weight_decay") = 1e-2);
 }
 
 void bind_io_and_server(py::module_& m) {
-  m.def("save_safetensors",
-        [](const std::string& path, const NamedTensors& tensors,
-           const std::map<std::string, std::string>& metadata) {
-          Device d = tensors.empty() ? Device::cpu() : tensors[0].second.device();
-          wait_for_device(d, [path, tensors, metadata] { save_safetensors(path, tensors, metadata); });
-        },
-        py::arg("path"), py::arg("tensors"), py::arg("metadata") = std::map<std::string, std::string>{},
-        "Writes (name, tensor) pairs to a safetensors file.");
-  m.def("read_safetensors",
-        [](const std::string& path, const Device& d) {
-          Safetensors s = wait_for_device(d, [path, d] { return read_safetensors(path, d); });
-          return py::make_tuple(s.tensors, s.metadata);
-        },
-        py::arg("path"), py::arg("device") = Device::cpu(),
-        "The tensors (a dict) and metadata of a safetensors file.");
+  m.def(
+      "save_safetensors",
+      [](const std::string& path, const NamedTensors& tensors,
+         const std::map<std::string, std::string>& metadata) {
+        Device d = tensors.empty() ? Device::cpu() : tensors[0].second.device();
+        wait_for_device(d,
+                        [path, tensors, metadata] { save_safetensors(path, tensors, metadata); });
+      },
+      py::arg("path"), py::arg("tensors"),
+      py::arg("metadata") = std::map<std::string, std::string>{},
+      "Writes (name, tensor) pairs to a safetensors file.");
+  m.def(
+      "read_safetensors",
+      [](const std::string& path, const Device& d) {
+        Safetensors s = wait_for_device(d, [path, d] { return read_safetensors(path, d); });
+        return py::make_tuple(s.tensors, s.metadata);
+      },
+      py::arg("path"), py::arg("device") = Device::cpu(),
+      "The tensors (a dict) and metadata of a safetensors file.");
 
   py::class_<RemoteDeviceInfo>(m, "RemoteDeviceInfo")
       .def_readonly("index", &RemoteDeviceInfo::index)
       .def_readonly("name", &RemoteDeviceInfo::name)
       .def_readonly("backend", &RemoteDeviceInfo::backend)
       .def_readonly("memory_bytes", &RemoteDeviceInfo::memory_bytes);
-  m.def("remote_devices",
-        [](const std::string& url) {
-          py::gil_scoped_release r;
-          return remote_devices(url);
-        },
-        py::arg("url"), "Every device the server at `url` hosts.");
+  m.def(
+      "remote_devices",
+      [](const std::string& url) {
+        py::gil_scoped_release r;
+        return remote_devices(url);
+      },
+      py::arg("url"), "Every device the server at `url` hosts.");
   py::class_<WireCounters>(m, "WireCounters")
       .def_readonly("frames_out", &WireCounters::frames_out)
       .def_readonly("bytes_out", &WireCounters::bytes_out)
@@ -1044,17 +1148,22 @@ void bind_io_and_server(py::module_& m) {
       .def_readonly("sessions_opened", &ServerStatsSnapshot::sessions_opened)
       .def_readonly("bytes_held", &ServerStatsSnapshot::bytes_held)
       .def_readonly("ops_executed", &ServerStatsSnapshot::ops_executed);
-  py::class_<Server, std::shared_ptr<Server>>(m, "Server", "A compute server hosted by this process (tw.serve).")
+  py::class_<Server, std::shared_ptr<Server>>(m, "Server",
+                                              "A compute server hosted by this process (tw.serve).")
       .def_property_readonly("urls", &Server::urls)
       .def_property_readonly("url", &Server::url)
       .def("limits_summary", &Server::limits_summary)
       .def("stats", &Server::stats)
       .def("stop", &Server::stop, Release(), "Stops the server (idempotent).")
-      .def("wait",
-           [](std::shared_ptr<Server> s) { wait_in_slices([s] { s->wait(); }); },
-           "Blocks until stop() has completed (interruptible with Ctrl-C).")
-      .def("__enter__", [](Server& s) -> Server& { return s; }, py::return_value_policy::reference)
-      .def("__exit__", [](Server& s, py::args) { py::gil_scoped_release r; s.stop(); });
+      .def(
+          "wait", [](std::shared_ptr<Server> s) { wait_in_slices([s] { s->wait(); }); },
+          "Blocks until stop() has completed (interruptible with Ctrl-C).")
+      .def(
+          "__enter__", [](Server& s) -> Server& { return s; }, py::return_value_policy::reference)
+      .def("__exit__", [](Server& s, py::args) {
+        py::gil_scoped_release r;
+        s.stop();
+      });
   m.def("_serve",
         [](const std::vector<std::string>& listen, int devices, const std::string& backend,
            int worker_threads, uint32_t max_sessions, uint64_t max_frame_bytes,

@@ -16,10 +16,19 @@ bound yet because the C++ API lacks them: capture devices (Device.capture) and t
 import builtins as _builtins
 import functools as _functools
 
-import numpy as _np
+import os as _os
 
-from . import _tensorwire as _C
-from ._tensorwire import (  # noqa: F401  (re-exported)
+# oneDNN's kernels run on OpenMP threads, which by default spin for a while after each parallel
+# region. In a Python process those spinning threads starve tensorwire's own intra-op pool and an
+# in-process server (measured on 2 cores: the digits CNN step took 94 ms instead of 2.8 ms on the
+# CPU device); sleeping at once costs the C++ programs nothing measurable. libgomp reads this when
+# the extension loads it, so it is set first; a value the user set is kept.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as _np  # noqa: E402
+
+from . import _tensorwire as _C  # noqa: E402
+from ._tensorwire import (  # noqa: F401,E402  (re-exported)
     Device, Error, RemoteDeviceInfo, Server, Tensor, WireCounters, adaptive_avg_pool2d,
     avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes, from_numpy,
     full_like, get_num_threads, is_grad_enabled, layer_norm, log_softmax, manual_seed, matmul,

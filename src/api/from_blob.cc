@@ -8,8 +8,8 @@
 
 namespace tw {
 
-Tensor from_blob(void* data, const Shape& shape, DType dtype, std::shared_ptr<const void> keep_alive,
-                 const Device& device) {
+Tensor from_blob(void* data, const Shape& shape, DType dtype,
+                 std::shared_ptr<const void> keep_alive, const Device& device) {
   // The byte count is computed here, before inference sees the shape, so bound it first.
   uint64_t count = 1;
   for (int64_t d : shape) {
@@ -25,7 +25,8 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, std::shared_ptr<co
   Buffer bytes = device.kind() == Device::Kind::kCpu
                      ? Buffer::wrap(data, nbytes, std::move(keep_alive))
                      : Buffer::copy_of(data, nbytes);
-  return detail::emit(device.sink(), ir::FromHost{{}, shape, dtype, ir::Bytes{std::move(bytes)}}, {});
+  return detail::emit(device.sink(), ir::FromHost{{}, shape, dtype, ir::Bytes{std::move(bytes)}},
+                      {});
 }
 
 }  // namespace tw
