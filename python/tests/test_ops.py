@@ -346,3 +346,15 @@ def test_metadata_and_values(device):
     moved = t.to(tw.Device.cpu())
     assert moved.device == tw.Device.cpu()
     np.testing.assert_array_equal(moved.numpy(), IA)
+
+
+def test_torch_device_matches_numpy():
+    if not tw.Device.torch_available():
+        pytest.skip("this build has no torch backend")
+    d = tw.Device.torch()
+    assert d.kind == "torch"
+    a, b = tw.tensor(A, device=d), tw.tensor(POS, device=d)
+    check((a @ b.T).relu(), np.maximum(A @ POS.T, 0), rtol=1e-4)
+    check(a.softmax(1).sum(1), np.ones(3, np.float32), rtol=1e-5)
+    check(tw.tensor(IA, device=d) % tw.tensor(IB, device=d), np.mod(IA, IB))
+    check(a.to(tw.Device.cpu()), A)
