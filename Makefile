@@ -3,6 +3,7 @@
 # CMakeLists.txt changes), so re-running make goes straight to the incremental build.
 #   make run     make test     make bench     make bench-train     make bench-remote
 #   make asan    make fuzz     make format   make clean
+#   make install-python (the Python package into the user's site-packages)   make bench-python
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -20,8 +21,11 @@ TEST_TIMEOUT ?= 300
 # What `make run` runs: the training example (a CNN on handwritten digits, trained on a remote
 # device served in-process; apps/train_digits.cc).
 RUN_APP    ?= apps/train_digits
+# The interpreter the Python module is built and tested for (CMake's TW_PYTHON has the same default).
+PYTHON     ?= /usr/bin/python3
 
-.PHONY: all build run test bench bench-train bench-remote asan fuzz format clean bootstrap
+.PHONY: all build run test bench bench-train bench-remote bench-python install-python asan fuzz \
+        format clean bootstrap
 .DEFAULT_GOAL := build
 all: build
 
@@ -51,6 +55,18 @@ bench-train:
 bench-remote: build
 	cmake --build $(BUILD) --target tw_bench_remote -j $(JOBS)
 	./$(BUILD)/bench/tw_bench_remote
+
+# Python vs C++ on remote devices (bench/python_bench.py runs the C++ rows itself).
+bench-python: build
+	PYTHONPATH=$(BUILD)/python $(PYTHON) bench/python_bench.py --build $(BUILD)
+
+# The package from $(BUILD)/python plus libtensorwire.so beside the extension (which looks there
+# first: its RPATH starts with $$ORIGIN) into the user's site-packages.
+install-python: build
+	@site="$$($(PYTHON) -m site --user-site)" && mkdir -p "$$site" && rm -rf "$$site/tensorwire" && \
+	  cp -r $(BUILD)/python/tensorwire "$$site/tensorwire" && \
+	  cp -L $(BUILD)/libtensorwire.so "$$site/tensorwire/" && \
+	  echo "install-python: tensorwire installed in $$site (try: $(PYTHON) -c 'import tensorwire')"
 
 $(ASAN_BUILD)/build.ninja: | bootstrap
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTW_SANITIZE=ON \

@@ -11,10 +11,11 @@ set -euo pipefail
 # libtorch-dev: the torch backend (src/backend/torch), which `make test` builds and tests; a
 # build without it configures, builds and passes everything else. libssl-dev: TLS (src/net);
 # openssl: the CLI tests/integration/tls_test.cc makes its CA and certificates with. clang-16 and
-# libclang-rt-16-dev (libFuzzer and the sanitizer runtimes): `make fuzz` (tests/fuzz).
+# libclang-rt-16-dev (libFuzzer and the sanitizer runtimes): `make fuzz` (tests/fuzz). python3-dev,
+# pybind11-dev, python3-numpy, python3-pytest: the Python package (python/) and its tests.
 packages=(build-essential cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev googletest zlib1g-dev
           libbenchmark-dev libdnnl-dev libasio-dev libssl-dev openssl libtorch-dev python3 clang-16
-          libclang-rt-16-dev "$@")
+          libclang-rt-16-dev python3-dev pybind11-dev python3-numpy python3-pytest "$@")
 
 # One dpkg-query for all of them (it exits non-zero when some are unknown; their lines are absent).
 installed=" $(dpkg-query -W -f='${Package}=${Status}\n' "${packages[@]}" 2>/dev/null |

@@ -265,6 +265,13 @@ Tensor tensor(std::initializer_list<T> values, const Device& device = Device::cp
 // Raw little-endian bytes of any dtype.
 Tensor from_bytes(std::span<const uint8_t> bytes, const Shape& shape, DType dtype,
                   const Device& device = Device::cpu());
+// A tensor over existing host memory (row-major, little-endian, numel * dtype_size bytes at
+// `data`). On the CPU device the memory becomes the tensor's storage without a copy: writes to it
+// are seen by the tensor and by every tensor sharing its storage (ops never write into it), and
+// `keep_alive` is held until the last of them is gone. On any other device the bytes are copied
+// now (an upload), and keep_alive is released at once. Memory not aligned for the dtype is copied.
+Tensor from_blob(void* data, const Shape& shape, DType dtype,
+                 std::shared_ptr<const void> keep_alive, const Device& device = Device::cpu());
 
 // Random tensors draw from a counter-based generator: each call takes the next seed of a global
 // sequence started by manual_seed, so a program gives the same tensors on every device and for

@@ -15,7 +15,7 @@ constexpr size_t kHugePage = size_t{2} << 20;   // blocks this large ask for tra
 }  // namespace
 
 Storage::~Storage() {
-  if (!data) return;
+  if (!data || external) return;
   if (pool) {
     pool->give_back(data, capacity);
   } else {
@@ -35,6 +35,14 @@ Buffer Buffer::copy_of(const void* src, size_t size) {
   Buffer b = allocate(size);
   if (size) std::memcpy(b.data(), src, size);
   return b;
+}
+
+Buffer Buffer::wrap(void* data, size_t size, std::shared_ptr<const void> keep_alive) {
+  auto s = std::make_shared<Storage>();
+  s->data = static_cast<std::byte*>(data);
+  s->capacity = size;
+  s->external = std::move(keep_alive);
+  return Buffer(std::move(s), 0, size);
 }
 
 Buffer Buffer::slice(size_t offset, size_t size) const {

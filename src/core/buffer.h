@@ -19,6 +19,9 @@ struct Storage {
   std::byte* data = nullptr;
   size_t capacity = 0;   // bytes usable (the size class)
   BufferPool* pool = nullptr;  // null: owned by plain allocation, freed directly
+  // Set for borrowed memory (Buffer::wrap): `data` belongs to whatever this keeps alive, and is
+  // neither pooled nor freed here.
+  std::shared_ptr<const void> external;
   ~Storage();
 };
 
@@ -31,6 +34,9 @@ class Buffer {
   static Buffer zeros(size_t size);
   // Copies `size` bytes from `src`.
   static Buffer copy_of(const void* src, size_t size);
+  // Borrows `size` bytes at `data` without a copy; `keep_alive` holds the memory until the last
+  // slice of the buffer is gone.
+  static Buffer wrap(void* data, size_t size, std::shared_ptr<const void> keep_alive);
 
   std::byte* data() const { return storage_ ? storage_->data + offset_ : nullptr; }
   size_t size() const { return size_; }

@@ -1,0 +1,1198 @@
+// tensorwire._tensorwire: the C++ API (include/tensorwire/) as a Python extension. The package's
+// __init__.py, nn.py and optim.py add the PyTorch-style conveniences on top (shapes as *args,
+// dtype names, no_grad, Module subclassing); everything that runs per op is bound here directly.
+//
+// Threads and signals: every call that may block (an op whose device queue is full, a read, a
+// sync, a connect, a server stop) runs with the GIL released. Waits for a remote device run on a
+// helper thread while this thread waits in slices, checking for signals between them, so Ctrl-C
+// raises KeyboardInterrupt at once; the helper finishes the wait by itself, so the session stays
+// consistent (nothing is left half-read).
+#include <pybind11/numpy.h>
+#include <pybind11/operators.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "op_docs.h"
+#include "tensorwire/remote.h"
+#include "tensorwire/server.h"
+#include "tensorwire/tensorwire.h"
+
+namespace py = pybind11;
+
+namespace tw::python {
+namespace {
+
+// ---- docstrings: the C++ summary plus the docs/ops.md rows for the op ----
+
+const char* doc(const std::string& name, const std::string& summary) {
+  static std::deque<std::string> keep;  // pybind keeps the pointer, so the text must outlive it
+  std::string text = summary;
+  std::vector<std::string> keys = {name};
+  if (auto a = op_doc_aliases().find(name); a != op_doc_aliases().end()) {
+    keys.insert(keys.end(), a->second.begin(), a->second.end());
+  }
+  std::vector<std::string> seen;
+  for (const std::string& k : keys) {
+    std::string flat;
+    for (char c : k) {
+      if (c != '_') flat += c;
+    }
+    auto r = op_doc_rows().find(flat);
+    if (r == op_doc_rows().end()) continue;
+    for (const std::string& row : r->second) {
+      if (std::find(seen.begin(), seen.end(), row) != seen.end()) continue;
+      seen.push_back(row);
+    }
+  }
+  if (!seen.empty()) {
+    text += "\n\nSemantics (docs/ops.md):";
+    for (const std::string& row : seen) text += "\n  " + row;
+  }
+  keep.push_back(std::move(text));
+  return keep.back().c_str();
+}
+
+// ---- blocking waits ----
+
+constexpr auto kWaitSlice = std::chrono::milliseconds(20);
+
+bool is_eager(const Device& d) { return d.kind() != Device::Kind::kRemote; }
+
+// Runs `fn` (which may block for long) with the GIL released. For a remote device it runs on a
+// helper thread and this thread waits in slices, checking signals between them: a pending
+// KeyboardInterrupt is raised here while the helper completes the wait on its own.
+template <class F>
+auto wait_in_slices(F fn) -> decltype(fn()) {
+  using R = decltype(fn());
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> value;
+    std::exception_ptr error;
+  };
+  auto state = std::make_shared<State>();
+  std::thread([state, fn = std::move(fn)]() mutable {
+    try {
+      if constexpr (std::is_void_v<R>) {
+        fn();
+        state->value.emplace(true);
+      } else {
+        state->value.emplace(fn());
+      }
+    } catch (...) {
+      state->error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->done = true;
+    state->cv.notify_all();
+  }).detach();
+  for (;;) {
+    bool done;
+    {
+      py::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(state->mu);
+      done = state->cv.wait_for(lock, kWaitSlice, [&] { return state->done; });
+    }
+    if (done) break;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+  if (state->error) std::rethrow_exception(state->error);
+  if constexpr (!std::is_void_v<R>) return std::move(*state->value);
+}
+
+// As wait_in_slices for a remote device; an eager device's call runs here, GIL released. `fn`
+// must own what it uses (it may outlive the call when interrupted).
+template <class F>
+auto wait_for_device(const Device& device, F fn) -> decltype(fn()) {
+  if (is_eager(device)) {
+    py::gil_scoped_release release;
+    return fn();
+  }
+  return wait_in_slices(std::move(fn));
+}
+
+// ---- keeping Python objects alive from C++ memory owners ----
+
+// Python objects whose last C++ reference went while this thread lacked the GIL. Taking the GIL
+// in a destructor could deadlock (the destructor may run under a device's lock that a thread
+// holding the GIL is waiting for), so they are released later by the interpreter's main thread.
+std::mutex g_pending_mu;
+std::vector<PyObject*> g_pending;
+
+int release_pending(void*) {
+  std::vector<PyObject*> objs;
+  {
+    std::lock_guard<std::mutex> lock(g_pending_mu);
+    objs.swap(g_pending);
+  }
+  for (PyObject* o : objs) Py_DECREF(o);
+  return 0;
+}
+
+std::shared_ptr<const void> keep_alive(py::object obj) {
+  PyObject* raw = obj.release().ptr();
+  return std::shared_ptr<const void>(raw, [](const void* p) {
+    PyObject* o = static_cast<PyObject*>(const_cast<void*>(p));
+    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // the interpreter is gone
+    if (PyGILState_Check()) {
+      Py_DECREF(o);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(g_pending_mu);
+      g_pending.push_back(o);
+    }
+    // Best effort: if the interpreter's queue is full, the next from_numpy releases them.
+    Py_AddPendingCall(release_pending, nullptr);
+  });
+}
+
+// ---- dtypes ----
+
+std::optional<DType> dtype_of_numpy(const py::dtype& d) {
+  if (d.kind() == 'f' && d.itemsize() == 4) return kF32;
+  if (d.kind() == 'f' && d.itemsize() == 8) return kF64;
+  if (d.kind() == 'f' && d.itemsize() == 2) return kF16;
+  if (d.kind() == 'i' && d.itemsize() == 4) return kI32;
+  if (d.kind() == 'i' && d.itemsize() == 8) return kI64;
+  if (d.kind() == 'u' && d.itemsize() == 1) return kU8;
+  if (d.kind() == 'b') return kBool;
+  return std::nullopt;
+}
+
+py::dtype numpy_dtype_of(DType d) {
+  switch (d) {
+    case DType::kF32: return py::dtype("float32");
+    case DType::kF64: return py::dtype("float64");
+    case DType::kI32: return py::dtype("int32");
+    case DType::kI64: return py::dtype("int64");
+    case DType::kU8: return py::dtype("uint8");
+    case DType::kBool: return py::dtype("bool");
+    case DType::kF16: return py::dtype("float16");
+    case DType::kBF16: break;
+  }
+  throw Error("numpy: numpy has no bf16 dtype; cast the tensor to f32 first");
+}
+
+Shape shape_of(const py::array& a) {
+  Shape s;
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) s.push_back(static_cast<int64_t>(a.shape(i)));
+  return s;
+}
+
+// ---- numpy interop ----
+
+Tensor from_numpy(py::array a, const Device& device) {
+  release_pending(nullptr);
+  std::optional<DType> dt = dtype_of_numpy(a.dtype());
+  if (!dt) {
+    throw Error("from_numpy: numpy dtype " + std::string(py::str(a.dtype())) +
+                " has no tensorwire dtype (f32, f64, f16, i32, i64, u8, bool)");
+  }
+  if (!(a.flags() & py::array::c_style)) {
+    throw Error("from_numpy: the array is not C-contiguous (tw.tensor copies it)");
+  }
+  if (!a.dtype().attr("isnative").cast<bool>()) {
+    throw Error("from_numpy: the array is not in native byte order");
+  }
+  void* data = a.mutable_data();
+  const Shape shape = shape_of(a);
+  auto owner = keep_alive(a);
+  py::gil_scoped_release release;
+  return from_blob(data, shape, *dt, std::move(owner), device);
+}
+
+// A copy of `a` (any layout, any convertible dtype) on `device`.
+Tensor copy_from_numpy(py::array a, const Device& device) {
+  std::optional<DType> dt = dtype_of_numpy(a.dtype());
+  if (!dt) {
+    throw Error("tensor: numpy dtype " + std::string(py::str(a.dtype())) +
+                " has no tensorwire dtype (f32, f64, f16, i32, i64, u8, bool)");
+  }
+  py::array c = py::array::ensure(a, py::array::c_style | py::array::forcecast);
+  const Shape shape = shape_of(c);
+  const auto* p = static_cast<const uint8_t*>(c.data());
+  std::span<const uint8_t> bytes(p, static_cast<size_t>(c.nbytes()));
+  py::gil_scoped_release release;
+  return from_bytes(bytes, shape, *dt, device);
+}
+
+// The tensor's values as an array. On the CPU device the array shares the tensor's storage when
+// it is contiguous (the array keeps it alive); elsewhere it is a download.
+py::array to_numpy(const Tensor& t) {
+  const py::dtype npd = numpy_dtype_of(t.dtype());
+  auto* values =
+      new detail::HostValues(wait_for_device(t.device(), [t] { return t.host_values(); }));
+  py::capsule base(values, [](void* p) { delete static_cast<detail::HostValues*>(p); });
+  std::vector<py::ssize_t> shape(values->shape.begin(), values->shape.end());
+  if (values->numel == 0) return py::array(npd, shape);
+  return py::array(npd, shape, {}, const_cast<void*>(values->data), base);
+}
+
+py::object item(const Tensor& t) {
+  const detail::HostValues v = wait_for_device(t.device(), [t] { return t.host_values(); });
+  if (v.numel != 1) {
+    throw Error("item: tensor has " + std::to_string(v.numel) + " elements, not 1");
+  }
+  switch (v.dtype) {
+    case DType::kF32: return py::float_(*static_cast<const float*>(v.data));
+    case DType::kF64: return py::float_(*static_cast<const double*>(v.data));
+    case DType::kI32: return py::int_(*static_cast<const int32_t*>(v.data));
+    case DType::kI64: return py::int_(*static_cast<const int64_t*>(v.data));
+    case DType::kU8: return py::int_(*static_cast<const uint8_t*>(v.data));
+    case DType::kBool: return py::bool_(*static_cast<const uint8_t*>(v.data) != 0);
+    default: {
+      const Tensor f = t.to(kF32);
+      return py::float_(wait_for_device(t.device(), [f] { return f.item<float>(); }));
+    }
+  }
+}
+
+// ---- indexing ----
+
+int64_t normalize_index(int64_t i, int64_t size, int64_t dim) {
+  const int64_t j = i < 0 ? i + size : i;
+  if (j < 0 || j >= size) {
+    throw py::index_error("index " + std::to_string(i) + " is out of bounds for dim " +
+                          std::to_string(dim) + " with size " + std::to_string(size));
+  }
+  return j;
+}
+
+struct SliceSpec {
+  int64_t start, stop, step;
+};
+
+SliceSpec slice_of(const py::slice& s, int64_t size) {
+  auto get = [](PyObject* o, int64_t dflt) {
+    return o == Py_None ? dflt : py::cast<int64_t>(py::handle(o));
+  };
+  PySliceObject* so = reinterpret_cast<PySliceObject*>(s.ptr());
+  const int64_t step = get(so->step, 1);
+  if (step < 1) throw py::value_error("slice step must be positive, got " + std::to_string(step));
+  return {get(so->start, 0), get(so->stop, size), step};
+}
+
+py::tuple index_tuple(const py::object& index) {
+  if (py::isinstance<py::tuple>(index)) return index.cast<py::tuple>();
+  return py::make_tuple(index);
+}
+
+// x[index] for ints, slices, None, Ellipsis and 1-D integer tensors (index_select).
+Tensor get_item(const Tensor& x, const py::object& index) {
+  const py::tuple items = index_tuple(index);
+  int64_t consumed = 0;
+  for (const py::handle& h : items) {
+    if (!h.is_none() && h.ptr() != Py_Ellipsis) ++consumed;
+  }
+  if (consumed > x.dim()) {
+    throw py::index_error("too many indices for a tensor of dimension " + std::to_string(x.dim()));
+  }
+  Tensor t = x;
+  int64_t dim = 0;  // the dim of t the next index applies to
+  for (const py::handle& h : items) {
+    if (h.is_none()) {
+      t = t.unsqueeze(dim++);
+    } else if (h.ptr() == Py_Ellipsis) {
+      dim += x.dim() - consumed;
+      consumed = x.dim();
+    } else if (py::isinstance<py::slice>(h)) {
+      const SliceSpec s = slice_of(h.cast<py::slice>(), t.size(dim));
+      t = t.slice(dim++, s.start, s.stop, s.step);
+    } else if (py::isinstance<Tensor>(h)) {
+      t = t.index_select(dim++, h.cast<Tensor>());
+    } else {
+      const int64_t i = normalize_index(h.cast<int64_t>(), t.size(dim), dim);
+      t = t.slice(dim, i, i + 1).squeeze(dim);
+    }
+  }
+  return t;
+}
+
+// x with x[index] = value for ints and slices: a new tensor (ops are functional) that the Python
+// handle is rebound to. Each index becomes a slice (an int i is i:i+1); value broadcasts to the
+// shape x[index] has, and the assignment nests from the innermost dim out:
+// x.slice_assign(d0, x[d0].slice_assign(d1, ..., value)).
+Tensor set_item(const Tensor& x, const py::object& index, const Tensor& value) {
+  const py::tuple items = index_tuple(index);
+  if (static_cast<int64_t>(items.size()) > x.dim()) {
+    throw py::index_error("too many indices for a tensor of dimension " + std::to_string(x.dim()));
+  }
+  std::vector<SliceSpec> specs;
+  Shape kept, full_shape;  // x[index]'s shape, and the slice's (1 at the int dims)
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const int64_t size = x.size(d);
+    if (d >= static_cast<int64_t>(items.size())) {
+      kept.push_back(size);
+      full_shape.push_back(size);
+      continue;
+    }
+    const py::handle h = items[static_cast<size_t>(d)];
+    if (py::isinstance<py::slice>(h)) {
+      const SliceSpec sp = slice_of(h.cast<py::slice>(), size);
+      Py_ssize_t start = sp.start, stop = sp.stop;
+      const Py_ssize_t n = PySlice_AdjustIndices(size, &start, &stop, sp.step);
+      specs.push_back({start, stop, sp.step});
+      kept.push_back(n);
+      full_shape.push_back(n);
+    } else if (h.is_none() || h.ptr() == Py_Ellipsis || py::isinstance<Tensor>(h)) {
+      throw py::index_error("assignment takes ints and slices only");
+    } else {
+      const int64_t i = normalize_index(h.cast<int64_t>(), size, d);
+      specs.push_back({i, i + 1, 1});
+      full_shape.push_back(1);
+    }
+  }
+  py::gil_scoped_release release;
+  Tensor v = value.to(x.dtype()).expand(kept).reshape(full_shape);
+  if (specs.empty()) return v;
+  std::vector<Tensor> parts = {x};
+  for (size_t d = 0; d + 1 < specs.size(); ++d) {
+    parts.push_back(
+        parts.back().slice(static_cast<int64_t>(d), specs[d].start, specs[d].stop, specs[d].step));
+  }
+  for (size_t d = specs.size(); d-- > 0;) {
+    v = parts[d].slice_assign(static_cast<int64_t>(d), specs[d].start, specs[d].stop, specs[d].step,
+                              v);
+  }
+  return v;
+}
+
+std::vector<int64_t> dims_arg(const py::object& o) {
+  if (py::isinstance<py::int_>(o)) return {o.cast<int64_t>()};
+  return o.cast<std::vector<int64_t>>();
+}
+
+py::tuple shape_tuple(const Shape& s) {
+  py::tuple t(s.size());
+  for (size_t i = 0; i < s.size(); ++i) t[i] = py::int_(s[i]);
+  return t;
+}
+
+}  // namespace
+}  // namespace tw::python
+
+// Python numbers (and numpy scalars) as tw::Scalar: ints stay exact, bools are ints.
+namespace pybind11::detail {
+template <>
+struct type_caster<tw::Scalar> {
+  // PYBIND11_TYPE_CASTER's members, with a value to start from (Scalar has no default).
+ protected:
+  tw::Scalar value{int64_t{0}};
+
+ public:
+  static constexpr auto name = const_name("float | int | bool");
+  template <typename T_, enable_if_t<std::is_same<tw::Scalar, remove_cv_t<T_>>::value, int> = 0>
+  static handle cast(T_* src, return_value_policy policy, handle parent) {
+    if (!src) return none().release();
+    return cast(*src, policy, parent);
+  }
+  operator tw::Scalar*() { return &value; }
+  operator tw::Scalar&() { return value; }
+  operator tw::Scalar&&() && { return std::move(value); }
+  template <typename T_>
+  using cast_op_type = pybind11::detail::movable_cast_op_type<T_>;
+
+  bool load(handle src, bool) {
+    PyObject* o = src.ptr();
+    if (isinstance<tw::Tensor>(src)) return false;  // a Tensor's __index__ would read it
+    if (PyBool_Check(o)) {
+      value = tw::Scalar(o == Py_True);
+      return true;
+    }
+    if (PyLong_Check(o)) {
+      int overflow = 0;
+      const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+      if (overflow != 0) return false;
+      value = tw::Scalar(static_cast<int64_t>(v));
+      return true;
+    }
+    if (PyFloat_Check(o)) {
+      value = tw::Scalar(PyFloat_AsDouble(o));
+      return true;
+    }
+    // numpy scalars: integers through __index__, the rest through __float__.
+    if (PyIndex_Check(o) && !PySequence_Check(o)) {
+      const long long v = PyLong_AsLongLong(o);
+      if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+      }
+      value = tw::Scalar(static_cast<int64_t>(v));
+      return true;
+    }
+    if (PyObject_HasAttrString(o, "dtype") && PyNumber_Check(o) && !PySequence_Check(o)) {
+      const double v = PyFloat_AsDouble(o);
+      if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+      }
+      value = tw::Scalar(v);
+      return true;
+    }
+    return false;
+  }
+  static handle cast(const tw::Scalar& s, return_value_policy, handle) {
+    return s.is_float ? PyFloat_FromDouble(s.f) : PyLong_FromLongLong(s.i);
+  }
+};
+}  // namespace pybind11::detail
+
+namespace tw::python {
+namespace {
+
+using Release = py::call_guard<py::gil_scoped_release>;
+
+void bind_device(py::module_& m) {
+  py::enum_<DType>(m, "dtype", "Element types (tw.float32 is tw.dtype.f32, ...).")
+      .value("f32", DType::kF32)
+      .value("f64", DType::kF64)
+      .value("i32", DType::kI32)
+      .value("i64", DType::kI64)
+      .value("u8", DType::kU8)
+      .value("bool", DType::kBool)
+      .value("f16", DType::kF16)
+      .value("bf16", DType::kBF16)
+      .def_property_readonly("itemsize", [](DType d) { return dtype_size(d); })
+      .def_property_readonly("is_floating_point", [](DType d) { return is_float(d); })
+      .def("__str__", [](DType d) { return std::string(dtype_name(d)); });
+
+  py::class_<Device>(m, "Device", "Where tensors live and where their ops run.")
+      .def_static("cpu", &Device::cpu, "The process's local CPU device (eager).")
+      .def_static("torch", &Device::torch,
+                  "The local LibTorch device (ATen kernels with tensorwire's semantics); raises "
+                  "tw.Error when this build has no torch backend.")
+      .def_static("torch_available", &Device::torch_available)
+      .def_static("remote", &Device::remote, py::arg("url"), py::arg("index") = 0,
+                  "Device `index` of the compute server at `url` (tcp://host:port or "
+                  "unix:///path). Each call opens its own session; nothing is contacted until "
+                  "first use or connect().")
+      .def_property_readonly("kind",
+                             [](const Device& d) {
+                               switch (d.kind()) {
+                                 case Device::Kind::kCpu: return "cpu";
+                                 case Device::Kind::kRemote: return "remote";
+                                 case Device::Kind::kCapture: return "capture";
+                                 case Device::Kind::kTorch: return "torch";
+                               }
+                               return "?";
+                             })
+      .def(
+          "sync", [](const Device& d) { wait_for_device(d, [d] { d.sync(); }); },
+          "Waits until every op submitted so far has executed (interruptible with Ctrl-C).")
+      .def(
+          "connect", [](const Device& d) { wait_for_device(d, [d] { d.connect(); }); },
+          "Connects now instead of on first use; raises tw.Error on failure.")
+      .def("flush", &Device::flush, Release(), "Sends every queued op now (remote devices).")
+      .def("__str__", &Device::str)
+      .def("__repr__", [](const Device& d) { return "Device(" + d.str() + ")"; })
+      .def("__eq__", [](const Device& a, const Device& b) { return a == b; })
+      .def("__hash__", [](const Device& d) { return std::hash<const void*>()(d.sink().get()); });
+}
+
+void bind_tensor(py::module_& m) {
+  py::class_<Tensor> t(m, "Tensor",
+                       "A handle to a tensor on some device. Ops validate shapes and dtypes at "
+                       "the call (raising tw.Error) and run eagerly on the CPU device, "
+                       "asynchronously on remote devices; reading values waits for them.");
+  // ---- metadata ----
+  t.def_property_readonly("shape", [](const Tensor& x) { return shape_tuple(x.shape()); })
+      .def(
+          "size",
+          [](const Tensor& x, std::optional<int64_t> d) -> py::object {
+            if (d) return py::int_(x.size(*d));
+            return shape_tuple(x.shape());
+          },
+          py::arg("dim") = py::none())
+      .def("dim", &Tensor::dim)
+      .def_property_readonly("ndim", &Tensor::dim)
+      .def("numel", &Tensor::numel)
+      .def_property_readonly("dtype", &Tensor::dtype)
+      .def_property_readonly("device", &Tensor::device)
+      .def_property_readonly("id", &Tensor::id)
+      .def("__len__",
+           [](const Tensor& x) {
+             if (x.dim() == 0) throw py::type_error("len() of a 0-d tensor");
+             return x.size(0);
+           })
+      .def("__hash__", [](const Tensor& x) { return std::hash<const void*>()(x.impl().get()); })
+      .def(py::init([](const nn::Parameter& p) { return p.value(); }), py::arg("parameter"),
+           "The current value of a Parameter (what lets a Parameter stand in for a Tensor).");
+  // ---- values ----
+  t.def("numpy", &to_numpy,
+        "The values as a numpy array. On the CPU device it shares the tensor's memory (writes "
+        "through it are seen by the tensor; the array keeps the tensor alive); on other devices "
+        "it is a download.")
+      .def(
+          "__array__",
+          [](const Tensor& x, py::object dtype) -> py::object {
+            py::array a = to_numpy(x);
+            return dtype.is_none() ? py::object(a) : a.attr("astype")(dtype);
+          },
+          py::arg("dtype") = py::none())
+      .def("item", &item, "The one element as a Python number (waits for the device).")
+      .def("tolist", [](const Tensor& x) { return to_numpy(x).attr("tolist")(); })
+      .def("to_bytes",
+           [](const Tensor& x) {
+             std::vector<uint8_t> b = wait_for_device(x.device(), [x] { return x.to_bytes(); });
+             return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+           })
+      .def("__repr__",
+           [](const Tensor& x) {
+             return wait_for_device(x.device(), [x] { return x.to_string(); });
+           })
+      .def("__bool__", [](const Tensor& x) { return item(x).cast<bool>(); })
+      .def("__float__", [](const Tensor& x) { return item(x).cast<double>(); })
+      .def("__int__", [](const Tensor& x) { return item(x).cast<int64_t>(); })
+      .def("__index__", [](const Tensor& x) {
+        if (!is_integral(x.dtype())) throw py::type_error("only integer tensors can be indices");
+        return item(x).cast<int64_t>();
+      });
+  // ---- conversion ----
+  t.def("to", py::overload_cast<const Device&>(&Tensor::to, py::const_), py::arg("device"),
+        Release(), doc("to", "A copy of the values on another device."))
+      .def("to", py::overload_cast<DType>(&Tensor::to, py::const_), py::arg("dtype"), Release(),
+           doc("cast", "A cast to `dtype` (a copy even when the dtype is unchanged)."))
+      .def(
+          "cpu", [](const Tensor& x) { return x.to(Device::cpu()); }, Release())
+      .def(
+          "float", [](const Tensor& x) { return x.to(kF32); }, Release())
+      .def(
+          "double", [](const Tensor& x) { return x.to(kF64); }, Release())
+      .def(
+          "long", [](const Tensor& x) { return x.to(kI64); }, Release())
+      .def(
+          "int", [](const Tensor& x) { return x.to(kI32); }, Release())
+      .def(
+          "bool", [](const Tensor& x) { return x.to(kBool); }, Release());
+  // ---- elementwise unary ----
+#define TW_UNARY(name) t.def(#name, &Tensor::name, Release(), doc(#name, "Elementwise " #name "."))
+  TW_UNARY(neg);
+  TW_UNARY(abs);
+  TW_UNARY(exp);
+  TW_UNARY(log);
+  TW_UNARY(log1p);
+  TW_UNARY(sqrt);
+  TW_UNARY(rsqrt);
+  TW_UNARY(sin);
+  TW_UNARY(cos);
+  TW_UNARY(tanh);
+  TW_UNARY(sigmoid);
+  TW_UNARY(relu);
+  TW_UNARY(gelu);
+  TW_UNARY(erf);
+  TW_UNARY(reciprocal);
+  TW_UNARY(floor);
+  TW_UNARY(ceil);
+  TW_UNARY(round);
+  TW_UNARY(sign);
+  TW_UNARY(square);
+  TW_UNARY(logical_not);
+#undef TW_UNARY
+  // ---- elementwise binary: tensor or scalar operand ----
+#define TW_BINARY(name)                                                                         \
+  t.def(#name, py::overload_cast<const Tensor&>(&Tensor::name, py::const_), py::arg("other"),   \
+        Release(), doc(#name, "Elementwise " #name " with a tensor (broadcast) or a scalar.")); \
+  t.def(#name, py::overload_cast<Scalar>(&Tensor::name, py::const_), py::arg("other"), Release())
+  TW_BINARY(add);
+  TW_BINARY(sub);
+  TW_BINARY(mul);
+  TW_BINARY(div);
+  TW_BINARY(pow);
+  TW_BINARY(remainder);
+  TW_BINARY(eq);
+  TW_BINARY(ne);
+  TW_BINARY(lt);
+  TW_BINARY(le);
+  TW_BINARY(gt);
+  TW_BINARY(ge);
+#undef TW_BINARY
+#define TW_TENSOR_BINARY(name)                             \
+  t.def(#name, &Tensor::name, py::arg("other"), Release(), \
+        doc(#name, "Elementwise " #name " with a tensor (broadcast)."))
+  TW_TENSOR_BINARY(maximum);
+  TW_TENSOR_BINARY(minimum);
+  TW_TENSOR_BINARY(logical_and);
+  TW_TENSOR_BINARY(logical_or);
+  TW_TENSOR_BINARY(logical_xor);
+#undef TW_TENSOR_BINARY
+  t.def("clamp", &Tensor::clamp, py::arg("min") = py::none(), py::arg("max") = py::none(),
+        Release(), doc("clamp", "Elementwise min(max(x, min), max); either bound may be None."))
+      .def("masked_fill", &Tensor::masked_fill, py::arg("mask"), py::arg("value"), Release(),
+           doc("masked_fill", "x with `value` where the bool `mask` is true."));
+  // ---- operators ----
+  using T = const Tensor&;
+  t.def(
+       "__neg__", [](T a) { return -a; }, Release())
+      .def(
+          "__invert__", [](T a) { return !a; }, Release())
+      .def(
+          "__abs__", [](T a) { return a.abs(); }, Release());
+  t.def(
+       "__add__", [](T a, T b) { return a + b; }, Release())
+      .def(
+          "__add__", [](T a, Scalar b) { return a + b; }, Release())
+      .def(
+          "__radd__", [](T a, Scalar b) { return b + a; }, Release())
+      .def(
+          "__sub__", [](T a, T b) { return a - b; }, Release())
+      .def(
+          "__sub__", [](T a, Scalar b) { return a - b; }, Release())
+      .def(
+          "__rsub__", [](T a, Scalar b) { return b - a; }, Release())
+      .def(
+          "__mul__", [](T a, T b) { return a * b; }, Release())
+      .def(
+          "__mul__", [](T a, Scalar b) { return a * b; }, Release())
+      .def(
+          "__rmul__", [](T a, Scalar b) { return b * a; }, Release())
+      .def(
+          "__truediv__", [](T a, T b) { return a / b; }, Release())
+      .def(
+          "__truediv__", [](T a, Scalar b) { return a / b; }, Release())
+      .def(
+          "__rtruediv__", [](T a, Scalar b) { return b / a; }, Release())
+      .def(
+          "__pow__", [](T a, T b) { return a.pow(b); }, Release())
+      .def(
+          "__pow__", [](T a, Scalar b) { return a.pow(b); }, Release())
+      .def(
+          "__mod__", [](T a, T b) { return a.remainder(b); }, Release())
+      .def(
+          "__mod__", [](T a, Scalar b) { return a.remainder(b); }, Release())
+      .def(
+          "__matmul__", [](T a, T b) { return a.matmul(b); }, Release())
+      .def(
+          "__eq__", [](T a, T b) { return a == b; }, Release())
+      .def(
+          "__eq__", [](T a, Scalar b) { return a == b; }, Release())
+      .def(
+          "__ne__", [](T a, T b) { return a != b; }, Release())
+      .def(
+          "__ne__", [](T a, Scalar b) { return a != b; }, Release())
+      .def(
+          "__lt__", [](T a, T b) { return a < b; }, Release())
+      .def(
+          "__lt__", [](T a, Scalar b) { return a < b; }, Release())
+      .def(
+          "__le__", [](T a, T b) { return a <= b; }, Release())
+      .def(
+          "__le__", [](T a, Scalar b) { return a <= b; }, Release())
+      .def(
+          "__gt__", [](T a, T b) { return a > b; }, Release())
+      .def(
+          "__gt__", [](T a, Scalar b) { return a > b; }, Release())
+      .def(
+          "__ge__", [](T a, T b) { return a >= b; }, Release())
+      .def(
+          "__ge__", [](T a, Scalar b) { return a >= b; }, Release())
+      .def(
+          "__and__", [](T a, T b) { return a.logical_and(b); }, Release())
+      .def(
+          "__or__", [](T a, T b) { return a.logical_or(b); }, Release())
+      .def(
+          "__xor__", [](T a, T b) { return a.logical_xor(b); }, Release())
+      .def("__getitem__", &get_item)
+      .def("__setitem__",
+           [](Tensor& a, const py::object& index, T v) { a = set_item(a, index, v); })
+      .def("__setitem__", [](Tensor& a, const py::object& index, Scalar v) {
+        a = set_item(a, index, full({}, v, a.dtype(), a.device()));
+      });
+  // ---- reductions: no dim, one dim or several ----
+#define TW_REDUCE(name)                                                             \
+  t.def(                                                                            \
+      #name,                                                                        \
+      [](T x, py::object dim, bool keepdim) {                                       \
+        if (dim.is_none()) {                                                        \
+          py::gil_scoped_release r;                                                 \
+          return x.name();                                                          \
+        }                                                                           \
+        std::vector<int64_t> dims = dims_arg(dim);                                  \
+        py::gil_scoped_release r;                                                   \
+        return dims.size() == 1 ? x.name(dims[0], keepdim) : x.name(dims, keepdim); \
+      },                                                                            \
+      py::arg("dim") = py::none(), py::arg("keepdim") = false,                      \
+      doc(#name, #name " over all elements, or over dim (an int or a list of ints)."))
+  TW_REDUCE(sum);
+  TW_REDUCE(mean);
+#undef TW_REDUCE
+#define TW_REDUCE1(name)                                       \
+  t.def(                                                       \
+      #name,                                                   \
+      [](T x, std::optional<int64_t> dim, bool keepdim) {      \
+        py::gil_scoped_release r;                              \
+        return dim ? x.name(*dim, keepdim) : x.name();         \
+      },                                                       \
+      py::arg("dim") = py::none(), py::arg("keepdim") = false, \
+      doc(#name, #name " over all elements, or over one dim."))
+  TW_REDUCE1(prod);
+  TW_REDUCE1(max);
+  TW_REDUCE1(min);
+  TW_REDUCE1(argmax);
+  TW_REDUCE1(argmin);
+#undef TW_REDUCE1
+  t.def("cumsum", &Tensor::cumsum, py::arg("dim"), Release(),
+        doc("cumsum", "Running sum along dim."))
+      .def("matmul", &Tensor::matmul, py::arg("other"), Release(),
+           doc("matmul", "Matrix product; 1-D operands are treated as in torch.matmul."));
+  // ---- movement ----
+  t.def(
+       "reshape", [](T x, const Shape& s) { return x.reshape(s); }, py::arg("shape"), Release(),
+       doc("reshape", "The same values in a new shape (one size may be -1)."))
+      .def(
+          "view", [](T x, const Shape& s) { return x.reshape(s); }, py::arg("shape"), Release(),
+          doc("view", "As reshape."))
+      .def("flatten", &Tensor::flatten, py::arg("start_dim") = 0, py::arg("end_dim") = -1,
+           Release(), doc("flatten", "Joins dims start_dim..end_dim into one."))
+      .def("permute", &Tensor::permute, py::arg("dims"), Release(),
+           doc("permute", "The dims reordered."))
+      .def("transpose", &Tensor::transpose, py::arg("dim0"), py::arg("dim1"), Release(),
+           doc("transpose", "dim0 and dim1 swapped."))
+      .def("t", &Tensor::t, Release(), doc("t", "The transpose of a 2-D tensor."))
+      .def_property_readonly("T", [](T x) { return x.t(); })
+      .def("expand", &Tensor::expand, py::arg("shape"), Release(),
+           doc("expand", "Size-1 dims stretched to `shape` (-1 keeps a dim)."))
+      .def("expand_as", &Tensor::expand_as, py::arg("other"), Release())
+      .def(
+          "squeeze", [](T x, std::optional<int64_t> d) { return d ? x.squeeze(*d) : x.squeeze(); },
+          py::arg("dim") = py::none(), Release(), doc("squeeze", "Size-1 dims removed."))
+      .def("unsqueeze", &Tensor::unsqueeze, py::arg("dim"), Release(),
+           doc("unsqueeze", "A size-1 dim inserted at dim."))
+      .def("slice", &Tensor::slice, py::arg("dim"), py::arg("start"), py::arg("end"),
+           py::arg("step") = 1, Release(),
+           doc("slice", "Elements start, start+step, ... < end along dim (Python slice rules)."))
+      .def("narrow", &Tensor::narrow, py::arg("dim"), py::arg("start"), py::arg("length"),
+           Release(), doc("narrow", "length elements from start along dim."))
+      .def("slice_assign", &Tensor::slice_assign, py::arg("dim"), py::arg("start"), py::arg("end"),
+           py::arg("step"), py::arg("src"), Release(),
+           doc("slice_assign", "A copy with this[slice(dim, start, end, step)] = src."))
+      .def(
+          "flip", [](T x, const py::object& dims) { return x.flip(dims_arg(dims)); },
+          py::arg("dims"), doc("flip", "The order of elements reversed along dims."))
+      .def("repeat", &Tensor::repeat, py::arg("repeats"), Release(),
+           doc("repeat", "Tiled as torch.Tensor.repeat."));
+  // ---- indexing and neural ----
+  t.def("gather", &Tensor::gather, py::arg("dim"), py::arg("index"), Release(),
+        doc("gather", "out[i][j] = x[index[i][j]][j] (dim 0)."))
+      .def("scatter_add", &Tensor::scatter_add, py::arg("dim"), py::arg("index"), py::arg("src"),
+           Release(), doc("scatter_add", "x plus src scattered to index along dim."))
+      .def("index_select", &Tensor::index_select, py::arg("dim"), py::arg("index"), Release(),
+           doc("index_select", "The entries of index along dim."))
+      .def("softmax", &Tensor::softmax, py::arg("dim"), Release(),
+           doc("softmax", "Softmax along dim."))
+      .def("log_softmax", &Tensor::log_softmax, py::arg("dim"), Release(),
+           doc("log_softmax", "Log of softmax along dim."));
+  // ---- autograd ----
+  t.def_property(
+       "requires_grad", &Tensor::requires_grad, [](Tensor& x, bool on) { x.set_requires_grad(on); },
+       "Whether backward() accumulates a gradient for this (floating-point leaf) tensor.")
+      .def(
+          "requires_grad_", [](Tensor& x, bool on) -> Tensor& { return x.set_requires_grad(on); },
+          py::arg("requires_grad") = true, py::return_value_policy::reference_internal)
+      .def_property_readonly("is_leaf", &Tensor::is_leaf)
+      .def_property(
+          "grad",
+          [](T x) -> py::object {
+            Tensor g = x.grad();
+            return g.defined() ? py::cast(g) : py::none();
+          },
+          [](Tensor& x, const py::object& g) {
+            x.set_grad(g.is_none() ? Tensor() : g.cast<Tensor>());
+          },
+          "What backward() accumulated into this leaf; None before that and after zero_grad().")
+      .def("zero_grad", &Tensor::zero_grad)
+      .def(
+          "backward",
+          [](T x, const py::object& grad, bool retain_graph) {
+            Tensor g = grad.is_none() ? Tensor() : grad.cast<Tensor>();
+            py::gil_scoped_release r;
+            x.backward(g, retain_graph);
+          },
+          py::arg("gradient") = py::none(), py::arg("retain_graph") = false,
+          "Backpropagates from this tensor (the gradient defaults to ones for one element).")
+      .def("detach", &Tensor::detach, "The same values cut from the graph.");
+}
+
+void bind_functions(py::module_& m) {
+  using T = const Tensor&;
+  m.def("zeros", &zeros, py::arg("shape"), py::arg("dtype") = kF32,
+        py::arg("device") = Device::cpu(), Release(), doc("zeros", "A tensor of zeros."));
+  m.def("ones", &ones, py::arg("shape"), py::arg("dtype") = kF32, py::arg("device") = Device::cpu(),
+        Release(), doc("ones", "A tensor of ones."));
+  m.def("full", &full, py::arg("shape"), py::arg("value"), py::arg("dtype") = kF32,
+        py::arg("device") = Device::cpu(), Release(), doc("full", "A tensor of `value`."));
+  m.def("zeros_like", &zeros_like, Release());
+  m.def("ones_like", &ones_like, Release());
+  m.def("full_like", &full_like, Release());
+  m.def(
+      "arange",
+      [](Scalar start, Scalar end, Scalar step, std::optional<DType> dtype, const Device& d) {
+        return arange(start, end, step, dtype, d);
+      },
+      py::arg("start"), py::arg("end"), py::arg("step") = Scalar(int64_t{1}),
+      py::arg("dtype") = py::none(), py::arg("device") = Device::cpu(), Release(),
+      doc("arange", "[start, end) by step; i64 when all three are ints, else f32."));
+  m.def("eye", &eye, py::arg("n"), py::arg("m") = py::none(), py::arg("dtype") = kF32,
+        py::arg("device") = Device::cpu(), Release(), doc("eye", "The identity matrix."));
+  m.def("manual_seed", &manual_seed, py::arg("seed"),
+        "Restarts the global sequence of random seeds (same tensors on every device).");
+  m.def("rand", &rand, py::arg("shape"), py::arg("dtype") = kF32, py::arg("device") = Device::cpu(),
+        Release(), doc("rand", "Uniform in [0, 1)."));
+  m.def("randn", &randn, py::arg("shape"), py::arg("dtype") = kF32,
+        py::arg("device") = Device::cpu(), Release(), doc("randn", "Standard normal."));
+  m.def("uniform", &uniform, py::arg("shape"), py::arg("low"), py::arg("high"),
+        py::arg("dtype") = kF32, py::arg("device") = Device::cpu(), Release(),
+        doc("uniform", "Uniform in [low, high)."));
+  m.def("normal", &normal, py::arg("shape"), py::arg("mean"), py::arg("std"),
+        py::arg("dtype") = kF32, py::arg("device") = Device::cpu(), Release(),
+        doc("normal", "Normal with the given mean and std."));
+  m.def("bernoulli", &bernoulli, py::arg("p"), Release(),
+        doc("bernoulli", "1 with probability p."));
+  m.def("from_numpy", &from_numpy, py::arg("array"), py::arg("device") = Device::cpu(),
+        doc("from_numpy",
+            "A tensor over a C-contiguous numpy array. On the CPU device it shares the array's "
+            "memory (writes to the array are seen by the tensor; the tensor keeps the array "
+            "alive); on other devices it is an upload."));
+  m.def("_copy_from_numpy", &copy_from_numpy, py::arg("array"), py::arg("device"));
+  m.def(
+      "from_bytes",
+      [](const py::bytes& b, const Shape& shape, DType dtype, const Device& d) {
+        const std::string s = b;
+        return from_bytes(
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()), shape,
+            dtype, d);
+      },
+      py::arg("data"), py::arg("shape"), py::arg("dtype"), py::arg("device") = Device::cpu());
+  m.def("where", &where, py::arg("cond"), py::arg("a"), py::arg("b"), Release(),
+        doc("where", "a where cond is true, else b (broadcast)."));
+  m.def("matmul", &matmul, Release(), doc("matmul", "Matrix product (as Tensor.matmul)."));
+  m.def("cat", &cat, py::arg("tensors"), py::arg("dim") = 0, Release(),
+        doc("cat", "The tensors joined along dim."));
+  m.def("stack", &stack, py::arg("tensors"), py::arg("dim") = 0, Release(),
+        doc("stack", "The tensors stacked along a new dim."));
+  m.def("one_hot", &one_hot, py::arg("x"), py::arg("num_classes"), Release(),
+        doc("one_hot", "i64 one-hot rows."));
+  m.def("embedding", &embedding, py::arg("weight"), py::arg("indices"), Release(),
+        doc("embedding", "Rows of weight looked up by indices."));
+  m.def(
+      "conv2d",
+      [](T x, T w, const py::object& b, std::vector<int64_t> stride, std::vector<int64_t> padding,
+         std::vector<int64_t> dilation, int64_t groups) {
+        Tensor bias = b.is_none() ? Tensor() : b.cast<Tensor>();
+        py::gil_scoped_release r;
+        return conv2d(x, w, bias, stride, padding, dilation, groups);
+      },
+      py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
+      py::arg("stride") = std::vector<int64_t>{1, 1},
+      py::arg("padding") = std::vector<int64_t>{0, 0},
+      py::arg("dilation") = std::vector<int64_t>{1, 1}, py::arg("groups") = 1,
+      doc("conv2d", "2-D convolution of x [N, C, H, W] with weight [O, C/groups, kH, kW]."));
+  m.def("max_pool2d", &max_pool2d, py::arg("x"), py::arg("kernel"),
+        py::arg("stride") = std::vector<int64_t>{}, py::arg("padding") = std::vector<int64_t>{0, 0},
+        Release(), doc("max_pool2d", "2-D max pooling (stride defaults to the kernel)."));
+  m.def("avg_pool2d", &avg_pool2d, py::arg("x"), py::arg("kernel"),
+        py::arg("stride") = std::vector<int64_t>{}, py::arg("padding") = std::vector<int64_t>{0, 0},
+        Release(), doc("avg_pool2d", "2-D average pooling (stride defaults to the kernel)."));
+  m.def("adaptive_avg_pool2d", &adaptive_avg_pool2d, py::arg("x"), py::arg("output_size"),
+        Release(), doc("adaptive_avg_pool2d", "Average pooling to a given output size."));
+  m.def(
+      "layer_norm",
+      [](T x, const Shape& shape, const py::object& w, const py::object& b, double eps) {
+        Tensor wt = w.is_none() ? Tensor() : w.cast<Tensor>();
+        Tensor bt = b.is_none() ? Tensor() : b.cast<Tensor>();
+        py::gil_scoped_release r;
+        return layer_norm(x, shape, wt, bt, eps);
+      },
+      py::arg("x"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
+      py::arg("bias") = py::none(), py::arg("eps") = 1e-5,
+      doc("layer_norm", "Normalised over the last dims, then scaled and shifted."));
+  m.def("softmax", py::overload_cast<const Tensor&, int64_t>(&softmax), py::arg("x"),
+        py::arg("dim"), Release(), doc("softmax", "Softmax along dim."));
+  m.def("log_softmax", py::overload_cast<const Tensor&, int64_t>(&log_softmax), py::arg("x"),
+        py::arg("dim"), Release(), doc("log_softmax", "Log of softmax along dim."));
+  m.def("set_num_threads", &set_num_threads, py::arg("n"));
+  m.def("get_num_threads", &get_num_threads);
+  m.def("is_grad_enabled", &is_grad_enabled);
+  m.def("set_grad_enabled", &set_grad_enabled, py::arg("enabled"));
+  m.def(
+      "backward",
+      [](const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain) {
+        py::gil_scoped_release r;
+        backward(roots, grads, retain);
+      },
+      py::arg("tensors"), py::arg("grad_tensors") = std::vector<Tensor>{},
+      py::arg("retain_graph") = false);
+}
+
+void bind_nn(py::module_& m) {
+  py::module_ nn = m.def_submodule("nn", "The C++ modules of tensorwire/nn.h.");
+  py::class_<nn::Parameter, nn::ParameterPtr>(nn, "Parameter",
+                                              "A trainable tensor with a stable identity; an "
+                                              "optimizer step rebinds it to its new value.")
+      .def(py::init<Tensor>(), py::arg("value"))
+      .def_property("data", &nn::Parameter::value, &nn::Parameter::set,
+                    "The current value (assigning rebinds it, keeping requires_grad).")
+      .def_property_readonly("grad",
+                             [](const nn::Parameter& p) -> py::object {
+                               Tensor g = p.grad();
+                               return g.defined() ? py::cast(g) : py::none();
+                             })
+      .def("set", &nn::Parameter::set, py::arg("value"))
+      .def("zero_grad", &nn::Parameter::zero_grad);
+  py::implicitly_convertible<nn::Parameter, Tensor>();
+
+  py::class_<nn::Module, std::shared_ptr<nn::Module>>(nn, "_CModule",
+                                                      "A module implemented in C++.")
+      .def("forward", &nn::Module::forward, Release())
+      .def("__call__", &nn::Module::forward, Release())
+      .def("parameters", &nn::Module::parameters)
+      .def("named_parameters", &nn::Module::named_parameters)
+      .def("train", &nn::Module::train, py::arg("mode") = true)
+      .def("eval", &nn::Module::eval)
+      .def_property_readonly("training", &nn::Module::is_training)
+      .def(
+          "to",
+          [](nn::Module& mod, const Device& d) -> nn::Module& {
+            py::gil_scoped_release r;
+            mod.to(d);
+            return mod;
+          },
+          py::return_value_policy::reference_internal)
+      .def("zero_grad", &nn::Module::zero_grad)
+      .def("state_dict",
+           [](const nn::Module& mod) {
+             py::dict out;
+             for (auto& [k, v] : mod.state_dict()) out[py::str(k)] = v;
+             return out;
+           })
+      .def("load_state_dict", &nn::Module::load_state_dict, py::arg("state"),
+           py::arg("strict") = true, Release())
+      .def("__repr__", &nn::Module::to_string);
+  using P = nn::Placement;
+  auto placement = [](const std::optional<Device>& d, DType dt) {
+    return P{d ? *d : Device::cpu(), dt};
+  };
+  py::class_<nn::Linear, nn::Module, std::shared_ptr<nn::Linear>>(nn, "Linear")
+      .def(py::init(
+               [placement](int64_t in, int64_t out, bool bias, std::optional<Device> d, DType dt) {
+                 return std::make_shared<nn::Linear>(in, out, bias, placement(d, dt));
+               }),
+           py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true,
+           py::arg("device") = py::none(), py::arg("dtype") = kF32)
+      .def_property_readonly("weight", &nn::Linear::weight)
+      .def_property_readonly("bias", &nn::Linear::bias);
+  py::class_<nn::Conv2d, nn::Module, std::shared_ptr<nn::Conv2d>>(nn, "Conv2d")
+      .def(py::init([placement](int64_t in, int64_t out, const py::object& k,
+                                const py::object& stride, const py::object& padding,
+                                const py::object& dilation, int64_t groups, bool bias,
+                                std::optional<Device> d, DType dt) {
+             auto pair = [](const py::object& o) {
+               std::vector<int64_t> v = dims_arg(o);
+               return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : v;
+             };
+             nn::Conv2dOptions o;
+             o.in_channels = in;
+             o.out_channels = out;
+             o.kernel_size = pair(k);
+             o.stride = pair(stride);
+             o.padding = pair(padding);
+             o.dilation = pair(dilation);
+             o.groups = groups;
+             o.bias = bias;
+             return std::make_shared<nn::Conv2d>(o, placement(d, dt));
+           }),
+           py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"),
+           py::arg("stride") = 1, py::arg("padding") = 0, py::arg("dilation") = 1,
+           py::arg("groups") = 1, py::arg("bias") = true, py::arg("device") = py::none(),
+           py::arg("dtype") = kF32)
+      .def_property_readonly("weight", &nn::Conv2d::weight)
+      .def_property_readonly("bias", &nn::Conv2d::bias);
+  py::class_<nn::MaxPool2d, nn::Module, std::shared_ptr<nn::MaxPool2d>>(nn, "MaxPool2d")
+      .def(py::init<int64_t, std::optional<int64_t>, int64_t>(), py::arg("kernel_size"),
+           py::arg("stride") = py::none(), py::arg("padding") = 0);
+  py::class_<nn::AvgPool2d, nn::Module, std::shared_ptr<nn::AvgPool2d>>(nn, "AvgPool2d")
+      .def(py::init<int64_t, std::optional<int64_t>, int64_t>(), py::arg("kernel_size"),
+           py::arg("stride") = py::none(), py::arg("padding") = 0);
+  py::class_<nn::ReLU, nn::Module, std::shared_ptr<nn::ReLU>>(nn, "ReLU").def(py::init<>());
+  py::class_<nn::GELU, nn::Module, std::shared_ptr<nn::GELU>>(nn, "GELU").def(py::init<>());
+  py::class_<nn::Dropout, nn::Module, std::shared_ptr<nn::Dropout>>(nn, "Dropout")
+      .def(py::init<double>(), py::arg("p") = 0.5);
+  py::class_<nn::LayerNorm, nn::Module, std::shared_ptr<nn::LayerNorm>>(nn, "LayerNorm")
+      .def(py::init([placement](const py::object& shape, double eps, bool affine,
+                                std::optional<Device> d, DType dt) {
+             return std::make_shared<nn::LayerNorm>(dims_arg(shape), eps, affine, placement(d, dt));
+           }),
+           py::arg("normalized_shape"), py::arg("eps") = 1e-5, py::arg("elementwise_affine") = true,
+           py::arg("device") = py::none(), py::arg("dtype") = kF32);
+  py::class_<nn::Embedding, nn::Module, std::shared_ptr<nn::Embedding>>(nn, "Embedding")
+      .def(py::init([placement](int64_t n, int64_t dim, std::optional<Device> d, DType dt) {
+             return std::make_shared<nn::Embedding>(n, dim, placement(d, dt));
+           }),
+           py::arg("num_embeddings"), py::arg("embedding_dim"), py::arg("device") = py::none(),
+           py::arg("dtype") = kF32)
+      .def_property_readonly("weight", &nn::Embedding::weight);
+  py::class_<nn::Flatten, nn::Module, std::shared_ptr<nn::Flatten>>(nn, "Flatten")
+      .def(py::init<int64_t, int64_t>(), py::arg("start_dim") = 1, py::arg("end_dim") = -1);
+  py::class_<nn::Sequential, nn::Module, std::shared_ptr<nn::Sequential>>(nn, "_CSequential")
+      .def(py::init([](const std::vector<std::shared_ptr<nn::Module>>& mods) {
+        auto s = std::make_shared<nn::Sequential>();
+        for (const auto& mod : mods) s->push_back(mod);
+        return s;
+      }));
+  nn.def("cross_entropy", &nn::cross_entropy, py::arg("logits"), py::arg("target"), Release(),
+         "Mean over the batch of -log softmax(logits)[target]: logits [N, C] float, target [N] "
+         "i64.");
+  nn.def("mse_loss", &nn::mse_loss, py::arg("input"), py::arg("target"), Release(),
+         "Mean of (input - target)^2.");
+  nn.def(
+      "kaiming_uniform",
+      [placement](const Shape& shape, double a, int64_t fan_in, std::optional<Device> d, DType dt) {
+        return nn::init::kaiming_uniform(shape, a, fan_in, placement(d, dt));
+      },
+      py::arg("shape"), py::arg("a"), py::arg("fan_in"), py::arg("device") = py::none(),
+      py::arg("dtype") = kF32, Release());
+}
+
+void bind_optim(py::module_& m) {
+  py::module_ optim = m.def_submodule("optim", "The C++ optimizers of tensorwire/optim.h.");
+  using Params = std::vector<nn::ParameterPtr>;
+  py::class_<optim::Optimizer>(optim, "Optimizer")
+      .def("step", &optim::Optimizer::step, Release(),
+           "One update of every parameter that has a gradient.")
+      .def("zero_grad", &optim::Optimizer::zero_grad, "Forgets every parameter's gradient.")
+      .def_property("lr", &optim::Optimizer::lr, &optim::Optimizer::set_lr)
+      .def_property_readonly("params", &optim::Optimizer::params);
+  py::class_<optim::SGD, optim::Optimizer>(optim, "SGD")
+      .def(py::init([](Params p, double lr, double momentum, double dampening, double wd,
+                       bool nesterov) {
+             return new optim::SGD(std::move(p), {lr, momentum, dampening, wd, nesterov});
+           }),
+           py::arg("params"), py::arg("lr") = 1e-3, py::arg("momentum") = 0.0,
+           py::arg("dampening") = 0.0, py::arg("weight_decay") = 0.0, py::arg("nesterov") = false);
+  py::class_<optim::Adam, optim::Optimizer>(optim, "Adam")
+      .def(
+          py::init([](Params p, double lr, std::pair<double, double> betas, double eps, double wd) {
+            return new optim::Adam(std::move(p), {lr, betas.first, betas.second, eps, wd});
+          }),
+          py::arg("params"), py::arg("lr") = 1e-3,
+          py::arg("betas") = std::pair<double, double>{0.9, 0.999}, py::arg("eps") = 1e-8,
+          py::arg("weight_decay") = 0.0);
+  py::class_<optim::AdamW, optim::Adam>(optim, "AdamW")
+      .def(
+          py::init([](Params p, double lr, std::pair<double, double> betas, double eps, double wd) {
+            return new optim::AdamW(std::move(p), {lr, betas.first, betas.second, eps, wd});
+          }),
+          py::arg("params"), py::arg("lr") = 1e-3,
+          py::arg("betas") = std::pair<double, double>{0.9, 0.999}, py::arg("eps") = 1e-8,
+          py::arg("weight_decay") = 1e-2);
+}
+
+void bind_io_and_server(py::module_& m) {
+  m.def(
+      "save_safetensors",
+      [](const std::string& path, const NamedTensors& tensors,
+         const std::map<std::string, std::string>& metadata) {
+        Device d = tensors.empty() ? Device::cpu() : tensors[0].second.device();
+        wait_for_device(d,
+                        [path, tensors, metadata] { save_safetensors(path, tensors, metadata); });
+      },
+      py::arg("path"), py::arg("tensors"),
+      py::arg("metadata") = std::map<std::string, std::string>{},
+      "Writes (name, tensor) pairs to a safetensors file.");
+  m.def(
+      "read_safetensors",
+      [](const std::string& path, const Device& d) {
+        Safetensors s = wait_for_device(d, [path, d] { return read_safetensors(path, d); });
+        return py::make_tuple(s.tensors, s.metadata);
+      },
+      py::arg("path"), py::arg("device") = Device::cpu(),
+      "The tensors (a dict) and metadata of a safetensors file.");
+
+  py::class_<RemoteDeviceInfo>(m, "RemoteDeviceInfo")
+      .def_readonly("index", &RemoteDeviceInfo::index)
+      .def_readonly("name", &RemoteDeviceInfo::name)
+      .def_readonly("backend", &RemoteDeviceInfo::backend)
+      .def_readonly("memory_bytes", &RemoteDeviceInfo::memory_bytes);
+  m.def(
+      "remote_devices",
+      [](const std::string& url) {
+        py::gil_scoped_release r;
+        return remote_devices(url);
+      },
+      py::arg("url"), "Every device the server at `url` hosts.");
+  py::class_<WireCounters>(m, "WireCounters")
+      .def_readonly("frames_out", &WireCounters::frames_out)
+      .def_readonly("bytes_out", &WireCounters::bytes_out)
+      .def_readonly("frames_in", &WireCounters::frames_in)
+      .def_readonly("bytes_in", &WireCounters::bytes_in)
+      .def_readonly("ops", &WireCounters::ops)
+      .def_readonly("round_trips", &WireCounters::round_trips);
+  m.def("wire_counters", &wire_counters, py::arg("device"));
+
+  py::class_<ServerStatsSnapshot>(m, "ServerStats")
+      .def_readonly("sessions", &ServerStatsSnapshot::sessions)
+      .def_readonly("sessions_opened", &ServerStatsSnapshot::sessions_opened)
+      .def_readonly("bytes_held", &ServerStatsSnapshot::bytes_held)
+      .def_readonly("ops_executed", &ServerStatsSnapshot::ops_executed);
+  py::class_<Server, std::shared_ptr<Server>>(m, "Server",
+                                              "A compute server hosted by this process (tw.serve).")
+      .def_property_readonly("urls", &Server::urls)
+      .def_property_readonly("url", &Server::url)
+      .def("limits_summary", &Server::limits_summary)
+      .def("stats", &Server::stats)
+      .def("stop", &Server::stop, Release(), "Stops the server (idempotent).")
+      .def(
+          "wait", [](std::shared_ptr<Server> s) { wait_in_slices([s] { s->wait(); }); },
+          "Blocks until stop() has completed (interruptible with Ctrl-C).")
+      .def(
+          "__enter__", [](Server& s) -> Server& { return s; }, py::return_value_policy::reference)
+      .def("__exit__", [](Server& s, py::args) {
+        py::gil_scoped_release r;
+        s.stop();
+      });
+  m.def("_serve",
+        [](const std::vector<std::string>& listen, int devices, const std::string& backend,
+           int worker_threads, uint32_t max_sessions, uint64_t max_frame_bytes,
+           uint64_t session_memory_bytes, uint32_t session_queue_depth) {
+          ServerOptions o;
+          o.listen = listen;
+          o.devices = devices;
+          o.backend = backend;
+          o.worker_threads = worker_threads;
+          o.max_sessions = max_sessions;
+          o.max_frame_bytes = max_frame_bytes;
+          o.session_memory_bytes = session_memory_bytes;
+          o.session_queue_depth = session_queue_depth;
+          py::gil_scoped_release r;
+          return std::shared_ptr<Server>(serve(o));
+        });
+}
+
+}  // namespace
+}  // namespace tw::python
+
+PYBIND11_MODULE(_tensorwire, m) {
+  using namespace tw::python;
+  m.doc() = "tensorwire's C++ API; import tensorwire (the package) rather than this module.";
+  py::register_exception<tw::Error>(m, "Error", PyExc_RuntimeError);
+  bind_device(m);
+  bind_tensor(m);
+  bind_functions(m);
+  bind_nn(m);
+  bind_optim(m);
+  bind_io_and_server(m);
+}

@@ -1,0 +1,266 @@
+"""tensorwire from Python: tensors on local and remote devices, autograd, nn and optim, in the
+idiom of PyTorch.
+
+    import tensorwire as tw
+    with tw.serve() as server:                      # a compute server in this process
+        dev = tw.Device.remote(server.url)
+        x = tw.randn(64, 10, device=dev, requires_grad=True)
+        loss = (x @ x.T).relu().sum()
+        loss.backward()
+        print(loss.item(), x.grad.shape)
+
+The C++ API (include/tensorwire/) is bound in tensorwire._tensorwire; this package adds the
+PyTorch-style conveniences (shapes as *size, dtype names, no_grad, Module subclassing). Not
+bound yet because the C++ API lacks them: capture devices (Device.capture) and tw.dist.
+"""
+import builtins as _builtins
+import functools as _functools
+
+import os as _os
+
+# oneDNN's kernels run on OpenMP threads, which by default spin for a while after each parallel
+# region. In a Python process those spinning threads starve tensorwire's own intra-op pool and an
+# in-process server (measured on 2 cores: the digits CNN step took 94 ms instead of 2.8 ms on the
+# CPU device); sleeping at once costs the C++ programs nothing measurable. libgomp reads this when
+# the extension loads it, so it is set first; a value the user set is kept.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as _np  # noqa: E402
+
+from . import _tensorwire as _C  # noqa: E402
+from ._tensorwire import (  # noqa: F401,E402  (re-exported)
+    Device, Error, RemoteDeviceInfo, Server, Tensor, WireCounters, adaptive_avg_pool2d,
+    avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes, from_numpy,
+    full_like, get_num_threads, is_grad_enabled, layer_norm, log_softmax, manual_seed, matmul,
+    max_pool2d, one_hot, ones_like, remote_devices, set_grad_enabled, set_num_threads, softmax,
+    stack, where, wire_counters, zeros_like,
+)
+
+float32 = dtype.f32
+float64 = dtype.f64
+int32 = dtype.i32
+int64 = dtype.i64
+uint8 = dtype.u8
+bool_ = dtype.bool
+float16 = dtype.f16
+bfloat16 = dtype.bf16
+float = dtype.f32  # noqa: A001  (as torch.float)
+double = dtype.f64
+long = dtype.i64
+int = dtype.i32  # noqa: A001
+half = dtype.f16
+
+_DTYPE_NAMES = {
+    "f32": float32, "float32": float32, "float": float32, "f64": float64, "float64": float64,
+    "double": float64, "i32": int32, "int32": int32, "int": int32, "i64": int64, "int64": int64,
+    "long": int64, "u8": uint8, "uint8": uint8, "bool": bool_, "f16": float16, "float16": float16,
+    "half": float16, "bf16": bfloat16, "bfloat16": bfloat16,
+}
+
+
+def as_dtype(d):
+    """A tw.dtype from a tw.dtype, a name ("f32", "float32", ...) or a numpy dtype; None stays."""
+    if d is None or isinstance(d, dtype):
+        return d
+    if isinstance(d, str):
+        if d not in _DTYPE_NAMES:
+            raise Error(f"unknown dtype '{d}'")
+        return _DTYPE_NAMES[d]
+    try:
+        return _DTYPE_NAMES[_np.dtype(d).name]
+    except (TypeError, KeyError):
+        raise Error(f"no tensorwire dtype for {d!r}") from None
+
+
+def _numpy_dtype(d):
+    return None if d == bfloat16 else _np.dtype(
+        {float32: "float32", float64: "float64", int32: "int32", int64: "int64",
+         uint8: "uint8", bool_: "bool", float16: "float16"}[d])
+
+
+def _size(size):
+    if len(size) == 1 and not isinstance(size[0], _builtins.int):
+        return [*size[0]]
+    return [*size]
+
+
+def _device(device):
+    return Device.cpu() if device is None else device
+
+
+def _finish(t, requires_grad):
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
+# ---- factories ----
+
+def zeros(*size, dtype=None, device=None, requires_grad=False):
+    """A tensor of zeros: tw.zeros(2, 3) or tw.zeros((2, 3)); dtype defaults to f32."""
+    return _finish(_C.zeros(_size(size), as_dtype(dtype) or float32, _device(device)), requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False):
+    """A tensor of ones (see zeros)."""
+    return _finish(_C.ones(_size(size), as_dtype(dtype) or float32, _device(device)), requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+    """A tensor of fill_value."""
+    return _finish(_C.full([*size], fill_value, as_dtype(dtype) or float32, _device(device)),
+                   requires_grad)
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False):
+    """Uniform in [0, 1) from the global seeded generator (the same on every device)."""
+    return _finish(_C.rand(_size(size), as_dtype(dtype) or float32, _device(device)), requires_grad)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False):
+    """Standard normal from the global seeded generator (the same on every device)."""
+    return _finish(_C.randn(_size(size), as_dtype(dtype) or float32, _device(device)), requires_grad)
+
+
+def uniform(size, low, high, dtype=None, device=None):
+    return _C.uniform([*size], low, high, as_dtype(dtype) or float32, _device(device))
+
+
+def normal(size, mean, std, dtype=None, device=None):
+    return _C.normal([*size], mean, std, as_dtype(dtype) or float32, _device(device))
+
+
+def arange(start, end=None, step=1, dtype=None, device=None):
+    """[start, end) by step (tw.arange(5) is 0..4); i64 when all three are ints, else f32."""
+    if end is None:
+        start, end = 0, start
+    return _C.arange(start, end, step, as_dtype(dtype), _device(device))
+
+
+def eye(n, m=None, dtype=None, device=None):
+    return _C.eye(n, m, as_dtype(dtype) or float32, _device(device))
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    """A new tensor holding a copy of `data` (a numpy array, nested lists, a number or a Tensor).
+
+    As in torch.tensor, Python floats give f32 and Python ints i64 unless dtype is given; a numpy
+    array keeps its dtype. Use tw.from_numpy to share an array's memory instead."""
+    dt = as_dtype(dtype)
+    dev = _device(device)
+    if isinstance(data, Tensor):
+        t = data.detach().to(dev)
+        return _finish(t.to(dt) if dt is not None else t, requires_grad)
+    arr = _np.asarray(data)
+    if not isinstance(data, _np.ndarray) and dt is None:
+        if arr.dtype == _np.float64:
+            arr = arr.astype(_np.float32)
+        elif arr.dtype.kind in "iu" and arr.dtype != _np.uint8:
+            arr = arr.astype(_np.int64)
+    if dt is not None:
+        npd = _numpy_dtype(dt)
+        t = _C._copy_from_numpy(arr.astype(npd if npd is not None else _np.float32, copy=False), dev)
+        if npd is None:
+            t = t.to(dt)
+    else:
+        if arr.dtype.kind in "iu" and arr.dtype not in (_np.int32, _np.int64, _np.uint8):
+            arr = arr.astype(_np.int64)
+        elif arr.dtype.kind == "f" and arr.dtype not in (_np.float16, _np.float32, _np.float64):
+            arr = arr.astype(_np.float64)
+        t = _C._copy_from_numpy(arr, dev)
+    return _finish(t, requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """Shares `data` when it is a C-contiguous numpy array of a tensorwire dtype and the device is
+    the CPU device (tw.from_numpy); copies otherwise (tw.tensor)."""
+    dev = _device(device)
+    if isinstance(data, _np.ndarray) and data.flags.c_contiguous and dev.kind == "cpu" and (
+            dtype is None or as_dtype(dtype) == as_dtype(data.dtype)):
+        try:
+            return from_numpy(data)
+        except Error:
+            pass
+    return tensor(data, dtype=dtype, device=dev)
+
+
+# ---- autograd ----
+
+class no_grad:
+    """Turns autograd recording off on this thread inside `with tw.no_grad():` (or a function
+    decorated with @tw.no_grad())."""
+
+    _enable = False
+
+    def __enter__(self):
+        self._previous = is_grad_enabled()
+        set_grad_enabled(self._enable)
+        return self
+
+    def __exit__(self, *exc):
+        set_grad_enabled(self._previous)
+        return False
+
+    def __call__(self, fn):
+        @_functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with type(self)():
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class enable_grad(no_grad):
+    """Turns autograd recording back on inside a no_grad block."""
+
+    _enable = True
+
+
+# ---- files and servers ----
+
+def _named(tensors):
+    if hasattr(tensors, "named_parameters"):
+        return [(name, p.data) for name, p in tensors.named_parameters()]
+    if isinstance(tensors, dict):
+        return [*tensors.items()]
+    return [*tensors]
+
+
+def save_safetensors(path, tensors, metadata=None):
+    """Writes tensors (a dict, (name, tensor) pairs, or a module's parameters) to `path` in the
+    safetensors format, with optional string metadata."""
+    _C.save_safetensors(path, _named(tensors), metadata or {})
+
+
+def load_safetensors(path, device=None):
+    """The tensors of a safetensors file (a dict name -> Tensor) on `device` (default cpu)."""
+    return read_safetensors(path, device)[0]
+
+
+def read_safetensors(path, device=None):
+    """(tensors, metadata) of a safetensors file."""
+    return _C.read_safetensors(path, _device(device))
+
+
+def load_safetensors_into(path, module, strict=True):
+    """Loads a file written by save_safetensors(path, module) into a module of the same shape."""
+    module.load_state_dict(load_safetensors(path), strict=strict)
+    return module
+
+
+def serve(device=None, listen=None, devices=1, backend=None, worker_threads=0,
+          max_sessions=4096, max_frame_bytes=1 << 30, session_memory_bytes=8 << 30,
+          session_queue_depth=64):
+    """Starts a compute server in this process (tw::serve) and returns it: .urls, .url, .stop(),
+    .wait(), and it is a context manager that stops it on exit.
+
+    listen: addresses (default ["tcp://127.0.0.1:0"], port 0 picks a free port); backend: "cpu",
+    "torch" or one per device ("cpu,torch"), default the kind of `device` (default cpu)."""
+    if backend is None:
+        backend = "cpu" if device is None else device.kind
+    return _C._serve(list(listen or ["tcp://127.0.0.1:0"]), devices, backend, worker_threads,
+                     max_sessions, max_frame_bytes, session_memory_bytes, session_queue_depth)
+
+
+from . import nn, optim  # noqa: E402,F401
+
+__all__ = [n for n in dir() if not n.startswith("_")]

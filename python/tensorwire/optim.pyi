@@ -1,0 +1,19 @@
+from typing import Iterable
+
+from .nn import Parameter
+
+class Optimizer:
+    lr: float
+    @property
+    def params(self) -> list[Parameter]: ...
+    def step(self) -> None: ...
+    def zero_grad(self) -> None: ...
+
+class SGD(Optimizer):
+    def __init__(self, params: Iterable[Parameter], lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False) -> None: ...
+
+class Adam(Optimizer):
+    def __init__(self, params: Iterable[Parameter], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0) -> None: ...
+
+class AdamW(Adam):
+    def __init__(self, params: Iterable[Parameter], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2) -> None: ...
