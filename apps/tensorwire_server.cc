@@ -2,7 +2,8 @@
 //   tensorwire-server --listen tcp://127.0.0.1:7070 --devices 2
 //   tensorwire-server --backend cpu,torch      (device 0 on cpu, device 1 on torch)
 // Prints "listening on <url>" for every bound address (with the real port when 0 was asked),
-// then one line with its limits; stops cleanly on SIGINT/SIGTERM.
+// "metrics on <url>" for the --metrics endpoint, then one line with its limits; stops cleanly
+// on SIGINT/SIGTERM.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +32,9 @@ void usage(FILE* to) {
                "  --session-memory BYTES  tensor bytes one session may hold (default 8 GiB)\n"
                "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
                "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
-               "                        on the client side); it travels in clear text until TLS exists\n");
+               "                        on the client side); it travels in clear text until TLS exists\n"
+               "  --metrics URL         tcp://host:port (port 0 picks a free one): Prometheus text at\n"
+               "                        /metrics and a live dashboard at / (HTTP, no authentication)\n");
 }
 
 bool parse_u64(const char* s, uint64_t& out) {
@@ -75,6 +78,7 @@ int main(int argc, char** argv) {
     else if (a == "--max-frame") opts.max_frame_bytes = number("--max-frame");
     else if (a == "--session-memory") opts.session_memory_bytes = number("--session-memory");
     else if (a == "--queue-depth") opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
+    else if (a == "--metrics") opts.metrics = value("--metrics");
     else if (a == "--credential-file") {
       const char* path = value("--credential-file");
       std::ifstream f(path);
@@ -112,6 +116,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (const std::string& u : server->urls()) std::printf("listening on %s\n", u.c_str());
+  if (!server->metrics_url().empty()) std::printf("metrics on %s\n", server->metrics_url().c_str());
   std::printf("limits: %s\n", server->limits_summary().c_str());
   std::fflush(stdout);
 

@@ -10,8 +10,11 @@ set -euo pipefail
 
 # libtorch-dev: the torch backend (src/backend/torch), which `make test` builds and tests; a
 # build without it configures, builds and passes everything else.
+# prometheus-cpp-dev, libcpp-httplib-dev: the --metrics endpoint; chromium: its dashboard's test
+# (headless), which skips without it.
 packages=(build-essential cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev googletest zlib1g-dev
-          libbenchmark-dev libdnnl-dev libasio-dev libtorch-dev python3 "$@")
+          libbenchmark-dev libdnnl-dev libasio-dev libtorch-dev python3
+          prometheus-cpp-dev libcpp-httplib-dev chromium "$@")
 
 # One dpkg-query for all of them (it exits non-zero when some are unknown; their lines are absent).
 installed=" $(dpkg-query -W -f='${Package}=${Status}\n' "${packages[@]}" 2>/dev/null |

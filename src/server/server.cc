@@ -24,6 +24,7 @@
 #include "net/stream.h"
 #include "net/url.h"
 #include "protocol/messages.h"
+#include "server/metrics.h"
 #include "server/session.h"
 #include "tensorwire/error.h"
 
@@ -111,6 +112,8 @@ struct Server::Impl {
     return *best;
   }
   std::vector<std::unique_ptr<net::Listener>> listeners;
+  // Last: it calls view() until it is destroyed, first.
+  std::unique_ptr<server::MetricsEndpoint> metrics;
 
   void accept(net::Listener& l);
   proto::ServerStats snapshot(uint64_t asking_session);
@@ -122,6 +125,7 @@ struct Server::Impl {
     }
     return v;
   }
+  server::ServerView view();  // what a metrics scrape reads
   void do_stop();
   void wait_for_batches() const {
     while (batches_in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -154,6 +158,10 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   uint64_t id() const { return id_; }
   // Call with srv_.sessions_mu held (the session is set under it).
   uint64_t held() const { return session_ ? session_->held() : 0; }
+  // Call with srv_.sessions_mu held.
+  server::SessionView view() const {
+    return {id_, device_, held(), session_ ? session_->ops() : 0, queued_.load(std::memory_order_relaxed)};
+  }
 
   // Closes the session once its queued replies are out.
   void close_when_flushed() {
@@ -225,6 +233,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       }
       if (next == net::FrameReader::Next::kTooLarge) {
         // The payload cannot be read safely: answer and close this session only.
+        srv_.totals.metrics.error(server::ErrorKind::kFrameTooLarge);
         send_error(resource_exhausted("frame of " + std::to_string(reader_.announced()) +
                                       " bytes exceeds the server's limit of " +
                                       std::to_string(limit) + which));
@@ -322,6 +331,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   }
 
   void refuse(proto::RefuseReason reason, const std::string& message) {
+    srv_.totals.metrics.error(server::error_kind_of(reason));
     proto::OutFrame f;
     proto::encode_refuse({reason, message}, f);
     send(std::move(f));
@@ -380,6 +390,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     {
       std::lock_guard<std::mutex> lock(srv_.sessions_mu);  // snapshot() reads held() under it
       session_ = std::move(session).value();
+      device_ = h.device_index;
     }
     srv_.sessions_opened.fetch_add(1);
     welcomed_ = true;
@@ -436,6 +447,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   Server::Impl::Shard& shard_;
   std::unique_ptr<net::Stream> stream_;
   uint64_t id_ = 0;
+  uint32_t device_ = 0;
   std::unique_ptr<server::Session> session_;  // set by the handshake; run by the draining thread
   std::atomic<bool> closed_{false};
   std::atomic<bool> closing_{false};  // to close once the replies queued are out
@@ -449,7 +461,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   std::deque<Batch> exec_q_;
   bool executing_ = false;
   bool read_paused_ = false;
-  uint32_t queued_ = 0;  // batches received and not finished
+  // Batches received and not finished; atomic only so that a metrics scrape can read it.
+  std::atomic<uint32_t> queued_{0};
   // writing
   std::mutex write_mu_;
   net::FrameWriter writer_;
@@ -480,6 +493,18 @@ proto::ServerStats Server::Impl::snapshot(uint64_t asking) {
   return s;
 }
 
+server::ServerView Server::Impl::view() {
+  server::ServerView v;
+  v.stats = snapshot(0);
+  v.devices = device_infos();
+  v.batches_queued = batches_in_flight.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(sessions_mu);
+  for (auto& [id, w] : sessions) {
+    if (auto c = w.lock()) v.sessions.push_back(c->view());
+  }
+  return v;
+}
+
 void Server::Impl::accept(net::Listener& l) {
   Shard& shard = least_loaded();
   l.async_accept(shard.io, [this, &l, &shard](const asio::error_code& ec, std::unique_ptr<net::Stream> stream) {
@@ -501,7 +526,8 @@ void Server::Impl::do_stop() {
     if (stopped || stopping.exchange(true)) return;
   }
   // 1. Stop accepting and reading (the flag stops each session's read loop). Closing a listener
-  //    removes its Unix socket's file.
+  //    removes its Unix socket's file. The metrics endpoint closes too.
+  if (metrics) metrics->stop();
   asio::post(io(), [this] {
     for (auto& l : listeners) l->close();
   });
@@ -568,6 +594,8 @@ ServerStatsSnapshot Server::stats() const {
           s.bytes_in, s.bytes_out};
 }
 
+std::string Server::metrics_url() const { return impl_->metrics ? impl_->metrics->url() : ""; }
+
 void Server::stop() { impl_->do_stop(); }
 
 void Server::wait() {
@@ -605,6 +633,12 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
                      l->url().str().c_str());
       }
       impl->listeners.push_back(std::move(l));
+    }
+    if (!opts.metrics.empty()) {
+      Server::Impl* srv = impl.get();
+      TW_ASSIGN_OR_RETURN(impl->metrics, server::MetricsEndpoint::start(opts.metrics, srv->totals.metrics,
+                                                                      [srv] { return srv->view(); }));
+      impl->totals.metrics.enable_timing();
     }
     for (auto& l : impl->listeners) impl->accept(*l);
     for (auto& sh : impl->shards) impl->works.push_back(asio::make_work_guard(sh->io));

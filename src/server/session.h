@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "core/status.h"
 #include "protocol/messages.h"
+#include "server/metrics.h"
 
 namespace tw::server {
 
@@ -20,6 +21,7 @@ namespace tw::server {
 struct SessionTotals {
   std::atomic<uint64_t> ops_executed{0};
   std::atomic<int64_t> bytes_held{0};  // tensor bytes of every session
+  ServerMetrics metrics;  // latency, errors, graphs, transfers (--metrics; metrics.h)
 };
 
 // Where a session's replies go, and what it asks of its server.
@@ -51,6 +53,8 @@ class Session {
   uint64_t id() const { return id_; }
   // Tensor bytes held after the last task run; any thread.
   uint64_t held() const { return held_.load(); }
+  // Ops run so far; any thread.
+  uint64_t ops() const { return ops_.load(std::memory_order_relaxed); }
 
  private:
   Session(uint64_t id, std::unique_ptr<Backend> backend, SessionTotals& totals)
@@ -62,6 +66,7 @@ class Session {
   std::unique_ptr<Backend> backend_;
   SessionTotals& totals_;
   std::atomic<uint64_t> held_{0};
+  std::atomic<uint64_t> ops_{0};  // written by run() only
 };
 
 // 1536 -> "1.5KiB": sizes in messages and the limits summary.

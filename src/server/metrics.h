@@ -1,0 +1,195 @@
+// The server's counters, read by `tensorwire-server --metrics` (Prometheus text at /metrics and
+// the dashboard at /). They live where the events happen and are written with relaxed atomics
+// only: no lock, no allocation, no map lookup on the path of an op, so they stay on in every
+// server. The one cost that depends on --metrics is timing each op (two clock reads), which is
+// off unless an endpoint serves the figures.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "ir/ops.h"
+#include "protocol/messages.h"
+
+namespace tw::server {
+
+// Upper bounds of the op latency histogram's buckets, in nanoseconds (a last bucket, +Inf,
+// takes the rest): from a tiny elementwise op (about a microsecond) to a large convolution.
+inline constexpr std::array<uint64_t, 18> kLatencyBoundsNs = {
+    1'000,      2'000,      5'000,      10'000,      20'000,      50'000,
+    100'000,    200'000,    500'000,    1'000'000,   2'000'000,   5'000'000,
+    10'000'000, 20'000'000, 50'000'000, 100'000'000, 500'000'000, 1'000'000'000};
+inline constexpr size_t kLatencyBuckets = kLatencyBoundsNs.size() + 1;
+
+// One slot per wire op code (codes are append-only and small, so an array indexed by code is
+// the lookup: no map, no lock).
+#define TW_METRICS_MAX_CODE(Name, code) std::max(code,
+#define TW_METRICS_CLOSE(Name, code) )
+inline constexpr int kOpCodeSlots = TW_OP_LIST(TW_METRICS_MAX_CODE) 0 TW_OP_LIST(TW_METRICS_CLOSE) + 1;
+#undef TW_METRICS_MAX_CODE
+#undef TW_METRICS_CLOSE
+
+// Errors by kind, declared once: (enumerator, label value, what it counts).
+#define TW_SERVER_ERROR_KINDS(X)                                                              \
+  X(kOpFailed, "op_failed", "an op failed (its outputs are poisoned with the error)")         \
+  X(kOverQuota, "over_quota", "an op was refused by the session's memory quota")              \
+  X(kReadFailed, "read_failed", "a read answered an error")                                   \
+  X(kMalformedBatch, "malformed_batch", "a batch did not decode")                             \
+  X(kFrameTooLarge, "frame_too_large", "a frame exceeded --max-frame; the session was closed") \
+  X(kRefusedBadVersion, "refused_bad_version", "a handshake was refused: no common version")  \
+  X(kRefusedBadDevice, "refused_bad_device_index", "a handshake named a device not hosted")   \
+  X(kRefusedUnauthorized, "refused_unauthorized", "a handshake had a wrong credential")       \
+  X(kRefusedBusy, "refused_server_busy", "a handshake was refused at --max-sessions")         \
+  X(kRefusedMalformed, "refused_malformed", "a hello did not decode")                         \
+  X(kRefusedCannotHost, "refused_cannot_host", "the device's backend could not be opened")
+
+enum class ErrorKind : uint8_t {
+#define TW_ERROR_KIND_ENUM(e, label, help) e,
+  TW_SERVER_ERROR_KINDS(TW_ERROR_KIND_ENUM)
+#undef TW_ERROR_KIND_ENUM
+};
+#define TW_ERROR_KIND_COUNT(e, label, help) +1
+inline constexpr int kNumErrorKinds = 0 TW_SERVER_ERROR_KINDS(TW_ERROR_KIND_COUNT);
+#undef TW_ERROR_KIND_COUNT
+const char* error_kind_label(ErrorKind k);
+ErrorKind error_kind_of(protocol::RefuseReason r);
+
+enum class Direction : uint8_t { kIn = 0, kOut = 1 };
+
+// Server-wide counters. Every writer is a relaxed atomic add; readers (a scrape) see each
+// counter on its own, which is all a monotonic counter needs.
+class ServerMetrics {
+ public:
+  struct Latency {
+    uint64_t count = 0;
+    uint64_t sum_ns = 0;
+    std::array<uint64_t, kLatencyBuckets> buckets{};  // not cumulative
+  };
+
+  // Op timing: on only while an endpoint serves the figures (see the file comment).
+  void enable_timing() { timing_.store(true, std::memory_order_relaxed); }
+  bool timing() const { return timing_.load(std::memory_order_relaxed); }
+
+  void op_ran(ir::OpCode code, uint64_t ns) {
+    size_t slot = static_cast<size_t>(code);
+    if (slot >= latency_.size()) return;
+    Slot& s = latency_[slot];
+    size_t b = static_cast<size_t>(
+        std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) -
+        kLatencyBoundsNs.begin());
+    s.buckets[b].fetch_add(1, std::memory_order_relaxed);
+    s.sum_ns.fetch_add(ns, std::memory_order_relaxed);
+    s.count.fetch_add(1, std::memory_order_relaxed);
+  }
+  void error(ErrorKind k) { errors_[static_cast<size_t>(k)].fetch_add(1, std::memory_order_relaxed); }
+
+  // Runs `op` by `execute()` (which returns its Status), timing it while timing() is on and
+  // counting a failure.
+  template <class Execute>
+  Status run_op(const ir::Op& op, Execute&& execute) {
+    if (!timing()) return count_op(execute());
+    auto t0 = std::chrono::steady_clock::now();
+    Status st = execute();
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    op_ran(ir::op_code(op), static_cast<uint64_t>(ns.count()));
+    return count_op(std::move(st));
+  }
+  // A read's result, its failure counted.
+  template <class T>
+  T counted_read(T r) {
+    if (!r.ok()) error(ErrorKind::kReadFailed);
+    return r;
+  }
+
+  // For the graph cache and server-to-server transfers to count what they do: the counters are
+  // exported (at 0) from the start, so dashboards and alerts can be written before the features.
+  void graph_registered() { graphs_registered_.fetch_add(1, std::memory_order_relaxed); }
+  void graph_run() { graph_runs_.fetch_add(1, std::memory_order_relaxed); }
+  void transfer(Direction d, uint64_t bytes) {
+    transfers_[static_cast<size_t>(d)].fetch_add(1, std::memory_order_relaxed);
+    transfer_bytes_[static_cast<size_t>(d)].fetch_add(bytes, std::memory_order_relaxed);
+  }
+
+  // ---- reading (a scrape) ----
+  Latency latency(ir::OpCode code) const;
+  uint64_t errors(ErrorKind k) const { return errors_[static_cast<size_t>(k)].load(std::memory_order_relaxed); }
+  uint64_t graphs_registered() const { return graphs_registered_.load(std::memory_order_relaxed); }
+  uint64_t graph_runs() const { return graph_runs_.load(std::memory_order_relaxed); }
+  uint64_t transfers(Direction d) const { return transfers_[static_cast<size_t>(d)].load(std::memory_order_relaxed); }
+  uint64_t transfer_bytes(Direction d) const {
+    return transfer_bytes_[static_cast<size_t>(d)].load(std::memory_order_relaxed);
+  }
+
+ private:
+  // Own cache lines: sessions on different threads running different ops do not share one.
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> count{0}, sum_ns{0};
+    std::array<std::atomic<uint64_t>, kLatencyBuckets> buckets{};
+  };
+  Status count_op(Status st) {
+    if (!st.ok()) {
+      error(st.code() == StatusCode::kResourceExhausted ? ErrorKind::kOverQuota : ErrorKind::kOpFailed);
+    }
+    return st;
+  }
+
+  std::atomic<bool> timing_{false};
+  std::array<Slot, kOpCodeSlots> latency_{};
+  std::array<std::atomic<uint64_t>, kNumErrorKinds> errors_{};
+  std::atomic<uint64_t> graphs_registered_{0}, graph_runs_{0};
+  std::array<std::atomic<uint64_t>, 2> transfers_{}, transfer_bytes_{};
+};
+
+// What a scrape reads of one session (server.cc fills it from the connection and its Session).
+struct SessionView {
+  uint64_t id = 0;
+  uint32_t device = 0;
+  uint64_t bytes_held = 0;
+  uint64_t ops = 0;
+  uint32_t queued = 0;  // batches received, not yet finished
+};
+
+// What a scrape reads of the server as a whole.
+struct ServerView {
+  protocol::ServerStats stats;  // sessions, ops, frames and bytes by direction, memory
+  std::vector<protocol::DeviceInfo> devices;
+  std::vector<SessionView> sessions;
+  int64_t batches_queued = 0;  // all sessions
+};
+
+// Prometheus text exposition of `view` and `m` (prometheus-cpp's serializer).
+std::string metrics_text(const ServerView& view, const ServerMetrics& m);
+
+// The HTTP endpoint of `tensorwire-server --metrics`: /metrics (Prometheus text) and / (the
+// dashboard, src/server/dashboard/index.html, embedded in the binary). It runs on threads of its
+// own, so a scrape never delays a session.
+class MetricsEndpoint {
+ public:
+  // Listens on `url` (tcp://host:port; port 0 picks a free one). `view` is called per scrape,
+  // on the endpoint's threads; it and `m` outlive the endpoint.
+  static Result<std::unique_ptr<MetricsEndpoint>> start(const std::string& url,
+                                                        const ServerMetrics& m,
+                                                        std::function<ServerView()> view);
+  ~MetricsEndpoint();  // stops it
+  MetricsEndpoint(const MetricsEndpoint&) = delete;
+  MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
+  // http://127.0.0.1:41234 (the port resolved).
+  const std::string& url() const { return url_; }
+  void stop();
+
+  struct Impl;
+
+ private:
+  explicit MetricsEndpoint(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::string url_;
+};
+
+}  // namespace tw::server
