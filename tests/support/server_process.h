@@ -45,6 +45,8 @@ class ServerProcess {
       std::string l(line);
       if (l.rfind("listening on ", 0) == 0) {
         urls_.push_back(l.substr(13, l.find_last_not_of("\r\n") - 12));
+      } else if (l.rfind("metrics on ", 0) == 0) {
+        metrics_url_ = l.substr(11, l.find_last_not_of("\r\n") - 10);
       } else if (l.rfind("limits:", 0) == 0) {
         return;
       }
@@ -57,6 +59,8 @@ class ServerProcess {
 
   const std::string& url() const { return urls_.at(0); }
   const std::vector<std::string>& urls() const { return urls_; }
+  // The --metrics endpoint (http://127.0.0.1:port); empty when not asked for.
+  const std::string& metrics_url() const { return metrics_url_; }
   pid_t pid() const { return pid_; }
 
   // SIGKILL: the server vanishes without closing anything itself.
@@ -86,6 +90,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   FILE* stdout_ = nullptr;
   std::vector<std::string> urls_;
+  std::string metrics_url_;
 };
 
 }  // namespace tw::testing
