@@ -94,11 +94,14 @@ std::string find_chromium() {
   return "";
 }
 
-// What Chromium's DOM holds after the page's script ran for `virtual_ms` of virtual time.
-std::string dump_dom(const std::string& chromium, const std::string& url, int virtual_ms) {
+// What headless Chromium prints after the page's script ran for `virtual_ms` of virtual time,
+// doing `what` (--dump-dom: the DOM; --screenshot=PATH: a PNG).
+std::string run_chromium(const std::string& chromium, const std::string& url, int virtual_ms,
+                         const std::string& what) {
   std::string profile = (std::filesystem::temp_directory_path() / ("tw-chromium-" + std::to_string(::getpid()))).string();
   std::string cmd = "timeout 120 " + chromium + " --headless --no-sandbox --disable-gpu --user-data-dir=" + profile +
-                    " --virtual-time-budget=" + std::to_string(virtual_ms) + " --dump-dom " + url + " 2>/dev/null";
+                    " --window-size=1280,1500 --virtual-time-budget=" + std::to_string(virtual_ms) + " " + what +
+                    " " + url + " 2>/dev/null";
   std::string out;
   if (FILE* p = ::popen(cmd.c_str(), "r")) {
     char buf[4096];
@@ -136,7 +139,11 @@ TEST(Dashboard, ShowsTheClientsSessionInAHeadlessBrowser) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
-  std::string dom = dump_dom(chromium, server.metrics_url() + "/", 5000);
+  std::string dom = run_chromium(chromium, server.metrics_url() + "/", 5000, "--dump-dom");
+  // To look at the page: TW_DASHBOARD_SCREENSHOT=/tmp/dashboard.png.
+  if (const char* png = std::getenv("TW_DASHBOARD_SCREENSHOT")) {
+    run_chromium(chromium, server.metrics_url() + "/", 5000, std::string("--screenshot=") + png);
+  }
   done = true;
   client.join();
   ASSERT_NE(dom.find("<h1>tensorwire server</h1>"), std::string::npos) << "no page came back:\n" << dom;
