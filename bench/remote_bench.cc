@@ -5,8 +5,10 @@
 //   (b) upload and download of 256 MiB vs raw TCP streaming of the same bytes
 //   (c) fire-and-forget throughput of 1-element adds (one read at the end) vs the CPU device
 //   (d) 1,000 idle sessions: server RSS growth per session, time for all to connect
-// Usage: tw_bench_remote [--quick] [--only abcd] [--server PATH]. Measures; never asserts.
+//   (e) the (c) stream on a server with --metrics, scraped once a second, vs one without
+// Usage: tw_bench_remote [--quick] [--only abcde] [--server PATH]. Measures; never asserts.
 #include <arpa/inet.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -334,19 +337,69 @@ void bench_idle_sessions(const std::string& binary, int n) {
                   "", "<= 64 KiB/session", per <= 64 * 1024});
 }
 
+// ---------------------------------------------------------------- (e) --metrics overhead
+
+// Two servers side by side, one with --metrics (scraped once a second, as Prometheus would, but
+// more often), one without; the (c) stream runs on each in turn, the order alternating per
+// round, and the row is the median of the rounds' ratios: only runs seconds apart compare on a
+// shared machine.
+void bench_metrics_overhead(const std::string& binary, int n, int rounds) {
+  tw::testing::ServerProcess plain({}, binary);
+  tw::testing::ServerProcess metered({"--metrics", "tcp://127.0.0.1:0"}, binary);
+  tw::Device without = tw::Device::remote(plain.url());
+  tw::Device with = tw::Device::remote(metered.url());
+  (void)adds_per_second(without, n / 10);  // warm up
+  (void)adds_per_second(with, n / 10);
+  std::atomic<bool> done{false};
+  std::atomic<int> scrapes{0};
+  std::thread scraper([&] {
+    httplib::Client client(metered.metrics_url());
+    while (!done) {
+      if (auto res = client.Get("/metrics"); res && res->status == 200) ++scrapes;
+      for (int i = 0; i < 100 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  std::vector<double> ratios, with_rates, without_rates;
+  for (int r = 0; r < rounds; ++r) {
+    double w, wo;
+    if (r % 2 == 0) {
+      wo = adds_per_second(without, n);
+      w = adds_per_second(with, n);
+    } else {
+      w = adds_per_second(with, n);
+      wo = adds_per_second(without, n);
+    }
+    with_rates.push_back(w);
+    without_rates.push_back(wo);
+    ratios.push_back(w / wo);
+  }
+  done = true;
+  scraper.join();
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  double ratio = median(ratios);
+  rows.push_back({"e", std::to_string(n) + " chained adds as (c) on a server with --metrics (" +
+                           std::to_string(scrapes.load()) + " scrapes during the run) vs without, ops/s; median of " +
+                           std::to_string(rounds) + " alternating rounds",
+                  fmt("%.0f", median(with_rates)), fmt("%.0f", median(without_rates)) + " (no --metrics)",
+                  fmt("%.3fx", ratio), ">= 0.98x (<= 2% cost)", ratio >= 0.98});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string binary = TW_SERVER_BINARY;
   bool quick = false;
-  std::string only = "abcd";
+  std::string only = "abcde";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--server" && i + 1 < argc) binary = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: tw_bench_remote [--quick] [--only abcd] [--server PATH]\n");
+      std::fprintf(stderr, "usage: tw_bench_remote [--quick] [--only abcde] [--server PATH]\n");
       return 2;
     }
   }
@@ -371,6 +424,7 @@ int main(int argc, char** argv) {
       if (on('c')) bench_fire_and_forget(server.url(), quick ? 50000 : 200000);
     }
     if (on('d')) bench_idle_sessions(binary, 1000);
+    if (on('e')) bench_metrics_overhead(binary, quick ? 50000 : 200000, quick ? 3 : 9);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tw_bench_remote: %s\n", e.what());
     return 1;

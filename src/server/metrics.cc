@@ -10,6 +10,10 @@
 
 #include <chrono>
 #include <deque>
+#include <mutex>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <limits>
 #include <thread>
 
@@ -82,6 +86,26 @@ ErrorKind error_kind_of(protocol::RefuseReason r) {
     case R::kCannotHost: return ErrorKind::kRefusedCannotHost;
   }
   return ErrorKind::kRefusedMalformed;
+}
+
+void OpClock::calibrate() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+#if defined(__x86_64__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    // CPUID 0x80000007, EDX bit 8: the TSC runs at a constant rate in every power state.
+    if (!__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8))) return;
+    auto t0 = std::chrono::steady_clock::now();
+    uint64_t k0 = __rdtsc();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto t1 = std::chrono::steady_clock::now();
+    uint64_t k1 = __rdtsc();
+    if (k1 <= k0) return;
+    ns_per_tick_ = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()) /
+                   static_cast<double>(k1 - k0);
+    use_tsc_ = true;
+#endif
+  });
 }
 
 ServerMetrics::Latency ServerMetrics::latency(ir::OpCode code) const {

@@ -39,14 +39,16 @@ Session::~Session() {
 }
 
 void Session::run(std::vector<proto::Task>& tasks, const Status& decoded, SessionOutput& out) {
+  OpTimer timer(totals_.metrics);
   for (proto::Task& t : tasks) {
+    if (t.kind != proto::TaskKind::kOp) timer.interrupt();
     proto::OutFrame f;
     switch (t.kind) {
       case proto::TaskKind::kOp:
         totals_.ops_executed.fetch_add(1, std::memory_order_relaxed);
         ops_.store(ops_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         // A failure (the quota's too) is recorded in the op's outputs; the metrics count it.
-        (void)totals_.metrics.run_op(t.op, [&] { return backend_->execute(t.op); });
+        (void)timer.run(t.op, [&] { return backend_->execute(t.op); });
         continue;
       case proto::TaskKind::kRead:
         proto::encode_read_result(t.request_id, totals_.metrics.counted_read(read_for_wire(t.id)), f);
