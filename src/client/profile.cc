@@ -117,25 +117,31 @@ std::string report() {
   }
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof line, "tensorwire profile: %.3f s since the first remote connection\n", wall);
+  std::snprintf(line, sizeof line, "tensorwire profile: %.3f s since the first remote connection\n",
+                wall);
   os << line;
-  std::snprintf(line, sizeof line, "%-40s %8s %10s %8s %10s %10s %10s %10s %14s\n", "device", "sessions", "ops",
-                "ops/frame", "frames out", "bytes out", "frames in", "bytes in", "round trips");
+  std::snprintf(line, sizeof line, "%-40s %8s %10s %8s %10s %10s %10s %10s %14s\n", "device",
+                "sessions", "ops", "ops/frame", "frames out", "bytes out", "frames in", "bytes in",
+                "round trips");
   os << line;
   for (const DeviceProfile& d : ds) {
-    double per_frame = d.frames_out ? static_cast<double>(d.ops) / static_cast<double>(d.frames_out) : 0;
-    std::snprintf(line, sizeof line, "%-40s %8u %10llu %8.1f %10llu %10s %10llu %10s %14llu\n", d.device.c_str(),
-                  d.sessions, static_cast<unsigned long long>(d.ops), per_frame,
-                  static_cast<unsigned long long>(d.frames_out), human(static_cast<double>(d.bytes_out), "B").c_str(),
-                  static_cast<unsigned long long>(d.frames_in), human(static_cast<double>(d.bytes_in), "B").c_str(),
+    double per_frame =
+        d.frames_out ? static_cast<double>(d.ops) / static_cast<double>(d.frames_out) : 0;
+    std::snprintf(line, sizeof line, "%-40s %8u %10llu %8.1f %10llu %10s %10llu %10s %14llu\n",
+                  d.device.c_str(), d.sessions, static_cast<unsigned long long>(d.ops), per_frame,
+                  static_cast<unsigned long long>(d.frames_out),
+                  human(static_cast<double>(d.bytes_out), "B").c_str(),
+                  static_cast<unsigned long long>(d.frames_in),
+                  human(static_cast<double>(d.bytes_in), "B").c_str(),
                   static_cast<unsigned long long>(d.round_trips));
     os << line;
     double share = wall > 0 ? d.wait_seconds / wall : 0;
-    std::snprintf(line, sizeof line, "  waited for replies %.3f s (%.0f%% of the time)%s\n", d.wait_seconds,
-                  100 * share,
-                  share > 0.5 ? ": each read (to_vector, item) or sync waits for every op queued before it; "
-                                "read less often, or batch the reads"
-                              : "");
+    std::snprintf(
+        line, sizeof line, "  waited for replies %.3f s (%.0f%% of the time)%s\n", d.wait_seconds,
+        100 * share,
+        share > 0.5 ? ": each read (to_vector, item) or sync waits for every op queued before it; "
+                      "read less often, or batch the reads"
+                    : "");
     os << line;
   }
   return os.str();

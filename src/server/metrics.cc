@@ -46,11 +46,14 @@ class Exposition {
     families_.push_back({std::move(name), std::move(help), type, {}});
     return families_.back();
   }
-  static void add(prom::MetricFamily& f, double value, std::vector<prom::ClientMetric::Label> labels = {}) {
+  static void add(prom::MetricFamily& f, double value,
+                  std::vector<prom::ClientMetric::Label> labels = {}) {
     prom::ClientMetric m;
     m.label = std::move(labels);
-    if (f.type == prom::MetricType::Counter) m.counter.value = value;
-    else m.gauge.value = value;
+    if (f.type == prom::MetricType::Counter)
+      m.counter.value = value;
+    else
+      m.gauge.value = value;
     f.metric.push_back(std::move(m));
   }
   void scalar(std::string name, prom::MetricType type, std::string help, double value) {
@@ -62,7 +65,8 @@ class Exposition {
     add(f, static_cast<double>(out), {{"direction", "out"}});
   }
   std::string text() const {
-    return prom::TextSerializer().Serialize(std::vector<prom::MetricFamily>(families_.begin(), families_.end()));
+    return prom::TextSerializer().Serialize(
+        std::vector<prom::MetricFamily>(families_.begin(), families_.end()));
   }
 
  private:
@@ -101,8 +105,9 @@ void OpClock::calibrate() {
     auto t1 = std::chrono::steady_clock::now();
     uint64_t k1 = __rdtsc();
     if (k1 <= k0) return;
-    ns_per_tick_ = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()) /
-                   static_cast<double>(k1 - k0);
+    ns_per_tick_ =
+        static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()) /
+        static_cast<double>(k1 - k0);
     use_tsc_ = true;
 #endif
   });
@@ -127,42 +132,51 @@ std::string metrics_text(const ServerView& v, const ServerMetrics& m) {
   const protocol::ServerStats& s = v.stats;
   Exposition e;
   e.scalar("tensorwire_sessions", T::Gauge, "Sessions open now", s.sessions);
-  e.scalar("tensorwire_sessions_opened_total", T::Counter, "Sessions opened since the server started",
-           static_cast<double>(s.sessions_opened));
+  e.scalar("tensorwire_sessions_opened_total", T::Counter,
+           "Sessions opened since the server started", static_cast<double>(s.sessions_opened));
   e.scalar("tensorwire_ops_total", T::Counter, "Ops executed, all sessions",
            static_cast<double>(s.ops_executed));
   e.by_direction("tensorwire_frames_total", "Frames received (in) and sent (out)", s.frames_in,
                  s.frames_out);
-  e.by_direction("tensorwire_bytes_total", "Bytes received (in) and sent (out), frame headers included",
-                 s.bytes_in, s.bytes_out);
+  e.by_direction("tensorwire_bytes_total",
+                 "Bytes received (in) and sent (out), frame headers included", s.bytes_in,
+                 s.bytes_out);
   e.scalar("tensorwire_queued_batches", T::Gauge,
-           "Batches received and not yet finished, all sessions", static_cast<double>(v.batches_queued));
+           "Batches received and not yet finished, all sessions",
+           static_cast<double>(v.batches_queued));
   e.scalar("tensorwire_memory_bytes", T::Gauge, "Tensor bytes held by all sessions",
            static_cast<double>(s.bytes_held));
 
-  prom::MetricFamily& dev = e.family("tensorwire_device_session_memory_limit_bytes", T::Gauge,
-                                     "Tensor bytes a session on the device may hold, per hosted device");
+  prom::MetricFamily& dev =
+      e.family("tensorwire_device_session_memory_limit_bytes", T::Gauge,
+               "Tensor bytes a session on the device may hold, per hosted device");
   for (size_t i = 0; i < v.devices.size(); ++i) {
-    Exposition::add(dev, static_cast<double>(v.devices[i].memory_bytes),
-                    {{"device", to_s(i)}, {"name", v.devices[i].name}, {"backend", v.devices[i].backend}});
+    Exposition::add(
+        dev, static_cast<double>(v.devices[i].memory_bytes),
+        {{"device", to_s(i)}, {"name", v.devices[i].name}, {"backend", v.devices[i].backend}});
   }
 
-  prom::MetricFamily& mem = e.family("tensorwire_session_memory_bytes", T::Gauge, "Tensor bytes a session holds");
-  prom::MetricFamily& ops = e.family("tensorwire_session_ops_total", T::Counter, "Ops a session executed");
-  prom::MetricFamily& queued =
-      e.family("tensorwire_session_queued_batches", T::Gauge, "Batches a session has received and not finished");
+  prom::MetricFamily& mem =
+      e.family("tensorwire_session_memory_bytes", T::Gauge, "Tensor bytes a session holds");
+  prom::MetricFamily& ops =
+      e.family("tensorwire_session_ops_total", T::Counter, "Ops a session executed");
+  prom::MetricFamily& queued = e.family("tensorwire_session_queued_batches", T::Gauge,
+                                        "Batches a session has received and not finished");
   for (const SessionView& sv : v.sessions) {
-    std::vector<prom::ClientMetric::Label> labels = {{"device", to_s(sv.device)}, {"session", to_s(sv.id)}};
+    std::vector<prom::ClientMetric::Label> labels = {{"device", to_s(sv.device)},
+                                                     {"session", to_s(sv.id)}};
     Exposition::add(mem, static_cast<double>(sv.bytes_held), labels);
     Exposition::add(ops, static_cast<double>(sv.ops), labels);
     Exposition::add(queued, sv.queued, labels);
   }
 
-  prom::MetricFamily& lat = e.family("tensorwire_op_latency_seconds", T::Histogram,
-                                     "Time to execute an op on the server, by op struct (--metrics only)");
+  prom::MetricFamily& lat =
+      e.family("tensorwire_op_latency_seconds", T::Histogram,
+               "Time to execute an op on the server, by op struct (--metrics only)");
   for (const OpSlotName& op : kOps) {
     ServerMetrics::Latency l = m.latency(op.code);
-    if (l.count == 0) continue;  // an op never run has no series (a histogram per op would be noise)
+    if (l.count == 0)
+      continue;  // an op never run has no series (a histogram per op would be noise)
     prom::ClientMetric c;
     c.label = {{"op", op.name}};
     c.histogram.sample_count = l.count;
@@ -179,15 +193,18 @@ std::string metrics_text(const ServerView& v, const ServerMetrics& m) {
 
   prom::MetricFamily& err = e.family("tensorwire_errors_total", T::Counter, "Errors, by kind");
   for (int k = 0; k < kNumErrorKinds; ++k) {
-    Exposition::add(err, static_cast<double>(m.errors(static_cast<ErrorKind>(k))), {{"kind", kErrorLabels[k]}});
+    Exposition::add(err, static_cast<double>(m.errors(static_cast<ErrorKind>(k))),
+                    {{"kind", kErrorLabels[k]}});
   }
   e.scalar("tensorwire_graphs_registered_total", T::Counter, "Graphs registered",
            static_cast<double>(m.graphs_registered()));
-  e.scalar("tensorwire_graph_runs_total", T::Counter, "Graph runs", static_cast<double>(m.graph_runs()));
-  e.by_direction("tensorwire_transfers_total", "Tensors moved between servers: received (in), sent (out)",
+  e.scalar("tensorwire_graph_runs_total", T::Counter, "Graph runs",
+           static_cast<double>(m.graph_runs()));
+  e.by_direction("tensorwire_transfers_total",
+                 "Tensors moved between servers: received (in), sent (out)",
                  m.transfers(Direction::kIn), m.transfers(Direction::kOut));
-  e.by_direction("tensorwire_transfer_bytes_total", "Tensor bytes moved between servers", m.transfer_bytes(Direction::kIn),
-                 m.transfer_bytes(Direction::kOut));
+  e.by_direction("tensorwire_transfer_bytes_total", "Tensor bytes moved between servers",
+                 m.transfer_bytes(Direction::kIn), m.transfer_bytes(Direction::kOut));
   return e.text();
 }
 
@@ -210,7 +227,8 @@ Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::start(const std::strin
                                                                 std::function<ServerView()> view) {
   TW_ASSIGN_OR_RETURN(net::Url url, net::parse_url(text));
   if (url.scheme != net::Url::Scheme::kTcp) {
-    return invalid_argument("--metrics " + text + ": the metrics endpoint listens on tcp://host:port only");
+    return invalid_argument("--metrics " + text +
+                            ": the metrics endpoint listens on tcp://host:port only");
   }
   auto impl = std::make_unique<Impl>();
   // Two threads: a scraper and a dashboard at once; a scrape takes well under a millisecond.
@@ -229,7 +247,8 @@ Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::start(const std::strin
     port = -1;
   }
   if (port <= 0) {
-    return unavailable("--metrics " + text + ": cannot listen there (address in use, or not an address of this host)");
+    return unavailable("--metrics " + text +
+                       ": cannot listen there (address in use, or not an address of this host)");
   }
   httplib::Server* http = &impl->http;
   impl->thread = std::thread([http] { http->listen_after_bind(); });

@@ -35,22 +35,23 @@ inline constexpr size_t kLatencyBuckets = kLatencyBoundsNs.size() + 1;
 // the lookup: no map, no lock).
 #define TW_METRICS_MAX_CODE(Name, code) std::max(code,
 #define TW_METRICS_CLOSE(Name, code) )
-inline constexpr int kOpCodeSlots = TW_OP_LIST(TW_METRICS_MAX_CODE) 0 TW_OP_LIST(TW_METRICS_CLOSE) + 1;
+inline constexpr int kOpCodeSlots =
+    TW_OP_LIST(TW_METRICS_MAX_CODE) 0 TW_OP_LIST(TW_METRICS_CLOSE) + 1;
 #undef TW_METRICS_MAX_CODE
 #undef TW_METRICS_CLOSE
 
 // Errors by kind, declared once: (enumerator, label value, what it counts).
-#define TW_SERVER_ERROR_KINDS(X)                                                              \
-  X(kOpFailed, "op_failed", "an op failed (its outputs are poisoned with the error)")         \
-  X(kOverQuota, "over_quota", "an op was refused by the session's memory quota")              \
-  X(kReadFailed, "read_failed", "a read answered an error")                                   \
-  X(kMalformedBatch, "malformed_batch", "a batch did not decode")                             \
+#define TW_SERVER_ERROR_KINDS(X)                                                               \
+  X(kOpFailed, "op_failed", "an op failed (its outputs are poisoned with the error)")          \
+  X(kOverQuota, "over_quota", "an op was refused by the session's memory quota")               \
+  X(kReadFailed, "read_failed", "a read answered an error")                                    \
+  X(kMalformedBatch, "malformed_batch", "a batch did not decode")                              \
   X(kFrameTooLarge, "frame_too_large", "a frame exceeded --max-frame; the session was closed") \
-  X(kRefusedBadVersion, "refused_bad_version", "a handshake was refused: no common version")  \
-  X(kRefusedBadDevice, "refused_bad_device_index", "a handshake named a device not hosted")   \
-  X(kRefusedUnauthorized, "refused_unauthorized", "a handshake had a wrong credential")       \
-  X(kRefusedBusy, "refused_server_busy", "a handshake was refused at --max-sessions")         \
-  X(kRefusedMalformed, "refused_malformed", "a hello did not decode")                         \
+  X(kRefusedBadVersion, "refused_bad_version", "a handshake was refused: no common version")   \
+  X(kRefusedBadDevice, "refused_bad_device_index", "a handshake named a device not hosted")    \
+  X(kRefusedUnauthorized, "refused_unauthorized", "a handshake had a wrong credential")        \
+  X(kRefusedBusy, "refused_server_busy", "a handshake was refused at --max-sessions")          \
+  X(kRefusedMalformed, "refused_malformed", "a hello did not decode")                          \
   X(kRefusedCannotHost, "refused_cannot_host", "the device's backend could not be opened")
 
 enum class ErrorKind : uint8_t {
@@ -80,7 +81,9 @@ class OpClock {
                                      std::chrono::steady_clock::now().time_since_epoch())
                                      .count());
   }
-  static uint64_t to_ns(uint64_t ticks) { return static_cast<uint64_t>(static_cast<double>(ticks) * ns_per_tick_); }
+  static uint64_t to_ns(uint64_t ticks) {
+    return static_cast<uint64_t>(static_cast<double>(ticks) * ns_per_tick_);
+  }
   // Decides between TSC and steady_clock and measures the TSC's rate (blocks about 20 ms).
   // Call before any ticks() are compared, once per process (ServerMetrics::enable_timing).
   static void calibrate();
@@ -111,18 +114,21 @@ class ServerMetrics {
     size_t slot = static_cast<size_t>(code);
     if (slot >= latency_.size()) return;
     Slot& s = latency_[slot];
-    size_t b = static_cast<size_t>(
-        std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) -
-        kLatencyBoundsNs.begin());
+    size_t b =
+        static_cast<size_t>(std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) -
+                            kLatencyBoundsNs.begin());
     s.buckets[b].fetch_add(1, std::memory_order_relaxed);  // (the count is the buckets' sum)
     s.sum_ns.fetch_add(ns, std::memory_order_relaxed);
   }
-  void error(ErrorKind k) { errors_[static_cast<size_t>(k)].fetch_add(1, std::memory_order_relaxed); }
+  void error(ErrorKind k) {
+    errors_[static_cast<size_t>(k)].fetch_add(1, std::memory_order_relaxed);
+  }
 
   // A failed op's status, counted (op_failed or over_quota).
   Status count_op(Status st) {
     if (!st.ok()) {
-      error(st.code() == StatusCode::kResourceExhausted ? ErrorKind::kOverQuota : ErrorKind::kOpFailed);
+      error(st.code() == StatusCode::kResourceExhausted ? ErrorKind::kOverQuota
+                                                        : ErrorKind::kOpFailed);
     }
     return st;
   }
@@ -144,10 +150,14 @@ class ServerMetrics {
 
   // ---- reading (a scrape) ----
   Latency latency(ir::OpCode code) const;
-  uint64_t errors(ErrorKind k) const { return errors_[static_cast<size_t>(k)].load(std::memory_order_relaxed); }
+  uint64_t errors(ErrorKind k) const {
+    return errors_[static_cast<size_t>(k)].load(std::memory_order_relaxed);
+  }
   uint64_t graphs_registered() const { return graphs_registered_.load(std::memory_order_relaxed); }
   uint64_t graph_runs() const { return graph_runs_.load(std::memory_order_relaxed); }
-  uint64_t transfers(Direction d) const { return transfers_[static_cast<size_t>(d)].load(std::memory_order_relaxed); }
+  uint64_t transfers(Direction d) const {
+    return transfers_[static_cast<size_t>(d)].load(std::memory_order_relaxed);
+  }
   uint64_t transfer_bytes(Direction d) const {
     return transfer_bytes_[static_cast<size_t>(d)].load(std::memory_order_relaxed);
   }

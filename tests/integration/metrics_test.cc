@@ -45,7 +45,8 @@ TEST(Metrics, CountersMoveWithAClientsWork) {
   std::string before = get(server.metrics_url(), "/metrics");
   EXPECT_EQ(series(before, "tensorwire_ops_total"), 0) << before;
   EXPECT_EQ(series(before, "tensorwire_sessions"), 0);
-  EXPECT_EQ(series(before, "tensorwire_graphs_registered_total"), 0) << "the graph counters exist from the start";
+  EXPECT_EQ(series(before, "tensorwire_graphs_registered_total"), 0)
+      << "the graph counters exist from the start";
   EXPECT_EQ(series(before, "tensorwire_transfers_total{direction=\"in\"}"), 0);
 
   Device d = Device::remote(server.url());
@@ -68,21 +69,27 @@ TEST(Metrics, CountersMoveWithAClientsWork) {
   EXPECT_GT(series(after, "tensorwire_bytes_total{direction=\"in\"}"), 0);
   EXPECT_GT(series(after, "tensorwire_bytes_total{direction=\"out\"}"), 0);
   EXPECT_GT(series(after, "tensorwire_frames_total{direction=\"in\"}"), 1);
-  EXPECT_GE(series(after, "tensorwire_session_memory_bytes" + s), 2 * 256 * 4) << "x and one are held";
+  EXPECT_GE(series(after, "tensorwire_session_memory_bytes" + s), 2 * 256 * 4)
+      << "x and one are held";
   EXPECT_GE(series(after, "tensorwire_memory_bytes"), 2 * 256 * 4);
   EXPECT_EQ(series(after, "tensorwire_session_queued_batches" + s), 0);
   EXPECT_GE(series(after, "tensorwire_op_latency_seconds_count{op=\"Binary\"}"), kAdds) << after;
-  EXPECT_GE(series(after, "tensorwire_op_latency_seconds_bucket{op=\"Binary\",le=\"+Inf\"}"), kAdds);
+  EXPECT_GE(series(after, "tensorwire_op_latency_seconds_bucket{op=\"Binary\",le=\"+Inf\"}"),
+            kAdds);
   EXPECT_GT(series(after, "tensorwire_op_latency_seconds_sum{op=\"Binary\"}"), 0);
-  EXPECT_EQ(series(after, "tensorwire_op_latency_seconds_count{op=\"MatMul\"}"), -1) << "no matmul ran";
+  EXPECT_EQ(series(after, "tensorwire_op_latency_seconds_count{op=\"MatMul\"}"), -1)
+      << "no matmul ran";
   EXPECT_EQ(series(after, "tensorwire_errors_total{kind=\"over_quota\"}"), 1) << after;
   EXPECT_EQ(series(after, "tensorwire_errors_total{kind=\"read_failed\"}"), 1);
 
   // A refused handshake counts by its reason.
   EXPECT_THROW(Device::remote(server.url(), 7).connect(), Error);
-  EXPECT_EQ(series(get(server.metrics_url(), "/metrics"), "tensorwire_errors_total{kind=\"refused_bad_device_index\"}"), 1);
+  EXPECT_EQ(series(get(server.metrics_url(), "/metrics"),
+                   "tensorwire_errors_total{kind=\"refused_bad_device_index\"}"),
+            1);
 
-  EXPECT_NE(get(server.metrics_url(), "/").find("<title>tensorwire server</title>"), std::string::npos);
+  EXPECT_NE(get(server.metrics_url(), "/").find("<title>tensorwire server</title>"),
+            std::string::npos);
 }
 
 // Debian's chromium, or the one TW_CHROMIUM names.
@@ -98,10 +105,13 @@ std::string find_chromium() {
 // doing `what` (--dump-dom: the DOM; --screenshot=PATH: a PNG).
 std::string run_chromium(const std::string& chromium, const std::string& url, int virtual_ms,
                          const std::string& what) {
-  std::string profile = (std::filesystem::temp_directory_path() / ("tw-chromium-" + std::to_string(::getpid()))).string();
-  std::string cmd = "timeout 120 " + chromium + " --headless --no-sandbox --disable-gpu --user-data-dir=" + profile +
-                    " --window-size=1280,1500 --virtual-time-budget=" + std::to_string(virtual_ms) + " " + what +
-                    " " + url + " 2>/dev/null";
+  std::string profile =
+      (std::filesystem::temp_directory_path() / ("tw-chromium-" + std::to_string(::getpid())))
+          .string();
+  std::string cmd = "timeout 120 " + chromium +
+                    " --headless --no-sandbox --disable-gpu --user-data-dir=" + profile +
+                    " --window-size=1280,1500 --virtual-time-budget=" + std::to_string(virtual_ms) +
+                    " " + what + " " + url + " 2>/dev/null";
   std::string out;
   if (FILE* p = ::popen(cmd.c_str(), "r")) {
     char buf[4096];
@@ -122,8 +132,9 @@ std::string element(const std::string& dom, const std::string& id, const std::st
 TEST(Dashboard, ShowsTheClientsSessionInAHeadlessBrowser) {
   std::string chromium = find_chromium();
   if (chromium.empty()) {
-    GTEST_SKIP() << "Chromium not found (/usr/bin/chromium; apt-get install chromium, which "
-                    "scripts/bootstrap.sh does, or set TW_CHROMIUM): the dashboard's browser test needs it";
+    GTEST_SKIP()
+        << "Chromium not found (/usr/bin/chromium; apt-get install chromium, which "
+           "scripts/bootstrap.sh does, or set TW_CHROMIUM): the dashboard's browser test needs it";
   }
   ServerProcess server({"--metrics", "tcp://127.0.0.1:0"});
   Device d = Device::remote(server.url());
@@ -146,19 +157,23 @@ TEST(Dashboard, ShowsTheClientsSessionInAHeadlessBrowser) {
   }
   done = true;
   client.join();
-  ASSERT_NE(dom.find("<h1>tensorwire server</h1>"), std::string::npos) << "no page came back:\n" << dom;
+  ASSERT_NE(dom.find("<h1>tensorwire server</h1>"), std::string::npos) << "no page came back:\n"
+                                                                       << dom;
   std::string sessions = element(dom, "sessions", "</table>");
   EXPECT_NE(sessions.find("<tr data-session=\"" + session + "\">"), std::string::npos)
-      << "the session table lacks session " << session << ":\n" << sessions;
+      << "the session table lacks session " << session << ":\n"
+      << sessions;
   std::string memory = element(dom, "memory-chart", "</svg>");
   EXPECT_NE(memory.find("data-series=\"" + session + "\""), std::string::npos)
-      << "the memory chart has no line for session " << session << ":\n" << memory;
+      << "the memory chart has no line for session " << session << ":\n"
+      << memory;
   EXPECT_NE(element(dom, "memory-legend", "</div>").find("session " + session), std::string::npos);
   std::string ops = element(dom, "ops-chart", "</svg>");
   EXPECT_NE(ops.find("data-series=\"" + session + "\""), std::string::npos) << ops;
   std::string devices = element(dom, "devices", "</table>");
   EXPECT_NE(devices.find("cpu:0"), std::string::npos) << devices;
-  EXPECT_NE(element(dom, "latency-chart", "</svg>").find("data-op=\"BinaryScalar\""), std::string::npos)
+  EXPECT_NE(element(dom, "latency-chart", "</svg>").find("data-op=\"BinaryScalar\""),
+            std::string::npos)
       << "the latency chart has no bar for the client's adds";
 }
 

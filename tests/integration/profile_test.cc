@@ -1,4 +1,6 @@
 // tw::profile: the client's own account of its remote time, and TW_PROFILE=1's report at exit.
+#include "tensorwire/profile.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -7,7 +9,6 @@
 #include <string>
 
 #include "support/server_process.h"
-#include "tensorwire/profile.h"
 #include "tensorwire/tensorwire.h"
 
 namespace tw {
@@ -15,7 +16,8 @@ namespace {
 
 using testing::ServerProcess;
 
-const profile::DeviceProfile* find(const std::vector<profile::DeviceProfile>& ds, const std::string& name) {
+const profile::DeviceProfile* find(const std::vector<profile::DeviceProfile>& ds,
+                                   const std::string& name) {
   for (const auto& d : ds)
     if (d.device == name) return &d;
   return nullptr;
@@ -41,7 +43,7 @@ TEST(Profile, CountsOpsFramesBytesAndWaitingPerDevice) {
     EXPECT_GE(p->round_trips, 1u);
     EXPECT_GE(p->frames_out, 1u);  // batches (the handshake is not counted)
     EXPECT_GT(p->bytes_out, 301u * 8);
-    EXPECT_GE(p->frames_in, 1u);   // the read's reply
+    EXPECT_GE(p->frames_in, 1u);  // the read's reply
     EXPECT_GT(p->bytes_in, 128u * 4) << "the read's payload";
     EXPECT_GT(p->wait_seconds, 0);
   }

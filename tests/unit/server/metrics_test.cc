@@ -19,10 +19,13 @@ TEST(ServerMetrics, HistogramBucketsAreCumulativeWithTheCountInInf) {
   m.op_ran(ir::OpCode::kMatMul, 3'000'000'000);  // past every bound: +Inf only
   std::string t = metrics_text({}, m);
   EXPECT_TRUE(has_line(t, "# TYPE tensorwire_op_latency_seconds histogram")) << t;
-  EXPECT_TRUE(has_line(t, "tensorwire_op_latency_seconds_bucket{op=\"MatMul\",le=\"1e-06\"} 1")) << t;
-  EXPECT_TRUE(has_line(t, "tensorwire_op_latency_seconds_bucket{op=\"MatMul\",le=\"2e-06\"} 2")) << t;
+  EXPECT_TRUE(has_line(t, "tensorwire_op_latency_seconds_bucket{op=\"MatMul\",le=\"1e-06\"} 1"))
+      << t;
+  EXPECT_TRUE(has_line(t, "tensorwire_op_latency_seconds_bucket{op=\"MatMul\",le=\"2e-06\"} 2"))
+      << t;
   EXPECT_TRUE(has_line(t, "tensorwire_op_latency_seconds_bucket{op=\"MatMul\",le=\"1\"} 2")) << t;
-  EXPECT_TRUE(has_line(t, "tensorwire_op_latency_seconds_bucket{op=\"MatMul\",le=\"+Inf\"} 3")) << t;
+  EXPECT_TRUE(has_line(t, "tensorwire_op_latency_seconds_bucket{op=\"MatMul\",le=\"+Inf\"} 3"))
+      << t;
   EXPECT_TRUE(has_line(t, "tensorwire_op_latency_seconds_count{op=\"MatMul\"} 3")) << t;
   EXPECT_EQ(t.find("op=\"Conv2d\""), std::string::npos) << "an op never run has no series";
 }
@@ -65,7 +68,10 @@ TEST(ServerMetrics, SessionsDevicesAndFeatureCountersAreExposed) {
   v.sessions = {{5, 0, 640, 12, 3}};
   std::string t = metrics_text(v, m);
   EXPECT_TRUE(has_line(t, "tensorwire_sessions 1")) << t;
-  EXPECT_TRUE(has_line(t, "tensorwire_device_session_memory_limit_bytes{device=\"0\",name=\"cpu:0\",backend=\"cpu\"} 1024")) << t;
+  EXPECT_TRUE(has_line(t,
+                       "tensorwire_device_session_memory_limit_bytes{device=\"0\",name=\"cpu:0\","
+                       "backend=\"cpu\"} 1024"))
+      << t;
   EXPECT_TRUE(has_line(t, "tensorwire_session_memory_bytes{device=\"0\",session=\"5\"} 640")) << t;
   EXPECT_TRUE(has_line(t, "tensorwire_session_ops_total{device=\"0\",session=\"5\"} 12")) << t;
   EXPECT_TRUE(has_line(t, "tensorwire_session_queued_batches{device=\"0\",session=\"5\"} 3")) << t;
