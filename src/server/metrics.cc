@@ -9,6 +9,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #if defined(__x86_64__)
@@ -259,6 +260,12 @@ Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::start(const std::strin
   }
   std::unique_ptr<MetricsEndpoint> e(new MetricsEndpoint(std::move(impl)));
   e->url_ = "http://" + url.host + ":" + std::to_string(port);
+  if (!url.is_loopback()) {
+    std::fprintf(stderr,
+                 "warning: metrics endpoint %s on a non-loopback address: it has no "
+                 "authentication, and shows every session's figures to anyone who can reach it\n",
+                 e->url_.c_str());
+  }
   return e;
 }
 

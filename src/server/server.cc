@@ -473,6 +473,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
 
 proto::ServerStats Server::Impl::snapshot(uint64_t asking) {
   proto::ServerStats s;
+  // Released after the lock: a connection whose last other reference went meanwhile is
+  // destroyed here, and its destructor takes sessions_mu.
+  std::vector<std::shared_ptr<Connection>> live;
   {
     std::lock_guard<std::mutex> lock(sessions_mu);
     s.sessions = static_cast<uint32_t>(sessions.size());
@@ -480,6 +483,7 @@ proto::ServerStats Server::Impl::snapshot(uint64_t asking) {
       if (auto c = w.lock()) {
         s.per_session_bytes.emplace_back(id, c->held());
         if (id == asking) s.session_bytes_held = c->held();
+        live.push_back(std::move(c));
       }
     }
   }
@@ -498,9 +502,13 @@ server::ServerView Server::Impl::view() {
   v.stats = snapshot(0);
   v.devices = device_infos();
   v.batches_queued = batches_in_flight.load(std::memory_order_relaxed);
+  std::vector<std::shared_ptr<Connection>> live;  // released after the lock (as in snapshot())
   std::lock_guard<std::mutex> lock(sessions_mu);
   for (auto& [id, w] : sessions) {
-    if (auto c = w.lock()) v.sessions.push_back(c->view());
+    if (auto c = w.lock()) {
+      v.sessions.push_back(c->view());
+      live.push_back(std::move(c));
+    }
   }
   return v;
 }
