@@ -1,12 +1,13 @@
 // The server's counters, read by `tensorwire-server --metrics` (Prometheus text at /metrics and
 // the dashboard at /). They live where the events happen and are written with relaxed atomics
 // only: no lock, no allocation, no map lookup on the path of an op, so they stay on in every
-// server. The one cost that depends on --metrics is timing each op (two clock reads), which is
-// off unless an endpoint serves the figures.
+// server. The one cost that depends on --metrics is timing each op (OpTimer: a clock read per
+// op), which is off unless an endpoint serves the figures.
 #pragma once
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bitset>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -110,15 +111,25 @@ class ServerMetrics {
   }
   bool timing() const { return timing_.load(std::memory_order_acquire); }
 
+  // The histogram bucket of a latency.
+  static size_t bucket_of(uint64_t ns) {
+    return static_cast<size_t>(std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) -
+                               kLatencyBoundsNs.begin());
+  }
+  // One op of `code` took `ns`.
   void op_ran(ir::OpCode code, uint64_t ns) {
-    size_t slot = static_cast<size_t>(code);
+    std::array<uint32_t, kLatencyBuckets> one{};
+    one[bucket_of(ns)] = 1;
+    add_latency(static_cast<size_t>(code), one, ns);
+  }
+  // Ops of the op code `slot`: `buckets[b]` of them in bucket b, taking `sum_ns` in all.
+  void add_latency(size_t slot, const std::array<uint32_t, kLatencyBuckets>& buckets, uint64_t sum_ns) {
     if (slot >= latency_.size()) return;
     Slot& s = latency_[slot];
-    size_t b =
-        static_cast<size_t>(std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) -
-                            kLatencyBoundsNs.begin());
-    s.buckets[b].fetch_add(1, std::memory_order_relaxed);  // (the count is the buckets' sum)
-    s.sum_ns.fetch_add(ns, std::memory_order_relaxed);
+    for (size_t b = 0; b < kLatencyBuckets; ++b) {
+      if (buckets[b]) s.buckets[b].fetch_add(buckets[b], std::memory_order_relaxed);  // (count: their sum)
+    }
+    s.sum_ns.fetch_add(sum_ns, std::memory_order_relaxed);
   }
   void error(ErrorKind k) {
     errors_[static_cast<size_t>(k)].fetch_add(1, std::memory_order_relaxed);
@@ -175,12 +186,18 @@ class ServerMetrics {
   std::array<std::atomic<uint64_t>, 2> transfers_{}, transfer_bytes_{};
 };
 
-// Times the ops of one batch as a Session runs them, while timing() is on. Consecutive ops
-// share a clock read (one op's end is the next one's start), so timing costs one clock read per
-// op; a task of another kind between two ops restarts the clock (interrupt()).
+// Times the ops of one batch as a Session runs them, while timing() is on. Per op it costs one
+// clock read (one op's end is the next one's start; a task of another kind between two ops
+// restarts the clock, interrupt()) and a few plain adds: the histogram is kept here, for the op
+// codes the batch used, and added to the server's atomics once, at the batch's end. So a scrape
+// sees a batch's latencies when it has finished (as it sees its replies).
 class OpTimer {
  public:
   explicit OpTimer(ServerMetrics& m) : m_(m), on_(m.timing()) {}
+  ~OpTimer() { flush(); }
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
+
   // Runs `op` by `execute()` (returning its Status), timed, its failure counted.
   template <class Execute>
   Status run(const ir::Op& op, Execute&& execute) {
@@ -188,19 +205,52 @@ class OpTimer {
     if (!running_) start_ = OpClock::ticks();
     Status st = execute();
     uint64_t end = OpClock::ticks();
-    m_.op_ran(ir::op_code(op), OpClock::to_ns(end - start_));
+    uint64_t ns = OpClock::to_ns(end - start_);
     start_ = end;
     running_ = true;
+    size_t slot = slot_of(op);
+    if (slot < kOpCodeSlots) {
+      Local& l = local_[slot];
+      if (!used_.test(slot)) {
+        used_.set(slot);
+        l = Local{};
+      }
+      ++l.buckets[ServerMetrics::bucket_of(ns)];
+      l.sum_ns += ns;
+    }
     return m_.count_op(std::move(st));
   }
   // The next op's time starts when it does, not at the last op's end.
   void interrupt() { running_ = false; }
+  // Hands the latencies so far to the server's counters (the destructor does).
+  void flush() {
+    if (used_.none()) return;
+    for (size_t slot = 0; slot < kOpCodeSlots; ++slot) {
+      if (used_.test(slot)) m_.add_latency(slot, local_[slot].buckets, local_[slot].sum_ns);
+    }
+    used_.reset();
+  }
 
  private:
+  // An op's code without a call: the variant's alternatives are TW_OP_LIST in order.
+  static size_t slot_of(const ir::Op& op) {
+#define TW_OP_TIMER_CODE(Name, code) code,
+    static constexpr uint16_t kCodeOfIndex[] = {TW_OP_LIST(TW_OP_TIMER_CODE)};
+#undef TW_OP_TIMER_CODE
+    return op.index() < std::size(kCodeOfIndex) ? kCodeOfIndex[op.index()] : kOpCodeSlots;
+  }
+  // No initialisers: a slot is zeroed when a batch first uses it, not all at every batch.
+  struct Local {
+    std::array<uint32_t, kLatencyBuckets> buckets;  // a batch holds far fewer than 2^32 ops
+    uint64_t sum_ns;
+  };
+
   ServerMetrics& m_;
   const bool on_;
   bool running_ = false;
   uint64_t start_ = 0;  // OpClock ticks
+  std::bitset<kOpCodeSlots> used_;  // the slots of local_ this batch has written (and zeroed)
+  std::array<Local, kOpCodeSlots> local_;
 };
 
 // What a scrape reads of one session (server.cc fills it from the connection and its Session).

@@ -47,6 +47,10 @@ TEST(ServerMetrics, OpTimerTimesOnlyWhenEnabledAndCountsFailures) {
   on.interrupt();
   (void)on.run(op, [] { return resource_exhausted("quota"); });
   (void)on.run(op, [] { return invalid_argument("bad"); });
+  (void)on.run(ir::Op(ir::MatMul{}), [] { return Status::OK(); });
+  EXPECT_EQ(m.latency(ir::OpCode::kSoftmax).count, 0u) << "a batch's latencies arrive at its end";
+  on.flush();
+  EXPECT_EQ(m.latency(ir::OpCode::kMatMul).count, 1u);
   ServerMetrics::Latency l = m.latency(ir::OpCode::kSoftmax);
   EXPECT_EQ(l.count, 3u);
   EXPECT_GE(l.sum_ns, 2'000'000u) << "the sleeping op's 2 ms, on the calibrated clock";
