@@ -113,8 +113,9 @@ class ServerMetrics {
 
   // The histogram bucket of a latency.
   static size_t bucket_of(uint64_t ns) {
-    return static_cast<size_t>(std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) -
-                               kLatencyBoundsNs.begin());
+    return static_cast<size_t>(
+        std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) -
+        kLatencyBoundsNs.begin());
   }
   // One op of `code` took `ns`.
   void op_ran(ir::OpCode code, uint64_t ns) {
@@ -123,11 +124,13 @@ class ServerMetrics {
     add_latency(static_cast<size_t>(code), one, ns);
   }
   // Ops of the op code `slot`: `buckets[b]` of them in bucket b, taking `sum_ns` in all.
-  void add_latency(size_t slot, const std::array<uint32_t, kLatencyBuckets>& buckets, uint64_t sum_ns) {
+  void add_latency(size_t slot, const std::array<uint32_t, kLatencyBuckets>& buckets,
+                   uint64_t sum_ns) {
     if (slot >= latency_.size()) return;
     Slot& s = latency_[slot];
     for (size_t b = 0; b < kLatencyBuckets; ++b) {
-      if (buckets[b]) s.buckets[b].fetch_add(buckets[b], std::memory_order_relaxed);  // (count: their sum)
+      if (buckets[b])
+        s.buckets[b].fetch_add(buckets[b], std::memory_order_relaxed);  // (count: their sum)
     }
     s.sum_ns.fetch_add(sum_ns, std::memory_order_relaxed);
   }
@@ -248,7 +251,7 @@ class OpTimer {
   ServerMetrics& m_;
   const bool on_;
   bool running_ = false;
-  uint64_t start_ = 0;  // OpClock ticks
+  uint64_t start_ = 0;              // OpClock ticks
   std::bitset<kOpCodeSlots> used_;  // the slots of local_ this batch has written (and zeroed)
   std::array<Local, kOpCodeSlots> local_;
 };
