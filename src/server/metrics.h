@@ -192,8 +192,8 @@ class ServerMetrics {
 // Times the ops of one batch as a Session runs them, while timing() is on. Per op it costs one
 // clock read (one op's end is the next one's start; a task of another kind between two ops
 // restarts the clock, interrupt()) and a few plain adds: the histogram is kept here, for the op
-// codes the batch used, and added to the server's atomics once, at the batch's end. So a scrape
-// sees a batch's latencies when it has finished (as it sees its replies).
+// codes the batch used, and added to the server's atomics when a task of another kind comes
+// (before the reply it may send) and at the batch's end.
 class OpTimer {
  public:
   explicit OpTimer(ServerMetrics& m) : m_(m), on_(m.timing()) {}
@@ -223,8 +223,12 @@ class OpTimer {
     }
     return m_.count_op(std::move(st));
   }
-  // The next op's time starts when it does, not at the last op's end.
-  void interrupt() { running_ = false; }
+  // A task of another kind comes: the next op's time starts when it does, and what was timed
+  // so far is handed over (a client that saw the reply sees the ops' latencies).
+  void interrupt() {
+    running_ = false;
+    flush();
+  }
   // Hands the latencies so far to the server's counters (the destructor does).
   void flush() {
     if (used_.none()) return;

@@ -72,7 +72,9 @@ TEST(Metrics, CountersMoveWithAClientsWork) {
   EXPECT_GE(series(after, "tensorwire_session_memory_bytes" + s), 2 * 256 * 4)
       << "x and one are held";
   EXPECT_GE(series(after, "tensorwire_memory_bytes"), 2 * 256 * 4);
-  EXPECT_EQ(series(after, "tensorwire_session_queued_batches" + s), 0);
+  // The batch that answered the last read may still be finishing (it counts until it ends).
+  EXPECT_GE(series(after, "tensorwire_session_queued_batches" + s), 0) << after;
+  EXPECT_LE(series(after, "tensorwire_session_queued_batches" + s), 1);
   EXPECT_GE(series(after, "tensorwire_op_latency_seconds_count{op=\"Binary\"}"), kAdds) << after;
   EXPECT_GE(series(after, "tensorwire_op_latency_seconds_bucket{op=\"Binary\",le=\"+Inf\"}"),
             kAdds);
