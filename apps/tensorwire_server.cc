@@ -3,8 +3,8 @@
 //   tensorwire-server --backend cpu,torch      (device 0 on cpu, device 1 on torch)
 //   tensorwire-server --listen tls://0.0.0.0:7070 --credential-file key.txt
 // Prints "listening on <url>" for every bound address (with the real port when 0 was asked),
-// the TLS certificate's fingerprint when an address is tls://, then one line with its limits;
-// stops cleanly on SIGINT/SIGTERM.
+// the TLS certificate's fingerprint when an address is tls://, "metrics on <url>" for the
+// --metrics endpoint, then one line with its limits; stops cleanly on SIGINT/SIGTERM.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -41,7 +41,9 @@ void usage(FILE* to) {
                "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
                "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
                "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
-               "                        on the client side); encrypted over tls://, clear text otherwise\n");
+               "                        on the client side); encrypted over tls://, clear text otherwise\n"
+               "  --metrics URL         tcp://host:port (port 0 picks a free one): Prometheus text at\n"
+               "                        /metrics and a live dashboard at / (HTTP, no authentication)\n");
 }
 
 bool parse_u64(const char* s, uint64_t& out) {
@@ -89,6 +91,7 @@ int main(int argc, char** argv) {
     else if (a == "--tls-cert") opts.tls_cert_file = value("--tls-cert");
     else if (a == "--tls-key") opts.tls_key_file = value("--tls-key");
     else if (a == "--insecure") opts.insecure = true;
+    else if (a == "--metrics") opts.metrics = value("--metrics");
     else if (a == "--credential-file") {
       const char* path = value("--credential-file");
       std::ifstream f(path);
@@ -132,6 +135,7 @@ int main(int argc, char** argv) {
                     ? " (self-signed, generated at start: clients pin it with TW_TLS_FINGERPRINT)"
                     : "");
   }
+  if (!server->metrics_url().empty()) std::printf("metrics on %s\n", server->metrics_url().c_str());
   std::printf("limits: %s\n", server->limits_summary().c_str());
   std::fflush(stdout);
 

@@ -11,8 +11,10 @@
 //       hand): server RSS after 1,000 replays vs after 10 (the planned buffers are reused)
 //   (g) TLS (tls://, a pinned self-signed certificate) vs plain TCP to the same server: the
 //       round trip of (a) and the upload of (b), interleaved
-// Usage: tw_bench_remote [--quick] [--only abcdefg] [--server PATH]. Measures; never asserts.
+//   (h) the (c) stream on a server with --metrics, scraped once a second, vs one without
+// Usage: tw_bench_remote [--quick] [--only abcdefgh] [--server PATH]. Measures; never asserts.
 #include <arpa/inet.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -35,6 +38,7 @@
 
 #include "api/sink.h"
 #include "ir/graph.h"
+#include "server/metrics.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
@@ -558,14 +562,14 @@ void bench_tls(const std::string& binary, int iters, size_t bytes, int reps) {
 int main(int argc, char** argv) {
   std::string binary = TW_SERVER_BINARY;
   bool quick = false;
-  std::string only = "abcdefg";
+  std::string only = "abcdefgh";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--server" && i + 1 < argc) binary = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: tw_bench_remote [--quick] [--only abcdefg] [--server PATH]\n");
+      std::fprintf(stderr, "usage: tw_bench_remote [--quick] [--only abcdefgh] [--server PATH]\n");
       return 2;
     }
   }
@@ -593,6 +597,7 @@ int main(int argc, char** argv) {
     if (on('f')) bench_graph_replay_rss(binary, 1000);
     if (on('d')) bench_idle_sessions(binary, 1000);
     if (on('g')) bench_tls(binary, quick ? 600 : 3000, size_t{256} << 20, quick ? 3 : 5);
+    if (on('h')) bench_metrics_overhead(binary, quick ? 50000 : 200000, quick ? 3 : 9);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tw_bench_remote: %s\n", e.what());
     return 1;

@@ -42,6 +42,10 @@ struct ServerOptions {
   // Serve addresses other hosts can reach without TLS or without a credential; a loud warning
   // at start says what is missing (tensorwire-server --insecure).
   bool insecure = false;
+  // When set (tcp://host:port; port 0 picks a free one), an HTTP endpoint there serves the
+  // server's counters in Prometheus text format at /metrics and a live dashboard at /
+  // (docs/remote.md, "Metrics"). It also turns on timing each op for the latency histogram.
+  std::string metrics;
 };
 
 struct ServerStatsSnapshot {
@@ -61,6 +65,8 @@ class Server {
   // The bound addresses, ports resolved (tcp://127.0.0.1:41234).
   std::vector<std::string> urls() const;
   std::string url() const { return urls().at(0); }
+  // The metrics endpoint's address, http://127.0.0.1:41234 (port resolved); empty without one.
+  std::string metrics_url() const;
   // "devices=1 (cpu) workers=2 max-sessions=4096 max-frame=1.0GiB session-memory=8.0GiB
   // queue-depth=64"
   std::string limits_summary() const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "client/profile.h"
 #include "net/framing.h"
 #include "net/tls_stream.h"
 
@@ -69,9 +70,13 @@ Result<proto::Welcome> enumerate(const net::Url& url, const Options& options) {
 Connection::Connection(net::Url url, uint32_t device_index, Options options)
     : url_(std::move(url)), device_index_(device_index), options_(std::move(options)) {
   restart_batches_locked();
+  profile::enrol(this);
 }
 
-Connection::~Connection() { close(); }
+Connection::~Connection() {
+  close();
+  profile::leave(this, counters());
+}
 
 Status Connection::ensure_connected() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -582,6 +587,8 @@ void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
     return fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   };
   std::unique_lock<std::mutex> lock(mu_);
+  if (ready()) return;
+  const auto wait_start = std::chrono::steady_clock::now();
   while (!ready()) {
     last_caller_wait_ = std::chrono::steady_clock::now();
     if (state_ != State::kConnected || reader_busy_ || watch_armed_) {
@@ -612,6 +619,8 @@ void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
       start_check_timer_locked();
     }
   }
+  counters_.wait_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wait_start).count());
 }
 
 // As connection_lost, for a write that failed (the server closed or reset the connection).

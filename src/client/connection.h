@@ -48,6 +48,7 @@ struct Options {
 struct Counters {
   uint64_t frames_out = 0, bytes_out = 0, frames_in = 0, bytes_in = 0;
   uint64_t ops = 0, round_trips = 0;
+  uint64_t wait_ns = 0;  // callers blocked waiting for a reply, summed over threads (tw::profile)
 };
 
 class Connection {
@@ -62,6 +63,7 @@ class Connection {
   Status ensure_connected();
   const protocol::Welcome& welcome() const { return welcome_; }
   const net::Url& url() const { return url_; }
+  uint32_t device_index() const { return device_index_; }
 
   Status submit_op(const ir::Op& op);
   void drop(ir::TensorId id);

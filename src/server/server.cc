@@ -26,6 +26,7 @@
 #include "net/tls_stream.h"
 #include "net/url.h"
 #include "protocol/messages.h"
+#include "server/metrics.h"
 #include "server/session.h"
 #include "tensorwire/error.h"
 
@@ -114,6 +115,8 @@ struct Server::Impl {
   }
   std::vector<std::unique_ptr<net::Listener>> listeners;
   bool tls_self_signed = false;  // the tls:// listeners present a pair generated at start
+  // Last: it calls view() until it is destroyed, first.
+  std::unique_ptr<server::MetricsEndpoint> metrics;
 
   void accept(net::Listener& l);
   proto::ServerStats snapshot(uint64_t asking_session);
@@ -125,6 +128,7 @@ struct Server::Impl {
     }
     return v;
   }
+  server::ServerView view();  // what a metrics scrape reads
   void do_stop();
   void wait_for_batches() const {
     while (batches_in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -157,6 +161,10 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   uint64_t id() const { return id_; }
   // Call with srv_.sessions_mu held (the session is set under it).
   uint64_t held() const { return session_ ? session_->held() : 0; }
+  // Call with srv_.sessions_mu held.
+  server::SessionView view() const {
+    return {id_, device_, held(), session_ ? session_->ops() : 0, queued_.load(std::memory_order_relaxed)};
+  }
 
   // Closes the session once its queued replies are out.
   void close_when_flushed() {
@@ -228,6 +236,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       }
       if (next == net::FrameReader::Next::kTooLarge) {
         // The payload cannot be read safely: answer and close this session only.
+        srv_.totals.metrics.error(server::ErrorKind::kFrameTooLarge);
         send_error(resource_exhausted("frame of " + std::to_string(reader_.announced()) +
                                       " bytes exceeds the server's limit of " +
                                       std::to_string(limit) + which));
@@ -325,6 +334,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   }
 
   void refuse(proto::RefuseReason reason, const std::string& message) {
+    srv_.totals.metrics.error(server::error_kind_of(reason));
     proto::OutFrame f;
     proto::encode_refuse({reason, message}, f);
     send(std::move(f));
@@ -384,6 +394,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     {
       std::lock_guard<std::mutex> lock(srv_.sessions_mu);  // snapshot() reads held() under it
       session_ = std::move(session).value();
+      device_ = h.device_index;
     }
     srv_.sessions_opened.fetch_add(1);
     welcomed_ = true;
@@ -440,6 +451,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   Server::Impl::Shard& shard_;
   std::unique_ptr<net::Stream> stream_;
   uint64_t id_ = 0;
+  uint32_t device_ = 0;
   std::unique_ptr<server::Session> session_;  // set by the handshake; run by the draining thread
   std::atomic<bool> closed_{false};
   std::atomic<bool> closing_{false};  // to close once the replies queued are out
@@ -453,7 +465,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   std::deque<Batch> exec_q_;
   bool executing_ = false;
   bool read_paused_ = false;
-  uint32_t queued_ = 0;  // batches received and not finished
+  // Batches received and not finished; atomic only so that a metrics scrape can read it.
+  std::atomic<uint32_t> queued_{0};
   // writing
   std::mutex write_mu_;
   net::FrameWriter writer_;
@@ -464,6 +477,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
 
 proto::ServerStats Server::Impl::snapshot(uint64_t asking) {
   proto::ServerStats s;
+  // Released after the lock: a connection whose last other reference went meanwhile is
+  // destroyed here, and its destructor takes sessions_mu.
+  std::vector<std::shared_ptr<Connection>> live;
   {
     std::lock_guard<std::mutex> lock(sessions_mu);
     s.sessions = static_cast<uint32_t>(sessions.size());
@@ -471,6 +487,7 @@ proto::ServerStats Server::Impl::snapshot(uint64_t asking) {
       if (auto c = w.lock()) {
         s.per_session_bytes.emplace_back(id, c->held());
         if (id == asking) s.session_bytes_held = c->held();
+        live.push_back(std::move(c));
       }
     }
   }
@@ -482,6 +499,22 @@ proto::ServerStats Server::Impl::snapshot(uint64_t asking) {
   s.bytes_out = bytes_out.load();
   s.sessions_opened = sessions_opened.load();
   return s;
+}
+
+server::ServerView Server::Impl::view() {
+  server::ServerView v;
+  v.stats = snapshot(0);
+  v.devices = device_infos();
+  v.batches_queued = batches_in_flight.load(std::memory_order_relaxed);
+  std::vector<std::shared_ptr<Connection>> live;  // released after the lock (as in snapshot())
+  std::lock_guard<std::mutex> lock(sessions_mu);
+  for (auto& [id, w] : sessions) {
+    if (auto c = w.lock()) {
+      v.sessions.push_back(c->view());
+      live.push_back(std::move(c));
+    }
+  }
+  return v;
 }
 
 void Server::Impl::accept(net::Listener& l) {
@@ -505,7 +538,8 @@ void Server::Impl::do_stop() {
     if (stopped || stopping.exchange(true)) return;
   }
   // 1. Stop accepting and reading (the flag stops each session's read loop). Closing a listener
-  //    removes its Unix socket's file.
+  //    removes its Unix socket's file. The metrics endpoint closes too.
+  if (metrics) metrics->stop();
   asio::post(io(), [this] {
     for (auto& l : listeners) l->close();
   });
@@ -580,6 +614,8 @@ ServerStatsSnapshot Server::stats() const {
           s.bytes_in, s.bytes_out};
 }
 
+std::string Server::metrics_url() const { return impl_->metrics ? impl_->metrics->url() : ""; }
+
 void Server::stop() { impl_->do_stop(); }
 
 void Server::wait() {
@@ -646,6 +682,12 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
                            : "run ops on this machine and read what it computes");
       }
       impl->listeners.push_back(std::move(l));
+    }
+    if (!opts.metrics.empty()) {
+      Server::Impl* srv = impl.get();
+      TW_ASSIGN_OR_RETURN(impl->metrics, server::MetricsEndpoint::start(opts.metrics, srv->totals.metrics,
+                                                                      [srv] { return srv->view(); }));
+      impl->totals.metrics.enable_timing();
     }
     for (auto& l : impl->listeners) impl->accept(*l);
     for (auto& sh : impl->shards) impl->works.push_back(asio::make_work_guard(sh->io));

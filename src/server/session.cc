@@ -50,16 +50,19 @@ Session::~Session() {
 }
 
 void Session::run(std::vector<proto::Task>& tasks, const Status& decoded, SessionOutput& out) {
+  OpTimer timer(totals_.metrics);
   for (proto::Task& t : tasks) {
+    if (t.kind != proto::TaskKind::kOp) timer.interrupt();
     proto::OutFrame f;
     switch (t.kind) {
       case proto::TaskKind::kOp:
         totals_.ops_executed.fetch_add(1, std::memory_order_relaxed);
-        (void)backend_->execute(
-            t.op);  // a failure (the quota's too) is recorded in the op's outputs
+        ops_.store(ops_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        // A failure (the quota's too) is recorded in the op's outputs; the metrics count it.
+        (void)timer.run(t.op, [&] { return backend_->execute(t.op); });
         continue;
       case proto::TaskKind::kRead:
-        proto::encode_read_result(t.request_id, read_for_wire(t.id), f);
+        proto::encode_read_result(t.request_id, totals_.metrics.counted_read(read_for_wire(t.id)), f);
         break;
       case proto::TaskKind::kSync: proto::encode_sync_result(t.request_id, Status::OK(), f); break;
       case proto::TaskKind::kDrop:
@@ -78,6 +81,7 @@ void Session::run(std::vector<proto::Task>& tasks, const Status& decoded, Sessio
   }
   update_held();
   if (!decoded.ok()) {
+    totals_.metrics.error(ErrorKind::kMalformedBatch);
     proto::OutFrame f;
     proto::encode_session_error(decoded.with_context("malformed batch (the tasks before it ran)"),
                                 f);

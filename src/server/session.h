@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "core/status.h"
 #include "protocol/messages.h"
+#include "server/metrics.h"
 
 namespace tw::server {
 
@@ -21,6 +22,7 @@ namespace tw::server {
 struct SessionTotals {
   std::atomic<uint64_t> ops_executed{0};
   std::atomic<int64_t> bytes_held{0};  // tensor bytes of every session
+  ServerMetrics metrics;  // latency, errors, graphs, transfers (--metrics; metrics.h)
 };
 
 // Where a session's replies go, and what it asks of its server.
@@ -55,6 +57,8 @@ class Session {
   // Tensor bytes held after the last task run (graphs' planned buffers and constants included);
   // any thread.
   uint64_t held() const { return held_.load(); }
+  // Ops run so far; any thread.
+  uint64_t ops() const { return ops_.load(std::memory_order_relaxed); }
 
   // ---- graphs (protocol 2): this session's graph table ----
   // Graphs registered and the ops they hold together. Not thread-safe, like run().
@@ -94,6 +98,7 @@ class Session {
   std::unordered_map<ir::GraphId, uint64_t> graph_ops_;  // graph -> ops it counts for
   uint64_t graph_ops_total_ = 0;
   uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs
+  std::atomic<uint64_t> ops_{0};  // written by run() only
 };
 
 // 1536 -> "1.5KiB": sizes in messages and the limits summary.

@@ -46,6 +46,8 @@ class ServerProcess {
       lines_.push_back(l.substr(0, l.find_last_not_of("\r\n") + 1));
       if (l.rfind("listening on ", 0) == 0) {
         urls_.push_back(l.substr(13, l.find_last_not_of("\r\n") - 12));
+      } else if (l.rfind("metrics on ", 0) == 0) {
+        metrics_url_ = l.substr(11, l.find_last_not_of("\r\n") - 10);
       } else if (l.rfind("limits:", 0) == 0) {
         return;
       }
@@ -60,6 +62,8 @@ class ServerProcess {
   const std::vector<std::string>& urls() const { return urls_; }
   // What it printed up to its limits line, that included.
   const std::vector<std::string>& lines() const { return lines_; }
+  // The --metrics endpoint (http://127.0.0.1:port); empty when not asked for.
+  const std::string& metrics_url() const { return metrics_url_; }
   pid_t pid() const { return pid_; }
 
   // SIGKILL: the server vanishes without closing anything itself.
@@ -90,6 +94,7 @@ class ServerProcess {
   FILE* stdout_ = nullptr;
   std::vector<std::string> urls_;
   std::vector<std::string> lines_;
+  std::string metrics_url_;
 };
 
 }  // namespace tw::testing

@@ -1,0 +1,25 @@
+// Where a program's remote time goes, per remote device: ops sent, frames and bytes each way,
+// round trips, and the time the program's threads spent waiting for replies. With TW_PROFILE=1 in
+// the environment the report is printed to stderr when the program exits.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tw::profile {
+
+struct DeviceProfile {
+  std::string device;     // "remote(tcp://127.0.0.1:7070, 0)"
+  uint32_t sessions = 0;  // sessions opened on it (open or closed)
+  uint64_t ops = 0, round_trips = 0;
+  uint64_t frames_out = 0, bytes_out = 0, frames_in = 0, bytes_in = 0;
+  double wait_seconds = 0;  // threads blocked on a read, sync or stats reply (summed over threads)
+};
+
+// Every remote device this process has connected to, in the order of first connection.
+std::vector<DeviceProfile> devices();
+// The same as a table, with the time since the first connection, and a hint when waiting
+// dominates ("" when no remote device was used).
+std::string report();
+
+}  // namespace tw::profile

@@ -1,0 +1,12 @@
+// The registry behind tw::profile (include/tensorwire/profile.h): every Connection enrols at
+// construction and hands its final counters over at destruction, so the report covers devices
+// whose connections have closed. Touched once per connection, never per op.
+#pragma once
+#include "client/connection.h"
+
+namespace tw::client::profile {
+
+void enrol(const Connection* c);
+void leave(const Connection* c, const Counters& final_counters);
+
+}  // namespace tw::client::profile
