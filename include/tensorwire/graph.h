@@ -14,12 +14,15 @@
 // inputs (tw::optim::Adam keeps its bias corrections in tensors for this reason).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "tensorwire/device.h"
+#include "tensorwire/optim.h"
 #include "tensorwire/tensor.h"
 
 namespace tw::graph {
@@ -86,5 +89,52 @@ class Capture {
  private:
   Device device_;
 };
+
+// A tensor a step reads and rebinds, such as a parameter or an optimizer's state tensor.
+struct Slot {
+  std::function<Tensor()> get;
+  std::function<void(Tensor)> set;
+};
+// The optimizer's parameters, then its state tensors (Optimizer::state()).
+std::vector<Slot> state_slots(optim::Optimizer& optimizer);
+
+// Automatic step caching. Step(fn, state) calls fn(args) eagerly the first time it sees a given
+// set of argument and state shapes/dtypes/devices, records it the second time, and from then on
+// replays the recorded trace (one registered graph on the device) for calls that match, recording
+// again for a new combination (each kept, so alternating batch shapes do not re-record). fn must
+// compute only from args and the state (anything else it reads is frozen into the trace) and
+// return the tensors the caller wants back; the state slots are rebound to their new values.
+// Gradients left on parameters by fn are not carried out of a replayed call (zero_grad() before
+// backward, as training loops do). The results equal calling fn eagerly every time, bit for bit.
+class Step {
+ public:
+  using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>& args)>;
+  Step(Fn fn, std::vector<Slot> state);
+  std::vector<Tensor> operator()(const std::vector<Tensor>& args);
+
+  int64_t eager_calls() const { return eager_; }
+  int64_t recordings() const { return recordings_; }
+  int64_t replays() const { return replays_; }
+
+ private:
+  struct Cached {
+    int64_t seen = 0;
+    std::shared_ptr<Trace> trace;
+    std::vector<bool> state_out;  // which slots the trace's outputs rebind, after the results
+    size_t results = 0;
+  };
+  std::vector<Tensor> record(const std::vector<Tensor>& args, Cached& c);
+  std::vector<Tensor> replay(const std::vector<Tensor>& args, Cached& c);
+
+  Fn fn_;
+  std::vector<Slot> state_;
+  std::map<std::string, Cached> cache_;
+  int64_t eager_ = 0, recordings_ = 0, replays_ = 0;
+};
+
+// Step over a function of no state.
+inline Step compile(Step::Fn fn, std::vector<Slot> state = {}) {
+  return Step(std::move(fn), std::move(state));
+}
 
 }  // namespace tw::graph

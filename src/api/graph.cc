@@ -207,3 +207,122 @@ Trace Capture::finish(const std::vector<Tensor>& outputs) {
 }
 
 }  // namespace tw::graph
+
+namespace tw::graph {
+
+std::vector<Slot> state_slots(optim::Optimizer& optimizer) {
+  std::vector<Slot> out;
+  for (const nn::ParameterPtr& p : optimizer.params()) {
+    out.push_back({[p] { return p->value(); }, [p](Tensor t) { p->set(std::move(t)); }});
+  }
+  for (Tensor* t : optimizer.state()) {
+    out.push_back({[t] { return *t; }, [t](Tensor v) { *t = std::move(v); }});
+  }
+  return out;
+}
+
+Step::Step(Fn fn, std::vector<Slot> state) : fn_(std::move(fn)), state_(std::move(state)) {
+  if (!fn_) throw Error("graph::Step: the function is empty");
+}
+
+namespace {
+// What a trace is specialised to: every argument's and defined slot's device, dtype and shape.
+std::string key_of(const std::vector<Tensor>& args, const std::vector<Slot>& state) {
+  std::string k;
+  auto add = [&](const Tensor& t) {
+    if (!t.defined()) {
+      k += "-;";
+      return;
+    }
+    k += std::to_string(reinterpret_cast<uintptr_t>(t.impl()->sink.get())) + ":" +
+         meta_str(t.impl()->meta) + ";";
+  };
+  for (const Tensor& a : args) add(a);
+  k += "|";
+  for (const Slot& s : state) add(s.get());
+  return k;
+}
+}  // namespace
+
+std::vector<Tensor> Step::operator()(const std::vector<Tensor>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].defined()) throw Error("graph::Step: argument " + std::to_string(i) + " is undefined");
+  }
+  Cached& c = cache_[key_of(args, state_)];
+  ++c.seen;
+  if (c.trace) return replay(args, c);
+  if (c.seen == 1 || args.empty()) {
+    ++eager_;
+    return fn_(args);
+  }
+  return record(args, c);
+}
+
+std::vector<Tensor> Step::record(const std::vector<Tensor>& args, Cached& c) {
+  const Device inner = args[0].device();
+  Capture cap(inner);
+  std::vector<Tensor> cap_args;
+  for (const Tensor& a : args) cap_args.push_back(cap.input(a));
+  std::vector<Tensor> before;  // the slots' own tensors, restored if fn throws
+  std::vector<uint64_t> entered;  // each slot's capture id (0: undefined)
+  for (Slot& s : state_) {
+    const Tensor t = s.get();
+    before.push_back(t);
+    entered.push_back(0);
+    if (!t.defined()) continue;
+    const Tensor x = cap.input(t);
+    entered.back() = x.id();
+    s.set(x);
+  }
+  std::vector<Tensor> results;
+  std::vector<Tensor> outs;
+  std::vector<bool> state_out;
+  try {
+    results = fn_(cap_args);
+    outs = results;
+    for (size_t i = 0; i < state_.size(); ++i) {
+      // A slot fn left as it was (a parameter without a gradient) keeps its tensor.
+      const Tensor t = state_[i].get();
+      const bool changed = t.defined() && !(t.device() == cap.device() && t.id() == entered[i]);
+      state_out.push_back(changed);
+      if (changed) outs.push_back(t);
+    }
+    c.trace = std::make_shared<Trace>(cap.finish(outs));
+  } catch (...) {
+    for (size_t i = 0; i < state_.size(); ++i)
+      if (before[i].defined()) state_[i].set(before[i]);
+    throw;
+  }
+  ++recordings_;
+  c.state_out = std::move(state_out);
+  c.results = results.size();
+  std::vector<Tensor> released;
+  for (const Tensor& t : outs) released.push_back(cap.release(t));
+  size_t k = results.size();
+  for (size_t i = 0; i < state_.size(); ++i) {
+    if (c.state_out[i]) {
+      state_[i].set(released[k++]);
+    } else if (before[i].defined()) {
+      state_[i].set(before[i]);
+    }
+  }
+  released.resize(results.size());
+  return released;
+}
+
+std::vector<Tensor> Step::replay(const std::vector<Tensor>& args, Cached& c) {
+  std::vector<Tensor> in = args;
+  for (Slot& s : state_) {
+    const Tensor t = s.get();
+    if (t.defined()) in.push_back(t);
+  }
+  std::vector<Tensor> out = c.trace->replay(args[0].device(), in);
+  ++replays_;
+  size_t k = c.results;
+  for (size_t i = 0; i < state_.size(); ++i)
+    if (c.state_out[i]) state_[i].set(out[k++]);
+  out.resize(c.results);
+  return out;
+}
+
+}  // namespace tw::graph

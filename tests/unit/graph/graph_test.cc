@@ -151,6 +151,33 @@ TEST_P(GraphReplay, WrongInputsFailNamingTheMismatch) {
   EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{6, 6})) << "the recorded run's values";
 }
 
+TEST_P(GraphReplay, StepCachesTheTrainingStepAndEqualsEager) {
+  const Device d = dev();
+  Setup eager = make_setup(d);
+  std::vector<std::vector<uint8_t>> eager_losses;
+  for (int i = 0; i < kSteps; ++i) eager_losses.push_back(eager_step(eager, eager.xs[i], eager.ys[i]).to_bytes());
+
+  Setup g = make_setup(d);
+  graph::Step step(
+      [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{eager_step(g, a[0], a[1])}; },
+      graph::state_slots(*g.opt));
+  std::vector<std::vector<uint8_t>> losses;
+  for (int i = 0; i < kSteps; ++i) losses.push_back(step({g.xs[i], g.ys[i]}).at(0).to_bytes());
+  EXPECT_EQ(step.eager_calls(), 2) << "the first call makes Adam's state: a new key";
+  EXPECT_EQ(step.recordings(), 1);
+  EXPECT_EQ(step.replays(), kSteps - 3);
+  EXPECT_EQ(losses, eager_losses);
+  EXPECT_EQ(bytes_of(state_of(g)), bytes_of(state_of(eager)));
+  // A new batch shape records again; the old shape still replays.
+  const Tensor x3 = randn({3, 6}, kF32, d), y3 = from_vector<int64_t>({0, 1, 2}, {3}, d);
+  (void)step({x3, y3});
+  (void)step({x3, y3});
+  EXPECT_EQ(step.recordings(), 2);
+  (void)step({g.xs[0], g.ys[0]});
+  EXPECT_EQ(step.recordings(), 2);
+  EXPECT_EQ(step.replays(), kSteps - 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, GraphReplay, ::testing::Values("cpu", "torch", "remote"));
 
 TEST(Capture, ReadsWhileRecordingFailNamingTheOp) {
