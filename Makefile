@@ -2,6 +2,7 @@
 # together. Configuring happens once per build folder (Ninja re-runs CMake by itself when a
 # CMakeLists.txt changes), so re-running make goes straight to the incremental build.
 #   make run     make test     make bench     make bench-train     make bench-remote
+#   make bench-graph
 #   make asan    make format   make clean
 
 BUILD      ?= build
@@ -15,7 +16,7 @@ TEST_TIMEOUT ?= 300
 # device served in-process; apps/train_digits.cc).
 RUN_APP    ?= apps/train_digits
 
-.PHONY: all build run test bench bench-train bench-remote asan format clean bootstrap
+.PHONY: all build run test bench bench-train bench-remote bench-graph asan format clean bootstrap
 .DEFAULT_GOAL := build
 all: build
 
@@ -45,6 +46,10 @@ bench-train:
 bench-remote: build
 	cmake --build $(BUILD) --target tw_bench_remote -j $(JOBS)
 	./$(BUILD)/bench/tw_bench_remote
+
+bench-graph: build
+	cmake --build $(BUILD) --target tw_bench_graph -j $(JOBS)
+	./$(BUILD)/bench/tw_bench_graph
 
 $(ASAN_BUILD)/build.ninja: | bootstrap
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTW_SANITIZE=ON \

@@ -54,6 +54,9 @@ class Trace {
   // The device runs it as a registered graph when it can (cpu, torch), else op by op (a server
   // without graph messages); either way the values equal running the same ops eagerly there.
   std::vector<Tensor> replay(const Device& device, const std::vector<Tensor>& inputs) const;
+  // Whether replays on `device` run as a registered graph (false before the first replay there,
+  // and for a device that refused the graph, where each replay issues the ops one by one).
+  bool runs_as_graph(const Device& device) const;
 
   struct Impl;
   explicit Trace(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}

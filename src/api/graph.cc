@@ -165,7 +165,7 @@ std::vector<Tensor> Trace::replay(const Device& device, const std::vector<Tensor
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     for (auto& [weak, id] : impl_->registered) {
-      if (!weak.owner_before(sink) && !sink.owner_before(weak) && !weak.expired()) {
+      if (weak.lock() == sink) {
         gid = id;
         known = true;
       }
@@ -188,6 +188,14 @@ std::vector<Tensor> Trace::replay(const Device& device, const std::vector<Tensor
   std::vector<Tensor> outs;
   for (size_t i = 0; i < out_ids.size(); ++i) outs.push_back(tensor_on(sink, out_ids[i], t.plan.outputs[i]));
   return outs;
+}
+
+bool Trace::runs_as_graph(const Device& device) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (auto& [weak, id] : impl_->registered) {
+    if (weak.lock() == device.sink()) return id != 0;
+  }
+  return false;
 }
 
 Trace Capture::finish() {
