@@ -54,14 +54,17 @@ struct Trainer {
   Trainer(const Workload& w, const tw::Device& d, bool graph) : device(d) {
     tw::manual_seed(1234);
     model = make(w, {d, tw::kF32});
-    opt = std::make_unique<tw::optim::Adam>(model->parameters(), tw::optim::AdamOptions{.lr = 1e-3});
+    opt =
+        std::make_unique<tw::optim::Adam>(model->parameters(), tw::optim::AdamOptions{.lr = 1e-3});
     tw::Shape xs{w.batch};
     xs.insert(xs.end(), w.input.begin(), w.input.end());
     x = tw::randn(xs, tw::kF32, d);
     y = (tw::rand({w.batch}, tw::kF32, d) * 10.0).floor().to(tw::kI64).clamp(0, 9);
     if (graph) {
       cached = std::make_unique<tw::graph::Step>(
-          [this](const std::vector<tw::Tensor>& a) { return std::vector<tw::Tensor>{eager(a[0], a[1])}; },
+          [this](const std::vector<tw::Tensor>& a) {
+            return std::vector<tw::Tensor>{eager(a[0], a[1])};
+          },
           tw::graph::state_slots(*opt));
     }
   }
@@ -94,7 +97,8 @@ struct Trainer {
 };
 
 void row(const std::string& name, double eager, double graph, const char* unit) {
-  std::printf("%-24s %14.4g %14.4g %8.3f   (%s)\n", name.c_str(), eager, graph, graph / eager, unit);
+  std::printf("%-24s %14.4g %14.4g %8.3f   (%s)\n", name.c_str(), eager, graph, graph / eager,
+              unit);
 }
 void row_na(const std::string& name, double eager, const char* unit) {
   std::printf("%-24s %14.4g %14s %8s   (%s)\n", name.c_str(), eager, "n/a", "-", unit);
@@ -187,7 +191,8 @@ int main(int argc, char** argv) {
         local.step();
         far.step();
       }
-      if (local.params() != far.params()) throw tw::Error(w->name + ": remote graph and local eager differ");
+      if (local.params() != far.params())
+        throw tw::Error(w->name + ": remote graph and local eager differ");
       const double le = best_of(rounds, [&] { return local.seconds_per_step(steps); });
       const std::string name = w->name + "_remote_step_ms";
       if (server_graphs) {

@@ -190,8 +190,7 @@ Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report
     const int64_t begin = s * batch_, end = std::min(train_.n, begin + batch_);
     const Tensor idx = order.slice(0, begin, end);
     const Tensor xb = train_.x.index_select(0, idx), yb = train_.y.index_select(0, idx);
-    const std::vector<Tensor> r =
-        step_ ? (*step_)({xb, yb}) : train_step(model_, opt_, xb, yb);
+    const std::vector<Tensor> r = step_ ? (*step_)({xb, yb}) : train_step(model_, opt_, xb, yb);
     seen += end - begin;
     {
       NoGradGuard no_grad;

@@ -67,7 +67,8 @@ struct AdamOptions {
 
 // Per parameter, at step t: g = grad (+ weight_decay * p for Adam); m = m + (1 - beta1)(g - m);
 // v = beta2 v + (1 - beta2) g^2; p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) +
-// eps), with beta^t kept as a running product on the device. AdamW first decays p = p * (1 - lr * weight_decay) and leaves g alone.
+// eps), with beta^t kept as a running product on the device. AdamW first decays p = p * (1 - lr *
+// weight_decay) and leaves g alone.
 class Adam : public Optimizer {
  public:
   Adam(std::vector<nn::ParameterPtr> params, AdamOptions options = {});

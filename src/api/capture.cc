@@ -24,13 +24,14 @@ Status CaptureSink::submit(ir::Op op) {
   const std::string name = ir::op_name(op);
   if (!recording_) {
     return invalid_argument(name + ": " + str() +
-                               " has finished recording; release() its tensors to the inner "
-                               "device to keep computing on them");
+                            " has finished recording; release() its tensors to the inner "
+                            "device to keep computing on them");
   }
   const std::vector<ir::TensorId> outs = ir::op_outputs(op);
   std::unordered_map<ir::TensorId, ir::TensorId> fresh;
   for (ir::TensorId o : outs) {
-    if (to_inner_.count(o)) return invalid_argument(name + ": output id %" + std::to_string(o) + " is taken");
+    if (to_inner_.count(o))
+      return invalid_argument(name + ": output id %" + std::to_string(o) + " is taken");
     fresh.emplace(o, inner_->new_id());
   }
   ir::Op inner_op = op;
@@ -156,7 +157,8 @@ Tensor CaptureSink::release(const Tensor& captured) {
   if (recording_) throw Error("Capture::release: " + str() + " is still recording");
   const ir::TensorId id = captured.impl()->id;
   auto it = to_inner_.find(id);
-  if (it == to_inner_.end()) throw Error("Capture::release: tensor %" + std::to_string(id) + " is gone");
+  if (it == to_inner_.end())
+    throw Error("Capture::release: tensor %" + std::to_string(id) + " is gone");
   if (input_set_.count(id)) {
     for (size_t i = 0; i < graph_.input_ids.size(); ++i)
       if (graph_.input_ids[i] == id) return input_tensors_[i];
@@ -173,7 +175,8 @@ Tensor CaptureSink::release(const Tensor& captured) {
 }  // namespace detail
 
 Device Device::capture(const Device& inner) {
-  if (inner.kind() == Kind::kCapture) throw Error("Device::capture: " + inner.str() + " is a capture device already");
+  if (inner.kind() == Kind::kCapture)
+    throw Error("Device::capture: " + inner.str() + " is a capture device already");
   return Device(std::make_shared<detail::CaptureSink>(inner.sink()));
 }
 

@@ -1,5 +1,7 @@
 // tw::graph::Trace (tensorwire/graph.h): a validated ir::Graph with its tensors' metas, its file
 // form (ir/trace.h) and its replay on a device.
+#include "tensorwire/graph.h"
+
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -10,7 +12,6 @@
 #include "ir/infer.h"
 #include "ir/printer.h"
 #include "ir/trace.h"
-#include "tensorwire/graph.h"
 
 namespace tw::graph {
 
@@ -64,8 +65,10 @@ Tensor tensor_on(const std::shared_ptr<detail::Sink>& sink, ir::TensorId id, con
 void replay_ops(const Trace::Impl& t, const std::shared_ptr<detail::Sink>& sink,
                 const std::vector<Tensor>& inputs, std::span<const ir::TensorId> out_ids) {
   std::unordered_map<ir::TensorId, ir::TensorId> ids;
-  for (size_t i = 0; i < inputs.size(); ++i) ids.emplace(t.graph.input_ids[i], inputs[i].impl()->id);
-  for (size_t i = 0; i < t.graph.output_ids.size(); ++i) ids.emplace(t.graph.output_ids[i], out_ids[i]);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    ids.emplace(t.graph.input_ids[i], inputs[i].impl()->id);
+  for (size_t i = 0; i < t.graph.output_ids.size(); ++i)
+    ids.emplace(t.graph.output_ids[i], out_ids[i]);
   for (size_t i = 0; i < t.graph.ops.size(); ++i) {
     ir::Op op = t.graph.ops[i];
     for (ir::TensorId o : ir::op_outputs(op)) ids.try_emplace(o, sink->new_id());
@@ -186,7 +189,8 @@ std::vector<Tensor> Trace::replay(const Device& device, const std::vector<Tensor
     replay_ops(t, sink, inputs, out_ids);
   }
   std::vector<Tensor> outs;
-  for (size_t i = 0; i < out_ids.size(); ++i) outs.push_back(tensor_on(sink, out_ids[i], t.plan.outputs[i]));
+  for (size_t i = 0; i < out_ids.size(); ++i)
+    outs.push_back(tensor_on(sink, out_ids[i], t.plan.outputs[i]));
   return outs;
 }
 
@@ -254,7 +258,8 @@ std::string key_of(const std::vector<Tensor>& args, const std::vector<Slot>& sta
 
 std::vector<Tensor> Step::operator()(const std::vector<Tensor>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
-    if (!args[i].defined()) throw Error("graph::Step: argument " + std::to_string(i) + " is undefined");
+    if (!args[i].defined())
+      throw Error("graph::Step: argument " + std::to_string(i) + " is undefined");
   }
   Cached& c = cache_[key_of(args, state_)];
   ++c.seen;
@@ -271,7 +276,7 @@ std::vector<Tensor> Step::record(const std::vector<Tensor>& args, Cached& c) {
   Capture cap(inner);
   std::vector<Tensor> cap_args;
   for (const Tensor& a : args) cap_args.push_back(cap.input(a));
-  std::vector<Tensor> before;  // the slots' own tensors, restored if fn throws
+  std::vector<Tensor> before;     // the slots' own tensors, restored if fn throws
   std::vector<uint64_t> entered;  // each slot's capture id (0: undefined)
   for (Slot& s : state_) {
     const Tensor t = s.get();

@@ -4,7 +4,6 @@
 // (tw::graph::Capture) holds no host-computed value that changes from step to step.
 #include "tensorwire/optim.h"
 
-
 namespace tw::optim {
 
 Optimizer::Optimizer(std::vector<nn::ParameterPtr> params) : params_(std::move(params)) {

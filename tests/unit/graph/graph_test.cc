@@ -1,6 +1,8 @@
 // Capture, trace files and replay: a training step with Adam recorded once, saved, loaded and
 // replayed for several steps gives the same bits as running every step eagerly, on the CPU, on
 // torch (when built) and on a remote device (op by op while the server has no graph messages).
+#include "tensorwire/graph.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "support/remote_device.h"
-#include "tensorwire/graph.h"
 #include "tensorwire/server.h"
 
 namespace tw {
@@ -21,15 +22,15 @@ using graph::Trace;
 
 constexpr int kSteps = 5;
 
-struct Setup {
+struct Rig {
   std::shared_ptr<nn::Sequential> model;
   std::unique_ptr<optim::Adam> opt;
   std::vector<Tensor> xs, ys;
 };
 
-Setup make_setup(const Device& dev) {
+Rig make_rig(const Device& dev) {
   manual_seed(11);
-  Setup s;
+  Rig s;
   s.model = std::make_shared<nn::Sequential>(nn::Linear(6, 16, true, {dev}), nn::ReLU(),
                                              nn::Linear(16, 3, true, {dev}));
   s.opt = std::make_unique<optim::Adam>(s.model->parameters(), optim::AdamOptions{.lr = 0.01});
@@ -42,7 +43,7 @@ Setup make_setup(const Device& dev) {
   return s;
 }
 
-Tensor eager_step(Setup& s, const Tensor& x, const Tensor& y) {
+Tensor eager_step(Rig& s, const Tensor& x, const Tensor& y) {
   Tensor loss = nn::cross_entropy((*s.model)(x), y);
   s.opt->zero_grad();
   loss.backward();
@@ -52,14 +53,14 @@ Tensor eager_step(Setup& s, const Tensor& x, const Tensor& y) {
 }
 
 // The step's state: every parameter, then every optimizer state tensor.
-std::vector<Tensor> state_of(Setup& s) {
+std::vector<Tensor> state_of(Rig& s) {
   std::vector<Tensor> out;
   for (const auto& p : s.model->parameters()) out.push_back(p->value());
   for (Tensor* t : s.opt->state()) out.push_back(*t);
   return out;
 }
 
-void set_state(Setup& s, const std::vector<Tensor>& values) {
+void set_state(Rig& s, const std::vector<Tensor>& values) {
   size_t i = 0;
   for (const auto& p : s.model->parameters()) p->set(values.at(i++));
   for (Tensor* t : s.opt->state()) *t = values.at(i++);
@@ -85,11 +86,12 @@ class GraphReplay : public ::testing::TestWithParam<std::string> {
 
 TEST_P(GraphReplay, AdamTrainingStepEqualsEagerBitForBit) {
   const Device d = dev();
-  Setup eager = make_setup(d);
+  Rig eager = make_rig(d);
   std::vector<std::vector<uint8_t>> eager_losses;
-  for (int i = 0; i < kSteps; ++i) eager_losses.push_back(eager_step(eager, eager.xs[i], eager.ys[i]).to_bytes());
+  for (int i = 0; i < kSteps; ++i)
+    eager_losses.push_back(eager_step(eager, eager.xs[i], eager.ys[i]).to_bytes());
 
-  Setup g = make_setup(d);
+  Rig g = make_rig(d);
   std::vector<std::vector<uint8_t>> losses;
   // Step 0 eagerly (it makes Adam's state), step 1 recorded (and run), the rest replayed.
   losses.push_back(eager_step(g, g.xs[0], g.ys[0]).to_bytes());
@@ -153,11 +155,12 @@ TEST_P(GraphReplay, WrongInputsFailNamingTheMismatch) {
 
 TEST_P(GraphReplay, StepCachesTheTrainingStepAndEqualsEager) {
   const Device d = dev();
-  Setup eager = make_setup(d);
+  Rig eager = make_rig(d);
   std::vector<std::vector<uint8_t>> eager_losses;
-  for (int i = 0; i < kSteps; ++i) eager_losses.push_back(eager_step(eager, eager.xs[i], eager.ys[i]).to_bytes());
+  for (int i = 0; i < kSteps; ++i)
+    eager_losses.push_back(eager_step(eager, eager.xs[i], eager.ys[i]).to_bytes());
 
-  Setup g = make_setup(d);
+  Rig g = make_rig(d);
   graph::Step step(
       [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{eager_step(g, a[0], a[1])}; },
       graph::state_slots(*g.opt));
