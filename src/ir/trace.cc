@@ -86,7 +86,7 @@ Result<Graph> decode_graph(WireReader& r) {
 std::vector<uint8_t> encode_trace_file(const Graph& graph) {
   std::vector<uint8_t> out;
   WireWriter w(out);
-  w.raw(kTraceMagic, sizeof(kTraceMagic));
+  for (char c : kTraceMagic) w.u8(static_cast<uint8_t>(c));
   w.u16(kTraceVersion);
   encode_graph(graph, w);
   return out;
