@@ -243,7 +243,8 @@ Trace sample_trace() {
   Capture cap(Device::cpu());
   const Tensor x = cap.input(ones({2, 3}));
   const Tensor w = cap.input(ones({3, 4}, kF32));
-  const Tensor y = (x.matmul(w) + from_vector<float>({1, 2, 3, 4}, {4})).relu().sum(0);
+  const Tensor y =
+      (x.matmul(w) + from_vector<float>({1, 2, 3, 4}, {4}, cap.device())).relu().sum(0);
   return cap.finish({y});
 }
 

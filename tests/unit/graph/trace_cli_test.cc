@@ -42,7 +42,8 @@ class TraceCli : public ::testing::Test {
     graph::Capture cap(Device::cpu());
     const Tensor x = cap.input(ones({2, 3}));
     const Tensor w = cap.input(ones({3, 4}));
-    const Tensor y = (x.matmul(w) + from_vector<float>({1, 2, 3, 4}, {4})).relu().sum(0);
+    const Tensor y =
+        (x.matmul(w) + from_vector<float>({1, 2, 3, 4}, {4}, cap.device())).relu().sum(0);
     cap.finish({y}).save(path_);
   }
   void TearDown() override { std::remove(path_.c_str()); }
