@@ -4,6 +4,7 @@
 #   make run     make test     make bench     make bench-train     make bench-remote
 #   make asan    make fuzz     make format   make clean
 #   make install-python (the Python package into the user's site-packages)   make bench-python
+#   make bench-graph
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -24,7 +25,7 @@ RUN_APP    ?= apps/train_digits
 # The interpreter the Python module is built and tested for (CMake's TW_PYTHON has the same default).
 PYTHON     ?= /usr/bin/python3
 
-.PHONY: all build run test bench bench-train bench-remote bench-python install-python asan fuzz \
+.PHONY: all build run test bench bench-train bench-remote bench-graph bench-python install-python asan fuzz \
         format clean bootstrap
 .DEFAULT_GOAL := build
 all: build
@@ -67,6 +68,10 @@ install-python: build
 	  cp -r $(BUILD)/python/tensorwire "$$site/tensorwire" && \
 	  cp -L $(BUILD)/libtensorwire.so "$$site/tensorwire/" && \
 	  echo "install-python: tensorwire installed in $$site (try: $(PYTHON) -c 'import tensorwire')"
+
+bench-graph: build
+	cmake --build $(BUILD) --target tw_bench_graph -j $(JOBS)
+	./$(BUILD)/bench/tw_bench_graph
 
 $(ASAN_BUILD)/build.ninja: | bootstrap
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTW_SANITIZE=ON \

@@ -1,12 +1,19 @@
 // tensorwire: command-line client.
 //   tensorwire info tcp://host:port    devices, limits, sessions, memory
 //   tensorwire ping tcp://host:port    round-trip times (min/median/p99)
+//   tensorwire trace show FILE         a trace file's inputs, ops (one a line) and outputs
+//   tensorwire trace run FILE [--device URL|cpu|torch] [--inputs F.safetensors] [--seed N]
+//                                      replays it (inputs from the file, named input0, input1,
+//                                      ..., else random floats and zero integers)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "tensorwire/graph.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
 
@@ -62,18 +69,87 @@ int ping(const std::string& url, int count) {
   return 0;
 }
 
+tw::Device device_named(const std::string& name) {
+  if (name == "cpu") return tw::Device::cpu();
+  if (name == "torch") return tw::Device::torch();
+  return tw::Device::remote(name, 0);
+}
+
+int trace_show(const std::string& path) {
+  std::fputs(tw::graph::Trace::load(path).str().c_str(), stdout);
+  return 0;
+}
+
+int trace_run(const std::string& path, const std::vector<std::string>& flags) {
+  std::string device = "cpu", inputs_path;
+  uint64_t seed = 0;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    const std::string& f = flags[i];
+    if (i + 1 >= flags.size()) throw tw::Error("trace run: " + f + " needs a value");
+    const std::string& v = flags[++i];
+    if (f == "--device") {
+      device = v;
+    } else if (f == "--inputs") {
+      inputs_path = v;
+    } else if (f == "--seed") {
+      seed = std::strtoull(v.c_str(), nullptr, 10);
+    } else {
+      throw tw::Error("trace run: unknown flag " + f + " (--device, --inputs, --seed)");
+    }
+  }
+  const tw::graph::Trace trace = tw::graph::Trace::load(path);
+  const tw::Device dev = device_named(device);
+  std::map<std::string, tw::Tensor> given;
+  if (!inputs_path.empty()) given = tw::load_safetensors(inputs_path, dev);
+  tw::manual_seed(seed);
+  std::vector<tw::Tensor> inputs;
+  for (size_t i = 0; i < trace.inputs().size(); ++i) {
+    const tw::graph::TensorSpec& s = trace.inputs()[i];
+    const std::string name = "input" + std::to_string(i);
+    if (!inputs_path.empty()) {
+      auto it = given.find(name);
+      if (it == given.end()) throw tw::Error("trace run: " + inputs_path + " has no tensor " + name);
+      inputs.push_back(it->second);
+    } else if (tw::is_float(s.dtype)) {
+      inputs.push_back(tw::randn(s.shape, tw::kF32, dev).to(s.dtype));
+    } else {
+      inputs.push_back(tw::zeros(s.shape, s.dtype, dev));
+    }
+  }
+  dev.sync();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<tw::Tensor> out = trace.replay(dev, inputs);
+  dev.sync();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("replayed %zu ops on %s in %.3f ms\n", trace.num_ops(), dev.str().c_str(), ms);
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::printf("output %zu: %s %s\n", i, trace.outputs()[i].str().c_str(), out[i].to_string().c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: tensorwire info URL | tensorwire ping URL [COUNT]\n");
+    std::fprintf(stderr,
+                 "usage: tensorwire info URL | tensorwire ping URL [COUNT] | tensorwire trace show FILE"
+                 " | tensorwire trace run FILE [--device URL|cpu|torch] [--inputs F.safetensors] [--seed N]\n");
     return 2;
   }
   std::string cmd = argv[1], url = argv[2];
   try {
     if (cmd == "info") return info(url);
     if (cmd == "ping") return ping(url, argc > 3 ? std::max(1, std::atoi(argv[3])) : 1000);
-    std::fprintf(stderr, "tensorwire: unknown command '%s' (info, ping)\n", cmd.c_str());
+    if (cmd == "trace" && argc >= 4 && url == "show") return trace_show(argv[3]);
+    if (cmd == "trace" && argc >= 4 && url == "run") {
+      return trace_run(argv[3], std::vector<std::string>(argv + 4, argv + argc));
+    }
+    if (cmd == "trace") {
+      std::fprintf(stderr, "usage: tensorwire trace show FILE | tensorwire trace run FILE [flags]\n");
+      return 2;
+    }
+    std::fprintf(stderr, "tensorwire: unknown command '%s' (info, ping, trace)\n", cmd.c_str());
     return 2;
   } catch (const tw::Error& e) {
     std::fprintf(stderr, "tensorwire: %s\n", e.what());

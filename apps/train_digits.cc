@@ -5,6 +5,10 @@
 //
 //   train_digits [--model cnn|mlp] [--device remote|cpu] [--server tcp://host:port]
 //                [--epochs N] [--batch N] [--lr X] [--seed N] [--report-every N] [--data PATH]
+//                [--no-graph]
+//
+// The training step runs through tw::graph::Step: recorded once, then replayed as one trace per
+// step (--no-graph issues every op of every step instead).
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -32,6 +36,7 @@ struct Args {
   uint64_t seed = 7;
   int64_t report_every = 4;
   std::string data;
+  bool graph = true;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -40,7 +45,8 @@ struct Args {
       "train_digits: %s\n"
       "usage: train_digits [--model cnn|mlp] [--device remote|cpu] [--server tcp://host:port]\n"
       "                    [--epochs N] [--batch N] [--lr X] [--seed N] [--report-every N] [--data "
-      "PATH]\n",
+      "PATH]\n"
+      "                    [--no-graph]\n",
       problem.c_str());
   std::exit(2);
 }
@@ -89,6 +95,8 @@ Args parse(int argc, char** argv) {
       a.report_every = static_cast<int64_t>(number(value()));
     } else if (flag == "--data") {
       a.data = value();
+    } else if (flag == "--no-graph") {
+      a.graph = false;
     } else if (flag == "--help" || flag == "-h") {
       usage("trains a digit classifier on a remote device");
     } else {
@@ -130,6 +138,7 @@ struct Run {
   std::shared_ptr<tw::nn::Sequential> model;
   double seconds = 0;
   int64_t steps = 0;
+  int64_t eager = 0, recorded = 0, replayed = 0;  // the step cache's counts (graph mode)
 };
 
 // Trains a fresh model from `seed` on `device` for `epochs` epochs.
@@ -140,12 +149,17 @@ Run train(const Args& a, const tw::digits::Dataset& train_set, const tw::Device&
   r.model = tw::digits::make_model(a.model, {device, tw::kF32});
   tw::optim::Adam opt(r.model->parameters(), {.lr = a.lr});
   const tw::digits::DeviceData data = tw::digits::upload(train_set, a.model, device);
-  tw::digits::Trainer trainer(*r.model, opt, data, a.batch);
+  tw::digits::Trainer trainer(*r.model, opt, data, a.batch, a.graph);
   const auto start = std::chrono::steady_clock::now();
   for (int e = 1; e <= epochs; ++e) {
     trainer.run_epoch(e, epochs, a.seed, verbose ? a.report_every : 0,
                       verbose ? print_progress : nullptr);
     r.steps += trainer.steps_per_epoch();
+  }
+  if (const tw::graph::Step* step = trainer.step()) {
+    r.eager = step->eager_calls();
+    r.recorded = step->recordings();
+    r.replayed = step->replays();
   }
   device.sync();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -201,6 +215,13 @@ int main(int argc, char** argv) {
                 100 * kTarget, acc >= kTarget ? "met" : "MISSED");
     std::printf("time per step: %.2f ms (%" PRId64 " steps in %.2f s)\n",
                 1e3 * run.seconds / static_cast<double>(run.steps), run.steps, run.seconds);
+    if (a.graph) {
+      std::printf("graph:  training step cached: %" PRId64 " eager, %" PRId64 " recorded, %" PRId64
+                  " replayed (--no-graph: every op of every step)\n",
+                  run.eager, run.recorded, run.replayed);
+    } else {
+      std::printf("graph:  off (--no-graph)\n");
+    }
     if (remote) {
       const tw::WireCounters w = tw::wire_counters(*remote);
       const double steps = static_cast<double>(run.steps);
@@ -211,13 +232,15 @@ int main(int argc, char** argv) {
                   bytes_str(w.bytes_in - wire0.bytes_in).c_str(),
                   w.round_trips - wire0.round_trips);
       std::printf(
-          "        per step: %.0f ops, %.2f frames out, %s out, %.2f round trips (data and "
-          "parameters "
-          "stay on the server)\n",
+          "        per step: %.0f ops, %.2f frames out (%s), %.2f frames in (%s), %.2f round "
+          "trips (data and parameters stay on the server)\n",
           static_cast<double>(w.ops - wire0.ops) / steps,
           static_cast<double>(w.frames_out - wire0.frames_out) / steps,
           bytes_str(
               static_cast<uint64_t>(static_cast<double>(w.bytes_out - wire0.bytes_out) / steps))
+              .c_str(),
+          static_cast<double>(w.frames_in - wire0.frames_in) / steps,
+          bytes_str(static_cast<uint64_t>(static_cast<double>(w.bytes_in - wire0.bytes_in) / steps))
               .c_str(),
           static_cast<double>(w.round_trips - wire0.round_trips) / steps);
     }

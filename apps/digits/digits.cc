@@ -146,10 +146,29 @@ DeviceData upload(const Dataset& d, ModelKind kind, const Device& device) {
           d.n};
 }
 
+namespace {
+// One training step on a batch: the batch's mean loss and its count of right answers.
+std::vector<Tensor> train_step(nn::Module& model, optim::Optimizer& opt, const Tensor& xb,
+                               const Tensor& yb) {
+  const Tensor logits = model(xb);
+  const Tensor loss = nn::cross_entropy(logits, yb);
+  opt.zero_grad();
+  loss.backward();
+  opt.step();
+  NoGradGuard no_grad;
+  return {loss.detach(), logits.detach().argmax(1).eq(yb).sum()};
+}
+}  // namespace
+
 Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const DeviceData& train,
-                 int64_t batch_size)
+                 int64_t batch_size, bool use_graph)
     : model_(model), opt_(optimizer), train_(train), batch_(batch_size) {
   if (batch_size < 1) throw Error("Trainer: batch size must be >= 1");
+  if (use_graph) {
+    step_ = std::make_unique<graph::Step>(
+        [this](const std::vector<Tensor>& a) { return train_step(model_, opt_, a[0], a[1]); },
+        graph::state_slots(opt_));
+  }
 }
 
 Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
@@ -171,16 +190,12 @@ Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report
     const int64_t begin = s * batch_, end = std::min(train_.n, begin + batch_);
     const Tensor idx = order.slice(0, begin, end);
     const Tensor xb = train_.x.index_select(0, idx), yb = train_.y.index_select(0, idx);
-    const Tensor logits = model_(xb);
-    const Tensor loss = nn::cross_entropy(logits, yb);
-    opt_.zero_grad();
-    loss.backward();
-    opt_.step();
+    const std::vector<Tensor> r = step_ ? (*step_)({xb, yb}) : train_step(model_, opt_, xb, yb);
     seen += end - begin;
     {
       NoGradGuard no_grad;
-      const Tensor batch_loss = loss.detach() * static_cast<double>(end - begin);
-      const Tensor hits = logits.detach().argmax(1).eq(yb).sum();
+      const Tensor batch_loss = r[0] * static_cast<double>(end - begin);
+      const Tensor& hits = r[1];
       loss_sum = loss_sum.defined() ? loss_sum + batch_loss : batch_loss;
       correct = correct.defined() ? correct + hits : hits;
     }

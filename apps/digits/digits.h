@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tensorwire/graph.h"
 #include "tensorwire/nn.h"
 #include "tensorwire/optim.h"
 #include "tensorwire/tensorwire.h"
@@ -64,8 +65,13 @@ struct Progress {
 // from `seed` and the epoch number (on the host, uploaded as one index tensor per epoch).
 class Trainer {
  public:
+  // use_graph: run the step (forward, loss, backward, optimizer update) through a
+  // tw::graph::Step, so that from the third step on it replays one recorded trace (the same
+  // values as eager, bit for bit).
   Trainer(nn::Module& model, optim::Optimizer& optimizer, const DeviceData& train,
-          int64_t batch_size);
+          int64_t batch_size, bool use_graph = false);
+  // The step cache (null without use_graph).
+  const graph::Step* step() const { return step_.get(); }
   int64_t steps_per_epoch() const { return (train_.n + batch_ - 1) / batch_; }
   // Runs one epoch; calls on_progress every `report_every` steps and after the last one (each
   // call reads two numbers from the device: a round trip). Returns the epoch's final progress.
@@ -77,6 +83,7 @@ class Trainer {
   optim::Optimizer& opt_;
   DeviceData train_;
   int64_t batch_;
+  std::unique_ptr<graph::Step> step_;
 };
 
 // Fraction of `data` the model classifies right (eval mode, no grad, one read).

@@ -30,6 +30,11 @@ class Device {
   // connect()). Ops are queued and sent in batches (docs/remote.md: thresholds and their
   // environment variables).
   static Device remote(const std::string& url, int index = 0);
+  // A fresh capture device over `inner` (cpu, torch or remote): records every op issued to its
+  // tensors as a trace and runs it on `inner` too. Use it through tw::graph::Capture
+  // (tensorwire/graph.h), which gives it inputs and ends the recording. A server refuses to host
+  // one (tw::serve).
+  static Device capture(const Device& inner);
 
   Kind kind() const;
   // "cpu", "torch", "remote(tcp://host:port, 0)".

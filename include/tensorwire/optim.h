@@ -25,6 +25,10 @@ class Optimizer {
   virtual double lr() const = 0;
   virtual void set_lr(double lr) = 0;
   const std::vector<nn::ParameterPtr>& params() const { return params_; }
+  // The optimizer's state tensors (momentum buffers, moments, step counters), undefined until
+  // the first step() that makes them. A step recorded by tw::graph::Capture takes them as trace
+  // inputs and gives their new values as outputs; replaying it rebinds them through these.
+  virtual std::vector<Tensor*> state() = 0;
 
  protected:
   std::vector<nn::ParameterPtr> params_;
@@ -47,6 +51,7 @@ class SGD : public Optimizer {
   void step() override;
   double lr() const override { return o_.lr; }
   void set_lr(double lr) override { o_.lr = lr; }
+  std::vector<Tensor*> state() override;
 
  private:
   SGDOptions o_;
@@ -62,13 +67,15 @@ struct AdamOptions {
 
 // Per parameter, at step t: g = grad (+ weight_decay * p for Adam); m = m + (1 - beta1)(g - m);
 // v = beta2 v + (1 - beta2) g^2; p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) +
-// eps). AdamW first decays p = p * (1 - lr * weight_decay) and leaves g alone.
+// eps), with beta^t kept as a running product on the device. AdamW first decays p = p * (1 - lr *
+// weight_decay) and leaves g alone.
 class Adam : public Optimizer {
  public:
   Adam(std::vector<nn::ParameterPtr> params, AdamOptions options = {});
   void step() override;
   double lr() const override { return o_.lr; }
   void set_lr(double lr) override { o_.lr = lr; }
+  std::vector<Tensor*> state() override;
 
  protected:
   Adam(std::vector<nn::ParameterPtr> params, AdamOptions options, bool decoupled);
@@ -76,9 +83,12 @@ class Adam : public Optimizer {
  private:
   AdamOptions o_;
   bool decoupled_;
+  // beta1^t and beta2^t live on the device (f64 scalars updated by a multiply each step)
+  // rather than as a host step count, so that a recorded step replayed n times takes n steps'
+  // bias corrections, not the recorded one's.
   struct State {
-    int64_t step = 0;
     Tensor m, v;
+    Tensor beta1_pow, beta2_pow;
   };
   std::vector<State> state_;
 };

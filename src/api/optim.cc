@@ -1,8 +1,8 @@
 // tw::optim (tensorwire/optim.h). Each update is a handful of tensor ops per parameter on its
-// device, under NoGradGuard; the bias corrections are computed on the host in double.
+// device, under NoGradGuard. Adam's bias corrections are computed on the device too (in f64,
+// then rounded to the parameter's dtype as a scalar attribute would be), so that a recorded step
+// (tw::graph::Capture) holds no host-computed value that changes from step to step.
 #include "tensorwire/optim.h"
-
-#include <cmath>
 
 namespace tw::optim {
 
@@ -47,6 +47,12 @@ void SGD::step() {
   }
 }
 
+std::vector<Tensor*> SGD::state() {
+  std::vector<Tensor*> out;
+  for (Tensor& t : momentum_) out.push_back(&t);
+  return out;
+}
+
 // ---- Adam / AdamW ----
 Adam::Adam(std::vector<nn::ParameterPtr> params, AdamOptions options)
     : Adam(std::move(params), options, false) {}
@@ -67,7 +73,6 @@ void Adam::step() {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     State& s = state_[i];
-    ++s.step;
     Tensor value = p.value();
     if (o_.weight_decay != 0) {
       if (decoupled_) {
@@ -79,15 +84,31 @@ void Adam::step() {
     if (!s.m.defined()) {
       s.m = zeros_like(value);
       s.v = zeros_like(value);
+      s.beta1_pow = ones({}, kF64, value.device());
+      s.beta2_pow = ones({}, kF64, value.device());
     }
     s.m = s.m + (g - s.m) * (1.0 - o_.beta1);
     s.v = s.v * o_.beta2 + g.square() * (1.0 - o_.beta2);
-    const double t = static_cast<double>(s.step);
-    const double bias1 = 1.0 - std::pow(o_.beta1, t);
-    const double bias2_sqrt = std::sqrt(1.0 - std::pow(o_.beta2, t));
+    s.beta1_pow = s.beta1_pow * o_.beta1;
+    s.beta2_pow = s.beta2_pow * o_.beta2;
+    // The f64 values a host computation would give, cast to the parameter's dtype as a scalar
+    // attribute is: the same bits as multiplying by the host scalar.
+    const Tensor step_size = (o_.lr / (1.0 - s.beta1_pow)).to(value.dtype());
+    const Tensor bias2_sqrt = (1.0 - s.beta2_pow).sqrt().to(value.dtype());
     Tensor denom = s.v.sqrt() / bias2_sqrt + o_.eps;
-    p.set(value - (s.m / denom) * (o_.lr / bias1));
+    p.set(value - (s.m / denom) * step_size);
   }
+}
+
+std::vector<Tensor*> Adam::state() {
+  std::vector<Tensor*> out;
+  for (State& s : state_) {
+    out.push_back(&s.m);
+    out.push_back(&s.v);
+    out.push_back(&s.beta1_pow);
+    out.push_back(&s.beta2_pow);
+  }
+  return out;
 }
 
 AdamW::AdamW(std::vector<nn::ParameterPtr> params, AdamWOptions options)

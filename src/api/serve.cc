@@ -16,8 +16,8 @@ std::unique_ptr<Server> serve(const Device& device, ServerOptions options) {
                   "to that server directly");
     case Device::Kind::kCapture:
       throw Error("cannot serve " + device.str() +
-                  ": a capture device records ops instead of executing them; host the device it "
-                  "wraps instead");
+                  ": a capture device records the ops a program issues to it, for replay "
+                  "elsewhere; host the device it wraps instead");
   }
   throw Error("cannot serve device " + device.str() + ": unknown device kind");
 }
