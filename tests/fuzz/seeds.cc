@@ -12,7 +12,9 @@
 
 #include "fuzz_util.h"
 #include "ir/codec.h"
+#include "ir/graph.h"
 #include "ir/printer.h"
+#include "ir/trace.h"
 
 namespace tw::fuzz {
 namespace {
@@ -184,6 +186,16 @@ int run(const fs::path& dir) {
     c.add(target, "read_sync_drop_stats", other_tasks);
     c.add(target, "empty", empty_batch);
   }
+
+  // A trace file of the whole program: no inputs, the last op's outputs as the trace's outputs.
+  ir::Graph trace;
+  trace.ops = ops;
+  trace.output_ids = ir::op_outputs(ops.back());
+  if (!ir::validate_graph(trace).ok()) {
+    std::fprintf(stderr, "tw_fuzz_seeds: the program is not a valid trace\n");
+    return 1;
+  }
+  c.add("trace", "program", ir::encode_trace_file(trace));
 
   OutFrame hello;
   encode_hello(Hello{.device_index = 1, .credential = "token"}, hello);
