@@ -466,7 +466,19 @@ enum class OpCode : uint16_t {
 #define TW_OP_COUNT_ENTRY(Name, code) +1
 inline constexpr int kNumOps = 0 TW_OP_LIST(TW_OP_COUNT_ENTRY);
 #undef TW_OP_COUNT_ENTRY
-static_assert(std::variant_size_v<Op> == kNumOps + 1, "Op variant out of step with TW_OP_LIST");
+// Wire codes are dense and in list order (1, 2, ... kNumOps): an entry appended with a skipped,
+// reused or out-of-order code fails here (codes index tables such as the decoder's).
+namespace detail {
+#define TW_OP_CODE_VALUE(Name, code) code,
+inline constexpr int kOpCodes[] = {TW_OP_LIST(TW_OP_CODE_VALUE)};
+#undef TW_OP_CODE_VALUE
+constexpr bool op_codes_dense() {
+  for (int i = 0; i < kNumOps; ++i)
+    if (kOpCodes[i] != i + 1) return false;
+  return true;
+}
+}  // namespace detail
+static_assert(detail::op_codes_dense(), "TW_OP_LIST: wire codes must be 1, 2, ... in list order");
 
 template <class T>
 struct OpTraits;
