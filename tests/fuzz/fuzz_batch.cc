@@ -14,6 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case TaskKind::kSync: w.add_sync(t.request_id); break;
       case TaskKind::kDrop: w.add_drop(t.ids); break;
       case TaskKind::kStats: w.add_stats(t.request_id); break;
+      case TaskKind::kRegisterGraph: w.add_register_graph(t.request_id, t.graph); break;
+      case TaskKind::kRunGraph: w.add_run_graph(t.graph_id, t.ids, t.outputs); break;
       default: tw::fuzz::fail("decode_batch accepted an unknown task kind");
     }
   }

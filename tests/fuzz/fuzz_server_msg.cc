@@ -1,5 +1,5 @@
 // decode_server_message (src/protocol/messages.h): what a client decodes from a server, which
-// may be anyone the user pointed it at (welcome, refuse, read/sync/stats results, errors).
+// may be anyone the user pointed it at (welcome, refuse, read/sync/stats/graph results, errors).
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -21,6 +21,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case ServerMsg::kSyncResult: encode_sync_result(m.request_id, m.status, f); break;
     case ServerMsg::kStatsResult: encode_stats_result(m.request_id, m.stats, f); break;
     case ServerMsg::kSessionError: encode_session_error(m.status, f); break;
+    case ServerMsg::kGraphResult:
+      if (m.status.ok()) {
+        encode_graph_result(m.request_id, m.graph_id, f);
+      } else {
+        encode_graph_result(m.request_id, m.status, f);
+      }
+      break;
     default: tw::fuzz::fail("decode_server_message accepted an unknown message type");
   }
   (void)refuse_reason_name(m.refuse.reason);
