@@ -51,6 +51,7 @@ class TableBackend : public Backend {
   void fail(const ir::Op& op, const Status& error) final {
     poison(ir::op_outputs(op), nullptr, error);
   }
+  Status readable(ir::TensorId id) final { return tensor(id).status(); }
   Result<TensorMeta> meta(ir::TensorId id) const final {
     auto it = table_.find(id);
     if (it == table_.end()) return not_found("unknown tensor id " + tensor_id_str(id));
@@ -183,8 +184,10 @@ Status TableBackend<T>::execute(const ir::Op& op) {
       need += static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
     if (bytes_held_ + need > memory_limit_) {
       Status err = refuse_(op, bytes_held_, need);
-      poison(outs, &*metas, err);
-      return err;
+      if (!err.ok()) {
+        poison(outs, &*metas, err);
+        return err;
+      }
     }
   }
   auto done = run_guarded(op, *metas);
