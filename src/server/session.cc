@@ -69,9 +69,13 @@ Status Session::admit(const ir::Op& op, uint64_t have, uint64_t need) {
                               " more, over the quota of " + human_bytes(quota_) +
                               "; free tensors (drop them) or raise --session-memory");
   }
-  if (!totals_.memory.try_reserve(need))
-    return over_server_limit(ir::op_name(op), totals_.memory, need);
-  charged_ += need;
+  // What the buffer pool will hand out for it (settle() corrects the guess for several
+  // outputs, views and other backends' storage); size_class() is for sizes that can exist.
+  const uint64_t want = need < (uint64_t{1} << 60) ? BufferPool::size_class(need) : need;
+  if (!totals_.memory.try_reserve(want)) {
+    return over_server_limit(ir::op_name(op), totals_.memory, want);
+  }
+  charged_ += want;
   return Status::OK();
 }
 
