@@ -468,7 +468,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   std::unique_ptr<server::Session> session_;  // set by the handshake; run by the draining thread
   std::atomic<bool> closed_{false};
   std::atomic<bool> closing_{false};  // to close once the replies queued are out
-  std::atomic<bool> has_slot_{false};  // holds one of srv_.slots_taken
+  std::atomic<bool> has_slot_{false};              // holds one of srv_.slots_taken
   asio::steady_timer handshake_timer_{shard_.io};  // drops a peer that never completes Hello
   // reading (one read at a time)
   // Small: an idle session holds it, and larger frames are read straight into their own buffer.
@@ -619,7 +619,8 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
   if (opts.listen.empty()) return invalid_argument("no address to listen on");
   if (opts.session_queue_depth < 1) return invalid_argument("session queue depth must be >= 1");
   if (opts.max_frame_bytes < 1024) return invalid_argument("max frame size must be >= 1024 bytes");
-  if (opts.handshake_timeout.count() <= 0) return invalid_argument("the handshake timeout must be > 0");
+  if (opts.handshake_timeout.count() <= 0)
+    return invalid_argument("the handshake timeout must be > 0");
   TW_ASSIGN_OR_RETURN(std::vector<std::string> backends, device_backends(opts));
   opts.devices = static_cast<int>(backends.size());
   auto impl = std::make_unique<Server::Impl>();
