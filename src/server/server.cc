@@ -193,7 +193,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     give_slot_back();
     // A pending deadline would keep the shard's loop running; the timer belongs to the shard's
     // thread, and this may be another.
-    asio::post(shard_.io, [self = shared_from_this()] { self->handshake_timer_.cancel(); });
+    asio::post(shard_.io, [weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->handshake_timer_.cancel();
+    });
   }
   void give_slot_back() {
     if (has_slot_.exchange(false)) srv_.slots_taken.fetch_sub(1);
