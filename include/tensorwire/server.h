@@ -22,7 +22,7 @@ struct ServerOptions {
   std::string backend = "cpu";
   int worker_threads = 0;          // sessions' execution pool; 0: hardware threads
   // Limits. Every one yields a clear error to the client that hits it, never to the others.
-  uint32_t max_sessions = 4096;
+  uint32_t max_sessions = 4096;  // connections at once, from accept (see handshake_timeout)
   uint64_t max_frame_bytes = uint64_t{1} << 30;        // a frame's payload, checked before allocating
   uint64_t session_memory_bytes = uint64_t{8} << 30;   // tensor bytes one session may hold
   // Tensor bytes all sessions together may hold (with what else their work reserves); an op

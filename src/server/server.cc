@@ -313,7 +313,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   // unchanged; a request of another session waits for about one op of the busy one.
   void drain() {
     const auto until = server::Session::Clock::now() + kSlice;
-    for (;;) {
+    for (bool first = true;; first = false) {
       server::Batch* batch;
       {
         std::lock_guard<std::mutex> lock(exec_mu_);
@@ -323,6 +323,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
         }
         batch = &exec_q_.front();  // only this thread pops it; other threads push at the back
       }
+      // More is queued and the slice is spent: the shard's other sessions first.
+      if (!first && server::Session::Clock::now() >= until) return yield();
       if (!session_->run(*batch, *this, until)) return yield();
       bool resume = false;
       {
@@ -336,7 +338,6 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       }
       srv_.batches_in_flight.fetch_sub(1);
       if (resume) process();
-      if (server::Session::Clock::now() >= until) return yield();
     }
   }
 
