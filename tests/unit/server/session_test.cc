@@ -302,6 +302,32 @@ TEST(MemoryBudget, NeverPassesItsLimitUnderConcurrentReservations) {
   EXPECT_FALSE(MemoryBudget(10).try_reserve(UINT64_MAX));
 }
 
+// A poisoned tensor too large for a frame reports why it was poisoned, not its size.
+TEST(Session, ReadOfAPoisonedHugeTensorReportsItsPoisoningError) {
+  SessionTotals totals;
+  auto session = open_cpu(totals);
+  proto::BatchWriter b;
+  ir::Full labels;
+  labels.out = {1};
+  labels.shape = {8};
+  labels.dtype = kI64;
+  labels.value = ir::Scalar(int64_t{3});
+  b.add_op(labels);
+  ir::OneHot hot;
+  hot.x = {1};
+  hot.num_classes = int64_t{1} << 40;  // i64[8, 2^40]: 64 TiB, over the quota
+  hot.out = {2};
+  b.add_op(hot);
+  b.add_read(7, 2);
+  Decoded d = decode(payload_of(b.take()));
+  Replies out;
+  session->run(d.tasks, d.status, out);
+  ASSERT_EQ(out.got.size(), 1u);
+  const std::string m = out.got[0].status.message();
+  EXPECT_NE(m.find("session memory quota exceeded"), std::string::npos) << m;
+  EXPECT_EQ(m.find("more than one frame"), std::string::npos) << m;
+}
+
 TEST(Session, OpeningOnABackendThisBuildLacksFails) {
   SessionTotals totals;
   auto s = Session::open(1, "no-such-backend", 1024, totals);
