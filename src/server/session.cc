@@ -1,7 +1,5 @@
 #include "server/session.h"
 
-#include <unistd.h>
-
 #include <sstream>
 
 #include "backend/registry.h"
@@ -19,13 +17,6 @@ std::string human_bytes(uint64_t b) {
   os.precision(u ? 1 : 0);
   os << std::fixed << v << units[u];
   return os.str();
-}
-
-uint64_t default_max_memory() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page <= 0) return UINT64_MAX;  // unknown: no server-wide limit
-  return static_cast<uint64_t>(pages) / 10 * 8 * static_cast<uint64_t>(page);
 }
 
 namespace {
