@@ -217,11 +217,11 @@ TEST(Session, RunsALongBatchInSlicesInOrder) {
   for (size_t i = 0; i < sliced.got.size(); ++i) {
     EXPECT_EQ(sliced.got[i].kind, at_once.got[i].kind) << i;
     EXPECT_EQ(sliced.got[i].request_id, at_once.got[i].request_id) << i;
-    EXPECT_EQ(sliced.got[i].data.bytes.size(), at_once.got[i].data.bytes.size()) << i;
-    EXPECT_EQ(std::memcmp(sliced.got[i].data.bytes.data(), at_once.got[i].data.bytes.data(),
-                          sliced.got[i].data.bytes.size()),
-              0)
-        << i;
+    const Buffer& x = sliced.got[i].data.bytes;
+    const Buffer& y = at_once.got[i].data.bytes;
+    ASSERT_EQ(x.size(), y.size()) << i;
+    // (a sync's reply carries no data, and memcmp may not be given its null pointer)
+    if (x.size() > 0) EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size()), 0) << i;
   }
   EXPECT_EQ(sliced.got.back().kind, proto::ServerMsg::kSessionError);  // reported once, at the end
 
