@@ -221,7 +221,9 @@ TEST(Session, RunsALongBatchInSlicesInOrder) {
     const Buffer& y = at_once.got[i].data.bytes;
     ASSERT_EQ(x.size(), y.size()) << i;
     // (a sync's reply carries no data, and memcmp may not be given its null pointer)
-    if (x.size() > 0) EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size()), 0) << i;
+    if (x.size() > 0) {
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size()), 0) << i;
+    }
   }
   EXPECT_EQ(sliced.got.back().kind, proto::ServerMsg::kSessionError);  // reported once, at the end
 
