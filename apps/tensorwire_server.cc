@@ -5,6 +5,10 @@
 // Prints "listening on <url>" for every bound address (with the real port when 0 was asked),
 // the TLS certificate's fingerprint when an address is tls://, "metrics on <url>" for the
 // --metrics endpoint, then one line with its limits; stops cleanly on SIGINT/SIGTERM.
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +42,11 @@ void usage(FILE* to) {
                "  --max-sessions N      (default 4096)\n"
                "  --max-frame BYTES     largest frame a client may send (default 1073741824)\n"
                "  --session-memory BYTES  tensor bytes one session may hold (default 8 GiB)\n"
+               "  --max-memory BYTES    tensor bytes all sessions together may hold (default 80%%\n"
+               "                        of physical memory)\n"
+               "                        (BYTES: a number, or with K, M, G or T: 512M, 4G, 1.5T)\n"
+               "  --handshake-timeout SECONDS  drop a peer that has not completed its handshake\n"
+               "                        within this (default 10; fractions allowed)\n"
                "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
                "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
                "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
@@ -52,6 +61,28 @@ bool parse_u64(const char* s, uint64_t& out) {
   unsigned long long v = std::strtoull(s, &end, 10);
   if (errno || !end || *end || s[0] == '-') return false;
   out = v;
+  return true;
+}
+
+// "4G" -> 4 << 30: a count of bytes, optionally with a binary suffix (K, M, G, T, with or
+// without "iB" or "B") and then a fraction allowed ("1.5G").
+bool parse_bytes(const char* s, uint64_t& out) {
+  if (parse_u64(s, out)) return true;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s, &end);
+  if (errno || end == s || s[0] == '-' || !(v >= 0)) return false;
+  const std::string suffix(end);
+  const std::string units = "KMGT";
+  size_t u = suffix.empty() ? std::string::npos
+                            : units.find(static_cast<char>(
+                                  std::toupper(static_cast<unsigned char>(suffix[0]))));
+  if (u == std::string::npos) return false;  // no unit (and not a whole number), or another
+  const std::string rest = suffix.substr(1);
+  if (!rest.empty() && rest != "B" && rest != "iB") return false;
+  double bytes = std::ldexp(v, 10 * static_cast<int>(u + 1));
+  if (bytes >= 18446744073709551615.0) return false;
+  out = static_cast<uint64_t>(bytes);
   return true;
 }
 
@@ -78,14 +109,41 @@ int main(int argc, char** argv) {
       }
       return n;
     };
+    auto bytes = [&](const char* name) -> uint64_t {
+      const char* v = value(name);
+      uint64_t n = 0;
+      if (!parse_bytes(v, n)) {
+        std::fprintf(stderr, "tensorwire-server: %s expects a size in bytes such as 1048576, 512M or 4G, got '%s'\n",
+                     name, v);
+        std::exit(2);
+      }
+      return n;
+    };
     if (a == "--listen") opts.listen.push_back(value("--listen"));
     else if (a == "--devices") opts.devices = static_cast<int>(number("--devices"));
     else if (a == "--backend") opts.backend = value("--backend");
     else if (a == "--workers") opts.worker_threads = static_cast<int>(number("--workers"));
     else if (a == "--threads") tw::set_num_threads(static_cast<int>(number("--threads")));
     else if (a == "--max-sessions") opts.max_sessions = static_cast<uint32_t>(number("--max-sessions"));
-    else if (a == "--max-frame") opts.max_frame_bytes = number("--max-frame");
-    else if (a == "--session-memory") opts.session_memory_bytes = number("--session-memory");
+    else if (a == "--max-frame") opts.max_frame_bytes = bytes("--max-frame");
+    else if (a == "--session-memory") opts.session_memory_bytes = bytes("--session-memory");
+    else if (a == "--max-memory") {
+      opts.max_memory_bytes = bytes("--max-memory");
+      if (opts.max_memory_bytes == 0) {
+        std::fprintf(stderr, "tensorwire-server: --max-memory must be more than 0 bytes\n");
+        return 2;
+      }
+    }
+    else if (a == "--handshake-timeout") {
+      const char* v = value("--handshake-timeout");
+      char* end = nullptr;
+      double seconds = std::strtod(v, &end);
+      if (end == v || *end || !(seconds > 0) || seconds > 86400) {
+        std::fprintf(stderr, "tensorwire-server: --handshake-timeout expects seconds (> 0, at most a day), got '%s'\n", v);
+        return 2;
+      }
+      opts.handshake_timeout = std::chrono::milliseconds(std::max<long long>(1, std::llround(seconds * 1000)));
+    }
     else if (a == "--queue-depth") opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
     else if (a == "--max-graph-ops") opts.max_graph_ops = number("--max-graph-ops");
     else if (a == "--tls-cert") opts.tls_cert_file = value("--tls-cert");

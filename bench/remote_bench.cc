@@ -12,7 +12,11 @@
 //   (g) TLS (tls://, a pinned self-signed certificate) vs plain TCP to the same server: the
 //       round trip of (a) and the upload of (b), interleaved
 //   (h) the (c) stream on a server with --metrics, scraped once a second, vs one without
-// Usage: tw_bench_remote [--quick] [--only abcdefgh] [--server PATH]. Measures; never asserts.
+//   (i) fairness, --workers 1: a light session's 1-element op + read while a heavy session streams
+//       2048x2048 matmuls, against one such matmul's time
+//   (m) memory, --max-memory 4G: four sessions each trying to hold 8 GiB; the over-limit ops
+//       fail, the server's peak RSS, the server alive
+// Usage: tw_bench_remote [--quick] [--only abcdefghim] [--server PATH]. Measures; never asserts.
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -31,6 +35,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -56,11 +61,12 @@ double us_since(Clock::time_point t0) {
 
 // ---------------------------------------------------------------- the server child process
 
-uint64_t rss_bytes(pid_t pid) {
+// A figure of /proc/PID/status in bytes: VmRSS (resident now) or VmHWM (its peak).
+uint64_t status_bytes(pid_t pid, const std::string& which) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string key;
   while (in >> key) {
-    if (key == "VmRSS:") {
+    if (key == which) {
       uint64_t kb = 0;
       in >> kb;
       return kb * 1024;
@@ -69,6 +75,7 @@ uint64_t rss_bytes(pid_t pid) {
   }
   return 0;
 }
+uint64_t rss_bytes(pid_t pid) { return status_bytes(pid, "VmRSS:"); }
 
 // ---------------------------------------------------------------- raw TCP baseline
 
@@ -633,19 +640,136 @@ void bench_metrics_overhead(const std::string& binary, int n, int rounds) {
                   fmt("%.3fx", ratio), ">= 0.98x (<= 2% cost)", ratio >= 0.98});
 }
 
+// ---------------------------------------------------------------- (i) fairness
+
+// Seconds per 2048x2048 f32 matmul on `d`, from batches of six (what the heavy session sends).
+double matmul_seconds(const tw::Device& d, const tw::Tensor& a, int batches) {
+  auto t0 = Clock::now();
+  for (int i = 0; i < batches; ++i) {
+    for (int k = 0; k < 6; ++k) (void)a.matmul(a);
+    d.sync();
+  }
+  return us_since(t0) / 1e6 / (6.0 * batches);
+}
+
+// One light request's round trip, microseconds: a 1-element op and its read.
+double light_sync_us(const tw::Tensor& x) {
+  auto t0 = Clock::now();
+  if ((x + 1.0).item<float>() != 2.0f) throw std::runtime_error("fairness: wrong light result");
+  return us_since(t0);
+}
+
+void bench_fairness(const std::string& binary, int samples) {
+  tw::testing::ServerProcess server({"--workers", "1"}, binary);
+  tw::Device heavy = tw::Device::remote(server.url());
+  tw::Device light = tw::Device::remote(server.url());
+  tw::Tensor a = tw::full({2048, 2048}, 0.5, tw::kF32, heavy);
+  tw::Tensor x = tw::full({1}, 1.0, tw::kF32, light);
+  (void)matmul_seconds(heavy, a, 1);  // warm up (kernel plans, the pool's buffers)
+  const double matmul = matmul_seconds(heavy, a, 2);
+  std::vector<double> alone;
+  for (int i = 0; i < 100; ++i) alone.push_back(light_sync_us(x));
+  std::atomic<bool> stop{false};
+  std::thread streamer([&] {
+    while (!stop) (void)matmul_seconds(heavy, a, 1);
+  });
+  // Requests at times unrelated to the heavy session's ops, so that they land at every point
+  // of an op.
+  std::minstd_rand gen(7);
+  std::uniform_int_distribution<int> gap_us(0, static_cast<int>(matmul * 1e6));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::vector<double> busy;
+  for (int i = 0; i < samples; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(gap_us(gen)));
+    busy.push_back(light_sync_us(x));
+  }
+  stop = true;
+  streamer.join();
+  Dist b = dist(busy), q = dist(alone);
+  double ratio = b.p99 / (matmul * 1e6);
+  rows.push_back(
+      {"i",
+       "--workers 1: a light session's 1-element op + read while a heavy one streams 2048x2048 f32 "
+       "matmuls (6 a batch), min / median / p99 ms (" +
+           std::to_string(samples) + " syncs; idle " + fmt("%.2f ms", q.median / 1e3) +
+           " median); baseline: one matmul",
+       fmt3(b.min / 1e3, b.median / 1e3, b.p99 / 1e3), fmt("%.1f ms", matmul * 1e3),
+       fmt("%.2fx", ratio), "p99 <= 1.5x one matmul", ratio <= 1.5});
+}
+
+// ---------------------------------------------------------------- (m) server-wide memory
+
+void bench_memory_limit(const std::string& binary) {
+  constexpr uint64_t kLimit = uint64_t{4} << 30;
+  constexpr int64_t kChunk = int64_t{64} << 20;   // f32 elements: 256 MiB a tensor
+  constexpr int kSessions = 4, kChunksEach = 32;  // each tries to hold 8 GiB
+  tw::testing::ServerProcess server({"--max-memory", "4G"}, binary);
+  std::vector<int> held(kSessions, 0), clean(kSessions, 0), other(kSessions, 0);
+  auto t0 = Clock::now();
+  {
+    std::vector<tw::Device> devices;
+    for (int s = 0; s < kSessions; ++s) devices.push_back(tw::Device::remote(server.url()));
+    std::vector<std::vector<tw::Tensor>> tensors(kSessions);
+    std::vector<std::thread> threads;
+    for (int s = 0; s < kSessions; ++s) {
+      threads.emplace_back([&, s] {
+        for (int i = 0; i < kChunksEach; ++i) {
+          tw::Tensor t = tw::full({kChunk}, 1.0, tw::kF32, devices[s]);
+          try {
+            if (t.sum().item<float>() != static_cast<float>(kChunk)) ++other[s];
+            tensors[s].push_back(t);
+            ++held[s];
+          } catch (const tw::Error& e) {
+            bool named = std::string(e.what()).find("server memory limit") != std::string::npos;
+            ++(named ? clean[s] : other[s]);
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  const double s = us_since(t0) / 1e6;
+  const uint64_t peak = status_bytes(server.pid(), "VmHWM:");
+  bool alive = ::kill(server.pid(), 0) == 0;
+  if (alive) {
+    tw::Device after = tw::Device::remote(server.url());
+    alive = tw::full({4}, 2.0, tw::kF32, after).sum().item<float>() == 8.0f;
+  }
+  int total_held = 0, total_clean = 0, total_other = 0;
+  for (int i = 0; i < kSessions; ++i) {
+    total_held += held[i];
+    total_clean += clean[i];
+    total_other += other[i];
+  }
+  const bool met = total_clean + total_held == kSessions * kChunksEach && total_other == 0 &&
+                   static_cast<uint64_t>(total_held) * kChunk * 4 <= kLimit &&
+                   peak <= (uint64_t{9} << 29) && alive;
+  rows.push_back(
+      {"m",
+       "--max-memory 4G, 4 sessions each creating and summing 256 MiB tensors up to 8 GiB (" +
+           fmt("%.1f s", s) +
+           "): tensors held / over-limit ops failed naming the limit / "
+           "other failures; the server " +
+           (alive ? "alive" : "DEAD") + " after",
+       std::to_string(total_held) + " / " + std::to_string(total_clean) + " / " +
+           std::to_string(total_other),
+       fmt("%.2f GiB peak RSS", peak / 1073741824.0), "",
+       "over-limit ops fail cleanly, RSS <= 4.5 GiB, alive", met});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string binary = TW_SERVER_BINARY;
   bool quick = false;
-  std::string only = "abcdefgh";
+  std::string only = "abcdefghim";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--server" && i + 1 < argc) binary = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: tw_bench_remote [--quick] [--only abcdefgh] [--server PATH]\n");
+      std::fprintf(stderr, "usage: tw_bench_remote [--quick] [--only abcdefghim] [--server PATH]\n");
       return 2;
     }
   }
@@ -674,6 +798,8 @@ int main(int argc, char** argv) {
     if (on('d')) bench_idle_sessions(binary, 1000);
     if (on('g')) bench_tls(binary, quick ? 600 : 3000, size_t{256} << 20, quick ? 3 : 5);
     if (on('h')) bench_metrics_overhead(binary, quick ? 50000 : 200000, quick ? 3 : 9);
+    if (on('i')) bench_fairness(binary, quick ? 40 : 200);
+    if (on('m')) bench_memory_limit(binary);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tw_bench_remote: %s\n", e.what());
     return 1;

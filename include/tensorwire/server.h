@@ -1,6 +1,7 @@
 // tw::Server: the compute server as a library. A program can host one in-process on an
 // ephemeral loopback port (what `make run` does) or run apps/tensorwire-server.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,12 +24,19 @@ struct ServerOptions {
   std::string backend = "cpu";
   int worker_threads = 0;          // sessions' execution pool; 0: hardware threads
   // Limits. Every one yields a clear error to the client that hits it, never to the others.
-  uint32_t max_sessions = 4096;
+  uint32_t max_sessions = 4096;  // connections at once, from accept (see handshake_timeout)
   uint64_t max_frame_bytes = uint64_t{1} << 30;        // a frame's payload, checked before allocating
   uint64_t session_memory_bytes = uint64_t{8} << 30;   // tensor bytes one session may hold
   // Ops all of one session's registered graphs may hold together (a graph of no ops counts as
   // one); a registration past it is refused. Graphs' planned buffers count in the memory above.
   uint64_t max_graph_ops = uint64_t{1} << 18;
+  // Tensor bytes all sessions together may hold (with what else their work reserves); an op
+  // that would pass it fails for its session, naming this limit. 0: 80% of physical memory.
+  uint64_t max_memory_bytes = 0;
+  // A peer that has not completed its handshake this long after connecting is dropped, which
+  // frees the session slot it holds (every connection holds one from its accept, within
+  // max_sessions). Sessions past the handshake may stay idle for as long as they like.
+  std::chrono::milliseconds handshake_timeout{10000};
   // Batches received but not yet executed, per session; past this the server stops reading
   // that client's connection (backpressure) until its queue drains.
   uint32_t session_queue_depth = 64;
@@ -68,7 +76,7 @@ class Server {
   // The metrics endpoint's address, http://127.0.0.1:41234 (port resolved); empty without one.
   std::string metrics_url() const;
   // "devices=1 (cpu) workers=2 max-sessions=4096 max-frame=1.0GiB session-memory=8.0GiB
-  // queue-depth=64"
+  // max-memory=19.2GiB queue-depth=64 handshake-timeout=10s"
   std::string limits_summary() const;
   // The SHA-256 fingerprint ("AB:CD:...") of the certificate the tls:// listeners present, for
   // clients to pin (TW_TLS_FINGERPRINT); empty when no address is tls://.

@@ -30,9 +30,11 @@ class Backend {
   // error (a later read of them, or of anything computed from them, returns that error) and the
   // error is returned. Output ids must not exist yet.
   virtual Status execute(const ir::Op& op) = 0;
-  // Caps the tensor bytes this backend holds: execute() refuses an op whose outputs would take
-  // it past `bytes`, poisoning them with refuse(op, bytes held, bytes needed), checked on the
-  // inference execute() does anyway (the server's per-session quota).
+  // Caps the tensor bytes this backend holds: execute() asks refuse(op, bytes held, bytes
+  // needed) about an op whose outputs would take it past `bytes`, checked on the inference
+  // execute() does anyway; an error poisons the outputs, OK lets the op run after all. The
+  // server's sessions set 0, so that they are asked about every op that allocates and can
+  // reserve its bytes in the server-wide budget first (src/server/session.cc).
   using RefuseFn = std::function<Status(const ir::Op& op, uint64_t have, uint64_t need)>;
   virtual void set_memory_limit(uint64_t bytes, RefuseFn refuse) = 0;
   // Records `op` as failed with `error` without running it (its outputs become poisoned), as
@@ -40,6 +42,10 @@ class Backend {
   virtual void fail(const ir::Op& op, const Status& error) = 0;
   // A contiguous host copy of a tensor, or the error it was poisoned with.
   virtual Result<TensorData> read(ir::TensorId id) = 0;
+  // OK when read(id) would give the tensor, else the error it would give (the poisoning error,
+  // an unknown id), without the copy a read may make: the server asks before refusing a read
+  // too large for a frame, so that a poisoned tensor reports why it was poisoned.
+  virtual Status readable(ir::TensorId id) { return read(id).status(); }
   virtual Result<TensorMeta> meta(ir::TensorId id) const = 0;
   // Forgets a tensor; its memory is freed once no view refers to it. Unknown ids: kNotFound.
   virtual Status drop(ir::TensorId id) = 0;

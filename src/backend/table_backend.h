@@ -72,6 +72,7 @@ class TableBackend : public Backend {
   void fail(const ir::Op& op, const Status& error) final {
     poison(ir::op_outputs(op), nullptr, error);
   }
+  Status readable(ir::TensorId id) final { return tensor(id).status(); }
   Result<TensorMeta> meta(ir::TensorId id) const final {
     auto it = table_.find(id);
     if (it == table_.end()) return not_found("unknown tensor id " + tensor_id_str(id));
@@ -254,8 +255,10 @@ Status TableBackend<T>::execute(const ir::Op& op) {
       need += static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
     if (bytes_held() + need > memory_limit_) {
       Status err = refuse_(op, bytes_held(), need);
-      poison(outs, &*metas, err);
-      return err;
+      if (!err.ok()) {
+        poison(outs, &*metas, err);
+        return err;
+      }
     }
   }
   auto done = run_guarded(op, *metas);
@@ -513,7 +516,8 @@ Status TableBackend<T>::run_graph_op(RegisteredGraph& g, const GraphOp& op) {
     for (const TensorMeta& m : op.metas)
       need += static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
     if (bytes_held() + need > memory_limit_) {
-      return set_outputs_poisoned(refuse_(op.op, bytes_held(), need));
+      Status err = refuse_(op.op, bytes_held(), need);
+      if (!err.ok()) return set_outputs_poisoned(err);
     }
   }
   arena_ = op.from_arena ? g.arena.get() : nullptr;

@@ -86,6 +86,10 @@ struct Server::Impl {
   std::mutex sessions_mu;
   std::unordered_map<uint64_t, std::weak_ptr<Connection>> sessions;
   std::atomic<uint64_t> next_session{1};
+  // Connections holding a session slot, within opts.max_sessions: each takes one from its
+  // accept (so a peer still shaking hands counts) until it closes, or the handshake deadline
+  // drops it.
+  std::atomic<uint32_t> slots_taken{0};
   std::atomic<uint64_t> sessions_opened{0}, frames_in{0}, frames_out{0}, bytes_in{0}, bytes_out{0};
   server::SessionTotals totals;  // ops run, tensor bytes held
   std::atomic<int64_t> batches_in_flight{0};  // queued on a connection, not yet finished
@@ -150,6 +154,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   ~Connection() override {
     // Last reference gone (stream shut down, no task in flight): free the session's tensors.
     session_.reset();
+    give_slot_back();
     shard_.sessions.fetch_sub(1);
     if (id_) {
       std::lock_guard<std::mutex> lock(srv_.sessions_mu);
@@ -157,7 +162,19 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     }
   }
 
-  void start() { read_more(); }
+  void start() {
+    uint32_t taken = srv_.slots_taken.fetch_add(1);
+    has_slot_ = taken < srv_.opts.max_sessions;
+    if (!has_slot_) srv_.slots_taken.fetch_sub(1);  // refused as busy unless it only enumerates
+    // The deadline for the handshake; on_hello() cancels it.
+    handshake_timer_.expires_after(srv_.opts.handshake_timeout);
+    handshake_timer_.async_wait([weak = weak_from_this()](const asio::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->welcomed_) return;
+      self->close();
+    });
+    read_more();
+  }
   uint64_t id() const { return id_; }
   // Call with srv_.sessions_mu held (the session is set under it).
   uint64_t held() const { return session_ ? session_->held() : 0; }
@@ -178,18 +195,21 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   }
 
  private:
-  struct Batch {
-    std::vector<proto::Task> tasks;
-    Status decoded;
-    Buffer frame;  // its bytes may back uploaded tensors until they are dropped
-  };
-
   // Ends the session: both directions of the stream are shut down, so the pending read ends and
   // no more writes start; the stream itself is released with the last reference. Safe while
   // other threads have operations on the stream, which close() would not be.
   void shutdown_locked() {
     if (closed_.exchange(true)) return;
     stream_->shutdown();
+    give_slot_back();
+    // A pending deadline would keep the shard's loop running; the timer belongs to the shard's
+    // thread, and this may be another.
+    asio::post(shard_.io, [weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->handshake_timer_.cancel();
+    });
+  }
+  void give_slot_back() {
+    if (has_slot_.exchange(false)) srv_.slots_taken.fetch_sub(1);
   }
   void close() {
     std::lock_guard<std::mutex> lock(write_mu_);
@@ -285,7 +305,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       on_hello(frame);
       return {};
     }
-    Batch batch;
+    server::Batch batch;
     batch.decoded = proto::decode_batch(frame, batch.tasks);
     batch.frame = std::move(frame);
     std::lock_guard<std::mutex> lock(exec_mu_);
@@ -298,30 +318,30 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     return q;
   }
 
-  // Runs queued batches on this thread. After a few it yields the thread to other sessions
-  // (posting the rest), so one busy session cannot hold a pool thread for ever.
+  // Runs queued batches on this thread for one time slice, then lets the shard's other
+  // sessions run before it goes on: a long batch is left where it stopped (the session
+  // resumes it; ops stay in order) and the rest is queued behind whatever else is ready. A
+  // batch that finishes within the slice costs no hand-off, so a small request's latency is
+  // unchanged; a request of another session waits for about one op of the busy one.
   void drain() {
-    constexpr int kBatchesPerTurn = 16;
-    for (int turn = 0;; ++turn) {
-      Batch batch;
+    const auto until = server::Session::Clock::now() + kSlice;
+    for (bool first = true;; first = false) {
+      server::Batch* batch;
       {
         std::lock_guard<std::mutex> lock(exec_mu_);
         if (exec_q_.empty()) {
           executing_ = false;
           return;
         }
-        if (turn == kBatchesPerTurn) {
-          asio::post(shard_.io, [self = shared_from_this()] { self->drain(); });
-          return;
-        }
-        batch = std::move(exec_q_.front());
-        exec_q_.pop_front();
+        batch = &exec_q_.front();  // only this thread pops it; other threads push at the back
       }
-      session_->run(batch.tasks, batch.decoded, *this);
-      batch = Batch();
+      // More is queued and the slice is spent: the shard's other sessions first.
+      if (!first && server::Session::Clock::now() >= until) return yield();
+      if (!session_->run(*batch, *this, until)) return yield();
       bool resume = false;
       {
         std::lock_guard<std::mutex> lock(exec_mu_);
+        exec_q_.pop_front();
         --queued_;
         if (read_paused_ && queued_ < srv_.opts.session_queue_depth) {
           read_paused_ = false;
@@ -331,6 +351,17 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       srv_.batches_in_flight.fetch_sub(1);
       if (resume) process();
     }
+  }
+
+  // Continues drain() after the shard's loop has looked for ready streams once more, so that
+  // another session's request received meanwhile runs first. One post would not do: the loop
+  // polls its streams once per pass over its queue, and what that poll finds is queued behind
+  // a continuation posted before it; the hop makes the continuation the last of the queue
+  // after the poll. The queue stays marked executing, so no other thread starts it.
+  void yield() {
+    asio::post(shard_.io, [self = shared_from_this()] {
+      asio::post(self->shard_.io, [self] { self->drain(); });
+    });
   }
 
   void refuse(proto::RefuseReason reason, const std::string& message) {
@@ -377,13 +408,13 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
                         srv_.server_id + " hosts " + std::to_string(srv_.opts.devices) +
                         " device(s) (0.." + std::to_string(srv_.opts.devices - 1) + ")");
     }
+    if (!has_slot_) {
+      return refuse(proto::RefuseReason::kServerBusy,
+                    "server has reached its limit of " + std::to_string(srv_.opts.max_sessions) +
+                        " sessions (tensorwire-server --max-sessions); try again later");
+    }
     {
       std::lock_guard<std::mutex> lock(srv_.sessions_mu);
-      if (srv_.sessions.size() >= srv_.opts.max_sessions) {
-        return refuse(proto::RefuseReason::kServerBusy,
-                      "server has reached its limit of " + std::to_string(srv_.opts.max_sessions) +
-                          " sessions (tensorwire-server --max-sessions); try again later");
-      }
       id_ = srv_.next_session.fetch_add(1);
       srv_.sessions[id_] = weak_from_this();
     }
@@ -398,6 +429,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     }
     srv_.sessions_opened.fetch_add(1);
     welcomed_ = true;
+    handshake_timer_.cancel();
     w.session_id = id_;
     proto::OutFrame f;
     proto::encode_welcome(w, f);
@@ -455,6 +487,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   std::unique_ptr<server::Session> session_;  // set by the handshake; run by the draining thread
   std::atomic<bool> closed_{false};
   std::atomic<bool> closing_{false};  // to close once the replies queued are out
+  std::atomic<bool> has_slot_{false};              // holds one of srv_.slots_taken
+  asio::steady_timer handshake_timer_{shard_.io};  // drops a peer that never completes Hello
   // reading (one read at a time)
   // Small: an idle session holds it, and larger frames are read straight into their own buffer.
   net::FrameReader reader_{8 * 1024};
@@ -462,7 +496,11 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   bool welcomed_ = false;
   // execution queue
   std::mutex exec_mu_;
-  std::deque<Batch> exec_q_;
+  // A session's turn on its shard: long beside what a yield costs (two posts, a few
+  // microseconds), so a session streaming small ops loses nothing measurable; short beside a
+  // heavy op, so another session waits little more than the op under way.
+  static constexpr auto kSlice = std::chrono::milliseconds(1);
+  std::deque<server::Batch> exec_q_;
   bool executing_ = false;
   bool read_paused_ = false;
   // Batches received and not finished; atomic only so that a metrics scrape can read it.
@@ -604,7 +642,9 @@ std::string Server::limits_summary() const {
   os << "devices=" << o.devices << " (" << o.backend << ") workers=" << impl_->worker_count
      << " max-sessions=" << o.max_sessions << " max-frame=" << human_bytes(o.max_frame_bytes)
      << " session-memory=" << human_bytes(o.session_memory_bytes)
-     << " queue-depth=" << o.session_queue_depth << " max-graph-ops=" << o.max_graph_ops;
+     << " max-memory=" << human_bytes(impl_->totals.memory.limit())
+     << " queue-depth=" << o.session_queue_depth << " max-graph-ops=" << o.max_graph_ops
+     << " handshake-timeout=" << o.handshake_timeout.count() / 1000.0 << "s";
   return os.str();
 }
 
@@ -653,11 +693,15 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
   if (opts.listen.empty()) return invalid_argument("no address to listen on");
   if (opts.session_queue_depth < 1) return invalid_argument("session queue depth must be >= 1");
   if (opts.max_frame_bytes < 1024) return invalid_argument("max frame size must be >= 1024 bytes");
+  if (opts.handshake_timeout.count() <= 0)
+    return invalid_argument("the handshake timeout must be > 0");
   TW_ASSIGN_OR_RETURN(std::vector<std::string> backends, device_backends(opts));
   opts.devices = static_cast<int>(backends.size());
   auto impl = std::make_unique<Server::Impl>();
   impl->opts = opts;
   impl->backends = std::move(backends);
+  impl->totals.memory.set_limit(opts.max_memory_bytes ? opts.max_memory_bytes
+                                                      : server::default_max_memory());
   std::random_device rd;
   std::ostringstream id;
   id << std::hex << (uint64_t{rd()} << 32 | rd());

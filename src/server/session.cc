@@ -20,73 +20,146 @@ std::string human_bytes(uint64_t b) {
   return os.str();
 }
 
+namespace {
+
+Status over_server_limit(const std::string& what, const MemoryBudget& budget, uint64_t need) {
+  return resource_exhausted(what + ": server memory limit reached: the server's sessions hold " +
+                            human_bytes(budget.used()) + " of its limit of " +
+                            human_bytes(budget.limit()) + " and this needs " + human_bytes(need) +
+                            " more; free tensors (drop them), try again later, or raise "
+                            "tensorwire-server --max-memory");
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Session>> Session::open(uint64_t id, const std::string& backend,
                                                uint64_t memory_quota, SessionTotals& totals,
                                                uint64_t max_graph_ops) {
   TW_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, make_backend(backend));
   std::unique_ptr<Session> s(new Session(id, std::move(b), totals, memory_quota, max_graph_ops));
-  s->set_backend_limit();
+  s->set_backend_limit(0);
   return s;
 }
 
-void Session::set_backend_limit() {
-  // Quota: the backend refuses an op whose outputs would take the session past its limit.
-  const uint64_t quota = memory_quota_;
-  const uint64_t constants = graph_constant_bytes_;
-  backend_->set_memory_limit(
-      quota - std::min(quota, constants),
-      [quota, constants](const ir::Op& op, uint64_t have, uint64_t need) {
-        return resource_exhausted(
-            ir::op_name(op) + ": session memory quota exceeded: the session holds " +
-            human_bytes(have + constants) + " and this op needs " + human_bytes(need) +
-            " more, over the quota of " + human_bytes(quota) +
-            "; free tensors (drop them) or raise --session-memory");
-      });
+void Session::set_backend_limit(uint64_t bytes) {
+  // Limit 0: the backend asks admit() about every op that allocates, so the bytes are reserved
+  // in the server's budget before the kernel allocates them. The backend is the session's own,
+  // so `this` outlives it.
+  backend_->set_memory_limit(bytes, [this](const ir::Op& op, uint64_t have, uint64_t need) {
+    return admit(op, have, need);
+  });
 }
 
 Session::~Session() {
-  totals_.bytes_held.fetch_sub(static_cast<int64_t>(held_.load()));
   backend_.reset();
+  totals_.memory.release(charged_ + reserved_.load());
+  totals_.bytes_held.fetch_sub(static_cast<int64_t>(held_.load()));
+}
+
+Status Session::admit(const ir::Op& op, uint64_t have, uint64_t need) {
+  if (need == 0) return Status::OK();
+  // Graphs' constants are the session's too, beside what the backend holds.
+  const uint64_t holds = have + graph_constant_bytes_;
+  if (holds + need > memory_quota_) {
+    return resource_exhausted(ir::op_name(op) +
+                              ": session memory quota exceeded: the session holds " +
+                              human_bytes(holds) + " and this op needs " + human_bytes(need) +
+                              " more, over the quota of " + human_bytes(memory_quota_) +
+                              "; free tensors (drop them) or raise --session-memory");
+  }
+  // What the buffer pool will hand out for it (settle() corrects the guess for several
+  // outputs, views and other backends' storage); size_class() is for sizes that can exist.
+  const uint64_t want = need < (uint64_t{1} << 60) ? BufferPool::size_class(need) : need;
+  if (!totals_.memory.try_reserve(want)) {
+    return over_server_limit(ir::op_name(op), totals_.memory, want);
+  }
+  charged_ += want;
+  return Status::OK();
+}
+
+Status Session::reserve(uint64_t bytes, const std::string& what) {
+  if (!totals_.memory.try_reserve(bytes)) return over_server_limit(what, totals_.memory, bytes);
+  reserved_.fetch_add(bytes);
+  return Status::OK();
+}
+
+void Session::release(uint64_t bytes) {
+  reserved_.fetch_sub(bytes);
+  totals_.memory.release(bytes);
+}
+
+void Session::settle() {
+  const uint64_t now = backend_->bytes_held();
+  // What the op reserved and did not use (a view, a failure), what a drop freed; or storage
+  // beyond the outputs' element bytes, which is charged although it passes the limit: it exists.
+  if (now > charged_) {
+    totals_.memory.charge(now - charged_);
+  } else if (now < charged_) {
+    totals_.memory.release(charged_ - now);
+  }
+  charged_ = now;
+  // The backend's bytes include graphs' planned buffers; their constants are the session's.
+  const uint64_t holds = now + graph_constant_bytes_;
+  const uint64_t before = held_.load(std::memory_order_relaxed);
+  if (holds == before) return;
+  held_.store(holds);
+  totals_.bytes_held.fetch_add(static_cast<int64_t>(holds) - static_cast<int64_t>(before));
+}
+
+void Session::run_task(proto::Task& t, SessionOutput& out, OpTimer& timer) {
+  if (t.kind != proto::TaskKind::kOp) timer.interrupt();
+  proto::OutFrame f;
+  switch (t.kind) {
+    case proto::TaskKind::kOp:
+      totals_.ops_executed.fetch_add(1, std::memory_order_relaxed);
+      ops_.store(ops_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      // A failure (over a limit too) is recorded in the op's outputs; the metrics count it.
+      (void)timer.run(t.op, [&] { return backend_->execute(t.op); });
+      settle();
+      return;
+    case proto::TaskKind::kRead:
+      proto::encode_read_result(t.request_id, totals_.metrics.counted_read(read_for_wire(t.id)), f);
+      break;
+    case proto::TaskKind::kSync: proto::encode_sync_result(t.request_id, Status::OK(), f); break;
+    case proto::TaskKind::kDrop:
+      for (auto id : t.ids) (void)backend_->drop(id);  // unknown ids: nothing to free
+      settle();
+      return;
+    case proto::TaskKind::kStats:
+      proto::encode_stats_result(t.request_id, out.server_stats(id_), f);
+      break;
+    case proto::TaskKind::kRegisterGraph:
+      proto::encode_graph_result(t.request_id, register_graph(std::move(t.graph)), f);
+      settle();
+      break;
+    case proto::TaskKind::kRunGraph:
+      run_graph(t);
+      settle();
+      return;
+  }
+  out.reply(std::move(f));
+}
+
+bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
+  OpTimer timer(totals_.metrics);
+  while (batch.next < batch.tasks.size()) {
+    run_task(batch.tasks[batch.next++], out, timer);
+    if (batch.next < batch.tasks.size() && Clock::now() >= until) return false;
+  }
+  if (!batch.decoded.ok()) {
+    totals_.metrics.error(ErrorKind::kMalformedBatch);
+    proto::OutFrame f;
+    proto::encode_session_error(
+        batch.decoded.with_context("malformed batch (the tasks before it ran)"), f);
+    out.reply(std::move(f));
+  }
+  return true;
 }
 
 void Session::run(std::vector<proto::Task>& tasks, const Status& decoded, SessionOutput& out) {
-  OpTimer timer(totals_.metrics);
-  for (proto::Task& t : tasks) {
-    if (t.kind != proto::TaskKind::kOp) timer.interrupt();
-    proto::OutFrame f;
-    switch (t.kind) {
-      case proto::TaskKind::kOp:
-        totals_.ops_executed.fetch_add(1, std::memory_order_relaxed);
-        ops_.store(ops_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        // A failure (the quota's too) is recorded in the op's outputs; the metrics count it.
-        (void)timer.run(t.op, [&] { return backend_->execute(t.op); });
-        continue;
-      case proto::TaskKind::kRead:
-        proto::encode_read_result(t.request_id, totals_.metrics.counted_read(read_for_wire(t.id)), f);
-        break;
-      case proto::TaskKind::kSync: proto::encode_sync_result(t.request_id, Status::OK(), f); break;
-      case proto::TaskKind::kDrop:
-        for (auto id : t.ids) (void)backend_->drop(id);  // unknown ids: nothing to free
-        continue;
-      case proto::TaskKind::kStats:
-        update_held();
-        proto::encode_stats_result(t.request_id, out.server_stats(id_), f);
-        break;
-      case proto::TaskKind::kRegisterGraph:
-        proto::encode_graph_result(t.request_id, register_graph(std::move(t.graph)), f);
-        break;
-      case proto::TaskKind::kRunGraph: run_graph(t); continue;
-    }
-    out.reply(std::move(f));
-  }
-  update_held();
-  if (!decoded.ok()) {
-    totals_.metrics.error(ErrorKind::kMalformedBatch);
-    proto::OutFrame f;
-    proto::encode_session_error(decoded.with_context("malformed batch (the tasks before it ran)"),
-                                f);
-    out.reply(std::move(f));
-  }
+  Batch batch{std::move(tasks), decoded, Buffer(), 0};
+  (void)run(batch, out, Clock::time_point::max());
+  tasks = std::move(batch.tasks);
 }
 
 // ---- graphs ----
@@ -113,13 +186,29 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
         " and the graph's constants take " + human_bytes(constants) + ", over the quota of " +
         human_bytes(memory_quota_) + "; free tensors (drop them) or raise --session-memory");
   }
+  // The constants are held outside the backend: the server's budget counts them by reserve().
+  TW_RETURN_NOT_OK(reserve(constants, "register_graph"));
   graph_constant_bytes_ += constants;
-  set_backend_limit();
+  // The backend plans the graph's buffers against one limit: what the quota leaves beside the
+  // constants, or what the server's budget has free, whichever is less. settle() then counts
+  // them in the budget.
+  const uint64_t backend_held = backend_->bytes_held();
+  const uint64_t by_quota = memory_quota_ - std::min(memory_quota_, graph_constant_bytes_);
+  const MemoryBudget& budget = totals_.memory;
+  const uint64_t server_free = budget.limit() - std::min(budget.limit(), budget.used());
+  const uint64_t by_server =
+      server_free > UINT64_MAX - backend_held ? UINT64_MAX : backend_held + server_free;
+  set_backend_limit(std::min(by_quota, by_server));
   Result<ir::GraphId> id = backend_->register_graph(std::move(graph));
+  set_backend_limit(0);
   if (!id.ok()) {
     graph_constant_bytes_ -= constants;
-    set_backend_limit();
+    release(constants);
     if (id.status().code() == StatusCode::kResourceExhausted) {
+      if (by_server < by_quota) {
+        return id.status().with_context("server memory limit of " + human_bytes(budget.limit()) +
+                                        " (tensorwire-server --max-memory)");
+      }
       return id.status().with_context("session memory quota of " + human_bytes(memory_quota_) +
                                       " (tensorwire-server --session-memory)");
     }
@@ -139,24 +228,19 @@ void Session::run_graph(const proto::Task& t) {
   (void)backend_->run_graph(t.graph_id, t.ids, t.outputs);
 }
 
-// A tensor too large for one frame (whose length is a u32) is refused, not truncated.
+// A tensor too large for one frame (whose length is a u32) is refused, not truncated; a
+// poisoned one reports its poisoning error first, whatever its size.
 Result<TensorData> Session::read_for_wire(ir::TensorId id) {
   TW_ASSIGN_OR_RETURN(TensorMeta m, backend_->meta(id));
   uint64_t bytes = static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
   constexpr uint64_t kRoom = 0xFFFFFFFFull - 4096;  // the frame's head beside the data
   if (bytes > kRoom) {
+    TW_RETURN_NOT_OK(backend_->readable(id));
     return resource_exhausted("read: tensor " + std::to_string(id) + " holds " +
                               human_bytes(bytes) +
                               ", more than one frame can carry (4 GiB); read it in slices");
   }
   return backend_->read(id);
-}
-
-void Session::update_held() {
-  // The backend's bytes include graphs' planned buffers; their constants are the session's.
-  uint64_t now = backend_->bytes_held() + graph_constant_bytes_;
-  uint64_t before = held_.exchange(now);
-  totals_.bytes_held.fetch_add(static_cast<int64_t>(now) - static_cast<int64_t>(before));
 }
 
 }  // namespace tw::server

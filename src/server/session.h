@@ -1,10 +1,11 @@
 // One client's session, without its transport: its tensor table (a backend instance of its
-// own), its memory quota and the execution of its tasks. The per-connection code in server.cc
-// decodes frames, drives a Session with the tasks and writes what it replies; so a new kind of
-// task, fairness between sessions or a transfer between servers changes this, not socket code,
-// and a test can drive a Session with no socket at all.
+// own), its memory quota and share of the server-wide limit, and the execution of its tasks.
+// The per-connection code in server.cc decodes frames, drives a Session with the batches and
+// writes what it replies; so a new kind of task, fairness between sessions or a transfer
+// between servers changes this, not socket code, and a test can drive a Session with no socket.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,17 +13,21 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/buffer.h"
 #include "core/status.h"
 #include "protocol/messages.h"
+#include "server/memory_budget.h"
 #include "server/metrics.h"
 
 namespace tw::server {
 
-// Server-wide figures every session adds to (what a stats task reports).
+// What every session of a server shares: the figures a stats task reports, and the
+// server-wide memory budget (--max-memory).
 struct SessionTotals {
   std::atomic<uint64_t> ops_executed{0};
   std::atomic<int64_t> bytes_held{0};  // tensor bytes of every session
-  ServerMetrics metrics;  // latency, errors, graphs, transfers (--metrics; metrics.h)
+  ServerMetrics metrics;               // latency, errors, graphs, transfers (--metrics; metrics.h)
+  MemoryBudget memory;                 // no limit unless the server sets one
 };
 
 // Where a session's replies go, and what it asks of its server.
@@ -35,23 +40,50 @@ class SessionOutput {
   virtual protocol::ServerStats server_stats(uint64_t asking) = 0;
 };
 
+// A received batch and how far it has run: a session runs a long batch in slices (run()).
+struct Batch {
+  std::vector<protocol::Task> tasks;
+  // How decoding ended: not OK, `tasks` are those before the malformed one, and the session
+  // reports the error after running them.
+  Status decoded;
+  Buffer frame;     // its bytes may back uploaded tensors until they are dropped
+  size_t next = 0;  // the first task not yet run
+};
+
 class Session {
  public:
+  using Clock = std::chrono::steady_clock;
+
   // A session on a new instance of the backend named `backend` that may hold at most
-  // `memory_quota` tensor bytes (graphs' planned buffers and constants included) and graphs of
-  // at most `max_graph_ops` ops together. `totals` outlives the session.
+  // `memory_quota` tensor bytes (graphs' planned buffers and constants included), within
+  // totals.memory, and graphs of at most `max_graph_ops` ops together. `totals` outlives the
+  // session.
   static Result<std::unique_ptr<Session>> open(uint64_t id, const std::string& backend,
                                                uint64_t memory_quota, SessionTotals& totals,
                                                uint64_t max_graph_ops = uint64_t{1} << 18);
-  // Frees the session's tensors and graphs.
+  // Frees the session's tensors and graphs and returns what it had reserved to the server's
+  // budget.
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Runs one batch's tasks in order, replying to `out`. `decoded` is how decoding the batch
-  // ended: not OK, the tasks are those before the malformed one, and the session reports the
-  // error after running them. Not thread-safe: one run() at a time.
+  // Runs `batch`'s tasks in order from batch.next, replying to `out`, until every task has run
+  // or `until` has passed (looked at after each task, so each call runs at least one): the
+  // connection then lets other sessions of its thread run before calling again, so that a long
+  // batch delays them by about one task, not the whole batch. True once the batch is finished
+  // (its decoding error, if any, reported). Not thread-safe: one run() at a time.
+  bool run(Batch& batch, SessionOutput& out, Clock::time_point until);
+  // Runs a whole batch at once.
   void run(std::vector<protocol::Task>& tasks, const Status& decoded, SessionOutput& out);
+
+  // Memory this session's work holds outside its tensor table (a graph registration, a
+  // transfer being received), counted in the server-wide budget beside its tensors so that
+  // --max-memory bounds it too. reserve() takes the bytes before they are allocated, or
+  // reserves nothing and returns an error naming `what` and the server's limit; release()
+  // gives back what a reserve() took once it is freed. Whatever is still reserved when the
+  // session ends is released then. Any thread.
+  Status reserve(uint64_t bytes, const std::string& what);
+  void release(uint64_t bytes);
 
   uint64_t id() const { return id_; }
   // Tensor bytes held after the last task run (graphs' planned buffers and constants included);
@@ -77,11 +109,17 @@ class Session {
         totals_(totals),
         memory_quota_(memory_quota),
         max_graph_ops_(max_graph_ops) {}
+  void run_task(protocol::Task& t, SessionOutput& out, OpTimer& timer);
+  // The backend's question before an op that needs `need` bytes more while the session's
+  // backend holds `have`: OK once the bytes are reserved, or the error that poisons the op's
+  // outputs. The quota counts graphs' constants beside `have`.
+  Status admit(const ir::Op& op, uint64_t have, uint64_t need);
+  // The backend asks admit() about an op that would take it past `bytes`: 0 between graph
+  // registrations, so that it asks about every op that allocates.
+  void set_backend_limit(uint64_t bytes);
+  // Brings the budget and the held figures to what the backend holds now.
+  void settle();
   Result<TensorData> read_for_wire(ir::TensorId id);
-  void update_held();
-  // The backend refuses what would take the session past its quota, less what graphs' constants
-  // (FromHost ops kept in the table) hold.
-  void set_backend_limit();
   // Graph tasks: registration checks the session's graph quotas, then the backend validates
   // and plans the graph; a run's failure is recorded in its outputs, as an op's is.
   Result<ir::GraphId> register_graph(ir::Graph graph);
@@ -90,6 +128,11 @@ class Session {
   const uint64_t id_;
   std::unique_ptr<Backend> backend_;
   SessionTotals& totals_;
+  // Bytes of totals_.memory this session's backend accounts for (tensors, graphs' planned
+  // buffers): what it held at the last settle() plus what admit() reserved since. Run thread
+  // only. Graphs' constants are reserved by reserve(), in reserved_.
+  uint64_t charged_ = 0;
+  std::atomic<uint64_t> reserved_{0};  // by reserve(), not yet released
   std::atomic<uint64_t> held_{0};
   const uint64_t memory_quota_;
 
@@ -97,8 +140,8 @@ class Session {
   const uint64_t max_graph_ops_;
   std::unordered_map<ir::GraphId, uint64_t> graph_ops_;  // graph -> ops it counts for
   uint64_t graph_ops_total_ = 0;
-  uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs
-  std::atomic<uint64_t> ops_{0};  // written by run() only
+  uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs, reserved
+  std::atomic<uint64_t> ops_{0};       // written by run() only
 };
 
 // 1536 -> "1.5KiB": sizes in messages and the limits summary.

@@ -94,6 +94,11 @@ class StandInServer {
       std::vector<proto::Task> batch;
       const Status st = proto::decode_batch(*frame, batch);
       if (!st.ok()) fail(st.message());
+      {
+        // Recorded before any reply: a client that saw its sync answered finds its tasks here.
+        std::lock_guard<std::mutex> lock(mu_);
+        tasks_.insert(tasks_.end(), batch.begin(), batch.end());
+      }
       for (const proto::Task& t : batch) {
         proto::OutFrame reply;
         if (t.kind == proto::TaskKind::kSync) {
@@ -105,8 +110,6 @@ class StandInServer {
         }
         if (!conn.send_frame(reply)) fail("send failed");
       }
-      std::lock_guard<std::mutex> lock(mu_);
-      tasks_.insert(tasks_.end(), batch.begin(), batch.end());
     }
   }
 
@@ -144,16 +147,16 @@ TEST(ClientWire, DropsTravelWhereTheProgramReleasedTheTensors) {
   ::setenv("TW_FLUSH_IDLE_US", "30000000", 1);  // only the sync sends the batch
   Device d = Device::remote(server.url());
   ::unsetenv("TW_FLUSH_IDLE_US");
-  Tensor a = full({4}, 1.0, kF32, d);         // o
+  Tensor a = full({4}, 1.0, kF32, d);  // o
   ir::TensorId b_id = 0, c_id = 0;
   {
-    Tensor b = a * 2.0;                       // o
-    Tensor c = a + 1.0;                       // o
+    Tensor b = a * 2.0;  // o
+    Tensor c = a + 1.0;  // o
     b_id = b.id();
     c_id = c.id();
-  }                                           // b and c released: one drop task
-  Tensor e = a - 1.0;                         // o
-  d.sync();                                   // s
+  }                    // b and c released: one drop task
+  Tensor e = a - 1.0;  // o
+  d.sync();            // s
   ASSERT_EQ(server.error(), "");
   const std::vector<proto::Task> tasks = server.tasks();
   ASSERT_EQ(kinds(tasks), "ooodos");

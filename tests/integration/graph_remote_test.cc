@@ -161,16 +161,17 @@ TEST(GraphRemote, AServerKilledDuringALongRunFailsTheWaiterPromptly) {
   const std::string url = server->url();
   Device d = Device::remote(url);
   auto& sink = *d.sink();
-  // 2,000 chained 256x256 matmuls: seconds of work in one run.
+  // 2,000 chained 512x512 matmuls: seconds of work in one run, even on a fast idle machine
+  // (256x256 ones can finish within the 300 ms the waiter is given).
   ir::Graph g;
   g.input_ids = {1};
-  g.inputs = {{{256, 256}, kF32}};
+  g.inputs = {{{512, 512}, kF32}};
   for (ir::TensorId i = 1; i <= 2000; ++i) g.ops.push_back(matmul(i, 1, i + 1));
   g.output_ids = {2001};
   auto id = sink.register_graph(g);
   ASSERT_TRUE(id.ok()) << id.status().message();
   const ir::TensorId x = sink.new_id(), y = sink.new_id();
-  ASSERT_TRUE(sink.submit(rand_normal(x, {256, 256}, 1)).ok());
+  ASSERT_TRUE(sink.submit(rand_normal(x, {512, 512}, 1)).ok());
   const std::vector<ir::TensorId> ins = {x}, outs = {y};
   ASSERT_TRUE(sink.run_graph(*id, ins, outs).ok());
   auto waiter = std::async(std::launch::async, [&] { return sink.read(y).status(); });

@@ -197,6 +197,52 @@ TEST(SessionGraphs, GraphsOverTheMemoryQuotaAreRefused) {
   EXPECT_NE(id.status().message().find("constants"), std::string::npos) << id.status().message();
 }
 
+// Graphs draw on the server-wide budget too: planned buffers past what it has free and
+// constants past it are refused naming --max-memory, what a registered graph holds counts once
+// (constants reserved, planned buffers settled), and the session's end gives it all back.
+TEST(SessionGraphs, GraphsCountInTheServerWideBudget) {
+  SessionTotals totals;
+  totals.memory.set_limit(uint64_t{4} << 20);
+  {
+    auto s = open_cpu(totals);  // its own quota, 1 GiB, is far off
+    // A chain over 4 MiB tensors plans two 4 MiB blocks: over the server's 4 MiB.
+    auto id = register_graph(*s, chain(1 << 20, 3));
+    ASSERT_FALSE(id.ok());
+    EXPECT_EQ(id.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(id.status().message().find("--max-memory"), std::string::npos)
+        << id.status().message();
+    EXPECT_EQ(totals.memory.used(), 0u);
+    EXPECT_EQ(s->graph_count(), 0u);
+
+    auto constant = [](int64_t n) {
+      ir::Graph g;
+      ir::FromHost up;
+      up.out = {1};
+      up.shape = {n};
+      up.data.data = Buffer::zeros(static_cast<size_t>(n) * 4);
+      g.ops.push_back(up);
+      g.output_ids = {1};
+      return g;
+    };
+    id = register_graph(*s, constant(1 << 18));  // 1 MiB of constants
+    ASSERT_TRUE(id.ok()) << id.status().message();
+    auto mem = s->graph_memory(*id);
+    ASSERT_TRUE(mem.ok());
+    const uint64_t holds = (uint64_t{1} << 20) + mem->planned_bytes;
+    EXPECT_EQ(totals.memory.used(), holds);
+    EXPECT_EQ(s->held(), holds);
+
+    auto over = register_graph(*s, constant(1 << 20));  // 4 MiB more: over the server's 4 MiB
+    ASSERT_FALSE(over.ok());
+    EXPECT_NE(over.status().message().find("server memory limit"), std::string::npos)
+        << over.status().message();
+    EXPECT_EQ(totals.memory.used(), holds) << "a refused registration keeps nothing reserved";
+    EXPECT_EQ(s->graph_count(), 1u);
+  }
+  EXPECT_EQ(totals.memory.used(), 0u);
+  EXPECT_EQ(totals.bytes_held.load(), 0);
+}
+
 TEST(SessionGraphs, PlannedBuffersAreSharedAcrossOpsAndReusedAcrossRuns) {
   SessionTotals totals;
   auto s = open_cpu(totals);

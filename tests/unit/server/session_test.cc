@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "protocol/messages.h"
 #include "support/frames.h"
@@ -167,6 +170,164 @@ TEST(Session, ReportsAMalformedBatchAfterRunningTheTasksBeforeIt) {
   EXPECT_EQ(out.got[1].kind, proto::ServerMsg::kSessionError);
   EXPECT_NE(out.got[1].status.message().find("malformed batch"), std::string::npos)
       << out.got[1].status.message();
+}
+
+// A batch run in slices: with its time used up, each call runs one task and stops, the next
+// call resumes where it stopped; the replies are those of the whole batch run at once, in the
+// same order, bit for bit.
+TEST(Session, RunsALongBatchInSlicesInOrder) {
+  auto batch_of = [] {
+    proto::BatchWriter b;
+    b.add_op(full(1, 4, 1.25));
+    for (int i = 0; i < 5; ++i) {
+      ir::BinaryScalar mul;
+      mul.kind = ir::BinaryKind::kMul;
+      mul.a = {static_cast<ir::TensorId>(1 + i)};
+      mul.s = ir::Scalar(1.5);
+      mul.out = {static_cast<ir::TensorId>(2 + i)};
+      b.add_op(mul);
+      b.add_read(10 + i, 2 + i);
+    }
+    b.add_sync(20);
+    std::vector<uint8_t> bytes = testing::flatten(b.take());
+    bytes.push_back(0xEE);  // an unknown task kind: the batch is malformed after its tasks
+    return decode(Buffer::copy_of(bytes.data(), bytes.size()));
+  };
+  SessionTotals totals;
+  Decoded whole = batch_of();
+  ASSERT_FALSE(whole.status.ok());
+  const size_t n = whole.tasks.size();
+  ASSERT_EQ(n, 12u);
+  Replies at_once;
+  open_cpu(totals)->run(whole.tasks, whole.status, at_once);
+
+  auto session = open_cpu(totals);
+  Decoded d = batch_of();
+  Batch batch{std::move(d.tasks), d.status, Buffer(), 0};
+  Replies sliced;
+  const Session::Clock::time_point spent = Session::Clock::now();  // already past
+  int calls = 0;
+  while (!session->run(batch, sliced, spent)) {
+    ++calls;
+    EXPECT_EQ(batch.next, static_cast<size_t>(calls)) << "one task a call";
+    ASSERT_LT(calls, 100);
+  }
+  EXPECT_EQ(calls + 1, static_cast<int>(n));  // the last call ran the last task and finished
+  ASSERT_EQ(sliced.got.size(), at_once.got.size());
+  for (size_t i = 0; i < sliced.got.size(); ++i) {
+    EXPECT_EQ(sliced.got[i].kind, at_once.got[i].kind) << i;
+    EXPECT_EQ(sliced.got[i].request_id, at_once.got[i].request_id) << i;
+    const Buffer& x = sliced.got[i].data.bytes;
+    const Buffer& y = at_once.got[i].data.bytes;
+    ASSERT_EQ(x.size(), y.size()) << i;
+    // (a sync's reply carries no data, and memcmp may not be given its null pointer)
+    if (x.size() > 0) {
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size()), 0) << i;
+    }
+  }
+  EXPECT_EQ(sliced.got.back().kind, proto::ServerMsg::kSessionError);  // reported once, at the end
+
+  // With time left a call runs the whole batch: a short batch is never cut.
+  Decoded again = batch_of();
+  Batch fresh{std::move(again.tasks), again.status, Buffer(), 0};
+  Replies one_call;
+  auto other = open_cpu(totals);
+  EXPECT_TRUE(other->run(fresh, one_call, Session::Clock::now() + std::chrono::hours(1)));
+  EXPECT_EQ(one_call.got.size(), at_once.got.size());
+}
+
+// Every session's tensors draw on one server-wide budget: past it an op fails naming the
+// server's limit, while the session's own quota is far off; freeing tensors, or a session's
+// end, gives the bytes back, and reserve()/release() count in the same budget.
+TEST(Session, SharesTheServerWideMemoryBudget) {
+  SessionTotals totals;
+  totals.memory.set_limit(16384);
+  auto a = open_cpu(totals);
+  auto b = open_cpu(totals);
+  auto run_one = [](Session& s, proto::BatchWriter& w) {
+    Decoded d = decode(payload_of(w.take()));
+    Replies out;
+    s.run(d.tasks, d.status, out);
+    return out;
+  };
+  // Sizes of the buffer pool's classes (core/buffer.h), so that storage is what was asked.
+  proto::BatchWriter w;
+  w.add_op(full(1, 2048, 1));  // 8 KiB
+  w.add_read(1, 1);
+  EXPECT_TRUE(run_one(*a, w).got.at(0).status.ok());
+  EXPECT_EQ(totals.memory.used(), 8192u);
+  w.add_op(full(1, 3072, 1));  // 12 KiB more: over the server's 16 KiB
+  w.add_read(1, 1);
+  Status refused = run_one(*b, w).got.at(0).status;
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.message().find("server memory limit"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("--max-memory"), std::string::npos) << refused.message();
+  EXPECT_EQ(totals.memory.used(), 8192u) << "a refused op keeps nothing reserved";
+
+  EXPECT_FALSE(b->reserve(10000, "graph registration").ok());
+  ASSERT_TRUE(b->reserve(6000, "graph registration").ok());
+  EXPECT_EQ(totals.memory.used(), 14192u);
+  b->release(1000);
+  EXPECT_EQ(totals.memory.used(), 13192u);
+
+  w.add_drop({1});
+  run_one(*a, w);
+  EXPECT_EQ(totals.memory.used(), 5000u);
+  w.add_op(full(2, 2048, 1));
+  w.add_read(2, 2);
+  EXPECT_TRUE(run_one(*b, w).got.at(0).status.ok());
+  EXPECT_EQ(totals.memory.used(), 13192u);
+  b.reset();  // its tensors and what it still had reserved
+  EXPECT_EQ(totals.memory.used(), 0u);
+}
+
+TEST(MemoryBudget, NeverPassesItsLimitUnderConcurrentReservations) {
+  MemoryBudget budget(1000);
+  std::vector<std::thread> threads;
+  std::atomic<uint64_t> granted{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10000; ++i) {
+        if (budget.try_reserve(7)) {
+          granted.fetch_add(7);
+          EXPECT_LE(budget.used(), 1000u);
+          budget.release(7);
+          granted.fetch_sub(7);
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(budget.used(), 0u);
+  EXPECT_TRUE(budget.try_reserve(1000));
+  EXPECT_FALSE(budget.try_reserve(1));
+  EXPECT_FALSE(MemoryBudget(10).try_reserve(UINT64_MAX));
+}
+
+// A poisoned tensor too large for a frame reports why it was poisoned, not its size.
+TEST(Session, ReadOfAPoisonedHugeTensorReportsItsPoisoningError) {
+  SessionTotals totals;
+  auto session = open_cpu(totals);
+  proto::BatchWriter b;
+  ir::Full labels;
+  labels.out = {1};
+  labels.shape = {8};
+  labels.dtype = kI64;
+  labels.value = ir::Scalar(int64_t{3});
+  b.add_op(labels);
+  ir::OneHot hot;
+  hot.x = {1};
+  hot.num_classes = int64_t{1} << 40;  // i64[8, 2^40]: 64 TiB, over the quota
+  hot.out = {2};
+  b.add_op(hot);
+  b.add_read(7, 2);
+  Decoded d = decode(payload_of(b.take()));
+  Replies out;
+  session->run(d.tasks, d.status, out);
+  ASSERT_EQ(out.got.size(), 1u);
+  const std::string m = out.got[0].status.message();
+  EXPECT_NE(m.find("session memory quota exceeded"), std::string::npos) << m;
+  EXPECT_EQ(m.find("more than one frame"), std::string::npos) << m;
 }
 
 TEST(Session, OpeningOnABackendThisBuildLacksFails) {

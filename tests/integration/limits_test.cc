@@ -1,0 +1,237 @@
+// The limits that keep a server safe with several clients, against real server processes: the
+// handshake deadline, the server-wide memory limit, fairness between sessions on one worker,
+// and what a read of a poisoned huge tensor reports.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "integration/raw_client.h"
+#include "support/server_process.h"
+#include "tensorwire/remote.h"
+#include "tensorwire/tensorwire.h"
+
+namespace tw {
+namespace {
+
+namespace proto = protocol;
+using testing::RawClient;
+using testing::ServerProcess;
+using Clock = std::chrono::steady_clock;
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+void expect_healthy(const Device& d, int64_t k) {
+  Tensor x = arange(0, 100, 1, std::nullopt, d);  // i64
+  EXPECT_EQ((x + k).sum().item<int64_t>(), 4950 + 100 * k) << "the well-behaved client broke";
+}
+
+std::unique_ptr<RawClient> raw_session(const std::string& url, int timeout_ms = 5000) {
+  auto c = std::make_unique<RawClient>(url, timeout_ms);
+  auto w = c->hello();
+  if (!w.ok() || w->kind != proto::ServerMsg::kWelcome) {
+    ADD_FAILURE() << "handshake failed: " << (w.ok() ? w->refuse.message : w.status().message());
+    return nullptr;
+  }
+  return c;
+}
+
+// ------------------------------------------------------------------------- handshake deadline
+
+TEST(Limits, HandshakeDeadlineDropsASilentPeerAndFreesItsSlot) {
+  ServerProcess server({"--max-sessions", "1", "--handshake-timeout", "0.3"});
+  RawClient silent(server.url());  // connects, never says Hello
+  {
+    // While it holds the only slot, a client is refused as busy ...
+    RawClient other(server.url());
+    auto m = other.hello();
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    ASSERT_EQ(m->kind, proto::ServerMsg::kRefuse);
+    EXPECT_EQ(m->refuse.reason, proto::RefuseReason::kServerBusy);
+  }
+  // ... until the deadline drops it.
+  EXPECT_TRUE(silent.closed_by_peer()) << "a peer that never said Hello was not dropped";
+  std::unique_ptr<RawClient> c;
+  for (int i = 0; i < 100 && !c; ++i) {  // the refused client's slot is never taken
+    auto probe = std::make_unique<RawClient>(server.url());
+    auto m = probe->hello();
+    if (m.ok() && m->kind == proto::ServerMsg::kWelcome) c = std::move(probe);
+  }
+  ASSERT_TRUE(c) << "the silent peer's slot was not freed";
+  // A session past its handshake may stay idle longer than the deadline.
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  proto::BatchWriter b;
+  b.add_sync(5);
+  ASSERT_TRUE(c->send_frame(b.take()));
+  auto m = c->read_message();
+  ASSERT_TRUE(m.ok()) << "an idle session was dropped: " << m.status().message();
+  EXPECT_EQ(m->kind, proto::ServerMsg::kSyncResult);
+  EXPECT_EQ(m->request_id, 5u);
+}
+
+TEST(Limits, HandshakeTimeoutFlagIsChecked) {
+  EXPECT_THROW(ServerProcess({"--handshake-timeout", "0"}), std::runtime_error);
+  EXPECT_THROW(ServerProcess({"--max-memory", "4X"}), std::runtime_error);
+}
+
+// --------------------------------------------------------------------- server-wide memory limit
+
+constexpr int64_t kChunk = 64 * 1024;  // f32 elements: 256 KiB a tensor
+
+// Holds 256 KiB tensors on `d` until one fails (or `most` are held); returns that error.
+std::string fill(const Device& d, std::vector<Tensor>& held, int most) {
+  for (int i = 0; i < most; ++i) {
+    Tensor t = full({kChunk}, static_cast<double>(i), kF32, d);
+    try {
+      std::vector<float> v = t.to_vector<float>();
+      EXPECT_EQ(v.back(), static_cast<float>(i));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    held.push_back(t);
+  }
+  return "";
+}
+
+// Whether the server's sessions come to hold at most `bytes` within a few seconds. Drops travel
+// with a device's next request and run after it is answered, so a sync does not wait for them.
+bool server_holds_at_most(const Device& d, uint64_t bytes) {
+  for (int i = 0; i < 500; ++i) {
+    if (remote_stats(d).bytes_held <= bytes) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+TEST(Limits, ServerWideMemoryLimitFailsTheOpNotTheServer) {
+  // 4 sessions, each allowed 8 MiB, together 4 MiB: the scaled-down form of four sessions
+  // trying to hold 8 GiB on a server of --max-memory 4G (bench/remote_bench.cc runs that).
+  ServerProcess server({"--max-memory", "4M", "--session-memory", "8M"});
+  std::vector<Device> devices;
+  for (int i = 0; i < 4; ++i) devices.push_back(Device::remote(server.url()));
+  std::vector<std::vector<Tensor>> held(4);
+  std::vector<std::string> errors(4);
+  for (int i = 0; i < 4; ++i) errors[i] = fill(devices[i], held[i], 32);  // 32 x 256 KiB: 8 MiB
+  size_t total = 0;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(contains(errors[i], "server memory limit")) << i << ": " << errors[i];
+    EXPECT_TRUE(contains(errors[i], "--max-memory")) << i << ": " << errors[i];
+    EXPECT_TRUE(contains(errors[i], "4.0MiB")) << i << ": " << errors[i];
+    total += held[i].size();
+  }
+  EXPECT_EQ(held[0].size(), 16u);  // the first took all 4 MiB; the others found none left
+  EXPECT_EQ(total, 16u);
+  EXPECT_LE(remote_stats(devices[3]).bytes_held, 4u << 20);
+  // The server and every session go on: what they hold reads back, small work on the
+  // sessions that hold nothing still fails cleanly, and freeing memory lets the others in.
+  EXPECT_EQ(held[0][15].to_vector<float>()[0], 15.0f);
+  ASSERT_EQ(kill(server.pid(), 0), 0) << "the server died";
+  held[0].resize(8);  // frees 2 MiB
+  ASSERT_TRUE(server_holds_at_most(devices[0], 2u << 20)) << "the dropped tensors were not freed";
+  EXPECT_EQ(fill(devices[1], held[1], 4), "");
+  EXPECT_EQ(fill(devices[2], held[2], 4), "");
+  EXPECT_TRUE(contains(fill(devices[3], held[3], 1), "server memory limit"));
+  held.clear();
+  for (Device& d : devices) d.sync();
+  ASSERT_TRUE(server_holds_at_most(devices[3], 0)) << "the dropped tensors were not freed";
+  expect_healthy(devices[3], 3);
+  expect_healthy(Device::remote(server.url()), 4);
+}
+
+// The per-session quota still speaks for itself when it is what was hit.
+TEST(Limits, SessionQuotaIsNamedBeforeTheServerLimit) {
+  ServerProcess server({"--max-memory", "64M", "--session-memory", "1M"});
+  Device d = Device::remote(server.url());
+  std::vector<Tensor> held;
+  std::string e = fill(d, held, 8);
+  EXPECT_EQ(held.size(), 4u);
+  EXPECT_TRUE(contains(e, "session memory quota")) << e;
+}
+
+// ------------------------------------------------------------------------------------ fairness
+
+ir::Op full_op(ir::TensorId out, int64_t rows, int64_t cols, double value) {
+  ir::Full f;
+  f.out = {out};
+  f.shape = {rows, cols};
+  f.dtype = kF32;
+  f.value = ir::Scalar(value);
+  return f;
+}
+
+// With one worker thread, a session's long batch yields between ops: another session's sync
+// is answered while the batch is still running, before the batch's own final sync. Order, not
+// time: without the yield the light sync waits for the whole batch.
+TEST(Limits, LightSessionIsServedWhileAHeavyBatchRuns) {
+  ServerProcess server({"--workers", "1"});
+  auto heavy = raw_session(server.url(), 60000);
+  auto light = raw_session(server.url(), 60000);
+  ASSERT_TRUE(heavy && light);
+
+  constexpr int64_t kN =
+      512;  // about a millisecond a matmul here: the batch takes a second or more
+  constexpr int kMatmuls = 1000;
+  proto::BatchWriter b;
+  b.add_op(full_op(1, kN, kN, 1.0));
+  b.add_op(full_op(2, kN, kN, 0.5));
+  b.add_sync(1);  // answered once the batch has begun
+  for (int i = 0; i < kMatmuls; ++i) {
+    ir::MatMul m;
+    m.a = {1};
+    m.b = {2};
+    m.out = {static_cast<ir::TensorId>(10 + i)};
+    b.add_op(m);
+    b.add_drop({static_cast<ir::TensorId>(10 + i)});
+  }
+  b.add_sync(2);
+  ASSERT_TRUE(heavy->send_frame(b.take()));
+  auto started = heavy->read_message();
+  ASSERT_TRUE(started.ok()) << started.status().message();
+  ASSERT_EQ(started->request_id, 1u);
+
+  // The heavy session's last reply, timed on its own thread.
+  auto heavy_done = std::async(std::launch::async, [&] {
+    auto m = heavy->read_message();
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    if (m.ok()) {
+      EXPECT_EQ(m->request_id, 2u);
+    }
+    return Clock::now();
+  });
+  proto::BatchWriter s;
+  s.add_sync(3);
+  ASSERT_TRUE(light->send_frame(s.take()));
+  auto m = light->read_message();
+  Clock::time_point light_done = Clock::now();
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->request_id, 3u);
+  EXPECT_LT(light_done, heavy_done.get())
+      << "the light session's sync waited for the heavy session's whole batch";
+}
+
+// ------------------------------------------------------------------------ poisoned huge reads
+
+TEST(Limits, ReadOfAPoisonedHugeTensorReportsThePoisoningError) {
+  ServerProcess server;
+  Device d = Device::remote(server.url());
+  Tensor labels = arange(0, 8, 1, std::nullopt, d);  // i64[8]
+  Tensor huge = one_hot(labels, int64_t{1} << 40);   // i64[8, 2^40]: 64 TiB, refused
+  try {
+    (void)huge.to_vector<int64_t>();
+    ADD_FAILURE() << "the read of a refused op succeeded";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "one_hot")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "session memory quota exceeded")) << e.what();
+    EXPECT_FALSE(contains(e.what(), "more than one frame")) << e.what();
+  }
+  expect_healthy(d, 5);
+}
+
+}  // namespace
+}  // namespace tw
