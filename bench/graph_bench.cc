@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_models.h"
 #include "digits/digits.h"
 #include "tensorwire/graph.h"
 #include "tensorwire/remote.h"
@@ -38,9 +39,7 @@ struct Workload {
 
 std::shared_ptr<tw::nn::Module> make(const Workload& w, const tw::nn::Placement& at) {
   if (w.cnn) return tw::digits::make_model(tw::digits::ModelKind::kCnn, at);
-  return std::make_shared<tw::nn::Sequential>(tw::nn::Linear(64, 512, true, at), tw::nn::ReLU(),
-                                              tw::nn::Linear(512, 512, true, at), tw::nn::ReLU(),
-                                              tw::nn::Linear(512, 10, true, at));
+  return tw::bench::mlp_64_512_512_10(at);
 }
 
 // One training setup on a device, stepping eagerly or through a graph::Step.

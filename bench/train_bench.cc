@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_models.h"
 #include "digits/digits.h"
 #include "tensorwire/server.h"
 
@@ -35,9 +36,7 @@ struct Workload {
 };
 
 std::shared_ptr<tw::nn::Module> mlp(const tw::nn::Placement& at) {
-  return std::make_shared<tw::nn::Sequential>(tw::nn::Linear(64, 512, true, at), tw::nn::ReLU(),
-                                              tw::nn::Linear(512, 512, true, at), tw::nn::ReLU(),
-                                              tw::nn::Linear(512, 10, true, at));
+  return tw::bench::mlp_64_512_512_10(at);
 }
 
 // One device's training state.
