@@ -106,10 +106,30 @@ class TableBackend : public Backend {
   }
 
  protected:
-  // Runs an op that passed every check: its inputs exist and are live (tensor() finds them),
-  // `metas` are its outputs' inferred metas in op_outputs order. Returns one tensor per output,
-  // in that order.
-  virtual Result<std::vector<T>> run(const ir::Op& op, const std::vector<TensorMeta>& metas) = 0;
+  // What execute() and run_graph() hand a backend with an op: its input ids (op_inputs order,
+  // all live: tensor() finds them), output ids (op_outputs order) and the outputs' inferred metas.
+  struct OpIo {
+    std::span<const ir::TensorId> ins, outs;
+    const std::vector<TensorMeta>& metas;
+  };
+  // Runs an op that passed every check, moving one tensor per output into done[0, outs.size()).
+  // A backend whose dispatch can work from `io` overrides this (the cpu backend: no per-op
+  // vectors); the default runs run() and moves its results.
+  virtual Status run_into(const ir::Op& op, const OpIo& io, T* done) {
+    TW_ASSIGN_OR_RETURN(std::vector<T> made, run(op, io.metas));
+    if (made.size() != io.outs.size()) {
+      return internal_error("the " + this->name() + " backend produced " +
+                            std::to_string(made.size()) + " outputs, expected " +
+                            std::to_string(io.outs.size()));
+    }
+    for (size_t i = 0; i < made.size(); ++i) done[i] = std::move(made[i]);
+    return Status::OK();
+  }
+  // The same, returning one tensor per output in op_outputs order (`metas` in that order too).
+  virtual Result<std::vector<T>> run(const ir::Op& op, const std::vector<TensorMeta>& metas) {
+    (void)metas;
+    return internal_error(ir::op_name(op) + ": the " + name() + " backend dispatches no op");
+  }
 
   // Graph buffer planning hooks (see the top of this file); a backend without them runs graphs
   // from its usual allocator. use_arena(pool) asks run() to take outputs from `pool` until
@@ -119,6 +139,10 @@ class TableBackend : public Backend {
   virtual void use_arena(BufferPool*) {}
   virtual bool in_arena(const T&, const BufferPool&) const { return false; }
   virtual Result<T> copy_out_of_arena(const T& t) { return t; }
+  // Called with a tensor the table or a graph run is about to destroy: a backend may keep what
+  // is left of its handle (the cpu backend keeps the shape and stride arrays for the next
+  // output) once it lets go of the storage.
+  virtual void recycle(T&) {}
 
  private:
   struct Poisoned {
@@ -128,7 +152,7 @@ class TableBackend : public Backend {
   using Entry = std::variant<T, Poisoned>;
   using Table = std::unordered_map<ir::TensorId, Entry>;
 
-  Result<std::vector<T>> run_guarded(const ir::Op& op, const std::vector<TensorMeta>& metas);
+  Status run_guarded(const ir::Op& op, const OpIo& io, T* done);
   void poison(const std::vector<ir::TensorId>& outs, const std::vector<TensorMeta>* metas,
               const Status& error) {
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -156,14 +180,19 @@ class TableBackend : public Backend {
         bytes_held_ -= s->second.second;
         storages_.erase(s);
       }
+      recycle(*t);
     }
     table_.erase(it);
+  }
+  void free_slot(std::optional<Entry>& e) {
+    if (e && std::holds_alternative<T>(*e)) recycle(std::get<T>(*e));
+    e.reset();
   }
 
   // A registered graph, as registration prepared it for runs. Slot j is the graph's tensor with
   // id base + j: first the inputs, then every op output in op order.
   struct GraphOp {
-    ir::Op op;                      // its ids are slot ids
+    ir::Op op;                      // its ids are slot ids (RegisteredGraph::base + slot)
     std::vector<TensorMeta> metas;  // its outputs' metas, inferred at registration
     uint32_t in_begin = 0, in_end = 0, out_begin = 0, out_end = 0, free_begin = 0, free_end = 0;
     bool from_arena = false;  // its outputs are all intermediates: allocate from the arena
@@ -173,10 +202,12 @@ class TableBackend : public Backend {
     std::vector<GraphOp> ops;
     // Slot indices, shared by the ops' ranges above: inputs read, outputs made, slots freed after.
     std::vector<uint32_t> in_slots, out_slots, free_slots;
+    // The same inputs and outputs as slot ids, the form run_into() takes.
+    std::vector<ir::TensorId> in_ids, out_ids;
     std::vector<uint32_t> output_slots;  // the graph's outputs, in run order
     ir::TensorId base = 0;
     uint32_t slot_count = 0;
-    std::vector<std::optional<Entry>> slots;  // a run's tensors; empty between runs
+    std::vector<std::optional<Entry>> slots;  // a run's tensors; all empty between runs
     std::unique_ptr<BufferPool> arena;        // null: the backend plans no buffers
     uint64_t arena_bytes = 0;
     uint64_t reserved_blocks = 0;
@@ -197,6 +228,8 @@ class TableBackend : public Backend {
   // Runs graph op `op` on the slots; returns its error (already recorded in its outputs).
   Status run_graph_op(RegisteredGraph& g, const GraphOp& op);
 
+  // Where run_into() puts an op's results (capacity kept across ops: no per-op allocation).
+  std::vector<T> done_;
   // Declared before the table, so the table (whose tensors may use arena storage) goes first.
   std::unordered_map<ir::GraphId, RegisteredGraph> graphs_;
   Table table_;
@@ -217,25 +250,30 @@ template <class T>
 Status TableBackend<T>::execute(const ir::Op& op) {
   if (std::holds_alternative<std::monostate>(op)) return invalid_argument("empty op");
   const std::vector<ir::TensorId> outs = ir::op_outputs(op);
-  const std::string name = ir::op_name(op);
-  // Output ids must be fresh and distinct; an op may not overwrite a live tensor.
-  std::unordered_set<ir::TensorId> seen;
-  for (ir::TensorId id : outs) {
-    if (id == 0) return invalid_argument(name + ": output id 0 is reserved for 'no tensor'");
+  // The op's name only for errors: building it for every op costs more than small ops do.
+  auto name = [&op] { return ir::op_name(op); };
+  // Output ids must be fresh and distinct; an op may not overwrite a live tensor. (An op has a
+  // few outputs: comparing pairs beats a set.)
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const ir::TensorId id = outs[i];
+    if (id == 0) return invalid_argument(name() + ": output id 0 is reserved for 'no tensor'");
     if (table_.count(id)) {
-      return invalid_argument(name + ": output id " + tensor_id_str(id) + " is already in use");
+      return invalid_argument(name() + ": output id " + tensor_id_str(id) + " is already in use");
     }
-    if (!seen.insert(id).second) {
-      return invalid_argument(name + ": output id " + tensor_id_str(id) + " appears twice");
+    for (size_t j = 0; j < i; ++j) {
+      if (outs[j] == id) {
+        return invalid_argument(name() + ": output id " + tensor_id_str(id) + " appears twice");
+      }
     }
   }
   if (!supports(ir::op_code(op))) {
-    Status err = unsupported_op(name, this->name());
+    Status err = unsupported_op(name(), this->name());
     poison(outs, nullptr, err);
     return err;
   }
   // An input poisoned by an earlier failure poisons the outputs with the same error.
-  for (ir::TensorId id : ir::op_inputs(op)) {
+  const std::vector<ir::TensorId> ins = ir::op_inputs(op);
+  for (ir::TensorId id : ins) {
     auto it = table_.find(id);
     if (it == table_.end()) continue;  // inference reports unknown ids
     if (auto* p = std::get_if<Poisoned>(&it->second)) {
@@ -261,18 +299,16 @@ Status TableBackend<T>::execute(const ir::Op& op) {
       }
     }
   }
-  auto done = run_guarded(op, *metas);
-  Status st = done.status();
-  if (done.ok() && done->size() != outs.size()) {
-    st =
-        internal_error("the " + this->name() + " backend produced " + std::to_string(done->size()) +
-                       " outputs, expected " + std::to_string(outs.size()));
-  }
+  done_.resize(outs.size());
+  Status st = run_guarded(op, OpIo{ins, outs, *metas}, done_.data());
   if (st.ok()) {
-    for (size_t i = 0; i < outs.size(); ++i) insert(outs[i], std::move((*done)[i]));
+    for (size_t i = 0; i < outs.size(); ++i) insert(outs[i], std::move(done_[i]));
+    done_.clear();
     return Status::OK();
   }
-  if (st.message().rfind(name + ":", 0) != 0) st = st.with_context(name);
+  done_.clear();
+  const std::string n = name();
+  if (st.message().rfind(n + ":", 0) != 0) st = st.with_context(n);
   poison(outs, &*metas, st);
   return st;
 }
@@ -325,11 +361,13 @@ typename TableBackend<T>::RegisteredGraph TableBackend<T>::prepare_graph(
     op.in_begin = static_cast<uint32_t>(g.in_slots.size());
     for (ir::TensorId id : ir::op_inputs(op.op)) {
       g.in_slots.push_back(static_cast<uint32_t>(id - g.base));
+      g.in_ids.push_back(id);
     }
     op.in_end = static_cast<uint32_t>(g.in_slots.size());
     op.out_begin = static_cast<uint32_t>(g.out_slots.size());
     for (ir::TensorId id : ir::op_outputs(op.op)) {
       g.out_slots.push_back(static_cast<uint32_t>(id - g.base));
+      g.out_ids.push_back(id);
     }
     op.out_end = static_cast<uint32_t>(g.out_slots.size());
     metas.resize(slot.size());
@@ -371,7 +409,8 @@ Status TableBackend<T>::plan_arena(RegisteredGraph& g) {
         const TensorMeta& m = op.metas[k - op.out_begin];
         const uint64_t n = static_cast<uint64_t>(numel(m.shape));
         const uint64_t bytes = n > kHuge / 8 ? kHuge : n * dtype_size(m.dtype);
-        const size_t cls = bytes >= kHuge ? kHuge : BufferPool::size_class(std::max<uint64_t>(bytes, 1));
+        const size_t cls =
+            bytes >= kHuge ? kHuge : BufferPool::size_class(std::max<uint64_t>(bytes, 1));
         auto& [live, most] = blocks[cls];
         most = std::max(most, ++live);
         block_of[g.out_slots[k]] = cls;
@@ -464,7 +503,10 @@ Status TableBackend<T>::run_graph(ir::GraphId id, std::span<const ir::TensorId> 
     return bad;
   }
   RegisteredGraph& g = it->second;
-  g.slots.assign(g.slot_count, std::nullopt);  // no allocation after the first run
+  // Every slot is empty between runs (the intermediates are freed after their last readers, the
+  // inputs and outputs at the end), so the array is sized by the first run and then kept: a run
+  // neither fills nor clears it.
+  if (g.slots.size() != g.slot_count) g.slots.assign(g.slot_count, std::nullopt);
   for (size_t i = 0; i < inputs.size(); ++i) g.slots[i] = table_.at(inputs[i]);
   slots_ = &g.slots;
   slot_base_ = g.base;
@@ -472,7 +514,7 @@ Status TableBackend<T>::run_graph(ir::GraphId id, std::span<const ir::TensorId> 
   for (const GraphOp& op : g.ops) {
     Status st = run_graph_op(g, op);
     if (first_error.ok()) first_error = st;
-    for (uint32_t k = op.free_begin; k < op.free_end; ++k) g.slots[g.free_slots[k]].reset();
+    for (uint32_t k = op.free_begin; k < op.free_end; ++k) free_slot(g.slots[g.free_slots[k]]);
   }
   slots_ = nullptr;
   for (size_t k = 0; k < outputs.size(); ++k) {
@@ -493,7 +535,9 @@ Status TableBackend<T>::run_graph(ir::GraphId id, std::span<const ir::TensorId> 
       table_[outputs[k]] = std::get<Poisoned>(*e);
     }
   }
-  g.slots.clear();  // the inputs' references, and the outputs moved out
+  // The inputs' references, and the outputs moved out.
+  for (size_t i = 0; i < inputs.size(); ++i) g.slots[i].reset();
+  for (uint32_t s : g.output_slots) g.slots[s].reset();
   return first_error;
 }
 
@@ -522,21 +566,21 @@ Status TableBackend<T>::run_graph_op(RegisteredGraph& g, const GraphOp& op) {
   }
   arena_ = op.from_arena ? g.arena.get() : nullptr;
   use_arena(arena_);
-  auto done = run_guarded(op.op, op.metas);
+  const std::span<const ir::TensorId> ins(g.in_ids.data() + op.in_begin, op.in_end - op.in_begin);
+  const std::span<const ir::TensorId> outs(g.out_ids.data() + op.out_begin,
+                                           op.out_end - op.out_begin);
+  done_.resize(outs.size());
+  Status st = run_guarded(op.op, OpIo{ins, outs, op.metas}, done_.data());
   use_arena(nullptr);
   arena_ = nullptr;
-  Status st = done.status();
-  if (done.ok() && done->size() != op.out_end - op.out_begin) {
-    st =
-        internal_error("the " + this->name() + " backend produced " + std::to_string(done->size()) +
-                       " outputs, expected " + std::to_string(op.out_end - op.out_begin));
-  }
   if (st.ok()) {
     for (uint32_t k = op.out_begin; k < op.out_end; ++k) {
-      g.slots[g.out_slots[k]] = Entry(std::move((*done)[k - op.out_begin]));
+      g.slots[g.out_slots[k]].emplace(std::in_place_type<T>, std::move(done_[k - op.out_begin]));
     }
+    done_.clear();
     return Status::OK();
   }
+  done_.clear();
   const std::string name = ir::op_name(op.op);
   if (st.message().rfind(name + ":", 0) != 0) st = st.with_context(name);
   return set_outputs_poisoned(st);
@@ -545,10 +589,9 @@ Status TableBackend<T>::run_graph_op(RegisteredGraph& g, const GraphOp& op) {
 // A kernel that throws (out of memory, or a library's exception) fails its op, never the
 // process.
 template <class T>
-Result<std::vector<T>> TableBackend<T>::run_guarded(const ir::Op& op,
-                                                    const std::vector<TensorMeta>& metas) {
+Status TableBackend<T>::run_guarded(const ir::Op& op, const OpIo& io, T* done) {
   try {
-    return run(op, metas);
+    return run_into(op, io, done);
   } catch (const std::bad_alloc&) {
     return resource_exhausted("out of memory in the " + name() + " backend");
   } catch (const std::exception& e) {

@@ -224,6 +224,10 @@ void binary_map(const CpuTensor& a, const CpuTensor& b, OutT<K, T>* out, const S
                  contiguous_run(rb + i * st[1], st[1], m, bb), ro + i, m);
     }
   };
+  Run<2> steps;
+  if (flat_operand(a, shape, steps[0]) && flat_operand(b, shape, steps[1])) {
+    return for_each_flat<2>(numel(shape), steps, kElementwiseGrain, seg);
+  }
   for_each_run<2>(shape, {broadcast_strides(a, shape), broadcast_strides(b, shape)},
                   kElementwiseGrain, seg);
 }
@@ -237,9 +241,11 @@ Status run(const ir::Binary& op, KernelContext& ctx) {
   const DType dtype = ir::binary_compute_dtype(op.kind, a0.dtype, b0.dtype);
   TW_RETURN_NOT_OK(
       check_out_dtype(name.c_str(), ctx.meta(op.out), ir::is_comparison(op.kind) ? kBool : dtype));
-  const CpuTensor a = cast_tensor(a0, dtype);
-  const CpuTensor b = cast_tensor(b0, dtype);
-  const Shape shape = ctx.meta(op.out).shape;
+  CpuTensor a_cast;
+  const CpuTensor& a = as_dtype(a0, dtype, a_cast);
+  CpuTensor b_cast;
+  const CpuTensor& b = as_dtype(b0, dtype, b_cast);
+  const Shape& shape = ctx.meta(op.out).shape;
   return visit_kind(op.kind, [&](auto kc) {
     constexpr BinaryKind K = decltype(kc)::value;
     return visit_kind_dtype<K>(dtype, name.c_str(), [&](auto tag) -> Status {
@@ -259,7 +265,8 @@ Status run(const ir::BinaryScalar& op, KernelContext& ctx) {
   const DType dtype = ir::binary_scalar_compute_dtype(op.kind, a0.dtype, op.s.is_float);
   TW_RETURN_NOT_OK(
       check_out_dtype(name.c_str(), ctx.meta(op.out), ir::is_comparison(op.kind) ? kBool : dtype));
-  const CpuTensor a = cast_tensor(a0, dtype);
+  CpuTensor a_cast;
+  const CpuTensor& a = as_dtype(a0, dtype, a_cast);
   return visit_kind(op.kind, [&](auto kc) {
     constexpr BinaryKind K = decltype(kc)::value;
     return visit_kind_dtype<K>(dtype, name.c_str(), [&](auto tag) -> Status {
@@ -294,9 +301,11 @@ Status run(const ir::Where& op, KernelContext& ctx) {
   const DType dtype = promote(a0.dtype, b0.dtype);
   TW_RETURN_NOT_OK(check_out_dtype("where", ctx.meta(op.out), dtype));
   if (cond.dtype != kBool) return unsupported_dtype("where", cond.dtype);
-  const CpuTensor a = cast_tensor(a0, dtype);
-  const CpuTensor b = cast_tensor(b0, dtype);
-  const Shape shape = ctx.meta(op.out).shape;
+  CpuTensor a_cast;
+  const CpuTensor& a = as_dtype(a0, dtype, a_cast);
+  CpuTensor b_cast;
+  const CpuTensor& b = as_dtype(b0, dtype, b_cast);
+  const Shape& shape = ctx.meta(op.out).shape;
   return visit_compute(dtype, "where", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* out = ctx.alloc(op.out).template data<T>();

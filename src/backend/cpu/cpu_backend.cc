@@ -6,31 +6,30 @@
 
 namespace tw::cpu {
 
-Result<std::vector<CpuTensor>> CpuBackend::run(const ir::Op& op,
-                                               const std::vector<TensorMeta>& metas) {
-  const std::vector<ir::TensorId> outs = ir::op_outputs(op);
-  KernelContext ctx;
-  ctx.set_pool(arena_);
-  for (ir::TensorId id : ir::op_inputs(op)) {
+Status CpuBackend::run_into(const ir::Op& op, const OpIo& io, CpuTensor* done) {
+  ctx_.reset(arena_);
+  for (ir::TensorId id : io.ins) {
     TW_ASSIGN_OR_RETURN(const CpuTensor* t, tensor(id));
-    ctx.add_input(id, *t);
+    ctx_.add_input_ref(id, t);
   }
-  for (size_t i = 0; i < outs.size(); ++i) ctx.add_output(outs[i], metas[i]);
-  TW_RETURN_NOT_OK(std::visit(
+  for (size_t i = 0; i < io.outs.size(); ++i) ctx_.add_output_ref(io.outs[i], &io.metas[i]);
+  Status st = std::visit(
       [&](const auto& o) -> Status {
         if constexpr (std::is_same_v<std::decay_t<decltype(o)>, std::monostate>) {
           return invalid_argument("empty op");
         } else {
-          return cpu::run(o, ctx);
+          return cpu::run(o, ctx_);
         }
       },
-      op));
-  std::vector<CpuTensor> done;
-  for (ir::TensorId id : outs) {
-    TW_ASSIGN_OR_RETURN(CpuTensor t, ctx.take(id));
-    done.push_back(std::move(t));
+      op);
+  for (size_t i = 0; st.ok() && i < io.outs.size(); ++i) {
+    if (!ctx_.take_into(io.outs[i], done[i])) {
+      st = internal_error("kernel did not produce output " + tensor_id_str(io.outs[i]));
+    }
   }
-  return done;
+  // The inputs are referenced only while the op runs.
+  ctx_.reset(nullptr);
+  return st;
 }
 
 Result<CpuTensor> CpuBackend::copy_out_of_arena(const CpuTensor& t) {

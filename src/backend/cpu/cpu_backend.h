@@ -23,8 +23,7 @@ class CpuBackend final : public TableBackend<CpuTensor> {
   Result<TensorData> read(ir::TensorId id) override;
 
  protected:
-  Result<std::vector<CpuTensor>> run(const ir::Op& op,
-                                     const std::vector<TensorMeta>& metas) override;
+  Status run_into(const ir::Op& op, const OpIo& io, CpuTensor* done) override;
   // Graph buffer planning: kernels' outputs come from the arena while one is set.
   bool plans_graph_buffers() const override { return true; }
   void use_arena(BufferPool* arena) override { arena_ = arena; }
@@ -32,9 +31,11 @@ class CpuBackend final : public TableBackend<CpuTensor> {
     return t.buffer.pool() == &arena;
   }
   Result<CpuTensor> copy_out_of_arena(const CpuTensor& t) override;
+  void recycle(CpuTensor& t) override { ctx_.recycle(t); }
 
  private:
   BufferPool* arena_ = nullptr;
+  KernelContext ctx_;  // reset for every op (kept for its capacity)
 };
 
 }  // namespace tw::cpu

@@ -1,5 +1,8 @@
 #include "backend/cpu/cpu_tensor.h"
 
+#include <stdexcept>
+#include <string>
+
 #include "backend/cpu/strided.h"
 #include "core/thread_pool.h"
 
@@ -14,28 +17,82 @@ bool CpuTensor::is_contiguous() const {
   return true;
 }
 
+void alloc_into(CpuTensor& t, const TensorMeta& meta, BufferPool* pool) {
+  t.shape.assign(meta.shape.begin(), meta.shape.end());
+  t.dtype = meta.dtype;
+  t.offset = 0;
+  t.strides.resize(meta.shape.size());
+  int64_t n = 1;
+  for (size_t i = meta.shape.size(); i-- > 0;) {
+    t.strides[i] = n;
+    n *= meta.shape[i];
+  }
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(meta.dtype);
+  t.buffer = pool ? pool->allocate(bytes) : Buffer::allocate(bytes);
+}
+
 CpuTensor alloc_tensor(const TensorMeta& meta, BufferPool* pool) {
   CpuTensor t;
-  t.shape = meta.shape;
-  t.dtype = meta.dtype;
-  t.strides = contiguous_strides(meta.shape);
-  const size_t bytes = static_cast<size_t>(numel(meta.shape)) * dtype_size(meta.dtype);
-  t.buffer = pool ? pool->allocate(bytes) : Buffer::allocate(bytes);
+  alloc_into(t, meta, pool);
   return t;
 }
 
+void KernelContext::add_input(ir::TensorId id, CpuTensor t) {
+  owned_inputs_.push_back(std::move(t));
+  add_input_ref(id, &owned_inputs_.back());
+}
+
+void KernelContext::add_output(ir::TensorId id, TensorMeta meta) {
+  owned_metas_.push_back(std::move(meta));
+  add_output_ref(id, &owned_metas_.back());
+}
+
+void KernelContext::reset(BufferPool* pool) {
+  inputs_.clear();
+  // Outputs taken were moved out; one left behind (a failed op's) gives its handle back.
+  for (Output& o : outputs_) recycle(o.tensor);
+  outputs_.clear();
+  if (!owned_inputs_.empty()) owned_inputs_.clear();
+  if (!owned_metas_.empty()) owned_metas_.clear();
+  pool_ = pool;
+}
+
+void KernelContext::recycle(CpuTensor& t) {
+  // A handful covers what one op allocates; beyond that the arrays are simply freed.
+  constexpr size_t kMaxSpares = 16;
+  if (spares_.size() >= kMaxSpares || t.shape.capacity() == 0) return;
+  t.buffer = Buffer();
+  spares_.push_back(std::move(t));
+}
+
+const CpuTensor& KernelContext::in(ir::In in) const {
+  const CpuTensor* t = find_input(in.id);
+  if (!t) throw std::out_of_range("kernel read unknown input %" + std::to_string(in.id));
+  return *t;
+}
+
+KernelContext::Output& KernelContext::output(ir::TensorId id) {
+  Output* o = find_output(id);
+  if (!o) throw std::out_of_range("kernel wrote unknown output %" + std::to_string(id));
+  return *o;
+}
+
 CpuTensor& KernelContext::alloc(ir::Out out) {
-  Output& o = outputs_.at(out.id);
-  o.tensor = alloc_tensor(o.meta, pool_);
+  Output& o = output(out.id);
+  if (!spares_.empty() && o.tensor.shape.capacity() == 0) {
+    o.tensor = std::move(spares_.back());
+    spares_.pop_back();
+  }
+  alloc_into(o.tensor, *o.meta, pool_);
   o.set = true;
   return o.tensor;
 }
 
 Status KernelContext::set_view(ir::Out out, CpuTensor view) {
-  Output& o = outputs_.at(out.id);
-  if (view.shape != o.meta.shape || view.dtype != o.meta.dtype) {
+  Output& o = output(out.id);
+  if (view.shape != o.meta->shape || view.dtype != o.meta->dtype) {
     return internal_error("kernel produced " + meta_str(view.meta()) + " but inference said " +
-                          meta_str(o.meta));
+                          meta_str(*o.meta));
   }
   o.tensor = std::move(view);
   o.set = true;
@@ -43,11 +100,16 @@ Status KernelContext::set_view(ir::Out out, CpuTensor view) {
 }
 
 Result<CpuTensor> KernelContext::take(ir::TensorId id) {
-  auto it = outputs_.find(id);
-  if (it == outputs_.end() || !it->second.set) {
-    return internal_error("kernel did not produce output %" + std::to_string(id));
-  }
-  return std::move(it->second.tensor);
+  Output* o = find_output(id);
+  if (!o || !o->set) return internal_error("kernel did not produce output %" + std::to_string(id));
+  return std::move(o->tensor);
+}
+
+bool KernelContext::take_into(ir::TensorId id, CpuTensor& dst) {
+  Output* o = find_output(id);
+  if (!o || !o->set) return false;
+  dst = std::move(o->tensor);
+  return true;
 }
 
 Strides broadcast_strides(const CpuTensor& t, const Shape& shape) {
@@ -86,7 +148,8 @@ void copy_to_contiguous(const CpuTensor& t, std::byte* dst) {
         std::memcpy(d, s, static_cast<size_t>(inner) * es);
       } else {
         for (int64_t i = 0; i < inner; ++i) {
-          std::memcpy(d + i * static_cast<int64_t>(es), s + i * inner_stride * static_cast<int64_t>(es), es);
+          std::memcpy(d + i * static_cast<int64_t>(es),
+                      s + i * inner_stride * static_cast<int64_t>(es), es);
         }
       }
     }

@@ -158,6 +158,13 @@ T clamp_bound(const ir::Scalar& s) {
 // t itself when it already has dtype `to`; otherwise a contiguous copy converted to `to` (same
 // shape). Used to bring operands to an op's compute dtype. Defined in cast.cc.
 CpuTensor cast_tensor(const CpuTensor& t, DType to);
+// The same without copying t's handle when no conversion is needed: t itself, else the
+// conversion, kept in `tmp`.
+inline const CpuTensor& as_dtype(const CpuTensor& t, DType to, CpuTensor& tmp) {
+  if (t.dtype == to) return t;
+  tmp = cast_tensor(t, to);
+  return tmp;
+}
 
 // ---- the run driver ----
 
@@ -198,6 +205,50 @@ Coalesced<N> coalesce(const Shape& shape, const std::array<Strides, N>& strides)
 template <size_t N>
 using Run = std::array<int64_t, N>;
 
+// The run driver for operands that each step through the output's row-major order as one flat
+// array (step 1) or repeat one element (step 0): the whole output is one run, split only into
+// the parallel chunks, which is what for_each_run gives such operands after coalescing (so the
+// same calls, with no shape or stride arrays built).
+template <size_t N, class Seg>
+void for_each_flat(int64_t n, const Run<N>& steps, int64_t min_grain, Seg&& seg) {
+  parallel_chunks(n, chunk_grain(n, min_grain), [&](int64_t, int64_t begin, int64_t end) {
+    Run<N> off;
+    for (size_t k = 0; k < N; ++k) off[k] = begin * steps[k];
+    seg(begin, off, steps, end - begin);
+  });
+}
+
+// Whether `strides` step through `shape` as a flat array (size-1 dims ignored): step 1 when
+// contiguous, 0 when every dim broadcasts.
+inline bool flat_step(const Shape& shape, const Strides& strides, int64_t& step) {
+  bool contiguous = true, broadcast = true;
+  int64_t expect = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 1) continue;
+    contiguous = contiguous && strides[d] == expect;
+    broadcast = broadcast && strides[d] == 0;
+    expect *= shape[d];
+  }
+  if (contiguous) {
+    step = 1;
+  } else if (broadcast) {
+    step = 0;
+  }
+  return contiguous || broadcast;
+}
+
+// The step of operand t read in `shape` (t broadcasts to it) when flat_step would find one for
+// its broadcast strides, decided without building them: t covers `shape` contiguously, or t is
+// one element (step 0, or 1 for a one-element output, as coalescing gives it).
+inline bool flat_operand(const CpuTensor& t, const Shape& shape, int64_t& step) {
+  if (t.numel() == 1) {
+    step = numel(shape) == 1 ? 1 : 0;
+    return true;
+  }
+  step = 1;
+  return t.shape == shape && t.is_contiguous();
+}
+
 // Walks the row-major order of `shape` in parallel chunks (chunk_grain(numel, min_grain)) and calls
 // seg(out_pos, offsets, inner_strides, len) for each run of consecutive output elements that
 // lies within one row of the innermost (coalesced) dim. offsets[k] is operand k's element offset
@@ -207,6 +258,10 @@ void for_each_run(const Shape& shape, const std::array<Strides, N>& strides, int
                   Seg&& seg) {
   const int64_t n = numel(shape);
   if (n == 0) return;
+  Run<N> steps;
+  bool flat = true;
+  for (size_t k = 0; flat && k < N; ++k) flat = flat_step(shape, strides[k], steps[k]);
+  if (flat) return for_each_flat<N>(n, steps, min_grain, seg);
   const Coalesced<N> c = coalesce<N>(shape, strides);
   const int64_t inner = c.shape.back();
   Run<N> inner_strides;
@@ -261,6 +316,7 @@ void map_unary(const CpuTensor& x, TO* out, int64_t min_grain, Block&& block) {
       block(contiguous_run(p + i * st[0], st[0], m, buf), out + pos + i, m);
     }
   };
+  if (x.is_contiguous()) return for_each_flat<1>(x.numel(), {1}, min_grain, seg);
   for_each_run<1>(x.shape, {x.strides}, min_grain, seg);
 }
 
