@@ -85,12 +85,21 @@ class Adam : public Optimizer {
   bool decoupled_;
   // beta1^t and beta2^t live on the device (f64 scalars updated by a multiply each step)
   // rather than as a host step count, so that a recorded step replayed n times takes n steps'
-  // bias corrections, not the recorded one's.
-  struct State {
-    Tensor m, v;
+  // bias corrections, not the recorded one's. The parameters that share a device (as they were
+  // at construction) and have stepped together share one pair, and its bias corrections are
+  // computed once per step and dtype; a parameter left out of a step (no gradient) goes on
+  // with a pair of its own from there.
+  struct Clock {
     Tensor beta1_pow, beta2_pow;
   };
+  struct State {
+    Tensor m, v;
+    Tensor beta1_pow, beta2_pow;  // its own pair; undefined while it uses its clock's
+    size_t clock = 0;             // index into clocks_
+    bool own_clock = false;
+  };
   std::vector<State> state_;
+  std::vector<Clock> clocks_;  // fixed at construction: state() hands out pointers into it
 };
 
 // AdamOptions with weight_decay defaulting to 1e-2, as torch.optim.AdamW.

@@ -1,8 +1,13 @@
 // tw::optim (tensorwire/optim.h). Each update is a handful of tensor ops per parameter on its
 // device, under NoGradGuard. Adam's bias corrections are computed on the device too (in f64,
 // then rounded to the parameter's dtype as a scalar attribute would be), so that a recorded step
-// (tw::graph::Capture) holds no host-computed value that changes from step to step.
+// (tw::graph::Capture) holds no host-computed value that changes from step to step; they are
+// shared by the parameters that step together (a few ops per step, not per parameter).
 #include "tensorwire/optim.h"
+
+#include <algorithm>
+#include <tuple>
+#include <utility>
 
 namespace tw::optim {
 
@@ -64,13 +69,62 @@ Adam::Adam(std::vector<nn::ParameterPtr> params, AdamOptions options, bool decou
     throw Error("Adam: betas must lie in [0, 1), got " + std::to_string(o_.beta1) + " and " +
                 std::to_string(o_.beta2));
   }
+  // One clock per device the parameters are on.
+  std::vector<Device> devices;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& value = params_[i]->value();
+    const Device d = value.defined() ? value.device() : Device::cpu();
+    size_t c = 0;
+    while (c < devices.size() && !(devices[c] == d)) ++c;
+    if (c == devices.size()) devices.push_back(d);
+    state_[i].clock = c;
+  }
+  clocks_.resize(devices.size());
 }
 
 void Adam::step() {
   NoGradGuard no_grad;
+  // A clock advances when a parameter on it steps now; a parameter on it that does not step
+  // leaves it for a pair of its own, at the powers it has reached (undefined: none yet, so its
+  // first step starts from 1 as a fresh pair does).
+  std::vector<char> advances(clocks_.size(), 0);
+  std::vector<Tensor> grads(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    grads[i] = params_[i]->grad();
+    if (grads[i].defined() && !state_[i].own_clock) advances[state_[i].clock] = 1;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    State& s = state_[i];
+    if (grads[i].defined() || s.own_clock || !advances[s.clock]) continue;
+    s.own_clock = true;
+    s.beta1_pow = clocks_[s.clock].beta1_pow;
+    s.beta2_pow = clocks_[s.clock].beta2_pow;
+  }
+  // The pair's advance (a multiply each), on the device of the values that step with it.
+  auto advance = [&](Tensor& beta1_pow, Tensor& beta2_pow, const Device& device) {
+    if (!beta1_pow.defined()) {
+      beta1_pow = ones({}, kF64, device);
+      beta2_pow = ones({}, kF64, device);
+    }
+    beta1_pow = beta1_pow * o_.beta1;
+    beta2_pow = beta2_pow * o_.beta2;
+  };
+  // The bias corrections of a pair in a dtype: the f64 values a host computation would give,
+  // cast to the parameter's dtype as a scalar attribute is (the same bits as multiplying by
+  // the host scalar).
+  struct Corrections {
+    size_t clock;
+    DType dtype;
+    Tensor step_size, bias2_sqrt;
+  };
+  auto corrections = [&](const Tensor& beta1_pow, const Tensor& beta2_pow, DType dtype) {
+    return std::pair<Tensor, Tensor>{(o_.lr / (1.0 - beta1_pow)).to(dtype),
+                                     (1.0 - beta2_pow).sqrt().to(dtype)};
+  };
+  std::vector<Corrections> shared;  // per clock and dtype, computed once this step
   for (size_t i = 0; i < params_.size(); ++i) {
     nn::Parameter& p = *params_[i];
-    Tensor g = p.grad();
+    Tensor g = grads[i];
     if (!g.defined()) continue;
     State& s = state_[i];
     Tensor value = p.value();
@@ -84,17 +138,29 @@ void Adam::step() {
     if (!s.m.defined()) {
       s.m = zeros_like(value);
       s.v = zeros_like(value);
-      s.beta1_pow = ones({}, kF64, value.device());
-      s.beta2_pow = ones({}, kF64, value.device());
     }
     s.m = s.m + (g - s.m) * (1.0 - o_.beta1);
     s.v = s.v * o_.beta2 + g.square() * (1.0 - o_.beta2);
-    s.beta1_pow = s.beta1_pow * o_.beta1;
-    s.beta2_pow = s.beta2_pow * o_.beta2;
-    // The f64 values a host computation would give, cast to the parameter's dtype as a scalar
-    // attribute is: the same bits as multiplying by the host scalar.
-    const Tensor step_size = (o_.lr / (1.0 - s.beta1_pow)).to(value.dtype());
-    const Tensor bias2_sqrt = (1.0 - s.beta2_pow).sqrt().to(value.dtype());
+    Tensor step_size, bias2_sqrt;
+    if (s.own_clock) {
+      advance(s.beta1_pow, s.beta2_pow, value.device());
+      std::tie(step_size, bias2_sqrt) = corrections(s.beta1_pow, s.beta2_pow, value.dtype());
+    } else {
+      Clock& c = clocks_[s.clock];
+      if (advances[s.clock]) {
+        advance(c.beta1_pow, c.beta2_pow, value.device());
+        advances[s.clock] = 0;
+      }
+      auto it = std::find_if(shared.begin(), shared.end(), [&](const Corrections& k) {
+        return k.clock == s.clock && k.dtype == value.dtype();
+      });
+      if (it == shared.end()) {
+        auto [a, b] = corrections(c.beta1_pow, c.beta2_pow, value.dtype());
+        it = shared.insert(shared.end(), Corrections{s.clock, value.dtype(), a, b});
+      }
+      step_size = it->step_size;
+      bias2_sqrt = it->bias2_sqrt;
+    }
     Tensor denom = s.v.sqrt() / bias2_sqrt + o_.eps;
     p.set(value - (s.m / denom) * step_size);
   }
@@ -107,6 +173,10 @@ std::vector<Tensor*> Adam::state() {
     out.push_back(&s.v);
     out.push_back(&s.beta1_pow);
     out.push_back(&s.beta2_pow);
+  }
+  for (Clock& c : clocks_) {
+    out.push_back(&c.beta1_pow);
+    out.push_back(&c.beta2_pow);
   }
   return out;
 }

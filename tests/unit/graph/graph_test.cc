@@ -52,18 +52,21 @@ Tensor eager_step(Rig& s, const Tensor& x, const Tensor& y) {
   return loss.detach();
 }
 
-// The step's state: every parameter, then every optimizer state tensor.
+// The step's state: every parameter, then every optimizer state tensor in use (Adam leaves a
+// parameter's own bias-correction pair undefined while it shares its device's).
 std::vector<Tensor> state_of(Rig& s) {
   std::vector<Tensor> out;
   for (const auto& p : s.model->parameters()) out.push_back(p->value());
-  for (Tensor* t : s.opt->state()) out.push_back(*t);
+  for (Tensor* t : s.opt->state())
+    if (t->defined()) out.push_back(*t);
   return out;
 }
 
 void set_state(Rig& s, const std::vector<Tensor>& values) {
   size_t i = 0;
   for (const auto& p : s.model->parameters()) p->set(values.at(i++));
-  for (Tensor* t : s.opt->state()) *t = values.at(i++);
+  for (Tensor* t : s.opt->state())
+    if (t->defined()) *t = values.at(i++);
 }
 
 std::vector<std::vector<uint8_t>> bytes_of(const std::vector<Tensor>& ts) {

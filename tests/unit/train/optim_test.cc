@@ -118,6 +118,71 @@ TEST_P(Optim, ParametersWithoutGradientsAreSkippedAndZeroGradClears) {
   EXPECT_FALSE(a->grad().defined());
 }
 
+// Adam shares beta^t and its bias corrections among the parameters that step together; a
+// parameter that misses a step (no gradient) goes on with its own. Either way each parameter
+// must end exactly where an Adam of its own would take it.
+TEST_P(Optim, AdamSharedBiasCorrectionsEqualOneAdamPerParameter) {
+  auto make = [&](double v0, DType dtype) {
+    return std::make_shared<nn::Parameter>(full({3}, v0, dtype, dev()));
+  };
+  std::vector<nn::ParameterPtr> joint = {make(0.5, kF64), make(-1.0, kF32), make(2.0, kF64)};
+  std::vector<nn::ParameterPtr> alone = {make(0.5, kF64), make(-1.0, kF32), make(2.0, kF64)};
+  const optim::AdamOptions o{.lr = 0.05, .beta1 = 0.8, .beta2 = 0.9};
+  optim::Adam shared(joint, o);
+  std::vector<std::unique_ptr<optim::Adam>> own;
+  for (const auto& p : alone) own.push_back(std::make_unique<optim::Adam>(std::vector{p}, o));
+  // Parameter 1 has no gradient in steps 0 and 3; parameter 2 none in step 2.
+  const std::vector<std::vector<bool>> has_grad = {{true, false, true},
+                                                   {true, true, true},
+                                                   {true, true, false},
+                                                   {true, false, true},
+                                                   {true, true, true}};
+  for (size_t step = 0; step < has_grad.size(); ++step) {
+    for (size_t i = 0; i < joint.size(); ++i) {
+      if (!has_grad[step][i]) continue;
+      const double g = 0.1 * static_cast<double>(step + 1) - 0.07 * static_cast<double>(i);
+      const DType dt = joint[i]->value().dtype();
+      Tensor a = joint[i]->value(), b = alone[i]->value();
+      a.set_grad(full({3}, g, dt, dev()));
+      b.set_grad(full({3}, g, dt, dev()));
+      own[i]->step();
+    }
+    shared.step();
+    shared.zero_grad();
+    for (auto& a : own) a->zero_grad();
+  }
+  for (size_t i = 0; i < joint.size(); ++i)
+    EXPECT_EQ(joint[i]->value().to_bytes(), alone[i]->value().to_bytes()) << "parameter " << i;
+}
+
+// What a step costs on the device: 13 ops per parameter, and the bias corrections once per step
+// and dtype (2 multiplies for beta^t, 3 ops for each correction), not once per parameter.
+TEST(OptimRemote, AdamStepOpsPerParameter) {
+  const Device dev = testing::remote_test_device();
+  auto ops_of_second_step = [&](int n) {
+    std::vector<nn::ParameterPtr> ps;
+    for (int i = 0; i < n; ++i)
+      ps.push_back(std::make_shared<nn::Parameter>(randn({4}, kF32, dev)));
+    optim::Adam opt(ps);
+    uint64_t ops = 0;
+    for (int step = 0; step < 2; ++step) {
+      for (const auto& p : ps) {
+        Tensor v = p->value();
+        v.set_grad(ones({4}, kF32, dev));
+      }
+      dev.sync();
+      const uint64_t before = wire_counters(dev).ops;
+      opt.step();
+      dev.flush();
+      ops = wire_counters(dev).ops - before;
+    }
+    return ops;
+  };
+  const uint64_t four = ops_of_second_step(4), eight = ops_of_second_step(8);
+  EXPECT_EQ(eight - four, 4u * 13u);
+  EXPECT_EQ(four - 4u * 13u, 2u + 6u);
+}
+
 TEST(OptimRemote, StepReadsNothing) {
   const Device dev = testing::remote_test_device();
   auto p = std::make_shared<nn::Parameter>(randn({32, 32}, kF32, dev));
