@@ -3,13 +3,13 @@
 //
 // execute() refuses an op the backend does not support (naming op and backend), requires fresh
 // and distinct output ids, propagates the error of a poisoned input to the outputs, validates
-// the op with ir::infer, and only then calls the backend's run(). Whatever run() returns or
+// the op with ir::infer, and only then calls the backend's run_into(). Whatever it returns or
 // throws, the op's outputs end up either set or poisoned, and no exception leaves execute().
 //
 // Graphs (register_graph, run_graph) are validated once with ir::validate_graph, which is what
 // lets a run skip execute()'s per-op checks: registration renumbers the graph's tensors to dense
 // slots (ids from the graph's own range at kGraphScratchIds and up) and keeps each op's inferred
-// output metas, and a run hands each op with those metas straight to the backend's run(), the
+// output metas, and a run hands each op with those metas straight to the backend's run_into(), the
 // kernels execute() would call, so it computes exactly what the same ops submitted eagerly would.
 // Within a run the tensors live in the graph's slot array, not the table (tensor() looks there
 // for the graph's ids), and a poisoned input poisons what is computed from it as in eager
@@ -132,7 +132,7 @@ class TableBackend : public Backend {
   }
 
   // Graph buffer planning hooks (see the top of this file); a backend without them runs graphs
-  // from its usual allocator. use_arena(pool) asks run() to take outputs from `pool` until
+  // from its usual allocator. use_arena(pool) asks run_into() to take outputs from `pool` until
   // use_arena(nullptr); in_arena says whether a tensor's storage is the arena's;
   // copy_out_of_arena makes a copy of it in ordinary storage.
   virtual bool plans_graph_buffers() const { return false; }
