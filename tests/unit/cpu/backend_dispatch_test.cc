@@ -1,0 +1,128 @@
+// The cpu backend's op dispatch (cpu_backend.cc, cpu_tensor.cc): one KernelContext reused for
+// every op, tensor handles recycled, contiguous elementwise operands run as one flat run, and
+// registered graphs replayed from slots that are all empty between runs. Each test checks values
+// or lifetimes that a stale entry, a wrong flat step or a slot left holding a tensor would break.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/tensor_data.h"
+#include "ir/graph.h"
+#include "ir/ops.h"
+
+namespace tw {
+namespace {
+
+ir::Op from_values(ir::TensorId id, const Shape& shape, const std::vector<float>& v) {
+  return from_host_of(TensorData::from<float>(shape, v), id);
+}
+
+ir::Op binary(ir::BinaryKind kind, ir::TensorId a, ir::TensorId b, ir::TensorId out) {
+  ir::Binary op;
+  op.kind = kind;
+  op.a = {a};
+  op.b = {b};
+  op.out = {out};
+  return op;
+}
+
+std::vector<float> values(Backend& b, ir::TensorId id) {
+  Result<TensorData> d = b.read(id);
+  EXPECT_TRUE(d.ok()) << d.status().to_string();
+  if (!d.ok()) return {};
+  const auto v = d->values<float>();
+  return {v.begin(), v.end()};
+}
+
+TEST(CpuDispatch, AFailedOpLeavesNothingBehindForTheNextOps) {
+  auto b = make_cpu_backend();
+  ir::Full zero;
+  zero.out = {1};
+  zero.shape = {3};
+  zero.dtype = kI64;
+  zero.value = ir::Scalar(int64_t{0});
+  ASSERT_TRUE(b->execute(zero).ok());
+  // Integer remainder by zero fails inside the kernel, after its context was filled.
+  EXPECT_FALSE(b->execute(binary(ir::BinaryKind::kRemainder, 1, 1, 2)).ok());
+  EXPECT_FALSE(b->read(2).ok()) << "the failed op's output is poisoned";
+  ASSERT_TRUE(b->execute(from_values(3, {2, 2}, {1, 2, 3, 4})).ok());
+  ASSERT_TRUE(b->execute(from_values(4, {2, 2}, {10, 20, 30, 40})).ok());
+  ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kSub, 4, 3, 5)).ok());
+  ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kMul, 5, 3, 6)).ok());
+  EXPECT_EQ(values(*b, 5), (std::vector<float>{9, 18, 27, 36}));
+  EXPECT_EQ(values(*b, 6), (std::vector<float>{9, 36, 81, 144}));
+}
+
+// Operands the flat run takes (contiguous, one element) beside ones it must leave to the general
+// driver (a row broadcast, a transposed view), with recycled handles of other ranks in between.
+TEST(CpuDispatch, FlatAndStridedOperandsGiveTheSameValues) {
+  auto b = make_cpu_backend();
+  ASSERT_TRUE(b->execute(from_values(1, {2, 3}, {1, 2, 3, 4, 5, 6})).ok());
+  ASSERT_TRUE(b->execute(from_values(2, {1, 1}, {100})).ok());
+  ASSERT_TRUE(b->execute(from_values(3, {3}, {10, 20, 30})).ok());
+  ASSERT_TRUE(b->execute(from_values(4, {1}, {7})).ok());
+  ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kAdd, 1, 2, 10)).ok());  // [2,3] + one element
+  ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kSub, 2, 1, 11)).ok());  // one element - [2,3]
+  ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kAdd, 1, 3, 12)).ok());  // a row broadcast
+  ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kMul, 4, 4, 13)).ok());  // one by one element
+  ASSERT_TRUE(b->drop(12).ok());  // its handle is recycled into the next output
+  ir::Permute t;
+  t.x = {1};
+  t.dims = {1, 0};
+  t.out = {14};
+  ASSERT_TRUE(b->execute(t).ok());
+  ASSERT_TRUE(b->execute(from_values(15, {3, 2}, {0, 0, 0, 0, 0, 0})).ok());
+  ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kAdd, 14, 15, 16)).ok());  // transposed
+  ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kAdd, 1, 3, 17)).ok());
+  EXPECT_EQ(values(*b, 10), (std::vector<float>{101, 102, 103, 104, 105, 106}));
+  EXPECT_EQ(values(*b, 11), (std::vector<float>{99, 98, 97, 96, 95, 94}));
+  EXPECT_EQ(values(*b, 13), (std::vector<float>{49}));
+  EXPECT_EQ(values(*b, 16), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+  EXPECT_EQ(values(*b, 17), (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  Result<TensorMeta> m = b->meta(16);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->shape, (Shape{3, 2}));
+}
+
+// x_{i+1} = x_i + one, n times, as a graph.
+ir::Graph chain_of_adds(int n) {
+  ir::Graph g;
+  g.input_ids = {1, 2};
+  g.inputs = {{{1}, kF32}, {{1}, kF32}};
+  for (int i = 0; i < n; ++i) {
+    g.ops.push_back(binary(ir::BinaryKind::kAdd, i == 0 ? 1 : static_cast<ir::TensorId>(i + 2), 2,
+                           static_cast<ir::TensorId>(i + 3)));
+  }
+  g.output_ids = {static_cast<ir::TensorId>(n + 2)};
+  return g;
+}
+
+TEST(CpuDispatch, GraphRunsHoldNoTensorOnceTheyEnd) {
+  auto b = make_cpu_backend();
+  Result<ir::GraphId> g = b->register_graph(chain_of_adds(1000));
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  // The inputs' storage is borrowed: once every reference to it is gone, `alive` expires.
+  auto x0 = std::make_shared<float>(0.5f), one = std::make_shared<float>(1.0f);
+  std::weak_ptr<float> alive = x0;
+  ASSERT_TRUE(b->execute(ir::FromHost{{10}, {1}, kF32, {Buffer::wrap(x0.get(), 4, x0)}}).ok());
+  ASSERT_TRUE(b->execute(ir::FromHost{{11}, {1}, kF32, {Buffer::wrap(one.get(), 4, one)}}).ok());
+  x0.reset();
+  for (ir::TensorId out = 20; out < 23; ++out) {
+    const std::vector<ir::TensorId> ins = {10, 11}, outs = {out};
+    ASSERT_TRUE(b->run_graph(*g, ins, outs).ok());
+    EXPECT_EQ(values(*b, out), (std::vector<float>{1000.5f})) << "run " << out - 20;
+  }
+  Result<Backend::GraphMemory> mem = b->graph_memory(*g);
+  ASSERT_TRUE(mem.ok());
+  EXPECT_EQ(mem->fresh_allocations, 0u) << "runs take their intermediates from the arena";
+  EXPECT_EQ(mem->allocations, 3u * 999u);
+  EXPECT_FALSE(alive.expired()) << "the table's tensor still uses the borrowed storage";
+  ASSERT_TRUE(b->drop(10).ok());
+  EXPECT_TRUE(alive.expired()) << "a finished run keeps no reference to its inputs";
+}
+
+}  // namespace
+}  // namespace tw
