@@ -241,10 +241,10 @@ Status run(const ir::Binary& op, KernelContext& ctx) {
   const DType dtype = ir::binary_compute_dtype(op.kind, a0.dtype, b0.dtype);
   TW_RETURN_NOT_OK(
       check_out_dtype(name.c_str(), ctx.meta(op.out), ir::is_comparison(op.kind) ? kBool : dtype));
-  CpuTensor a_cast;
-  const CpuTensor& a = as_dtype(a0, dtype, a_cast);
-  CpuTensor b_cast;
-  const CpuTensor& b = as_dtype(b0, dtype, b_cast);
+  CpuTensor a_cast, a_copy;
+  const CpuTensor& a = row_major_operand(as_dtype(a0, dtype, a_cast), a_copy);
+  CpuTensor b_cast, b_copy;
+  const CpuTensor& b = row_major_operand(as_dtype(b0, dtype, b_cast), b_copy);
   const Shape& shape = ctx.meta(op.out).shape;
   return visit_kind(op.kind, [&](auto kc) {
     constexpr BinaryKind K = decltype(kc)::value;
@@ -265,8 +265,8 @@ Status run(const ir::BinaryScalar& op, KernelContext& ctx) {
   const DType dtype = ir::binary_scalar_compute_dtype(op.kind, a0.dtype, op.s.is_float);
   TW_RETURN_NOT_OK(
       check_out_dtype(name.c_str(), ctx.meta(op.out), ir::is_comparison(op.kind) ? kBool : dtype));
-  CpuTensor a_cast;
-  const CpuTensor& a = as_dtype(a0, dtype, a_cast);
+  CpuTensor a_cast, a_copy;
+  const CpuTensor& a = row_major_operand(as_dtype(a0, dtype, a_cast), a_copy);
   return visit_kind(op.kind, [&](auto kc) {
     constexpr BinaryKind K = decltype(kc)::value;
     return visit_kind_dtype<K>(dtype, name.c_str(), [&](auto tag) -> Status {
@@ -301,10 +301,10 @@ Status run(const ir::Where& op, KernelContext& ctx) {
   const DType dtype = promote(a0.dtype, b0.dtype);
   TW_RETURN_NOT_OK(check_out_dtype("where", ctx.meta(op.out), dtype));
   if (cond.dtype != kBool) return unsupported_dtype("where", cond.dtype);
-  CpuTensor a_cast;
-  const CpuTensor& a = as_dtype(a0, dtype, a_cast);
-  CpuTensor b_cast;
-  const CpuTensor& b = as_dtype(b0, dtype, b_cast);
+  CpuTensor a_cast, a_copy;
+  const CpuTensor& a = row_major_operand(as_dtype(a0, dtype, a_cast), a_copy);
+  CpuTensor b_cast, b_copy;
+  const CpuTensor& b = row_major_operand(as_dtype(b0, dtype, b_cast), b_copy);
   const Shape& shape = ctx.meta(op.out).shape;
   return visit_compute(dtype, "where", [&](auto tag) {
     using T = typename decltype(tag)::type;

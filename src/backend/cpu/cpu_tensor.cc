@@ -1,5 +1,7 @@
 #include "backend/cpu/cpu_tensor.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -121,6 +123,49 @@ Strides broadcast_strides(const CpuTensor& t, const Shape& shape) {
   return s;
 }
 
+namespace {
+
+// dst (rows x cols, row-major) = the matrix whose element (r, c) is src[r + c * col_stride]: a
+// transposed matrix. Read row by row it would touch a new cache line per element, so it goes in
+// square tiles through a buffer: each source line is read whole into the buffer and each
+// destination line written whole from it, once (with power-of-two strides the lines of a tile
+// share a few cache sets, and a line touched again later would have been evicted). Row tiles in
+// parallel: a pure copy, any partition gives the same bytes.
+template <class E>
+void transpose_tiles(const E* src, int64_t col_stride, E* dst, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 16;
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (kTile * cols));
+  parallel_chunks(row_tiles, grain, [&](int64_t, int64_t b, int64_t e) {
+    E buf[kTile][kTile];
+    for (int64_t rt = b; rt < e; ++rt) {
+      const int64_t r0 = rt * kTile, nr = std::min(kTile, rows - r0);
+      for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+        const int64_t nc = std::min(kTile, cols - c0);
+        for (int64_t c = 0; c < nc; ++c) {
+          const E* col = src + (c0 + c) * col_stride + r0;
+          for (int64_t r = 0; r < nr; ++r) buf[r][c] = col[r];
+        }
+        for (int64_t r = 0; r < nr; ++r) {
+          std::memcpy(dst + (r0 + r) * cols + c0, buf[r], static_cast<size_t>(nc) * sizeof(E));
+        }
+      }
+    }
+  });
+}
+
+template <class E>
+void transpose_as(const CpuTensor& t, std::byte* dst) {
+  transpose_tiles(reinterpret_cast<const E*>(t.bytes()), t.strides[1], reinterpret_cast<E*>(dst),
+                  t.shape[0], t.shape[1]);
+}
+
+}  // namespace
+
+bool is_transposed_matrix(const CpuTensor& t) {
+  return t.shape.size() == 2 && t.shape[0] > 1 && t.shape[1] > 1 && t.strides[0] == 1;
+}
+
 void copy_to_contiguous(const CpuTensor& t, std::byte* dst) {
   const int64_t n = t.numel();
   if (n == 0) return;
@@ -128,6 +173,15 @@ void copy_to_contiguous(const CpuTensor& t, std::byte* dst) {
   if (t.is_contiguous()) {
     std::memcpy(dst, t.bytes(), static_cast<size_t>(n) * es);
     return;
+  }
+  if (is_transposed_matrix(t)) {
+    switch (es) {
+      case 1: return transpose_as<uint8_t>(t, dst);
+      case 2: return transpose_as<uint16_t>(t, dst);
+      case 4: return transpose_as<uint32_t>(t, dst);
+      case 8: return transpose_as<uint64_t>(t, dst);
+      default: break;
+    }
   }
   // Copy rows of the innermost dim; chunks of rows in parallel (pure copies: any partition
   // gives the same bytes).

@@ -205,6 +205,16 @@ Coalesced<N> coalesce(const Shape& shape, const std::array<Strides, N>& strides)
 template <size_t N>
 using Run = std::array<int64_t, N>;
 
+// t, or a contiguous copy of it when t is a transposed matrix large enough for the tiled copy to
+// beat reading it in row-major order (several times over, for a 512x512 f32 operand). The values
+// are the same, so the results are too.
+inline const CpuTensor& row_major_operand(const CpuTensor& t, CpuTensor& tmp) {
+  constexpr int64_t kMinCopy = 4096;
+  if (t.numel() < kMinCopy || !is_transposed_matrix(t)) return t;
+  tmp = contiguous(t);
+  return tmp;
+}
+
 // The run driver for operands that each step through the output's row-major order as one flat
 // array (step 1) or repeat one element (step 0): the whole output is one run, split only into
 // the parallel chunks, which is what for_each_run gives such operands after coalescing (so the

@@ -10,6 +10,9 @@ namespace tw::cpu {
 CpuTensor contiguous(const CpuTensor& t);
 // Copies t's elements, in row-major order of t's shape, into dst (numel * dtype_size bytes).
 void copy_to_contiguous(const CpuTensor& t, std::byte* dst);
+// Whether t is a matrix stored column by column (a transposed view): row-major reads of it
+// touch a new cache line per element, and copy_to_contiguous copies it in tiles instead.
+bool is_transposed_matrix(const CpuTensor& t);
 
 // Strides of `t` viewed as broadcast to `shape` (leading new dims and size-1 dims get stride 0).
 Strides broadcast_strides(const CpuTensor& t, const Shape& shape);

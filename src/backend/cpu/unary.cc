@@ -154,8 +154,8 @@ Status run(const ir::Unary& op, KernelContext& ctx) {
   const bool float_math = is_float_math(op.kind);
   const DType dtype = float_math && !is_float(x0.dtype) ? kF32 : x0.dtype;
   TW_RETURN_NOT_OK(check_out_dtype(name, ctx.meta(op.out), dtype));
-  CpuTensor x_cast;
-  const CpuTensor& x = as_dtype(x0, dtype, x_cast);
+  CpuTensor x_cast, x_copy;
+  const CpuTensor& x = row_major_operand(as_dtype(x0, dtype, x_cast), x_copy);
   CpuTensor& out = ctx.alloc(op.out);
   const int64_t grain = min_grain_for(op.kind);
   if (float_math) {
