@@ -161,16 +161,42 @@ class TableBackend : public Backend {
       table_[outs[i]] = Poisoned{m, error};
     }
   }
+  // An eager op typically adds a tensor and a storage and a drop removes them again: the map
+  // nodes are kept (a few) and reused, so that this bookkeeping allocates nothing per op.
+  static constexpr size_t kSpareNodes = 32;
   void insert(ir::TensorId id, T t) {
     const auto [sid, bytes] = TableTraits<T>::storage(t);
     if (sid) {
-      auto& [refs, held] = storages_[sid];
+      auto s = storages_.find(sid);
+      if (s == storages_.end()) {
+        if (spare_storage_nodes_.empty()) {
+          s = storages_.emplace(sid, std::pair<size_t, size_t>{0, 0}).first;
+        } else {
+          auto node = std::move(spare_storage_nodes_.back());
+          spare_storage_nodes_.pop_back();
+          node.key() = sid;
+          node.mapped() = {0, 0};
+          s = storages_.insert(std::move(node)).position;
+        }
+      }
+      auto& [refs, held] = s->second;
       if (refs++ == 0) {
         held = bytes;
         bytes_held_ += bytes;
       }
     }
-    table_.insert_or_assign(id, Entry(std::move(t)));
+    auto it = table_.find(id);
+    if (it != table_.end()) {
+      it->second = Entry(std::move(t));
+    } else if (spare_table_nodes_.empty()) {
+      table_.emplace(id, Entry(std::move(t)));
+    } else {
+      auto node = std::move(spare_table_nodes_.back());
+      spare_table_nodes_.pop_back();
+      node.key() = id;
+      node.mapped() = Entry(std::move(t));
+      table_.insert(std::move(node));
+    }
   }
   void erase(typename Table::iterator it) {
     if (auto* t = std::get_if<T>(&it->second)) {
@@ -178,11 +204,17 @@ class TableBackend : public Backend {
       auto s = sid ? storages_.find(sid) : storages_.end();
       if (s != storages_.end() && --s->second.first == 0) {
         bytes_held_ -= s->second.second;
-        storages_.erase(s);
+        auto node = storages_.extract(s);
+        if (spare_storage_nodes_.size() < kSpareNodes) {
+          spare_storage_nodes_.push_back(std::move(node));
+        }
       }
       recycle(*t);
     }
-    table_.erase(it);
+    auto node = table_.extract(it);
+    // The tensor goes now (its storage may be freed); only the node is kept.
+    node.mapped().template emplace<Poisoned>();
+    if (spare_table_nodes_.size() < kSpareNodes) spare_table_nodes_.push_back(std::move(node));
   }
   void free_slot(std::optional<Entry>& e) {
     if (e && std::holds_alternative<T>(*e)) recycle(std::get<T>(*e));
@@ -233,8 +265,11 @@ class TableBackend : public Backend {
   // Declared before the table, so the table (whose tensors may use arena storage) goes first.
   std::unordered_map<ir::GraphId, RegisteredGraph> graphs_;
   Table table_;
-  std::unordered_map<const void*, std::pair<size_t, size_t>> storages_;  // id -> (refs, bytes)
-  uint64_t graph_bytes_ = 0;                                             // every graph's arena
+  using Storages = std::unordered_map<const void*, std::pair<size_t, size_t>>;
+  Storages storages_;  // id -> (refs, bytes)
+  std::vector<typename Table::node_type> spare_table_nodes_;
+  std::vector<typename Storages::node_type> spare_storage_nodes_;
+  uint64_t graph_bytes_ = 0;     // every graph's arena
   BufferPool* arena_ = nullptr;  // the arena of the graph op running now
   // The slots of the graph running now (null: none), and the id of slot 0.
   std::vector<std::optional<Entry>>* slots_ = nullptr;
