@@ -5,6 +5,10 @@
 #include <stdexcept>
 #include <string>
 
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
 #include "backend/cpu/strided.h"
 #include "core/thread_pool.h"
 
@@ -159,6 +163,56 @@ void transpose_as(const CpuTensor& t, std::byte* dst) {
   transpose_tiles(reinterpret_cast<const E*>(t.bytes()), t.strides[1], reinterpret_cast<E*>(dst),
                   t.shape[0], t.shape[1]);
 }
+
+#ifdef __AVX2__
+// 8x8 4-byte elements: dst row k (stride ds) = element k of the 8 source runs (stride cs). Only
+// lane moves, which carry the bits unchanged (NaN payloads included).
+inline void transpose_8x8(const float* src, int64_t cs, float* dst, int64_t ds) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * cs);
+  __m256 t[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  __m256 u[8];
+  for (int h = 0; h < 2; ++h) {
+    const int o = 4 * h;
+    u[o + 0] = _mm256_shuffle_ps(t[o], t[o + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[o + 1] = _mm256_shuffle_ps(t[o], t[o + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[o + 2] = _mm256_shuffle_ps(t[o + 1], t[o + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[o + 3] = _mm256_shuffle_ps(t[o + 1], t[o + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int k = 0; k < 4; ++k) {
+    _mm256_storeu_ps(dst + k * ds, _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
+    _mm256_storeu_ps(dst + (k + 4) * ds, _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
+  }
+}
+
+// transpose_tiles for 4-byte elements in 8x8 register blocks (several times faster than the
+// buffered tiles); the edges element by element.
+template <>
+void transpose_as<uint32_t>(const CpuTensor& t, std::byte* out) {
+  const float* src = reinterpret_cast<const float*>(t.bytes());
+  float* dst = reinterpret_cast<float*>(out);
+  const int64_t rows = t.shape[0], cols = t.shape[1], cs = t.strides[1];
+  const int64_t blocks = (rows + 7) / 8;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (8 * cols));
+  parallel_chunks(blocks, grain, [&](int64_t, int64_t b, int64_t e) {
+    for (int64_t rb = b; rb < e; ++rb) {
+      const int64_t r0 = rb * 8, nr = std::min<int64_t>(8, rows - r0);
+      int64_t c0 = 0;
+      if (nr == 8) {
+        for (; c0 + 8 <= cols; c0 += 8)
+          transpose_8x8(src + c0 * cs + r0, cs, dst + r0 * cols + c0, cols);
+      }
+      for (int64_t r = r0; r < r0 + nr; ++r) {
+        for (int64_t c = c0; c < cols; ++c) std::memcpy(dst + r * cols + c, src + r + c * cs, 4);
+      }
+    }
+  });
+}
+#endif
 
 }  // namespace
 
