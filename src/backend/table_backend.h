@@ -111,6 +111,9 @@ class TableBackend : public Backend {
   struct OpIo {
     std::span<const ir::TensorId> ins, outs;
     const std::vector<TensorMeta>& metas;
+    // A graph run's offer (0: none): this input dies with the op and has the output's meta, so
+    // a backend may compute the output in its storage (see writes_in_place).
+    ir::TensorId donor = 0;
   };
   // Runs an op that passed every check, moving one tensor per output into done[0, outs.size()).
   // A backend whose dispatch can work from `io` overrides this (the cpu backend: no per-op
@@ -136,6 +139,12 @@ class TableBackend : public Backend {
   // use_arena(nullptr); in_arena says whether a tensor's storage is the arena's;
   // copy_out_of_arena makes a copy of it in ordinary storage.
   virtual bool plans_graph_buffers() const { return false; }
+  // Whether the backend's kernel for `op` may write its one output over an input of the same
+  // meta (each output element computed from the input elements at its own index only): a graph
+  // run then offers it an input that dies with the op (OpIo::donor), whose storage the backend
+  // takes when no other tensor shares it. Saves the write to fresh memory and halves what the
+  // op touches; the values are the same.
+  virtual bool writes_in_place(const ir::Op&) const { return false; }
   virtual void use_arena(BufferPool*) {}
   virtual bool in_arena(const T&, const BufferPool&) const { return false; }
   virtual Result<T> copy_out_of_arena(const T& t) { return t; }
@@ -227,7 +236,8 @@ class TableBackend : public Backend {
     ir::Op op;                      // its ids are slot ids (RegisteredGraph::base + slot)
     std::vector<TensorMeta> metas;  // its outputs' metas, inferred at registration
     uint32_t in_begin = 0, in_end = 0, out_begin = 0, out_end = 0, free_begin = 0, free_end = 0;
-    bool from_arena = false;  // its outputs are all intermediates: allocate from the arena
+    bool from_arena = false;      // its outputs are all intermediates: allocate from the arena
+    uint32_t donor = UINT32_MAX;  // the input slot offered to the output (writes_in_place)
   };
   struct RegisteredGraph {
     std::vector<TensorMeta> input_metas;
@@ -425,6 +435,22 @@ typename TableBackend<T>::RegisteredGraph TableBackend<T>::prepare_graph(
       if (outputs.count(g.out_slots[k])) op.from_arena = false;
     }
   }
+  // In-place offers: an intermediate made by an arena op (so its storage is the arena's), read
+  // last by an arena op of one output with its meta.
+  std::vector<char> arena_made(slot.size(), 0);
+  for (GraphOp& op : g.ops) {
+    if (op.from_arena && op.out_end - op.out_begin == 1 && writes_in_place(op.op)) {
+      for (uint32_t k = op.free_begin; k < op.free_end && op.donor == UINT32_MAX; ++k) {
+        const uint32_t s = g.free_slots[k];
+        bool read = false;
+        for (uint32_t i = op.in_begin; i < op.in_end; ++i) read = read || g.in_slots[i] == s;
+        if (read && arena_made[s] && metas[s] == op.metas[0]) op.donor = s;
+      }
+    }
+    if (op.from_arena) {
+      for (uint32_t k = op.out_begin; k < op.out_end; ++k) arena_made[g.out_slots[k]] = 1;
+    }
+  }
   g.slot_count = static_cast<uint32_t>(slot.size());
   return g;
 }
@@ -605,7 +631,8 @@ Status TableBackend<T>::run_graph_op(RegisteredGraph& g, const GraphOp& op) {
   const std::span<const ir::TensorId> outs(g.out_ids.data() + op.out_begin,
                                            op.out_end - op.out_begin);
   done_.resize(outs.size());
-  Status st = run_guarded(op.op, OpIo{ins, outs, op.metas}, done_.data());
+  const ir::TensorId donor = op.donor == UINT32_MAX ? 0 : g.base + op.donor;
+  Status st = run_guarded(op.op, OpIo{ins, outs, op.metas, donor}, done_.data());
   use_arena(nullptr);
   arena_ = nullptr;
   if (st.ok()) {

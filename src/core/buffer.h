@@ -17,7 +17,7 @@ class BufferPool;
 
 struct Storage {
   std::byte* data = nullptr;
-  size_t capacity = 0;   // bytes usable (the size class)
+  size_t capacity = 0;         // bytes usable (the size class)
   BufferPool* pool = nullptr;  // null: owned by plain allocation, freed directly
   // Set for borrowed memory (Buffer::wrap): `data` belongs to whatever this keeps alive, and is
   // neither pooled nor freed here.
@@ -44,12 +44,16 @@ class Buffer {
   // A view of bytes [offset, offset + size) sharing this storage.
   Buffer slice(size_t offset, size_t size) const;
   template <class T>
-  T* as() const { return reinterpret_cast<T*>(data()); }
+  T* as() const {
+    return reinterpret_cast<T*>(data());
+  }
   // Identity and size of the underlying storage (shared by all slices of it).
   const void* storage_id() const { return storage_.get(); }
   size_t storage_bytes() const { return storage_ ? storage_->capacity : 0; }
   // The pool the storage came from (null: none, or plain allocation).
   const BufferPool* pool() const { return storage_ ? storage_->pool : nullptr; }
+  // Whether this is the only Buffer of its storage (no other slice or copy refers to it).
+  bool sole_owner() const { return storage_ && storage_.use_count() == 1; }
 
  private:
   Buffer(std::shared_ptr<Storage> s, size_t off, size_t size)
@@ -61,9 +65,9 @@ class Buffer {
 };
 
 struct PoolStats {
-  size_t bytes_in_use = 0;    // handed out and not yet returned
-  size_t bytes_cached = 0;    // on free lists, ready for reuse
-  uint64_t allocations = 0;   // requests served
+  size_t bytes_in_use = 0;         // handed out and not yet returned
+  size_t bytes_cached = 0;         // on free lists, ready for reuse
+  uint64_t allocations = 0;        // requests served
   uint64_t fresh_allocations = 0;  // requests that needed new memory from the system
 };
 

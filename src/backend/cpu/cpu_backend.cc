@@ -13,6 +13,16 @@ Status CpuBackend::run_into(const ir::Op& op, const OpIo& io, CpuTensor* done) {
     ctx_.add_input_ref(id, t);
   }
   for (size_t i = 0; i < io.outs.size(); ++i) ctx_.add_output_ref(io.outs[i], &io.metas[i]);
+  if (io.donor != 0 && arena_) {
+    // Taken only when the output would look exactly like it: the arena's, contiguous from its
+    // start, and referenced by nothing else (a view of it elsewhere would see the writes).
+    Result<const CpuTensor*> d = tensor(io.donor);
+    const TensorMeta& m = io.metas[0];
+    if (d.ok() && (*d)->buffer.pool() == arena_ && (*d)->buffer.sole_owner() && (*d)->offset == 0 &&
+        (*d)->dtype == m.dtype && (*d)->shape == m.shape && (*d)->is_contiguous()) {
+      ctx_.offer(io.outs[0], *d);
+    }
+  }
   Status st = std::visit(
       [&](const auto& o) -> Status {
         if constexpr (std::is_same_v<std::decay_t<decltype(o)>, std::monostate>) {

@@ -26,6 +26,10 @@ class CpuBackend final : public TableBackend<CpuTensor> {
   Status run_into(const ir::Op& op, const OpIo& io, CpuTensor* done) override;
   // Graph buffer planning: kernels' outputs come from the arena while one is set.
   bool plans_graph_buffers() const override { return true; }
+  bool writes_in_place(const ir::Op& op) const override {
+    return std::holds_alternative<ir::Binary>(op) || std::holds_alternative<ir::BinaryScalar>(op) ||
+           std::holds_alternative<ir::Unary>(op);
+  }
   void use_arena(BufferPool* arena) override { arena_ = arena; }
   bool in_arena(const CpuTensor& t, const BufferPool& arena) const override {
     return t.buffer.pool() == &arena;

@@ -23,7 +23,7 @@ bool CpuTensor::is_contiguous() const {
   return true;
 }
 
-void alloc_into(CpuTensor& t, const TensorMeta& meta, BufferPool* pool) {
+size_t layout_into(CpuTensor& t, const TensorMeta& meta) {
   t.shape.assign(meta.shape.begin(), meta.shape.end());
   t.dtype = meta.dtype;
   t.offset = 0;
@@ -33,7 +33,11 @@ void alloc_into(CpuTensor& t, const TensorMeta& meta, BufferPool* pool) {
     t.strides[i] = n;
     n *= meta.shape[i];
   }
-  const size_t bytes = static_cast<size_t>(n) * dtype_size(meta.dtype);
+  return static_cast<size_t>(n) * dtype_size(meta.dtype);
+}
+
+void alloc_into(CpuTensor& t, const TensorMeta& meta, BufferPool* pool) {
+  const size_t bytes = layout_into(t, meta);
   t.buffer = pool ? pool->allocate(bytes) : Buffer::allocate(bytes);
 }
 
@@ -89,7 +93,12 @@ CpuTensor& KernelContext::alloc(ir::Out out) {
     o.tensor = std::move(spares_.back());
     spares_.pop_back();
   }
-  alloc_into(o.tensor, *o.meta, pool_);
+  if (o.donor) {
+    layout_into(o.tensor, *o.meta);
+    o.tensor.buffer = o.donor->buffer;
+  } else {
+    alloc_into(o.tensor, *o.meta, pool_);
+  }
   o.set = true;
   return o.tensor;
 }

@@ -37,6 +37,9 @@ CpuTensor alloc_tensor(const TensorMeta& meta, BufferPool* pool = nullptr);
 // The same into `t`, reusing its shape and stride arrays (no allocation when they are large
 // enough).
 void alloc_into(CpuTensor& t, const TensorMeta& meta, BufferPool* pool = nullptr);
+// Sets t to a contiguous layout of `meta` (shape, strides, dtype, offset 0) and returns its
+// bytes; leaves its buffer alone.
+size_t layout_into(CpuTensor& t, const TensorMeta& meta);
 
 // What a kernel sees: its inputs, and the inferred metas of its outputs. Kernels either allocate
 // an output (alloc) or set it to a view (set_view); the executor checks every output was set.
@@ -54,8 +57,12 @@ class KernelContext {
   // For the executor: `t` and `meta` must outlive the op's run.
   void add_input_ref(ir::TensorId id, const CpuTensor* t) { inputs_.push_back({id, t}); }
   void add_output_ref(ir::TensorId id, const TensorMeta* meta) {
-    outputs_.push_back({id, meta, {}, false});
+    outputs_.push_back({id, meta, {}, false, nullptr});
   }
+  // Lets alloc(out) return a tensor over `donor`'s storage (an input of the op's meta that no
+  // other tensor shares and that dies with the op): for kernels that compute each output
+  // element from the inputs at its own index, so writing over the input is safe.
+  void offer(ir::TensorId out, const CpuTensor* donor) { output(out).donor = donor; }
   // Forgets the last op's inputs and outputs (keeping the arrays' capacity) and sets where
   // alloc() takes outputs from.
   void reset(BufferPool* pool);
@@ -88,6 +95,7 @@ class KernelContext {
     const TensorMeta* meta;
     CpuTensor tensor;
     bool set = false;
+    const CpuTensor* donor = nullptr;
   };
   const CpuTensor* find_input(ir::TensorId id) const {
     for (const Input& i : inputs_)
