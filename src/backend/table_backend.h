@@ -24,7 +24,10 @@
 // 4 KiB on our hosts). The reservation counts in bytes_held() and against the memory limit from
 // registration on; tensors in the arena are not counted again while a run holds them. A graph
 // output never stays in the arena (one that views an intermediate is copied out), so once a run
-// ends every arena block is free again and the arena can go with its graph.
+// ends every arena block is free again and the arena can go with its graph. A backend whose
+// kernel for an op computes each output element from the inputs at its index only
+// (writes_in_place) is offered the op's input that dies with it and has the output's meta, and
+// may write the output over it instead of taking a block (the plan still reserves one).
 //
 // T is the backend's tensor handle; TableTraits<T> says how to read its meta and which storage
 // it uses (views share a storage, which bytes_held() counts once while any entry uses it).
