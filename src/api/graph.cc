@@ -145,17 +145,19 @@ std::vector<Tensor> Trace::replay(const Device& device, const std::vector<Tensor
                 std::to_string(inputs.size()) + " were given");
   }
   std::vector<ir::TensorId> in_ids;
+  in_ids.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
-    const std::string which = "replay: input " + std::to_string(i);
-    if (!x.defined()) throw Error(which + " is undefined");
-    const TensorMeta want = t.graph.inputs[i];
+    // The message only when one is thrown: a replay checks every input every time.
+    auto which = [i] { return "replay: input " + std::to_string(i); };
+    if (!x.defined()) throw Error(which() + " is undefined");
+    const TensorMeta& want = t.graph.inputs[i];
     if (x.impl()->meta != want) {
-      throw Error(which + " is " + meta_str(x.impl()->meta) + ", the trace takes " +
+      throw Error(which() + " is " + meta_str(x.impl()->meta) + ", the trace takes " +
                   meta_str(want));
     }
     if (x.impl()->sink != sink) {
-      throw Error(which + " is on " + x.impl()->sink->str() + ", not on " + device.str() +
+      throw Error(which() + " is on " + x.impl()->sink->str() + ", not on " + device.str() +
                   "; move it with .to(device)");
     }
     in_ids.push_back(x.impl()->id);
