@@ -117,6 +117,10 @@ class TableBackend : public Backend {
     // A graph run's offer (0: none): this input dies with the op and has the output's meta, so
     // a backend may compute the output in its storage (see writes_in_place).
     ir::TensorId donor = 0;
+    // A graph run's note that only elementwise ops (writes_in_place kinds) read the op's one
+    // output: a backend may hand over a contiguous copy instead of a strided view, which each
+    // of them would otherwise read in strides (the values are the same).
+    bool elementwise_readers = false;
   };
   // Runs an op that passed every check, moving one tensor per output into done[0, outs.size()).
   // A backend whose dispatch can work from `io` overrides this (the cpu backend: no per-op
@@ -239,8 +243,9 @@ class TableBackend : public Backend {
     ir::Op op;                      // its ids are slot ids (RegisteredGraph::base + slot)
     std::vector<TensorMeta> metas;  // its outputs' metas, inferred at registration
     uint32_t in_begin = 0, in_end = 0, out_begin = 0, out_end = 0, free_begin = 0, free_end = 0;
-    bool from_arena = false;      // its outputs are all intermediates: allocate from the arena
-    uint32_t donor = UINT32_MAX;  // the input slot offered to the output (writes_in_place)
+    bool from_arena = false;           // its outputs are all intermediates: allocate from the arena
+    uint32_t donor = UINT32_MAX;       // the input slot offered to the output (writes_in_place)
+    bool elementwise_readers = false;  // OpIo::elementwise_readers
   };
   struct RegisteredGraph {
     std::vector<TensorMeta> input_metas;
@@ -437,6 +442,16 @@ typename TableBackend<T>::RegisteredGraph TableBackend<T>::prepare_graph(
     for (uint32_t k = op.out_begin; k < op.out_end; ++k) {
       if (outputs.count(g.out_slots[k])) op.from_arena = false;
     }
+  }
+  // Intermediates read, and only by writes_in_place kinds of op.
+  std::vector<char> read_by(slot.size(), 0);  // bit 0: read; bit 1: by another kind
+  for (const GraphOp& op : g.ops) {
+    const char kind = writes_in_place(op.op) ? 1 : 3;
+    for (uint32_t i = op.in_begin; i < op.in_end; ++i) read_by[g.in_slots[i]] |= kind;
+  }
+  for (GraphOp& op : g.ops) {
+    op.elementwise_readers =
+        op.from_arena && op.out_end - op.out_begin == 1 && read_by[g.out_slots[op.out_begin]] == 1;
   }
   // In-place offers: an intermediate made by an arena op (so its storage is the arena's), read
   // last by an arena op of one output with its meta.
@@ -635,7 +650,8 @@ Status TableBackend<T>::run_graph_op(RegisteredGraph& g, const GraphOp& op) {
                                            op.out_end - op.out_begin);
   done_.resize(outs.size());
   const ir::TensorId donor = op.donor == UINT32_MAX ? 0 : g.base + op.donor;
-  Status st = run_guarded(op.op, OpIo{ins, outs, op.metas, donor}, done_.data());
+  Status st =
+      run_guarded(op.op, OpIo{ins, outs, op.metas, donor, op.elementwise_readers}, done_.data());
   use_arena(nullptr);
   arena_ = nullptr;
   if (st.ok()) {

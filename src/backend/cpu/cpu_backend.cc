@@ -37,6 +37,15 @@ Status CpuBackend::run_into(const ir::Op& op, const OpIo& io, CpuTensor* done) {
       st = internal_error("kernel did not produce output " + tensor_id_str(io.outs[i]));
     }
   }
+  // A transposed matrix (typically a weight's gradient, permuted to the weight's layout) that only
+  // elementwise ops read is copied once here, in tiles, rather than by each of them (a broadcast
+  // view stays: they read it cheaply as it is).
+  if (st.ok() && io.elementwise_readers && arena_ && worth_a_tiled_copy(done[0])) {
+    CpuTensor dense;
+    alloc_into(dense, io.metas[0], arena_);
+    copy_to_contiguous(done[0], dense.buffer.data());
+    done[0] = std::move(dense);
+  }
   // The inputs are referenced only while the op runs.
   ctx_.reset(nullptr);
   return st;

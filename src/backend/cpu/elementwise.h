@@ -209,8 +209,7 @@ using Run = std::array<int64_t, N>;
 // beat reading it in row-major order (several times over, for a 512x512 f32 operand). The values
 // are the same, so the results are too.
 inline const CpuTensor& row_major_operand(const CpuTensor& t, CpuTensor& tmp) {
-  constexpr int64_t kMinCopy = 4096;
-  if (t.numel() < kMinCopy || !is_transposed_matrix(t)) return t;
+  if (!worth_a_tiled_copy(t)) return t;
   tmp = contiguous(t);
   return tmp;
 }

@@ -13,6 +13,12 @@ void copy_to_contiguous(const CpuTensor& t, std::byte* dst);
 // Whether t is a matrix stored column by column (a transposed view): row-major reads of it
 // touch a new cache line per element, and copy_to_contiguous copies it in tiles instead.
 bool is_transposed_matrix(const CpuTensor& t);
+// Whether reading t through a contiguous copy beats reading it as it is: a transposed matrix
+// large enough for the tiled copy to pay (several times over for 512x512 f32).
+inline bool worth_a_tiled_copy(const CpuTensor& t) {
+  constexpr int64_t kMinElements = 4096;
+  return t.numel() >= kMinElements && is_transposed_matrix(t);
+}
 
 // Strides of `t` viewed as broadcast to `shape` (leading new dims and size-1 dims get stride 0).
 Strides broadcast_strides(const CpuTensor& t, const Shape& shape);
