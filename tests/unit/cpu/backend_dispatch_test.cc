@@ -26,6 +26,16 @@ ir::Op binary(ir::BinaryKind kind, ir::TensorId a, ir::TensorId b, ir::TensorId 
   return ir::Binary{kind, {a}, {b}, {out}};
 }
 
+ir::Op transpose(ir::TensorId x, ir::TensorId out) { return ir::Permute{{x}, {1, 0}, {out}}; }
+
+// A graph over inputs 1 and 2 of these metas; the ops to be added.
+ir::Graph graph_of(TensorMeta a, TensorMeta b) {
+  ir::Graph g;
+  g.input_ids = {1, 2};
+  g.inputs = {std::move(a), std::move(b)};
+  return g;
+}
+
 std::vector<float> values(Backend& b, ir::TensorId id) {
   Result<TensorData> d = b.read(id);
   EXPECT_TRUE(d.ok()) << d.status().to_string();
@@ -66,11 +76,7 @@ TEST(CpuDispatch, FlatAndStridedOperandsGiveTheSameValues) {
   ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kAdd, 1, 3, 12)).ok());  // a row broadcast
   ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kMul, 4, 4, 13)).ok());  // one by one element
   ASSERT_TRUE(b->drop(12).ok());  // its handle is recycled into the next output
-  ir::Permute t;
-  t.x = {1};
-  t.dims = {1, 0};
-  t.out = {14};
-  ASSERT_TRUE(b->execute(t).ok());
+  ASSERT_TRUE(b->execute(transpose(1, 14)).ok());
   ASSERT_TRUE(b->execute(from_values(15, {3, 2}, {0, 0, 0, 0, 0, 0})).ok());
   ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kAdd, 14, 15, 16)).ok());  // transposed
   ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kAdd, 1, 3, 17)).ok());
@@ -107,11 +113,7 @@ TEST(CpuDispatch, TransposedMatricesReadBackExactly) {
       d.bytes = Buffer::copy_of(src.data(), bytes);
       const ir::TensorId in = next++, t = next++;
       ASSERT_TRUE(b->execute(from_host_of(std::move(d), in)).ok());
-      ir::Permute p;
-      p.x = {in};
-      p.dims = {1, 0};
-      p.out = {t};
-      ASSERT_TRUE(b->execute(p).ok());
+      ASSERT_TRUE(b->execute(transpose(in, t)).ok());
       Result<TensorData> got = b->read(t);
       ASSERT_TRUE(got.ok()) << got.status().to_string();
       std::vector<uint8_t> want(bytes);
@@ -129,9 +131,7 @@ TEST(CpuDispatch, TransposedMatricesReadBackExactly) {
 
 // x_{i+1} = x_i + one, n times, as a graph.
 ir::Graph chain_of_adds(int n) {
-  ir::Graph g;
-  g.input_ids = {1, 2};
-  g.inputs = {{{1}, kF32}, {{1}, kF32}};
+  ir::Graph g = graph_of({{1}, kF32}, {{1}, kF32});
   for (int i = 0; i < n; ++i) {
     g.ops.push_back(binary(ir::BinaryKind::kAdd, i == 0 ? 1 : static_cast<ir::TensorId>(i + 2), 2,
                            static_cast<ir::TensorId>(i + 3)));
@@ -171,15 +171,9 @@ TEST(CpuDispatch, GraphRunsHoldNoTensorOnceTheyEnd) {
 // it: v keeps x + 1.
 TEST(CpuDispatch, AnInputSharedWithAViewIsNotWrittenOver) {
   auto b = make_cpu_backend();
-  ir::Graph g;
-  g.input_ids = {1, 2};
-  g.inputs = {{{2}, kF32}, {{2}, kF32}};
+  ir::Graph g = graph_of({{2}, kF32}, {{2}, kF32});
   g.ops.push_back(binary(ir::BinaryKind::kAdd, 1, 2, 3));
-  ir::Reshape r;
-  r.x = {3};
-  r.shape = {2, 1};
-  r.out = {4};
-  g.ops.push_back(r);
+  g.ops.push_back(ir::Reshape{{3}, {2, 1}, {4}});
   g.ops.push_back(binary(ir::BinaryKind::kAdd, 3, 2, 5));
   g.ops.push_back(binary(ir::BinaryKind::kMul, 5, 5, 6));
   g.output_ids = {4, 6};
@@ -202,15 +196,9 @@ TEST(CpuDispatch, ATransposedIntermediateReadByElementwiseOpsEqualsEager) {
   constexpr int64_t kRows = 72, kCols = 90;
   std::vector<float> xs(kRows * kCols);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 97) * 0.37f - 11.0f;
-  ir::Graph g;
-  g.input_ids = {1, 2};
-  g.inputs = {{{kRows, kCols}, kF32}, {{1}, kF32}};
+  ir::Graph g = graph_of({{kRows, kCols}, kF32}, {{1}, kF32});
   g.ops.push_back(binary(ir::BinaryKind::kMul, 1, 2, 3));
-  ir::Permute t;
-  t.x = {3};
-  t.dims = {1, 0};
-  t.out = {4};
-  g.ops.push_back(t);
+  g.ops.push_back(transpose(3, 4));
   g.ops.push_back(binary(ir::BinaryKind::kSub, 4, 2, 5));
   ir::Unary sq;
   sq.kind = ir::UnaryKind::kSquare;
