@@ -222,9 +222,11 @@ asio::error_code step(asio::io_context& io, net::Stream& s, std::chrono::millise
   return asio::error::timed_out;
 }
 
-// Reads one frame's payload; `max` bounds its length before anything is allocated.
+// Reads one frame's payload; `max` bounds its length before anything is allocated. The byte at
+// offset `aligned` of the payload lands 64-byte aligned (where a tensor's bytes start, so that the
+// tensor can keep them as its storage: an unaligned one would be copied).
 Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
-                          uint64_t max, const char* what) {
+                          uint64_t max, const char* what, size_t aligned = 0) {
   uint8_t header[4];
   asio::error_code ec = step(io, s, stall, [&](net::IoHandler h) {
     s.async_read(asio::buffer(header, 4), std::move(h));
@@ -235,7 +237,9 @@ Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::mil
     return data_loss(std::string("its ") + what + " frame announces " + std::to_string(len) +
                      " bytes, at most " + std::to_string(max) + " were expected");
   }
-  Buffer payload = Buffer::allocate(len);
+  constexpr size_t kAlign = 64;
+  const size_t shift = (kAlign - aligned % kAlign) % kAlign;
+  Buffer payload = Buffer::allocate(shift + len).slice(shift, len);
   // In pieces, so the stall timeout bounds each piece rather than the whole tensor.
   constexpr size_t kPiece = size_t{16} << 20;
   for (size_t at = 0; at < len;) {
@@ -358,7 +362,9 @@ Result<TensorData> Puller::pull(const PullRequest& r) {
   const uint64_t nbytes = static_cast<uint64_t>(numel(r.meta.shape)) * dtype_size(r.meta.dtype);
   // The tensor's bytes and its header, or a refusal (a status message within kMaxStringBytes).
   const uint64_t max = nbytes + 64 + 8 * r.meta.shape.size() + proto::kMaxStringBytes;
-  TW_ASSIGN_OR_RETURN(Buffer payload, read_frame(io, *stream, stall, max, "tensor"));
+  // A ReadResult's bytes follow type, request id, status, dtype, rank, dims and length.
+  const size_t data_at = 1 + 8 + 1 + 1 + 4 + 8 * r.meta.shape.size() + 8;
+  TW_ASSIGN_OR_RETURN(Buffer payload, read_frame(io, *stream, stall, max, "tensor", data_at));
   stream->close();
   TW_ASSIGN_OR_RETURN(proto::ServerMessage m, proto::decode_server_message(payload));
   if (m.kind != proto::ServerMsg::kReadResult || m.request_id != 1) {
