@@ -780,7 +780,8 @@ uint64_t client_bytes(const tw::Device& a, const tw::Device& b) {
 double best_move_s(const tw::Tensor& t, const tw::Device& to, int reps, uint64_t* through) {
   const tw::Device from = t.device();
   const float want = t.sum().item<float>();
-  if (t.to(to).sum().item<float>() != want) throw std::runtime_error("move: the moved tensor differs");
+  if (t.to(to).sum().item<float>() != want)
+    throw std::runtime_error("move: the moved tensor differs");
   double best = 1e9;
   for (int r = 0; r < reps; ++r) {
     to.sync();  // the previous copy's drop has run: the destination's pool reuses its buffer
@@ -815,8 +816,10 @@ void bench_moves(const std::string& binary, size_t bytes, int reps) {
       copy = std::min(copy, us_since(t0) / 1e6);
     }
     if (dst[bytes / 2] != 1) throw std::runtime_error("memcpy");
-    rows.push_back({"n", "same-server move of " + mib + " (t.to(device 1) + sync), ms, best of " +
-                             std::to_string(reps) + "; " + std::to_string(through) + " B through the client",
+    rows.push_back({"n",
+                    "same-server move of " + mib + " (t.to(device 1) + sync), ms, best of " +
+                        std::to_string(reps) + "; " + std::to_string(through) +
+                        " B through the client",
                     fmt("%.2f", move * 1e3), fmt("%.2f", copy * 1e3) + " (local memcpy)",
                     fmt("%.2fx", move / copy), "<= 2x memcpy, <= 1 KiB via client",
                     move <= 2 * copy && through <= 1024});
@@ -849,8 +852,10 @@ void bench_moves(const std::string& binary, size_t bytes, int reps) {
     read_all(source.fd(), in.data(), bytes);
     raw = std::max(raw, gb / (us_since(t0) / 1e6));
   }
-  rows.push_back({"o", "server-to-server move of " + mib + " (t.to(other server) + sync), GB/s, best of " +
-                           std::to_string(reps) + "; " + std::to_string(through) + " B through the client",
+  rows.push_back({"o",
+                  "server-to-server move of " + mib +
+                      " (t.to(other server) + sync), GB/s, best of " + std::to_string(reps) + "; " +
+                      std::to_string(through) + " B through the client",
                   fmt("%.2f", moved), fmt("%.2f", raw) + " (raw TCP)", fmt("%.2fx", moved / raw),
                   ">= 0.8x raw, <= 1 KiB via client", moved / raw >= 0.8 && through <= 1024});
 }
@@ -865,7 +870,8 @@ int main(int argc, char** argv) {
     else if (a == "--server" && i + 1 < argc) binary = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: tw_bench_remote [--quick] [--only abcdefghimno] [--server PATH]\n");
+      std::fprintf(stderr,
+                   "usage: tw_bench_remote [--quick] [--only abcdefghimno] [--server PATH]\n");
       return 2;
     }
   }

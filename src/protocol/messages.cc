@@ -321,7 +321,8 @@ Status get_ids(WireReader& r, std::vector<ir::TensorId>& ids) {
 Result<ClientMsg> peek_client_msg(const Buffer& payload) {
   if (payload.size() == 0) return data_loss("empty frame");
   uint8_t k = payload.as<const uint8_t>()[0];
-  if (k != static_cast<uint8_t>(ClientMsg::kHello) && k != static_cast<uint8_t>(ClientMsg::kBatch) &&
+  if (k != static_cast<uint8_t>(ClientMsg::kHello) &&
+      k != static_cast<uint8_t>(ClientMsg::kBatch) &&
       k != static_cast<uint8_t>(ClientMsg::kFetch)) {
     return data_loss("unknown client message type " + std::to_string(k));
   }

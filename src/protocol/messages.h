@@ -105,7 +105,7 @@ struct Refuse {
 struct TensorSource {
   uint64_t session_id = 0;
   ir::TensorId tensor = 0;
-  std::string capability;  // opaque here; server/transfer.h makes and checks it
+  std::string capability;   // opaque here; server/transfer.h makes and checks it
   std::string url;          // kImport: the source server's address, as the client reached it
   std::string fingerprint;  // kImport: the TLS fingerprint to pin when url is tls:// ("": CAs)
 };
@@ -220,7 +220,7 @@ struct ServerMessage {
   ir::GraphId graph_id = 0;  // graph results that are OK
   TensorData data;        // read results
   ServerStats stats;
-  Exported exported;      // capability results that are OK
+  Exported exported;  // capability results that are OK
 };
 Result<ServerMessage> decode_server_message(const Buffer& payload);
 

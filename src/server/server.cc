@@ -124,7 +124,8 @@ struct Server::Impl {
   std::unique_ptr<server::Puller> puller;
   // "server 9f3a (tcp://127.0.0.1:5000)": how a transfer's errors name this server.
   std::string self_name() const {
-    return "server " + server_id + (listeners.empty() ? "" : " (" + listeners.front()->url().str() + ")");
+    return "server " + server_id +
+           (listeners.empty() ? "" : " (" + listeners.front()->url().str() + ")");
   }
   bool tls_self_signed = false;  // the tls:// listeners present a pair generated at start
   // Last: it calls view() until it is destroyed, first.
@@ -786,7 +787,8 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
                                                                       [srv] { return srv->view(); }));
       impl->totals.metrics.enable_timing();
     }
-    impl->puller = std::make_unique<server::Puller>(server::Puller::kThreads, opts.transfer_timeout);
+    impl->puller =
+        std::make_unique<server::Puller>(server::Puller::kThreads, opts.transfer_timeout);
     for (auto& l : impl->listeners) impl->accept(*l);
     for (auto& sh : impl->shards) impl->works.push_back(asio::make_work_guard(sh->io));
     for (auto& sh : impl->shards) {

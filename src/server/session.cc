@@ -144,9 +144,7 @@ void Session::run_task(proto::Task& t, SessionOutput& out, OpTimer& timer) {
            totals_.capabilities.redeem(t.source.capability, t.source.session_id, t.source.tensor));
       settle();
       return;
-    case proto::TaskKind::kImport:
-      start_import(t, out);
-      return;
+    case proto::TaskKind::kImport: start_import(t, out); return;
   }
   out.reply(std::move(f));
 }
@@ -248,8 +246,7 @@ Result<proto::Exported> Session::export_tensor(ir::TensorId id) {
   Result<TensorData> d = backend_->read(id);
   if (!d.ok()) return d.status().with_context("export of tensor " + std::to_string(id));
   TensorMeta meta = d->meta;
-  TW_ASSIGN_OR_RETURN(std::string cap,
-                      totals_.capabilities.issue(id_, id, std::move(d).value()));
+  TW_ASSIGN_OR_RETURN(std::string cap, totals_.capabilities.issue(id_, id, std::move(d).value()));
   return proto::Exported{std::move(cap), std::move(meta)};
 }
 

@@ -43,7 +43,8 @@ Status decode_fields(const std::string& token, Capability& c, size_t* signed_byt
   uint8_t format = 0, dt = 0;
   uint32_t rank = 0;
   TW_RETURN_NOT_OK(r.u8(format));
-  if (format != kTokenFormat) return data_loss("unknown capability format " + std::to_string(format));
+  if (format != kTokenFormat)
+    return data_loss("unknown capability format " + std::to_string(format));
   TW_RETURN_NOT_OK(r.str(c.server_id, 256));
   TW_RETURN_NOT_OK(r.u64(c.session_id));
   TW_RETURN_NOT_OK(r.u64(c.tensor));
@@ -154,7 +155,8 @@ Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t se
     return refused("it was issued by server " + c.server_id + ", not by this one (" + server_id_ +
                    "); fetch it from the server that exported the tensor");
   }
-  const std::vector<uint8_t> fields(token.begin(), token.begin() + static_cast<ptrdiff_t>(signed_bytes));
+  const std::vector<uint8_t> fields(token.begin(),
+                                    token.begin() + static_cast<ptrdiff_t>(signed_bytes));
   const std::string mac = sign(fields);
   if (mac.size() != kMacBytes ||
       CRYPTO_memcmp(mac.data(), token.data() + signed_bytes, kMacBytes) != 0) {
@@ -228,9 +230,8 @@ asio::error_code step(asio::io_context& io, net::Stream& s, std::chrono::millise
 Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
                           uint64_t max, const char* what, size_t aligned = 0) {
   uint8_t header[4];
-  asio::error_code ec = step(io, s, stall, [&](net::IoHandler h) {
-    s.async_read(asio::buffer(header, 4), std::move(h));
-  });
+  asio::error_code ec = step(
+      io, s, stall, [&](net::IoHandler h) { s.async_read(asio::buffer(header, 4), std::move(h)); });
   if (ec) return unavailable(std::string("no ") + what + " from it (" + ec.message() + ")");
   const uint32_t len = net::frame_length(header);
   if (len == 0 || len > max) {
@@ -345,9 +346,8 @@ Result<TensorData> Puller::pull(const PullRequest& r) {
   net::frame_buffers(hello, h1, bufs);
   net::frame_buffers(fetch, h2, more);
   bufs.insert(bufs.end(), more.begin(), more.end());
-  asio::error_code ec = step(io, *stream, stall, [&](net::IoHandler h) {
-    stream->async_write(bufs, std::move(h));
-  });
+  asio::error_code ec =
+      step(io, *stream, stall, [&](net::IoHandler h) { stream->async_write(bufs, std::move(h)); });
   if (ec) return unavailable("cannot send it the fetch (" + ec.message() + ")");
 
   constexpr uint64_t kMaxWelcome = 16u << 20;

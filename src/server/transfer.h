@@ -95,9 +95,9 @@ void serve_fetch(CapabilityTable& table, const Buffer& frame, protocol::OutFrame
 // What an importing server needs to pull one tensor.
 struct PullRequest {
   protocol::TensorSource source;
-  TensorMeta meta;          // what the client said the tensor is; the bytes must match it
-  std::string credential;   // presented in the Hello to the source (the importer's own)
-  std::string importer;     // names this server in errors ("server 9f3a (tcp://...)")
+  TensorMeta meta;         // what the client said the tensor is; the bytes must match it
+  std::string credential;  // presented in the Hello to the source (the importer's own)
+  std::string importer;    // names this server in errors ("server 9f3a (tcp://...)")
 };
 
 // Pulls tensors from other servers on a fixed number of threads of its own (blocking I/O there,
@@ -106,7 +106,8 @@ struct PullRequest {
 class Puller {
  public:
   using Done = std::function<void(Result<TensorData>)>;
-  explicit Puller(int threads = kThreads, std::chrono::milliseconds stall = std::chrono::seconds(30));
+  explicit Puller(int threads = kThreads,
+                  std::chrono::milliseconds stall = std::chrono::seconds(30));
   // Aborts the pulls under way (their callbacks get the error) and those queued; later
   // start()s fail at once. The destructor aborts, then joins the threads.
   void abort();

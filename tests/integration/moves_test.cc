@@ -68,7 +68,8 @@ TEST(Moves, SameServerMoveIsBitExactAndSkipsTheClient) {
   d0.flush();
   d1.connect();
   d0b.connect();
-  const uint64_t before = client_bytes(d0, d1) + wire_counters(d0b).bytes_out + wire_counters(d0b).bytes_in;
+  const uint64_t before =
+      client_bytes(d0, d1) + wire_counters(d0b).bytes_out + wire_counters(d0b).bytes_in;
   Tensor b = a.to(d1);
   Tensor c = a.to(d0b);
   Tensor m = n.to(d1);
@@ -160,13 +161,13 @@ TEST(Moves, RefusedCapabilitiesPoisonTheDestination) {
   // A session of another client cannot make one up.
   proto::TensorSource forged = source(*e2);
   forged.capability = "not a capability";
-  EXPECT_NE(read_error(move_local(forged)).find("capability refused: malformed"), std::string::npos);
+  EXPECT_NE(read_error(move_local(forged)).find("capability refused: malformed"),
+            std::string::npos);
 
   auto e3 = conn(a).export_tensor(xid);
   ASSERT_TRUE(e3.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   EXPECT_NE(read_error(move_local(source(*e3))).find("expired"), std::string::npos);
-
 }
 
 // A fake source server on 127.0.0.1: answers the peer's Hello with a Welcome, then announces a
@@ -179,7 +180,8 @@ class FakeSource {
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof addr;
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd_, 4) != 0 ||
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(fd_, 4) != 0 ||
         ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
       throw std::runtime_error("fake source: cannot listen");
     }

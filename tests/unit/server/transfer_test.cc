@@ -78,7 +78,8 @@ TEST(Capabilities, ExpiredIsRefusedAndForgotten) {
   clock.now += 1;  // exactly at expiry: expired
   auto r = table.redeem(*token, 1, 2);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("expired 0 ms ago"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("expired 0 ms ago"), std::string::npos)
+      << r.status().message();
   EXPECT_EQ(table.outstanding(), 1u);
   // Issuing sweeps what expired meanwhile.
   clock.now += 10000;
@@ -218,7 +219,9 @@ TEST(SessionMoves, ExportThenMoveLocalSharesTheStorage) {
   }));
   ASSERT_EQ(o2.got.size(), 2u);
   ASSERT_TRUE(o2.got[0].status.ok()) << o2.got[0].status.message();
-  EXPECT_EQ(std::vector<float>(o2.got[0].data.values<float>().begin(), o2.got[0].data.values<float>().end()), v);
+  EXPECT_EQ(std::vector<float>(o2.got[0].data.values<float>().begin(),
+                               o2.got[0].data.values<float>().end()),
+            v);
   EXPECT_FALSE(o2.got[1].status.ok());
   EXPECT_NE(o2.got[1].status.message().find("used already"), std::string::npos);
   // A poisoned or unknown tensor is not exported.
@@ -235,10 +238,13 @@ TEST(SessionMoves, ImportParksTheSessionUntilThePullEnds) {
   const TensorMeta meta{{3}, kF32};
   proto::TensorSource src{4, 4, "cap", "tcp://127.0.0.1:1", ""};
   Batch batch;
-  EXPECT_FALSE(run(**s, out, [&](proto::BatchWriter& w) {
-    w.add_move(proto::TaskKind::kImport, 2, meta, src);
-    w.add_read(1, 2);
-  }, &batch));
+  EXPECT_FALSE(run(
+      **s, out,
+      [&](proto::BatchWriter& w) {
+        w.add_move(proto::TaskKind::kImport, 2, meta, src);
+        w.add_read(1, 2);
+      },
+      &batch));
   EXPECT_TRUE((*s)->parked());
   ASSERT_EQ(out.imports.size(), 1u);
   EXPECT_EQ(out.imports[0].source.url, "tcp://127.0.0.1:1");
@@ -254,12 +260,15 @@ TEST(SessionMoves, ImportParksTheSessionUntilThePullEnds) {
 
   // A failed pull poisons the tensor with its error; a tensor over the quota never starts one.
   Batch b2;
-  EXPECT_FALSE(run(**s, out, [&](proto::BatchWriter& w) {
-    w.add_move(proto::TaskKind::kImport, 3, meta, src);
-    w.add_read(2, 3);
-    w.add_move(proto::TaskKind::kImport, 4, TensorMeta{{int64_t{1} << 30}, kF32}, src);
-    w.add_read(3, 4);
-  }, &b2));
+  EXPECT_FALSE(run(
+      **s, out,
+      [&](proto::BatchWriter& w) {
+        w.add_move(proto::TaskKind::kImport, 3, meta, src);
+        w.add_read(2, 3);
+        w.add_move(proto::TaskKind::kImport, 4, TensorMeta{{int64_t{1} << 30}, kF32}, src);
+        w.add_read(3, 4);
+      },
+      &b2));
   (*s)->finish_import(unavailable("the source went away"));
   EXPECT_TRUE((*s)->run(b2, out, Session::Clock::time_point::max()));
   ASSERT_EQ(out.got.size(), 3u);
