@@ -3,10 +3,8 @@
 // prefix is an error, and the worked examples match the encoder.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "protocol/messages.h"
+#include "support/doc_examples.h"
 #include "support/frames.h"
 
 namespace tw::protocol {
@@ -92,31 +90,9 @@ TEST(MovesCodec, EveryTruncatedPrefixIsAnError) {
 }
 
 #ifdef TW_DOCS_DIR
+using testing::framed;
 std::vector<uint8_t> doc_example(const std::string& name) {
-  std::ifstream in(std::string(TW_DOCS_DIR) + "/protocol.md");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string doc = ss.str();
-  size_t at = doc.find("<!-- example: " + name + " -->");
-  if (at == std::string::npos) return {};
-  size_t open = doc.find("```\n", at);
-  size_t close = doc.find("\n```", open + 4);
-  std::istringstream lines(doc.substr(open + 4, close - open - 4));
-  std::vector<uint8_t> out;
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::istringstream toks(line.substr(0, line.find('#')));
-    std::string t;
-    while (toks >> t) out.push_back(static_cast<uint8_t>(std::stoul(t, nullptr, 16)));
-  }
-  return out;
-}
-
-std::vector<uint8_t> framed(const OutFrame& f) {
-  std::vector<uint8_t> out = testing::flatten(f);
-  uint64_t n = out.size();
-  for (int i = 3; i >= 0; --i) out.insert(out.begin(), static_cast<uint8_t>(n >> (8 * i)));
-  return out;
+  return testing::doc_example(testing::read_protocol_doc(TW_DOCS_DIR), name);
 }
 
 TEST(MovesCodec, WorkedExamplesMatchTheEncoder) {
