@@ -470,7 +470,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
 
   void on_fetch(const Buffer& frame) {
     proto::OutFrame f;
-    server::serve_fetch(srv_.totals.capabilities, frame, f);
+    server::serve_fetch(srv_.totals.capabilities, srv_.totals.metrics, frame, f);
     send(std::move(f));
   }
 

@@ -293,6 +293,7 @@ void Session::finish_import(Result<TensorData> got) {
   Parked p = std::move(*parked_);
   parked_.reset();
   release(p.reserved);
+  if (got.ok()) totals_.metrics.transfer(Direction::kIn, got->bytes.size());
   land(p.id, p.meta, std::move(got));
   settle();
 }

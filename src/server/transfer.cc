@@ -184,7 +184,8 @@ Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t se
   return data;
 }
 
-void serve_fetch(CapabilityTable& table, const Buffer& frame, proto::OutFrame& reply) {
+void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& frame,
+                 proto::OutFrame& reply) {
   Result<proto::Fetch> m = proto::decode_fetch(frame);
   if (!m.ok()) return proto::encode_read_result(0, m.status().with_context("fetch"), reply);
   Result<TensorData> d = table.redeem(m->capability, m->session_id, m->tensor);
@@ -193,6 +194,7 @@ void serve_fetch(CapabilityTable& table, const Buffer& frame, proto::OutFrame& r
                            std::to_string(d->bytes.size()) +
                            " bytes, more than one frame can carry (4 GiB); move it in slices");
   }
+  if (d.ok()) metrics.transfer(Direction::kOut, d->bytes.size());
   proto::encode_read_result(m->request_id, d, reply);
 }
 

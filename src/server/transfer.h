@@ -22,6 +22,7 @@
 #include "core/tensor_data.h"
 #include "ir/ops.h"
 #include "protocol/messages.h"
+#include "server/metrics.h"
 
 namespace tw::net {
 class Stream;
@@ -89,8 +90,10 @@ class CapabilityTable {
 };
 
 // Answers a peer's Fetch frame: the ReadResult (same request id) carrying the granted tensor,
-// or the refusal. A tensor over what one frame can carry (4 GiB) is refused as a read is.
-void serve_fetch(CapabilityTable& table, const Buffer& frame, protocol::OutFrame& reply);
+// or the refusal. A tensor over what one frame can carry (4 GiB) is refused as a read is. A
+// tensor sent counts as an outgoing transfer in `metrics`.
+void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& frame,
+                 protocol::OutFrame& reply);
 
 // What an importing server needs to pull one tensor.
 struct PullRequest {

@@ -124,11 +124,12 @@ TEST(Capabilities, FetchIsAnsweredWithTheTensorOrTheRefusal) {
   TensorData d = data_of({1.5f, -2.0f}, {2});
   auto token = table.issue(3, 4, d);
   ASSERT_TRUE(token.ok());
+  ServerMetrics metrics;
   auto answer = [&](const proto::Fetch& f) {
     proto::OutFrame req, rep;
     proto::encode_fetch(f, req);
     std::vector<uint8_t> bytes = testing::flatten(req);
-    serve_fetch(table, Buffer::copy_of(bytes.data(), bytes.size()), rep);
+    serve_fetch(table, metrics, Buffer::copy_of(bytes.data(), bytes.size()), rep);
     std::vector<uint8_t> out = testing::flatten(rep);
     auto m = proto::decode_server_message(Buffer::copy_of(out.data(), out.size()));
     EXPECT_TRUE(m.ok());
@@ -144,6 +145,8 @@ TEST(Capabilities, FetchIsAnsweredWithTheTensorOrTheRefusal) {
   EXPECT_EQ(std::vector<float>(ok.data.values<float>().begin(), ok.data.values<float>().end()),
             (std::vector<float>{1.5f, -2.0f}));
   EXPECT_FALSE(answer({11, 3, 4, *token}).status.ok()) << "single use";
+  EXPECT_EQ(metrics.transfers(Direction::kOut), 1u) << "refusals are not transfers";
+  EXPECT_EQ(metrics.transfer_bytes(Direction::kOut), 8u);
 }
 
 // ---- the move tasks on sessions ----
@@ -257,6 +260,8 @@ TEST(SessionMoves, ImportParksTheSessionUntilThePullEnds) {
   ASSERT_EQ(out.got.size(), 1u);
   ASSERT_TRUE(out.got[0].status.ok());
   EXPECT_EQ(out.got[0].data.values<float>()[2], 3.0f);
+  EXPECT_EQ(totals.metrics.transfers(Direction::kIn), 1u);
+  EXPECT_EQ(totals.metrics.transfer_bytes(Direction::kIn), 12u);
 
   // A failed pull poisons the tensor with its error; a tensor over the quota never starts one.
   Batch b2;
