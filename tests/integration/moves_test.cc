@@ -116,6 +116,50 @@ TEST(Moves, ServerToServerMoveIsBitExact) {
   EXPECT_EQ(x.to(b).to_bytes(), x.to_bytes());
 }
 
+// The source serves tls:// (a pinned self-signed certificate) and both servers require a
+// credential: the destination dials tls:// pinning the fingerprint the client pins, and presents
+// its own credential; a destination with another credential is refused by the source.
+std::string credential_file(const std::string& secret) {
+  char path[] = "/tmp/tw_moves_credential_XXXXXX";
+  int fd = ::mkstemp(path);
+  EXPECT_GE(fd, 0);
+  const std::string line = secret + "\n";
+  EXPECT_EQ(::write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+  ::close(fd);
+  return path;
+}
+
+std::string printed_fingerprint(const ServerProcess& s) {
+  const std::string prefix = "tls certificate sha256 ";
+  for (const std::string& l : s.lines()) {
+    if (l.rfind(prefix, 0) == 0) return l.substr(prefix.size(), 95);
+  }
+  return {};
+}
+
+TEST(Moves, OverTlsBetweenServersSharingACredential) {
+  const std::string shared = credential_file("moves-secret"), other = credential_file("other");
+  ServerProcess sa({"--listen", "tls://127.0.0.1:0", "--credential-file", shared});
+  ServerProcess sb({"--credential-file", shared}), sc({"--credential-file", other});
+  ASSERT_EQ(sa.urls().size(), 2u);
+  RemoteOptions pin;
+  pin.tls_fingerprint = printed_fingerprint(sa);
+  ASSERT_EQ(pin.tls_fingerprint.size(), 95u) << "no fingerprint printed";
+  ::setenv("TW_CREDENTIAL", "moves-secret", 1);
+  Device a = remote_device(sa.urls()[1], 0, pin);
+  Device b = Device::remote(sb.url(), 0);
+  ::setenv("TW_CREDENTIAL", "other", 1);
+  Device c = Device::remote(sc.url(), 0);
+  ::unsetenv("TW_CREDENTIAL");
+  Tensor x = arange(0, 1 << 20, 1, kF32, a);
+  EXPECT_EQ(x.to(b).to_bytes(), x.to_bytes());
+  const std::string err = read_error(x.to(c));
+  EXPECT_NE(err.find("from server " + sa.urls()[1]), std::string::npos) << err;
+  EXPECT_NE(err.find("unauthorised"), std::string::npos) << err;
+  ::unlink(shared.c_str());
+  ::unlink(other.c_str());
+}
+
 // Below the API: capabilities used twice, altered, for another tensor, at another server, or
 // after they expired are refused, and the refusal poisons the destination tensor.
 TEST(Moves, RefusedCapabilitiesPoisonTheDestination) {
