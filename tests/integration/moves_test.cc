@@ -73,15 +73,17 @@ TEST(Moves, SameServerMoveIsBitExactAndSkipsTheClient) {
   Tensor b = a.to(d1);
   Tensor c = a.to(d0b);
   Tensor m = n.to(d1);
-  Tensor b2 = b + 1.0;  // ops after the move run on the moved tensor
+  Tensor same = a.to(d0);  // within the session: a second id for the same storage
+  Tensor b2 = b + 1.0;     // ops after the move run on the moved tensor
   d1.flush();
   d0b.flush();
   const uint64_t through =
       client_bytes(d0, d1) + wire_counters(d0b).bytes_out + wire_counters(d0b).bytes_in - before;
-  EXPECT_LE(through, 3 * 1024u) << "three moves should cost a few hundred bytes each";
+  EXPECT_LE(through, 4 * 1024u) << "four moves should cost a few hundred bytes each";
   EXPECT_EQ(b.device().str(), d1.str());
   EXPECT_EQ(a.to_bytes(), b.to_bytes());
   EXPECT_EQ(a.to_bytes(), c.to_bytes());
+  EXPECT_EQ(a.to_bytes(), same.to_bytes());
   EXPECT_EQ(n.to_vector<int32_t>(), m.to_vector<int32_t>());
   EXPECT_EQ((a + 1.0).to_bytes(), b2.to_bytes());
 }
