@@ -795,11 +795,11 @@ double best_move_s(const tw::Tensor& t, const tw::Device& to, int reps, uint64_t
   return best;
 }
 
-void bench_moves(const std::string& binary, size_t bytes, int reps) {
+void bench_moves(const std::string& binary, size_t bytes, int reps, bool same, bool across) {
   const int64_t n = static_cast<int64_t>(bytes / 4);
   const double gb = static_cast<double>(bytes) / 1e9;
   const std::string mib = std::to_string(bytes >> 20) + " MiB";
-  {
+  if (same) {
     tw::testing::ServerProcess server({"--devices", "2"}, binary);
     tw::Device d0 = tw::Device::remote(server.url(), 0), d1 = tw::Device::remote(server.url(), 1);
     tw::manual_seed(1);
@@ -821,9 +821,10 @@ void bench_moves(const std::string& binary, size_t bytes, int reps) {
                         std::to_string(reps) + "; " + std::to_string(through) +
                         " B through the client",
                     fmt("%.2f", move * 1e3), fmt("%.2f", copy * 1e3) + " (local memcpy)",
-                    fmt("%.2fx", move / copy), "<= 2x memcpy, <= 1 KiB via client",
+                    fmt("%.4fx", move / copy), "<= 2x memcpy, <= 1 KiB via client",
                     move <= 2 * copy && through <= 1024});
   }
+  if (!across) return;
   tw::testing::ServerProcess sa({}, binary), sb({}, binary);
   tw::Device a = tw::Device::remote(sa.url()), b = tw::Device::remote(sb.url());
   tw::manual_seed(2);
@@ -902,7 +903,9 @@ int main(int argc, char** argv) {
     if (on('h')) bench_metrics_overhead(binary, quick ? 50000 : 200000, quick ? 3 : 9);
     if (on('i')) bench_fairness(binary, quick ? 40 : 200);
     if (on('m')) bench_memory_limit(binary);
-    if (on('n') || on('o')) bench_moves(binary, size_t{256} << 20, quick ? 3 : 5);
+    if (on('n') || on('o')) {
+      bench_moves(binary, size_t{256} << 20, quick ? 3 : 5, on('n'), on('o'));
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tw_bench_remote: %s\n", e.what());
     return 1;
