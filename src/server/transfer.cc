@@ -203,14 +203,16 @@ void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& f
 namespace {
 
 // Runs one asynchronous step of `s` on `io` (this thread) for at most `stall`; a step that does
-// not complete by then is ended by shutting the stream down, and reports timed_out.
+// not complete by then is ended by shutting the stream down, and reports timed_out. `*moved`
+// (when given): the bytes the step moved, all of them or those before it failed.
 asio::error_code step(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
-                      const std::function<void(net::IoHandler)>& start) {
+                      const std::function<void(net::IoHandler)>& start, size_t* moved = nullptr) {
   bool done = false;
   asio::error_code result;
-  start([&](const asio::error_code& ec, size_t) {
+  start([&](const asio::error_code& ec, size_t n) {
     done = true;
     result = ec;
+    if (moved) *moved = n;
   });
   io.restart();
   io.run_for(stall);
@@ -247,11 +249,13 @@ Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::mil
   constexpr size_t kPiece = size_t{16} << 20;
   for (size_t at = 0; at < len;) {
     const size_t n = std::min<size_t>(kPiece, len - at);
-    ec = step(io, s, stall, [&](net::IoHandler h) {
-      s.async_read(asio::buffer(payload.data() + at, n), std::move(h));
-    });
+    size_t got = 0;
+    ec = step(
+        io, s, stall,
+        [&](net::IoHandler h) { s.async_read(asio::buffer(payload.data() + at, n), std::move(h)); },
+        &got);
     if (ec) {
-      return unavailable("the connection ended after " + std::to_string(at) + " of the " +
+      return unavailable("the connection ended after " + std::to_string(at + got) + " of the " +
                          std::to_string(len) + " bytes of its " + what + " (" + ec.message() + ")");
     }
     at += n;
