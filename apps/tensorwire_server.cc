@@ -47,6 +47,10 @@ void usage(FILE* to) {
                "                        (BYTES: a number, or with K, M, G or T: 512M, 4G, 1.5T)\n"
                "  --handshake-timeout SECONDS  drop a peer that has not completed its handshake\n"
                "                        within this (default 10; fractions allowed)\n"
+               "  --capability-ttl SECONDS  how long a capability this server signs for a tensor\n"
+               "                        move stays valid (default 60)\n"
+               "  --transfer-timeout SECONDS  fail an import from another server that makes no\n"
+               "                        progress for this long (default 30)\n"
                "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
                "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
                "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
@@ -119,6 +123,16 @@ int main(int argc, char** argv) {
       }
       return n;
     };
+    auto seconds = [&](const char* name) {
+      const char* v = value(name);
+      char* end = nullptr;
+      double secs = std::strtod(v, &end);
+      if (end == v || *end || !(secs > 0) || secs > 86400) {
+        std::fprintf(stderr, "tensorwire-server: %s expects seconds (> 0, at most a day), got '%s'\n", name, v);
+        std::exit(2);
+      }
+      return std::chrono::milliseconds(std::max<long long>(1, std::llround(secs * 1000)));
+    };
     if (a == "--listen") opts.listen.push_back(value("--listen"));
     else if (a == "--devices") opts.devices = static_cast<int>(number("--devices"));
     else if (a == "--backend") opts.backend = value("--backend");
@@ -134,16 +148,9 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    else if (a == "--handshake-timeout") {
-      const char* v = value("--handshake-timeout");
-      char* end = nullptr;
-      double seconds = std::strtod(v, &end);
-      if (end == v || *end || !(seconds > 0) || seconds > 86400) {
-        std::fprintf(stderr, "tensorwire-server: --handshake-timeout expects seconds (> 0, at most a day), got '%s'\n", v);
-        return 2;
-      }
-      opts.handshake_timeout = std::chrono::milliseconds(std::max<long long>(1, std::llround(seconds * 1000)));
-    }
+    else if (a == "--handshake-timeout") opts.handshake_timeout = seconds("--handshake-timeout");
+    else if (a == "--capability-ttl") opts.capability_ttl = seconds("--capability-ttl");
+    else if (a == "--transfer-timeout") opts.transfer_timeout = seconds("--transfer-timeout");
     else if (a == "--queue-depth") opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
     else if (a == "--max-graph-ops") opts.max_graph_ops = number("--max-graph-ops");
     else if (a == "--tls-cert") opts.tls_cert_file = value("--tls-cert");

@@ -16,7 +16,11 @@
 //       2048x2048 matmuls, against one such matmul's time
 //   (m) memory, --max-memory 4G: four sessions each trying to hold 8 GiB; the over-limit ops
 //       fail, the server's peak RSS, the server alive
-// Usage: tw_bench_remote [--quick] [--only abcdefghim] [--server PATH]. Measures; never asserts.
+//   (n) same-server move of 256 MiB (t.to(device 1) of a tensor on device 0, protocol 3) vs a
+//       local memcpy of it; the bytes through the client
+//   (o) server-to-server move of 256 MiB (a capability, the destination pulls) vs raw TCP
+//       streaming of the same bytes between two processes; the bytes through the client
+// Usage: tw_bench_remote [--quick] [--only abcdefghimno] [--server PATH]. Measures; never asserts.
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -759,17 +763,116 @@ void bench_memory_limit(const std::string& binary) {
 
 }  // namespace
 
+// ---------------------------------------------------------------- (n, o) moves
+
+// Bytes the client sent and received on the connections of `a` and `b`.
+uint64_t client_bytes(const tw::Device& a, const tw::Device& b) {
+  uint64_t n = 0;
+  for (const tw::Device* d : {&a, &b}) {
+    tw::WireCounters c = tw::wire_counters(*d);
+    n += c.bytes_out + c.bytes_in;
+  }
+  return n;
+}
+
+// The best time, in seconds, of `reps` moves of `t` to `to`, each waited for with a sync;
+// *through: the client's bytes of the last one. The moved tensor's sum must equal the source's.
+double best_move_s(const tw::Tensor& t, const tw::Device& to, int reps, uint64_t* through) {
+  const tw::Device from = t.device();
+  const float want = t.sum().item<float>();
+  if (t.to(to).sum().item<float>() != want)
+    throw std::runtime_error("move: the moved tensor differs");
+  double best = 1e9;
+  for (int r = 0; r < reps; ++r) {
+    to.sync();  // the previous copy's drop has run: the destination's pool reuses its buffer
+    const uint64_t before = client_bytes(from, to);
+    auto t0 = Clock::now();
+    tw::Tensor m = t.to(to);
+    to.sync();
+    best = std::min(best, us_since(t0) / 1e6);
+    *through = client_bytes(from, to) - before;
+  }
+  return best;
+}
+
+void bench_moves(const std::string& binary, size_t bytes, int reps, bool same, bool across) {
+  const int64_t n = static_cast<int64_t>(bytes / 4);
+  const double gb = static_cast<double>(bytes) / 1e9;
+  const std::string mib = std::to_string(bytes >> 20) + " MiB";
+  if (same) {
+    tw::testing::ServerProcess server({"--devices", "2"}, binary);
+    tw::Device d0 = tw::Device::remote(server.url(), 0), d1 = tw::Device::remote(server.url(), 1);
+    tw::manual_seed(1);
+    tw::Tensor t = tw::randn({n}, tw::kF32, d0);
+    d1.connect();
+    uint64_t through = 0;
+    const double move = best_move_s(t, d1, reps, &through);
+    // The floor: one copy of the bytes in this process, into memory touched before.
+    std::vector<uint8_t> src(bytes, 1), dst(bytes, 0);
+    double copy = 1e9;
+    for (int r = 0; r < reps; ++r) {
+      auto t0 = Clock::now();
+      std::memcpy(dst.data(), src.data(), bytes);
+      copy = std::min(copy, us_since(t0) / 1e6);
+    }
+    if (dst[bytes / 2] != 1) throw std::runtime_error("memcpy");
+    rows.push_back({"n",
+                    "same-server move of " + mib + " (t.to(device 1) + sync), ms, best of " +
+                        std::to_string(reps) + "; " + std::to_string(through) +
+                        " B through the client",
+                    fmt("%.2f", move * 1e3), fmt("%.2f", copy * 1e3) + " (local memcpy)",
+                    fmt("%.4fx", move / copy), "<= 2x memcpy, <= 1 KiB via client",
+                    move <= 2 * copy && through <= 1024});
+  }
+  if (!across) return;
+  tw::testing::ServerProcess sa({}, binary), sb({}, binary);
+  tw::Device a = tw::Device::remote(sa.url()), b = tw::Device::remote(sb.url());
+  tw::manual_seed(2);
+  tw::Tensor t = tw::randn({n}, tw::kF32, a);
+  b.connect();
+  // Raw: a child process streams the same bytes to this one over loopback TCP, each side's
+  // buffer allocated once.
+  RawPeer source(
+      [bytes](int fd) {
+        std::vector<uint8_t> buf(bytes, 3);
+        for (;;) {
+          char cmd = 0;
+          read_all(fd, &cmd, 1);
+          write_all(fd, buf.data(), bytes);
+        }
+      },
+      true);
+  std::vector<uint8_t> in(bytes, 0);
+  double raw = 0, moved = 0;
+  uint64_t through = 0;
+  // Interleaved, so that both see the same machine load.
+  for (int r = 0; r < reps; ++r) {
+    moved = std::max(moved, gb / best_move_s(t, b, 1, &through));
+    auto t0 = Clock::now();
+    write_all(source.fd(), "d", 1);
+    read_all(source.fd(), in.data(), bytes);
+    raw = std::max(raw, gb / (us_since(t0) / 1e6));
+  }
+  rows.push_back({"o",
+                  "server-to-server move of " + mib +
+                      " (t.to(other server) + sync), GB/s, best of " + std::to_string(reps) + "; " +
+                      std::to_string(through) + " B through the client",
+                  fmt("%.2f", moved), fmt("%.2f", raw) + " (raw TCP)", fmt("%.2fx", moved / raw),
+                  ">= 0.8x raw, <= 1 KiB via client", moved / raw >= 0.8 && through <= 1024});
+}
+
 int main(int argc, char** argv) {
   std::string binary = TW_SERVER_BINARY;
   bool quick = false;
-  std::string only = "abcdefghim";
+  std::string only = "abcdefghimno";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--server" && i + 1 < argc) binary = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: tw_bench_remote [--quick] [--only abcdefghim] [--server PATH]\n");
+      std::fprintf(stderr,
+                   "usage: tw_bench_remote [--quick] [--only abcdefghimno] [--server PATH]\n");
       return 2;
     }
   }
@@ -800,6 +903,9 @@ int main(int argc, char** argv) {
     if (on('h')) bench_metrics_overhead(binary, quick ? 50000 : 200000, quick ? 3 : 9);
     if (on('i')) bench_fairness(binary, quick ? 40 : 200);
     if (on('m')) bench_memory_limit(binary);
+    if (on('n') || on('o')) {
+      bench_moves(binary, size_t{256} << 20, quick ? 3 : 5, on('n'), on('o'));
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tw_bench_remote: %s\n", e.what());
     return 1;

@@ -54,6 +54,12 @@ struct ServerOptions {
   // server's counters in Prometheus text format at /metrics and a live dashboard at /
   // (docs/remote.md, "Metrics"). It also turns on timing each op for the latency histogram.
   std::string metrics;
+  // Tensor moves between servers (docs/remote.md, "Moving tensors between servers"): how long a
+  // capability this server signs stays valid (tensorwire-server --capability-ttl), and how long
+  // a pull from another server may make no progress before the import fails
+  // (--transfer-timeout).
+  std::chrono::milliseconds capability_ttl{60000};
+  std::chrono::milliseconds transfer_timeout{30000};
 };
 
 struct ServerStatsSnapshot {

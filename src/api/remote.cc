@@ -40,6 +40,26 @@ Result<ir::GraphId> RemoteSink::register_graph(ir::Graph graph) {
   return conn_.register_graph(graph);
 }
 
+Status RemoteSink::copy_to(ir::TensorId src, detail::Sink& dst, ir::TensorId dst_id) {
+  auto* to = dynamic_cast<RemoteSink*>(&dst);
+  if (!to) return Sink::copy_to(src, dst, dst_id);
+  TW_RETURN_NOT_OK(conn_.ensure_connected());
+  TW_RETURN_NOT_OK(to->conn_.ensure_connected());
+  if (conn_.welcome().version < 3 || to->conn_.welcome().version < 3) {
+    return Sink::copy_to(src, dst, dst_id);
+  }
+  TW_ASSIGN_OR_RETURN(protocol::Exported e, conn_.export_tensor(src));
+  protocol::TensorSource source{conn_.welcome().session_id, src, std::move(e.capability), "", ""};
+  if (conn_.welcome().server_id == to->conn_.welcome().server_id) {
+    return to->conn_.move_in(protocol::TaskKind::kMoveLocal, dst_id, e.meta, source);
+  }
+  // The destination dials the source at the address this client used, pinning the certificate
+  // fingerprint this client pins (when it pins one), with its own credential.
+  source.url = conn_.url().str();
+  source.fingerprint = conn_.options().tls.fingerprint;
+  return to->conn_.move_in(protocol::TaskKind::kImport, dst_id, e.meta, source);
+}
+
 Status RemoteSink::run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
                              std::span<const ir::TensorId> outputs) {
   return conn_.run_graph(graph, {inputs.begin(), inputs.end()}, {outputs.begin(), outputs.end()});

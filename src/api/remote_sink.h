@@ -24,7 +24,12 @@ class RemoteSink final : public detail::Sink {
   Status sync() override { return conn_.sync(); }
   Status connect() override { return conn_.ensure_connected(); }
   void flush() override { conn_.flush(); }
-  // copy_to: Sink's default (read, then upload to the destination).
+  // To a remote device (this one included) of a server speaking protocol 3, the tensor moves
+  // without its bytes passing through this client: the source session exports it (a
+  // capability), and the destination session takes it from a session of its own server (same
+  // server id) or pulls it from the source server. Otherwise Sink's default (read, then upload
+  // to the destination).
+  Status copy_to(ir::TensorId src, detail::Sink& dst, ir::TensorId dst_id) override;
   // Graphs are registered on the server's session once and run there by id (remote.cc).
   Result<ir::GraphId> register_graph(ir::Graph graph) override;
   Status run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,

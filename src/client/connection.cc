@@ -256,6 +256,44 @@ Result<ir::GraphId> Connection::register_graph(const ir::Graph& graph) {
   return id;
 }
 
+Result<proto::Exported> Connection::export_tensor(ir::TensorId id) {
+  std::future<Result<proto::Exported>> fut;
+  std::atomic<bool> done{false};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TW_RETURN_NOT_OK(ready_locked());
+    Pending* p = nullptr;
+    uint64_t req = add_pending_locked(Pending::kCapability, &p, &done);
+    fut = p->exported.get_future();
+    make_room_locked(1 + 8 + 8);
+    batch_.add_export(req, id);
+    ++counters_.round_trips;
+    flush_locked();
+  }
+  wait(fut, &done);
+  Result<proto::Exported> r = fut.get();
+  if (!r.ok()) return r.status().with_context("export from " + url_.str());
+  return r;
+}
+
+Status Connection::move_in(proto::TaskKind kind, ir::TensorId id, const TensorMeta& meta,
+                           const proto::TensorSource& source) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TW_RETURN_NOT_OK(ready_locked());
+  if (!drops_.empty()) queue_drops_locked();
+  // Kind, ids, meta, the strings with their lengths: within a few hundred bytes.
+  const uint64_t bytes = 1 + 8 + 1 + 4 + 8 * meta.shape.size() + 8 + 8 + 3 * 4 +
+                         source.capability.size() + source.url.size() + source.fingerprint.size();
+  if (proto::BatchWriter::kEmptyBytes + bytes > frame_limit_) {
+    return resource_exhausted("move: the task takes " + std::to_string(bytes) +
+                              " bytes, over the frame limit of the server at " + url_.str());
+  }
+  make_room_locked(bytes);
+  batch_.add_move(kind, id, meta, source);
+  added_op_locked();
+  return Status::OK();
+}
+
 void Connection::drop(ir::TensorId id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::kConnected) return;  // nothing held on a server we are not connected to
@@ -462,6 +500,7 @@ void Connection::fail_all(const Status& why) {
       case Pending::kSync: p->status.set_value(dead_); break;
       case Pending::kStats: p->stats.set_value(dead_); break;
       case Pending::kGraph: p->graph.set_value(dead_); break;
+      case Pending::kCapability: p->exported.set_value(dead_); break;
     }
     if (p->done) p->done->store(true, std::memory_order_release);
   }
@@ -676,6 +715,13 @@ void Connection::on_message(const Buffer& payload) {
         p->graph.set_value(m->graph_id);
       } else {
         p->graph.set_value(m->status);
+      }
+      break;
+    case Pending::kCapability:
+      if (m->status.ok()) {
+        p->exported.set_value(std::move(m->exported));
+      } else {
+        p->exported.set_value(m->status);
       }
       break;
   }

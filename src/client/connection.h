@@ -63,6 +63,7 @@ class Connection {
   Status ensure_connected();
   const protocol::Welcome& welcome() const { return welcome_; }
   const net::Url& url() const { return url_; }
+  const Options& options() const { return options_; }
   uint32_t device_index() const { return device_index_; }
 
   Status submit_op(const ir::Op& op);
@@ -81,17 +82,26 @@ class Connection {
   // failure is recorded in the outputs on the server.
   Status run_graph(ir::GraphId graph, std::vector<ir::TensorId> inputs,
                    std::vector<ir::TensorId> outputs);
+  // Moves (protocol 3): a capability for tensor `id` of this session, signed by the server once
+  // the tasks queued before it have run (so it waits for them); a poisoned tensor's error.
+  Result<protocol::Exported> export_tensor(ir::TensorId id);
+  // Queues an import (kImport: the server pulls from source.url) or a same-server move
+  // (kMoveLocal) that makes tensor `id` of `meta` from `source`; like an op, its failure is
+  // recorded in the tensor on the server.
+  Status move_in(protocol::TaskKind kind, ir::TensorId id, const TensorMeta& meta,
+                 const protocol::TensorSource& source);
   void flush();
   void close();
   Counters counters() const;
 
  private:
   struct Pending {
-    enum Kind { kRead, kSync, kStats, kGraph } kind = kRead;
+    enum Kind { kRead, kSync, kStats, kGraph, kCapability } kind = kRead;
     std::promise<Result<TensorData>> data;
     std::promise<Status> status;
     std::promise<Result<protocol::ServerStats>> stats;
     std::promise<Result<ir::GraphId>> graph;
+    std::promise<Result<protocol::Exported>> exported;
     // Set (after the promise) when the reply is in, for a caller waiting in wait(): checking it
     // is cheaper than polling the future, which makes the promise's fulfilment a futex wake.
     std::atomic<bool>* done = nullptr;

@@ -60,6 +60,24 @@ Status get_device(WireReader& r, DeviceInfo& d) {
   return r.u32(d.dtype_mask);
 }
 
+void put_meta(WireWriter& w, const TensorMeta& m) {
+  w.u8(static_cast<uint8_t>(m.dtype));
+  w.u32(static_cast<uint32_t>(m.shape.size()));
+  for (int64_t x : m.shape) w.i64(x);
+}
+
+Status get_meta(WireReader& r, TensorMeta& m) {
+  uint8_t dt = 0;
+  uint32_t rank = 0;
+  TW_RETURN_NOT_OK(r.u8(dt));
+  if (!dtype_valid(dt)) return data_loss("unknown dtype code " + std::to_string(dt));
+  m.dtype = static_cast<DType>(dt);
+  TW_RETURN_NOT_OK(r.count(rank, 8));
+  m.shape.resize(rank);
+  for (auto& x : m.shape) TW_RETURN_NOT_OK(r.i64(x));
+  return validate_shape(m.shape);
+}
+
 }  // namespace
 
 void encode_hello(const Hello& m, OutFrame& f) {
@@ -107,9 +125,7 @@ void encode_read_result(uint64_t request_id, const Result<TensorData>& r, OutFra
   put_status(w, r.status());
   if (!r.ok()) return;
   const TensorData& d = *r;
-  w.u8(static_cast<uint8_t>(d.meta.dtype));
-  w.u32(static_cast<uint32_t>(d.meta.shape.size()));
-  for (int64_t x : d.meta.shape) w.i64(x);
+  put_meta(w, d.meta);
   w.u64(d.bytes.size());
   w.raw_ref(d.bytes);
 }
@@ -147,6 +163,25 @@ void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutF
   w.u64(request_id);
   put_status(w, r.status());
   if (r.ok()) w.u64(*r);
+}
+
+void encode_capability_result(uint64_t request_id, const Result<Exported>& r, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ServerMsg::kCapabilityResult));
+  w.u64(request_id);
+  put_status(w, r.status());
+  if (!r.ok()) return;
+  w.str(r->capability);
+  put_meta(w, r->meta);
+}
+
+void encode_fetch(const Fetch& m, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ClientMsg::kFetch));
+  w.u64(m.request_id);
+  w.u64(m.session_id);
+  w.u64(m.tensor);
+  w.str(m.capability);
 }
 
 // ---- batches ----
@@ -246,6 +281,32 @@ void BatchWriter::add_run_graph(ir::GraphId graph, const std::vector<ir::TensorI
   patch_count();
 }
 
+void BatchWriter::add_export(uint64_t request_id, ir::TensorId id) {
+  begin_task();
+  WireWriter w(frame_.head);
+  w.u8(static_cast<uint8_t>(TaskKind::kExport));
+  w.u64(request_id);
+  w.u64(id);
+  patch_count();
+}
+
+void BatchWriter::add_move(TaskKind kind, ir::TensorId id, const TensorMeta& meta,
+                           const TensorSource& source) {
+  begin_task();
+  WireWriter w(frame_.head);
+  w.u8(static_cast<uint8_t>(kind));
+  w.u64(id);
+  put_meta(w, meta);
+  w.u64(source.session_id);
+  w.u64(source.tensor);
+  w.str(source.capability);
+  if (kind == TaskKind::kImport) {
+    w.str(source.url);
+    w.str(source.fingerprint);
+  }
+  patch_count();
+}
+
 // ---- decoding ----
 namespace {
 Status get_ids(WireReader& r, std::vector<ir::TensorId>& ids) {
@@ -260,7 +321,9 @@ Status get_ids(WireReader& r, std::vector<ir::TensorId>& ids) {
 Result<ClientMsg> peek_client_msg(const Buffer& payload) {
   if (payload.size() == 0) return data_loss("empty frame");
   uint8_t k = payload.as<const uint8_t>()[0];
-  if (k != static_cast<uint8_t>(ClientMsg::kHello) && k != static_cast<uint8_t>(ClientMsg::kBatch)) {
+  if (k != static_cast<uint8_t>(ClientMsg::kHello) &&
+      k != static_cast<uint8_t>(ClientMsg::kBatch) &&
+      k != static_cast<uint8_t>(ClientMsg::kFetch)) {
     return data_loss("unknown client message type " + std::to_string(k));
   }
   return static_cast<ClientMsg>(k);
@@ -284,6 +347,36 @@ Result<Hello> decode_hello(const Buffer& payload) {
   if (!r.done()) return data_loss("trailing bytes after Hello");
   return h;
 }
+
+Result<Fetch> decode_fetch(const Buffer& payload) {
+  WireReader r(payload);
+  uint8_t kind = 0;
+  TW_RETURN_NOT_OK(r.u8(kind));
+  if (kind != static_cast<uint8_t>(ClientMsg::kFetch)) {
+    return data_loss("expected a Fetch message, got message type " + std::to_string(kind));
+  }
+  Fetch m;
+  TW_RETURN_NOT_OK(r.u64(m.request_id));
+  TW_RETURN_NOT_OK(r.u64(m.session_id));
+  TW_RETURN_NOT_OK(r.u64(m.tensor));
+  TW_RETURN_NOT_OK(r.str(m.capability, kMaxStringBytes));
+  if (!r.done()) return data_loss("trailing bytes after Fetch");
+  return m;
+}
+
+namespace {
+// The fields of an import or same-server move task after its kind.
+Status get_move(WireReader& r, Task& t) {
+  TW_RETURN_NOT_OK(r.u64(t.id));
+  TW_RETURN_NOT_OK(get_meta(r, t.meta));
+  TW_RETURN_NOT_OK(r.u64(t.source.session_id));
+  TW_RETURN_NOT_OK(r.u64(t.source.tensor));
+  TW_RETURN_NOT_OK(r.str(t.source.capability, kMaxStringBytes));
+  if (t.kind != TaskKind::kImport) return Status::OK();
+  TW_RETURN_NOT_OK(r.str(t.source.url, kMaxStringBytes));
+  return r.str(t.source.fingerprint, kMaxStringBytes);
+}
+}  // namespace
 
 Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
   WireReader r(payload);
@@ -311,6 +404,7 @@ Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
         break;
       }
       case TaskKind::kRead:
+      case TaskKind::kExport:
         s = r.u64(t.request_id);
         if (s.ok()) s = r.u64(t.id);
         break;
@@ -332,6 +426,8 @@ Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
         if (s.ok()) s = get_ids(r, t.ids);
         if (s.ok()) s = get_ids(r, t.outputs);
         break;
+      case TaskKind::kImport:
+      case TaskKind::kMoveLocal: s = get_move(r, t); break;
       default:
         return fail(data_loss("unknown task kind " + std::to_string(tk)));
     }
@@ -376,15 +472,7 @@ Result<ServerMessage> decode_server_message(const Buffer& payload) {
       TW_RETURN_NOT_OK(r.u64(m.request_id));
       TW_RETURN_NOT_OK(get_status(r, m.status));
       if (!m.status.ok()) break;
-      uint8_t dt = 0;
-      uint32_t rank = 0;
-      TW_RETURN_NOT_OK(r.u8(dt));
-      if (!dtype_valid(dt)) return data_loss("unknown dtype code " + std::to_string(dt));
-      m.data.meta.dtype = static_cast<DType>(dt);
-      TW_RETURN_NOT_OK(r.count(rank, 8));
-      m.data.meta.shape.resize(rank);
-      for (auto& x : m.data.meta.shape) TW_RETURN_NOT_OK(r.i64(x));
-      TW_RETURN_NOT_OK(validate_shape(m.data.meta.shape));
+      TW_RETURN_NOT_OK(get_meta(r, m.data.meta));
       uint64_t nbytes = 0;
       TW_RETURN_NOT_OK(r.u64(nbytes));
       uint64_t expect = static_cast<uint64_t>(numel(m.data.meta.shape)) * dtype_size(m.data.meta.dtype);
@@ -427,6 +515,13 @@ Result<ServerMessage> decode_server_message(const Buffer& payload) {
       TW_RETURN_NOT_OK(r.u64(m.request_id));
       TW_RETURN_NOT_OK(get_status(r, m.status));
       if (m.status.ok()) TW_RETURN_NOT_OK(r.u64(m.graph_id));
+      break;
+    case ServerMsg::kCapabilityResult:
+      TW_RETURN_NOT_OK(r.u64(m.request_id));
+      TW_RETURN_NOT_OK(get_status(r, m.status));
+      if (!m.status.ok()) break;
+      TW_RETURN_NOT_OK(r.str(m.exported.capability, kMaxStringBytes));
+      TW_RETURN_NOT_OK(get_meta(r, m.exported.meta));
       break;
     default:
       return data_loss("unknown server message type " + std::to_string(kind));

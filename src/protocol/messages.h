@@ -15,16 +15,24 @@
 namespace tw::protocol {
 
 inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
-// Version 2 added the graph tasks (register, run) and the graph result; a version 1 client never
-// sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 2;
+// Version 2 added the graph tasks (register, run) and the graph result; version 3 the tensor
+// moves (export, import, same-server move), the capability result and the peer's fetch. An older
+// client never sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr uint16_t kMinProtocolVersion = 1;
 // Hello's device index that asks only for the device list (tw::remote_devices).
 inline constexpr uint32_t kEnumerateOnly = 0xFFFFFFFFu;
+// Hello's device index that opens a peer connection (protocol 3): another server, carrying Fetch
+// messages rather than batches, with no session.
+inline constexpr uint32_t kPeerOnly = 0xFFFFFFFEu;
 // Strings (names, reasons, credentials) longer than this are malformed.
 inline constexpr size_t kMaxStringBytes = 64 * 1024;
 
-enum class ClientMsg : uint8_t { kHello = 1, kBatch = 2 };
+enum class ClientMsg : uint8_t {
+  kHello = 1,
+  kBatch = 2,
+  kFetch = 3,  // protocol 3, on a peer connection: a server pulling a tensor by capability
+};
 enum class ServerMsg : uint8_t {
   kWelcome = 1,
   kRefuse = 2,
@@ -33,6 +41,7 @@ enum class ServerMsg : uint8_t {
   kStatsResult = 5,
   kSessionError = 6,  // a problem not tied to a request (a malformed batch, say); session goes on
   kGraphResult = 7,   // the reply to kRegisterGraph: the graph's id or why it was refused
+  kCapabilityResult = 8,  // the reply to kExport: the capability or why there is none
 };
 enum class TaskKind : uint8_t {
   kOp = 1,
@@ -42,6 +51,9 @@ enum class TaskKind : uint8_t {
   kStats = 5,
   kRegisterGraph = 6,  // protocol 2
   kRunGraph = 7,       // protocol 2
+  kExport = 8,         // protocol 3: a capability for one tensor of the session
+  kImport = 9,         // protocol 3: pull a tensor from another server by capability
+  kMoveLocal = 10,     // protocol 3: take a tensor of another session of this server
 };
 enum class RefuseReason : uint8_t {
   kBadVersion = 1,
@@ -88,6 +100,16 @@ struct Refuse {
   std::string message;
 };
 
+// Where an import (kImport) or a same-server move (kMoveLocal) takes its tensor from: a tensor
+// of a session of the source server, and the capability that server signed for it.
+struct TensorSource {
+  uint64_t session_id = 0;
+  ir::TensorId tensor = 0;
+  std::string capability;   // opaque here; server/transfer.h makes and checks it
+  std::string url;          // kImport: the source server's address, as the client reached it
+  std::string fingerprint;  // kImport: the TLS fingerprint to pin when url is tls:// ("": CAs)
+};
+
 struct Task {
   TaskKind kind = TaskKind::kOp;
   ir::Op op;                       // kOp
@@ -97,6 +119,19 @@ struct Task {
   ir::Graph graph;                 // kRegisterGraph
   ir::GraphId graph_id = 0;        // kRunGraph
   std::vector<ir::TensorId> outputs;  // kRunGraph: the ids its outputs get
+  // kImport, kMoveLocal: the tensor made under `id`, and where it comes from. kExport names its
+  // tensor in `id`.
+  TensorMeta meta;
+  TensorSource source;
+};
+
+// A peer server's request for the tensor a capability grants (protocol 3), answered with a
+// ReadResult of the same request id.
+struct Fetch {
+  uint64_t request_id = 0;
+  uint64_t session_id = 0;
+  ir::TensorId tensor = 0;
+  std::string capability;
 };
 
 struct ServerStats {
@@ -126,6 +161,13 @@ void encode_read_result(uint64_t request_id, const Result<TensorData>& r, OutFra
 void encode_sync_result(uint64_t request_id, const Status& s, OutFrame& f);
 void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f);
 void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutFrame& f);
+// An exported tensor's capability and what it holds.
+struct Exported {
+  std::string capability;
+  TensorMeta meta;
+};
+void encode_capability_result(uint64_t request_id, const Result<Exported>& r, OutFrame& f);
+void encode_fetch(const Fetch& m, OutFrame& f);
 
 // Batches are built incrementally by the client.
 class BatchWriter {
@@ -139,6 +181,9 @@ class BatchWriter {
   void add_register_graph(uint64_t request_id, const ir::Graph& graph);
   void add_run_graph(ir::GraphId graph, const std::vector<ir::TensorId>& inputs,
                      const std::vector<ir::TensorId>& outputs);
+  void add_export(uint64_t request_id, ir::TensorId id);
+  // kImport or kMoveLocal: tensor `id` (of `meta`) made from `source`.
+  void add_move(TaskKind kind, ir::TensorId id, const TensorMeta& meta, const TensorSource& source);
   uint32_t task_count() const { return count_; }
   uint64_t payload_size() const { return frame_.payload_size(); }
   bool empty() const { return count_ == 0; }
@@ -161,6 +206,7 @@ class BatchWriter {
 // ---- decoding (payload only, the frame header already stripped) ----
 Result<ClientMsg> peek_client_msg(const Buffer& payload);
 Result<Hello> decode_hello(const Buffer& payload);
+Result<Fetch> decode_fetch(const Buffer& payload);
 // Decodes a batch's tasks; on a malformed task the tasks before it are returned in `tasks` and
 // the error names the task's position.
 Status decode_batch(const Buffer& payload, std::vector<Task>& tasks);
@@ -174,6 +220,7 @@ struct ServerMessage {
   ir::GraphId graph_id = 0;  // graph results that are OK
   TensorData data;        // read results
   ServerStats stats;
+  Exported exported;  // capability results that are OK
 };
 Result<ServerMessage> decode_server_message(const Buffer& payload);
 

@@ -28,6 +28,7 @@
 #include "protocol/messages.h"
 #include "server/metrics.h"
 #include "server/session.h"
+#include "server/transfer.h"
 #include "tensorwire/error.h"
 
 namespace tw {
@@ -118,6 +119,14 @@ struct Server::Impl {
     return *best;
   }
   std::vector<std::unique_ptr<net::Listener>> listeners;
+  // Imports' pulls from other servers (transfer.h); after the shards, so destroyed before them:
+  // its threads post their outcomes to the shards.
+  std::unique_ptr<server::Puller> puller;
+  // "server 9f3a (tcp://127.0.0.1:5000)": how a transfer's errors name this server.
+  std::string self_name() const {
+    return "server " + server_id +
+           (listeners.empty() ? "" : " (" + listeners.front()->url().str() + ")");
+  }
   bool tls_self_signed = false;  // the tls:// listeners present a pair generated at start
   // Last: it calls view() until it is destroyed, first.
   std::unique_ptr<server::MetricsEndpoint> metrics;
@@ -305,6 +314,10 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       on_hello(frame);
       return {};
     }
+    if (peer_) {
+      on_fetch(frame);
+      return {};
+    }
     server::Batch batch;
     batch.decoded = proto::decode_batch(frame, batch.tasks);
     batch.frame = std::move(frame);
@@ -337,7 +350,10 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       }
       // More is queued and the slice is spent: the shard's other sessions first.
       if (!first && server::Session::Clock::now() >= until) return yield();
-      if (!session_->run(*batch, *this, until)) return yield();
+      if (!session_->run(*batch, *this, until)) {
+        if (session_->parked()) return;  // begin_import's outcome resumes it
+        return yield();
+      }
       bool resume = false;
       {
         std::lock_guard<std::mutex> lock(exec_mu_);
@@ -402,6 +418,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       close_when_flushed();
       return;
     }
+    if (h.device_index == proto::kPeerOnly && hi >= 3) return welcome_peer(w);
     if (h.device_index >= static_cast<uint32_t>(srv_.opts.devices)) {
       return refuse(proto::RefuseReason::kBadDeviceIndex,
                     "device index " + std::to_string(h.device_index) + " out of range: server " +
@@ -436,8 +453,41 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     send(std::move(f));
   }
 
+  // A peer connection (another server pulling tensors, transfer.h): no session, only fetches.
+  void welcome_peer(proto::Welcome& w) {
+    if (!has_slot_) {
+      return refuse(proto::RefuseReason::kServerBusy,
+                    "server has reached its limit of " + std::to_string(srv_.opts.max_sessions) +
+                        " connections (tensorwire-server --max-sessions); try again later");
+    }
+    peer_ = true;
+    welcomed_ = true;
+    handshake_timer_.cancel();
+    proto::OutFrame f;
+    proto::encode_welcome(w, f);
+    send(std::move(f));
+  }
+
+  void on_fetch(const Buffer& frame) {
+    proto::OutFrame f;
+    server::serve_fetch(srv_.totals.capabilities, srv_.totals.metrics, frame, f);
+    send(std::move(f));
+  }
+
   // server::SessionOutput, called by session_->run() on the draining thread.
   void reply(proto::OutFrame f) override { send(std::move(f)); }
+  // The pull runs on the server's Puller; its outcome comes back to this shard's thread, which
+  // lands the tensor and resumes the session's queue (drain() left it marked executing).
+  Status begin_import(const proto::Task& t) override {
+    server::PullRequest r{t.source, t.meta, srv_.opts.credential, srv_.self_name()};
+    srv_.puller->start(std::move(r), [self = shared_from_this()](Result<TensorData> got) {
+      asio::post(self->shard_.io, [self, got = std::move(got)]() mutable {
+        self->session_->finish_import(std::move(got));
+        self->drain();
+      });
+    });
+    return Status::OK();
+  }
   proto::ServerStats server_stats(uint64_t asking) override { return srv_.snapshot(asking); }
 
   // ---- writing: from any thread, under write_mu_ ----
@@ -494,6 +544,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   net::FrameReader reader_{8 * 1024};
   bool reading_ = false;  // a receive is outstanding
   bool welcomed_ = false;
+  bool peer_ = false;  // another server's connection: fetches, no session
   // execution queue
   std::mutex exec_mu_;
   // A session's turn on its shard: long beside what a yield costs (two posts, a few
@@ -578,6 +629,8 @@ void Server::Impl::do_stop() {
   // 1. Stop accepting and reading (the flag stops each session's read loop). Closing a listener
   //    removes its Unix socket's file. The metrics endpoint closes too.
   if (metrics) metrics->stop();
+  // Pulls under way end now (their imports fail and the sessions go on), not at their timeout.
+  if (puller) puller->abort();
   asio::post(io(), [this] {
     for (auto& l : listeners) l->close();
   });
@@ -706,6 +759,7 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
   std::ostringstream id;
   id << std::hex << (uint64_t{rd()} << 32 | rd());
   impl->server_id = id.str();
+  impl->totals.capabilities.configure(impl->server_id, opts.capability_ttl);
   impl->worker_count = opts.worker_threads > 0 ? opts.worker_threads
                                                : std::max(1u, std::thread::hardware_concurrency());
   try {
@@ -733,6 +787,8 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
                                                                       [srv] { return srv->view(); }));
       impl->totals.metrics.enable_timing();
     }
+    impl->puller =
+        std::make_unique<server::Puller>(server::Puller::kThreads, opts.transfer_timeout);
     for (auto& l : impl->listeners) impl->accept(*l);
     for (auto& sh : impl->shards) impl->works.push_back(asio::make_work_guard(sh->io));
     for (auto& sh : impl->shards) {

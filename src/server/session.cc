@@ -136,14 +136,25 @@ void Session::run_task(proto::Task& t, SessionOutput& out, OpTimer& timer) {
       run_graph(t);
       settle();
       return;
+    case proto::TaskKind::kExport:
+      proto::encode_capability_result(t.request_id, export_tensor(t.id), f);
+      break;
+    case proto::TaskKind::kMoveLocal:
+      land(t.id, t.meta,
+           totals_.capabilities.redeem(t.source.capability, t.source.session_id, t.source.tensor));
+      settle();
+      return;
+    case proto::TaskKind::kImport: start_import(t, out); return;
   }
   out.reply(std::move(f));
 }
 
 bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
+  if (parked_) return false;
   OpTimer timer(totals_.metrics);
   while (batch.next < batch.tasks.size()) {
     run_task(batch.tasks[batch.next++], out, timer);
+    if (parked_) return false;
     if (batch.next < batch.tasks.size() && Clock::now() >= until) return false;
   }
   if (!batch.decoded.ok()) {
@@ -226,6 +237,65 @@ void Session::run_graph(const proto::Task& t) {
   }
   // A failure (an unknown graph included) is recorded in the run's outputs.
   (void)backend_->run_graph(t.graph_id, t.ids, t.outputs);
+}
+
+// ---- moves ----
+
+Result<proto::Exported> Session::export_tensor(ir::TensorId id) {
+  // A CPU tensor's read shares its storage: the capability holds the bytes without a copy.
+  Result<TensorData> d = backend_->read(id);
+  if (!d.ok()) return d.status().with_context("export of tensor " + std::to_string(id));
+  TensorMeta meta = d->meta;
+  TW_ASSIGN_OR_RETURN(std::string cap, totals_.capabilities.issue(id_, id, std::move(d).value()));
+  return proto::Exported{std::move(cap), std::move(meta)};
+}
+
+void Session::land(ir::TensorId id, const TensorMeta& meta, Result<TensorData> got) {
+  if (got.ok() && !(got->meta == meta)) {
+    got = invalid_argument("move: the capability grants a tensor " + meta_str(got->meta) +
+                           ", the task names one " + meta_str(meta));
+  }
+  if (!got.ok()) {
+    backend_->fail(ir::FromHost{ir::Out{id}, meta.shape, meta.dtype, ir::Bytes{}}, got.status());
+    return;
+  }
+  // FromHost adopts the storage (no copy on CPU); a failure, over the quota say, is recorded in
+  // the tensor.
+  (void)backend_->execute(from_host_of(std::move(got).value(), id));
+}
+
+void Session::start_import(const proto::Task& t, SessionOutput& out) {
+  const uint64_t bytes = static_cast<uint64_t>(numel(t.meta.shape)) * dtype_size(t.meta.dtype);
+  Status st;
+  if (held() + bytes > memory_quota_) {
+    st = resource_exhausted("import: session memory quota exceeded: the session holds " +
+                            human_bytes(held()) + " and the tensor takes " + human_bytes(bytes) +
+                            ", over the quota of " + human_bytes(memory_quota_) +
+                            "; free tensors (drop them) or raise --session-memory");
+  } else {
+    // The bytes being received count in the server's budget until the tensor holds them.
+    st = reserve(bytes, "import");
+    if (st.ok()) {
+      st = out.begin_import(t);
+      if (!st.ok()) release(bytes);
+    }
+  }
+  if (!st.ok()) {
+    land(t.id, t.meta, st);
+    settle();
+    return;
+  }
+  parked_ = Parked{t.id, t.meta, bytes};
+}
+
+void Session::finish_import(Result<TensorData> got) {
+  if (!parked_) return;
+  Parked p = std::move(*parked_);
+  parked_.reset();
+  release(p.reserved);
+  if (got.ok()) totals_.metrics.transfer(Direction::kIn, got->bytes.size());
+  land(p.id, p.meta, std::move(got));
+  settle();
 }
 
 // A tensor too large for one frame (whose length is a u32) is refused, not truncated; a

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "protocol/messages.h"
 #include "server/memory_budget.h"
 #include "server/metrics.h"
+#include "server/transfer.h"
 
 namespace tw::server {
 
@@ -28,6 +30,7 @@ struct SessionTotals {
   std::atomic<int64_t> bytes_held{0};  // tensor bytes of every session
   ServerMetrics metrics;               // latency, errors, graphs, transfers (--metrics; metrics.h)
   MemoryBudget memory;                 // no limit unless the server sets one
+  CapabilityTable capabilities;        // tensors exported and not yet moved (transfer.h)
 };
 
 // Where a session's replies go, and what it asks of its server.
@@ -38,6 +41,13 @@ class SessionOutput {
   virtual void reply(protocol::OutFrame frame) = 0;
   // The server's figures, as a stats task reports them to session `asking`.
   virtual protocol::ServerStats server_stats(uint64_t asking) = 0;
+  // Starts pulling the tensor an import task names from its source server (transfer.h's
+  // Puller); the session runs no further task until the server calls finish_import() with the
+  // outcome. An error: the pull could not start (the session then poisons the tensor).
+  virtual Status begin_import(const protocol::Task& t) {
+    return unimplemented("import of tensor " + std::to_string(t.source.tensor) +
+                         ": this server does not pull tensors from other servers");
+  }
 };
 
 // A received batch and how far it has run: a session runs a long batch in slices (run()).
@@ -73,8 +83,15 @@ class Session {
   // batch delays them by about one task, not the whole batch. True once the batch is finished
   // (its decoding error, if any, reported). Not thread-safe: one run() at a time.
   bool run(Batch& batch, SessionOutput& out, Clock::time_point until);
-  // Runs a whole batch at once.
+  // Runs a whole batch at once (up to an import that parks the session).
   void run(std::vector<protocol::Task>& tasks, const Status& decoded, SessionOutput& out);
+
+  // ---- moves (protocol 3; transfer.h) ----
+  // True between an import task that started a pull and finish_import(): run() returns false
+  // at once, and the connection resumes it once the pull is over, without holding a thread.
+  bool parked() const { return parked_.has_value(); }
+  // The outcome of the parked import: the tensor lands under its id, or the error poisons it.
+  void finish_import(Result<TensorData> got);
 
   // Memory this session's work holds outside its tensor table (a graph registration, a
   // transfer being received), counted in the server-wide budget beside its tensors so that
@@ -124,6 +141,11 @@ class Session {
   // and plans the graph; a run's failure is recorded in its outputs, as an op's is.
   Result<ir::GraphId> register_graph(ir::Graph graph);
   void run_graph(const protocol::Task& t);
+  // Moves: a capability for a tensor of this session; a tensor made from what a capability
+  // granted (or poisoned with why there is none); an import's quota check and pull.
+  Result<protocol::Exported> export_tensor(ir::TensorId id);
+  void land(ir::TensorId id, const TensorMeta& meta, Result<TensorData> got);
+  void start_import(const protocol::Task& t, SessionOutput& out);
 
   const uint64_t id_;
   std::unique_ptr<Backend> backend_;
@@ -142,6 +164,14 @@ class Session {
   uint64_t graph_ops_total_ = 0;
   uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs, reserved
   std::atomic<uint64_t> ops_{0};       // written by run() only
+
+  // ---- moves ----
+  struct Parked {
+    ir::TensorId id = 0;
+    TensorMeta meta;
+    uint64_t reserved = 0;  // by reserve() for the bytes being received
+  };
+  std::optional<Parked> parked_;
 };
 
 // 1536 -> "1.5KiB": sizes in messages and the limits summary.

@@ -16,6 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case TaskKind::kStats: w.add_stats(t.request_id); break;
       case TaskKind::kRegisterGraph: w.add_register_graph(t.request_id, t.graph); break;
       case TaskKind::kRunGraph: w.add_run_graph(t.graph_id, t.ids, t.outputs); break;
+      case TaskKind::kExport: w.add_export(t.request_id, t.id); break;
+      case TaskKind::kImport:
+      case TaskKind::kMoveLocal: w.add_move(t.kind, t.id, t.meta, t.source); break;
       default: tw::fuzz::fail("decode_batch accepted an unknown task kind");
     }
   }

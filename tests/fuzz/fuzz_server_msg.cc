@@ -1,5 +1,6 @@
 // decode_server_message (src/protocol/messages.h): what a client decodes from a server, which
-// may be anyone the user pointed it at (welcome, refuse, read/sync/stats/graph results, errors).
+// may be anyone the user pointed it at (welcome, refuse, read/sync/stats/graph/capability
+// results, errors).
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -26,6 +27,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         encode_graph_result(m.request_id, m.graph_id, f);
       } else {
         encode_graph_result(m.request_id, m.status, f);
+      }
+      break;
+    case ServerMsg::kCapabilityResult:
+      if (m.status.ok()) {
+        encode_capability_result(m.request_id, m.exported, f);
+      } else {
+        encode_capability_result(m.request_id, m.status, f);
       }
       break;
     default: tw::fuzz::fail("decode_server_message accepted an unknown message type");

@@ -233,6 +233,22 @@ int run(const fs::path& dir) {
   f = {};
   encode_session_error(invalid_argument("batch task 0 of 1: matmul: bad"), f);
   c.add("server_msg", "session_error", f);
+  f = {};
+  encode_capability_result(11, Exported{"capability", {{2, 3}, kI64}}, f);
+  c.add("server_msg", "capability_result", f);
+
+  // Protocol 3: a peer's Hello and Fetch, and the move tasks.
+  OutFrame peer;
+  encode_hello(Hello{.min_version = 3, .device_index = kPeerOnly, .credential = "token"}, peer);
+  c.add("hello", "peer", peer);
+  OutFrame fetch;
+  encode_fetch(Fetch{1, 2, 3, "capability"}, fetch);
+  c.add("fetch", "fetch", fetch);
+  BatchWriter moves;
+  moves.add_export(12, 5);
+  moves.add_move(TaskKind::kImport, 6, {{2, 3}, kF32}, {2, 5, "capability", "tls://h:1", "AB:CD"});
+  moves.add_move(TaskKind::kMoveLocal, 7, {{}, kU8}, {2, 5, "capability", "", ""});
+  c.add("batch", "moves", moves.take());
 
   const std::vector<uint8_t> hello_bytes = testing::flatten(hello);
   c.add("frame", "hello_batch", stream(255, 255, {hello_bytes, other_tasks}));

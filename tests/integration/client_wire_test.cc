@@ -122,7 +122,8 @@ class StandInServer {
   std::string error_;
 };
 
-// One letter per task: o(p), d(rop), s(ync), r(ead), t (stats), g (register graph), x (run one).
+// One letter per task: o(p), d(rop), s(ync), r(ead), t (stats), g (register graph), x (run one),
+// e(xport), i(mport), m (same-server move).
 std::string kinds(const std::vector<proto::Task>& tasks) {
   std::string s;
   for (const proto::Task& t : tasks) {
@@ -134,6 +135,9 @@ std::string kinds(const std::vector<proto::Task>& tasks) {
       case proto::TaskKind::kStats: s += 't'; break;
       case proto::TaskKind::kRegisterGraph: s += 'g'; break;
       case proto::TaskKind::kRunGraph: s += 'x'; break;
+      case proto::TaskKind::kExport: s += 'e'; break;
+      case proto::TaskKind::kImport: s += 'i'; break;
+      case proto::TaskKind::kMoveLocal: s += 'm'; break;
     }
   }
   return s;

@@ -12,6 +12,7 @@
 #include "ir/codec.h"
 #include "net/framing.h"
 #include "protocol/messages.h"
+#include "support/doc_examples.h"
 #include "support/frames.h"
 
 namespace tw::protocol {
@@ -579,37 +580,9 @@ TEST(Protocol, RandomBytesNeverCrashTheDecoders) {
 // ---------------------------------------------------------------- docs/protocol.md stays true
 
 #ifdef TW_DOCS_DIR
-std::string read_doc() {
-  std::ifstream in(std::string(TW_DOCS_DIR) + "/protocol.md");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The bytes of the fenced block after `<!-- example: name -->`: the hex tokens of each line
-// before its `#` comment.
-std::vector<uint8_t> doc_example(const std::string& doc, const std::string& name) {
-  size_t at = doc.find("<!-- example: " + name + " -->");
-  if (at == std::string::npos) return {};
-  size_t open = doc.find("```\n", at);
-  size_t close = doc.find("\n```", open + 4);
-  std::istringstream lines(doc.substr(open + 4, close - open - 4));
-  std::vector<uint8_t> out;
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::istringstream toks(line.substr(0, line.find('#')));
-    std::string t;
-    while (toks >> t) out.push_back(static_cast<uint8_t>(std::stoul(t, nullptr, 16)));
-  }
-  return out;
-}
-
-std::vector<uint8_t> framed(const OutFrame& f) {
-  std::vector<uint8_t> out = flatten(f);
-  uint64_t n = out.size();
-  for (int i = 3; i >= 0; --i) out.insert(out.begin(), static_cast<uint8_t>(n >> (8 * i)));
-  return out;
-}
+std::string read_doc() { return testing::read_protocol_doc(TW_DOCS_DIR); }
+using testing::doc_example;
+using testing::framed;
 
 TEST(ProtocolDoc, WorkedExamplesMatchTheEncoder) {
   std::string doc = read_doc();

@@ -1,0 +1,387 @@
+#include "server/transfer.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <asio/io_context.hpp>
+#include <cstring>
+
+#include "core/wire.h"
+#include "net/framing.h"
+#include "net/stream.h"
+#include "net/url.h"
+
+namespace tw::server {
+
+namespace proto = protocol;
+
+namespace {
+
+constexpr uint8_t kTokenFormat = 1;
+constexpr size_t kMacBytes = 32;  // HMAC-SHA256
+// A tensor read result carries its bytes in one frame, whose length is a u32.
+constexpr uint64_t kFrameRoom = 0xFFFFFFFFull - 4096;
+
+void encode_fields(const Capability& c, std::vector<uint8_t>& out) {
+  WireWriter w(out);
+  w.u8(kTokenFormat);
+  w.str(c.server_id);
+  w.u64(c.session_id);
+  w.u64(c.tensor);
+  w.u8(static_cast<uint8_t>(c.meta.dtype));
+  w.u32(static_cast<uint32_t>(c.meta.shape.size()));
+  for (int64_t x : c.meta.shape) w.i64(x);
+  w.u64(c.expires_ms);
+  w.raw(c.nonce.data(), c.nonce.size());
+}
+
+// The fields of `token`; *signed_bytes is how many of its bytes the signature covers.
+Status decode_fields(const std::string& token, Capability& c, size_t* signed_bytes) {
+  WireReader r(reinterpret_cast<const uint8_t*>(token.data()), token.size());
+  uint8_t format = 0, dt = 0;
+  uint32_t rank = 0;
+  TW_RETURN_NOT_OK(r.u8(format));
+  if (format != kTokenFormat)
+    return data_loss("unknown capability format " + std::to_string(format));
+  TW_RETURN_NOT_OK(r.str(c.server_id, 256));
+  TW_RETURN_NOT_OK(r.u64(c.session_id));
+  TW_RETURN_NOT_OK(r.u64(c.tensor));
+  TW_RETURN_NOT_OK(r.u8(dt));
+  if (!dtype_valid(dt)) return data_loss("unknown dtype code " + std::to_string(dt));
+  c.meta.dtype = static_cast<DType>(dt);
+  TW_RETURN_NOT_OK(r.count(rank, 8));
+  c.meta.shape.resize(rank);
+  for (auto& x : c.meta.shape) TW_RETURN_NOT_OK(r.i64(x));
+  TW_RETURN_NOT_OK(validate_shape(c.meta.shape));
+  TW_RETURN_NOT_OK(r.u64(c.expires_ms));
+  if (r.remaining() != c.nonce.size() + kMacBytes) {
+    return data_loss("a capability ends with a 16-byte nonce and a 32-byte signature; " +
+                     std::to_string(r.remaining()) + " bytes are left");
+  }
+  std::memcpy(c.nonce.data(), token.data() + (token.size() - r.remaining()), c.nonce.size());
+  *signed_bytes = token.size() - kMacBytes;
+  return Status::OK();
+}
+
+Status refused(const std::string& why) { return invalid_argument("capability refused: " + why); }
+
+}  // namespace
+
+// ---- capabilities ----
+
+uint64_t CapabilityTable::steady_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+CapabilityTable::CapabilityTable(std::string server_id, std::chrono::milliseconds ttl, Clock clock)
+    : server_id_(std::move(server_id)), ttl_(ttl), clock_(std::move(clock)) {
+  // Without a secret nothing could be signed safely: a failure leaves it zero and issue() refuses.
+  if (RAND_bytes(secret_.data(), static_cast<int>(secret_.size())) != 1) secret_.fill(0);
+}
+
+void CapabilityTable::configure(std::string server_id, std::chrono::milliseconds ttl) {
+  server_id_ = std::move(server_id);
+  ttl_ = ttl;
+}
+
+std::string CapabilityTable::sign(const std::vector<uint8_t>& fields) const {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()), fields.data(),
+            fields.size(), mac, &len) ||
+      len != kMacBytes) {
+    return {};
+  }
+  return std::string(reinterpret_cast<const char*>(mac), len);
+}
+
+size_t CapabilityTable::outstanding() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return by_nonce_.size();
+}
+
+void CapabilityTable::sweep_locked(uint64_t now) {
+  for (auto it = by_nonce_.begin(); it != by_nonce_.end();) {
+    it = it->second.expires_ms <= now ? by_nonce_.erase(it) : std::next(it);
+  }
+}
+
+Result<std::string> CapabilityTable::issue(uint64_t session, ir::TensorId tensor, TensorData data) {
+  Capability c;
+  c.server_id = server_id_;
+  c.session_id = session;
+  c.tensor = tensor;
+  c.meta = data.meta;
+  const uint64_t now = clock_();
+  c.expires_ms = now + static_cast<uint64_t>(ttl_.count());
+  if (RAND_bytes(c.nonce.data(), static_cast<int>(c.nonce.size())) != 1) {
+    return internal_error("export: the server cannot draw a random nonce (OpenSSL RAND_bytes)");
+  }
+  std::vector<uint8_t> fields;
+  encode_fields(c, fields);
+  std::string mac = sign(fields);
+  if (mac.empty()) return internal_error("export: the server cannot sign (OpenSSL HMAC failed)");
+  std::string token(fields.begin(), fields.end());
+  token += mac;
+  std::lock_guard<std::mutex> lock(mu_);
+  sweep_locked(now);
+  if (by_nonce_.size() >= kMaxOutstanding) {
+    return resource_exhausted("export: this server holds " + std::to_string(kMaxOutstanding) +
+                              " capabilities not yet used, the most it keeps (each holds its "
+                              "tensor); move the tensors exported, or wait for them to expire");
+  }
+  by_nonce_[std::string(c.nonce.begin(), c.nonce.end())] = {c.expires_ms, std::move(data)};
+  return token;
+}
+
+Result<Capability> CapabilityTable::parse(const std::string& token) {
+  Capability c;
+  size_t signed_bytes = 0;
+  TW_RETURN_NOT_OK(decode_fields(token, c, &signed_bytes));
+  return c;
+}
+
+Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t session,
+                                           ir::TensorId tensor) {
+  Capability c;
+  size_t signed_bytes = 0;
+  Status parsed = decode_fields(token, c, &signed_bytes);
+  if (!parsed.ok()) return refused("malformed (" + parsed.message() + ")");
+  if (c.server_id != server_id_) {
+    return refused("it was issued by server " + c.server_id + ", not by this one (" + server_id_ +
+                   "); fetch it from the server that exported the tensor");
+  }
+  const std::vector<uint8_t> fields(token.begin(),
+                                    token.begin() + static_cast<ptrdiff_t>(signed_bytes));
+  const std::string mac = sign(fields);
+  if (mac.size() != kMacBytes ||
+      CRYPTO_memcmp(mac.data(), token.data() + signed_bytes, kMacBytes) != 0) {
+    return refused("its signature does not verify (it was altered, or signed by another server)");
+  }
+  if (c.session_id != session || c.tensor != tensor) {
+    return refused("it does not grant tensor " + std::to_string(tensor) + " of session " +
+                   std::to_string(session));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string nonce(c.nonce.begin(), c.nonce.end());
+  const uint64_t now = clock_();
+  if (now >= c.expires_ms) {
+    by_nonce_.erase(nonce);
+    return refused("it expired " + std::to_string(now - c.expires_ms) +
+                   " ms ago (a capability is valid for " + std::to_string(ttl_.count()) +
+                   " ms; tensorwire-server --capability-ttl); export the tensor again");
+  }
+  auto it = by_nonce_.find(nonce);
+  if (it == by_nonce_.end()) {
+    return refused("it was used already (a capability is good for one move); export again");
+  }
+  TensorData data = std::move(it->second.data);
+  by_nonce_.erase(it);
+  return data;
+}
+
+void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& frame,
+                 proto::OutFrame& reply) {
+  Result<proto::Fetch> m = proto::decode_fetch(frame);
+  if (!m.ok()) return proto::encode_read_result(0, m.status().with_context("fetch"), reply);
+  Result<TensorData> d = table.redeem(m->capability, m->session_id, m->tensor);
+  if (d.ok() && d->bytes.size() > kFrameRoom) {
+    d = resource_exhausted("fetch: tensor " + std::to_string(m->tensor) + " holds " +
+                           std::to_string(d->bytes.size()) +
+                           " bytes, more than one frame can carry (4 GiB); move it in slices");
+  }
+  if (d.ok()) metrics.transfer(Direction::kOut, d->bytes.size());
+  proto::encode_read_result(m->request_id, d, reply);
+}
+
+// ---- pulling ----
+
+namespace {
+
+// Runs one asynchronous step of `s` on `io` (this thread) for at most `stall`; a step that does
+// not complete by then is ended by shutting the stream down, and reports timed_out. `*moved`
+// (when given): the bytes the step moved, all of them or those before it failed.
+asio::error_code step(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
+                      const std::function<void(net::IoHandler)>& start, size_t* moved = nullptr) {
+  bool done = false;
+  asio::error_code result;
+  start([&](const asio::error_code& ec, size_t n) {
+    done = true;
+    result = ec;
+    if (moved) *moved = n;
+  });
+  io.restart();
+  io.run_for(stall);
+  if (done) return result;
+  s.shutdown();
+  io.restart();
+  io.run_for(std::chrono::seconds(1));
+  if (!done) {
+    s.close();  // cancels what the shutdown did not end
+    io.restart();
+    io.run();
+  }
+  return asio::error::timed_out;
+}
+
+// Reads one frame's payload; `max` bounds its length before anything is allocated. The byte at
+// offset `aligned` of the payload lands 64-byte aligned (where a tensor's bytes start, so that the
+// tensor can keep them as its storage: an unaligned one would be copied).
+Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
+                          uint64_t max, const char* what, size_t aligned = 0) {
+  uint8_t header[4];
+  asio::error_code ec = step(
+      io, s, stall, [&](net::IoHandler h) { s.async_read(asio::buffer(header, 4), std::move(h)); });
+  if (ec) return unavailable(std::string("no ") + what + " from it (" + ec.message() + ")");
+  const uint32_t len = net::frame_length(header);
+  if (len == 0 || len > max) {
+    return data_loss(std::string("its ") + what + " frame announces " + std::to_string(len) +
+                     " bytes, at most " + std::to_string(max) + " were expected");
+  }
+  constexpr size_t kAlign = 64;
+  const size_t shift = (kAlign - aligned % kAlign) % kAlign;
+  Buffer payload = Buffer::allocate(shift + len).slice(shift, len);
+  // In pieces, so the stall timeout bounds each piece rather than the whole tensor.
+  constexpr size_t kPiece = size_t{16} << 20;
+  for (size_t at = 0; at < len;) {
+    const size_t n = std::min<size_t>(kPiece, len - at);
+    size_t got = 0;
+    ec = step(
+        io, s, stall,
+        [&](net::IoHandler h) { s.async_read(asio::buffer(payload.data() + at, n), std::move(h)); },
+        &got);
+    if (ec) {
+      return unavailable("the connection ended after " + std::to_string(at + got) + " of the " +
+                         std::to_string(len) + " bytes of its " + what + " (" + ec.message() + ")");
+    }
+    at += n;
+  }
+  return payload;
+}
+
+}  // namespace
+
+Puller::Puller(int threads, std::chrono::milliseconds stall) : stall_(stall) {
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+}
+
+Puller::~Puller() {
+  abort();
+  for (std::thread& t : threads_) t.join();
+}
+
+void Puller::abort() {
+  std::deque<std::pair<PullRequest, Done>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (net::Stream* s : active_) s->shutdown();
+    queued.swap(queue_);
+  }
+  cv_.notify_all();
+  for (auto& [req, done] : queued) done(unavailable("the importing server is stopping"));
+}
+
+void Puller::start(PullRequest request, Done done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      queue_.emplace_back(std::move(request), std::move(done));
+      cv_.notify_one();
+      return;
+    }
+  }
+  done(unavailable("the importing server is stopping"));
+}
+
+void Puller::run() {
+  for (;;) {
+    std::pair<PullRequest, Done> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Result<TensorData> got = pull(job.first);
+    if (!got.ok()) {
+      const proto::TensorSource& src = job.first.source;
+      got = Status(got.status().code(),
+                   "import of tensor " + std::to_string(src.tensor) + " of session " +
+                       std::to_string(src.session_id) + " from server " + src.url + " into " +
+                       job.first.importer + " failed: " + got.status().message());
+    }
+    job.second(std::move(got));
+  }
+}
+
+Result<TensorData> Puller::pull(const PullRequest& r) {
+  const std::chrono::milliseconds stall = stall_;
+  TW_ASSIGN_OR_RETURN(net::Url url, net::parse_url(r.source.url));
+  asio::io_context io;
+  net::TlsOptions tls;
+  tls.fingerprint = r.source.fingerprint;
+  auto dialed = net::dial(url, io, tls);
+  if (!dialed.ok()) return unavailable("cannot reach it: " + dialed.status().message());
+  std::unique_ptr<net::Stream> stream = std::move(dialed).value();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return unavailable("the importing server is stopping");
+    active_.insert(stream.get());
+  }
+  struct Unregister {
+    Puller* p;
+    net::Stream* s;
+    ~Unregister() {
+      std::lock_guard<std::mutex> lock(p->mu_);
+      p->active_.erase(s);
+    }
+  } unregister{this, stream.get()};
+
+  // Hello and Fetch in one write: the source answers Welcome, then the tensor.
+  proto::OutFrame hello, fetch;
+  proto::encode_hello({3, proto::kProtocolVersion, proto::kPeerOnly, r.credential}, hello);
+  proto::encode_fetch({1, r.source.session_id, r.source.tensor, r.source.capability}, fetch);
+  uint8_t h1[4], h2[4];
+  std::vector<asio::const_buffer> bufs, more;
+  net::frame_buffers(hello, h1, bufs);
+  net::frame_buffers(fetch, h2, more);
+  bufs.insert(bufs.end(), more.begin(), more.end());
+  asio::error_code ec =
+      step(io, *stream, stall, [&](net::IoHandler h) { stream->async_write(bufs, std::move(h)); });
+  if (ec) return unavailable("cannot send it the fetch (" + ec.message() + ")");
+
+  constexpr uint64_t kMaxWelcome = 16u << 20;
+  TW_ASSIGN_OR_RETURN(Buffer wf, read_frame(io, *stream, stall, kMaxWelcome, "handshake reply"));
+  TW_ASSIGN_OR_RETURN(proto::ServerMessage w, proto::decode_server_message(wf));
+  if (w.kind == proto::ServerMsg::kRefuse) {
+    return invalid_argument(std::string("it refused the connection (") +
+                            proto::refuse_reason_name(w.refuse.reason) + "): " + w.refuse.message);
+  }
+  if (w.kind != proto::ServerMsg::kWelcome) return data_loss("it sent no Welcome");
+
+  const uint64_t nbytes = static_cast<uint64_t>(numel(r.meta.shape)) * dtype_size(r.meta.dtype);
+  // The tensor's bytes and its header, or a refusal (a status message within kMaxStringBytes).
+  const uint64_t max = nbytes + 64 + 8 * r.meta.shape.size() + proto::kMaxStringBytes;
+  // A ReadResult's bytes follow type, request id, status, dtype, rank, dims and length.
+  const size_t data_at = 1 + 8 + 1 + 1 + 4 + 8 * r.meta.shape.size() + 8;
+  TW_ASSIGN_OR_RETURN(Buffer payload, read_frame(io, *stream, stall, max, "tensor", data_at));
+  stream->close();
+  TW_ASSIGN_OR_RETURN(proto::ServerMessage m, proto::decode_server_message(payload));
+  if (m.kind != proto::ServerMsg::kReadResult || m.request_id != 1) {
+    return data_loss("it answered the fetch with something else than the tensor");
+  }
+  if (!m.status.ok()) return Status(m.status.code(), "it refused: " + m.status.message());
+  if (!(m.data.meta == r.meta)) {
+    return invalid_argument("it sent a tensor " + meta_str(m.data.meta) + ", the move expects " +
+                            meta_str(r.meta));
+  }
+  return std::move(m.data);
+}
+
+}  // namespace tw::server

@@ -1,0 +1,138 @@
+// Tensor moves that bypass the client (protocol 3; docs/protocol.md §8.9): capabilities, which a
+// server signs for one tensor of one of its sessions, and the pull by which another server
+// fetches the bytes a capability grants. Kept apart from the sessions and the sockets: a
+// session exports and redeems through a CapabilityTable, server.cc answers a peer's Fetch with
+// serve_fetch() and hands an import to a Puller, which does the network side on threads of its
+// own so that no session worker ever waits for another server.
+#pragma once
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor_data.h"
+#include "ir/ops.h"
+#include "protocol/messages.h"
+#include "server/metrics.h"
+
+namespace tw::net {
+class Stream;
+}
+
+namespace tw::server {
+
+// The public fields of a capability: what it grants, to be redeemed where, until when. The
+// token is these fields, a random single-use nonce and an HMAC-SHA256 over all of them under
+// the issuing server's secret; anyone can read the fields (parse()), only the issuer can make or
+// check the signature.
+struct Capability {
+  std::string server_id;  // the issuing server's instance id (Welcome's server_id)
+  uint64_t session_id = 0;
+  ir::TensorId tensor = 0;
+  TensorMeta meta;
+  uint64_t expires_ms = 0;  // on the issuer's clock
+  std::array<uint8_t, 16> nonce{};
+};
+
+// The capabilities a server has issued and not yet seen redeemed or expire, each holding the
+// tensor's data as it was at export (tensors are immutable, so this shares the storage rather
+// than copying it; the bytes stay alive until the capability is redeemed or expires, even if
+// the session drops the tensor meanwhile). Thread-safe.
+class CapabilityTable {
+ public:
+  using Clock = std::function<uint64_t()>;  // milliseconds, monotonic
+  static uint64_t steady_ms();
+  // A per-process random secret (OpenSSL's RAND_bytes) signs every capability of `server_id`;
+  // each is valid for `ttl` after it is issued.
+  explicit CapabilityTable(std::string server_id = "",
+                           std::chrono::milliseconds ttl = std::chrono::seconds(60),
+                           Clock clock = steady_ms);
+  // Set before the server starts serving (the id is chosen at start).
+  void configure(std::string server_id, std::chrono::milliseconds ttl);
+  const std::string& server_id() const { return server_id_; }
+
+  // A capability for tensor `tensor` of session `session`, whose bytes are `data`.
+  Result<std::string> issue(uint64_t session, ir::TensorId tensor, TensorData data);
+  // The tensor `token` grants, if it is this server's, unaltered, names tensor `tensor` of
+  // session `session`, has not expired and was not redeemed before; the capability is used up.
+  // Every refusal is an invalid-argument error saying which check failed and nothing about any
+  // other tensor.
+  Result<TensorData> redeem(const std::string& token, uint64_t session, ir::TensorId tensor);
+  // The fields of a token, unverified (the importing server reads what it is about to receive).
+  static Result<Capability> parse(const std::string& token);
+  // Capabilities outstanding; at most kMaxOutstanding, since each keeps its tensor alive.
+  size_t outstanding() const;
+  static constexpr size_t kMaxOutstanding = 4096;
+
+ private:
+  std::string sign(const std::vector<uint8_t>& fields) const;
+  void sweep_locked(uint64_t now);
+
+  std::string server_id_;
+  std::chrono::milliseconds ttl_;
+  Clock clock_;
+  std::array<uint8_t, 32> secret_{};
+  mutable std::mutex mu_;
+  struct Entry {
+    uint64_t expires_ms = 0;
+    TensorData data;
+  };
+  std::unordered_map<std::string, Entry> by_nonce_;  // nonce bytes -> what it grants
+};
+
+// Answers a peer's Fetch frame: the ReadResult (same request id) carrying the granted tensor,
+// or the refusal. A tensor over what one frame can carry (4 GiB) is refused as a read is. A
+// tensor sent counts as an outgoing transfer in `metrics`.
+void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& frame,
+                 protocol::OutFrame& reply);
+
+// What an importing server needs to pull one tensor.
+struct PullRequest {
+  protocol::TensorSource source;
+  TensorMeta meta;         // what the client said the tensor is; the bytes must match it
+  std::string credential;  // presented in the Hello to the source (the importer's own)
+  std::string importer;    // names this server in errors ("server 9f3a (tcp://...)")
+};
+
+// Pulls tensors from other servers on a fixed number of threads of its own (blocking I/O there,
+// so no session worker waits), each step bounded by a stall timeout, so that a source that dies
+// or stops sending fails the pull promptly. Pulls beyond the thread count wait in a queue.
+class Puller {
+ public:
+  using Done = std::function<void(Result<TensorData>)>;
+  explicit Puller(int threads = kThreads,
+                  std::chrono::milliseconds stall = std::chrono::seconds(30));
+  // Aborts the pulls under way (their callbacks get the error) and those queued; later
+  // start()s fail at once. The destructor aborts, then joins the threads.
+  void abort();
+  ~Puller();
+  Puller(const Puller&) = delete;
+  Puller& operator=(const Puller&) = delete;
+  // Runs `done` on a pull thread with the bytes or with an error naming both servers.
+  void start(PullRequest request, Done done);
+  // Concurrent pulls: each holds one socket and one tensor being received.
+  static constexpr int kThreads = 4;
+
+ private:
+  Result<TensorData> pull(const PullRequest& r);
+  void run();
+
+  std::chrono::milliseconds stall_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::deque<std::pair<PullRequest, Done>> queue_;
+  std::unordered_set<net::Stream*> active_;  // shut down by the destructor
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace tw::server
