@@ -1,11 +1,10 @@
 #include "server/session.h"
 
-#include "server/collective.h"
-
 #include <algorithm>
 #include <sstream>
 
 #include "backend/registry.h"
+#include "server/collective.h"
 
 namespace tw::server {
 

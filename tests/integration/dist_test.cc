@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "digits/digits.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
@@ -201,6 +202,21 @@ TEST(Dist, ADeadParticipantFailsTheOthersPromptly) {
   std::vector<Tensor> lone = {ints(10, 0, kF32, s.devices[0]), ints(10, 1, kF32, s.devices[2])};
   dist::all_reduce(lone, ReduceOp::kSum, fresh);
   EXPECT_EQ(bytes(lone[0]), bytes(lone[1]));
+}
+
+// Data-parallel training (apps/train_digits --servers N): the replicas on two servers end
+// bit-identical, and the loss falls.
+TEST(Dist, DataParallelReplicasStayIdentical) {
+  Servers s(2);
+  const digits::Dataset all = digits::load(digits::default_path());
+  const auto [train_set, test_set] = digits::split(all, 360, 7);
+  digits::DataParallelTrainer trainer(digits::ModelKind::kCnn, s.devices, train_set, 64, 3e-3, 7);
+  const digits::Progress first = trainer.run_epoch(1, 2, 7, 0);
+  const digits::Progress second = trainer.run_epoch(2, 2, 7, 0);
+  EXPECT_LT(second.loss, first.loss);
+  EXPECT_TRUE(trainer.differing_parameters().empty());
+  // The replicas are still two sets of tensors, one on each server.
+  EXPECT_EQ(trainer.model(1).parameters().front()->value().device(), s.devices[1]);
 }
 
 }  // namespace
