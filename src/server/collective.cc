@@ -183,6 +183,10 @@ const char* collective_name(proto::CollectiveKind k) {
   return "collective";
 }
 
+// Gloo's ring sends each participant's chunk in segments of at most this, two in flight; its
+// default (1 MiB) costs a round of small messages per MiB.
+constexpr size_t kSegmentBytes = size_t{8} << 20;
+
 bool reduces(proto::CollectiveKind k) {
   return k == proto::CollectiveKind::kAllReduce || k == proto::CollectiveKind::kReduceScatter;
 }
@@ -386,6 +390,7 @@ Result<TensorData> Collectives::run(Job& job) {
         Status typed = dispatch_reduce_type(job.input.meta.dtype, [&]<class T>() {
           gloo::AllreduceOptions o(ctx);
           o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+          o.setMaxSegmentSize(kSegmentBytes);
           o.setOutput(full.as<T>(), count);
           using Fn = void (*)(void*, const void*, const void*, size_t);
           const Fn fn = c.reduce == proto::ReduceKind::kMax ? static_cast<Fn>(&gloo::max<T>)
