@@ -171,6 +171,25 @@ Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const DeviceDat
   }
 }
 
+namespace {
+// After step `s` (0-based) of an epoch: on the last step and every `report_every`, reads the
+// running sums (one round trip) into `p` and calls `on_progress`.
+void maybe_report(Progress& p, int64_t s, int64_t report_every, const Tensor& loss_sum,
+                  const Tensor& correct, int64_t seen, std::chrono::steady_clock::time_point start,
+                  const std::function<void(const Progress&)>& on_progress) {
+  const bool last = s + 1 == p.steps;
+  if (!last && !(report_every > 0 && (s + 1) % report_every == 0)) return;
+  NoGradGuard no_grad;
+  const std::vector<double> v =
+      cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).to_vector<double>();
+  p.step = s + 1;
+  p.loss = v[0] / static_cast<double>(seen);
+  p.accuracy = v[1] / static_cast<double>(seen);
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (on_progress) on_progress(p);
+}
+}  // namespace
+
 Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
                             const std::function<void(const Progress&)>& on_progress) {
   using Clock = std::chrono::steady_clock;
@@ -199,17 +218,7 @@ Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report
       loss_sum = loss_sum.defined() ? loss_sum + batch_loss : batch_loss;
       correct = correct.defined() ? correct + hits : hits;
     }
-    const bool last = s + 1 == p.steps;
-    if (last || (report_every > 0 && (s + 1) % report_every == 0)) {
-      NoGradGuard no_grad;
-      const std::vector<double> v =
-          cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).to_vector<double>();
-      p.step = s + 1;
-      p.loss = v[0] / static_cast<double>(seen);
-      p.accuracy = v[1] / static_cast<double>(seen);
-      p.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (on_progress) on_progress(p);
-    }
+    maybe_report(p, s, report_every, loss_sum, correct, seen, start, on_progress);
   }
   return p;
 }
@@ -292,18 +301,8 @@ Progress DataParallelTrainer::run_epoch(int epoch, int epochs, uint64_t seed, in
       }
       replicas_[i].opt->step();
     }
-    const bool last = s + 1 == p.steps;
-    if (last || (report_every > 0 && (s + 1) % report_every == 0)) {
-      NoGradGuard no_grad;
-      const std::vector<double> v =
-          cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).to_vector<double>();
-      p.step = s + 1;
-      // Loss and accuracy over replica 0's shards: a sample of the whole.
-      p.loss = v[0] / static_cast<double>(seen);
-      p.accuracy = v[1] / static_cast<double>(seen);
-      p.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (on_progress) on_progress(p);
-    }
+    // Loss and accuracy over replica 0's shards: a sample of the whole.
+    maybe_report(p, s, report_every, loss_sum, correct, seen, start, on_progress);
   }
   for (Replica& r : replicas_) r.data.x.device().sync();
   return p;

@@ -52,21 +52,11 @@ proto::ReduceKind reduce_kind(ReduceOp op) {
   return proto::ReduceKind::kSum;
 }
 
-const char* name(proto::CollectiveKind k) {
-  switch (k) {
-    case proto::CollectiveKind::kAllReduce: return "all_reduce";
-    case proto::CollectiveKind::kBroadcast: return "broadcast";
-    case proto::CollectiveKind::kAllGather: return "all_gather";
-    case proto::CollectiveKind::kReduceScatter: return "reduce_scatter";
-  }
-  return "collective";
-}
-
 // The checks every participant's server repeats, made here first so a mistake fails at the
 // call (and not after a timeout on the servers).
 void validate(const std::vector<Tensor>& ts, const Group::State& g, proto::CollectiveKind kind,
               ReduceOp op, size_t root) {
-  const std::string what = std::string("dist::") + name(kind) + ": ";
+  const std::string what = std::string("dist::") + proto::collective_name(kind) + ": ";
   if (ts.empty()) throw Error(what + "no tensors");
   if (ts.size() != g.devices.size()) {
     throw Error(what + std::to_string(ts.size()) + " tensors for a group of " +
@@ -174,7 +164,8 @@ void run_on_servers(std::vector<Tensor>& ts, const Group::State& g,
   // Every participant must start: none waits for its batch to fill.
   for (RemoteSink* s : sinks) s->flush();
   ts = std::move(results);
-  if (!failed.ok()) throw Error(std::string("dist::") + name(kind) + ": " + failed.message());
+  if (!failed.ok())
+    throw Error(std::string("dist::") + proto::collective_name(kind) + ": " + failed.message());
 }
 
 // Reduced with ops on the first device, in list order, then copied to each device.

@@ -17,6 +17,16 @@ const char* refuse_reason_name(RefuseReason r) {
   return "refused";
 }
 
+const char* collective_name(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+  }
+  return "collective";
+}
+
 uint64_t OutFrame::payload_size() const {
   uint64_t n = head.size();
   for (const auto& s : segments) n += s.data.size();
@@ -506,9 +516,7 @@ Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
         if (s.ok()) s = r.u64(t.id);
         break;
       case TaskKind::kSync:
-      case TaskKind::kStats:
-        s = r.u64(t.request_id);
-        break;
+      case TaskKind::kStats: s = r.u64(t.request_id); break;
       case TaskKind::kDrop: s = get_ids(r, t.ids); break;
       case TaskKind::kRegisterGraph: {
         s = r.u64(t.request_id);
@@ -526,8 +534,7 @@ Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
       case TaskKind::kImport:
       case TaskKind::kMoveLocal: s = get_move(r, t); break;
       case TaskKind::kCollective: s = get_collective(r, t.collective); break;
-      default:
-        return fail(data_loss("unknown task kind " + std::to_string(tk)));
+      default: return fail(data_loss("unknown task kind " + std::to_string(tk)));
     }
     if (!s.ok()) return fail(s);
     tasks.push_back(std::move(t));
@@ -573,7 +580,8 @@ Result<ServerMessage> decode_server_message(const Buffer& payload) {
       TW_RETURN_NOT_OK(get_meta(r, m.data.meta));
       uint64_t nbytes = 0;
       TW_RETURN_NOT_OK(r.u64(nbytes));
-      uint64_t expect = static_cast<uint64_t>(numel(m.data.meta.shape)) * dtype_size(m.data.meta.dtype);
+      uint64_t expect =
+          static_cast<uint64_t>(numel(m.data.meta.shape)) * dtype_size(m.data.meta.dtype);
       if (nbytes != expect || nbytes > r.remaining()) {
         return data_loss("read result carries " + std::to_string(nbytes) + " bytes, expected " +
                          std::to_string(expect));
@@ -606,9 +614,7 @@ Result<ServerMessage> decode_server_message(const Buffer& payload) {
       }
       break;
     }
-    case ServerMsg::kSessionError:
-      TW_RETURN_NOT_OK(get_status(r, m.status));
-      break;
+    case ServerMsg::kSessionError: TW_RETURN_NOT_OK(get_status(r, m.status)); break;
     case ServerMsg::kGraphResult:
       TW_RETURN_NOT_OK(r.u64(m.request_id));
       TW_RETURN_NOT_OK(get_status(r, m.status));
@@ -621,8 +627,7 @@ Result<ServerMessage> decode_server_message(const Buffer& payload) {
       TW_RETURN_NOT_OK(r.str(m.exported.capability, kMaxStringBytes));
       TW_RETURN_NOT_OK(get_meta(r, m.exported.meta));
       break;
-    default:
-      return data_loss("unknown server message type " + std::to_string(kind));
+    default: return data_loss("unknown server message type " + std::to_string(kind));
   }
   if (!r.done()) return data_loss("trailing bytes after server message");
   return m;

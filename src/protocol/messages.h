@@ -76,8 +76,8 @@ struct Hello {
 };
 
 struct DeviceInfo {
-  std::string name;     // "cpu:0"
-  std::string backend;  // "cpu"
+  std::string name;           // "cpu:0"
+  std::string backend;        // "cpu"
   uint64_t memory_bytes = 0;  // what a session on it may hold (its quota)
   uint32_t dtype_mask = 0;    // bit i set: DType i supported
 };
@@ -115,30 +115,36 @@ struct TensorSource {
 
 // A collective across sessions of several servers (kCollective; server/collective.h runs it on
 // Gloo). Every participant gets the same group, size, store and timeout and its own rank.
-enum class CollectiveKind : uint8_t { kAllReduce = 1, kBroadcast = 2, kAllGather = 3,
-                                      kReduceScatter = 4 };
+enum class CollectiveKind : uint8_t {
+  kAllReduce = 1,
+  kBroadcast = 2,
+  kAllGather = 3,
+  kReduceScatter = 4
+};
 enum class ReduceKind : uint8_t { kSum = 1, kMean = 2, kMax = 3 };
+const char* collective_name(CollectiveKind k);  // all_reduce, broadcast, ...
 struct CollectiveSpec {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   ReduceKind reduce = ReduceKind::kSum;
   uint32_t rank = 0, size = 0;
-  uint32_t root = 0;          // kBroadcast: the rank whose tensor every participant gets
-  std::string group;          // names the participants' set: the Gloo context is made once per group
-  std::string store_url;      // the server that hosts the rendezvous (rank 0's, as the client reached it)
-  std::string fingerprint;    // its TLS fingerprint to pin when store_url is tls:// ("": CAs)
-  uint32_t timeout_ms = 0;    // how long a participant waits for the others
+  uint32_t root = 0;  // kBroadcast: the rank whose tensor every participant gets
+  std::string group;  // names the participants' set: the Gloo context is made once per group
+  std::string
+      store_url;  // the server that hosts the rendezvous (rank 0's, as the client reached it)
+  std::string fingerprint;  // its TLS fingerprint to pin when store_url is tls:// ("": CAs)
+  uint32_t timeout_ms = 0;  // how long a participant waits for the others
   ir::TensorId input = 0, output = 0;
-  TensorMeta out_meta;        // what the output is (validated by the server against the input)
+  TensorMeta out_meta;  // what the output is (validated by the server against the input)
 };
 
 struct Task {
   TaskKind kind = TaskKind::kOp;
-  ir::Op op;                       // kOp
-  uint64_t request_id = 0;         // kRead, kSync, kStats, kRegisterGraph
-  ir::TensorId id = 0;             // kRead
-  std::vector<ir::TensorId> ids;   // kDrop; kRunGraph: the inputs
-  ir::Graph graph;                 // kRegisterGraph
-  ir::GraphId graph_id = 0;        // kRunGraph
+  ir::Op op;                          // kOp
+  uint64_t request_id = 0;            // kRead, kSync, kStats, kRegisterGraph
+  ir::TensorId id = 0;                // kRead
+  std::vector<ir::TensorId> ids;      // kDrop; kRunGraph: the inputs
+  ir::Graph graph;                    // kRegisterGraph
+  ir::GraphId graph_id = 0;           // kRunGraph
   std::vector<ir::TensorId> outputs;  // kRunGraph: the ids its outputs get
   // kImport, kMoveLocal: the tensor made under `id`, and where it comes from. kExport names its
   // tensor in `id`.
@@ -173,8 +179,8 @@ struct Fetch {
 
 struct ServerStats {
   uint32_t sessions = 0;
-  uint64_t bytes_held = 0;         // all sessions
-  uint64_t session_bytes_held = 0; // the asking session
+  uint64_t bytes_held = 0;          // all sessions
+  uint64_t session_bytes_held = 0;  // the asking session
   uint64_t ops_executed = 0;
   uint64_t frames_in = 0, frames_out = 0, bytes_in = 0, bytes_out = 0;
   uint64_t sessions_opened = 0;
@@ -260,7 +266,7 @@ struct ServerMessage {
   uint64_t request_id = 0;
   Status status;             // read/sync/graph results, session errors
   ir::GraphId graph_id = 0;  // graph results that are OK
-  TensorData data;        // read results
+  TensorData data;           // read results
   ServerStats stats;
   Exported exported;  // capability results that are OK
 };

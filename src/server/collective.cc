@@ -173,16 +173,6 @@ class PeerStore final : public gloo::rendezvous::Store {
   uint64_t next_id_ = 0;
 };
 
-const char* collective_name(proto::CollectiveKind k) {
-  switch (k) {
-    case proto::CollectiveKind::kAllReduce: return "all_reduce";
-    case proto::CollectiveKind::kBroadcast: return "broadcast";
-    case proto::CollectiveKind::kAllGather: return "all_gather";
-    case proto::CollectiveKind::kReduceScatter: return "reduce_scatter";
-  }
-  return "collective";
-}
-
 // Gloo's ring sends each participant's chunk in segments of at most this, two in flight; its
 // default (1 MiB) costs a round of small messages per MiB.
 constexpr size_t kSegmentBytes = size_t{8} << 20;
@@ -208,7 +198,7 @@ Status dispatch_reduce_type(DType d, Fn&& fn) {
 }  // namespace
 
 Status check_collective(const proto::CollectiveSpec& c, const TensorMeta& in) {
-  const std::string what = std::string(collective_name(c.kind)) + ": ";
+  const std::string what = std::string(proto::collective_name(c.kind)) + ": ";
   if (c.size == 0 || c.rank >= c.size) {
     return invalid_argument(what + "rank " + std::to_string(c.rank) + " of " +
                             std::to_string(c.size) + " participants");
@@ -311,7 +301,7 @@ void Collectives::loop() {
     Result<TensorData> out = run(job);
     if (!out.ok()) {
       const proto::CollectiveSpec& c = job.spec;
-      out = Status(out.status().code(), std::string(collective_name(c.kind)) + " of group " +
+      out = Status(out.status().code(), std::string(proto::collective_name(c.kind)) + " of group " +
                                             c.group + " (rank " + std::to_string(c.rank) + " of " +
                                             std::to_string(c.size) + ") on " + self_name_ +
                                             " failed: " + out.status().message());
