@@ -51,6 +51,9 @@ void usage(FILE* to) {
                "                        move stays valid (default 60)\n"
                "  --transfer-timeout SECONDS  fail an import from another server that makes no\n"
                "                        progress for this long (default 30)\n"
+               "  --collective-host HOST  the address collectives' Gloo connections listen on\n"
+               "                        (default: the first tcp:// or tls:// host; 127.0.0.1 for a\n"
+               "                        wildcard)\n"
                "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
                "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
                "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
@@ -151,6 +154,7 @@ int main(int argc, char** argv) {
     else if (a == "--handshake-timeout") opts.handshake_timeout = seconds("--handshake-timeout");
     else if (a == "--capability-ttl") opts.capability_ttl = seconds("--capability-ttl");
     else if (a == "--transfer-timeout") opts.transfer_timeout = seconds("--transfer-timeout");
+    else if (a == "--collective-host") opts.collective_host = value("--collective-host");
     else if (a == "--queue-depth") opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
     else if (a == "--max-graph-ops") opts.max_graph_ops = number("--max-graph-ops");
     else if (a == "--tls-cert") opts.tls_cert_file = value("--tls-cert");

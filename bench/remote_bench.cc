@@ -20,7 +20,9 @@
 //       local memcpy of it; the bytes through the client
 //   (o) server-to-server move of 256 MiB (a capability, the destination pulls) vs raw TCP
 //       streaming of the same bytes between two processes; the bytes through the client
-// Usage: tw_bench_remote [--quick] [--only abcdefghimno] [--server PATH]. Measures; never asserts.
+//   (p) all_reduce of 64 MiB f32 across 2 servers (Gloo) vs raw TCP one way and both ways
+//   (q) data-parallel digits CNN training on 2 servers beside 1
+// Usage: tw_bench_remote [--quick] [--only abcdefghimnopq] [--server PATH]. Measures; never asserts.
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -48,6 +50,7 @@
 #include "api/sink.h"
 #include "ir/graph.h"
 #include "server/metrics.h"
+#include "digits/digits.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
@@ -861,10 +864,102 @@ void bench_moves(const std::string& binary, size_t bytes, int reps, bool same, b
                   ">= 0.8x raw, <= 1 KiB via client", moved / raw >= 0.8 && through <= 1024});
 }
 
+// (p) all_reduce of `bytes` of f32 across 2 server processes (Gloo between them): algorithm
+// bandwidth, bytes / time, against raw TCP in the same run, one way and both ways at once.
+// (q) data-parallel digits CNN training on 2 servers beside the same loop on 1.
+void bench_dist(const std::string& binary, size_t bytes, int reps, bool reduce, bool train) {
+  // One core each: two servers with a thread per core each would fight over this machine's two.
+  tw::testing::ServerProcess sa({"--threads", "1", "--workers", "1"}, binary),
+      sb({"--threads", "1", "--workers", "1"}, binary);
+  std::vector<tw::Device> devices = {tw::Device::remote(sa.url()), tw::Device::remote(sb.url())};
+  if (reduce) {
+    const int64_t n = static_cast<int64_t>(bytes / 4);
+    const double gb = static_cast<double>(bytes) / 1e9;
+    tw::dist::Group group(devices);
+    tw::manual_seed(3);
+    std::vector<tw::Tensor> ts = {tw::randn({n}, tw::kF32, devices[0]),
+                                  tw::randn({n}, tw::kF32, devices[1])};
+    tw::dist::all_reduce(ts, tw::dist::ReduceOp::kSum, group);  // connects the group
+    for (const tw::Device& d : devices) d.sync();
+    // Raw: a child process and this one over loopback TCP, each buffer allocated once. One way:
+    // the child streams the bytes here. Exchange: both send the bytes at once (what a
+    // two-participant all-reduce must do: each sends and receives the whole tensor's size), this
+    // side's send on a thread of its own.
+    RawPeer source(
+        [bytes](int fd) {
+          std::vector<uint8_t> buf(bytes, 3), back(bytes, 0);
+          for (;;) {
+            char cmd = 0;
+            read_all(fd, &cmd, 1);
+            if (cmd == 'x') {
+              std::thread t([&] { read_all(fd, back.data(), bytes); });
+              write_all(fd, buf.data(), bytes);
+              t.join();
+            } else {
+              write_all(fd, buf.data(), bytes);
+            }
+          }
+        },
+        true);
+    std::vector<uint8_t> in(bytes, 0), out(bytes, 5);
+    double raw = 0, exchange = 0, algo = 0;
+    for (int r = 0; r < reps; ++r) {
+      auto t0 = Clock::now();
+      tw::dist::all_reduce(ts, tw::dist::ReduceOp::kSum, group);
+      for (const tw::Device& d : devices) d.sync();
+      algo = std::max(algo, gb / (us_since(t0) / 1e6));
+      t0 = Clock::now();
+      write_all(source.fd(), "d", 1);
+      read_all(source.fd(), in.data(), bytes);
+      raw = std::max(raw, gb / (us_since(t0) / 1e6));
+      t0 = Clock::now();
+      write_all(source.fd(), "x", 1);
+      std::thread sender([&] { write_all(source.fd(), out.data(), bytes); });
+      read_all(source.fd(), in.data(), bytes);
+      sender.join();
+      exchange = std::max(exchange, gb / (us_since(t0) / 1e6));
+    }
+    if (ts[0].to_bytes() != ts[1].to_bytes()) throw std::runtime_error("all_reduce: replicas differ");
+    rows.push_back({"p",
+                    "all_reduce (sum) of " + std::to_string(bytes >> 20) +
+                        " MiB f32 across 2 servers (Gloo ring), algorithm bandwidth GB/s, best of " +
+                        std::to_string(reps) + "; vs raw one way",
+                    fmt("%.2f", algo), fmt("%.2f", raw) + " (raw TCP, one way)",
+                    fmt("%.2fx", algo / raw), ">= 0.7x raw", algo / raw >= 0.7});
+    rows.push_back({"p'",
+                    "the same all_reduce vs raw TCP exchanging the bytes both ways at once (the "
+                    "traffic a 2-participant all-reduce needs at least)",
+                    fmt("%.2f", algo), fmt("%.2f", exchange) + " (raw TCP, both ways)",
+                    fmt("%.2fx", algo / exchange), "(context for p)", true});
+  }
+  if (!train) return;
+  const tw::digits::Dataset all = tw::digits::load(tw::digits::default_path());
+  const auto [train_set, test_set] = tw::digits::split(all, 360, 7);
+  auto step_ms = [&](const std::vector<tw::Device>& on) {
+    tw::digits::DataParallelTrainer t(tw::digits::ModelKind::kCnn, on, train_set, 64, 3e-3, 7);
+    t.run_epoch(1, 3, 7, 0);  // warm: the group connects, buffers settle
+    double best = 1e9;
+    for (int e = 2; e <= 3; ++e) {
+      auto t0 = Clock::now();
+      t.run_epoch(e, 3, 7, 0);
+      best = std::min(best, us_since(t0) / 1e3 / static_cast<double>(t.steps_per_epoch()));
+    }
+    if (!t.differing_parameters().empty()) throw std::runtime_error("replicas differ");
+    return best;
+  };
+  const double two = step_ms(devices), one = step_ms({devices[0]});
+  rows.push_back({"q",
+                  "data-parallel digits CNN training step (batch 64 split over the servers, "
+                  "gradients all_reduced; servers --threads 1 each), ms, best epoch of 2; replicas "
+                  "bit-identical",
+                  fmt("%.2f", two) + " (2 servers)", fmt("%.2f", one) + " (1 server)",
+                  fmt("%.2fx", two / one), "printed beside 1 server (one 2-core machine)", true});
+}
+
 int main(int argc, char** argv) {
   std::string binary = TW_SERVER_BINARY;
   bool quick = false;
-  std::string only = "abcdefghimno";
+  std::string only = "abcdefghimnopq";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
@@ -872,7 +967,7 @@ int main(int argc, char** argv) {
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
       std::fprintf(stderr,
-                   "usage: tw_bench_remote [--quick] [--only abcdefghimno] [--server PATH]\n");
+                   "usage: tw_bench_remote [--quick] [--only abcdefghimnopq] [--server PATH]\n");
       return 2;
     }
   }
@@ -906,6 +1001,7 @@ int main(int argc, char** argv) {
     if (on('n') || on('o')) {
       bench_moves(binary, size_t{256} << 20, quick ? 3 : 5, on('n'), on('o'));
     }
+    if (on('p') || on('q')) bench_dist(binary, size_t{64} << 20, quick ? 3 : 5, on('p'), on('q'));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tw_bench_remote: %s\n", e.what());
     return 1;

@@ -14,11 +14,12 @@ set -euo pipefail
 # libclang-rt-16-dev (libFuzzer and the sanitizer runtimes): `make fuzz` (tests/fuzz). python3-dev,
 # pybind11-dev, python3-numpy, python3-pytest: the Python package (python/) and its tests.
 # prometheus-cpp-dev, libcpp-httplib-dev: the --metrics endpoint; chromium: its dashboard's test
-# (headless), which skips without it.
+# (headless), which skips without it. libgloo-dev: collectives across servers
+# (src/server/collective.cc).
 packages=(build-essential cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev googletest zlib1g-dev
           libbenchmark-dev libdnnl-dev libasio-dev libssl-dev openssl libtorch-dev python3 clang-16
           libclang-rt-16-dev python3-dev pybind11-dev python3-numpy python3-pytest
-          prometheus-cpp-dev libcpp-httplib-dev chromium "$@")
+          prometheus-cpp-dev libcpp-httplib-dev chromium libgloo-dev "$@")
 
 # One dpkg-query for all of them (it exits non-zero when some are unknown; their lines are absent).
 installed=" $(dpkg-query -W -f='${Package}=${Status}\n' "${packages[@]}" 2>/dev/null |

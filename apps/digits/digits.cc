@@ -171,6 +171,25 @@ Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const DeviceDat
   }
 }
 
+namespace {
+// After step `s` (0-based) of an epoch: on the last step and every `report_every`, reads the
+// running sums (one round trip) into `p` and calls `on_progress`.
+void maybe_report(Progress& p, int64_t s, int64_t report_every, const Tensor& loss_sum,
+                  const Tensor& correct, int64_t seen, std::chrono::steady_clock::time_point start,
+                  const std::function<void(const Progress&)>& on_progress) {
+  const bool last = s + 1 == p.steps;
+  if (!last && !(report_every > 0 && (s + 1) % report_every == 0)) return;
+  NoGradGuard no_grad;
+  const std::vector<double> v =
+      cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).to_vector<double>();
+  p.step = s + 1;
+  p.loss = v[0] / static_cast<double>(seen);
+  p.accuracy = v[1] / static_cast<double>(seen);
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (on_progress) on_progress(p);
+}
+}  // namespace
+
 Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
                             const std::function<void(const Progress&)>& on_progress) {
   using Clock = std::chrono::steady_clock;
@@ -199,19 +218,108 @@ Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report
       loss_sum = loss_sum.defined() ? loss_sum + batch_loss : batch_loss;
       correct = correct.defined() ? correct + hits : hits;
     }
-    const bool last = s + 1 == p.steps;
-    if (last || (report_every > 0 && (s + 1) % report_every == 0)) {
-      NoGradGuard no_grad;
-      const std::vector<double> v =
-          cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).to_vector<double>();
-      p.step = s + 1;
-      p.loss = v[0] / static_cast<double>(seen);
-      p.accuracy = v[1] / static_cast<double>(seen);
-      p.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (on_progress) on_progress(p);
-    }
+    maybe_report(p, s, report_every, loss_sum, correct, seen, start, on_progress);
   }
   return p;
+}
+
+DataParallelTrainer::DataParallelTrainer(ModelKind kind, const std::vector<Device>& devices,
+                                         const Dataset& train, int64_t batch_size, double lr,
+                                         uint64_t seed)
+    : batch_(batch_size), n_(train.n) {
+  if (devices.empty()) throw Error("DataParallelTrainer: no devices");
+  if (batch_size < static_cast<int64_t>(devices.size())) {
+    throw Error("DataParallelTrainer: a batch of " + std::to_string(batch_size) +
+                " cannot be split over " + std::to_string(devices.size()) + " replicas");
+  }
+  for (const Device& d : devices) {
+    manual_seed(seed);  // the same initial parameters on every replica
+    Replica r;
+    r.model = make_model(kind, {d, kF32});
+    r.opt = std::make_unique<optim::Adam>(r.model->parameters(), optim::AdamOptions{.lr = lr});
+    r.data = upload(train, kind, d);
+    replicas_.push_back(std::move(r));
+  }
+  if (devices.size() > 1) group_ = std::make_unique<dist::Group>(devices);
+}
+
+Progress DataParallelTrainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
+                                        const std::function<void(const Progress&)>& on_progress) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const size_t k = replicas_.size();
+  const std::vector<int64_t> perm = permutation(n_, seed * 1000003 + static_cast<uint64_t>(epoch));
+  std::vector<Tensor> order;
+  for (Replica& r : replicas_) {
+    r.model->train();
+    order.push_back(from_vector<int64_t>(perm, {n_}, r.data.x.device()));
+  }
+  Tensor loss_sum, correct;  // replica 0's shards' (read when reporting)
+  Progress p;
+  p.epoch = epoch;
+  p.epochs = epochs;
+  p.steps = steps_per_epoch();
+  int64_t seen = 0;
+  for (int64_t s = 0; s < p.steps; ++s) {
+    const int64_t begin = s * batch_, end = std::min(n_, begin + batch_), n = end - begin;
+    std::vector<Tensor> flat(k);
+    for (size_t i = 0; i < k; ++i) {
+      // Shard i of the batch: rows [lo, hi); its loss weighs n_i / n, so the gradients' sum is
+      // the gradient of the whole batch's mean loss.
+      const int64_t lo = begin + n * static_cast<int64_t>(i) / static_cast<int64_t>(k);
+      const int64_t hi = begin + n * static_cast<int64_t>(i + 1) / static_cast<int64_t>(k);
+      Replica& r = replicas_[i];
+      const Tensor idx = order[i].slice(0, lo, hi);
+      const Tensor xb = r.data.x.index_select(0, idx), yb = r.data.y.index_select(0, idx);
+      const Tensor logits = (*r.model)(xb);
+      const Tensor shard_loss = nn::cross_entropy(logits, yb);
+      const Tensor loss = shard_loss * (static_cast<double>(hi - lo) / static_cast<double>(n));
+      r.opt->zero_grad();
+      loss.backward();
+      NoGradGuard no_grad;
+      std::vector<Tensor> grads;
+      for (const auto& prm : r.model->parameters()) grads.push_back(prm->grad().reshape({-1}));
+      flat[i] = cat(grads, 0);
+      if (i == 0) {
+        const Tensor batch_loss = shard_loss.detach() * static_cast<double>(hi - lo);
+        const Tensor hits = logits.detach().argmax(1).eq(yb).sum();
+        loss_sum = loss_sum.defined() ? loss_sum + batch_loss : batch_loss;
+        correct = correct.defined() ? correct + hits : hits;
+        seen += hi - lo;
+      }
+    }
+    if (group_) dist::all_reduce(flat, dist::ReduceOp::kSum, *group_);
+    for (size_t i = 0; i < k; ++i) {
+      NoGradGuard no_grad;
+      int64_t at = 0;
+      for (const auto& prm : replicas_[i].model->parameters()) {
+        const int64_t m = prm->value().numel();
+        Tensor g = flat[i].narrow(0, at, m).reshape(prm->value().shape());
+        Tensor v = prm->value();
+        v.set_grad(g);
+        at += m;
+      }
+      replicas_[i].opt->step();
+    }
+    // Loss and accuracy over replica 0's shards: a sample of the whole.
+    maybe_report(p, s, report_every, loss_sum, correct, seen, start, on_progress);
+  }
+  for (Replica& r : replicas_) r.data.x.device().sync();
+  return p;
+}
+
+std::vector<std::string> DataParallelTrainer::differing_parameters() const {
+  std::vector<std::string> out;
+  const auto p0 = replicas_[0].model->named_parameters();
+  for (size_t i = 1; i < replicas_.size(); ++i) {
+    const auto pi = replicas_[i].model->named_parameters();
+    for (size_t j = 0; j < p0.size(); ++j) {
+      if (p0[j].second->value().to_bytes() != pi[j].second->value().to_bytes()) {
+        out.push_back(p0[j].first + " (replica " + std::to_string(i) + ")");
+      }
+    }
+  }
+  return out;
 }
 
 double accuracy(nn::Module& model, const DeviceData& data) {

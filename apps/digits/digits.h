@@ -86,6 +86,36 @@ class Trainer {
   std::unique_ptr<graph::Step> step_;
 };
 
+// Data-parallel training over several devices (replicas), typically on several servers: each
+// replica holds a model made from the same seed and a copy of the training set; every step
+// splits the batch into one contiguous shard per replica, each replica computes the gradient of
+// its shard's share of the batch's mean loss, tw::dist::all_reduce sums those gradients (all of
+// a replica's gradients as one flat tensor), and every replica takes the same Adam step. The
+// replicas therefore stay bit-identical (replicas_identical()).
+class DataParallelTrainer {
+ public:
+  DataParallelTrainer(ModelKind kind, const std::vector<Device>& devices, const Dataset& train,
+                      int64_t batch_size, double lr, uint64_t seed);
+  int64_t steps_per_epoch() const { return (n_ + batch_ - 1) / batch_; }
+  Progress run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
+                     const std::function<void(const Progress&)>& on_progress = {});
+  nn::Module& model(size_t replica) { return *replicas_.at(replica).model; }
+  size_t size() const { return replicas_.size(); }
+  // The names of the parameters where some replica's bytes differ from replica 0's (empty: all
+  // identical).
+  std::vector<std::string> differing_parameters() const;
+
+ private:
+  struct Replica {
+    std::shared_ptr<nn::Sequential> model;
+    std::unique_ptr<optim::Adam> opt;
+    DeviceData data;
+  };
+  std::vector<Replica> replicas_;
+  std::unique_ptr<dist::Group> group_;
+  int64_t batch_, n_;
+};
+
 // Fraction of `data` the model classifies right (eval mode, no grad, one read).
 double accuracy(nn::Module& model, const DeviceData& data);
 

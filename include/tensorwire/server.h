@@ -60,6 +60,10 @@ struct ServerOptions {
   // (--transfer-timeout).
   std::chrono::milliseconds capability_ttl{60000};
   std::chrono::milliseconds transfer_timeout{30000};
+  // Collectives across servers (docs/remote.md, "Running several servers"): the address Gloo
+  // listens on for the other participants (tensorwire-server --collective-host); empty: the
+  // host of the first tcp:// or tls:// address, or 127.0.0.1 when that is a wildcard.
+  std::string collective_host;
 };
 
 struct ServerStatsSnapshot {

@@ -2,6 +2,7 @@
 #pragma once
 #include "tensorwire/autograd.h"
 #include "tensorwire/device.h"
+#include "tensorwire/dist.h"
 #include "tensorwire/dtype.h"
 #include "tensorwire/error.h"
 #include "tensorwire/nn.h"

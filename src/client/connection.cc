@@ -294,6 +294,27 @@ Status Connection::move_in(proto::TaskKind kind, ir::TensorId id, const TensorMe
   return Status::OK();
 }
 
+Status Connection::submit_collective(const proto::CollectiveSpec& c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TW_RETURN_NOT_OK(ready_locked());
+  if (welcome_.version < 3) {
+    return unimplemented("collectives need protocol 3; the server at " + url_.str() +
+                         " speaks " + std::to_string(welcome_.version));
+  }
+  if (!drops_.empty()) queue_drops_locked();
+  // Kind, fixed fields, the strings with their lengths, the meta: within a few hundred bytes.
+  const uint64_t bytes = 1 + 3 + 12 + 3 * 4 + c.group.size() + c.store_url.size() +
+                         c.fingerprint.size() + 4 + 16 + 1 + 4 + 8 * c.out_meta.shape.size();
+  if (proto::BatchWriter::kEmptyBytes + bytes > frame_limit_) {
+    return resource_exhausted("collective: the task takes " + std::to_string(bytes) +
+                              " bytes, over the frame limit of the server at " + url_.str());
+  }
+  make_room_locked(bytes);
+  batch_.add_collective(c);
+  added_op_locked();
+  return Status::OK();
+}
+
 void Connection::drop(ir::TensorId id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::kConnected) return;  // nothing held on a server we are not connected to

@@ -90,6 +90,9 @@ class Connection {
   // recorded in the tensor on the server.
   Status move_in(protocol::TaskKind kind, ir::TensorId id, const TensorMeta& meta,
                  const protocol::TensorSource& source);
+  // Queues this session's part of a collective (protocol 3; server/collective.h); like an op,
+  // its failure is recorded in its output on the server.
+  Status submit_collective(const protocol::CollectiveSpec& c);
   void flush();
   void close();
   Counters counters() const;

@@ -17,6 +17,16 @@ const char* refuse_reason_name(RefuseReason r) {
   return "refused";
 }
 
+const char* collective_name(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+  }
+  return "collective";
+}
+
 uint64_t OutFrame::payload_size() const {
   uint64_t n = head.size();
   for (const auto& s : segments) n += s.data.size();
@@ -307,6 +317,43 @@ void BatchWriter::add_move(TaskKind kind, ir::TensorId id, const TensorMeta& met
   patch_count();
 }
 
+void BatchWriter::add_collective(const CollectiveSpec& c) {
+  begin_task();
+  WireWriter w(frame_.head);
+  w.u8(static_cast<uint8_t>(TaskKind::kCollective));
+  w.u8(static_cast<uint8_t>(c.kind));
+  w.u8(static_cast<uint8_t>(c.reduce));
+  w.u32(c.rank);
+  w.u32(c.size);
+  w.u32(c.root);
+  w.str(c.group);
+  w.str(c.store_url);
+  w.str(c.fingerprint);
+  w.u32(c.timeout_ms);
+  w.u64(c.input);
+  w.u64(c.output);
+  put_meta(w, c.out_meta);
+  patch_count();
+}
+
+void encode_store_request(const StoreRequest& m, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ClientMsg::kStore));
+  w.u64(m.request_id);
+  w.u8(static_cast<uint8_t>(m.op));
+  w.str(m.key);
+  w.str(m.value);
+}
+
+void encode_store_reply(const StoreReply& m, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ServerMsg::kStoreResult));
+  w.u64(m.request_id);
+  put_status(w, m.status);
+  w.u8(m.present ? 1 : 0);
+  w.str(m.value);
+}
+
 // ---- decoding ----
 namespace {
 Status get_ids(WireReader& r, std::vector<ir::TensorId>& ids) {
@@ -323,7 +370,8 @@ Result<ClientMsg> peek_client_msg(const Buffer& payload) {
   uint8_t k = payload.as<const uint8_t>()[0];
   if (k != static_cast<uint8_t>(ClientMsg::kHello) &&
       k != static_cast<uint8_t>(ClientMsg::kBatch) &&
-      k != static_cast<uint8_t>(ClientMsg::kFetch)) {
+      k != static_cast<uint8_t>(ClientMsg::kFetch) &&
+      k != static_cast<uint8_t>(ClientMsg::kStore)) {
     return data_loss("unknown client message type " + std::to_string(k));
   }
   return static_cast<ClientMsg>(k);
@@ -364,7 +412,66 @@ Result<Fetch> decode_fetch(const Buffer& payload) {
   return m;
 }
 
+Result<StoreRequest> decode_store_request(const Buffer& payload) {
+  WireReader r(payload);
+  uint8_t kind = 0, op = 0;
+  TW_RETURN_NOT_OK(r.u8(kind));
+  if (kind != static_cast<uint8_t>(ClientMsg::kStore)) {
+    return data_loss("expected a Store message, got message type " + std::to_string(kind));
+  }
+  StoreRequest m;
+  TW_RETURN_NOT_OK(r.u64(m.request_id));
+  TW_RETURN_NOT_OK(r.u8(op));
+  if (op != static_cast<uint8_t>(StoreOp::kSet) && op != static_cast<uint8_t>(StoreOp::kGet)) {
+    return data_loss("unknown store operation " + std::to_string(op));
+  }
+  m.op = static_cast<StoreOp>(op);
+  TW_RETURN_NOT_OK(r.str(m.key, kMaxStringBytes));
+  TW_RETURN_NOT_OK(r.str(m.value, kMaxStringBytes));
+  if (!r.done()) return data_loss("trailing bytes after Store");
+  return m;
+}
+
+Result<StoreReply> decode_store_reply(const Buffer& payload) {
+  WireReader r(payload);
+  uint8_t kind = 0, present = 0;
+  TW_RETURN_NOT_OK(r.u8(kind));
+  if (kind != static_cast<uint8_t>(ServerMsg::kStoreResult)) {
+    return data_loss("expected a StoreResult message, got message type " + std::to_string(kind));
+  }
+  StoreReply m;
+  TW_RETURN_NOT_OK(r.u64(m.request_id));
+  TW_RETURN_NOT_OK(get_status(r, m.status));
+  TW_RETURN_NOT_OK(r.u8(present));
+  if (present > 1) return data_loss("StoreResult: present flag " + std::to_string(present));
+  m.present = present == 1;
+  TW_RETURN_NOT_OK(r.str(m.value, kMaxStringBytes));
+  if (!r.done()) return data_loss("trailing bytes after StoreResult");
+  return m;
+}
+
 namespace {
+// The fields of a collective task after its kind.
+Status get_collective(WireReader& r, CollectiveSpec& c) {
+  uint8_t kind = 0, reduce = 0;
+  TW_RETURN_NOT_OK(r.u8(kind));
+  TW_RETURN_NOT_OK(r.u8(reduce));
+  if (kind < 1 || kind > 4) return data_loss("unknown collective kind " + std::to_string(kind));
+  if (reduce < 1 || reduce > 3) return data_loss("unknown reduction " + std::to_string(reduce));
+  c.kind = static_cast<CollectiveKind>(kind);
+  c.reduce = static_cast<ReduceKind>(reduce);
+  TW_RETURN_NOT_OK(r.u32(c.rank));
+  TW_RETURN_NOT_OK(r.u32(c.size));
+  TW_RETURN_NOT_OK(r.u32(c.root));
+  TW_RETURN_NOT_OK(r.str(c.group, kMaxStringBytes));
+  TW_RETURN_NOT_OK(r.str(c.store_url, kMaxStringBytes));
+  TW_RETURN_NOT_OK(r.str(c.fingerprint, kMaxStringBytes));
+  TW_RETURN_NOT_OK(r.u32(c.timeout_ms));
+  TW_RETURN_NOT_OK(r.u64(c.input));
+  TW_RETURN_NOT_OK(r.u64(c.output));
+  return get_meta(r, c.out_meta);
+}
+
 // The fields of an import or same-server move task after its kind.
 Status get_move(WireReader& r, Task& t) {
   TW_RETURN_NOT_OK(r.u64(t.id));
@@ -409,9 +516,7 @@ Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
         if (s.ok()) s = r.u64(t.id);
         break;
       case TaskKind::kSync:
-      case TaskKind::kStats:
-        s = r.u64(t.request_id);
-        break;
+      case TaskKind::kStats: s = r.u64(t.request_id); break;
       case TaskKind::kDrop: s = get_ids(r, t.ids); break;
       case TaskKind::kRegisterGraph: {
         s = r.u64(t.request_id);
@@ -428,8 +533,8 @@ Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
         break;
       case TaskKind::kImport:
       case TaskKind::kMoveLocal: s = get_move(r, t); break;
-      default:
-        return fail(data_loss("unknown task kind " + std::to_string(tk)));
+      case TaskKind::kCollective: s = get_collective(r, t.collective); break;
+      default: return fail(data_loss("unknown task kind " + std::to_string(tk)));
     }
     if (!s.ok()) return fail(s);
     tasks.push_back(std::move(t));
@@ -475,7 +580,8 @@ Result<ServerMessage> decode_server_message(const Buffer& payload) {
       TW_RETURN_NOT_OK(get_meta(r, m.data.meta));
       uint64_t nbytes = 0;
       TW_RETURN_NOT_OK(r.u64(nbytes));
-      uint64_t expect = static_cast<uint64_t>(numel(m.data.meta.shape)) * dtype_size(m.data.meta.dtype);
+      uint64_t expect =
+          static_cast<uint64_t>(numel(m.data.meta.shape)) * dtype_size(m.data.meta.dtype);
       if (nbytes != expect || nbytes > r.remaining()) {
         return data_loss("read result carries " + std::to_string(nbytes) + " bytes, expected " +
                          std::to_string(expect));
@@ -508,9 +614,7 @@ Result<ServerMessage> decode_server_message(const Buffer& payload) {
       }
       break;
     }
-    case ServerMsg::kSessionError:
-      TW_RETURN_NOT_OK(get_status(r, m.status));
-      break;
+    case ServerMsg::kSessionError: TW_RETURN_NOT_OK(get_status(r, m.status)); break;
     case ServerMsg::kGraphResult:
       TW_RETURN_NOT_OK(r.u64(m.request_id));
       TW_RETURN_NOT_OK(get_status(r, m.status));
@@ -523,8 +627,7 @@ Result<ServerMessage> decode_server_message(const Buffer& payload) {
       TW_RETURN_NOT_OK(r.str(m.exported.capability, kMaxStringBytes));
       TW_RETURN_NOT_OK(get_meta(r, m.exported.meta));
       break;
-    default:
-      return data_loss("unknown server message type " + std::to_string(kind));
+    default: return data_loss("unknown server message type " + std::to_string(kind));
   }
   if (!r.done()) return data_loss("trailing bytes after server message");
   return m;

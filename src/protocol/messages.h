@@ -32,6 +32,7 @@ enum class ClientMsg : uint8_t {
   kHello = 1,
   kBatch = 2,
   kFetch = 3,  // protocol 3, on a peer connection: a server pulling a tensor by capability
+  kStore = 4,  // protocol 3, on a peer connection: a collective's rendezvous (set/get a key)
 };
 enum class ServerMsg : uint8_t {
   kWelcome = 1,
@@ -42,6 +43,7 @@ enum class ServerMsg : uint8_t {
   kSessionError = 6,  // a problem not tied to a request (a malformed batch, say); session goes on
   kGraphResult = 7,   // the reply to kRegisterGraph: the graph's id or why it was refused
   kCapabilityResult = 8,  // the reply to kExport: the capability or why there is none
+  kStoreResult = 9,       // the reply to a peer's kStore
 };
 enum class TaskKind : uint8_t {
   kOp = 1,
@@ -54,6 +56,7 @@ enum class TaskKind : uint8_t {
   kExport = 8,         // protocol 3: a capability for one tensor of the session
   kImport = 9,         // protocol 3: pull a tensor from another server by capability
   kMoveLocal = 10,     // protocol 3: take a tensor of another session of this server
+  kCollective = 11,    // protocol 3: this session's part of a collective across servers (Gloo)
 };
 enum class RefuseReason : uint8_t {
   kBadVersion = 1,
@@ -73,8 +76,8 @@ struct Hello {
 };
 
 struct DeviceInfo {
-  std::string name;     // "cpu:0"
-  std::string backend;  // "cpu"
+  std::string name;           // "cpu:0"
+  std::string backend;        // "cpu"
   uint64_t memory_bytes = 0;  // what a session on it may hold (its quota)
   uint32_t dtype_mask = 0;    // bit i set: DType i supported
 };
@@ -110,19 +113,59 @@ struct TensorSource {
   std::string fingerprint;  // kImport: the TLS fingerprint to pin when url is tls:// ("": CAs)
 };
 
+// A collective across sessions of several servers (kCollective; server/collective.h runs it on
+// Gloo). Every participant gets the same group, size, store and timeout and its own rank.
+enum class CollectiveKind : uint8_t {
+  kAllReduce = 1,
+  kBroadcast = 2,
+  kAllGather = 3,
+  kReduceScatter = 4
+};
+enum class ReduceKind : uint8_t { kSum = 1, kMean = 2, kMax = 3 };
+const char* collective_name(CollectiveKind k);  // all_reduce, broadcast, ...
+struct CollectiveSpec {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  ReduceKind reduce = ReduceKind::kSum;
+  uint32_t rank = 0, size = 0;
+  uint32_t root = 0;  // kBroadcast: the rank whose tensor every participant gets
+  std::string group;  // names the participants' set: the Gloo context is made once per group
+  std::string
+      store_url;  // the server that hosts the rendezvous (rank 0's, as the client reached it)
+  std::string fingerprint;  // its TLS fingerprint to pin when store_url is tls:// ("": CAs)
+  uint32_t timeout_ms = 0;  // how long a participant waits for the others
+  ir::TensorId input = 0, output = 0;
+  TensorMeta out_meta;  // what the output is (validated by the server against the input)
+};
+
 struct Task {
   TaskKind kind = TaskKind::kOp;
-  ir::Op op;                       // kOp
-  uint64_t request_id = 0;         // kRead, kSync, kStats, kRegisterGraph
-  ir::TensorId id = 0;             // kRead
-  std::vector<ir::TensorId> ids;   // kDrop; kRunGraph: the inputs
-  ir::Graph graph;                 // kRegisterGraph
-  ir::GraphId graph_id = 0;        // kRunGraph
+  ir::Op op;                          // kOp
+  uint64_t request_id = 0;            // kRead, kSync, kStats, kRegisterGraph
+  ir::TensorId id = 0;                // kRead
+  std::vector<ir::TensorId> ids;      // kDrop; kRunGraph: the inputs
+  ir::Graph graph;                    // kRegisterGraph
+  ir::GraphId graph_id = 0;           // kRunGraph
   std::vector<ir::TensorId> outputs;  // kRunGraph: the ids its outputs get
   // kImport, kMoveLocal: the tensor made under `id`, and where it comes from. kExport names its
   // tensor in `id`.
   TensorMeta meta;
   TensorSource source;
+  CollectiveSpec collective;  // kCollective
+};
+
+// A peer's rendezvous request (kStore): set a key, or get it (present = false while absent).
+enum class StoreOp : uint8_t { kSet = 1, kGet = 2 };
+struct StoreRequest {
+  uint64_t request_id = 0;
+  StoreOp op = StoreOp::kSet;
+  std::string key;
+  std::string value;  // kSet
+};
+struct StoreReply {
+  uint64_t request_id = 0;
+  Status status;
+  bool present = false;
+  std::string value;
 };
 
 // A peer server's request for the tensor a capability grants (protocol 3), answered with a
@@ -136,8 +179,8 @@ struct Fetch {
 
 struct ServerStats {
   uint32_t sessions = 0;
-  uint64_t bytes_held = 0;         // all sessions
-  uint64_t session_bytes_held = 0; // the asking session
+  uint64_t bytes_held = 0;          // all sessions
+  uint64_t session_bytes_held = 0;  // the asking session
   uint64_t ops_executed = 0;
   uint64_t frames_in = 0, frames_out = 0, bytes_in = 0, bytes_out = 0;
   uint64_t sessions_opened = 0;
@@ -168,6 +211,10 @@ struct Exported {
 };
 void encode_capability_result(uint64_t request_id, const Result<Exported>& r, OutFrame& f);
 void encode_fetch(const Fetch& m, OutFrame& f);
+void encode_store_request(const StoreRequest& m, OutFrame& f);
+void encode_store_reply(const StoreReply& m, OutFrame& f);
+Result<StoreRequest> decode_store_request(const Buffer& payload);
+Result<StoreReply> decode_store_reply(const Buffer& payload);
 
 // Batches are built incrementally by the client.
 class BatchWriter {
@@ -184,6 +231,7 @@ class BatchWriter {
   void add_export(uint64_t request_id, ir::TensorId id);
   // kImport or kMoveLocal: tensor `id` (of `meta`) made from `source`.
   void add_move(TaskKind kind, ir::TensorId id, const TensorMeta& meta, const TensorSource& source);
+  void add_collective(const CollectiveSpec& c);
   uint32_t task_count() const { return count_; }
   uint64_t payload_size() const { return frame_.payload_size(); }
   bool empty() const { return count_ == 0; }
@@ -218,7 +266,7 @@ struct ServerMessage {
   uint64_t request_id = 0;
   Status status;             // read/sync/graph results, session errors
   ir::GraphId graph_id = 0;  // graph results that are OK
-  TensorData data;        // read results
+  TensorData data;           // read results
   ServerStats stats;
   Exported exported;  // capability results that are OK
 };

@@ -28,6 +28,7 @@
 #include "protocol/messages.h"
 #include "server/metrics.h"
 #include "server/session.h"
+#include "server/collective.h"
 #include "server/transfer.h"
 #include "tensorwire/error.h"
 
@@ -122,6 +123,10 @@ struct Server::Impl {
   // Imports' pulls from other servers (transfer.h); after the shards, so destroyed before them:
   // its threads post their outcomes to the shards.
   std::unique_ptr<server::Puller> puller;
+  // Collectives' parts (collective.h), and the rendezvous keys this server hosts for them; like
+  // the puller, its threads post outcomes to the shards.
+  std::unique_ptr<server::Collectives> collectives;
+  server::StoreTable store;
   // "server 9f3a (tcp://127.0.0.1:5000)": how a transfer's errors name this server.
   std::string self_name() const {
     return "server " + server_id +
@@ -162,6 +167,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
 
   ~Connection() override {
     // Last reference gone (stream shut down, no task in flight): free the session's tensors.
+    if (session_ && srv_.collectives) srv_.collectives->forget(id_);
     session_.reset();
     give_slot_back();
     shard_.sessions.fetch_sub(1);
@@ -468,10 +474,29 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     send(std::move(f));
   }
 
+  // A peer's Fetch (a pull, transfer.h) or Store (a collective's rendezvous, collective.h).
   void on_fetch(const Buffer& frame) {
     proto::OutFrame f;
-    server::serve_fetch(srv_.totals.capabilities, srv_.totals.metrics, frame, f);
+    Result<proto::ClientMsg> kind = proto::peek_client_msg(frame);
+    if (kind.ok() && *kind == proto::ClientMsg::kStore) {
+      server::serve_store(srv_.store, frame, f);
+    } else {
+      server::serve_fetch(srv_.totals.capabilities, srv_.totals.metrics, frame, f);
+    }
     send(std::move(f));
+  }
+
+  // The part runs on the server's Collectives; its outcome comes back to this shard's thread, as
+  // an import's does.
+  Status begin_collective(const proto::Task& t, TensorData input) override {
+    srv_.collectives->start(id_, t.collective, std::move(input),
+                            [self = shared_from_this()](Result<TensorData> got) {
+                              asio::post(self->shard_.io, [self, got = std::move(got)]() mutable {
+                                self->session_->finish_collective(std::move(got));
+                                self->drain();
+                              });
+                            });
+    return Status::OK();
   }
 
   // server::SessionOutput, called by session_->run() on the draining thread.
@@ -631,6 +656,7 @@ void Server::Impl::do_stop() {
   if (metrics) metrics->stop();
   // Pulls under way end now (their imports fail and the sessions go on), not at their timeout.
   if (puller) puller->abort();
+  if (collectives) collectives->stop();
   asio::post(io(), [this] {
     for (auto& l : listeners) l->close();
   });
@@ -718,6 +744,20 @@ void Server::wait() {
 
 namespace {
 
+// Where Gloo listens for the other participants of a collective: the option, else the host of
+// the first tcp:// or tls:// listener unless that is a wildcard, else loopback.
+std::string collective_host(const ServerOptions& opts,
+                            const std::vector<std::unique_ptr<net::Listener>>& listeners) {
+  if (!opts.collective_host.empty()) return opts.collective_host;
+  for (const auto& l : listeners) {
+    const net::Url& u = l->url();
+    if (u.scheme == net::Url::Scheme::kUnix) continue;
+    if (u.host == "0.0.0.0" || u.host == "::" || u.host == "[::]" || u.host.empty()) break;
+    return u.host;
+  }
+  return "127.0.0.1";
+}
+
 // The identity of the tls:// listeners: the PEM files given, else a self-signed pair made now
 // (`generated` says so) when some address is tls://.
 Result<net::TlsOptions> server_tls(const ServerOptions& opts, bool& generated) {
@@ -789,6 +829,8 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
     }
     impl->puller =
         std::make_unique<server::Puller>(server::Puller::kThreads, opts.transfer_timeout);
+    impl->collectives = std::make_unique<server::Collectives>(
+        opts.credential, collective_host(opts, impl->listeners), impl->self_name());
     for (auto& l : impl->listeners) impl->accept(*l);
     for (auto& sh : impl->shards) impl->works.push_back(asio::make_work_guard(sh->io));
     for (auto& sh : impl->shards) {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "backend/registry.h"
+#include "server/collective.h"
 
 namespace tw::server {
 
@@ -145,6 +146,7 @@ void Session::run_task(proto::Task& t, SessionOutput& out, OpTimer& timer) {
       settle();
       return;
     case proto::TaskKind::kImport: start_import(t, out); return;
+    case proto::TaskKind::kCollective: start_collective(t, out); return;
   }
   out.reply(std::move(f));
 }
@@ -290,12 +292,45 @@ void Session::start_import(const proto::Task& t, SessionOutput& out) {
 
 void Session::finish_import(Result<TensorData> got) {
   if (!parked_) return;
+  if (got.ok()) totals_.metrics.transfer(Direction::kIn, got->bytes.size());
+  unpark(std::move(got));
+}
+
+void Session::unpark(Result<TensorData> got) {
   Parked p = std::move(*parked_);
   parked_.reset();
   release(p.reserved);
-  if (got.ok()) totals_.metrics.transfer(Direction::kIn, got->bytes.size());
   land(p.id, p.meta, std::move(got));
   settle();
+}
+
+void Session::start_collective(const proto::Task& t, SessionOutput& out) {
+  const proto::CollectiveSpec& c = t.collective;
+  Result<TensorData> in = backend_->read(c.input);
+  Status st = in.ok() ? check_collective(c, in->meta) : in.status();
+  const uint64_t bytes =
+      static_cast<uint64_t>(numel(c.out_meta.shape)) * dtype_size(c.out_meta.dtype);
+  if (st.ok() && held() + bytes > memory_quota_) {
+    st = resource_exhausted("collective: session memory quota exceeded: the session holds " +
+                            human_bytes(held()) + " and the output takes " + human_bytes(bytes) +
+                            ", over the quota of " + human_bytes(memory_quota_));
+  }
+  if (st.ok()) st = reserve(bytes, "collective");
+  if (st.ok()) {
+    st = out.begin_collective(t, std::move(in).value());
+    if (!st.ok()) release(bytes);
+  }
+  if (!st.ok()) {
+    land(c.output, c.out_meta, st);
+    settle();
+    return;
+  }
+  parked_ = Parked{c.output, c.out_meta, bytes};
+}
+
+void Session::finish_collective(Result<TensorData> got) {
+  if (!parked_) return;
+  unpark(std::move(got));
 }
 
 // A tensor too large for one frame (whose length is a u32) is refused, not truncated; a

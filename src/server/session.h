@@ -48,6 +48,13 @@ class SessionOutput {
     return unimplemented("import of tensor " + std::to_string(t.source.tensor) +
                          ": this server does not pull tensors from other servers");
   }
+  // Starts this session's part of a collective (collective.h) on `input`; as with an import,
+  // the session runs nothing more until finish_collective().
+  virtual Status begin_collective(const protocol::Task& t, TensorData input) {
+    (void)input;
+    return unimplemented("collective of group " + t.collective.group +
+                         ": this server does not run collectives");
+  }
 };
 
 // A received batch and how far it has run: a session runs a long batch in slices (run()).
@@ -92,6 +99,8 @@ class Session {
   bool parked() const { return parked_.has_value(); }
   // The outcome of the parked import: the tensor lands under its id, or the error poisons it.
   void finish_import(Result<TensorData> got);
+  // The outcome of the parked collective part: its output lands, or the error poisons it.
+  void finish_collective(Result<TensorData> got);
 
   // Memory this session's work holds outside its tensor table (a graph registration, a
   // transfer being received), counted in the server-wide budget beside its tensors so that
@@ -146,6 +155,9 @@ class Session {
   Result<protocol::Exported> export_tensor(ir::TensorId id);
   void land(ir::TensorId id, const TensorMeta& meta, Result<TensorData> got);
   void start_import(const protocol::Task& t, SessionOutput& out);
+  void start_collective(const protocol::Task& t, SessionOutput& out);
+  // Ends a park: its reservation released, the outcome landed.
+  void unpark(Result<TensorData> got);
 
   const uint64_t id_;
   std::unique_ptr<Backend> backend_;

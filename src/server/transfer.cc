@@ -200,8 +200,6 @@ void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& f
 
 // ---- pulling ----
 
-namespace {
-
 // Runs one asynchronous step of `s` on `io` (this thread) for at most `stall`; a step that does
 // not complete by then is ended by shutting the stream down, and reports timed_out. `*moved`
 // (when given): the bytes the step moved, all of them or those before it failed.
@@ -232,7 +230,7 @@ asio::error_code step(asio::io_context& io, net::Stream& s, std::chrono::millise
 // offset `aligned` of the payload lands 64-byte aligned (where a tensor's bytes start, so that the
 // tensor can keep them as its storage: an unaligned one would be copied).
 Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
-                          uint64_t max, const char* what, size_t aligned = 0) {
+                          uint64_t max, const char* what, size_t aligned) {
   uint8_t header[4];
   asio::error_code ec = step(
       io, s, stall, [&](net::IoHandler h) { s.async_read(asio::buffer(header, 4), std::move(h)); });
@@ -262,8 +260,6 @@ Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::mil
   }
   return payload;
 }
-
-}  // namespace
 
 Puller::Puller(int threads, std::chrono::milliseconds stall) : stall_(stall) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });

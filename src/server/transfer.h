@@ -6,6 +6,7 @@
 // own so that no session worker ever waits for another server.
 #pragma once
 #include <array>
+#include <asio/error_code.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -24,6 +25,9 @@
 #include "protocol/messages.h"
 #include "server/metrics.h"
 
+namespace asio {
+class io_context;
+}
 namespace tw::net {
 class Stream;
 }
@@ -94,6 +98,18 @@ class CapabilityTable {
 // tensor sent counts as an outgoing transfer in `metrics`.
 void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& frame,
                  protocol::OutFrame& reply);
+
+// Blocking I/O on a server's own connection to a peer (pulls here, a collective's rendezvous in
+// collective.cc), driven on `io` by the calling thread.
+// Runs one asynchronous step of `s` for at most `stall`; a step that does not complete by then
+// is ended by shutting the stream down, and reports timed_out.
+asio::error_code step(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
+                      const std::function<void(std::function<void(const asio::error_code&, size_t)>)>&
+                          start);
+// Reads one frame's payload; `max` bounds its length before anything is allocated. The byte at
+// offset `aligned` of the payload lands 64-byte aligned.
+Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
+                          uint64_t max, const char* what, size_t aligned = 0);
 
 // What an importing server needs to pull one tensor.
 struct PullRequest {

@@ -123,7 +123,7 @@ class StandInServer {
 };
 
 // One letter per task: o(p), d(rop), s(ync), r(ead), t (stats), g (register graph), x (run one),
-// e(xport), i(mport), m (same-server move).
+// e(xport), i(mport), m (same-server move), c(ollective).
 std::string kinds(const std::vector<proto::Task>& tasks) {
   std::string s;
   for (const proto::Task& t : tasks) {
@@ -138,6 +138,7 @@ std::string kinds(const std::vector<proto::Task>& tasks) {
       case proto::TaskKind::kExport: s += 'e'; break;
       case proto::TaskKind::kImport: s += 'i'; break;
       case proto::TaskKind::kMoveLocal: s += 'm'; break;
+      case proto::TaskKind::kCollective: s += 'c'; break;
     }
   }
   return s;
