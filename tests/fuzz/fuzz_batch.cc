@@ -19,6 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case TaskKind::kExport: w.add_export(t.request_id, t.id); break;
       case TaskKind::kImport:
       case TaskKind::kMoveLocal: w.add_move(t.kind, t.id, t.meta, t.source); break;
+      case TaskKind::kCollective: w.add_collective(t.collective); break;
       default: tw::fuzz::fail("decode_batch accepted an unknown task kind");
     }
   }

@@ -244,6 +244,26 @@ int run(const fs::path& dir) {
   OutFrame fetch;
   encode_fetch(Fetch{1, 2, 3, "capability"}, fetch);
   c.add("fetch", "fetch", fetch);
+  // Protocol 3: a collective's rendezvous (Store, StoreResult) and its task.
+  OutFrame store_set, store_get, store_reply;
+  encode_store_request({1, StoreOp::kSet, "g1/0", "address"}, store_set);
+  encode_store_request({2, StoreOp::kGet, "g1/1", ""}, store_get);
+  encode_store_reply({2, Status::OK(), true, "address"}, store_reply);
+  c.add("fetch", "store_set", store_set);
+  c.add("fetch", "store_get", store_get);
+  c.add("fetch", "store_reply", store_reply);
+  BatchWriter coll;
+  CollectiveSpec spec;
+  spec.kind = CollectiveKind::kAllReduce;
+  spec.size = 2;
+  spec.group = "g1";
+  spec.store_url = "tcp://h:1";
+  spec.timeout_ms = 1000;
+  spec.input = 3;
+  spec.output = 4;
+  spec.out_meta = {{8}, kF32};
+  coll.add_collective(spec);
+  c.add("batch", "collective", coll.take());
   BatchWriter moves;
   moves.add_export(12, 5);
   moves.add_move(TaskKind::kImport, 6, {{2, 3}, kF32}, {2, 5, "capability", "tls://h:1", "AB:CD"});
