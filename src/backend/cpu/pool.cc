@@ -135,7 +135,7 @@ Status run(const ir::Pool2d& op, KernelContext& ctx) {
                        op.stride[1],
                        op.padding[0],
                        op.padding[1]};
-  const int64_t plane_cost = g.ho * g.wo * g.kh * g.kw;
+  const int64_t plane_cost = pool_plane_cost(g.ho, g.wo, g.kh, g.kw, g.h, g.w);
   dispatch_float(x.dtype, [&]<class T>() {
     const T* xd = x.data<T>();
     T* yd = out.data<T>();

@@ -148,7 +148,7 @@ Status run(const ir::Pool2dBackward& op, KernelContext& ctx) {
   const int64_t planes = x.shape[0] * x.shape[1];
   const PoolGeometry g{x.shape[2],   x.shape[3],   grad.shape[2], grad.shape[3], op.kernel[0],
                        op.kernel[1], op.stride[0], op.stride[1],  op.padding[0], op.padding[1]};
-  const int64_t cost = std::max(g.ho * g.wo * g.kh * g.kw, g.h * g.w);
+  const int64_t cost = std::max(pool_plane_cost(g.ho, g.wo, g.kh, g.kw, g.h, g.w), g.h * g.w);
   dispatch_float(out.dtype, [&]<class T>() {
     const T* xd = x.data<T>();
     const T* gd = grad.data<T>();

@@ -1,6 +1,7 @@
 // Small helpers shared by the structured CPU kernels (matmul, conv, pooling, normalisation,
 // movement, indexing).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -40,6 +41,16 @@ void dispatch_float(DType d, F&& fn) {
 inline int64_t rows_per_chunk(int64_t row_cost) {
   constexpr int64_t kChunkElements = int64_t{1} << 15;
   return row_cost >= kChunkElements ? 1 : kChunkElements / (row_cost < 1 ? 1 : row_cost);
+}
+
+// The elements one plane of a pooling op visits, for rows_per_chunk: a window visits only its
+// taps inside the input (a kernel may be far larger, tests/regress/pooling_test.cc), and the
+// product is taken in floating point and capped, since ho * wo * kh * kw can pass int64's range.
+inline int64_t pool_plane_cost(int64_t ho, int64_t wo, int64_t kh, int64_t kw, int64_t h,
+                               int64_t w) {
+  const double taps = static_cast<double>(ho) * static_cast<double>(wo) *
+                      static_cast<double>(std::min(kh, h)) * static_cast<double>(std::min(kw, w));
+  return taps >= 0x1p62 ? int64_t{1} << 62 : static_cast<int64_t>(taps);
 }
 
 // ceil(a / b) for b > 0, and 0 for a <= 0: the first output column a window tap at offset -a
