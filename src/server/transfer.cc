@@ -200,11 +200,8 @@ void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& f
 
 // ---- pulling ----
 
-// Runs one asynchronous step of `s` on `io` (this thread) for at most `stall`; a step that does
-// not complete by then is ended by shutting the stream down, and reports timed_out. `*moved`
-// (when given): the bytes the step moved, all of them or those before it failed.
 asio::error_code step(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
-                      const std::function<void(net::IoHandler)>& start, size_t* moved = nullptr) {
+                      const std::function<void(net::IoHandler)>& start, size_t* moved) {
   bool done = false;
   asio::error_code result;
   start([&](const asio::error_code& ec, size_t n) {
