@@ -295,9 +295,10 @@ void Collectives::loop() {
     cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     --idle_;
     if (queue_.empty()) return;
-    Job job = std::move(queue_.front());
+    std::optional<Job> held(std::move(queue_.front()));
     queue_.pop_front();
     lock.unlock();
+    Job& job = *held;
     Result<TensorData> out = run(job);
     if (!out.ok()) {
       const proto::CollectiveSpec& c = job.spec;
@@ -310,6 +311,9 @@ void Collectives::loop() {
       contexts_.erase({job.session, job.spec.group});
     }
     job.done(std::move(out));
+    // Before the lock: the callback may hold the last reference to its connection, whose end
+    // calls forget(), which takes the lock.
+    held.reset();
     lock.lock();
   }
 }
