@@ -1182,6 +1182,75 @@ void bind_io_and_server(py::module_& m) {
         });
 }
 
+// tw.dist (tensorwire/dist.h): each call returns the list of results (the C++ calls replace the
+// list's tensors in place; a Python list the caller passed stays as it was).
+void bind_dist(py::module_& m) {
+  py::module_ d =
+      m.def_submodule("dist", "Collectives over tensors on several devices (tensorwire/dist.h).");
+  py::enum_<dist::ReduceOp>(d, "ReduceOp")
+      .value("SUM", dist::ReduceOp::kSum)
+      .value("MEAN", dist::ReduceOp::kMean)
+      .value("MAX", dist::ReduceOp::kMax);
+  py::class_<dist::Group>(d, "Group",
+                          "A fixed list of devices that run collectives together; across servers "
+                          "its first collective connects them, later ones reuse the connections.")
+      .def(py::init([](std::vector<Device> devices, double timeout_s) {
+             return dist::Group(std::move(devices),
+                                std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3)));
+           }),
+           py::arg("devices"), py::arg("timeout") = 30.0, Release())
+      .def_property_readonly("devices", &dist::Group::devices)
+      .def("__len__", &dist::Group::size);
+  using Ts = std::vector<Tensor>;
+  using G = std::optional<dist::Group>;
+  auto with_group = [](Ts ts, const G& g, auto&& run) {
+    if (g) {
+      run(ts, *g);
+    } else {
+      std::vector<Device> devices;
+      for (const Tensor& t : ts) devices.push_back(t.device());
+      run(ts, dist::Group(std::move(devices)));
+    }
+    return ts;
+  };
+  d.def(
+      "all_reduce",
+      [with_group](Ts ts, dist::ReduceOp op, const G& g) {
+        return with_group(std::move(ts), g,
+                          [op](Ts& t, const dist::Group& gr) { dist::all_reduce(t, op, gr); });
+      },
+      py::arg("tensors"), py::arg("op") = dist::ReduceOp::kSum, py::arg("group") = py::none(),
+      Release(),
+      "The elementwise reduction (SUM, MEAN, MAX) of all the tensors, one result on each tensor's "
+      "device; every result holds the same bytes.");
+  d.def(
+      "broadcast",
+      [with_group](Ts ts, size_t root, const G& g) {
+        return with_group(std::move(ts), g,
+                          [root](Ts& t, const dist::Group& gr) { dist::broadcast(t, root, gr); });
+      },
+      py::arg("tensors"), py::arg("root") = 0, py::arg("group") = py::none(), Release(),
+      "A copy of tensors[root] on each tensor's device.");
+  d.def(
+      "all_gather",
+      [with_group](Ts ts, const G& g) {
+        return with_group(std::move(ts), g,
+                          [](Ts& t, const dist::Group& gr) { dist::all_gather(t, gr); });
+      },
+      py::arg("tensors"), py::arg("group") = py::none(), Release(),
+      "The tensors concatenated along dimension 0, in list order, on each tensor's device.");
+  d.def(
+      "reduce_scatter",
+      [with_group](Ts ts, dist::ReduceOp op, const G& g) {
+        return with_group(std::move(ts), g,
+                          [op](Ts& t, const dist::Group& gr) { dist::reduce_scatter(t, op, gr); });
+      },
+      py::arg("tensors"), py::arg("op") = dist::ReduceOp::kSum, py::arg("group") = py::none(),
+      Release(),
+      "The reduction split along dimension 0 into len(tensors) equal parts: result i is part i, "
+      "on tensor i's device.");
+}
+
 }  // namespace
 }  // namespace tw::python
 
@@ -1195,4 +1264,5 @@ PYBIND11_MODULE(_tensorwire, m) {
   bind_nn(m);
   bind_optim(m);
   bind_io_and_server(m);
+  bind_dist(m);
 }

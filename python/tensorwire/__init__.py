@@ -261,6 +261,6 @@ def serve(device=None, listen=None, devices=1, backend=None, worker_threads=0,
                      max_sessions, max_frame_bytes, session_memory_bytes, session_queue_depth)
 
 
-from . import nn, optim  # noqa: E402,F401
+from . import dist, nn, optim  # noqa: E402,F401
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -5,6 +5,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar, Union, 
 
 import numpy as np
 
+from . import dist as dist
 from . import nn as nn
 from . import optim as optim
 
