@@ -307,6 +307,10 @@ void Session::unpark(Result<TensorData> got) {
 void Session::start_collective(const proto::Task& t, SessionOutput& out) {
   const proto::CollectiveSpec& c = t.collective;
   Result<TensorData> in = backend_->read(c.input);
+  // An output naming the input donates it: the session lets go of the input here, so the
+  // collective may reduce in its storage when nothing else shares it, and the id is rebound to
+  // the result.
+  if (c.output == c.input) (void)backend_->drop(c.input);
   Status st = in.ok() ? check_collective(c, in->meta) : in.status();
   const uint64_t bytes =
       static_cast<uint64_t>(numel(c.out_meta.shape)) * dtype_size(c.out_meta.dtype);
