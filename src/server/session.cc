@@ -123,6 +123,7 @@ void Session::run_task(proto::Task& t, SessionOutput& out, OpTimer& timer) {
       break;
     case proto::TaskKind::kSync: proto::encode_sync_result(t.request_id, Status::OK(), f); break;
     case proto::TaskKind::kDrop:
+    case proto::TaskKind::kDropPacked:                 // (decoded as kDrop)
       for (auto id : t.ids) (void)backend_->drop(id);  // unknown ids: nothing to free
       settle();
       return;
@@ -134,6 +135,7 @@ void Session::run_task(proto::Task& t, SessionOutput& out, OpTimer& timer) {
       settle();
       break;
     case proto::TaskKind::kRunGraph:
+    case proto::TaskKind::kRunGraphPacked:  // (decoded as kRunGraph)
       run_graph(t);
       settle();
       return;

@@ -129,12 +129,14 @@ std::string kinds(const std::vector<proto::Task>& tasks) {
   for (const proto::Task& t : tasks) {
     switch (t.kind) {
       case proto::TaskKind::kOp: s += 'o'; break;
-      case proto::TaskKind::kDrop: s += 'd'; break;
+      case proto::TaskKind::kDrop:
+      case proto::TaskKind::kDropPacked: s += 'd'; break;
       case proto::TaskKind::kSync: s += 's'; break;
       case proto::TaskKind::kRead: s += 'r'; break;
       case proto::TaskKind::kStats: s += 't'; break;
       case proto::TaskKind::kRegisterGraph: s += 'g'; break;
-      case proto::TaskKind::kRunGraph: s += 'x'; break;
+      case proto::TaskKind::kRunGraph:
+      case proto::TaskKind::kRunGraphPacked: s += 'x'; break;
       case proto::TaskKind::kExport: s += 'e'; break;
       case proto::TaskKind::kImport: s += 'i'; break;
       case proto::TaskKind::kMoveLocal: s += 'm'; break;
