@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "op_docs.h"
+#include "tensorwire/graph.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/server.h"
 #include "tensorwire/tensorwire.h"
@@ -243,6 +244,148 @@ py::array to_numpy(const Tensor& t) {
   return py::array(npd, shape, {}, const_cast<void*>(values->data), base);
 }
 
+// ---- DLPack (https://dmlc.github.io/dlpack/latest/c_api.html) ----
+
+// The DLPack C ABI (version 0.x, as numpy 1.22+ and torch exchange it): a stable struct layout,
+// declared here so that the module needs no DLPack headers.
+struct DLDevice {
+  int32_t device_type;  // 1: kDLCPU
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;  // 0 int, 1 uint, 2 float, 4 bfloat, 6 bool
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;  // in elements; null: row-major contiguous
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor* self);
+};
+constexpr int32_t kDLCPU = 1;
+
+DLDataType dl_dtype(DType d) {
+  switch (d) {
+    case DType::kF32: return {2, 32, 1};
+    case DType::kF64: return {2, 64, 1};
+    case DType::kF16: return {2, 16, 1};
+    case DType::kBF16: return {4, 16, 1};
+    case DType::kI32: return {0, 32, 1};
+    case DType::kI64: return {0, 64, 1};
+    case DType::kU8: return {1, 8, 1};
+    case DType::kBool: return {6, 8, 1};
+  }
+  throw Error("DLPack: no DLPack type for " + std::string(dtype_name(d)));
+}
+
+DType tw_dtype(DLDataType t) {
+  const auto is = [&](uint8_t code, uint8_t bits) { return t.code == code && t.bits == bits; };
+  if (t.lanes == 1) {
+    if (is(2, 32)) return DType::kF32;
+    if (is(2, 64)) return DType::kF64;
+    if (is(2, 16)) return DType::kF16;
+    if (is(4, 16)) return DType::kBF16;
+    if (is(0, 32)) return DType::kI32;
+    if (is(0, 64)) return DType::kI64;
+    if (is(1, 8)) return DType::kU8;
+    if (is(6, 8)) return DType::kBool;
+  }
+  throw Error("from_dlpack: DLPack type (code " + std::to_string(t.code) + ", " +
+              std::to_string(t.bits) + " bits, " + std::to_string(t.lanes) +
+              " lanes) has no tensorwire dtype (f32, f64, f16, bf16, i32, i64, u8, bool)");
+}
+
+// What an exported tensor's DLManagedTensor owns: the host values (which keep the storage
+// alive) and the shape the DLTensor points at.
+struct Exported {
+  DLManagedTensor managed;
+  detail::HostValues values;
+  std::vector<int64_t> shape;
+};
+
+// t.__dlpack__(): a "dltensor" capsule over the tensor's values. On the CPU device it shares
+// the tensor's storage (as numpy() does); a remote tensor is downloaded first.
+py::capsule to_dlpack(const Tensor& t) {
+  auto* e = new Exported{};
+  e->values = wait_for_device(t.device(), [t] { return t.host_values(); });
+  e->shape.assign(e->values.shape.begin(), e->values.shape.end());
+  DLTensor& d = e->managed.dl_tensor;
+  d.data = const_cast<void*>(e->values.data);
+  d.device = {kDLCPU, 0};
+  d.ndim = static_cast<int32_t>(e->shape.size());
+  d.dtype = dl_dtype(e->values.dtype);
+  d.shape = e->shape.data();
+  d.strides = nullptr;
+  d.byte_offset = 0;
+  e->managed.manager_ctx = e;
+  e->managed.deleter = [](DLManagedTensor* m) { delete static_cast<Exported*>(m->manager_ctx); };
+  // A consumer renames the capsule "used_dltensor" and calls the deleter itself; unconsumed, the
+  // capsule's destructor does.
+  PyObject* cap = PyCapsule_New(&e->managed, "dltensor", [](PyObject* c) {
+    if (PyCapsule_IsValid(c, "used_dltensor")) return;
+    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+    if (m && m->deleter) m->deleter(m);
+  });
+  if (!cap) {
+    delete e;
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(cap);
+}
+
+// tw.from_dlpack(obj): a tensor over the memory of any object with __dlpack__ (or a "dltensor"
+// capsule): on the CPU device without a copy (the producer's memory is kept alive until the
+// last tensor sharing it is gone), elsewhere an upload of it.
+Tensor from_dlpack(const py::object& obj, const Device& device) {
+  py::object cap = obj;
+  if (py::hasattr(obj, "__dlpack__")) cap = obj.attr("__dlpack__")();
+  if (!PyCapsule_IsValid(cap.ptr(), "dltensor")) {
+    throw Error("from_dlpack: expected an object with __dlpack__ or a 'dltensor' capsule, got " +
+                std::string(py::str(py::type::of(obj)).cast<std::string>()) +
+                " (a capsule can be consumed only once)");
+  }
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+  const DLTensor& d = m->dl_tensor;
+  // Checked before the capsule is consumed, so a refusal leaves it to its producer.
+  if (d.device.device_type != kDLCPU) {
+    throw Error("from_dlpack: the tensor is on DLPack device type " +
+                std::to_string(d.device.device_type) + ", not the CPU (1)");
+  }
+  const DType dt = tw_dtype(d.dtype);
+  Shape shape(d.shape, d.shape + d.ndim);
+  if (d.strides) {
+    int64_t want = 1;
+    for (int32_t i = d.ndim; i-- > 0;) {
+      if (d.shape[i] != 1 && d.strides[i] != want) {
+        throw Error(
+            "from_dlpack: the tensor is not contiguous (row-major); make it contiguous "
+            "first (numpy: np.ascontiguousarray)");
+      }
+      want *= d.shape[i];
+    }
+  }
+  PyCapsule_SetName(cap.ptr(), "used_dltensor");
+  // The producer's memory is released through a capsule of ours, whose destructor runs with the
+  // GIL (keep_alive defers a release made without it), as producers' deleters may need it.
+  py::capsule owner(m, [](void* p) {
+    auto* mt = static_cast<DLManagedTensor*>(p);
+    if (mt->deleter) mt->deleter(mt);
+  });
+  void* data = static_cast<uint8_t*>(d.data) + d.byte_offset;
+  auto keep = keep_alive(std::move(owner));
+  py::gil_scoped_release release;
+  return from_blob(data, shape, dt, std::move(keep), device);
+}
+
 py::object item(const Tensor& t) {
   const detail::HostValues v = wait_for_device(t.device(), [t] { return t.host_values(); });
   if (v.numel != 1) {
@@ -292,8 +435,85 @@ py::tuple index_tuple(const py::object& index) {
   return py::make_tuple(index);
 }
 
-// x[index] for ints, slices, None, Ellipsis and 1-D integer tensors (index_select).
+// A bool tensor or bool numpy array given as an index: numpy's boolean mask indexing.
+std::optional<Tensor> bool_mask(const py::handle& h) {
+  if (py::isinstance<Tensor>(h)) {
+    Tensor t = h.cast<Tensor>();
+    if (t.dtype() == DType::kBool) return t;
+    return std::nullopt;
+  }
+  if (py::isinstance<py::array>(h)) {
+    py::array a = h.cast<py::array>();
+    if (a.dtype().kind() != 'b') return std::nullopt;
+    return copy_from_numpy(a, Device::cpu());
+  }
+  return std::nullopt;
+}
+
+std::string dims_str(const Shape& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+// Where `mask` (a prefix of x's shape) is true, in row-major order: the mask is read (from a
+// remote device that is a download), since the result's shape depends on it.
+std::vector<int64_t> mask_positions(const Tensor& x, const Tensor& mask) {
+  const Shape& xs = x.shape();
+  const Shape& ms = mask.shape();
+  if (ms.size() > xs.size() || !std::equal(ms.begin(), ms.end(), xs.begin())) {
+    throw py::index_error("boolean index of shape " + dims_str(ms) +
+                          " does not match the tensor's shape " + dims_str(xs) +
+                          " (it must equal its leading dimensions)");
+  }
+  const detail::HostValues v =
+      wait_for_device(mask.device(), [mask] { return mask.host_values(); });
+  const auto* b = static_cast<const uint8_t*>(v.data);
+  std::vector<int64_t> at;
+  for (int64_t i = 0; i < v.numel; ++i)
+    if (b[i]) at.push_back(i);
+  return at;
+}
+
+// x flattened over the mask's dims: (numel(mask), the rest of x's dims...).
+Tensor flat_over(const Tensor& x, const Tensor& mask) {
+  Shape s = {mask.numel()};
+  s.insert(s.end(), x.shape().begin() + mask.dim(), x.shape().end());
+  return x.reshape(s);
+}
+
+// x[mask]: the selected entries along the mask's dims, in row-major order.
+Tensor mask_get(const Tensor& x, const Tensor& mask) {
+  const std::vector<int64_t> at = mask_positions(x, mask);
+  py::gil_scoped_release release;
+  const Tensor idx = from_vector<int64_t>(at, {static_cast<int64_t>(at.size())}, x.device());
+  return flat_over(x, mask).index_select(0, idx);
+}
+
+// x with x[mask] = value: value broadcasts to x[mask]'s shape (count, the rest of x's dims),
+// as numpy's; entry k of it goes to the k-th selected position.
+Tensor mask_set(const Tensor& x, const Tensor& mask, const Tensor& value) {
+  const std::vector<int64_t> at = mask_positions(x, mask);
+  py::gil_scoped_release release;
+  if (at.empty()) return x;
+  const Tensor flat = flat_over(x, mask);
+  Shape selected = flat.shape();
+  selected[0] = static_cast<int64_t>(at.size());
+  const Tensor v = value.to(x.dtype()).expand(selected);
+  // Each position's rank among the selected ones (0 where unselected: masked out below).
+  std::vector<int64_t> rank(static_cast<size_t>(mask.numel()), 0);
+  for (size_t k = 0; k < at.size(); ++k) rank[static_cast<size_t>(at[k])] = static_cast<int64_t>(k);
+  const Tensor spread = v.index_select(0, from_vector<int64_t>(rank, {mask.numel()}, x.device()));
+  Shape mshape = {mask.numel()};
+  mshape.resize(static_cast<size_t>(flat.dim()), 1);
+  const Tensor m = mask.to(x.device()).reshape(mshape);
+  return where(m, spread, flat).reshape(x.shape());
+}
+
+// x[index] for ints, slices, None, Ellipsis, 1-D integer tensors (index_select) and a bool mask
+// (numpy's boolean indexing: a bool tensor or array over x's leading dims).
 Tensor get_item(const Tensor& x, const py::object& index) {
+  if (std::optional<Tensor> mask = bool_mask(index)) return mask_get(x, mask->to(x.device()));
   const py::tuple items = index_tuple(index);
   int64_t consumed = 0;
   for (const py::handle& h : items) {
@@ -328,6 +548,7 @@ Tensor get_item(const Tensor& x, const py::object& index) {
 // shape x[index] has, and the assignment nests from the innermost dim out:
 // x.slice_assign(d0, x[d0].slice_assign(d1, ..., value)).
 Tensor set_item(const Tensor& x, const py::object& index, const Tensor& value) {
+  if (std::optional<Tensor> mask = bool_mask(index)) return mask_set(x, *mask, value);
   const py::tuple items = index_tuple(index);
   if (static_cast<int64_t>(items.size()) > x.dim()) {
     throw py::index_error("too many indices for a tensor of dimension " + std::to_string(x.dim()));
@@ -477,6 +698,9 @@ void bind_device(py::module_& m) {
                   "The local LibTorch device (ATen kernels with tensorwire's semantics); raises "
                   "tw.Error when this build has no torch backend.")
       .def_static("torch_available", &Device::torch_available)
+      .def_static("capture", &Device::capture, py::arg("inner"),
+                  "A fresh capture device over `inner`: records every op issued to it (see "
+                  "tw.graph.Capture, which also names the trace's inputs).")
       .def_static("remote", &Device::remote, py::arg("url"), py::arg("index") = 0,
                   "Device `index` of the compute server at `url` (tcp://host:port or "
                   "unix:///path). Each call opens its own session; nothing is contacted until "
@@ -544,6 +768,14 @@ void bind_tensor(py::module_& m) {
             return dtype.is_none() ? py::object(a) : a.attr("astype")(dtype);
           },
           py::arg("dtype") = py::none())
+      .def(
+          "__dlpack__", [](const Tensor& x, const py::object& /*stream*/) { return to_dlpack(x); },
+          py::arg("stream") = py::none(),
+          "A DLPack capsule over the values (np.from_dlpack, torch.from_dlpack): on the CPU "
+          "device it shares the tensor's memory; on other devices it is a download.")
+      .def(
+          "__dlpack_device__", [](const Tensor&) { return py::make_tuple(kDLCPU, 0); },
+          "(1, 0): DLPack's CPU device (a remote tensor's values arrive in host memory).")
       .def("item", &item, "The one element as a Python number (waits for the device).")
       .def("tolist", [](const Tensor& x) { return to_numpy(x).attr("tolist")(); })
       .def("to_bytes",
@@ -868,6 +1100,12 @@ void bind_functions(py::module_& m) {
             "memory (writes to the array are seen by the tensor; the tensor keeps the array "
             "alive); on other devices it is an upload."));
   m.def("_copy_from_numpy", &copy_from_numpy, py::arg("array"), py::arg("device"));
+  m.def("from_dlpack", &from_dlpack, py::arg("obj"), py::arg("device") = Device::cpu(),
+        "A tensor over the memory of an object with __dlpack__ (a numpy array, a torch tensor, "
+        "another tensorwire tensor) or a DLPack capsule. On the CPU device it shares the memory "
+        "(writes through the producer are seen by the tensor, which keeps the producer's memory "
+        "alive); on other devices it is an upload. The tensor must be on the CPU and "
+        "contiguous.");
   m.def(
       "from_bytes",
       [](const py::bytes& b, const Shape& shape, DType dtype, const Device& d) {
@@ -1182,6 +1420,106 @@ void bind_io_and_server(py::module_& m) {
         });
 }
 
+void bind_graph(py::module_& m) {
+  py::module_ g = m.def_submodule("graph", "Op traces and graphs (tensorwire/graph.h).");
+  py::class_<graph::Trace>(g, "Trace",
+                           "A recorded sequence of ops with its inputs and outputs: saved to a "
+                           "file, loaded, replayed on any device (as one registered graph where "
+                           "the device can run one), bit for bit what running the ops eagerly "
+                           "there gives.")
+      .def("save", &graph::Trace::save, py::arg("path"), Release(),
+           "Writes the trace file (docs/trace.md).")
+      .def_static("load", &graph::Trace::load, py::arg("path"), Release(),
+                  "Reads a trace file; raises tw.Error naming the problem for a missing, "
+                  "truncated, corrupt or invalid file.")
+      .def("to_bytes",
+           [](const graph::Trace& t) {
+             const std::vector<uint8_t> b = t.to_bytes();
+             return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+           })
+      .def_static(
+          "from_bytes",
+          [](const py::bytes& b) {
+            const std::string_view v(b);
+            return graph::Trace::from_bytes({reinterpret_cast<const uint8_t*>(v.data()), v.size()});
+          },
+          py::arg("data"))
+      .def_property_readonly("inputs",
+                             [](const graph::Trace& t) {
+                               py::list out;
+                               for (const graph::TensorSpec& s : t.inputs())
+                                 out.append(py::make_tuple(shape_tuple(s.shape), s.dtype));
+                               return out;
+                             })
+      .def_property_readonly("outputs",
+                             [](const graph::Trace& t) {
+                               py::list out;
+                               for (const graph::TensorSpec& s : t.outputs())
+                                 out.append(py::make_tuple(shape_tuple(s.shape), s.dtype));
+                               return out;
+                             })
+      .def_property_readonly("num_ops", &graph::Trace::num_ops)
+      .def("replay", &graph::Trace::replay, py::arg("device"), py::arg("inputs"), Release(),
+           "Runs the trace on `device` with `inputs` (tensors there matching `inputs` in order, "
+           "shape and dtype) and returns the outputs.")
+      .def("runs_as_graph", &graph::Trace::runs_as_graph, py::arg("device"))
+      .def("__str__", &graph::Trace::str)
+      .def("__repr__", [](const graph::Trace& t) {
+        return "<tw.graph.Trace: " + std::to_string(t.inputs().size()) + " inputs, " +
+               std::to_string(t.num_ops()) + " ops, " + std::to_string(t.outputs().size()) +
+               " outputs>";
+      });
+  py::class_<graph::Capture>(g, "Capture",
+                             "Records the ops issued to its capture device (Device.capture "
+                             "over `inner`); each is also run on the inner device. Reading "
+                             "values while recording raises tw.Error.")
+      .def(py::init<const Device&>(), py::arg("inner"))
+      .def_property_readonly("device", &graph::Capture::device,
+                             py::return_value_policy::reference_internal)
+      .def("input", &graph::Capture::input, py::arg("tensor"),
+           "A tensor of the capture device standing for `tensor` (of the inner device): the "
+           "trace's next input.")
+      .def(
+          "finish",
+          [](graph::Capture& c, const std::optional<std::vector<Tensor>>& outputs) {
+            return outputs ? c.finish(*outputs) : c.finish();
+          },
+          py::arg("outputs") = py::none(),
+          "Ends the recording. The outputs are `outputs` in order, or, when none are given, the "
+          "recorded tensors still held, in the order they were made.")
+      .def("release", &graph::Capture::release, py::arg("tensor"),
+           "After finish(): the inner device's tensor behind a capture tensor (no copy).");
+  py::class_<graph::Step>(g, "Step",
+                          "Automatic step caching: calls fn eagerly the first time it sees a "
+                          "combination of argument and state shapes, records it the second time, "
+                          "then replays the recorded trace (one registered graph on the device). "
+                          "With an optimizer, its parameters and state are the step's state: "
+                          "rebound to their new values after every call.")
+      .def(py::init([](py::function fn, optim::Optimizer* optimizer) {
+             graph::Step::Fn call = [fn](const std::vector<Tensor>& args) {
+               py::gil_scoped_acquire gil;
+               py::object r = fn(*py::cast(args));
+               if (py::isinstance<Tensor>(r)) return std::vector<Tensor>{r.cast<Tensor>()};
+               return r.cast<std::vector<Tensor>>();
+             };
+             return graph::Step(std::move(call), optimizer ? graph::state_slots(*optimizer)
+                                                           : std::vector<graph::Slot>{});
+           }),
+           py::arg("fn"), py::arg("optimizer") = nullptr, py::keep_alive<1, 3>())
+      .def(
+          "__call__",
+          [](graph::Step& s, py::args args) {
+            std::vector<Tensor> a;
+            for (const py::handle& h : args) a.push_back(h.cast<Tensor>());
+            std::vector<Tensor> out = s(a);
+            return out;
+          },
+          "Runs the step on these tensors; returns the list fn returns.")
+      .def_property_readonly("eager_calls", &graph::Step::eager_calls)
+      .def_property_readonly("recordings", &graph::Step::recordings)
+      .def_property_readonly("replays", &graph::Step::replays);
+}
+
 // tw.dist (tensorwire/dist.h): each call returns the list of results (the C++ calls replace the
 // list's tensors in place; a Python list the caller passed stays as it was).
 void bind_dist(py::module_& m) {
@@ -1265,4 +1603,5 @@ PYBIND11_MODULE(_tensorwire, m) {
   bind_optim(m);
   bind_io_and_server(m);
   bind_dist(m);
+  bind_graph(m);
 }

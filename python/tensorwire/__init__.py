@@ -10,8 +10,8 @@ idiom of PyTorch.
         print(loss.item(), x.grad.shape)
 
 The C++ API (include/tensorwire/) is bound in tensorwire._tensorwire; this package adds the
-PyTorch-style conveniences (shapes as *size, dtype names, no_grad, Module subclassing). Not
-bound yet because the C++ API lacks them: capture devices (Device.capture) and tw.dist.
+PyTorch-style conveniences (shapes as *size, dtype names, no_grad, Module subclassing). Traces
+and graphs are in tw.graph, collectives in tw.dist.
 """
 import builtins as _builtins
 import functools as _functools
@@ -30,7 +30,7 @@ import numpy as _np  # noqa: E402
 from . import _tensorwire as _C  # noqa: E402
 from ._tensorwire import (  # noqa: F401,E402  (re-exported)
     Device, Error, RemoteDeviceInfo, Server, Tensor, WireCounters, adaptive_avg_pool2d,
-    avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes, from_numpy,
+    avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes, from_dlpack, from_numpy,
     full_like, get_num_threads, is_grad_enabled, layer_norm, log_softmax, manual_seed, matmul,
     max_pool2d, one_hot, ones_like, remote_devices, set_grad_enabled, set_num_threads, softmax,
     stack, where, wire_counters, zeros_like,
@@ -261,6 +261,6 @@ def serve(device=None, listen=None, devices=1, backend=None, worker_threads=0,
                      max_sessions, max_frame_bytes, session_memory_bytes, session_queue_depth)
 
 
-from . import dist, nn, optim  # noqa: E402,F401
+from . import dist, graph, nn, optim  # noqa: E402,F401
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -152,9 +152,18 @@ void run_on_servers(std::vector<Tensor>& ts, const Group::State& g,
   for (size_t i = 0; i < ts.size(); ++i) {
     c.rank = static_cast<uint32_t>(i);
     c.input = ts[i].impl()->id;
-    c.output = sinks[i]->new_id();
+    // A tensor only this list holds, outside autograd, is donated: its id names the result (the
+    // server reduces in its storage instead of copying it), since nothing can see it again.
+    const std::shared_ptr<detail::TensorImpl>& held = ts[i].impl();
+    const bool donate = held.use_count() == 1 && !held->autograd && !held->shared_owner;
+    c.output = donate ? c.input : sinks[i]->new_id();
     Status st = sinks[i]->connection().submit_collective(c);
     if (!st.ok() && failed.ok()) failed = st;
+    if (donate) {
+      held->meta = c.out_meta;
+      results.push_back(ts[i]);
+      continue;
+    }
     auto impl = std::make_shared<detail::TensorImpl>();
     impl->sink = g.devices[i].sink();
     impl->id = c.output;

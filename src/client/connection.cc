@@ -16,6 +16,8 @@ Options Options::from_env() {
   if (const char* e = std::getenv("TW_BATCH_OPS")) o.batch_ops = static_cast<uint32_t>(std::max(1L, std::atol(e)));
   if (const char* e = std::getenv("TW_BATCH_BYTES")) o.batch_bytes = std::max(1024ULL, std::strtoull(e, nullptr, 10));
   if (const char* e = std::getenv("TW_FLUSH_IDLE_US")) o.idle_flush_us = static_cast<uint32_t>(std::max(0L, std::atol(e)));
+  if (const char* e = std::getenv("TW_SPIN_US"))
+    o.spin_us = static_cast<uint32_t>(std::clamp(std::atol(e), 0L, 100000L));
   if (const char* e = std::getenv("TW_CREDENTIAL")) o.credential = e;
   if (const char* e = std::getenv("TW_TLS_CA")) o.tls.ca_file = e;
   if (const char* e = std::getenv("TW_TLS_FINGERPRINT")) o.tls.fingerprint = e;
@@ -100,6 +102,7 @@ Status Connection::connect_locked() {
     return dead_;
   }
   welcome_ = std::move(w).value();
+  batch_.set_packed_ids(welcome_.version >= 4);
   // A server always sends its limit (>= 1024); the floor only guards against a broken peer.
   frame_limit_ = std::clamp<uint64_t>(welcome_.limits.max_frame_bytes, 1024, 0xFFFFFFFFu);
   timer_.emplace(io_);
@@ -211,7 +214,8 @@ Status Connection::run_graph(ir::GraphId graph, std::vector<ir::TensorId> inputs
   std::lock_guard<std::mutex> lock(mu_);
   TW_RETURN_NOT_OK(ready_locked());
   if (!drops_.empty()) queue_drops_locked();
-  const uint64_t bytes = 1 + 8 + 4 + 8 * inputs.size() + 4 + 8 * outputs.size();
+  const uint64_t bytes =
+      1 + 8 + 2 * batch_.id_bytes_max() + batch_.id_bytes_max() * (inputs.size() + outputs.size());
   if (proto::BatchWriter::kEmptyBytes + bytes > frame_limit_) {
     return resource_exhausted("run_graph: " + std::to_string(inputs.size()) + " inputs and " +
                               std::to_string(outputs.size()) + " outputs take " +
@@ -428,11 +432,13 @@ void Connection::queue_drops_locked() {
   // end of the batch instead, a training step's intermediates all stayed live and the MLP of
   // bench/train_bench.cc ran about 10% slower remote than local). Split into as many tasks (and
   // frames) as the server's frame limit requires.
-  constexpr uint64_t kDropHeader = 1 + 4;
+  // Packed (protocol 4), sorted ids take about a byte each.
+  const uint64_t id_bytes = batch_.id_bytes_max(), drop_header = 1 + id_bytes;
+  if (batch_.packed_ids()) std::sort(drops_.begin(), drops_.end());
   size_t i = 0;
   while (i < drops_.size()) {
-    uint64_t used = batch_.payload_size() + kDropHeader;
-    uint64_t room = used < frame_limit_ ? (frame_limit_ - used) / 8 : 0;
+    uint64_t used = batch_.payload_size() + drop_header;
+    uint64_t room = used < frame_limit_ ? (frame_limit_ - used) / id_bytes : 0;
     if (room == 0 && !batch_.empty()) {
       send_batch_locked();
       continue;
@@ -660,10 +666,15 @@ void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
     lock.unlock();
     bool closed = false;
     Status st;
+    const auto spin_until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(options_.spin_us);
     while (!ready()) {
       // Wait first (the reply to what was just sent cannot be here yet), unless an earlier
-      // reader left frames behind.
-      if (!reader_.has_frame()) stream_->wait_readable();
+      // reader left frames behind, or while the spin lasts, which tries the socket instead.
+      if (!reader_.has_frame() &&
+          (options_.spin_us == 0 || std::chrono::steady_clock::now() >= spin_until)) {
+        stream_->wait_readable();
+      }
       st = read_available(&closed, ready);
       if (closed) break;
     }

@@ -37,6 +37,9 @@ struct Options {
   // ... or when no task was added for this long (TW_FLUSH_IDLE_US), so ops queued before the
   // program goes quiet still run promptly.
   uint32_t idle_flush_us = 500;
+  // A caller waiting for a reply polls the socket without sleeping for this long first
+  // (TW_SPIN_US; 0: sleep at once): a reply that comes back within it costs no wake-up.
+  uint32_t spin_us = 50;
   std::string credential;  // TW_CREDENTIAL
   // How a tls:// server is verified: tls.ca_file (TW_TLS_CA) and/or tls.fingerprint
   // (TW_TLS_FINGERPRINT); the suites offered, tls.cipher_suites (TW_TLS_CIPHERS); see

@@ -252,12 +252,74 @@ void BatchWriter::add_sync(uint64_t request_id) {
   patch_count();
 }
 
+namespace {
+void put_varint(WireWriter& w, uint64_t v) {
+  while (v >= 0x80) {
+    w.u8(static_cast<uint8_t>(v | 0x80));
+    v >>= 7;
+  }
+  w.u8(static_cast<uint8_t>(v));
+}
+
+Status get_varint(WireReader& r, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    uint8_t b = 0;
+    TW_RETURN_NOT_OK(r.u8(b));
+    // The tenth byte holds bit 63 only.
+    if (shift == 63 && b > 1) return data_loss("varint overflows 64 bits");
+    if (b == 0 && shift > 0) return data_loss("overlong varint");  // one encoding per value
+    v |= static_cast<uint64_t>(b & 0x7F) << shift;
+    if (!(b & 0x80)) return Status::OK();
+  }
+  return data_loss("varint longer than 10 bytes");
+}
+
+// Differences are taken modulo 2^64, so every sequence of ids has one encoding.
+uint64_t zigzag(uint64_t delta) {
+  const int64_t d = static_cast<int64_t>(delta);
+  return (static_cast<uint64_t>(d) << 1) ^ static_cast<uint64_t>(d >> 63);
+}
+uint64_t unzigzag(uint64_t z) { return (z >> 1) ^ (~(z & 1) + 1); }
+
+Status get_packed_ids(WireReader& r, std::vector<ir::TensorId>& ids) {
+  uint64_t n = 0;
+  TW_RETURN_NOT_OK(get_varint(r, n));
+  if (n > r.remaining()) {  // every id takes at least one byte
+    return data_loss("packed id list of " + std::to_string(n) + " ids in " +
+                     std::to_string(r.remaining()) + " bytes");
+  }
+  ids.resize(static_cast<size_t>(n));
+  uint64_t prev = 0;
+  for (auto& id : ids) {
+    uint64_t z = 0;
+    TW_RETURN_NOT_OK(get_varint(r, z));
+    prev += unzigzag(z);
+    id = prev;
+  }
+  return Status::OK();
+}
+}  // namespace
+
+void BatchWriter::put_ids(WireWriter& w, const std::vector<ir::TensorId>& ids) const {
+  if (!packed_ids_) {
+    w.u32(static_cast<uint32_t>(ids.size()));
+    for (auto id : ids) w.u64(id);
+    return;
+  }
+  put_varint(w, ids.size());
+  uint64_t prev = 0;
+  for (auto id : ids) {
+    put_varint(w, zigzag(id - prev));
+    prev = id;
+  }
+}
+
 void BatchWriter::add_drop(const std::vector<ir::TensorId>& ids) {
   begin_task();
   WireWriter w(frame_.head);
-  w.u8(static_cast<uint8_t>(TaskKind::kDrop));
-  w.u32(static_cast<uint32_t>(ids.size()));
-  for (auto id : ids) w.u64(id);
+  w.u8(static_cast<uint8_t>(packed_ids_ ? TaskKind::kDropPacked : TaskKind::kDrop));
+  put_ids(w, ids);
   patch_count();
 }
 
@@ -282,12 +344,10 @@ void BatchWriter::add_run_graph(ir::GraphId graph, const std::vector<ir::TensorI
                                 const std::vector<ir::TensorId>& outputs) {
   begin_task();
   WireWriter w(frame_.head);
-  w.u8(static_cast<uint8_t>(TaskKind::kRunGraph));
+  w.u8(static_cast<uint8_t>(packed_ids_ ? TaskKind::kRunGraphPacked : TaskKind::kRunGraph));
   w.u64(graph);
-  for (const auto* ids : {&inputs, &outputs}) {
-    w.u32(static_cast<uint32_t>(ids->size()));
-    for (ir::TensorId id : *ids) w.u64(id);
-  }
+  put_ids(w, inputs);
+  put_ids(w, outputs);
   patch_count();
 }
 
@@ -530,6 +590,18 @@ Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
         s = r.u64(t.graph_id);
         if (s.ok()) s = get_ids(r, t.ids);
         if (s.ok()) s = get_ids(r, t.outputs);
+        break;
+      case TaskKind::kDropPacked:
+        t.kind = TaskKind::kDrop;
+        t.packed_ids = true;
+        s = get_packed_ids(r, t.ids);
+        break;
+      case TaskKind::kRunGraphPacked:
+        t.kind = TaskKind::kRunGraph;
+        t.packed_ids = true;
+        s = r.u64(t.graph_id);
+        if (s.ok()) s = get_packed_ids(r, t.ids);
+        if (s.ok()) s = get_packed_ids(r, t.outputs);
         break;
       case TaskKind::kImport:
       case TaskKind::kMoveLocal: s = get_move(r, t); break;

@@ -123,6 +123,7 @@ void Session::run_task(proto::Task& t, SessionOutput& out, OpTimer& timer) {
       break;
     case proto::TaskKind::kSync: proto::encode_sync_result(t.request_id, Status::OK(), f); break;
     case proto::TaskKind::kDrop:
+    case proto::TaskKind::kDropPacked:                 // (decoded as kDrop)
       for (auto id : t.ids) (void)backend_->drop(id);  // unknown ids: nothing to free
       settle();
       return;
@@ -134,6 +135,7 @@ void Session::run_task(proto::Task& t, SessionOutput& out, OpTimer& timer) {
       settle();
       break;
     case proto::TaskKind::kRunGraph:
+    case proto::TaskKind::kRunGraphPacked:  // (decoded as kRunGraph)
       run_graph(t);
       settle();
       return;
@@ -307,6 +309,10 @@ void Session::unpark(Result<TensorData> got) {
 void Session::start_collective(const proto::Task& t, SessionOutput& out) {
   const proto::CollectiveSpec& c = t.collective;
   Result<TensorData> in = backend_->read(c.input);
+  // An output naming the input donates it: the session lets go of the input here, so the
+  // collective may reduce in its storage when nothing else shares it, and the id is rebound to
+  // the result.
+  if (c.output == c.input) (void)backend_->drop(c.input);
   Status st = in.ok() ? check_collective(c, in->meta) : in.status();
   const uint64_t bytes =
       static_cast<uint64_t>(numel(c.out_meta.shape)) * dtype_size(c.out_meta.dtype);

@@ -8,6 +8,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!decode_batch(tw::Buffer::copy_of(data, size), tasks).ok()) return 0;
   BatchWriter w;
   for (const Task& t : tasks) {
+    w.set_packed_ids(t.packed_ids);
     switch (t.kind) {
       case TaskKind::kOp: w.add_op(t.op); break;
       case TaskKind::kRead: w.add_read(t.request_id, t.id); break;

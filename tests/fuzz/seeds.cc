@@ -270,6 +270,32 @@ int run(const fs::path& dir) {
   moves.add_move(TaskKind::kMoveLocal, 7, {{}, kU8}, {2, 5, "capability", "", ""});
   c.add("batch", "moves", moves.take());
 
+  // Protocol 4: the packed drop and graph run.
+  BatchWriter packed;
+  packed.set_packed_ids(true);
+  packed.add_drop({9, 3, 4, 1000000});
+  packed.add_run_graph(2, {5, 6, 7}, {8, 9});
+  c.add("batch", "packed", packed.take());
+
+  // Safetensors files: two tensors and metadata; no tensors; the same truncated, with a header
+  // length past the end, and with an entry's offsets lying about its size.
+  SafetensorsIndex st;
+  st.metadata = {{"format", "pt"}, {"note", "a \"quoted\" \\ value\n"}};
+  st.entries = {{"w", kF32, {2, 3}, 0, 24}, {"b.bias", kI64, {3}, 24, 48}};
+  std::vector<uint8_t> st_data(48);
+  for (size_t i = 0; i < st_data.size(); ++i) st_data[i] = static_cast<uint8_t>(i * 7);
+  const std::vector<uint8_t> st_file = safetensors_file(st, st_data);
+  c.add("safetensors", "two_tensors", st_file);
+  c.add("safetensors", "empty", safetensors_file(SafetensorsIndex{}, {}));
+  c.add("safetensors", "truncated", std::vector<uint8_t>(st_file.begin(), st_file.end() - 5));
+  std::vector<uint8_t> long_header = st_file;
+  long_header[0] = 0xFF;
+  long_header[1] = 0xFF;
+  c.add("safetensors", "header_past_end", long_header);
+  SafetensorsIndex lying = st;
+  lying.entries[1].end = 40;
+  c.add("safetensors", "lying_offsets", safetensors_file(lying, st_data));
+
   const std::vector<uint8_t> hello_bytes = testing::flatten(hello);
   c.add("frame", "hello_batch", stream(255, 255, {hello_bytes, other_tasks}));
   c.add("frame", "small_staging", stream(2, 3, {hello_bytes, {}, other_tasks, empty_batch}));

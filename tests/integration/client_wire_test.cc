@@ -129,12 +129,14 @@ std::string kinds(const std::vector<proto::Task>& tasks) {
   for (const proto::Task& t : tasks) {
     switch (t.kind) {
       case proto::TaskKind::kOp: s += 'o'; break;
-      case proto::TaskKind::kDrop: s += 'd'; break;
+      case proto::TaskKind::kDrop:
+      case proto::TaskKind::kDropPacked: s += 'd'; break;
       case proto::TaskKind::kSync: s += 's'; break;
       case proto::TaskKind::kRead: s += 'r'; break;
       case proto::TaskKind::kStats: s += 't'; break;
       case proto::TaskKind::kRegisterGraph: s += 'g'; break;
-      case proto::TaskKind::kRunGraph: s += 'x'; break;
+      case proto::TaskKind::kRunGraph:
+      case proto::TaskKind::kRunGraphPacked: s += 'x'; break;
       case proto::TaskKind::kExport: s += 'e'; break;
       case proto::TaskKind::kImport: s += 'i'; break;
       case proto::TaskKind::kMoveLocal: s += 'm'; break;
@@ -174,40 +176,48 @@ TEST(ClientWire, DropsTravelWhereTheProgramReleasedTheTensors) {
 
 // A graph registration waits for its id alone in its frame (what was queued goes first); runs
 // are then batched like ops, one small task each whatever the graph's op count.
+// Protocol 3 runs take 33 bytes each (kind, graph id, two u32 counts, two u64 ids); protocol 4's
+// packed runs 14 (kind, graph id, and per list a count byte and the id's varint: x's id in one
+// byte, 1000..1002 in two).
 TEST(ClientWire, GraphRunsAreBatchedLikeOps) {
-  StandInServer server;
-  ::setenv("TW_FLUSH_IDLE_US", "30000000", 1);  // only the registration and the sync send
-  Device d = Device::remote(server.url());
-  ::unsetenv("TW_FLUSH_IDLE_US");
-  auto& sink = *d.sink();
-  ir::Graph g;
-  g.input_ids = {1};
-  g.inputs = {{{4}, kF32}};
-  for (ir::TensorId i = 1; i <= 100; ++i) {
-    g.ops.push_back(ir::Binary{ir::BinaryKind::kAdd, {i}, {1}, {i + 1}});
+  for (const auto& [version, run_bytes] : {std::pair<uint16_t, uint64_t>{3, 33}, {4, 14}}) {
+    SCOPED_TRACE("protocol " + std::to_string(version));
+    StandInServer server(version);
+    ::setenv("TW_FLUSH_IDLE_US", "30000000", 1);  // only the registration and the sync send
+    Device d = Device::remote(server.url());
+    ::unsetenv("TW_FLUSH_IDLE_US");
+    auto& sink = *d.sink();
+    ir::Graph g;
+    g.input_ids = {1};
+    g.inputs = {{{4}, kF32}};
+    for (ir::TensorId i = 1; i <= 100; ++i) {
+      g.ops.push_back(ir::Binary{ir::BinaryKind::kAdd, {i}, {1}, {i + 1}});
+    }
+    g.output_ids = {101};
+    Tensor x = full({4}, 1.0, kF32, d);  // o, sent before the registration
+    auto id = sink.register_graph(g);    // g
+    ASSERT_TRUE(id.ok()) << id.status().message();
+    EXPECT_EQ(*id, 7u);
+    const tw::WireCounters before = wire_counters(d);
+    for (ir::TensorId out = 1000; out < 1003; ++out) {  // x x x
+      const std::vector<ir::TensorId> ins = {x.id()}, outs = {out};
+      ASSERT_TRUE(sink.run_graph(*id, ins, outs).ok());
+    }
+    d.sync();  // s
+    const tw::WireCounters after = wire_counters(d);
+    ASSERT_EQ(server.error(), "");
+    const std::vector<proto::Task> tasks = server.tasks();
+    ASSERT_EQ(kinds(tasks), "ogxxxs");
+    EXPECT_EQ(tasks[1].graph.ops.size(), 100u);
+    EXPECT_EQ(tasks[2].graph_id, 7u);
+    EXPECT_EQ(tasks[2].ids, std::vector<ir::TensorId>{x.id()});
+    EXPECT_EQ(tasks[4].outputs, std::vector<ir::TensorId>{1002});
+    // The three runs and the sync went in one frame of 5 + 3 * run_bytes + 9 bytes (and its
+    // header).
+    EXPECT_EQ(after.frames_out - before.frames_out, 1u);
+    EXPECT_EQ(after.bytes_out - before.bytes_out, 4u + 5 + 3 * run_bytes + 9);
+    EXPECT_EQ(tasks[2].packed_ids, version >= 4);
   }
-  g.output_ids = {101};
-  Tensor x = full({4}, 1.0, kF32, d);  // o, sent before the registration
-  auto id = sink.register_graph(g);    // g
-  ASSERT_TRUE(id.ok()) << id.status().message();
-  EXPECT_EQ(*id, 7u);
-  const tw::WireCounters before = wire_counters(d);
-  for (ir::TensorId out = 1000; out < 1003; ++out) {  // x x x
-    const std::vector<ir::TensorId> ins = {x.id()}, outs = {out};
-    ASSERT_TRUE(sink.run_graph(*id, ins, outs).ok());
-  }
-  d.sync();  // s
-  const tw::WireCounters after = wire_counters(d);
-  ASSERT_EQ(server.error(), "");
-  const std::vector<proto::Task> tasks = server.tasks();
-  ASSERT_EQ(kinds(tasks), "ogxxxs");
-  EXPECT_EQ(tasks[1].graph.ops.size(), 100u);
-  EXPECT_EQ(tasks[2].graph_id, 7u);
-  EXPECT_EQ(tasks[2].ids, std::vector<ir::TensorId>{x.id()});
-  EXPECT_EQ(tasks[4].outputs, std::vector<ir::TensorId>{1002});
-  // The three runs and the sync went in one frame of 5 + 3 * 33 + 9 bytes (and its header).
-  EXPECT_EQ(after.frames_out - before.frames_out, 1u);
-  EXPECT_EQ(after.bytes_out - before.bytes_out, 4u + 5 + 3 * 33 + 9);
 }
 
 TEST(ClientWire, AVersion1ServerIsNotSentGraphs) {

@@ -155,6 +155,48 @@ TEST(Dist, RandomFloatsGiveTheSameBytesOnEveryParticipant) {
   EXPECT_EQ(bytes(i[1]), bytes(i0[0] + i0[1] + i0[2]));
 }
 
+// A tensor only the list holds is donated (the server reduces in its storage); one that anything
+// else still sees, another handle on the client or a view of its storage on the server, is not
+// changed by the collective.
+TEST(Dist, DonatedInputsNeverChangeWhatOthersSee) {
+  Servers s(2);
+  dist::Group group(s.devices);
+  std::vector<Tensor> ts = {ints(64, 1, kF32, s.devices[0]), ints(64, 2, kF32, s.devices[1])};
+  const std::vector<uint8_t> a0 = bytes(ts[0]), a1 = bytes(ts[1]);
+  const Tensor sum = ints(64, 1, kF32, Device::cpu()) + ints(64, 2, kF32, Device::cpu());
+  const Tensor kept = ts[0];                  // a second handle: not donated
+  const Tensor view = ts[1].reshape({8, 8});  // shares the storage on its server
+  const void* held1 = ts[1].impl().get();
+  dist::all_reduce(ts, ReduceOp::kSum, group);
+  EXPECT_EQ(bytes(ts[0]), bytes(sum));
+  EXPECT_EQ(bytes(ts[1]), bytes(sum));
+  EXPECT_EQ(bytes(kept), a0) << "the kept handle saw the reduction";
+  EXPECT_EQ(bytes(view), a1) << "the view on the server saw the reduction";
+  EXPECT_EQ(ts[1].impl().get(), held1) << "a tensor only the list held is donated";
+  EXPECT_NE(ts[0].impl().get(), kept.impl().get());
+  // Donated again and again: the same id, each result right.
+  for (int r = 0; r < 3; ++r) dist::all_reduce(ts, ReduceOp::kSum, group);
+  Tensor want = sum;
+  for (int r = 0; r < 3; ++r) want = want + want;
+  EXPECT_EQ(bytes(ts[0]), bytes(want));
+  EXPECT_EQ(bytes(ts[1]), bytes(want));
+}
+
+// A donated input that failed on its server (over the session's quota here) fails the result
+// under its id with the input's error; the other participant fails within the timeout.
+TEST(Dist, APoisonedDonatedInputFailsTheResultWithItsError) {
+  Servers s(2, {"--session-memory", "4194304"});
+  dist::Group group(s.devices, std::chrono::milliseconds(3000));
+  const Tensor over = zeros({int64_t{2} << 20}, kF32, s.devices[0]);  // 8 MiB: over the quota
+  std::vector<Tensor> ts = {zeros({16}, kF32, s.devices[0]) + over.sum(),
+                            zeros({16}, kF32, s.devices[1])};
+  dist::all_reduce(ts, ReduceOp::kSum, group);
+  EXPECT_NE(read_error(ts[0]).find("quota"), std::string::npos) << read_error(ts[0]);
+  EXPECT_NE(read_error(ts[1]), "(no error)");
+  // The sessions go on.
+  EXPECT_EQ(bytes(ones({3}, kF32, s.devices[1]) + 1), bytes(full({3}, 2.0, kF32, Device::cpu())));
+}
+
 TEST(Dist, BadCallsFailAtTheCall) {
   Servers s(2);
   std::vector<Tensor> ts = {zeros({4}, kF32, s.devices[0]), zeros({5}, kF32, s.devices[1])};

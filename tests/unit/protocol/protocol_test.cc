@@ -95,7 +95,7 @@ TEST(Protocol, EveryOpListEntryIsCovered) {
 Hello sample_hello() {
   Hello h;
   h.min_version = 1;
-  h.max_version = 3;
+  h.max_version = 4;
   h.device_index = 2;
   h.credential = "s3cret";
   return h;
@@ -198,6 +198,9 @@ std::vector<Encoded> every_message(size_t data_numel, size_t op_bytes) {
   b.add_stats(48);
   b.add_register_graph(51, sample_graph(op_bytes));
   b.add_run_graph(3, {1001, 1002}, {4, 5});
+  b.set_packed_ids(true);
+  b.add_drop({1001, 1002, 3});
+  b.add_run_graph(3, {1001, 1002, ~uint64_t{0}}, {4, 5});
   out.push_back({"batch", flatten(b.take()), Encoded::kBatch});
   return out;
 }
@@ -214,7 +217,7 @@ TEST(Protocol, HelloRoundTrip) {
   auto h = decode_hello(p);
   ASSERT_TRUE(h.ok()) << h.status().message();
   EXPECT_EQ(h->min_version, 1);
-  EXPECT_EQ(h->max_version, 3);
+  EXPECT_EQ(h->max_version, 4);
   EXPECT_EQ(h->device_index, 2u);
   EXPECT_EQ(h->credential, "s3cret");
   // The layout docs/protocol.md gives: type, magic "TWIR", versions, index, credential.
@@ -391,6 +394,61 @@ TEST(Protocol, BatchRoundTripEveryTaskAndEveryOp) {
     EXPECT_EQ(t[6].outputs, (std::vector<ir::TensorId>{4, 5}));
     EXPECT_EQ(t[7].kind, TaskKind::kRunGraph);
     EXPECT_TRUE(t[7].ids.empty() && t[7].outputs.empty());
+  }
+}
+
+// Protocol 4: drops and graph runs with packed id lists decode into the plain tasks, any u64 id
+// (differences wrap), about one byte per id for a step's consecutive ids.
+TEST(Protocol, PackedIdListsRoundTripAndStaySmall) {
+  const std::vector<ir::TensorId> edge = {0, ~uint64_t{0}, 1, uint64_t{1} << 63, 5, 4, 4};
+  std::vector<ir::TensorId> step;
+  for (ir::TensorId id = 100000; id < 100026; ++id) step.push_back(id);
+  BatchWriter plain, packed;
+  packed.set_packed_ids(true);
+  for (BatchWriter* b : {&plain, &packed}) {
+    b->add_drop(edge);
+    b->add_drop({});
+    b->add_run_graph(7, step, edge);
+    b->add_drop(step);
+  }
+  const uint64_t plain_bytes = plain.payload_size(), packed_bytes = packed.payload_size();
+  EXPECT_LT(packed_bytes * 3, plain_bytes) << packed_bytes << " vs " << plain_bytes;
+  Buffer p = payload_of(packed.take());
+  std::vector<Task> tasks;
+  Status st = decode_batch(p, tasks);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(tasks.size(), 4u);
+  EXPECT_EQ(tasks[0].kind, TaskKind::kDrop);
+  EXPECT_TRUE(tasks[0].packed_ids);
+  EXPECT_EQ(tasks[0].ids, edge);
+  EXPECT_TRUE(tasks[1].ids.empty());
+  EXPECT_EQ(tasks[2].kind, TaskKind::kRunGraph);
+  EXPECT_EQ(tasks[2].graph_id, 7u);
+  EXPECT_EQ(tasks[2].ids, step);
+  EXPECT_EQ(tasks[2].outputs, edge);
+  EXPECT_EQ(tasks[3].ids, step);
+  // A 26-id run of consecutive ids: a byte each after the first.
+  BatchWriter one;
+  one.set_packed_ids(true);
+  one.add_drop(step);
+  EXPECT_LE(one.payload_size(), BatchWriter::kEmptyBytes + 1 + 1 + 3 + 25);
+  // docs/protocol.md §4.2's example: 1001, 1002, 3.
+  BatchWriter doc;
+  doc.set_packed_ids(true);
+  doc.add_drop({1001, 1002, 3});
+  const std::vector<uint8_t> got = flatten(doc.take());
+  const std::vector<uint8_t> want = {13, 0x03, 0xd2, 0x0f, 0x02, 0xcd, 0x0f};
+  ASSERT_GE(got.size(), want.size());
+  EXPECT_EQ(std::vector<uint8_t>(got.end() - static_cast<ptrdiff_t>(want.size()), got.end()), want);
+  // Malformed: an overlong varint, one past 64 bits, a count past the bytes left, a short run.
+  for (const std::vector<uint8_t>& bad :
+       {std::vector<uint8_t>{13, 1, 0x80, 0x00},
+        std::vector<uint8_t>{13, 1, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x02},
+        std::vector<uint8_t>{13, 0xFF, 0xFF, 0x03, 2}, std::vector<uint8_t>{14, 1}}) {
+    std::vector<uint8_t> frame = {2, 1, 0, 0, 0};  // Batch, one task
+    frame.insert(frame.end(), bad.begin(), bad.end());
+    std::vector<Task> none;
+    EXPECT_FALSE(decode_batch(Buffer::copy_of(frame.data(), frame.size()), none).ok());
   }
 }
 
