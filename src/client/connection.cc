@@ -16,6 +16,8 @@ Options Options::from_env() {
   if (const char* e = std::getenv("TW_BATCH_OPS")) o.batch_ops = static_cast<uint32_t>(std::max(1L, std::atol(e)));
   if (const char* e = std::getenv("TW_BATCH_BYTES")) o.batch_bytes = std::max(1024ULL, std::strtoull(e, nullptr, 10));
   if (const char* e = std::getenv("TW_FLUSH_IDLE_US")) o.idle_flush_us = static_cast<uint32_t>(std::max(0L, std::atol(e)));
+  if (const char* e = std::getenv("TW_SPIN_US"))
+    o.spin_us = static_cast<uint32_t>(std::clamp(std::atol(e), 0L, 10'000L));
   if (const char* e = std::getenv("TW_CREDENTIAL")) o.credential = e;
   if (const char* e = std::getenv("TW_TLS_CA")) o.tls.ca_file = e;
   if (const char* e = std::getenv("TW_TLS_FINGERPRINT")) o.tls.fingerprint = e;
@@ -660,10 +662,16 @@ void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
     lock.unlock();
     bool closed = false;
     Status st;
+    const auto spin_until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(options_.spin_us);
     while (!ready()) {
       // Wait first (the reply to what was just sent cannot be here yet), unless an earlier
-      // reader left frames behind.
-      if (!reader_.has_frame()) stream_->wait_readable();
+      // reader left frames behind or the spin (Options::spin_us) has time left: then the read
+      // below polls the stream instead.
+      if (!reader_.has_frame() &&
+          (options_.spin_us == 0 || std::chrono::steady_clock::now() >= spin_until)) {
+        stream_->wait_readable();
+      }
       st = read_available(&closed, ready);
       if (closed) break;
     }

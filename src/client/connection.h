@@ -37,6 +37,10 @@ struct Options {
   // ... or when no task was added for this long (TW_FLUSH_IDLE_US), so ops queued before the
   // program goes quiet still run promptly.
   uint32_t idle_flush_us = 500;
+  // A caller waiting for a reply first polls the stream for this long (TW_SPIN_US) before it
+  // blocks in the kernel: a reply that comes within it costs no wake-up. Off by default
+  // (docs/remote.md, "Latency", has the measurements on 2 shared cores).
+  uint32_t spin_us = 0;
   std::string credential;  // TW_CREDENTIAL
   // How a tls:// server is verified: tls.ca_file (TW_TLS_CA) and/or tls.fingerprint
   // (TW_TLS_FINGERPRINT); the suites offered, tls.cipher_suites (TW_TLS_CIPHERS); see
