@@ -244,14 +244,23 @@ void bench_latency(const std::string& url, int iters) {
   std::vector<double> raw_us = raw_pingpong(false);
   std::vector<double> raw_proc_us = raw_pingpong(true);
   Dist t = dist(tw_us), r = dist(raw_us), rp = dist(raw_proc_us);
-  double ratio = t.median / r.median;
-  rows.push_back({"a", "1-element op + read round trip, us (min / median / p99); " + std::to_string(req) + " B out, " +
-                           std::to_string(resp) + " B back",
-                  fmt3(t.min, t.median, t.p99), fmt3(r.min, r.median, r.p99) + " (raw TCP ping-pong)",
-                  fmt("%.2fx", ratio), "<= 2x raw (median)", ratio <= 2.0});
-  rows.push_back({"a'", "the same, raw peer in a child process (two processes, as client and server are)",
-                  fmt3(t.min, t.median, t.p99), fmt3(rp.min, rp.median, rp.p99) + " (raw TCP, 2 processes)",
-                  fmt("%.2fx", t.median / rp.median), "(for comparison)", t.median / rp.median <= 2.0});
+  // Issue 17's target: within 1.2x of raw TCP by the minimum and by the median.
+  auto ratios = [&t](const Dist& raw) {
+    return fmt("%.2fx", t.min / raw.min) + " / " + fmt("%.2fx", t.median / raw.median);
+  };
+  auto within = [&t](const Dist& raw) {
+    return t.min <= 1.2 * raw.min && t.median <= 1.2 * raw.median;
+  };
+  rows.push_back(
+      {"a",
+       "1-element op + read round trip, us (min / median / p99); " + std::to_string(req) +
+           " B out, " + std::to_string(resp) + " B back; ratios by min / median",
+       fmt3(t.min, t.median, t.p99), fmt3(r.min, r.median, r.p99) + " (raw TCP ping-pong)",
+       ratios(r), "<= 1.2x raw (min and median)", within(r)});
+  rows.push_back(
+      {"a'", "the same, raw peer in a child process (two processes, as client and server are)",
+       fmt3(t.min, t.median, t.p99), fmt3(rp.min, rp.median, rp.p99) + " (raw TCP, 2 processes)",
+       ratios(rp), "<= 1.2x raw (min and median)", within(rp)});
 }
 
 // ---------------------------------------------------------------- (b) throughput
