@@ -17,7 +17,7 @@ Options Options::from_env() {
   if (const char* e = std::getenv("TW_BATCH_BYTES")) o.batch_bytes = std::max(1024ULL, std::strtoull(e, nullptr, 10));
   if (const char* e = std::getenv("TW_FLUSH_IDLE_US")) o.idle_flush_us = static_cast<uint32_t>(std::max(0L, std::atol(e)));
   if (const char* e = std::getenv("TW_SPIN_US"))
-    o.spin_us = static_cast<uint32_t>(std::clamp(std::atol(e), 0L, 100000L));
+    o.spin_us = static_cast<uint32_t>(std::clamp(std::atol(e), 0L, 10'000L));
   if (const char* e = std::getenv("TW_CREDENTIAL")) o.credential = e;
   if (const char* e = std::getenv("TW_TLS_CA")) o.tls.ca_file = e;
   if (const char* e = std::getenv("TW_TLS_FINGERPRINT")) o.tls.fingerprint = e;
@@ -670,7 +670,8 @@ void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
         std::chrono::steady_clock::now() + std::chrono::microseconds(options_.spin_us);
     while (!ready()) {
       // Wait first (the reply to what was just sent cannot be here yet), unless an earlier
-      // reader left frames behind, or while the spin lasts, which tries the socket instead.
+      // reader left frames behind or the spin (Options::spin_us) has time left: then the read
+      // below polls the stream instead.
       if (!reader_.has_frame() &&
           (options_.spin_us == 0 || std::chrono::steady_clock::now() >= spin_until)) {
         stream_->wait_readable();

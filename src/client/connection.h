@@ -37,8 +37,10 @@ struct Options {
   // ... or when no task was added for this long (TW_FLUSH_IDLE_US), so ops queued before the
   // program goes quiet still run promptly.
   uint32_t idle_flush_us = 500;
-  // A caller waiting for a reply polls the socket without sleeping for this long first
-  // (TW_SPIN_US; 0: sleep at once): a reply that comes back within it costs no wake-up.
+  // A caller waiting for a reply first polls the stream for this long (TW_SPIN_US) before it
+  // blocks in the kernel: a reply that comes within it costs no wake-up. On an otherwise idle
+  // machine that halves the round trip (a sleeping CPU is slow to wake); when every core is busy
+  // the spin takes CPU from the server and costs ~1-2 us (docs/remote.md has both figures).
   uint32_t spin_us = 50;
   std::string credential;  // TW_CREDENTIAL
   // How a tls:// server is verified: tls.ca_file (TW_TLS_CA) and/or tls.fingerprint

@@ -21,7 +21,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
+#include <utility>
 
 #include "net/socket_stream.h"
 
@@ -173,13 +175,22 @@ class TlsStream final : public Stream {
     return r;
   }
 
+  // Bytes count as written once their records have left for the socket, not when they are
+  // encrypted: a write whose records the socket did not take at once says so by answering
+  // would-block (its bytes owed_) until a later call has sent them. Were encrypted bytes
+  // reported at once, the last records of a reply could sit in out_ with nobody left to send
+  // them (the writer idle, the peer waiting for that very reply): a hang.
   IoResult try_write(const asio::const_buffer* bufs, size_t count) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (IoResult f = flush_locked(); f.kind != IoResult::kDone) {
       if (f.kind == IoResult::kWouldBlock) write_wait_ = POLLOUT;
       return f;
     }
-    size_t total = 0, i = 0, off = 0;  // bufs[i] + off: the first byte not yet taken
+    // out_ is empty: what was owed is on its way, and it is the front of `bufs` (the caller
+    // passes the rest of what it writes), so encrypting starts after it.
+    const size_t sent = std::exchange(owed_, 0);
+    size_t total = 0, i = 0, off = sent;  // bufs[i] + off: the first byte not yet taken
+    for (; i < count && off >= bufs[i].size() && off > 0; ++i) off -= bufs[i].size();
     while (out_.size() < kFlushBytes) {
       while (i < count && off == bufs[i].size()) {
         ++i;
@@ -196,17 +207,20 @@ class TlsStream final : public Stream {
       ERR_clear_error();
       if (SSL_write_ex(ssl_, data, len, &n) != 1) {
         IoResult r = failure(0, write_wait_);
-        if (total == 0) return r;
+        if (total == 0 && sent == 0) return r;
         break;
       }
       total += n;
       for (off += n; i < count && off >= bufs[i].size() && off > 0; ++i) off -= bufs[i].size();
     }
-    // The bytes taken are the caller's no more: what the socket does not take now stays in
-    // out_, sent by the next call (which says would-block until it can).
     IoResult f = flush_locked();
-    if (f.kind == IoResult::kError && total == 0) return f;
-    return {IoResult::kDone, total, {}};
+    if (f.kind == IoResult::kDone) return {IoResult::kDone, sent + total, {}};
+    if (f.kind == IoResult::kError && sent == 0) return f;
+    // The socket is full: the bytes just encrypted are owed until their records are sent.
+    owed_ = total;
+    write_wait_ = POLLOUT;
+    if (sent) return {IoResult::kDone, sent, {}};
+    return {IoResult::kWouldBlock, 0, {}};
   }
 
   void wait_readable() override {
@@ -217,11 +231,11 @@ class TlsStream final : public Stream {
   void async_read_some(asio::mutable_buffer into, IoHandler done) override {
     IoResult r = try_read(into);
     if (r.kind != IoResult::kWouldBlock) return complete(r, r.bytes, std::move(done));
-    sock_.async_wait(wait_type(read_wait_),
-                     [this, into, done = std::move(done)](const asio::error_code& ec) mutable {
-                       if (ec) return done(ec, 0);
-                       async_read_some(into, std::move(done));
-                     });
+    when_ready(read_wait_,
+               [this, into, done = std::move(done)](const asio::error_code& ec) mutable {
+                 if (ec) return done(ec, 0);
+                 async_read_some(into, std::move(done));
+               });
   }
 
   void async_read(asio::mutable_buffer into, IoHandler done) override {
@@ -342,6 +356,34 @@ class TlsStream final : public Stream {
     return events.load() == POLLIN ? asio::socket_base::wait_read : asio::socket_base::wait_write;
   }
 
+  // Runs `then` once the socket is ready the way `wait` says (or the wait fails). Asio's wait
+  // is edge-triggered and, unlike its reads and writes, tries nothing first: readiness that
+  // came between the try call that said would-block and the wait being queued (another thread
+  // running the io_context took that edge) would never reach it, and the stream would sleep
+  // with the peer's reply in the socket. So the socket is polled once more after the wait is
+  // queued; whichever of the two comes first runs `then`, the other finds it gone.
+  void when_ready(const std::atomic<short>& wait,
+                  std::function<void(const asio::error_code&)> then) {
+    struct Once {
+      std::mutex mu;
+      std::function<void(const asio::error_code&)> fn;
+      void operator()(const asio::error_code& ec) {
+        std::function<void(const asio::error_code&)> f;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          f.swap(fn);
+        }
+        if (f) f(ec);
+      }
+    };
+    auto once = std::make_shared<Once>();
+    once->fn = std::move(then);
+    const short events = wait.load();
+    sock_.async_wait(wait_type(wait), [once](const asio::error_code& ec) { (*once)(ec); });
+    pollfd p{fd_, events, 0};
+    if (::poll(&p, 1, 0) > 0) asio::post(sock_.get_executor(), [once] { (*once)({}); });
+  }
+
   // Completes an async operation with `r`'s outcome after `bytes` moved, through the
   // io_context as Asio would (never inside the initiating call).
   void complete(const IoResult& r, size_t bytes, IoHandler done) {
@@ -383,8 +425,8 @@ class TlsStream final : public Stream {
         continue;
       }
       if (r.kind != IoResult::kWouldBlock) return complete(r, moved, std::move(done));
-      return sock_.async_wait(wait_type(wait), [this, left, &wait, moved, done = std::move(done)](
-                                                   const asio::error_code& ec) mutable {
+      return when_ready(wait, [this, left, &wait, moved,
+                               done = std::move(done)](const asio::error_code& ec) mutable {
         if (ec) return done(ec, moved);
         transfer(std::move(left), wait, moved, std::move(done));
       });
@@ -418,6 +460,7 @@ class TlsStream final : public Stream {
   bool buffered_ = false;     // the reader's: the last try_read left records to read
   std::vector<uint8_t> out_;  // records made, from out_sent_ on not yet sent (under mu_)
   size_t out_sent_ = 0;
+  size_t owed_ = 0;  // the writer's: bytes taken whose records are in out_, not yet reported
   std::array<uint8_t, kCoalesceBytes> staging_;  // the writer's
 };
 

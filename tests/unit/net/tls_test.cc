@@ -147,6 +147,46 @@ TEST(Tls, KeepsTheStreamContract) {
   p.listener->close();
 }
 
+// A write counts bytes as written only once their records have gone to the socket: a writer
+// that stops once try_write says would-block (an idle server after its reply) leaves nothing
+// behind in the stream, so the peer receives every byte reported. (Encrypted records left in
+// the stream's buffer with the socket full once hung a client reading a large result.)
+TEST(Tls, EveryByteAWriteReportsReachesThePeerWithoutAnotherCall) {
+  TlsPair p;
+  connect_pair(p);
+  ASSERT_TRUE(p.client && p.server);
+  std::vector<uint8_t> big(64 << 20);
+  std::iota(big.begin(), big.end(), uint8_t{3});
+  std::vector<asio::const_buffer> rest = {asio::buffer(big)};
+  size_t reported = 0;
+  for (;;) {  // until the sockets are full (the client reads nothing yet)
+    IoResult r = p.server->try_write(rest.data(), rest.size());
+    if (r.kind != IoResult::kDone) {
+      ASSERT_EQ(r.kind, IoResult::kWouldBlock);
+      break;
+    }
+    reported += r.bytes;
+    consume(rest, r.bytes);
+    ASSERT_LT(reported, big.size()) << "the sockets took 64 MiB without blocking";
+  }
+  std::vector<uint8_t> got(big.size());
+  auto read = std::async(std::launch::async,
+                         [&] { return read_exact(*p.client, asio::buffer(got.data(), reported)); });
+  if (read.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "bytes a write reported as written never arrived";
+    p.server->shutdown();  // lets the read end
+  }
+  EXPECT_FALSE(read.get());
+  // The rest, written and read at once, arrives in order after it.
+  auto rest_read = std::async(std::launch::async, [&] {
+    return read_exact(*p.client, asio::buffer(got.data() + reported, big.size() - reported));
+  });
+  EXPECT_FALSE(write_all(*p.server, rest));
+  EXPECT_FALSE(rest_read.get());
+  EXPECT_TRUE(got == big);
+  p.listener->close();
+}
+
 TEST(Tls, AWrongPinIsRefusedNamingBothFingerprints) {
   TlsPair p;
   std::string wrong;
