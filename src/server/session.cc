@@ -78,7 +78,8 @@ Status Session::admit(const ir::Op& op, uint64_t have, uint64_t need) {
   // An upload's tensor views the frame it came in, whose bytes are reserved already: they move
   // from the frame's reservation to what the backend accounts for.
   uint64_t covered = 0;
-  if (std::holds_alternative<ir::FromHost>(op)) {
+  if (const auto* up = std::get_if<ir::FromHost>(&op);
+      up && running_ && up->data.data.storage_id() == running_->frame.storage_id()) {
     covered = take_frame_credit(want);
     reserved_.fetch_sub(covered);
     want -= covered;
@@ -94,14 +95,14 @@ Status Session::admit(const ir::Op& op, uint64_t have, uint64_t need) {
 }
 
 uint64_t Session::take_frame_credit(uint64_t bytes) {
-  if (!frame_credit_) return 0;
-  const uint64_t take = std::min(bytes, *frame_credit_);
-  *frame_credit_ -= take;
+  if (!running_) return 0;
+  const uint64_t take = std::min(bytes, running_->reserved);
+  running_->reserved -= take;
   return take;
 }
 
 void Session::give_frame_credit(uint64_t bytes) {
-  if (bytes) *frame_credit_ += bytes;  // only what take_frame_credit() took, in the same batch
+  if (bytes) running_->reserved += bytes;  // only what take_frame_credit() took, in this batch
 }
 
 bool Session::try_reserve(uint64_t bytes) {
@@ -186,15 +187,15 @@ void Session::run_task(proto::Task& t, SessionOutput& out, OpTimer& timer) {
 bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
   if (parked_) return false;
   OpTimer timer(totals_.metrics);
-  frame_credit_ = &batch.reserved;
+  running_ = &batch;
   while (batch.next < batch.tasks.size()) {
     run_task(batch.tasks[batch.next++], out, timer);
     if (parked_ || (batch.next < batch.tasks.size() && Clock::now() >= until)) {
-      frame_credit_ = nullptr;
+      running_ = nullptr;
       return false;
     }
   }
-  frame_credit_ = nullptr;
+  running_ = nullptr;
   // The tensors made from the frame are charged as the backend holds them now; the rest of
   // the frame's reservation goes back (the frame itself lives on only in those tensors).
   release(batch.reserved);

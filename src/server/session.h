@@ -153,7 +153,8 @@ class Session {
   // the way); false, reserving nothing, over the limit.
   bool try_reserve(uint64_t bytes);
   // Up to `bytes` taken from the running batch's frame reservation (0 outside a batch): bytes
-  // an upload already holds in the frame, so they are not reserved again.
+  // an upload already holds in the frame (a FromHost viewing it, a graph's constants decoded
+  // from it), so they are not reserved again.
   uint64_t take_frame_credit(uint64_t bytes);
   // Gives back what take_frame_credit() took, when what it was taken for failed.
   void give_frame_credit(uint64_t bytes);
@@ -179,8 +180,8 @@ class Session {
   // only. Graphs' constants are reserved by reserve(), in reserved_.
   uint64_t charged_ = 0;
   std::atomic<uint64_t> reserved_{0};  // by reserve(), not yet released
-  // The running batch's frame reservation (Batch::reserved) while run() runs it, else null.
-  uint64_t* frame_credit_ = nullptr;
+  // The batch run() is running, else null: its frame and what is left of its reservation.
+  Batch* running_ = nullptr;
   std::atomic<uint64_t> held_{0};
   const uint64_t memory_quota_;
 
