@@ -1,65 +1,25 @@
-// The safetensors format (tensorwire/serialize.h): a writer, and a reader over the header parser
-// of core/safetensors_format.h, which trusts nothing in the file.
-#include <algorithm>
-#include <cctype>
-#include <cstdio>
-#include <cstring>
+// The safetensors format (tensorwire/serialize.h): a writer, and a reader that trusts nothing in
+// the file: the header and its entries are parsed and checked by safetensors::parse_layout
+// (safetensors_layout.{h,cc}: a strict JSON parser, then the reference implementation's checks)
+// before any tensor is made.
 #include <fstream>
-#include <limits>
-#include <memory>
-#include <optional>
-#include <set>
-#include <variant>
 
-#include "core/safetensors_format.h"
-#include "core/shape.h"
+#include "api/safetensors_layout.h"
 #include "tensorwire/serialize.h"
 
 namespace tw {
 
 std::vector<uint8_t> safetensors_bytes(const NamedTensors& tensors,
                                        const std::map<std::string, std::string>& metadata) {
-  std::string header = "{";
-  std::set<std::string> names;
   std::vector<std::vector<uint8_t>> data;
-  uint64_t offset = 0;
-  if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      header += (first ? "" : ",") + json_string(k) + ":" + json_string(v);
-      first = false;
-    }
-    header += "}";
-  }
+  std::vector<safetensors::Named> named;
+  data.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {
-    if (name == "__metadata__")
-      throw Error("save_safetensors: a tensor may not be named __metadata__");
-    if (!names.insert(name).second)
-      throw Error("save_safetensors: the name " + name + " appears twice");
     if (!t.defined()) throw Error("save_safetensors: tensor " + name + " is undefined");
     data.push_back(t.to_bytes());
-    std::string shape;
-    for (int64_t d : t.shape()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    const uint64_t end = offset + data.back().size();
-    header += std::string(header.size() > 1 ? "," : "") + json_string(name) + ":{\"dtype\":\"" +
-              safetensors_dtype_name(t.dtype()) + "\",\"shape\":[" + shape +
-              "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
-    offset = end;
+    named.push_back({name, t.dtype(), t.shape(), data.back()});
   }
-  header += "}";
-  // Pad with spaces so that the data starts 8-byte aligned (as the reference writer does).
-  while ((8 + header.size()) % 8 != 0) header += ' ';
-  std::vector<uint8_t> out(8 + header.size() + offset);
-  uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>(n >> (8 * i));
-  std::memcpy(out.data() + 8, header.data(), header.size());
-  size_t at = 8 + header.size();
-  for (const auto& d : data) {
-    if (!d.empty()) std::memcpy(out.data() + at, d.data(), d.size());
-    at += d.size();
-  }
-  return out;
+  return safetensors::write_file(named, metadata);
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
@@ -74,11 +34,11 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 
 Safetensors parse_safetensors(std::span<const uint8_t> bytes, const Device& device,
                               const std::string& what) {
-  const SafetensorsIndex index = parse_safetensors_index(bytes, what);
+  const safetensors::Layout layout = safetensors::parse_layout(bytes, what);
   Safetensors out;
-  out.metadata = index.metadata;
-  const uint8_t* data = bytes.data() + index.data_offset;
-  for (const SafetensorsEntry& e : index.entries) {
+  out.metadata = layout.metadata;
+  const uint8_t* data = bytes.data() + layout.data_offset;
+  for (const safetensors::Entry& e : layout.entries) {
     out.tensors[e.name] =
         from_bytes(std::span<const uint8_t>(data + e.begin, static_cast<size_t>(e.end - e.begin)),
                    e.shape, e.dtype, device);

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "backend/registry.h"
 #include "net/framing.h"
@@ -264,7 +265,18 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
         which = " bytes for a frame before the handshake";
       }
       Buffer frame;
-      net::FrameReader::Next next = reader_.next(limit, &frame);
+      net::FrameReader::Next next = reader_.next(std::min(limit, kStagingBytes), &frame);
+      if (next == net::FrameReader::Next::kTooLarge && reader_.announced() <= limit) {
+        // Larger than the staging buffer, so next() would allocate it: its bytes are reserved
+        // in the server's budget first (--max-memory counts frames being received), and a
+        // frame that does not fit fails this session only.
+        if (Status st = reserve_frame(); !st.ok()) {
+          send_error(st);
+          close_when_flushed();
+          break;
+        }
+        next = reader_.next(limit, &frame);
+      }
       if (next == net::FrameReader::Next::kNeedBytes) {
         need_read = true;
         break;
@@ -310,6 +322,19 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     bool paused = false;    // the queue is full: reading stops until drain() resumes it
   };
 
+  // The announced frame's bytes (as the pool allocates them) reserved in the server's budget,
+  // into frame_reserved_ until on_frame() hands them to the batch made of the frame
+  // (server::Batch::reserved). Nothing to reserve before the handshake (a hello is small) or
+  // on a peer connection (fetch requests).
+  Status reserve_frame() {
+    if (!session_ || peer_) return Status::OK();
+    const uint64_t bytes = BufferPool::size_class(static_cast<size_t>(reader_.announced()));
+    TW_RETURN_NOT_OK(session_->reserve(
+        bytes, "a frame of " + server::human_bytes(reader_.announced()) + " being received"));
+    frame_reserved_ = bytes;
+    return Status::OK();
+  }
+
   // Handles one frame: a hello, or a batch to queue.
   Queued on_frame(Buffer frame) {
     if (frame.size() == 0) {
@@ -327,6 +352,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     server::Batch batch;
     batch.decoded = proto::decode_batch(frame, batch.tasks);
     batch.frame = std::move(frame);
+    batch.reserved = std::exchange(frame_reserved_, 0);
     std::lock_guard<std::mutex> lock(exec_mu_);
     exec_q_.push_back(std::move(batch));
     srv_.batches_in_flight.fetch_add(1);
@@ -566,7 +592,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   asio::steady_timer handshake_timer_{shard_.io};  // drops a peer that never completes Hello
   // reading (one read at a time)
   // Small: an idle session holds it, and larger frames are read straight into their own buffer.
-  net::FrameReader reader_{8 * 1024};
+  static constexpr uint64_t kStagingBytes = 8 * 1024;
+  net::FrameReader reader_{kStagingBytes};
+  uint64_t frame_reserved_ = 0;  // reserve_frame() for the frame being read, until on_frame()
   bool reading_ = false;  // a receive is outstanding
   bool welcomed_ = false;
   bool peer_ = false;  // another server's connection: fetches, no session
@@ -795,6 +823,9 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
   impl->backends = std::move(backends);
   impl->totals.memory.set_limit(opts.max_memory_bytes ? opts.max_memory_bytes
                                                       : server::default_max_memory());
+  impl->totals.memory.set_pool(&BufferPool::global());
+  impl->totals.memory.set_pinned(
+      [caps = &impl->totals.capabilities] { return caps->pinned_bytes(); });
   std::random_device rd;
   std::ostringstream id;
   id << std::hex << (uint64_t{rd()} << 32 | rd());

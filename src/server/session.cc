@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <variant>
 
 #include "backend/registry.h"
 #include "server/collective.h"
@@ -24,11 +25,14 @@ std::string human_bytes(uint64_t b) {
 namespace {
 
 Status over_server_limit(const std::string& what, const MemoryBudget& budget, uint64_t need) {
-  return resource_exhausted(what + ": server memory limit reached: the server's sessions hold " +
-                            human_bytes(budget.used()) + " of its limit of " +
-                            human_bytes(budget.limit()) + " and this needs " + human_bytes(need) +
-                            " more; free tensors (drop them), try again later, or raise "
-                            "tensorwire-server --max-memory");
+  const uint64_t pinned = budget.pinned();
+  return resource_exhausted(
+      what + ": server memory limit reached: the server's sessions hold " +
+      human_bytes(budget.used()) +
+      (pinned ? " (and exported tensors not yet moved " + human_bytes(pinned) + ")" : "") +
+      " of its limit of " + human_bytes(budget.limit()) + " and this needs " + human_bytes(need) +
+      " more; free tensors (drop them), try again later, or raise "
+      "tensorwire-server --max-memory");
 }
 
 }  // namespace
@@ -70,16 +74,45 @@ Status Session::admit(const ir::Op& op, uint64_t have, uint64_t need) {
   }
   // What the buffer pool will hand out for it (settle() corrects the guess for several
   // outputs, views and other backends' storage); size_class() is for sizes that can exist.
-  const uint64_t want = need < (uint64_t{1} << 60) ? BufferPool::size_class(need) : need;
-  if (!totals_.memory.try_reserve(want)) {
+  uint64_t want = need < (uint64_t{1} << 60) ? BufferPool::size_class(need) : need;
+  // An upload's tensor views the frame it came in, whose bytes are reserved already: they move
+  // from the frame's reservation to what the backend accounts for.
+  uint64_t covered = 0;
+  if (const auto* up = std::get_if<ir::FromHost>(&op);
+      up && running_ && up->data.data.storage_id() == running_->frame.storage_id()) {
+    covered = take_frame_credit(want);
+    reserved_.fetch_sub(covered);
+    want -= covered;
+  }
+  if (want > 0 && !try_reserve(want)) {
+    // The frame's share stays with the frame, released with it once the batch has run.
+    reserved_.fetch_add(covered);
+    give_frame_credit(covered);
     return over_server_limit(ir::op_name(op), totals_.memory, want);
   }
-  charged_ += want;
+  charged_ += covered + want;
   return Status::OK();
 }
 
+uint64_t Session::take_frame_credit(uint64_t bytes) {
+  if (!running_) return 0;
+  const uint64_t take = std::min(bytes, running_->reserved);
+  running_->reserved -= take;
+  return take;
+}
+
+void Session::give_frame_credit(uint64_t bytes) {
+  if (bytes) running_->reserved += bytes;  // only what take_frame_credit() took, in this batch
+}
+
+bool Session::try_reserve(uint64_t bytes) {
+  if (totals_.memory.try_reserve(bytes)) return true;
+  // Expired capabilities still pin their bytes until a sweep: sweep before refusing.
+  return totals_.capabilities.sweep() && totals_.memory.try_reserve(bytes);
+}
+
 Status Session::reserve(uint64_t bytes, const std::string& what) {
-  if (!totals_.memory.try_reserve(bytes)) return over_server_limit(what, totals_.memory, bytes);
+  if (!try_reserve(bytes)) return over_server_limit(what, totals_.memory, bytes);
   reserved_.fetch_add(bytes);
   return Status::OK();
 }
@@ -156,11 +189,19 @@ void Session::run_task(proto::Task& t, SessionOutput& out, OpTimer& timer) {
 bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
   if (parked_) return false;
   OpTimer timer(totals_.metrics);
+  running_ = &batch;
   while (batch.next < batch.tasks.size()) {
     run_task(batch.tasks[batch.next++], out, timer);
-    if (parked_) return false;
-    if (batch.next < batch.tasks.size() && Clock::now() >= until) return false;
+    if (parked_ || (batch.next < batch.tasks.size() && Clock::now() >= until)) {
+      running_ = nullptr;
+      return false;
+    }
   }
+  running_ = nullptr;
+  // The tensors made from the frame are charged as the backend holds them now; the rest of
+  // the frame's reservation goes back (the frame itself lives on only in those tensors).
+  release(batch.reserved);
+  batch.reserved = 0;
   if (!batch.decoded.ok()) {
     totals_.metrics.error(ErrorKind::kMalformedBatch);
     proto::OutFrame f;
@@ -201,8 +242,13 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
         " and the graph's constants take " + human_bytes(constants) + ", over the quota of " +
         human_bytes(memory_quota_) + "; free tensors (drop them) or raise --session-memory");
   }
-  // The constants are held outside the backend: the server's budget counts them by reserve().
-  TW_RETURN_NOT_OK(reserve(constants, "register_graph"));
+  // The constants are held outside the backend: the server's budget counts them by reserve(),
+  // those the frame brought by its reservation already.
+  const uint64_t covered = take_frame_credit(constants);
+  if (Status st = reserve(constants - covered, "register_graph"); !st.ok()) {
+    give_frame_credit(covered);
+    return st;
+  }
   graph_constant_bytes_ += constants;
   // The backend plans the graph's buffers against one limit: what the quota leaves beside the
   // constants, or what the server's budget has free, whichever is less. settle() then counts

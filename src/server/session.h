@@ -65,6 +65,10 @@ struct Batch {
   Status decoded;
   Buffer frame;     // its bytes may back uploaded tensors until they are dropped
   size_t next = 0;  // the first task not yet run
+  // Bytes of the server's budget reserved for the frame before it was read (Session::reserve):
+  // the uploads it carries (FromHost ops, graphs' constants) take their bytes from here rather
+  // than reserve them twice, and what is left is released once the batch has run.
+  uint64_t reserved = 0;
 };
 
 class Session {
@@ -145,6 +149,15 @@ class Session {
   void set_backend_limit(uint64_t bytes);
   // Brings the budget and the held figures to what the backend holds now.
   void settle();
+  // Reserves `bytes` in the server's budget (expired capabilities swept first if they are in
+  // the way); false, reserving nothing, over the limit.
+  bool try_reserve(uint64_t bytes);
+  // Up to `bytes` taken from the running batch's frame reservation (0 outside a batch): bytes
+  // an upload already holds in the frame (a FromHost viewing it, a graph's constants decoded
+  // from it), so they are not reserved again.
+  uint64_t take_frame_credit(uint64_t bytes);
+  // Gives back what take_frame_credit() took, when what it was taken for failed.
+  void give_frame_credit(uint64_t bytes);
   Result<TensorData> read_for_wire(ir::TensorId id);
   // Graph tasks: registration checks the session's graph quotas, then the backend validates
   // and plans the graph; a run's failure is recorded in its outputs, as an op's is.
@@ -167,6 +180,8 @@ class Session {
   // only. Graphs' constants are reserved by reserve(), in reserved_.
   uint64_t charged_ = 0;
   std::atomic<uint64_t> reserved_{0};  // by reserve(), not yet released
+  // The batch run() is running, else null: its frame and what is left of its reservation.
+  Batch* running_ = nullptr;
   std::atomic<uint64_t> held_{0};
   const uint64_t memory_quota_;
 

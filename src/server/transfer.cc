@@ -99,6 +99,22 @@ std::string CapabilityTable::sign(const std::vector<uint8_t>& fields) const {
   return std::string(reinterpret_cast<const char*>(mac), len);
 }
 
+uint64_t CapabilityTable::pinned_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t n = 0;
+  for (const auto& [nonce, e] : by_nonce_) {
+    if (e.data.bytes.sole_owner()) n += e.data.bytes.storage_bytes();
+  }
+  return n;
+}
+
+bool CapabilityTable::sweep() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t before = by_nonce_.size();
+  sweep_locked(clock_());
+  return by_nonce_.size() < before;
+}
+
 size_t CapabilityTable::outstanding() const {
   std::lock_guard<std::mutex> lock(mu_);
   return by_nonce_.size();

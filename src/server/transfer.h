@@ -73,6 +73,12 @@ class CapabilityTable {
   Result<TensorData> redeem(const std::string& token, uint64_t session, ir::TensorId tensor);
   // The fields of a token, unverified (the importing server reads what it is about to receive).
   static Result<Capability> parse(const std::string& token);
+  // The bytes capabilities alone keep alive: exported tensors their sessions have dropped since
+  // (while a session holds the tensor, its bytes count there). The server-wide memory budget
+  // counts them as held (MemoryBudget::set_pinned).
+  uint64_t pinned_bytes() const;
+  // Forgets the expired capabilities (issue() does too); true if it forgot any.
+  bool sweep();
   // Capabilities outstanding; at most kMaxOutstanding, since each keeps its tensor alive.
   size_t outstanding() const;
   static constexpr size_t kMaxOutstanding = 4096;

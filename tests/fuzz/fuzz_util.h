@@ -11,7 +11,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/safetensors_format.h"
 #include "ir/infer.h"
 #include "protocol/messages.h"
 #include "support/frames.h"
@@ -32,38 +31,6 @@ inline void check_round_trip(const protocol::OutFrame& f, const uint8_t* data, s
                              const char* what) {
   const std::vector<uint8_t> again = testing::flatten(f);
   check(again.size() == size && std::equal(again.begin(), again.end(), data), what);
-}
-
-// A safetensors file holding `index`'s entries (their offsets as they are) and metadata over
-// `data`, laid out as the writer does: metadata first, entries in order, the header padded with
-// spaces to a multiple of 8 bytes.
-inline std::vector<uint8_t> safetensors_file(const SafetensorsIndex& index,
-                                             const std::vector<uint8_t>& data) {
-  std::string h = "{";
-  if (!index.metadata.empty()) {
-    h += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : index.metadata) {
-      h += (first ? "" : ",") + json_string(k) + ":" + json_string(v);
-      first = false;
-    }
-    h += "}";
-  }
-  for (const SafetensorsEntry& e : index.entries) {
-    std::string shape;
-    for (int64_t d : e.shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    h += std::string(h.size() > 1 ? "," : "") + json_string(e.name) + ":{\"dtype\":\"" +
-         safetensors_dtype_name(e.dtype) + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
-         std::to_string(e.begin) + "," + std::to_string(e.end) + "]}";
-  }
-  h += "}";
-  while ((8 + h.size()) % 8 != 0) h += ' ';
-  std::vector<uint8_t> out(8);
-  for (int i = 0; i < 8; ++i)
-    out[static_cast<size_t>(i)] = static_cast<uint8_t>(h.size() >> (8 * i));
-  out.insert(out.end(), h.begin(), h.end());
-  out.insert(out.end(), data.begin(), data.end());
-  return out;
 }
 
 // The tensors of a session as far as inference sees them: what each accepted op made.

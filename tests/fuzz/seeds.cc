@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "api/safetensors_layout.h"
 #include "fuzz_util.h"
 #include "ir/codec.h"
 #include "ir/graph.h"
@@ -161,6 +162,88 @@ std::vector<uint8_t> stream(uint8_t staging, uint8_t piece,
   return out;
 }
 
+// `b` with its bytes from `at` set to `v`, little-endian over `width` bytes: a header field that
+// lies about what follows.
+std::vector<uint8_t> patched(std::vector<uint8_t> b, size_t at, uint64_t v, int width) {
+  for (int i = 0; i < width && at + static_cast<size_t>(i) < b.size(); ++i)
+    b[at + static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
+  return b;
+}
+
+// `b` with the first `from` replaced by `to`, of the same length so that the header's length
+// stays true and only what the text says changes.
+std::vector<uint8_t> replaced(std::vector<uint8_t> b, const std::string& from,
+                              const std::string& to) {
+  auto it = std::search(b.begin(), b.end(), from.begin(), from.end());
+  if (it != b.end() && from.size() == to.size()) std::copy(to.begin(), to.end(), it);
+  return b;
+}
+
+std::vector<uint8_t> truncated(std::vector<uint8_t> b, size_t keep) {
+  b.resize(std::min(b.size(), keep));
+  return b;
+}
+
+// Trace files: valid ones by encode_trace_file, then a truncated one, one whose input count
+// claims 2^32 - 1 inputs, one whose op count claims an op more than the file holds, one from a
+// future format version, and one naming an output no op makes.
+bool add_trace_seeds(Corpus& c, const std::vector<Op>& ops) {
+  ir::Graph whole;
+  whole.ops = ops;
+  whole.output_ids = ir::op_outputs(ops.back());
+  ir::Graph small;
+  small.input_ids = {1};
+  small.inputs = {{{2, 2}, kF32}};
+  small.ops = {Unary{.kind = UnaryKind::kExp, .x = {1}, .out = {2}},
+               MatMul{.a = {1}, .b = {2}, .out = {3}}};
+  small.output_ids = {2, 3};
+  if (!ir::validate_graph(whole).ok() || !ir::validate_graph(small).ok()) {
+    std::fprintf(stderr, "tw_fuzz_seeds: the seed graphs are not valid traces\n");
+    return false;
+  }
+  const std::vector<uint8_t> program = ir::encode_trace_file(whole);
+  const std::vector<uint8_t> file = ir::encode_trace_file(small);
+  c.add("trace", "program", program);
+  c.add("trace", "small", file);
+  constexpr size_t kGraphAt = sizeof(ir::kTraceMagic) + 2;  // after the magic and the version
+  c.add("trace", "truncated", truncated(file, file.size() / 2));
+  c.add("trace", "huge_input_count", patched(file, kGraphAt, 0xFFFFFFFFu, 4));
+  c.add("trace", "future_version", patched(file, sizeof(ir::kTraceMagic), kTraceVersion + 1, 2));
+  // The program has no inputs, so its op count follows the (zero) input count.
+  c.add("trace", "op_count_lies", patched(program, kGraphAt + 4, ops.size() + 1, 4));
+  c.add("trace", "unknown_output", patched(file, file.size() - 8, 99, 8));
+  return true;
+}
+
+// Safetensors files: valid ones by the real writer (safetensors::write_file, as
+// save_safetensors writes them), then a truncated one, absurd and past-the-end header lengths,
+// and offsets that lie (overlapping, leaving a gap, running past the data).
+void add_safetensors_seeds(Corpus& c) {
+  const float f32[6] = {1, 2, 3, 4, 5, 6};
+  const int64_t i64[4] = {-1, 0, 1, 1 << 20};
+  const auto* f32_bytes = reinterpret_cast<const uint8_t*>(f32);
+  const auto* i64_bytes = reinterpret_cast<const uint8_t*>(i64);
+  const std::vector<safetensors::Named> tensors = {
+      {"weight", kF32, {2, 3}, {f32_bytes, sizeof(f32)}},
+      {"steps", kI64, {4}, {i64_bytes, sizeof(i64)}},
+      {"empty", kBF16, {0, 5}, {}},
+      {"scalar \"q\"\n", kU8, {}, {f32_bytes, 1}},
+  };
+  const std::vector<uint8_t> file =
+      safetensors::write_file(tensors, {{"format", "pt"}, {"note", "caf\u00e9 \\ \x01"}});
+  c.add("safetensors", "tensors", file);
+  c.add("safetensors", "no_tensors", safetensors::write_file({}, {}));
+  c.add("safetensors", "truncated", truncated(file, file.size() - 4));
+  c.add("safetensors", "header_only", truncated(file, 8));
+  c.add("safetensors", "absurd_header_length", patched(file, 0, uint64_t{1} << 40, 8));
+  c.add("safetensors", "header_past_end", patched(file, 0, file.size(), 8));
+  // "weight" holds [0,24), "steps" [24,56): move steps' offsets by 4 bytes either way.
+  c.add("safetensors", "overlapping_offsets", replaced(file, "[24,56]", "[20,52]"));
+  c.add("safetensors", "gap_in_offsets", replaced(file, "[24,56]", "[28,60]"));
+  c.add("safetensors", "size_disagrees", replaced(file, "[24,56]", "[24,58]"));
+  c.add("safetensors", "bad_dtype", replaced(file, "\"I64\"", "\"Q64\""));
+}
+
 int run(const fs::path& dir) {
   using namespace protocol;
   const std::vector<Op> ops = program();
@@ -187,15 +270,8 @@ int run(const fs::path& dir) {
     c.add(target, "empty", empty_batch);
   }
 
-  // A trace file of the whole program: no inputs, the last op's outputs as the trace's outputs.
-  ir::Graph trace;
-  trace.ops = ops;
-  trace.output_ids = ir::op_outputs(ops.back());
-  if (!ir::validate_graph(trace).ok()) {
-    std::fprintf(stderr, "tw_fuzz_seeds: the program is not a valid trace\n");
-    return 1;
-  }
-  c.add("trace", "program", ir::encode_trace_file(trace));
+  if (!add_trace_seeds(c, ops)) return 1;
+  add_safetensors_seeds(c);
 
   OutFrame hello;
   encode_hello(Hello{.device_index = 1, .credential = "token"}, hello);
@@ -276,25 +352,6 @@ int run(const fs::path& dir) {
   packed.add_drop({9, 3, 4, 1000000});
   packed.add_run_graph(2, {5, 6, 7}, {8, 9});
   c.add("batch", "packed", packed.take());
-
-  // Safetensors files: two tensors and metadata; no tensors; the same truncated, with a header
-  // length past the end, and with an entry's offsets lying about its size.
-  SafetensorsIndex st;
-  st.metadata = {{"format", "pt"}, {"note", "a \"quoted\" \\ value\n"}};
-  st.entries = {{"w", kF32, {2, 3}, 0, 24}, {"b.bias", kI64, {3}, 24, 48}};
-  std::vector<uint8_t> st_data(48);
-  for (size_t i = 0; i < st_data.size(); ++i) st_data[i] = static_cast<uint8_t>(i * 7);
-  const std::vector<uint8_t> st_file = safetensors_file(st, st_data);
-  c.add("safetensors", "two_tensors", st_file);
-  c.add("safetensors", "empty", safetensors_file(SafetensorsIndex{}, {}));
-  c.add("safetensors", "truncated", std::vector<uint8_t>(st_file.begin(), st_file.end() - 5));
-  std::vector<uint8_t> long_header = st_file;
-  long_header[0] = 0xFF;
-  long_header[1] = 0xFF;
-  c.add("safetensors", "header_past_end", long_header);
-  SafetensorsIndex lying = st;
-  lying.entries[1].end = 40;
-  c.add("safetensors", "lying_offsets", safetensors_file(lying, st_data));
 
   const std::vector<uint8_t> hello_bytes = testing::flatten(hello);
   c.add("frame", "hello_batch", stream(255, 255, {hello_bytes, other_tasks}));

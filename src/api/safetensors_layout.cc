@@ -1,9 +1,9 @@
-// The safetensors format's header (core/safetensors_format.h): a small strict JSON parser
-// (RFC 8259: no comments, no trailing commas, no leading zeros, escapes checked, nesting depth
-// bounded), then the checks of the reference implementation: every entry's byte size equals
-// numel * dtype size, and the entries, sorted by offset, tile the data section exactly (no gaps,
-// no overlaps, nothing left). It trusts nothing in the file.
-#include "core/safetensors_format.h"
+// The safetensors layout (safetensors_layout.h). The header is parsed by a small strict JSON
+// parser (RFC 8259: no comments, no trailing commas, no leading zeros, escapes checked, nesting
+// depth bounded), then validated as the reference implementation does: every entry's byte size
+// equals numel * dtype size, and the entries, sorted by offset, tile the data section exactly
+// (no gaps, no overlaps, nothing left).
+#include "api/safetensors_layout.h"
 
 #include <algorithm>
 #include <cctype>
@@ -11,12 +11,12 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <string_view>
 #include <variant>
 
-#include "core/shape.h"
 #include "tensorwire/error.h"
 
-namespace tw {
+namespace tw::safetensors {
 namespace {
 
 // The reference implementation refuses headers above 100 MB; so do we, before allocating.
@@ -232,25 +232,34 @@ class JsonParser {
   size_t i_ = 0;
 };
 
-}  // namespace
+// A non-negative JSON integer below 2^63 (shape entries, offsets).
+uint64_t as_count(const Json& j, const std::string& what, const std::string& where) {
+  const auto* text = std::get_if<Json::kNumber>(&j.v);
+  if (!text || text->empty() || (*text)[0] == '-' ||
+      text->find_first_of(".eE") != std::string::npos) {
+    throw Error(where + ": " + what + " must be a non-negative integer");
+  }
+  if (text->size() > 19) throw Error(where + ": " + what + " " + *text + " is too large");
+  const uint64_t v = std::stoull(*text);
+  if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    throw Error(where + ": " + what + " " + *text + " is too large");
+  }
+  return v;
+}
 
-// ---------------------------------------------------------------- format
+const Json* field(const JsonObject& o, const std::string& key) {
+  for (const auto& [k, v] : o)
+    if (k == key) return &v;
+  return nullptr;
+}
 
-namespace {
-const std::pair<const char*, DType> kDTypes[] = {
-    {"F32", kF32}, {"F64", kF64},   {"I32", kI32}, {"I64", kI64},
-    {"U8", kU8},   {"BOOL", kBool}, {"F16", kF16}, {"BF16", kBF16},
-};
-
-}  // namespace
-
-const char* safetensors_dtype_name(DType d) {
+const char* format_name(DType d) {
   for (const auto& [name, t] : kDTypes)
     if (t == d) return name;
   return "?";
 }
 
-std::string json_string(const std::string& s) {
+std::string json_escape(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
@@ -272,30 +281,9 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
-namespace {
-// A non-negative JSON integer below 2^63 (shape entries, offsets).
-uint64_t as_count(const Json& j, const std::string& what, const std::string& where) {
-  const auto* text = std::get_if<Json::kNumber>(&j.v);
-  if (!text || text->empty() || (*text)[0] == '-' ||
-      text->find_first_of(".eE") != std::string::npos) {
-    throw Error(where + ": " + what + " must be a non-negative integer");
-  }
-  if (text->size() > 19) throw Error(where + ": " + what + " " + *text + " is too large");
-  const uint64_t v = std::stoull(*text);
-  if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    throw Error(where + ": " + what + " " + *text + " is too large");
-  }
-  return v;
-}
-
-const Json* field(const JsonObject& o, const std::string& key) {
-  for (const auto& [k, v] : o)
-    if (k == key) return &v;
-  return nullptr;
-}
 }  // namespace
 
-SafetensorsIndex parse_safetensors_index(std::span<const uint8_t> bytes, const std::string& what) {
+Layout parse_layout(std::span<const uint8_t> bytes, const std::string& what) {
   if (bytes.size() < 8) {
     throw Error(what + ": " + std::to_string(bytes.size()) +
                 " bytes is too short for a safetensors file (8-byte header length first)");
@@ -319,8 +307,7 @@ SafetensorsIndex parse_safetensors_index(std::span<const uint8_t> bytes, const s
   const auto* top = std::get_if<Json::kObject>(&doc.v);
   if (!top) throw Error(what + ": header must be a JSON object");
 
-  SafetensorsIndex out;
-  std::vector<SafetensorsEntry>& entries = out.entries;
+  Layout out;
   std::set<std::string> seen;
   for (const auto& [name, value] : *top) {
     if (!seen.insert(name).second)
@@ -347,7 +334,7 @@ SafetensorsIndex parse_safetensors_index(std::span<const uint8_t> bytes, const s
     if (!dtype || !shape || !offsets) throw Error(where + " needs dtype, shape and data_offsets");
     const auto* dname = std::get_if<Json::kString>(&dtype->v);
     if (!dname) throw Error(where + ": dtype must be a string");
-    SafetensorsEntry e{name, kF32, {}, 0, 0};
+    Entry e{name, kF32, {}, 0, 0};
     bool known = false;
     for (const auto& [fname, t] : kDTypes) {
       if (*dname == fname) {
@@ -383,20 +370,19 @@ SafetensorsIndex parse_safetensors_index(std::span<const uint8_t> bytes, const s
                   " bytes but " + *dname + " " + shape_str(e.shape) + " needs " +
                   std::to_string(want));
     }
-    entries.push_back(std::move(e));
+    out.entries.push_back(std::move(e));
   }
 
   // The entries must tile the data section: sorted by offset, each starts where the previous
   // one ended, and the last ends at the end of the file.
   const uint64_t data_size = bytes.size() - 8 - n;
-  std::vector<const SafetensorsEntry*> sorted;
-  for (const SafetensorsEntry& e : entries) sorted.push_back(&e);
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
-                     return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-                   });
+  std::vector<const Entry*> sorted;
+  for (const Entry& e : out.entries) sorted.push_back(&e);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
   uint64_t at = 0;
-  for (const SafetensorsEntry* e : sorted) {
+  for (const Entry* e : sorted) {
     if (e->end > data_size) {
       throw Error(what + ": \"" + e->name + "\": data_offsets [" + std::to_string(e->begin) + ", " +
                   std::to_string(e->end) + "] run past the " + std::to_string(data_size) +
@@ -422,4 +408,46 @@ SafetensorsIndex parse_safetensors_index(std::span<const uint8_t> bytes, const s
   return out;
 }
 
-}  // namespace tw
+std::vector<uint8_t> write_file(const std::vector<Named>& tensors,
+                                const std::map<std::string, std::string>& metadata) {
+  std::string header = "{";
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [k, v] : metadata) {
+      header += (first ? "" : ",") + json_escape(k) + ":" + json_escape(v);
+      first = false;
+    }
+    header += "}";
+  }
+  for (const auto& [name, dtype, shape_of, bytes] : tensors) {
+    if (name == "__metadata__")
+      throw Error("save_safetensors: a tensor may not be named __metadata__");
+    if (!names.insert(name).second)
+      throw Error("save_safetensors: the name " + name + " appears twice");
+    std::string shape;
+    for (int64_t d : shape_of) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    const uint64_t end = offset + bytes.size();
+    header += std::string(header.size() > 1 ? "," : "") + json_escape(name) + ":{\"dtype\":\"" +
+              format_name(dtype) + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(offset) + "," + std::to_string(end) + "]}";
+    offset = end;
+  }
+  header += "}";
+  // Pad with spaces so that the data starts 8-byte aligned (as the reference writer does).
+  while ((8 + header.size()) % 8 != 0) header += ' ';
+  std::vector<uint8_t> out(8 + header.size() + offset);
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>(n >> (8 * i));
+  std::memcpy(out.data() + 8, header.data(), header.size());
+  size_t at = 8 + header.size();
+  for (const Named& t : tensors) {
+    if (!t.bytes.empty()) std::memcpy(out.data() + at, t.bytes.data(), t.bytes.size());
+    at += t.bytes.size();
+  }
+  return out;
+}
+
+}  // namespace tw::safetensors
