@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "op_docs.h"
+#include "tensorwire/graph.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/server.h"
 #include "tensorwire/tensorwire.h"
@@ -481,6 +482,10 @@ void bind_device(py::module_& m) {
                   "Device `index` of the compute server at `url` (tcp://host:port or "
                   "unix:///path). Each call opens its own session; nothing is contacted until "
                   "first use or connect().")
+      .def_static("capture", &Device::capture, py::arg("inner"),
+                  "A fresh capture device over `inner` (cpu, torch or remote): records every op "
+                  "issued to its tensors as a trace and runs it on `inner` too. Use it through "
+                  "tw.graph.Capture, which gives it inputs and ends the recording.")
       .def_property_readonly("kind",
                              [](const Device& d) {
                                switch (d.kind()) {
@@ -1251,6 +1256,124 @@ void bind_dist(py::module_& m) {
       "on tensor i's device.");
 }
 
+// tw.graph (tensorwire/graph.h): capture, traces, replay and step caching.
+void bind_graph(py::module_& m) {
+  py::module_ g =
+      m.def_submodule("graph", "Op traces: capture, save, load, replay (tensorwire/graph.h).");
+  py::class_<graph::TensorSpec>(g, "TensorSpec", "The dtype and shape of a trace input or output.")
+      .def_property_readonly("shape",
+                             [](const graph::TensorSpec& s) { return shape_tuple(s.shape); })
+      .def_readonly("dtype", &graph::TensorSpec::dtype)
+      .def("__str__", &graph::TensorSpec::str)
+      .def("__repr__", &graph::TensorSpec::str);
+  py::class_<graph::Trace>(g, "Trace",
+                           "A recorded op trace: save it, load it, replay it on any device.")
+      .def(py::init<>(), "A trace of no ops.")
+      .def("save", &graph::Trace::save, py::arg("path"), Release(),
+           "Writes the trace to `path` (the format of docs/trace.md).")
+      .def_static(
+          "load", &graph::Trace::load, py::arg("path"), Release(),
+          "Reads a trace file; raises tw.Error naming the problem for a missing, truncated, "
+          "corrupt or invalid file.")
+      .def("to_bytes",
+           [](const graph::Trace& t) {
+             const std::vector<uint8_t> b = t.to_bytes();
+             return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+           })
+      .def_static(
+          "from_bytes",
+          [](const py::bytes& b) {
+            const std::string_view v = b;
+            return graph::Trace::from_bytes(
+                std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
+          },
+          py::arg("data"))
+      .def_property_readonly("inputs", &graph::Trace::inputs)
+      .def_property_readonly("outputs", &graph::Trace::outputs)
+      .def("num_ops", &graph::Trace::num_ops)
+      .def("__str__", &graph::Trace::str)
+      .def(
+          "replay",
+          [](const graph::Trace& t, const Device& d, std::vector<Tensor> inputs) {
+            return wait_for_device(d, [t, d, inputs] { return t.replay(d, inputs); });
+          },
+          py::arg("device"), py::arg("inputs"),
+          "Runs the trace on `device` with `inputs` (tensors there, matching .inputs) and returns "
+          "the outputs. The first replay on a device registers the trace as a graph there when "
+          "the device can host one (cpu, torch, a remote server), later ones run it by id; the "
+          "values equal running the same ops eagerly there, bit for bit.")
+      .def("runs_as_graph", &graph::Trace::runs_as_graph, py::arg("device"),
+           "Whether replays on `device` run as a registered graph.");
+  py::class_<graph::Capture>(
+      g, "Capture",
+      "Records the ops issued to its capture device (Device.capture(inner)). "
+      "While recording, reading values raises tw.Error.")
+      .def(py::init<const Device&>(), py::arg("inner"))
+      .def_property_readonly("device", &graph::Capture::device)
+      .def("input", &graph::Capture::input, py::arg("tensor"),
+           "A tensor of the capture device standing for `tensor` (of the inner device): the "
+           "trace's next input.")
+      .def(
+          "finish",
+          [](graph::Capture& c, std::optional<std::vector<Tensor>> outputs) {
+            return outputs ? c.finish(*outputs) : c.finish();
+          },
+          py::arg("outputs") = py::none(),
+          "Ends the recording. The trace's outputs are `outputs` (in order), or by default the "
+          "recorded tensors still held, in the order they were made.")
+      .def("release", &graph::Capture::release, py::arg("captured"),
+           "After finish(): the inner device's tensor for a capture tensor (no copy).");
+  py::class_<graph::Slot>(g, "Slot",
+                          "A tensor a Step reads and rebinds (a parameter, an "
+                          "optimizer's state tensor).")
+      .def(
+          py::init([](nn::ParameterPtr p) {
+            return graph::Slot{[p] { return p->value(); }, [p](Tensor t) { p->set(std::move(t)); }};
+          }),
+          py::arg("parameter"));
+  g.def(
+      "state_slots",
+      [](py::object optimizer) {
+        py::list out;
+        for (graph::Slot& s : graph::state_slots(optimizer.cast<optim::Optimizer&>())) {
+          py::object slot = py::cast(std::move(s));
+          // A slot points into the optimizer's state: the optimizer lives as long as its slots.
+          py::detail::keep_alive_impl(slot, optimizer);
+          out.append(slot);
+        }
+        return out;
+      },
+      py::arg("optimizer"), "The optimizer's parameters, then its state tensors, as Slots.");
+  py::class_<graph::Step>(g, "Step",
+                          "Automatic step caching: the first call with a set of argument and state "
+                          "shapes runs fn eagerly, the second records it, later ones replay the "
+                          "trace (one registered graph on the device). Results equal calling fn "
+                          "eagerly, bit for bit.")
+      .def(py::init([](py::function fn, std::vector<graph::Slot> state) {
+             // Shared, so that copies of the std::function never touch Python's refcounts; the
+             // last reference goes with the Step, which Python frees holding the GIL.
+             auto py_fn = std::make_shared<py::function>(std::move(fn));
+             graph::Step::Fn f = [py_fn](const std::vector<Tensor>& args) {
+               py::gil_scoped_acquire gil;
+               py::object r = (*py_fn)(args);
+               if (py::isinstance<Tensor>(r)) return std::vector<Tensor>{r.cast<Tensor>()};
+               return r.cast<std::vector<Tensor>>();
+             };
+             return std::make_unique<graph::Step>(std::move(f), std::move(state));
+           }),
+           py::arg("fn"), py::arg("state") = std::vector<graph::Slot>{})
+      .def(
+          "__call__",
+          [](graph::Step& s, std::vector<Tensor> args) {
+            py::gil_scoped_release r;
+            return s(args);
+          },
+          py::arg("args"))
+      .def_property_readonly("eager_calls", &graph::Step::eager_calls)
+      .def_property_readonly("recordings", &graph::Step::recordings)
+      .def_property_readonly("replays", &graph::Step::replays);
+}
+
 }  // namespace
 }  // namespace tw::python
 
@@ -1265,4 +1388,5 @@ PYBIND11_MODULE(_tensorwire, m) {
   bind_optim(m);
   bind_io_and_server(m);
   bind_dist(m);
+  bind_graph(m);
 }

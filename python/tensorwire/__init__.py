@@ -10,8 +10,8 @@ idiom of PyTorch.
         print(loss.item(), x.grad.shape)
 
 The C++ API (include/tensorwire/) is bound in tensorwire._tensorwire; this package adds the
-PyTorch-style conveniences (shapes as *size, dtype names, no_grad, Module subclassing). Not
-bound yet because the C++ API lacks them: capture devices (Device.capture) and tw.dist.
+PyTorch-style conveniences (shapes as *size, dtype names, no_grad, Module subclassing); tw.graph
+holds captures and traces, tw.dist the collectives.
 """
 import builtins as _builtins
 import functools as _functools
@@ -261,6 +261,6 @@ def serve(device=None, listen=None, devices=1, backend=None, worker_threads=0,
                      max_sessions, max_frame_bytes, session_memory_bytes, session_queue_depth)
 
 
-from . import dist, nn, optim  # noqa: E402,F401
+from . import dist, graph, nn, optim  # noqa: E402,F401
 
 __all__ = [n for n in dir() if not n.startswith("_")]

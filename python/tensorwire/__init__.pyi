@@ -6,6 +6,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar, Union, 
 import numpy as np
 
 from . import dist as dist
+from . import graph as graph
 from . import nn as nn
 from . import optim as optim
 
@@ -57,6 +58,8 @@ class Device:
     def torch_available() -> bool: ...
     @staticmethod
     def remote(url: str, index: int = 0) -> Device: ...
+    @staticmethod
+    def capture(inner: Device) -> Device: ...
     @property
     def kind(self) -> str: ...
     def sync(self) -> None: ...
