@@ -263,6 +263,161 @@ py::object item(const Tensor& t) {
   }
 }
 
+// ---- DLPack (the v0.8 ABI: https://dmlc.github.io/dlpack/latest/c_api.html) ----
+
+struct DLDevice {
+  int32_t device_type;
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor* self);
+};
+constexpr int32_t kDLCPU = 1;
+enum : uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLBool = 6 };
+constexpr const char* kDLTensorName = "dltensor";
+constexpr const char* kDLUsedName = "used_dltensor";
+
+DLDataType dl_dtype_of(DType d) {
+  const auto bits = static_cast<uint8_t>(dtype_size(d) * 8);
+  switch (d) {
+    case DType::kF32:
+    case DType::kF64:
+    case DType::kF16: return {kDLFloat, bits, 1};
+    case DType::kBF16: return {kDLBfloat, bits, 1};
+    case DType::kI32:
+    case DType::kI64: return {kDLInt, bits, 1};
+    case DType::kU8: return {kDLUInt, bits, 1};
+    case DType::kBool: return {kDLBool, bits, 1};
+  }
+  throw Error("__dlpack__: unknown dtype");
+}
+
+std::optional<DType> dtype_of_dl(DLDataType t) {
+  if (t.lanes != 1) return std::nullopt;
+  for (DType d : {kF32, kF64, kF16, kBF16, kI32, kI64, kU8, kBool}) {
+    const DLDataType o = dl_dtype_of(d);
+    if (o.code == t.code && o.bits == t.bits) return d;
+  }
+  if (t.code == kDLUInt && t.bits == 8) return kU8;
+  return std::nullopt;
+}
+
+// What an exported capsule owns: the host values (on the CPU device, the tensor's own storage,
+// whose Buffer they keep alive) and the shape and strides the DLTensor points at.
+struct DLExport {
+  DLManagedTensor managed{};
+  detail::HostValues values;
+  std::vector<int64_t> shape, strides;
+};
+
+void delete_export(DLManagedTensor* m) { delete static_cast<DLExport*>(m->manager_ctx); }
+
+// Frees an export no consumer took (a consumer renames the capsule "used_dltensor" and calls
+// the deleter itself when done).
+void dl_capsule_destructor(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, kDLTensorName)) return;
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kDLTensorName));
+  if (m && m->deleter) m->deleter(m);
+}
+
+// Tensor.__dlpack__: a capsule over the tensor's values. On the CPU device a contiguous tensor
+// is exported without a copy (the consumer sees the tensor's memory); elsewhere it is a download.
+py::capsule to_dlpack(const Tensor& t) {
+  (void)dl_dtype_of(t.dtype());
+  auto e = std::make_unique<DLExport>();
+  e->values = wait_for_device(t.device(), [t] { return t.host_values(); });
+  e->shape = e->values.shape;
+  e->strides.assign(e->shape.size(), 1);
+  for (size_t i = e->shape.size(); i-- > 1;) e->strides[i - 1] = e->strides[i] * e->shape[i];
+  DLTensor& dl = e->managed.dl_tensor;
+  dl.data = const_cast<void*>(e->values.data);
+  dl.device = {kDLCPU, 0};
+  dl.ndim = static_cast<int32_t>(e->shape.size());
+  dl.dtype = dl_dtype_of(e->values.dtype);
+  dl.shape = e->shape.data();
+  dl.strides = e->strides.data();
+  dl.byte_offset = 0;
+  e->managed.manager_ctx = e.get();
+  e->managed.deleter = delete_export;
+  DLManagedTensor* m = &e.release()->managed;
+  PyObject* cap = PyCapsule_New(m, kDLTensorName, dl_capsule_destructor);
+  if (!cap) {
+    delete_export(m);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(cap);
+}
+
+// tw.from_dlpack: a tensor over the memory of any object with __dlpack__ (numpy arrays, tensors
+// of other libraries, tw tensors). On the CPU device no copy is made; the producer's memory is
+// held until the last tensor sharing it goes, then the producer's deleter runs.
+Tensor from_dlpack(const py::object& obj, const Device& device) {
+  release_pending(nullptr);
+  if (!py::hasattr(obj, "__dlpack__")) {
+    throw Error("from_dlpack: " + std::string(py::str(py::type::of(obj))) + " has no __dlpack__");
+  }
+  if (py::hasattr(obj, "__dlpack_device__")) {
+    const auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int32_t, int32_t>>();
+    if (dev.first != kDLCPU) {
+      throw Error("from_dlpack: the producer's memory is on DLPack device type " +
+                  std::to_string(dev.first) + ", and only CPU memory (type 1) is supported");
+    }
+  }
+  py::object cap = obj.attr("__dlpack__")();
+  if (!PyCapsule_IsValid(cap.ptr(), kDLTensorName)) {
+    throw Error("from_dlpack: __dlpack__ did not return an unconsumed 'dltensor' capsule");
+  }
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), kDLTensorName));
+  const DLTensor& dl = m->dl_tensor;
+  std::optional<DType> dt = dtype_of_dl(dl.dtype);
+  if (!dt) {
+    throw Error("from_dlpack: DLPack dtype (code " + std::to_string(dl.dtype.code) + ", " +
+                std::to_string(dl.dtype.bits) + " bits, " + std::to_string(dl.dtype.lanes) +
+                " lanes) has no tensorwire dtype");
+  }
+  if (dl.device.device_type != kDLCPU) throw Error("from_dlpack: the memory is not CPU memory");
+  Shape shape(dl.shape, dl.shape + dl.ndim);
+  if (dl.strides) {
+    int64_t expect = 1;
+    for (int32_t i = dl.ndim; i-- > 0;) {
+      if (shape[i] != 1 && dl.strides[i] != expect) {
+        throw Error(
+            "from_dlpack: the memory is not C-contiguous (strides are not supported; "
+            "make the producer contiguous first)");
+      }
+      expect *= shape[i];
+    }
+  }
+  // Consumed: from here the tensor owns the managed tensor and calls its deleter.
+  if (PyCapsule_SetName(cap.ptr(), kDLUsedName) != 0) throw py::error_already_set();
+  // The deleter may need the GIL (numpy's drops its array), so it runs from a Python object
+  // released as keep_alive releases one.
+  py::capsule owner(m, [](void* p) {
+    auto* mt = static_cast<DLManagedTensor*>(p);
+    if (mt->deleter) mt->deleter(mt);
+  });
+  void* data = static_cast<uint8_t*>(dl.data) + dl.byte_offset;
+  auto keep = keep_alive(std::move(owner));
+  py::gil_scoped_release release;
+  return from_blob(data, shape, *dt, std::move(keep), device);
+}
+
 // ---- indexing ----
 
 int64_t normalize_index(int64_t i, int64_t size, int64_t dim) {
@@ -538,6 +693,14 @@ void bind_tensor(py::module_& m) {
       .def(py::init([](const nn::Parameter& p) { return p.value(); }), py::arg("parameter"),
            "The current value of a Parameter (what lets a Parameter stand in for a Tensor).");
   // ---- values ----
+  t.def(
+       "__dlpack__", [](const Tensor& x, const py::object&) { return to_dlpack(x); },
+       py::arg("stream") = py::none(),
+       "A DLPack capsule over the values: on the CPU device a contiguous tensor's own memory (no "
+       "copy; the capsule keeps it alive), elsewhere a download.")
+      .def(
+          "__dlpack_device__", [](const Tensor&) { return py::make_tuple(kDLCPU, 0); },
+          "(1, 0): the values are exported as CPU memory.");
   t.def("numpy", &to_numpy,
         "The values as a numpy array. On the CPU device it shares the tensor's memory (writes "
         "through it are seen by the tensor; the array keeps the tensor alive); on other devices "
@@ -872,6 +1035,11 @@ void bind_functions(py::module_& m) {
             "A tensor over a C-contiguous numpy array. On the CPU device it shares the array's "
             "memory (writes to the array are seen by the tensor; the tensor keeps the array "
             "alive); on other devices it is an upload."));
+  m.def("from_dlpack", &from_dlpack, py::arg("obj"), py::arg("device") = Device::cpu(),
+        "A tensor over the memory of an object with __dlpack__ (numpy arrays, other libraries' "
+        "tensors). On the CPU device it shares the memory (no copy), holding the producer's "
+        "memory until the last tensor sharing it goes; on other devices it is an upload. The "
+        "memory must be CPU memory and C-contiguous.");
   m.def("_copy_from_numpy", &copy_from_numpy, py::arg("array"), py::arg("device"));
   m.def(
       "from_bytes",
