@@ -439,8 +439,23 @@ SliceSpec slice_of(const py::slice& s, int64_t size) {
   };
   PySliceObject* so = reinterpret_cast<PySliceObject*>(s.ptr());
   const int64_t step = get(so->step, 1);
-  if (step < 1) throw py::value_error("slice step must be positive, got " + std::to_string(step));
+  if (step == 0) throw py::value_error("slice step cannot be zero");
+  if (step < 0) {
+    throw Error("slice step must be positive in an assignment, got " + std::to_string(step));
+  }
   return {get(so->start, 0), get(so->stop, size), step};
+}
+
+// t[s] along dim for any slice, a negative step included: a negative step reads the flipped dim
+// with the positive step, starting at the mirror of s.start (numpy's element order).
+Tensor slice_dim(const Tensor& t, int64_t dim, const py::slice& s) {
+  const int64_t size = t.size(dim);
+  Py_ssize_t start = 0, stop = 0, step = 0;
+  if (PySlice_Unpack(s.ptr(), &start, &stop, &step) != 0) throw py::error_already_set();
+  const Py_ssize_t n = PySlice_AdjustIndices(size, &start, &stop, step);
+  if (step > 0) return t.slice(dim, start, stop, step);
+  const int64_t first = size - 1 - start;
+  return t.flip({dim}).slice(dim, first, n == 0 ? first : first + (n - 1) * -step + 1, -step);
 }
 
 py::tuple index_tuple(const py::object& index) {
@@ -467,8 +482,7 @@ Tensor get_item(const Tensor& x, const py::object& index) {
       dim += x.dim() - consumed;
       consumed = x.dim();
     } else if (py::isinstance<py::slice>(h)) {
-      const SliceSpec s = slice_of(h.cast<py::slice>(), t.size(dim));
-      t = t.slice(dim++, s.start, s.stop, s.step);
+      t = slice_dim(t, dim++, h.cast<py::slice>());
     } else if (py::isinstance<Tensor>(h)) {
       t = t.index_select(dim++, h.cast<Tensor>());
     } else {
@@ -479,12 +493,32 @@ Tensor get_item(const Tensor& x, const py::object& index) {
   return t;
 }
 
-// x with x[index] = value for ints and slices: a new tensor (ops are functional) that the Python
-// handle is rebound to. Each index becomes a slice (an int i is i:i+1); value broadcasts to the
-// shape x[index] has, and the assignment nests from the innermost dim out:
-// x.slice_assign(d0, x[d0].slice_assign(d1, ..., value)).
+// x with x[index] = value for ints, slices and Ellipsis: a new tensor (ops are functional) that the
+// Python handle is rebound to. Each index becomes a slice (an int i is i:i+1); value broadcasts to
+// the shape x[index] has, and the assignment nests from the innermost dim out: x.slice_assign(d0,
+// x[d0].slice_assign(d1, ..., value)).
 Tensor set_item(const Tensor& x, const py::object& index, const Tensor& value) {
-  const py::tuple items = index_tuple(index);
+  py::tuple items = index_tuple(index);
+  // An Ellipsis stands for as many full slices as the dims the other indices leave.
+  py::list expanded;
+  bool ellipsis = false;
+  for (const py::handle& h : items) {
+    if (h.ptr() != Py_Ellipsis) continue;
+    if (ellipsis) throw py::index_error("an index can only have a single ellipsis ('...')");
+    ellipsis = true;
+  }
+  if (ellipsis) {
+    const int64_t fill = x.dim() - static_cast<int64_t>(items.size()) + 1;
+    for (const py::handle& h : items) {
+      if (h.ptr() != Py_Ellipsis) {
+        expanded.append(h);
+        continue;
+      }
+      for (int64_t i = 0; i < fill; ++i)
+        expanded.append(py::slice(py::none(), py::none(), py::none()));
+    }
+    items = py::tuple(expanded);
+  }
   if (static_cast<int64_t>(items.size()) > x.dim()) {
     throw py::index_error("too many indices for a tensor of dimension " + std::to_string(x.dim()));
   }
@@ -505,8 +539,8 @@ Tensor set_item(const Tensor& x, const py::object& index, const Tensor& value) {
       specs.push_back({start, stop, sp.step});
       kept.push_back(n);
       full_shape.push_back(n);
-    } else if (h.is_none() || h.ptr() == Py_Ellipsis || py::isinstance<Tensor>(h)) {
-      throw py::index_error("assignment takes ints and slices only");
+    } else if (h.is_none() || py::isinstance<Tensor>(h)) {
+      throw py::index_error("assignment takes ints, slices, ... and boolean masks only");
     } else {
       const int64_t i = normalize_index(h.cast<int64_t>(), size, d);
       specs.push_back({i, i + 1, 1});
