@@ -52,8 +52,8 @@ def test_replay_on_another_device(remote):
 def test_reads_inside_a_capture_raise(device):
     cap = tw.graph.Capture(device)
     y = cap.input(tw.ones(2).to(device)) * 3
-    for read in (lambda: y.numpy(), lambda: y.item(), lambda: repr(y),
-                 lambda: y.to(tw.Device.cpu()) if device.kind != "cpu" else y.to(tw.Device.remote("tcp://127.0.0.1:1"))):
+    other = tw.Device.remote("tcp://127.0.0.1:1") if device.kind == "cpu" else tw.Device.cpu()
+    for read in (y.numpy, y.item, y.tolist, lambda: repr(y), lambda: y.to(other)):
         with pytest.raises(tw.Error, match="trace output and read it after Capture::finish"):
             read()
     cap.finish()
@@ -105,3 +105,23 @@ def test_step_caches_a_training_step(device):
     got = [cached([x, target])[0].numpy().tobytes() for _ in range(4)]
     assert got == ref
     assert (cached.eager_calls, cached.recordings, cached.replays) == (1, 1, 2)
+
+
+def test_step_returns_a_tensor_and_passes_exceptions_through():
+    calls = []
+
+    def double(args):
+        calls.append(1)
+        return args[0] * 2
+
+    s = tw.graph.Step(double)
+    x = tw.arange(4, dtype=tw.float32)
+    for _ in range(3):
+        assert s([x])[0].numpy().tolist() == [0.0, 2.0, 4.0, 6.0]
+    assert len(calls) == 2 and s.replays == 1  # eager, recording, then a replay without Python
+
+    def broken(args):
+        raise KeyError("inside the step")
+
+    with pytest.raises(KeyError, match="inside the step"):
+        tw.graph.Step(broken)([x])
