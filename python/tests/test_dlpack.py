@@ -80,3 +80,12 @@ def test_from_dlpack_errors_and_other_devices(remote):
     assert r.device == remote
     assert np.from_dlpack(r * 2).tolist() == [0.0, 2.0, 4.0, 6.0]  # a download
     assert np.from_dlpack(tw.from_dlpack(tw.arange(3))).tolist() == [0, 1, 2]
+
+
+def test_zero_d_empty_and_bool():
+    assert np.from_dlpack(tw.tensor(3.5)).tolist() == 3.5
+    assert np.from_dlpack(tw.zeros(0, 3)).shape == (0, 3)
+    assert tw.from_dlpack(np.ones((), np.float32)).numpy().tolist() == 1.0
+    assert tw.from_dlpack(np.zeros((0, 3))).shape == (0, 3)
+    b = tw.tensor([True, False])  # numpy 1.24 has no DLPack bool; tensorwire's own round trip
+    assert tw.from_dlpack(b).dtype == tw.bool_ and tw.from_dlpack(b).numpy().tolist() == [True, False]
