@@ -2,11 +2,12 @@
 // __init__.py, nn.py and optim.py add the PyTorch-style conveniences on top (shapes as *args,
 // dtype names, no_grad, Module subclassing); everything that runs per op is bound here directly.
 //
-// Threads and signals: every call that may block (an op whose device queue is full, a read, a
-// sync, a connect, a server stop) runs with the GIL released. Waits for a remote device run on a
-// helper thread while this thread waits in slices, checking for signals between them, so Ctrl-C
-// raises KeyboardInterrupt at once; the helper finishes the wait by itself, so the session stays
-// consistent (nothing is left half-read).
+// Threads and signals: every call that may block for long (a read, a sync, a connect, a server
+// stop, a compute-heavy op) runs with the GIL released; elementwise and movement ops keep it
+// (see Submit). Waits for a remote device run on a helper thread while this thread waits in
+// slices, checking for signals between them, so Ctrl-C raises KeyboardInterrupt at once; the
+// helper finishes the wait by itself, so the session stays consistent (nothing is left
+// half-read).
 #include <pybind11/numpy.h>
 #include <pybind11/operators.h>
 #include <pybind11/pybind11.h>
@@ -244,148 +245,6 @@ py::array to_numpy(const Tensor& t) {
   return py::array(npd, shape, {}, const_cast<void*>(values->data), base);
 }
 
-// ---- DLPack (https://dmlc.github.io/dlpack/latest/c_api.html) ----
-
-// The DLPack C ABI (version 0.x, as numpy 1.22+ and torch exchange it): a stable struct layout,
-// declared here so that the module needs no DLPack headers.
-struct DLDevice {
-  int32_t device_type;  // 1: kDLCPU
-  int32_t device_id;
-};
-struct DLDataType {
-  uint8_t code;  // 0 int, 1 uint, 2 float, 4 bfloat, 6 bool
-  uint8_t bits;
-  uint16_t lanes;
-};
-struct DLTensor {
-  void* data;
-  DLDevice device;
-  int32_t ndim;
-  DLDataType dtype;
-  int64_t* shape;
-  int64_t* strides;  // in elements; null: row-major contiguous
-  uint64_t byte_offset;
-};
-struct DLManagedTensor {
-  DLTensor dl_tensor;
-  void* manager_ctx;
-  void (*deleter)(DLManagedTensor* self);
-};
-constexpr int32_t kDLCPU = 1;
-
-DLDataType dl_dtype(DType d) {
-  switch (d) {
-    case DType::kF32: return {2, 32, 1};
-    case DType::kF64: return {2, 64, 1};
-    case DType::kF16: return {2, 16, 1};
-    case DType::kBF16: return {4, 16, 1};
-    case DType::kI32: return {0, 32, 1};
-    case DType::kI64: return {0, 64, 1};
-    case DType::kU8: return {1, 8, 1};
-    case DType::kBool: return {6, 8, 1};
-  }
-  throw Error("DLPack: no DLPack type for " + std::string(dtype_name(d)));
-}
-
-DType tw_dtype(DLDataType t) {
-  const auto is = [&](uint8_t code, uint8_t bits) { return t.code == code && t.bits == bits; };
-  if (t.lanes == 1) {
-    if (is(2, 32)) return DType::kF32;
-    if (is(2, 64)) return DType::kF64;
-    if (is(2, 16)) return DType::kF16;
-    if (is(4, 16)) return DType::kBF16;
-    if (is(0, 32)) return DType::kI32;
-    if (is(0, 64)) return DType::kI64;
-    if (is(1, 8)) return DType::kU8;
-    if (is(6, 8)) return DType::kBool;
-  }
-  throw Error("from_dlpack: DLPack type (code " + std::to_string(t.code) + ", " +
-              std::to_string(t.bits) + " bits, " + std::to_string(t.lanes) +
-              " lanes) has no tensorwire dtype (f32, f64, f16, bf16, i32, i64, u8, bool)");
-}
-
-// What an exported tensor's DLManagedTensor owns: the host values (which keep the storage
-// alive) and the shape the DLTensor points at.
-struct Exported {
-  DLManagedTensor managed;
-  detail::HostValues values;
-  std::vector<int64_t> shape;
-};
-
-// t.__dlpack__(): a "dltensor" capsule over the tensor's values. On the CPU device it shares
-// the tensor's storage (as numpy() does); a remote tensor is downloaded first.
-py::capsule to_dlpack(const Tensor& t) {
-  auto* e = new Exported{};
-  e->values = wait_for_device(t.device(), [t] { return t.host_values(); });
-  e->shape.assign(e->values.shape.begin(), e->values.shape.end());
-  DLTensor& d = e->managed.dl_tensor;
-  d.data = const_cast<void*>(e->values.data);
-  d.device = {kDLCPU, 0};
-  d.ndim = static_cast<int32_t>(e->shape.size());
-  d.dtype = dl_dtype(e->values.dtype);
-  d.shape = e->shape.data();
-  d.strides = nullptr;
-  d.byte_offset = 0;
-  e->managed.manager_ctx = e;
-  e->managed.deleter = [](DLManagedTensor* m) { delete static_cast<Exported*>(m->manager_ctx); };
-  // A consumer renames the capsule "used_dltensor" and calls the deleter itself; unconsumed, the
-  // capsule's destructor does.
-  PyObject* cap = PyCapsule_New(&e->managed, "dltensor", [](PyObject* c) {
-    if (PyCapsule_IsValid(c, "used_dltensor")) return;
-    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
-    if (m && m->deleter) m->deleter(m);
-  });
-  if (!cap) {
-    delete e;
-    throw py::error_already_set();
-  }
-  return py::reinterpret_steal<py::capsule>(cap);
-}
-
-// tw.from_dlpack(obj): a tensor over the memory of any object with __dlpack__ (or a "dltensor"
-// capsule): on the CPU device without a copy (the producer's memory is kept alive until the
-// last tensor sharing it is gone), elsewhere an upload of it.
-Tensor from_dlpack(const py::object& obj, const Device& device) {
-  py::object cap = obj;
-  if (py::hasattr(obj, "__dlpack__")) cap = obj.attr("__dlpack__")();
-  if (!PyCapsule_IsValid(cap.ptr(), "dltensor")) {
-    throw Error("from_dlpack: expected an object with __dlpack__ or a 'dltensor' capsule, got " +
-                std::string(py::str(py::type::of(obj)).cast<std::string>()) +
-                " (a capsule can be consumed only once)");
-  }
-  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
-  const DLTensor& d = m->dl_tensor;
-  // Checked before the capsule is consumed, so a refusal leaves it to its producer.
-  if (d.device.device_type != kDLCPU) {
-    throw Error("from_dlpack: the tensor is on DLPack device type " +
-                std::to_string(d.device.device_type) + ", not the CPU (1)");
-  }
-  const DType dt = tw_dtype(d.dtype);
-  Shape shape(d.shape, d.shape + d.ndim);
-  if (d.strides) {
-    int64_t want = 1;
-    for (int32_t i = d.ndim; i-- > 0;) {
-      if (d.shape[i] != 1 && d.strides[i] != want) {
-        throw Error(
-            "from_dlpack: the tensor is not contiguous (row-major); make it contiguous "
-            "first (numpy: np.ascontiguousarray)");
-      }
-      want *= d.shape[i];
-    }
-  }
-  PyCapsule_SetName(cap.ptr(), "used_dltensor");
-  // The producer's memory is released through a capsule of ours, whose destructor runs with the
-  // GIL (keep_alive defers a release made without it), as producers' deleters may need it.
-  py::capsule owner(m, [](void* p) {
-    auto* mt = static_cast<DLManagedTensor*>(p);
-    if (mt->deleter) mt->deleter(mt);
-  });
-  void* data = static_cast<uint8_t*>(d.data) + d.byte_offset;
-  auto keep = keep_alive(std::move(owner));
-  py::gil_scoped_release release;
-  return from_blob(data, shape, dt, std::move(keep), device);
-}
-
 py::object item(const Tensor& t) {
   const detail::HostValues v = wait_for_device(t.device(), [t] { return t.host_values(); });
   if (v.numel != 1) {
@@ -403,6 +262,161 @@ py::object item(const Tensor& t) {
       return py::float_(wait_for_device(t.device(), [f] { return f.item<float>(); }));
     }
   }
+}
+
+// ---- DLPack (the v0.8 ABI: https://dmlc.github.io/dlpack/latest/c_api.html) ----
+
+struct DLDevice {
+  int32_t device_type;
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor* self);
+};
+constexpr int32_t kDLCPU = 1;
+enum : uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLBool = 6 };
+constexpr const char* kDLTensorName = "dltensor";
+constexpr const char* kDLUsedName = "used_dltensor";
+
+DLDataType dl_dtype_of(DType d) {
+  const auto bits = static_cast<uint8_t>(dtype_size(d) * 8);
+  switch (d) {
+    case DType::kF32:
+    case DType::kF64:
+    case DType::kF16: return {kDLFloat, bits, 1};
+    case DType::kBF16: return {kDLBfloat, bits, 1};
+    case DType::kI32:
+    case DType::kI64: return {kDLInt, bits, 1};
+    case DType::kU8: return {kDLUInt, bits, 1};
+    case DType::kBool: return {kDLBool, bits, 1};
+  }
+  throw Error("__dlpack__: unknown dtype");
+}
+
+std::optional<DType> dtype_of_dl(DLDataType t) {
+  if (t.lanes != 1) return std::nullopt;
+  for (DType d : {kF32, kF64, kF16, kBF16, kI32, kI64, kU8, kBool}) {
+    const DLDataType o = dl_dtype_of(d);
+    if (o.code == t.code && o.bits == t.bits) return d;
+  }
+  if (t.code == kDLUInt && t.bits == 8) return kU8;
+  return std::nullopt;
+}
+
+// What an exported capsule owns: the host values (on the CPU device, the tensor's own storage,
+// whose Buffer they keep alive) and the shape and strides the DLTensor points at.
+struct DLExport {
+  DLManagedTensor managed{};
+  detail::HostValues values;
+  std::vector<int64_t> shape, strides;
+};
+
+void delete_export(DLManagedTensor* m) { delete static_cast<DLExport*>(m->manager_ctx); }
+
+// Frees an export no consumer took (a consumer renames the capsule "used_dltensor" and calls
+// the deleter itself when done).
+void dl_capsule_destructor(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, kDLTensorName)) return;
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kDLTensorName));
+  if (m && m->deleter) m->deleter(m);
+}
+
+// Tensor.__dlpack__: a capsule over the tensor's values. On the CPU device a contiguous tensor
+// is exported without a copy (the consumer sees the tensor's memory); elsewhere it is a download.
+py::capsule to_dlpack(const Tensor& t) {
+  (void)dl_dtype_of(t.dtype());
+  auto e = std::make_unique<DLExport>();
+  e->values = wait_for_device(t.device(), [t] { return t.host_values(); });
+  e->shape = e->values.shape;
+  e->strides.assign(e->shape.size(), 1);
+  for (size_t i = e->shape.size(); i-- > 1;) e->strides[i - 1] = e->strides[i] * e->shape[i];
+  DLTensor& dl = e->managed.dl_tensor;
+  dl.data = const_cast<void*>(e->values.data);
+  dl.device = {kDLCPU, 0};
+  dl.ndim = static_cast<int32_t>(e->shape.size());
+  dl.dtype = dl_dtype_of(e->values.dtype);
+  dl.shape = e->shape.data();
+  dl.strides = e->strides.data();
+  dl.byte_offset = 0;
+  e->managed.manager_ctx = e.get();
+  e->managed.deleter = delete_export;
+  DLManagedTensor* m = &e.release()->managed;
+  PyObject* cap = PyCapsule_New(m, kDLTensorName, dl_capsule_destructor);
+  if (!cap) {
+    delete_export(m);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(cap);
+}
+
+// tw.from_dlpack: a tensor over the memory of any object with __dlpack__ (numpy arrays, tensors
+// of other libraries, tw tensors). On the CPU device no copy is made; the producer's memory is
+// held until the last tensor sharing it goes, then the producer's deleter runs.
+Tensor from_dlpack(const py::object& obj, const Device& device) {
+  release_pending(nullptr);
+  if (!py::hasattr(obj, "__dlpack__")) {
+    throw Error("from_dlpack: " + std::string(py::str(py::type::of(obj))) + " has no __dlpack__");
+  }
+  if (py::hasattr(obj, "__dlpack_device__")) {
+    const auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int32_t, int32_t>>();
+    if (dev.first != kDLCPU) {
+      throw Error("from_dlpack: the producer's memory is on DLPack device type " +
+                  std::to_string(dev.first) + ", and only CPU memory (type 1) is supported");
+    }
+  }
+  py::object cap = obj.attr("__dlpack__")();
+  if (!PyCapsule_IsValid(cap.ptr(), kDLTensorName)) {
+    throw Error("from_dlpack: __dlpack__ did not return an unconsumed 'dltensor' capsule");
+  }
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), kDLTensorName));
+  const DLTensor& dl = m->dl_tensor;
+  std::optional<DType> dt = dtype_of_dl(dl.dtype);
+  if (!dt) {
+    throw Error("from_dlpack: DLPack dtype (code " + std::to_string(dl.dtype.code) + ", " +
+                std::to_string(dl.dtype.bits) + " bits, " + std::to_string(dl.dtype.lanes) +
+                " lanes) has no tensorwire dtype");
+  }
+  if (dl.device.device_type != kDLCPU) throw Error("from_dlpack: the memory is not CPU memory");
+  Shape shape(dl.shape, dl.shape + dl.ndim);
+  if (dl.strides) {
+    int64_t expect = 1;
+    for (int32_t i = dl.ndim; i-- > 0;) {
+      if (shape[i] != 1 && dl.strides[i] != expect) {
+        throw Error(
+            "from_dlpack: the memory is not C-contiguous (strides are not supported; "
+            "make the producer contiguous first)");
+      }
+      expect *= shape[i];
+    }
+  }
+  // Consumed: from here the tensor owns the managed tensor and calls its deleter.
+  if (PyCapsule_SetName(cap.ptr(), kDLUsedName) != 0) throw py::error_already_set();
+  // The deleter may need the GIL (numpy's drops its array), so it runs from a Python object
+  // released as keep_alive releases one.
+  py::capsule owner(m, [](void* p) {
+    auto* mt = static_cast<DLManagedTensor*>(p);
+    if (mt->deleter) mt->deleter(mt);
+  });
+  void* data = static_cast<uint8_t*>(dl.data) + dl.byte_offset;
+  auto keep = keep_alive(std::move(owner));
+  py::gil_scoped_release release;
+  return from_blob(data, shape, *dt, std::move(keep), device);
 }
 
 // ---- indexing ----
@@ -426,8 +440,23 @@ SliceSpec slice_of(const py::slice& s, int64_t size) {
   };
   PySliceObject* so = reinterpret_cast<PySliceObject*>(s.ptr());
   const int64_t step = get(so->step, 1);
-  if (step < 1) throw py::value_error("slice step must be positive, got " + std::to_string(step));
+  if (step == 0) throw py::value_error("slice step cannot be zero");
+  if (step < 0) {
+    throw Error("slice step must be positive in an assignment, got " + std::to_string(step));
+  }
   return {get(so->start, 0), get(so->stop, size), step};
+}
+
+// t[s] along dim for any slice, a negative step included: a negative step reads the flipped dim
+// with the positive step, starting at the mirror of s.start (numpy's element order).
+Tensor slice_dim(const Tensor& t, int64_t dim, const py::slice& s) {
+  const int64_t size = t.size(dim);
+  Py_ssize_t start = 0, stop = 0, step = 0;
+  if (PySlice_Unpack(s.ptr(), &start, &stop, &step) != 0) throw py::error_already_set();
+  const Py_ssize_t n = PySlice_AdjustIndices(size, &start, &stop, step);
+  if (step > 0) return t.slice(dim, start, stop, step);
+  const int64_t first = size - 1 - start;
+  return t.flip({dim}).slice(dim, first, n == 0 ? first : first + (n - 1) * -step + 1, -step);
 }
 
 py::tuple index_tuple(const py::object& index) {
@@ -435,85 +464,8 @@ py::tuple index_tuple(const py::object& index) {
   return py::make_tuple(index);
 }
 
-// A bool tensor or bool numpy array given as an index: numpy's boolean mask indexing.
-std::optional<Tensor> bool_mask(const py::handle& h) {
-  if (py::isinstance<Tensor>(h)) {
-    Tensor t = h.cast<Tensor>();
-    if (t.dtype() == DType::kBool) return t;
-    return std::nullopt;
-  }
-  if (py::isinstance<py::array>(h)) {
-    py::array a = h.cast<py::array>();
-    if (a.dtype().kind() != 'b') return std::nullopt;
-    return copy_from_numpy(a, Device::cpu());
-  }
-  return std::nullopt;
-}
-
-std::string dims_str(const Shape& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
-
-// Where `mask` (a prefix of x's shape) is true, in row-major order: the mask is read (from a
-// remote device that is a download), since the result's shape depends on it.
-std::vector<int64_t> mask_positions(const Tensor& x, const Tensor& mask) {
-  const Shape& xs = x.shape();
-  const Shape& ms = mask.shape();
-  if (ms.size() > xs.size() || !std::equal(ms.begin(), ms.end(), xs.begin())) {
-    throw py::index_error("boolean index of shape " + dims_str(ms) +
-                          " does not match the tensor's shape " + dims_str(xs) +
-                          " (it must equal its leading dimensions)");
-  }
-  const detail::HostValues v =
-      wait_for_device(mask.device(), [mask] { return mask.host_values(); });
-  const auto* b = static_cast<const uint8_t*>(v.data);
-  std::vector<int64_t> at;
-  for (int64_t i = 0; i < v.numel; ++i)
-    if (b[i]) at.push_back(i);
-  return at;
-}
-
-// x flattened over the mask's dims: (numel(mask), the rest of x's dims...).
-Tensor flat_over(const Tensor& x, const Tensor& mask) {
-  Shape s = {mask.numel()};
-  s.insert(s.end(), x.shape().begin() + mask.dim(), x.shape().end());
-  return x.reshape(s);
-}
-
-// x[mask]: the selected entries along the mask's dims, in row-major order.
-Tensor mask_get(const Tensor& x, const Tensor& mask) {
-  const std::vector<int64_t> at = mask_positions(x, mask);
-  py::gil_scoped_release release;
-  const Tensor idx = from_vector<int64_t>(at, {static_cast<int64_t>(at.size())}, x.device());
-  return flat_over(x, mask).index_select(0, idx);
-}
-
-// x with x[mask] = value: value broadcasts to x[mask]'s shape (count, the rest of x's dims),
-// as numpy's; entry k of it goes to the k-th selected position.
-Tensor mask_set(const Tensor& x, const Tensor& mask, const Tensor& value) {
-  const std::vector<int64_t> at = mask_positions(x, mask);
-  py::gil_scoped_release release;
-  if (at.empty()) return x;
-  const Tensor flat = flat_over(x, mask);
-  Shape selected = flat.shape();
-  selected[0] = static_cast<int64_t>(at.size());
-  const Tensor v = value.to(x.dtype()).expand(selected);
-  // Each position's rank among the selected ones (0 where unselected: masked out below).
-  std::vector<int64_t> rank(static_cast<size_t>(mask.numel()), 0);
-  for (size_t k = 0; k < at.size(); ++k) rank[static_cast<size_t>(at[k])] = static_cast<int64_t>(k);
-  const Tensor spread = v.index_select(0, from_vector<int64_t>(rank, {mask.numel()}, x.device()));
-  Shape mshape = {mask.numel()};
-  mshape.resize(static_cast<size_t>(flat.dim()), 1);
-  const Tensor m = mask.to(x.device()).reshape(mshape);
-  return where(m, spread, flat).reshape(x.shape());
-}
-
-// x[index] for ints, slices, None, Ellipsis, 1-D integer tensors (index_select) and a bool mask
-// (numpy's boolean indexing: a bool tensor or array over x's leading dims).
+// x[index] for ints, slices, None, Ellipsis and 1-D integer tensors (index_select).
 Tensor get_item(const Tensor& x, const py::object& index) {
-  if (std::optional<Tensor> mask = bool_mask(index)) return mask_get(x, mask->to(x.device()));
   const py::tuple items = index_tuple(index);
   int64_t consumed = 0;
   for (const py::handle& h : items) {
@@ -531,8 +483,7 @@ Tensor get_item(const Tensor& x, const py::object& index) {
       dim += x.dim() - consumed;
       consumed = x.dim();
     } else if (py::isinstance<py::slice>(h)) {
-      const SliceSpec s = slice_of(h.cast<py::slice>(), t.size(dim));
-      t = t.slice(dim++, s.start, s.stop, s.step);
+      t = slice_dim(t, dim++, h.cast<py::slice>());
     } else if (py::isinstance<Tensor>(h)) {
       t = t.index_select(dim++, h.cast<Tensor>());
     } else {
@@ -543,13 +494,32 @@ Tensor get_item(const Tensor& x, const py::object& index) {
   return t;
 }
 
-// x with x[index] = value for ints and slices: a new tensor (ops are functional) that the Python
-// handle is rebound to. Each index becomes a slice (an int i is i:i+1); value broadcasts to the
-// shape x[index] has, and the assignment nests from the innermost dim out:
-// x.slice_assign(d0, x[d0].slice_assign(d1, ..., value)).
+// x with x[index] = value for ints, slices and Ellipsis: a new tensor (ops are functional) that the
+// Python handle is rebound to. Each index becomes a slice (an int i is i:i+1); value broadcasts to
+// the shape x[index] has, and the assignment nests from the innermost dim out: x.slice_assign(d0,
+// x[d0].slice_assign(d1, ..., value)).
 Tensor set_item(const Tensor& x, const py::object& index, const Tensor& value) {
-  if (std::optional<Tensor> mask = bool_mask(index)) return mask_set(x, *mask, value);
-  const py::tuple items = index_tuple(index);
+  py::tuple items = index_tuple(index);
+  // An Ellipsis stands for as many full slices as the dims the other indices leave.
+  py::list expanded;
+  bool ellipsis = false;
+  for (const py::handle& h : items) {
+    if (h.ptr() != Py_Ellipsis) continue;
+    if (ellipsis) throw py::index_error("an index can only have a single ellipsis ('...')");
+    ellipsis = true;
+  }
+  if (ellipsis) {
+    const int64_t fill = x.dim() - static_cast<int64_t>(items.size()) + 1;
+    for (const py::handle& h : items) {
+      if (h.ptr() != Py_Ellipsis) {
+        expanded.append(h);
+        continue;
+      }
+      for (int64_t i = 0; i < fill; ++i)
+        expanded.append(py::slice(py::none(), py::none(), py::none()));
+    }
+    items = py::tuple(expanded);
+  }
   if (static_cast<int64_t>(items.size()) > x.dim()) {
     throw py::index_error("too many indices for a tensor of dimension " + std::to_string(x.dim()));
   }
@@ -570,8 +540,8 @@ Tensor set_item(const Tensor& x, const py::object& index, const Tensor& value) {
       specs.push_back({start, stop, sp.step});
       kept.push_back(n);
       full_shape.push_back(n);
-    } else if (h.is_none() || h.ptr() == Py_Ellipsis || py::isinstance<Tensor>(h)) {
-      throw py::index_error("assignment takes ints and slices only");
+    } else if (h.is_none() || py::isinstance<Tensor>(h)) {
+      throw py::index_error("assignment takes ints, slices, ... and boolean masks only");
     } else {
       const int64_t i = normalize_index(h.cast<int64_t>(), size, d);
       specs.push_back({i, i + 1, 1});
@@ -677,6 +647,12 @@ namespace tw::python {
 namespace {
 
 using Release = py::call_guard<py::gil_scoped_release>;
+// Elementwise and movement ops keep the GIL: submitting one costs less than releasing and
+// retaking it (measured: 200k chained one-element adds from Python on a remote device, ~200k ->
+// ~300k ops/s on 2 loaded cores). Such an op waits only on a full remote queue, which the
+// session drains without any Python thread; on the CPU device it computes with the GIL held, a
+// short time next to the ops that release it (matmul, conv, pooling, reductions, nn, optim).
+using Submit = py::call_guard<>;
 
 void bind_device(py::module_& m) {
   py::enum_<DType>(m, "dtype", "Element types (tw.float32 is tw.dtype.f32, ...).")
@@ -698,13 +674,14 @@ void bind_device(py::module_& m) {
                   "The local LibTorch device (ATen kernels with tensorwire's semantics); raises "
                   "tw.Error when this build has no torch backend.")
       .def_static("torch_available", &Device::torch_available)
-      .def_static("capture", &Device::capture, py::arg("inner"),
-                  "A fresh capture device over `inner`: records every op issued to it (see "
-                  "tw.graph.Capture, which also names the trace's inputs).")
       .def_static("remote", &Device::remote, py::arg("url"), py::arg("index") = 0,
                   "Device `index` of the compute server at `url` (tcp://host:port or "
                   "unix:///path). Each call opens its own session; nothing is contacted until "
                   "first use or connect().")
+      .def_static("capture", &Device::capture, py::arg("inner"),
+                  "A fresh capture device over `inner` (cpu, torch or remote): records every op "
+                  "issued to its tensors as a trace and runs it on `inner` too. Use it through "
+                  "tw.graph.Capture, which gives it inputs and ends the recording.")
       .def_property_readonly("kind",
                              [](const Device& d) {
                                switch (d.kind()) {
@@ -757,6 +734,14 @@ void bind_tensor(py::module_& m) {
       .def(py::init([](const nn::Parameter& p) { return p.value(); }), py::arg("parameter"),
            "The current value of a Parameter (what lets a Parameter stand in for a Tensor).");
   // ---- values ----
+  t.def(
+       "__dlpack__", [](const Tensor& x, const py::object&) { return to_dlpack(x); },
+       py::arg("stream") = py::none(),
+       "A DLPack capsule over the values: on the CPU device a contiguous tensor's own memory (no "
+       "copy; the capsule keeps it alive), elsewhere a download.")
+      .def(
+          "__dlpack_device__", [](const Tensor&) { return py::make_tuple(kDLCPU, 0); },
+          "(1, 0): the values are exported as CPU memory.");
   t.def("numpy", &to_numpy,
         "The values as a numpy array. On the CPU device it shares the tensor's memory (writes "
         "through it are seen by the tensor; the array keeps the tensor alive); on other devices "
@@ -768,14 +753,6 @@ void bind_tensor(py::module_& m) {
             return dtype.is_none() ? py::object(a) : a.attr("astype")(dtype);
           },
           py::arg("dtype") = py::none())
-      .def(
-          "__dlpack__", [](const Tensor& x, const py::object& /*stream*/) { return to_dlpack(x); },
-          py::arg("stream") = py::none(),
-          "A DLPack capsule over the values (np.from_dlpack, torch.from_dlpack): on the CPU "
-          "device it shares the tensor's memory; on other devices it is a download.")
-      .def(
-          "__dlpack_device__", [](const Tensor&) { return py::make_tuple(kDLCPU, 0); },
-          "(1, 0): DLPack's CPU device (a remote tensor's values arrive in host memory).")
       .def("item", &item, "The one element as a Python number (waits for the device).")
       .def("tolist", [](const Tensor& x) { return to_numpy(x).attr("tolist")(); })
       .def("to_bytes",
@@ -812,7 +789,7 @@ void bind_tensor(py::module_& m) {
       .def(
           "bool", [](const Tensor& x) { return x.to(kBool); }, Release());
   // ---- elementwise unary ----
-#define TW_UNARY(name) t.def(#name, &Tensor::name, Release(), doc(#name, "Elementwise " #name "."))
+#define TW_UNARY(name) t.def(#name, &Tensor::name, Submit(), doc(#name, "Elementwise " #name "."))
   TW_UNARY(neg);
   TW_UNARY(abs);
   TW_UNARY(exp);
@@ -836,10 +813,10 @@ void bind_tensor(py::module_& m) {
   TW_UNARY(logical_not);
 #undef TW_UNARY
   // ---- elementwise binary: tensor or scalar operand ----
-#define TW_BINARY(name)                                                                         \
-  t.def(#name, py::overload_cast<const Tensor&>(&Tensor::name, py::const_), py::arg("other"),   \
-        Release(), doc(#name, "Elementwise " #name " with a tensor (broadcast) or a scalar.")); \
-  t.def(#name, py::overload_cast<Scalar>(&Tensor::name, py::const_), py::arg("other"), Release())
+#define TW_BINARY(name)                                                                        \
+  t.def(#name, py::overload_cast<const Tensor&>(&Tensor::name, py::const_), py::arg("other"),  \
+        Submit(), doc(#name, "Elementwise " #name " with a tensor (broadcast) or a scalar.")); \
+  t.def(#name, py::overload_cast<Scalar>(&Tensor::name, py::const_), py::arg("other"), Submit())
   TW_BINARY(add);
   TW_BINARY(sub);
   TW_BINARY(mul);
@@ -853,8 +830,8 @@ void bind_tensor(py::module_& m) {
   TW_BINARY(gt);
   TW_BINARY(ge);
 #undef TW_BINARY
-#define TW_TENSOR_BINARY(name)                             \
-  t.def(#name, &Tensor::name, py::arg("other"), Release(), \
+#define TW_TENSOR_BINARY(name)                            \
+  t.def(#name, &Tensor::name, py::arg("other"), Submit(), \
         doc(#name, "Elementwise " #name " with a tensor (broadcast)."))
   TW_TENSOR_BINARY(maximum);
   TW_TENSOR_BINARY(minimum);
@@ -862,82 +839,82 @@ void bind_tensor(py::module_& m) {
   TW_TENSOR_BINARY(logical_or);
   TW_TENSOR_BINARY(logical_xor);
 #undef TW_TENSOR_BINARY
-  t.def("clamp", &Tensor::clamp, py::arg("min") = py::none(), py::arg("max") = py::none(),
-        Release(), doc("clamp", "Elementwise min(max(x, min), max); either bound may be None."))
-      .def("masked_fill", &Tensor::masked_fill, py::arg("mask"), py::arg("value"), Release(),
+  t.def("clamp", &Tensor::clamp, py::arg("min") = py::none(), py::arg("max") = py::none(), Submit(),
+        doc("clamp", "Elementwise min(max(x, min), max); either bound may be None."))
+      .def("masked_fill", &Tensor::masked_fill, py::arg("mask"), py::arg("value"), Submit(),
            doc("masked_fill", "x with `value` where the bool `mask` is true."));
   // ---- operators ----
   using T = const Tensor&;
   t.def(
-       "__neg__", [](T a) { return -a; }, Release())
+       "__neg__", [](T a) { return -a; }, Submit())
       .def(
-          "__invert__", [](T a) { return !a; }, Release())
+          "__invert__", [](T a) { return !a; }, Submit())
       .def(
-          "__abs__", [](T a) { return a.abs(); }, Release());
+          "__abs__", [](T a) { return a.abs(); }, Submit());
   t.def(
-       "__add__", [](T a, T b) { return a + b; }, Release())
+       "__add__", [](T a, T b) { return a + b; }, Submit())
       .def(
-          "__add__", [](T a, Scalar b) { return a + b; }, Release())
+          "__add__", [](T a, Scalar b) { return a + b; }, Submit())
       .def(
-          "__radd__", [](T a, Scalar b) { return b + a; }, Release())
+          "__radd__", [](T a, Scalar b) { return b + a; }, Submit())
       .def(
-          "__sub__", [](T a, T b) { return a - b; }, Release())
+          "__sub__", [](T a, T b) { return a - b; }, Submit())
       .def(
-          "__sub__", [](T a, Scalar b) { return a - b; }, Release())
+          "__sub__", [](T a, Scalar b) { return a - b; }, Submit())
       .def(
-          "__rsub__", [](T a, Scalar b) { return b - a; }, Release())
+          "__rsub__", [](T a, Scalar b) { return b - a; }, Submit())
       .def(
-          "__mul__", [](T a, T b) { return a * b; }, Release())
+          "__mul__", [](T a, T b) { return a * b; }, Submit())
       .def(
-          "__mul__", [](T a, Scalar b) { return a * b; }, Release())
+          "__mul__", [](T a, Scalar b) { return a * b; }, Submit())
       .def(
-          "__rmul__", [](T a, Scalar b) { return b * a; }, Release())
+          "__rmul__", [](T a, Scalar b) { return b * a; }, Submit())
       .def(
-          "__truediv__", [](T a, T b) { return a / b; }, Release())
+          "__truediv__", [](T a, T b) { return a / b; }, Submit())
       .def(
-          "__truediv__", [](T a, Scalar b) { return a / b; }, Release())
+          "__truediv__", [](T a, Scalar b) { return a / b; }, Submit())
       .def(
-          "__rtruediv__", [](T a, Scalar b) { return b / a; }, Release())
+          "__rtruediv__", [](T a, Scalar b) { return b / a; }, Submit())
       .def(
-          "__pow__", [](T a, T b) { return a.pow(b); }, Release())
+          "__pow__", [](T a, T b) { return a.pow(b); }, Submit())
       .def(
-          "__pow__", [](T a, Scalar b) { return a.pow(b); }, Release())
+          "__pow__", [](T a, Scalar b) { return a.pow(b); }, Submit())
       .def(
-          "__mod__", [](T a, T b) { return a.remainder(b); }, Release())
+          "__mod__", [](T a, T b) { return a.remainder(b); }, Submit())
       .def(
-          "__mod__", [](T a, Scalar b) { return a.remainder(b); }, Release())
+          "__mod__", [](T a, Scalar b) { return a.remainder(b); }, Submit())
       .def(
-          "__matmul__", [](T a, T b) { return a.matmul(b); }, Release())
+          "__matmul__", [](T a, T b) { return a.matmul(b); }, Submit())
       .def(
-          "__eq__", [](T a, T b) { return a == b; }, Release())
+          "__eq__", [](T a, T b) { return a == b; }, Submit())
       .def(
-          "__eq__", [](T a, Scalar b) { return a == b; }, Release())
+          "__eq__", [](T a, Scalar b) { return a == b; }, Submit())
       .def(
-          "__ne__", [](T a, T b) { return a != b; }, Release())
+          "__ne__", [](T a, T b) { return a != b; }, Submit())
       .def(
-          "__ne__", [](T a, Scalar b) { return a != b; }, Release())
+          "__ne__", [](T a, Scalar b) { return a != b; }, Submit())
       .def(
-          "__lt__", [](T a, T b) { return a < b; }, Release())
+          "__lt__", [](T a, T b) { return a < b; }, Submit())
       .def(
-          "__lt__", [](T a, Scalar b) { return a < b; }, Release())
+          "__lt__", [](T a, Scalar b) { return a < b; }, Submit())
       .def(
-          "__le__", [](T a, T b) { return a <= b; }, Release())
+          "__le__", [](T a, T b) { return a <= b; }, Submit())
       .def(
-          "__le__", [](T a, Scalar b) { return a <= b; }, Release())
+          "__le__", [](T a, Scalar b) { return a <= b; }, Submit())
       .def(
-          "__gt__", [](T a, T b) { return a > b; }, Release())
+          "__gt__", [](T a, T b) { return a > b; }, Submit())
       .def(
-          "__gt__", [](T a, Scalar b) { return a > b; }, Release())
+          "__gt__", [](T a, Scalar b) { return a > b; }, Submit())
       .def(
-          "__ge__", [](T a, T b) { return a >= b; }, Release())
+          "__ge__", [](T a, T b) { return a >= b; }, Submit())
       .def(
-          "__ge__", [](T a, Scalar b) { return a >= b; }, Release())
+          "__ge__", [](T a, Scalar b) { return a >= b; }, Submit())
       .def(
-          "__and__", [](T a, T b) { return a.logical_and(b); }, Release())
+          "__and__", [](T a, T b) { return a.logical_and(b); }, Submit())
       .def(
-          "__or__", [](T a, T b) { return a.logical_or(b); }, Release())
+          "__or__", [](T a, T b) { return a.logical_or(b); }, Submit())
       .def(
-          "__xor__", [](T a, T b) { return a.logical_xor(b); }, Release())
+          "__xor__", [](T a, T b) { return a.logical_xor(b); }, Submit())
       .def("__getitem__", &get_item)
       .def("__setitem__",
            [](Tensor& a, const py::object& index, T v) { a = set_item(a, index, v); })
@@ -983,39 +960,39 @@ void bind_tensor(py::module_& m) {
            doc("matmul", "Matrix product; 1-D operands are treated as in torch.matmul."));
   // ---- movement ----
   t.def(
-       "reshape", [](T x, const Shape& s) { return x.reshape(s); }, py::arg("shape"), Release(),
+       "reshape", [](T x, const Shape& s) { return x.reshape(s); }, py::arg("shape"), Submit(),
        doc("reshape", "The same values in a new shape (one size may be -1)."))
       .def(
-          "view", [](T x, const Shape& s) { return x.reshape(s); }, py::arg("shape"), Release(),
+          "view", [](T x, const Shape& s) { return x.reshape(s); }, py::arg("shape"), Submit(),
           doc("view", "As reshape."))
-      .def("flatten", &Tensor::flatten, py::arg("start_dim") = 0, py::arg("end_dim") = -1,
-           Release(), doc("flatten", "Joins dims start_dim..end_dim into one."))
-      .def("permute", &Tensor::permute, py::arg("dims"), Release(),
+      .def("flatten", &Tensor::flatten, py::arg("start_dim") = 0, py::arg("end_dim") = -1, Submit(),
+           doc("flatten", "Joins dims start_dim..end_dim into one."))
+      .def("permute", &Tensor::permute, py::arg("dims"), Submit(),
            doc("permute", "The dims reordered."))
-      .def("transpose", &Tensor::transpose, py::arg("dim0"), py::arg("dim1"), Release(),
+      .def("transpose", &Tensor::transpose, py::arg("dim0"), py::arg("dim1"), Submit(),
            doc("transpose", "dim0 and dim1 swapped."))
-      .def("t", &Tensor::t, Release(), doc("t", "The transpose of a 2-D tensor."))
+      .def("t", &Tensor::t, Submit(), doc("t", "The transpose of a 2-D tensor."))
       .def_property_readonly("T", [](T x) { return x.t(); })
-      .def("expand", &Tensor::expand, py::arg("shape"), Release(),
+      .def("expand", &Tensor::expand, py::arg("shape"), Submit(),
            doc("expand", "Size-1 dims stretched to `shape` (-1 keeps a dim)."))
-      .def("expand_as", &Tensor::expand_as, py::arg("other"), Release())
+      .def("expand_as", &Tensor::expand_as, py::arg("other"), Submit())
       .def(
           "squeeze", [](T x, std::optional<int64_t> d) { return d ? x.squeeze(*d) : x.squeeze(); },
-          py::arg("dim") = py::none(), Release(), doc("squeeze", "Size-1 dims removed."))
-      .def("unsqueeze", &Tensor::unsqueeze, py::arg("dim"), Release(),
+          py::arg("dim") = py::none(), Submit(), doc("squeeze", "Size-1 dims removed."))
+      .def("unsqueeze", &Tensor::unsqueeze, py::arg("dim"), Submit(),
            doc("unsqueeze", "A size-1 dim inserted at dim."))
       .def("slice", &Tensor::slice, py::arg("dim"), py::arg("start"), py::arg("end"),
-           py::arg("step") = 1, Release(),
+           py::arg("step") = 1, Submit(),
            doc("slice", "Elements start, start+step, ... < end along dim (Python slice rules)."))
-      .def("narrow", &Tensor::narrow, py::arg("dim"), py::arg("start"), py::arg("length"),
-           Release(), doc("narrow", "length elements from start along dim."))
+      .def("narrow", &Tensor::narrow, py::arg("dim"), py::arg("start"), py::arg("length"), Submit(),
+           doc("narrow", "length elements from start along dim."))
       .def("slice_assign", &Tensor::slice_assign, py::arg("dim"), py::arg("start"), py::arg("end"),
-           py::arg("step"), py::arg("src"), Release(),
+           py::arg("step"), py::arg("src"), Submit(),
            doc("slice_assign", "A copy with this[slice(dim, start, end, step)] = src."))
       .def(
           "flip", [](T x, const py::object& dims) { return x.flip(dims_arg(dims)); },
           py::arg("dims"), doc("flip", "The order of elements reversed along dims."))
-      .def("repeat", &Tensor::repeat, py::arg("repeats"), Release(),
+      .def("repeat", &Tensor::repeat, py::arg("repeats"), Submit(),
            doc("repeat", "Tiled as torch.Tensor.repeat."));
   // ---- indexing and neural ----
   t.def("gather", &Tensor::gather, py::arg("dim"), py::arg("index"), Release(),
@@ -1099,13 +1076,12 @@ void bind_functions(py::module_& m) {
             "A tensor over a C-contiguous numpy array. On the CPU device it shares the array's "
             "memory (writes to the array are seen by the tensor; the tensor keeps the array "
             "alive); on other devices it is an upload."));
-  m.def("_copy_from_numpy", &copy_from_numpy, py::arg("array"), py::arg("device"));
   m.def("from_dlpack", &from_dlpack, py::arg("obj"), py::arg("device") = Device::cpu(),
-        "A tensor over the memory of an object with __dlpack__ (a numpy array, a torch tensor, "
-        "another tensorwire tensor) or a DLPack capsule. On the CPU device it shares the memory "
-        "(writes through the producer are seen by the tensor, which keeps the producer's memory "
-        "alive); on other devices it is an upload. The tensor must be on the CPU and "
-        "contiguous.");
+        "A tensor over the memory of an object with __dlpack__ (numpy arrays, other libraries' "
+        "tensors). On the CPU device it shares the memory (no copy), holding the producer's "
+        "memory until the last tensor sharing it goes; on other devices it is an upload. The "
+        "memory must be CPU memory and C-contiguous.");
+  m.def("_copy_from_numpy", &copy_from_numpy, py::arg("array"), py::arg("device"));
   m.def(
       "from_bytes",
       [](const py::bytes& b, const Shape& shape, DType dtype, const Device& d) {
@@ -1420,106 +1396,6 @@ void bind_io_and_server(py::module_& m) {
         });
 }
 
-void bind_graph(py::module_& m) {
-  py::module_ g = m.def_submodule("graph", "Op traces and graphs (tensorwire/graph.h).");
-  py::class_<graph::Trace>(g, "Trace",
-                           "A recorded sequence of ops with its inputs and outputs: saved to a "
-                           "file, loaded, replayed on any device (as one registered graph where "
-                           "the device can run one), bit for bit what running the ops eagerly "
-                           "there gives.")
-      .def("save", &graph::Trace::save, py::arg("path"), Release(),
-           "Writes the trace file (docs/trace.md).")
-      .def_static("load", &graph::Trace::load, py::arg("path"), Release(),
-                  "Reads a trace file; raises tw.Error naming the problem for a missing, "
-                  "truncated, corrupt or invalid file.")
-      .def("to_bytes",
-           [](const graph::Trace& t) {
-             const std::vector<uint8_t> b = t.to_bytes();
-             return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
-           })
-      .def_static(
-          "from_bytes",
-          [](const py::bytes& b) {
-            const std::string_view v(b);
-            return graph::Trace::from_bytes({reinterpret_cast<const uint8_t*>(v.data()), v.size()});
-          },
-          py::arg("data"))
-      .def_property_readonly("inputs",
-                             [](const graph::Trace& t) {
-                               py::list out;
-                               for (const graph::TensorSpec& s : t.inputs())
-                                 out.append(py::make_tuple(shape_tuple(s.shape), s.dtype));
-                               return out;
-                             })
-      .def_property_readonly("outputs",
-                             [](const graph::Trace& t) {
-                               py::list out;
-                               for (const graph::TensorSpec& s : t.outputs())
-                                 out.append(py::make_tuple(shape_tuple(s.shape), s.dtype));
-                               return out;
-                             })
-      .def_property_readonly("num_ops", &graph::Trace::num_ops)
-      .def("replay", &graph::Trace::replay, py::arg("device"), py::arg("inputs"), Release(),
-           "Runs the trace on `device` with `inputs` (tensors there matching `inputs` in order, "
-           "shape and dtype) and returns the outputs.")
-      .def("runs_as_graph", &graph::Trace::runs_as_graph, py::arg("device"))
-      .def("__str__", &graph::Trace::str)
-      .def("__repr__", [](const graph::Trace& t) {
-        return "<tw.graph.Trace: " + std::to_string(t.inputs().size()) + " inputs, " +
-               std::to_string(t.num_ops()) + " ops, " + std::to_string(t.outputs().size()) +
-               " outputs>";
-      });
-  py::class_<graph::Capture>(g, "Capture",
-                             "Records the ops issued to its capture device (Device.capture "
-                             "over `inner`); each is also run on the inner device. Reading "
-                             "values while recording raises tw.Error.")
-      .def(py::init<const Device&>(), py::arg("inner"))
-      .def_property_readonly("device", &graph::Capture::device,
-                             py::return_value_policy::reference_internal)
-      .def("input", &graph::Capture::input, py::arg("tensor"),
-           "A tensor of the capture device standing for `tensor` (of the inner device): the "
-           "trace's next input.")
-      .def(
-          "finish",
-          [](graph::Capture& c, const std::optional<std::vector<Tensor>>& outputs) {
-            return outputs ? c.finish(*outputs) : c.finish();
-          },
-          py::arg("outputs") = py::none(),
-          "Ends the recording. The outputs are `outputs` in order, or, when none are given, the "
-          "recorded tensors still held, in the order they were made.")
-      .def("release", &graph::Capture::release, py::arg("tensor"),
-           "After finish(): the inner device's tensor behind a capture tensor (no copy).");
-  py::class_<graph::Step>(g, "Step",
-                          "Automatic step caching: calls fn eagerly the first time it sees a "
-                          "combination of argument and state shapes, records it the second time, "
-                          "then replays the recorded trace (one registered graph on the device). "
-                          "With an optimizer, its parameters and state are the step's state: "
-                          "rebound to their new values after every call.")
-      .def(py::init([](py::function fn, optim::Optimizer* optimizer) {
-             graph::Step::Fn call = [fn](const std::vector<Tensor>& args) {
-               py::gil_scoped_acquire gil;
-               py::object r = fn(*py::cast(args));
-               if (py::isinstance<Tensor>(r)) return std::vector<Tensor>{r.cast<Tensor>()};
-               return r.cast<std::vector<Tensor>>();
-             };
-             return graph::Step(std::move(call), optimizer ? graph::state_slots(*optimizer)
-                                                           : std::vector<graph::Slot>{});
-           }),
-           py::arg("fn"), py::arg("optimizer") = nullptr, py::keep_alive<1, 3>())
-      .def(
-          "__call__",
-          [](graph::Step& s, py::args args) {
-            std::vector<Tensor> a;
-            for (const py::handle& h : args) a.push_back(h.cast<Tensor>());
-            std::vector<Tensor> out = s(a);
-            return out;
-          },
-          "Runs the step on these tensors; returns the list fn returns.")
-      .def_property_readonly("eager_calls", &graph::Step::eager_calls)
-      .def_property_readonly("recordings", &graph::Step::recordings)
-      .def_property_readonly("replays", &graph::Step::replays);
-}
-
 // tw.dist (tensorwire/dist.h): each call returns the list of results (the C++ calls replace the
 // list's tensors in place; a Python list the caller passed stays as it was).
 void bind_dist(py::module_& m) {
@@ -1587,6 +1463,124 @@ void bind_dist(py::module_& m) {
       Release(),
       "The reduction split along dimension 0 into len(tensors) equal parts: result i is part i, "
       "on tensor i's device.");
+}
+
+// tw.graph (tensorwire/graph.h): capture, traces, replay and step caching.
+void bind_graph(py::module_& m) {
+  py::module_ g =
+      m.def_submodule("graph", "Op traces: capture, save, load, replay (tensorwire/graph.h).");
+  py::class_<graph::TensorSpec>(g, "TensorSpec", "The dtype and shape of a trace input or output.")
+      .def_property_readonly("shape",
+                             [](const graph::TensorSpec& s) { return shape_tuple(s.shape); })
+      .def_readonly("dtype", &graph::TensorSpec::dtype)
+      .def("__str__", &graph::TensorSpec::str)
+      .def("__repr__", &graph::TensorSpec::str);
+  py::class_<graph::Trace>(g, "Trace",
+                           "A recorded op trace: save it, load it, replay it on any device.")
+      .def(py::init<>(), "A trace of no ops.")
+      .def("save", &graph::Trace::save, py::arg("path"), Release(),
+           "Writes the trace to `path` (the format of docs/trace.md).")
+      .def_static(
+          "load", &graph::Trace::load, py::arg("path"), Release(),
+          "Reads a trace file; raises tw.Error naming the problem for a missing, truncated, "
+          "corrupt or invalid file.")
+      .def("to_bytes",
+           [](const graph::Trace& t) {
+             const std::vector<uint8_t> b = t.to_bytes();
+             return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+           })
+      .def_static(
+          "from_bytes",
+          [](const py::bytes& b) {
+            const std::string_view v = b;
+            return graph::Trace::from_bytes(
+                std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
+          },
+          py::arg("data"))
+      .def_property_readonly("inputs", &graph::Trace::inputs)
+      .def_property_readonly("outputs", &graph::Trace::outputs)
+      .def("num_ops", &graph::Trace::num_ops)
+      .def("__str__", &graph::Trace::str)
+      .def(
+          "replay",
+          [](const graph::Trace& t, const Device& d, std::vector<Tensor> inputs) {
+            return wait_for_device(d, [t, d, inputs] { return t.replay(d, inputs); });
+          },
+          py::arg("device"), py::arg("inputs"),
+          "Runs the trace on `device` with `inputs` (tensors there, matching .inputs) and returns "
+          "the outputs. The first replay on a device registers the trace as a graph there when "
+          "the device can host one (cpu, torch, a remote server), later ones run it by id; the "
+          "values equal running the same ops eagerly there, bit for bit.")
+      .def("runs_as_graph", &graph::Trace::runs_as_graph, py::arg("device"),
+           "Whether replays on `device` run as a registered graph.");
+  py::class_<graph::Capture>(
+      g, "Capture",
+      "Records the ops issued to its capture device (Device.capture(inner)). "
+      "While recording, reading values raises tw.Error.")
+      .def(py::init<const Device&>(), py::arg("inner"))
+      .def_property_readonly("device", &graph::Capture::device)
+      .def("input", &graph::Capture::input, py::arg("tensor"),
+           "A tensor of the capture device standing for `tensor` (of the inner device): the "
+           "trace's next input.")
+      .def(
+          "finish",
+          [](graph::Capture& c, std::optional<std::vector<Tensor>> outputs) {
+            return outputs ? c.finish(*outputs) : c.finish();
+          },
+          py::arg("outputs") = py::none(),
+          "Ends the recording. The trace's outputs are `outputs` (in order), or by default the "
+          "recorded tensors still held, in the order they were made.")
+      .def("release", &graph::Capture::release, py::arg("captured"),
+           "After finish(): the inner device's tensor for a capture tensor (no copy).");
+  py::class_<graph::Slot>(g, "Slot",
+                          "A tensor a Step reads and rebinds (a parameter, an "
+                          "optimizer's state tensor).")
+      .def(
+          py::init([](nn::ParameterPtr p) {
+            return graph::Slot{[p] { return p->value(); }, [p](Tensor t) { p->set(std::move(t)); }};
+          }),
+          py::arg("parameter"));
+  g.def(
+      "state_slots",
+      [](py::object optimizer) {
+        py::list out;
+        for (graph::Slot& s : graph::state_slots(optimizer.cast<optim::Optimizer&>())) {
+          py::object slot = py::cast(std::move(s));
+          // A slot points into the optimizer's state: the optimizer lives as long as its slots.
+          py::detail::keep_alive_impl(slot, optimizer);
+          out.append(slot);
+        }
+        return out;
+      },
+      py::arg("optimizer"), "The optimizer's parameters, then its state tensors, as Slots.");
+  py::class_<graph::Step>(g, "Step",
+                          "Automatic step caching: the first call with a set of argument and state "
+                          "shapes runs fn eagerly, the second records it, later ones replay the "
+                          "trace (one registered graph on the device). Results equal calling fn "
+                          "eagerly, bit for bit.")
+      .def(py::init([](py::function fn, std::vector<graph::Slot> state) {
+             // Shared, so that copies of the std::function never touch Python's refcounts; the
+             // last reference goes with the Step, which Python frees holding the GIL.
+             auto py_fn = std::make_shared<py::function>(std::move(fn));
+             graph::Step::Fn f = [py_fn](const std::vector<Tensor>& args) {
+               py::gil_scoped_acquire gil;
+               py::object r = (*py_fn)(args);
+               if (py::isinstance<Tensor>(r)) return std::vector<Tensor>{r.cast<Tensor>()};
+               return r.cast<std::vector<Tensor>>();
+             };
+             return std::make_unique<graph::Step>(std::move(f), std::move(state));
+           }),
+           py::arg("fn"), py::arg("state") = std::vector<graph::Slot>{})
+      .def(
+          "__call__",
+          [](graph::Step& s, std::vector<Tensor> args) {
+            py::gil_scoped_release r;
+            return s(args);
+          },
+          py::arg("args"))
+      .def_property_readonly("eager_calls", &graph::Step::eager_calls)
+      .def_property_readonly("recordings", &graph::Step::recordings)
+      .def_property_readonly("replays", &graph::Step::replays);
 }
 
 }  // namespace

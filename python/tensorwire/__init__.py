@@ -10,8 +10,8 @@ idiom of PyTorch.
         print(loss.item(), x.grad.shape)
 
 The C++ API (include/tensorwire/) is bound in tensorwire._tensorwire; this package adds the
-PyTorch-style conveniences (shapes as *size, dtype names, no_grad, Module subclassing). Traces
-and graphs are in tw.graph, collectives in tw.dist.
+PyTorch-style conveniences (shapes as *size, dtype names, no_grad, Module subclassing); tw.graph
+holds captures and traces, tw.dist the collectives.
 """
 import builtins as _builtins
 import functools as _functools
@@ -30,10 +30,10 @@ import numpy as _np  # noqa: E402
 from . import _tensorwire as _C  # noqa: E402
 from ._tensorwire import (  # noqa: F401,E402  (re-exported)
     Device, Error, RemoteDeviceInfo, Server, Tensor, WireCounters, adaptive_avg_pool2d,
-    avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes, from_dlpack, from_numpy,
-    full_like, get_num_threads, is_grad_enabled, layer_norm, log_softmax, manual_seed, matmul,
-    max_pool2d, one_hot, ones_like, remote_devices, set_grad_enabled, set_num_threads, softmax,
-    stack, where, wire_counters, zeros_like,
+    avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes, from_dlpack,
+    from_numpy, full_like, get_num_threads, is_grad_enabled, layer_norm, log_softmax,
+    manual_seed, matmul, max_pool2d, one_hot, ones_like, remote_devices, set_grad_enabled,
+    set_num_threads, softmax, stack, where, wire_counters, zeros_like,
 )
 
 float32 = dtype.f32
@@ -213,6 +213,79 @@ class enable_grad(no_grad):
     """Turns autograd recording back on inside a no_grad block."""
 
     _enable = True
+
+
+# ---- boolean-mask indexing ----
+# The C++ API has no masked_select (a result whose shape depends on values), so t[mask] reads the
+# mask (a round trip on a remote device), takes the rows it selects with index_select, and
+# t[mask] = v writes them back with where(); the results equal numpy's.
+
+_c_getitem = Tensor.__getitem__
+_c_setitem = Tensor.__setitem__
+
+
+def _bool_mask(index):
+    """The mask as a bool ndarray when `index` is a boolean mask (alone), else None."""
+    items = index if isinstance(index, tuple) else (index,)
+    masks = [i for i in items if (isinstance(i, Tensor) and i.dtype == bool_) or isinstance(
+        i, (_builtins.bool, _np.bool_)) or (isinstance(i, _np.ndarray) and i.dtype == _np.bool_)]
+    if not masks:
+        return None
+    if len(items) != 1:
+        raise Error("indexing: a boolean mask must be the only index (t[mask])")
+    m = masks[0]
+    return m.numpy() if isinstance(m, Tensor) else _np.asarray(m)
+
+
+def _mask_rows(t, mask):
+    """(rows of t flattened over the mask's dims, the selected row indices on t's device)."""
+    k = mask.ndim
+    if tuple(mask.shape) != tuple(t.shape[:k]):
+        raise IndexError(f"boolean mask of shape {tuple(mask.shape)} does not match the tensor's "
+                         f"leading dims {tuple(t.shape[:k])}")
+    rows = t.reshape([-1, *t.shape[k:]])
+    idx = _C._copy_from_numpy(_np.flatnonzero(mask).astype(_np.int64), t.device)
+    return rows, idx
+
+
+def _getitem(self, index):
+    mask = _bool_mask(index)
+    if mask is None:
+        return _c_getitem(self, index)
+    if mask.ndim == 0:  # numpy: t[True] is t[None], t[False] an empty t[None]
+        return self[None] if mask else self[None][0:0]
+    rows, idx = _mask_rows(self, mask)
+    return rows.index_select(0, idx)
+
+
+def _setitem(self, index, value):
+    mask = _bool_mask(index)
+    if mask is None:
+        return _c_setitem(self, index, value)
+    if mask.ndim == 0:
+        if mask:
+            _c_setitem(self, Ellipsis, value)
+        return None
+    rows, idx = _mask_rows(self, mask)
+    count = _builtins.int(idx.numel())
+    if count == 0:
+        return None
+    rest = list(rows.shape[1:])
+    if not isinstance(value, Tensor):
+        value = tensor(value, dtype=self.dtype, device=self.device)
+    # Row r of the result takes value row pos[r] where the mask is set, its own row elsewhere.
+    src = value.to(self.dtype).expand([count, *rest])
+    pos = _np.zeros(mask.size, dtype=_np.int64)
+    pos[_np.flatnonzero(mask)] = _np.arange(count)
+    spread = src.index_select(0, _C._copy_from_numpy(pos, self.device))
+    sel = _C._copy_from_numpy(mask.reshape(-1, *([1] * len(rest))), self.device)
+    out = where(sel.expand(list(rows.shape)), spread, rows).reshape(list(self.shape))
+    _c_setitem(self, (), out)
+    return None
+
+
+Tensor.__getitem__ = _getitem
+Tensor.__setitem__ = _setitem
 
 
 # ---- files and servers ----

@@ -51,7 +51,10 @@ def test_python_errors():
         tw.zeros(2, dtype="complex")
     with pytest.raises(TypeError):
         tw.zeros(2) + "x"
-    with pytest.raises(ValueError, match="slice step must be positive"):
-        tw.zeros(4)[::-1]
+    with pytest.raises(ValueError, match="slice step cannot be zero"):
+        tw.zeros(4)[::0]
+    with pytest.raises(tw.Error, match="slice step must be positive in an assignment"):
+        t = tw.zeros(4)
+        t[::-1] = 1.0
     with pytest.raises(TypeError):
         len(tw.zeros([]))
