@@ -133,12 +133,16 @@ constexpr int64_t kMaxChunks = 64;
 // Input channels per group below which x stays in plain NCHW (as in conv.cc).
 constexpr int64_t kPlainSrcMaxChannels = 16;
 
-// Images per chunk: from the problem size only, never the thread count.
+// Images per chunk: from the problem size only, never the thread count. The batch is cut into
+// as few chunks as kChunkMacs allows, all of one size but the last (64 images of at most 56 each
+// are 2 chunks of 32, not 56 and 8: the threads get equal shares).
 int64_t chunk_images(const ConvGradGeometry& g) {
   const int64_t per_image = std::max<int64_t>(1, g.o * patch_cols(g) * g.ho * g.wo);
   const int64_t by_work = std::max<int64_t>(1, kChunkMacs / per_image);
   const int64_t by_count = (g.n + kMaxChunks - 1) / kMaxChunks;
-  return std::min(g.n, std::max(by_work, by_count));
+  const int64_t most = std::min(g.n, std::max(by_work, by_count));
+  const int64_t count = (g.n + most - 1) / most;
+  return (g.n + count - 1) / count;
 }
 
 enum class GradKind { kInput, kWeight };

@@ -114,7 +114,7 @@ void expect_near(const std::vector<float>& got, const std::vector<double>& want,
 const std::vector<ConvCase> kCases = {
     {{64, 1, 8, 8}, {16, 1, 3, 3}, 1, 1, 1},     // the digits CNN's first conv (plain x)
     {{64, 16, 4, 4}, {32, 16, 3, 3}, 1, 1, 1},   // its second (blocked layouts)
-    {{37, 16, 8, 8}, {32, 16, 3, 3}, 1, 1, 1},   // 5 chunks of 8 images, the last of 5
+    {{37, 16, 8, 8}, {32, 16, 3, 3}, 1, 1, 1},   // 3 chunks of 13 images, the last of 11
     {{9, 32, 12, 12}, {32, 32, 3, 3}, 2, 1, 1},  // one image per chunk, strided
     {{6, 32, 6, 6}, {32, 8, 3, 3}, 1, 0, 4},     // grouped
 };
