@@ -29,12 +29,21 @@ int dnnl_sync_threads() {
   return n;
 }
 
-int dnnl_threads_for(int64_t macs) {
-  if (macs >= kDnnlSerialMacs) return dnnl_sync_threads();
+DnnlThreadsFor::DnnlThreadsFor(int64_t macs) {
+  if (macs >= kDnnlSerialMacs) {
+    threads_ = dnnl_sync_threads();
+    return;
+  }
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
-  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+  saved_ = omp_get_max_threads();
+  if (saved_ != 1) omp_set_num_threads(1);
 #endif
-  return 1;
+}
+
+DnnlThreadsFor::~DnnlThreadsFor() {
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+  if (saved_ > 1) omp_set_num_threads(saved_);
+#endif
 }
 
 dnnl::primitive_attr dnnl_attr() {
