@@ -8,8 +8,10 @@
 // server's threads included, so it shows what the remote path costs in total). Before timing, the
 // two devices' parameters after the warm-up steps are compared byte for byte (they must be
 // identical). Prints a table and, with
-// --jsonl PATH, one JSON object per (workload, device) for bench/compare_train.sh.
-//   tw_bench_train [--rounds N] [--steps N] [--threads N] [--jsonl PATH]
+// --jsonl PATH, one JSON object per (workload, device) for bench/compare_train.sh. For profiling,
+// --workload NAME runs only that workload and --local-only only the local device (no server).
+//   tw_bench_train [--rounds N] [--steps N] [--threads N] [--jsonl PATH] [--workload NAME]
+//                  [--local-only]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,7 +102,8 @@ struct Times {
 
 int main(int argc, char** argv) {
   int rounds = 15, steps = 10, threads = 2;
-  std::string jsonl;
+  std::string jsonl, only;
+  bool local_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -117,18 +121,27 @@ int main(int argc, char** argv) {
       threads = std::atoi(next().c_str());
     } else if (a == "--jsonl") {
       jsonl = next();
+    } else if (a == "--workload") {
+      only = next();
+    } else if (a == "--local-only") {
+      local_only = true;
     } else {
       std::fprintf(stderr,
-                   "usage: tw_bench_train [--rounds N] [--steps N] [--threads N] [--jsonl PATH]\n");
+                   "usage: tw_bench_train [--rounds N] [--steps N] [--threads N] [--jsonl PATH] "
+                   "[--workload NAME] [--local-only]\n");
       return 2;
     }
   }
   try {
     tw::set_num_threads(threads);
-    auto server = tw::serve(tw::Device::cpu());
-    const tw::Device remote = tw::Device::remote(server->url());
-    remote.connect();
-    const std::vector<Workload> workloads = {
+    std::unique_ptr<tw::Server> server;
+    std::optional<tw::Device> remote;
+    if (!local_only) {
+      server = tw::serve(tw::Device::cpu());
+      remote = tw::Device::remote(server->url());
+      remote->connect();
+    }
+    std::vector<Workload> workloads = {
         {"mlp_b256", 256, mlp, {64}},
         {"cnn_b64",
          64,
@@ -137,40 +150,53 @@ int main(int argc, char** argv) {
          },
          {1, 8, 8}},
     };
+    if (!only.empty()) {
+      std::erase_if(workloads, [&](const Workload& w) { return w.name != only; });
+      if (workloads.empty()) {
+        std::fprintf(stderr, "tw_bench_train: no workload %s\n", only.c_str());
+        return 2;
+      }
+    }
     std::ofstream out;
     if (!jsonl.empty()) out.open(jsonl);
     std::printf(
         "training step (ms): best and median of %d rounds of %d steps; cpu = process CPU time per "
-        "step; %d "
-        "intra-op threads; server %s\n",
-        rounds, steps, threads, server->url().c_str());
+        "step; %d intra-op threads; server %s\n",
+        rounds, steps, threads, server ? server->url().c_str() : "(none: --local-only)");
     std::printf("%-10s %10s %10s %10s %10s %10s %10s %13s %s\n", "workload", "local", "remote",
                 "local med", "remote med", "local cpu", "remote cpu", "remote/local", "identical");
     for (const Workload& w : workloads) {
-      Trainer local(w, tw::Device::cpu()), far(w, remote);
+      Trainer local(w, tw::Device::cpu());
+      std::optional<Trainer> far;
+      if (remote) far.emplace(w, *remote);
       for (int i = 0; i < 5; ++i) {
         local.step();
-        far.step();
+        if (far) far->step();
       }
       bool identical = true;
-      const auto lp = local.model->parameters(), rp = far.model->parameters();
-      for (size_t i = 0; i < lp.size(); ++i)
-        identical &= lp[i]->value().to_bytes() == rp[i]->value().to_bytes();
+      if (far) {
+        const auto lp = local.model->parameters(), rp = far->model->parameters();
+        for (size_t i = 0; i < lp.size(); ++i)
+          identical &= lp[i]->value().to_bytes() == rp[i]->value().to_bytes();
+      }
       Times tl, tr;
       for (int r = 0; r < rounds; ++r) {
-        if (r % 2 == 0) {
+        if (r % 2 == 0 || !far) {
           tl.add(local.time(steps));
-          tr.add(far.time(steps));
+          if (far) tr.add(far->time(steps));
         } else {
-          tr.add(far.time(steps));
+          tr.add(far->time(steps));
           tl.add(local.time(steps));
         }
       }
       const double bl = best(tl.wall) * 1e3, br = best(tr.wall) * 1e3;
       std::printf("%-10s %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %13.3f %s\n", w.name.c_str(), bl,
                   br, median(tl.wall) * 1e3, median(tr.wall) * 1e3, median(tl.cpu) * 1e3,
-                  median(tr.cpu) * 1e3, br / bl, identical ? "yes" : "NO");
-      if (out) {
+                  median(tr.cpu) * 1e3, far ? br / bl : 0.0,
+                  !far        ? "-"
+                  : identical ? "yes"
+                              : "NO");
+      if (out && far) {
         for (const auto& [dev, t] :
              {std::pair<const char*, const Times*>{"local", &tl}, {"remote", &tr}}) {
           out << "{\"workload\": \"" << w.name << "\", \"device\": \"" << dev

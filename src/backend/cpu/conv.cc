@@ -111,7 +111,8 @@ ConvPrimitive make_conv(const ConvGeometry& g, bool has_bias) {
 
 Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
                  const CpuTensor* bias, CpuTensor& out) {
-  const int threads = dnnl_sync_threads();
+  const DnnlThreadsFor dnnl_threads(g.n * g.o * g.ho * g.wo * g.cg * g.kh * g.kw);
+  const int threads = dnnl_threads.threads();
   const std::vector<int64_t> key = {threads,        g.n,      g.c,  g.h,  g.w,  g.o,  g.cg, g.kh,
                                     g.kw,           g.groups, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
                                     bias != nullptr};

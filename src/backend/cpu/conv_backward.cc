@@ -133,12 +133,19 @@ constexpr int64_t kMaxChunks = 64;
 // Input channels per group below which x stays in plain NCHW (as in conv.cc).
 constexpr int64_t kPlainSrcMaxChannels = 16;
 
-// Images per chunk: from the problem size only, never the thread count.
+// Images per chunk: from the problem size only, never the thread count. The batch is cut into
+// as few chunks as kChunkMacs allows, all of one size but the last (64 images of at most 56 each
+// are 2 chunks of 32, not 56 and 8: the threads get equal shares).
+// A batch of fewer than kDnnlSerialMacs runs on the calling thread whatever the thread count
+// (DnnlThreadsFor), so it is one chunk: one primitive call and one set of reorders.
 int64_t chunk_images(const ConvGradGeometry& g) {
   const int64_t per_image = std::max<int64_t>(1, g.o * patch_cols(g) * g.ho * g.wo);
+  if (g.n * per_image < kDnnlSerialMacs) return g.n;
   const int64_t by_work = std::max<int64_t>(1, kChunkMacs / per_image);
   const int64_t by_count = (g.n + kMaxChunks - 1) / kMaxChunks;
-  return std::min(g.n, std::max(by_work, by_count));
+  const int64_t most = std::min(g.n, std::max(by_work, by_count));
+  const int64_t count = (g.n + most - 1) / most;
+  return (g.n + count - 1) / count;
 }
 
 enum class GradKind { kInput, kWeight };
@@ -275,7 +282,7 @@ Status for_each_chunk(const ConvGradGeometry& g, GradKind kind, const Chunks& c,
 }
 
 Status input_grad_dnnl(const ConvGradGeometry& g, const float* dy, const float* w, float* dx) {
-  dnnl_sync_threads();
+  const DnnlThreadsFor dnnl_threads(g.n * g.o * patch_cols(g) * g.ho * g.wo);
   const Chunks c = chunks_of(g);
   return for_each_chunk(g, GradKind::kInput, c, [&](int64_t i, const GradPrimitive& p) {
     const int64_t n0 = i * c.images;
@@ -304,7 +311,7 @@ Status input_grad_dnnl(const ConvGradGeometry& g, const float* dy, const float* 
 // there is one chunk), then dw[k] = partial[0][k] + partial[1][k] + ... in chunk order.
 Status weight_grad_dnnl(const ConvGradGeometry& g, const float* x, const float* dy, float* dw,
                         int64_t w_numel) {
-  dnnl_sync_threads();
+  const DnnlThreadsFor dnnl_threads(g.n * g.o * patch_cols(g) * g.ho * g.wo);
   const Chunks c = chunks_of(g);
   Buffer partial;
   if (c.count > 1)

@@ -29,6 +29,23 @@ int dnnl_sync_threads() {
   return n;
 }
 
+DnnlThreadsFor::DnnlThreadsFor(int64_t macs) {
+  if (macs >= kDnnlSerialMacs) {
+    threads_ = dnnl_sync_threads();
+    return;
+  }
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+  saved_ = omp_get_max_threads();
+  if (saved_ != 1) omp_set_num_threads(1);
+#endif
+}
+
+DnnlThreadsFor::~DnnlThreadsFor() {
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+  if (saved_ > 1) omp_set_num_threads(saved_);
+#endif
+}
+
 dnnl::primitive_attr dnnl_attr() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -80,7 +97,7 @@ DnnlSingleThread::~DnnlSingleThread() {
 
 void dnnl_parallel_for(int64_t n, const std::function<void(int64_t)>& task) {
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
-  const int threads = dnnl_sync_threads();
+  const int threads = omp_get_max_threads();
   if (threads > 1 && n > 1) {
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t i = 0; i < n; ++i) task(i);

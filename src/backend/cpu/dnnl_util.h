@@ -27,6 +27,30 @@ dnnl::stream& dnnl_stream();
 // Sets oneDNN's thread count on the calling thread to get_num_threads() and returns it.
 int dnnl_sync_threads();
 
+// Multiply-adds below which a oneDNN problem runs on the calling thread alone. Such a problem
+// takes tens of microseconds on one core, about what waking OpenMP's threads and meeting them
+// at the barrier costs; on a loaded machine (more runnable threads than cores) the wait is far
+// longer, as the spinning threads take turns with the ones that have work: perf on the digits
+// CNN's training step showed 85% of its CPU time in libgomp's spin loop.
+constexpr int64_t kDnnlSerialMacs = int64_t{1} << 23;
+
+// The thread count for a problem of `macs` multiply-adds, set on the calling thread while
+// alive: 1 below kDnnlSerialMacs (the count it found is put back at the end, as OpenMP's setting
+// is per thread and the torch backend, in the same process, reads it too), else
+// dnnl_sync_threads()'s. A primitive made while it lives is made for threads(); key caches on it.
+class DnnlThreadsFor {
+ public:
+  explicit DnnlThreadsFor(int64_t macs);
+  ~DnnlThreadsFor();
+  DnnlThreadsFor(const DnnlThreadsFor&) = delete;
+  DnnlThreadsFor& operator=(const DnnlThreadsFor&) = delete;
+  int threads() const { return threads_; }
+
+ private:
+  int threads_ = 1;
+  int saved_ = 0;  // 0: nothing to put back
+};
+
 // A primitive attribute with a user-owned scratchpad; every primitive tw creates uses it.
 dnnl::primitive_attr dnnl_attr();
 
@@ -64,8 +88,9 @@ class DnnlSingleThread {
   int saved_ = 1;
 };
 
-// Runs task(i) for every i in [0, n) on oneDNN's OpenMP threads (get_num_threads() of them, the
-// caller included), split statically. Meant for work on a oneDNN result right after the call
+// Runs task(i) for every i in [0, n) on oneDNN's OpenMP threads (as many as the last
+// dnnl_sync_threads or the live DnnlThreadsFor on this thread set, the caller included), split
+// statically. Meant for work on a oneDNN result right after the call
 // that made it: those threads are still awake then, where tw's own pool would compete with them.
 void dnnl_parallel_for(int64_t n, const std::function<void(int64_t)>& task);
 

@@ -146,7 +146,8 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
     const Shape inner_batch(batch.begin() + outer, batch.end());
     const Strides ias(as.begin() + outer, as.end()), ibs(bs.begin() + outer, bs.end());
     const Strides ics(cs.begin() + outer, cs.end());
-    const int threads = dnnl_sync_threads();
+    const DnnlThreadsFor dnnl_threads(numel(batch) * n * k * m);
+    const int threads = dnnl_threads.threads();
     std::vector<int64_t> key = {
         threads, static_cast<int64_t>(inner_batch.size()), n, k, m, a.rs, a.cs, b.rs, b.cs};
     for (size_t i = 0; i < inner_batch.size(); ++i) {

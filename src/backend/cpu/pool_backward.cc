@@ -155,7 +155,8 @@ Status run(const ir::Pool2dBackward& op, KernelContext& ctx) {
     T* od = out.data<T>();
     if (tiles_2x2(g.h, g.w, g.ho, g.wo, op.kernel, op.stride, op.padding)) {
       const bool max = op.kind == ir::PoolKind::kMax;
-      parallel_chunks(planes * g.ho, rows_per_chunk(4 * g.wo), [&](int64_t, int64_t b, int64_t e) {
+      // A row costs wo, as in pool.cc's 2x2 path.
+      parallel_chunks(planes * g.ho, rows_per_chunk(g.wo), [&](int64_t, int64_t b, int64_t e) {
         if (max) {
           pool_grad_2x2_rows<T, true>(g, xd, gd, od, b, e);
         } else {

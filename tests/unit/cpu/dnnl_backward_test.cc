@@ -9,9 +9,15 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
 
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+#include <omp.h>
+#endif
+
+#include "backend/cpu/dnnl_util.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
 #include "core/thread_pool.h"
@@ -114,7 +120,7 @@ void expect_near(const std::vector<float>& got, const std::vector<double>& want,
 const std::vector<ConvCase> kCases = {
     {{64, 1, 8, 8}, {16, 1, 3, 3}, 1, 1, 1},     // the digits CNN's first conv (plain x)
     {{64, 16, 4, 4}, {32, 16, 3, 3}, 1, 1, 1},   // its second (blocked layouts)
-    {{37, 16, 8, 8}, {32, 16, 3, 3}, 1, 1, 1},   // 5 chunks of 8 images, the last of 5
+    {{37, 16, 8, 8}, {32, 16, 3, 3}, 1, 1, 1},   // 3 chunks of 13 images, the last of 11
     {{9, 32, 12, 12}, {32, 32, 3, 3}, 2, 1, 1},  // one image per chunk, strided
     {{6, 32, 6, 6}, {32, 8, 3, 3}, 1, 0, 4},     // grouped
 };
@@ -218,6 +224,38 @@ TEST(Pool2x2, SameBytesAsTheGeneralKernels) {
     check_2x2_paths<double>(n);
   }
 }
+
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+// A small problem runs on one thread and puts OpenMP's per-thread count back afterwards: the
+// torch backend, in the same process, reads that count (left at 1, it ran its conv on one
+// thread on some threads and two on others, and devices gave different bytes).
+TEST(DnnlThreads, SmallProblemsRunOnOneThreadAndPutTheCountBack) {
+  const int before = get_num_threads();
+  set_num_threads(2);
+  dnnl_sync_threads();
+  {
+    const DnnlThreadsFor small(kDnnlSerialMacs - 1);
+    EXPECT_EQ(small.threads(), 1);
+    EXPECT_EQ(omp_get_max_threads(), 1);
+  }
+  EXPECT_EQ(omp_get_max_threads(), 2);
+  {
+    const DnnlThreadsFor large(kDnnlSerialMacs);
+    EXPECT_EQ(large.threads(), 2);
+    EXPECT_EQ(omp_get_max_threads(), 2);
+  }
+  // The digits CNN's second conv (4.7M multiply-adds), forward and both gradients.
+  const Shape xs{64, 16, 4, 4}, ws{32, 16, 3, 3}, ys{64, 32, 4, 4};
+  const CpuTensor x = filled(xs, 6), w = filled(ws, 7), g = filled(ys, 8);
+  const std::vector<int64_t> one{1, 1};
+  (void)run_op(ir::Conv2d{{1}, {2}, {}, one, one, one, 1, {}}, {x, w}, ys);
+  EXPECT_EQ(omp_get_max_threads(), 2);
+  (void)run_op(ir::Conv2dBackwardInput{{1}, {2}, xs, one, one, one, 1, {}}, {g, w}, xs);
+  (void)run_op(ir::Conv2dBackwardWeight{{1}, {2}, ws, one, one, one, 1, {}}, {g, x}, ws);
+  EXPECT_EQ(omp_get_max_threads(), 2);
+  set_num_threads(before);
+}
+#endif
 
 }  // namespace
 }  // namespace tw::cpu
