@@ -99,6 +99,7 @@ Buffer BufferPool::allocate(size_t size) {
         data = list.back();
         list.pop_back();
         stats_.bytes_cached -= cap;
+        cached_.store(stats_.bytes_cached, std::memory_order_relaxed);
         break;
       }
     }
@@ -130,6 +131,7 @@ void BufferPool::give_back(std::byte* data, size_t capacity) {
     stats_.bytes_in_use -= capacity;
     if (stats_.bytes_cached + capacity <= max_cached_) {
       stats_.bytes_cached += capacity;
+      cached_.store(stats_.bytes_cached, std::memory_order_relaxed);
       for (auto& [c, list] : free_) {
         if (c == capacity) {
           list.push_back(data);
@@ -154,6 +156,7 @@ void BufferPool::release_cached() {
     std::lock_guard<std::mutex> lock(mu_);
     lists.swap(free_);
     stats_.bytes_cached = 0;
+    cached_.store(0, std::memory_order_relaxed);
   }
   for (auto& [c, list] : lists) {
     for (std::byte* p : list) system_free(p, c);

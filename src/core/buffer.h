@@ -3,6 +3,7 @@
 // a caching pool (BufferPool) because fresh pages are very slow to touch on our hosts: freed
 // blocks go back to a size-class free list and are handed out again.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -83,6 +84,9 @@ class BufferPool {
   static BufferPool& global();
   Buffer allocate(size_t size);
   PoolStats stats() const;
+  // stats().bytes_cached without the pool's lock (the server's memory budget reads it on every
+  // reservation).
+  size_t cached_bytes() const { return cached_.load(std::memory_order_relaxed); }
   void release_cached();  // frees every cached block
 
   // The size class a request is rounded up to: 4 classes per power of two above 4 KiB, so at
@@ -98,6 +102,7 @@ class BufferPool {
   mutable std::mutex mu_;
   size_t max_cached_;
   PoolStats stats_;
+  std::atomic<size_t> cached_{0};  // stats_.bytes_cached, stored under mu_ as it changes
   // free lists by size class; small pools of blocks of equal capacity
   std::vector<std::pair<size_t, std::vector<std::byte*>>> free_;
 };

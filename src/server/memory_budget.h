@@ -28,7 +28,7 @@ class MemoryBudget {
   // The pool whose cached free blocks count as held beside used() (the server's:
   // BufferPool::global()); set before the first session opens. Null: none counted.
   void set_pool(BufferPool* pool) { pool_ = pool; }
-  uint64_t cached() const { return pool_ ? pool_->stats().bytes_cached : 0; }
+  uint64_t cached() const { return pool_ ? pool_->cached_bytes() : 0; }
   // What is held outside every session's count and reservations, looked at on each
   // reservation: the bytes capabilities alone keep alive (CapabilityTable::pinned_bytes). Set
   // before the first session opens.

@@ -100,6 +100,7 @@ std::string CapabilityTable::sign(const std::vector<uint8_t>& fields) const {
 }
 
 uint64_t CapabilityTable::pinned_bytes() const {
+  if (outstanding_.load(std::memory_order_relaxed) == 0) return 0;
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t n = 0;
   for (const auto& [nonce, e] : by_nonce_) {
@@ -124,6 +125,7 @@ void CapabilityTable::sweep_locked(uint64_t now) {
   for (auto it = by_nonce_.begin(); it != by_nonce_.end();) {
     it = it->second.expires_ms <= now ? by_nonce_.erase(it) : std::next(it);
   }
+  count_locked();
 }
 
 Result<std::string> CapabilityTable::issue(uint64_t session, ir::TensorId tensor, TensorData data) {
@@ -151,6 +153,7 @@ Result<std::string> CapabilityTable::issue(uint64_t session, ir::TensorId tensor
                               "tensor); move the tensors exported, or wait for them to expire");
   }
   by_nonce_[std::string(c.nonce.begin(), c.nonce.end())] = {c.expires_ms, std::move(data)};
+  count_locked();
   return token;
 }
 
@@ -187,6 +190,7 @@ Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t se
   const uint64_t now = clock_();
   if (now >= c.expires_ms) {
     by_nonce_.erase(nonce);
+    count_locked();
     return refused("it expired " + std::to_string(now - c.expires_ms) +
                    " ms ago (a capability is valid for " + std::to_string(ttl_.count()) +
                    " ms; tensorwire-server --capability-ttl); export the tensor again");
@@ -197,6 +201,7 @@ Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t se
   }
   TensorData data = std::move(it->second.data);
   by_nonce_.erase(it);
+  count_locked();
   return data;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 #include <array>
 #include <asio/error_code.hpp>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -86,6 +87,7 @@ class CapabilityTable {
  private:
   std::string sign(const std::vector<uint8_t>& fields) const;
   void sweep_locked(uint64_t now);
+  void count_locked() { outstanding_.store(by_nonce_.size(), std::memory_order_relaxed); }
 
   std::string server_id_;
   std::chrono::milliseconds ttl_;
@@ -97,6 +99,9 @@ class CapabilityTable {
     TensorData data;
   };
   std::unordered_map<std::string, Entry> by_nonce_;  // nonce bytes -> what it grants
+  // by_nonce_.size(), stored under mu_ as it changes: pinned_bytes() with none outstanding (every
+  // reservation asks) takes no lock.
+  std::atomic<size_t> outstanding_{0};
 };
 
 // Answers a peer's Fetch frame: the ReadResult (same request id) carrying the granted tensor,
