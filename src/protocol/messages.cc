@@ -543,76 +543,87 @@ Status get_move(WireReader& r, Task& t) {
   TW_RETURN_NOT_OK(r.str(t.source.url, kMaxStringBytes));
   return r.str(t.source.fingerprint, kMaxStringBytes);
 }
+Status decode_task(WireReader& r, Task& t) {
+  uint8_t tk = 0;
+  TW_RETURN_NOT_OK(r.u8(tk));
+  t.kind = static_cast<TaskKind>(tk);
+  switch (t.kind) {
+    case TaskKind::kOp: {
+      auto op = ir::decode_op(r);
+      if (!op.ok()) return op.status();
+      t.op = std::move(op).value();
+      return Status::OK();
+    }
+    case TaskKind::kRead:
+    case TaskKind::kExport: TW_RETURN_NOT_OK(r.u64(t.request_id)); return r.u64(t.id);
+    case TaskKind::kSync:
+    case TaskKind::kStats: return r.u64(t.request_id);
+    case TaskKind::kDrop: return get_ids(r, t.ids);
+    case TaskKind::kRegisterGraph: {
+      TW_RETURN_NOT_OK(r.u64(t.request_id));
+      auto g = ir::decode_graph(r);
+      if (!g.ok()) return g.status();
+      t.graph = std::move(g).value();
+      return Status::OK();
+    }
+    case TaskKind::kRunGraph:
+      TW_RETURN_NOT_OK(r.u64(t.graph_id));
+      TW_RETURN_NOT_OK(get_ids(r, t.ids));
+      return get_ids(r, t.outputs);
+    case TaskKind::kDropPacked:
+      t.kind = TaskKind::kDrop;
+      t.packed_ids = true;
+      return get_packed_ids(r, t.ids);
+    case TaskKind::kRunGraphPacked:
+      t.kind = TaskKind::kRunGraph;
+      t.packed_ids = true;
+      TW_RETURN_NOT_OK(r.u64(t.graph_id));
+      TW_RETURN_NOT_OK(get_packed_ids(r, t.ids));
+      return get_packed_ids(r, t.outputs);
+    case TaskKind::kImport:
+    case TaskKind::kMoveLocal: return get_move(r, t);
+    case TaskKind::kCollective: return get_collective(r, t.collective);
+  }
+  return data_loss("unknown task kind " + std::to_string(tk));
+}
 }  // namespace
 
-Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
-  WireReader r(payload);
+BatchDecoder::BatchDecoder(const Buffer& payload) : r_(payload) {
   uint8_t kind = 0;
-  TW_RETURN_NOT_OK(r.u8(kind));
-  if (kind != static_cast<uint8_t>(ClientMsg::kBatch)) {
-    return data_loss("expected a Batch message, got message type " + std::to_string(kind));
+  status_ = r_.u8(kind);
+  if (status_.ok() && kind != static_cast<uint8_t>(ClientMsg::kBatch)) {
+    status_ = data_loss("expected a Batch message, got message type " + std::to_string(kind));
   }
-  uint32_t n = 0;
-  TW_RETURN_NOT_OK(r.count(n, 1));  // every task takes at least one byte
-  for (uint32_t i = 0; i < n; ++i) {
-    auto fail = [&](const Status& s) {
-      return s.with_context("batch task " + std::to_string(i) + " of " + std::to_string(n));
-    };
-    uint8_t tk = 0;
-    Status s = r.u8(tk);
-    if (!s.ok()) return fail(s);
+  if (status_.ok()) status_ = r_.count(count_, 1);  // every task takes at least one byte
+  if (status_.ok() && count_ == 0 && !r_.done()) {
+    status_ = data_loss(std::to_string(r_.remaining()) + " trailing bytes after batch");
+  }
+}
+
+bool BatchDecoder::next(std::vector<Task>& tasks, size_t max) {
+  if (!more()) return false;
+  const size_t before = tasks.size();
+  for (size_t k = 0; k < max && more(); ++k) {
     Task t;
-    t.kind = static_cast<TaskKind>(tk);
-    switch (t.kind) {
-      case TaskKind::kOp: {
-        auto op = ir::decode_op(r);
-        if (!op.ok()) return fail(op.status());
-        t.op = std::move(op).value();
-        break;
-      }
-      case TaskKind::kRead:
-      case TaskKind::kExport:
-        s = r.u64(t.request_id);
-        if (s.ok()) s = r.u64(t.id);
-        break;
-      case TaskKind::kSync:
-      case TaskKind::kStats: s = r.u64(t.request_id); break;
-      case TaskKind::kDrop: s = get_ids(r, t.ids); break;
-      case TaskKind::kRegisterGraph: {
-        s = r.u64(t.request_id);
-        if (!s.ok()) break;
-        auto g = ir::decode_graph(r);
-        if (!g.ok()) return fail(g.status());
-        t.graph = std::move(g).value();
-        break;
-      }
-      case TaskKind::kRunGraph:
-        s = r.u64(t.graph_id);
-        if (s.ok()) s = get_ids(r, t.ids);
-        if (s.ok()) s = get_ids(r, t.outputs);
-        break;
-      case TaskKind::kDropPacked:
-        t.kind = TaskKind::kDrop;
-        t.packed_ids = true;
-        s = get_packed_ids(r, t.ids);
-        break;
-      case TaskKind::kRunGraphPacked:
-        t.kind = TaskKind::kRunGraph;
-        t.packed_ids = true;
-        s = r.u64(t.graph_id);
-        if (s.ok()) s = get_packed_ids(r, t.ids);
-        if (s.ok()) s = get_packed_ids(r, t.outputs);
-        break;
-      case TaskKind::kImport:
-      case TaskKind::kMoveLocal: s = get_move(r, t); break;
-      case TaskKind::kCollective: s = get_collective(r, t.collective); break;
-      default: return fail(data_loss("unknown task kind " + std::to_string(tk)));
+    Status s = decode_task(r_, t);
+    if (!s.ok()) {
+      status_ =
+          s.with_context("batch task " + std::to_string(index_) + " of " + std::to_string(count_));
+      break;
     }
-    if (!s.ok()) return fail(s);
     tasks.push_back(std::move(t));
+    if (++index_ == count_ && !r_.done()) {
+      status_ = data_loss(std::to_string(r_.remaining()) + " trailing bytes after batch");
+    }
   }
-  if (!r.done()) return data_loss(std::to_string(r.remaining()) + " trailing bytes after batch");
-  return Status::OK();
+  return tasks.size() > before;
+}
+
+Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
+  BatchDecoder d(payload);
+  while (d.next(tasks, 256)) {
+  }
+  return d.status();
 }
 
 Result<ServerMessage> decode_server_message(const Buffer& payload) {

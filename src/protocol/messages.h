@@ -273,6 +273,27 @@ Result<Fetch> decode_fetch(const Buffer& payload);
 // the error names the task's position.
 Status decode_batch(const Buffer& payload, std::vector<Task>& tasks);
 
+// Decodes a batch a few tasks at a time, so that a server holds decoded (a Task is a few hundred
+// bytes) only the tasks it is about to run, whatever number the frame carries (a frame of a
+// million one-byte syncs would otherwise decode into hundreds of MiB nobody reserved).
+class BatchDecoder {
+ public:
+  BatchDecoder() = default;                      // an empty batch
+  explicit BatchDecoder(const Buffer& payload);  // reads the batch's header
+  // Appends up to `max` of the next tasks to `tasks`; false (nothing appended) once every task
+  // is decoded or decoding failed.
+  bool next(std::vector<Task>& tasks, size_t max);
+  // Whether next() may append more.
+  bool more() const { return status_.ok() && index_ < count_; }
+  // OK, or why decoding stopped (the tasks before the malformed one were decoded).
+  const Status& status() const { return status_; }
+
+ private:
+  WireReader r_{nullptr, 0};
+  uint32_t index_ = 0, count_ = 0;
+  Status status_;
+};
+
 struct ServerMessage {
   ServerMsg kind = ServerMsg::kSessionError;
   Welcome welcome;

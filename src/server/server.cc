@@ -350,7 +350,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       return {};
     }
     server::Batch batch;
-    batch.decoded = proto::decode_batch(frame, batch.tasks);
+    batch.decoder = proto::BatchDecoder(frame);  // run() decodes it as it goes
+    if (!batch.decoder.more()) batch.decoded = batch.decoder.status();
     batch.frame = std::move(frame);
     batch.reserved = std::exchange(frame_reserved_, 0);
     std::lock_guard<std::mutex> lock(exec_mu_);
@@ -382,10 +383,13 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       }
       // More is queued and the slice is spent: the shard's other sessions first.
       if (!first && server::Session::Clock::now() >= until) return yield();
+      if (batch->tasks.capacity() == 0) batch->tasks = std::move(spare_tasks_);  // its capacity
       if (!session_->run(*batch, *this, until)) {
         if (session_->parked()) return;  // begin_import's outcome resumes it
         return yield();
       }
+      spare_tasks_ = std::move(batch->tasks);
+      spare_tasks_.clear();
       bool resume = false;
       {
         std::lock_guard<std::mutex> lock(exec_mu_);
@@ -605,6 +609,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   // heavy op, so another session waits little more than the op under way.
   static constexpr auto kSlice = std::chrono::milliseconds(1);
   std::deque<server::Batch> exec_q_;
+  std::vector<proto::Task> spare_tasks_;  // the last batch's task vector, kept for its capacity
   bool executing_ = false;
   bool read_paused_ = false;
   // Batches received and not finished; atomic only so that a metrics scrape can read it.

@@ -190,9 +190,9 @@ bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
   if (parked_) return false;
   OpTimer timer(totals_.metrics);
   running_ = &batch;
-  while (batch.next < batch.tasks.size()) {
+  while (batch.refill()) {
     run_task(batch.tasks[batch.next++], out, timer);
-    if (parked_ || (batch.next < batch.tasks.size() && Clock::now() >= until)) {
+    if (parked_ || (batch.refill() && Clock::now() >= until)) {
       running_ = nullptr;
       return false;
     }
@@ -213,7 +213,9 @@ bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
 }
 
 void Session::run(std::vector<proto::Task>& tasks, const Status& decoded, SessionOutput& out) {
-  Batch batch{std::move(tasks), decoded, Buffer(), 0};
+  Batch batch;
+  batch.tasks = std::move(tasks);
+  batch.decoded = decoded;
   (void)run(batch, out, Clock::time_point::max());
   tasks = std::move(batch.tasks);
 }

@@ -57,18 +57,35 @@ class SessionOutput {
   }
 };
 
-// A received batch and how far it has run: a session runs a long batch in slices (run()).
+// A received batch and how far it has run: a session runs a long batch in slices (run()),
+// decoding it a window of tasks at a time, so that what it holds decoded is bounded whatever the
+// frame carries and the queue behind it holds frames (a few bytes a task), not decoded tasks.
 struct Batch {
+  static constexpr size_t kWindow = 64;  // tasks decoded at a time
+  // The decoded tasks not yet all run (run() refills it from `decoder`), or, for a batch made in
+  // process (Session::run of a task vector), all of them.
   std::vector<protocol::Task> tasks;
-  // How decoding ended: not OK, `tasks` are those before the malformed one, and the session
-  // reports the error after running them.
+  // How decoding ended once `decoder` is exhausted: not OK, the tasks before the malformed one
+  // ran, and the session reports the error after them.
   Status decoded;
+  protocol::BatchDecoder decoder;  // the rest of `frame`'s tasks
   Buffer frame;     // its bytes may back uploaded tensors until they are dropped
-  size_t next = 0;  // the first task not yet run
+  size_t next = 0;  // the first task of `tasks` not yet run
   // Bytes of the server's budget reserved for the frame before it was read (Session::reserve):
   // the uploads it carries (FromHost ops, graphs' constants) take their bytes from here rather
   // than reserve them twice, and what is left is released once the batch has run.
   uint64_t reserved = 0;
+
+  // Whether a task is left to run, decoding the next window when `tasks` is spent.
+  bool refill() {
+    if (next < tasks.size()) return true;
+    tasks.clear();  // keeps its capacity for the next window
+    next = 0;
+    if (!decoder.more()) return false;
+    decoder.next(tasks, kWindow);
+    if (!decoder.more()) decoded = decoder.status();
+    return !tasks.empty();
+  }
 };
 
 class Session {

@@ -172,47 +172,58 @@ TEST(Session, ReportsAMalformedBatchAfterRunningTheTasksBeforeIt) {
       << out.got[1].status.message();
 }
 
+// A received batch as the server queues it: undecoded, for run() to decode a window at a time.
+Batch queued(const Buffer& frame) {
+  Batch b;
+  b.decoder = proto::BatchDecoder(frame);
+  if (!b.decoder.more()) b.decoded = b.decoder.status();
+  b.frame = frame;
+  return b;
+}
+
 // A batch run in slices: with its time used up, each call runs one task and stops, the next
 // call resumes where it stopped; the replies are those of the whole batch run at once, in the
-// same order, bit for bit.
-TEST(Session, RunsALongBatchInSlicesInOrder) {
-  auto batch_of = [] {
+// same order, bit for bit. `mults` sets the batch's length: past Batch::kWindow tasks, run()
+// decodes it in several windows as it goes.
+void run_in_slices(int mults) {
+  auto frame_of = [mults] {
     proto::BatchWriter b;
     b.add_op(full(1, 4, 1.25));
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < mults; ++i) {
       ir::BinaryScalar mul;
       mul.kind = ir::BinaryKind::kMul;
       mul.a = {static_cast<ir::TensorId>(1 + i)};
       mul.s = ir::Scalar(1.5);
       mul.out = {static_cast<ir::TensorId>(2 + i)};
       b.add_op(mul);
-      b.add_read(10 + i, 2 + i);
+      b.add_read(10000 + i, 2 + i);
     }
     b.add_sync(20);
     std::vector<uint8_t> bytes = testing::flatten(b.take());
     bytes.push_back(0xEE);  // an unknown task kind: the batch is malformed after its tasks
-    return decode(Buffer::copy_of(bytes.data(), bytes.size()));
+    return Buffer::copy_of(bytes.data(), bytes.size());
   };
   SessionTotals totals;
-  Decoded whole = batch_of();
+  Decoded whole = decode(frame_of());
   ASSERT_FALSE(whole.status.ok());
   const size_t n = whole.tasks.size();
-  ASSERT_EQ(n, 12u);
+  ASSERT_EQ(n, static_cast<size_t>(2 * mults + 2));
   Replies at_once;
   open_cpu(totals)->run(whole.tasks, whole.status, at_once);
+  ASSERT_EQ(at_once.got.size(), static_cast<size_t>(mults + 2));  // reads, the sync, the error
 
   auto session = open_cpu(totals);
-  Decoded d = batch_of();
-  Batch batch{std::move(d.tasks), d.status, Buffer(), 0};
+  Batch batch = queued(frame_of());
   Replies sliced;
   const Session::Clock::time_point spent = Session::Clock::now();  // already past
   int calls = 0;
   while (!session->run(batch, sliced, spent)) {
     ++calls;
-    EXPECT_EQ(batch.next, static_cast<size_t>(calls)) << "one task a call";
-    ASSERT_LT(calls, 100);
+    ASSERT_EQ(sliced.got.size(), static_cast<size_t>((calls - 1) / 2)) << "one task a call";
+    ASSERT_LT(calls, 4 * mults + 10);
   }
   EXPECT_EQ(calls + 1, static_cast<int>(n));  // the last call ran the last task and finished
+  EXPECT_LE(batch.tasks.capacity(), Batch::kWindow) << "decoded a window at a time";
   ASSERT_EQ(sliced.got.size(), at_once.got.size());
   for (size_t i = 0; i < sliced.got.size(); ++i) {
     EXPECT_EQ(sliced.got[i].kind, at_once.got[i].kind) << i;
@@ -226,14 +237,22 @@ TEST(Session, RunsALongBatchInSlicesInOrder) {
     }
   }
   EXPECT_EQ(sliced.got.back().kind, proto::ServerMsg::kSessionError);  // reported once, at the end
+  EXPECT_EQ(sliced.got.back().status.message(), at_once.got.back().status.message());
 
   // With time left a call runs the whole batch: a short batch is never cut.
-  Decoded again = batch_of();
-  Batch fresh{std::move(again.tasks), again.status, Buffer(), 0};
+  Batch fresh = queued(frame_of());
   Replies one_call;
   auto other = open_cpu(totals);
   EXPECT_TRUE(other->run(fresh, one_call, Session::Clock::now() + std::chrono::hours(1)));
   EXPECT_EQ(one_call.got.size(), at_once.got.size());
+}
+
+TEST(Session, RunsALongBatchInSlicesInOrder) { run_in_slices(5); }
+
+// A batch of several decoding windows: each slice resumes across the windows' seams, and what
+// the session holds decoded stays one window.
+TEST(Session, RunsABatchOfManyWindowsInSlicesInOrder) {
+  run_in_slices(static_cast<int>(2 * Batch::kWindow + 7));
 }
 
 // Every session's tensors draw on one server-wide budget: past it an op fails naming the
