@@ -84,6 +84,7 @@ class SocketStream final : public Stream {
   // ::shutdown, not close(): safe while other threads have operations on the socket; the
   // descriptor itself closes with the stream.
   void shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
+  void shutdown_send() override { ::shutdown(fd_, SHUT_WR); }
   void close() override {
     asio::error_code ec;
     sock_.close(ec);

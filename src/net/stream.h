@@ -70,6 +70,9 @@ class Stream {
   // Ends both directions: pending and later operations fail, the peer sees the end of the
   // stream. Safe while other threads have operations on the stream; idempotent.
   virtual void shutdown() = 0;
+  // Ends the sending direction only: the peer reads what was sent, then the end of the stream,
+  // while reads here go on. Safe from any thread, as shutdown() is.
+  virtual void shutdown_send() = 0;
   // Cancels outstanding async operations and releases the stream. Call on the stream's
   // io_context thread, or when no other thread uses the stream.
   virtual void close() = 0;

@@ -250,6 +250,7 @@ class TlsStream final : public Stream {
   // ::shutdown, as the socket stream does (safe from any thread); no close_notify, which
   // would need the SSL object while another thread may be inside it.
   void shutdown() override { ::shutdown(fd_, SHUT_RDWR); }
+  void shutdown_send() override { ::shutdown(fd_, SHUT_WR); }
   void close() override {
     asio::error_code ec;
     sock_.close(ec);

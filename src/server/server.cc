@@ -199,9 +199,11 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     return {id_, device_, held(), session_ ? session_->ops() : 0, queued_.load(std::memory_order_relaxed)};
   }
 
-  // Closes the session once its queued replies are out.
+  // Closes the session once its queued replies are out, lingering (below) unless the server is
+  // stopping.
   void close_when_flushed() {
     closing_ = true;
+    linger_ = !srv_.stopping;
     std::lock_guard<std::mutex> lock(write_mu_);
     if (writer_.idle()) {
       shutdown_locked();
@@ -215,7 +217,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   // no more writes start; the stream itself is released with the last reference. Safe while
   // other threads have operations on the stream, which close() would not be.
   void shutdown_locked() {
+    if (lingering_ && srv_.stopping) return stream_->shutdown();  // ends a lingering close now
     if (closed_.exchange(true)) return;
+    if (linger_) return linger_locked();
     stream_->shutdown();
     give_slot_back();
     // A pending deadline would keep the shard's loop running; the timer belongs to the shard's
@@ -223,6 +227,43 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     asio::post(shard_.io, [weak = weak_from_this()] {
       if (auto self = weak.lock()) self->handshake_timer_.cancel();
     });
+  }
+  // A lingering close, as HTTP servers do it: the peer may still be sending (the rest of a
+  // frame refused on its header, say). Closing outright would make the peer's kernel answer
+  // those bytes with a reset, which discards the refusal before the peer has read it; instead
+  // the sending direction is shut (the peer reads the refusal, then the end of the stream) and
+  // what still arrives is read and dropped until the peer closes, kLinger passes, or kLingerBytes
+  // arrive, whichever is first. The slot is free at once.
+  static constexpr auto kLinger = std::chrono::seconds(1);
+  static constexpr uint64_t kLingerBytes = uint64_t{1} << 30;
+  void linger_locked() {
+    lingering_ = true;
+    stream_->shutdown_send();
+    give_slot_back();
+    asio::post(shard_.io, [self = shared_from_this()] {
+      // (Re-arming cancels a handshake deadline still pending; its handler ignores that.)
+      self->handshake_timer_.expires_after(kLinger);
+      self->handshake_timer_.async_wait(
+          [weak = self->weak_from_this()](const asio::error_code& ec) {
+            if (auto s = weak.lock(); s && !ec) s->stream_->shutdown();
+          });
+    });
+    if (!reading_) discard_more();  // else the read under way continues it
+  }
+  void discard_more() {
+    if (!discard_) discard_ = std::make_unique<std::array<std::byte, 4096>>();
+    reading_ = true;
+    stream_->async_read_some(
+        asio::buffer(*discard_), [self = shared_from_this()](const asio::error_code& ec, size_t n) {
+          self->reading_ = false;
+          self->lingered_ += n;
+          if (ec || self->srv_.stopping || self->lingered_ >= kLingerBytes) {
+            self->stream_->shutdown();
+            asio::post(self->shard_.io, [self] { self->handshake_timer_.cancel(); });
+            return;
+          }
+          self->discard_more();
+        });
   }
   void give_slot_back() {
     if (has_slot_.exchange(false)) srv_.slots_taken.fetch_sub(1);
@@ -239,6 +280,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     auto self = shared_from_this();
     stream_->async_read_some(reader_.space(), [self](const asio::error_code& ec, size_t n) {
       self->reading_ = false;
+      if (self->lingering_ && !ec) return self->discard_more();
       if (ec) return self->close();
       self->srv_.bytes_in.fetch_add(n, std::memory_order_relaxed);
       self->reader_.received(n);
@@ -295,6 +337,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
         auto self = shared_from_this();
         stream_->async_read(reader_.rest(frame), [self, frame](const asio::error_code& ec, size_t n) {
           self->reading_ = false;
+          if (self->lingering_ && !ec) return self->discard_more();
           if (ec) return self->close();
           self->srv_.bytes_in.fetch_add(n, std::memory_order_relaxed);
           self->srv_.frames_in.fetch_add(1, std::memory_order_relaxed);
@@ -600,6 +643,11 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   net::FrameReader reader_{kStagingBytes};
   uint64_t frame_reserved_ = 0;  // reserve_frame() for the frame being read, until on_frame()
   bool reading_ = false;  // a receive is outstanding
+  // lingering close (linger_locked)
+  bool linger_ = false;                 // close_when_flushed() lingers
+  std::atomic<bool> lingering_{false};  // the sending side is shut; what arrives is dropped
+  uint64_t lingered_ = 0;               // bytes dropped so far
+  std::unique_ptr<std::array<std::byte, 4096>> discard_;  // where they go (only once lingering)
   bool welcomed_ = false;
   bool peer_ = false;  // another server's connection: fetches, no session
   // execution queue
