@@ -85,6 +85,9 @@ class OpClock {
   static uint64_t to_ns(uint64_t ticks) {
     return static_cast<uint64_t>(static_cast<double>(ticks) * ns_per_tick_);
   }
+  static uint64_t from_ns(uint64_t ns) {
+    return static_cast<uint64_t>(static_cast<double>(ns) / ns_per_tick_);
+  }
   // Decides between TSC and steady_clock and measures the TSC's rate (blocks about 20 ms).
   // Call before any ticks() are compared, once per process (ServerMetrics::enable_timing).
   static void calibrate();
@@ -107,11 +110,19 @@ class ServerMetrics {
   // Op timing: on only while an endpoint serves the figures (see the file comment).
   void enable_timing() {
     OpClock::calibrate();
+    for (size_t i = 0; i < kLatencyBoundsNs.size(); ++i) {
+      bounds_ticks_[i] = OpClock::from_ns(kLatencyBoundsNs[i]);
+    }
     timing_.store(true, std::memory_order_release);  // publishes the calibration
   }
   bool timing() const { return timing_.load(std::memory_order_acquire); }
 
   // The histogram bucket of a latency.
+  // The bucket of a time in OpClock ticks (after enable_timing()), as bucket_of() of its ns.
+  size_t bucket_of_ticks(uint64_t ticks) const {
+    return static_cast<size_t>(std::lower_bound(bounds_ticks_.begin(), bounds_ticks_.end(), ticks) -
+                               bounds_ticks_.begin());
+  }
   static size_t bucket_of(uint64_t ns) {
     return static_cast<size_t>(
         std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) -
@@ -183,6 +194,7 @@ class ServerMetrics {
     std::array<std::atomic<uint64_t>, kLatencyBuckets> buckets{};
   };
   std::atomic<bool> timing_{false};
+  std::array<uint64_t, kLatencyBoundsNs.size()> bounds_ticks_{};  // kLatencyBoundsNs in ticks
   std::array<Slot, kOpCodeSlots> latency_{};
   std::array<std::atomic<uint64_t>, kNumErrorKinds> errors_{};
   std::atomic<uint64_t> graphs_registered_{0}, graph_runs_{0};
@@ -208,7 +220,7 @@ class OpTimer {
     if (!running_) start_ = OpClock::ticks();
     Status st = execute();
     uint64_t end = OpClock::ticks();
-    uint64_t ns = OpClock::to_ns(end - start_);
+    const uint64_t ticks = end - start_;  // (converted to ns once per batch, in flush())
     start_ = end;
     running_ = true;
     size_t slot = slot_of(op);
@@ -218,8 +230,8 @@ class OpTimer {
         used_.set(slot);
         l = Local{};
       }
-      ++l.buckets[ServerMetrics::bucket_of(ns)];
-      l.sum_ns += ns;
+      ++l.buckets[m_.bucket_of_ticks(ticks)];
+      l.sum_ticks += ticks;
     }
     return m_.count_op(std::move(st));
   }
@@ -233,7 +245,8 @@ class OpTimer {
   void flush() {
     if (used_.none()) return;
     for (size_t slot = 0; slot < kOpCodeSlots; ++slot) {
-      if (used_.test(slot)) m_.add_latency(slot, local_[slot].buckets, local_[slot].sum_ns);
+      if (used_.test(slot))
+        m_.add_latency(slot, local_[slot].buckets, OpClock::to_ns(local_[slot].sum_ticks));
     }
     used_.reset();
   }
@@ -249,7 +262,7 @@ class OpTimer {
   // No initialisers: a slot is zeroed when a batch first uses it, not all at every batch.
   struct Local {
     std::array<uint32_t, kLatencyBuckets> buckets;  // a batch holds far fewer than 2^32 ops
-    uint64_t sum_ns;
+    uint64_t sum_ticks;
   };
 
   ServerMetrics& m_;
