@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <asio.hpp>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 
@@ -150,6 +152,52 @@ class SocketListener final : public Listener {
 
 const char* const kNotRunning = " (is tensorwire-server running there?)";
 
+// How long a TCP connect may take: TW_CONNECT_TIMEOUT_MS, else 10 s. Without a bound a host that
+// drops SYNs (a firewall, a full accept backlog) holds the caller for the kernel's ~2 minutes of
+// retries.
+int connect_timeout_ms() {
+  const char* e = std::getenv("TW_CONNECT_TIMEOUT_MS");
+  const long v = e ? std::strtol(e, nullptr, 10) : 0;
+  return v > 0 ? static_cast<int>(std::min<long>(v, 3'600'000)) : 10'000;
+}
+
+// connect() bounded by connect_timeout_ms(): non-blocking, then a poll for the outcome.
+void connect_bounded(Proto::socket& sock, const Proto::endpoint& ep, asio::error_code& ec) {
+  sock.non_blocking(true, ec);
+  if (ec) return;
+  // (::connect, not sock.connect: asio's synchronous connect waits for the outcome however the
+  // socket is set.)
+  if (::connect(sock.native_handle(), ep.data(), static_cast<socklen_t>(ep.size())) != 0) {
+    // (Interrupted, it goes on in the background as a pending one does.)
+    ec = errno == EINTR ? asio::error::in_progress
+                        : asio::error_code(errno, asio::system_category());
+  }
+  if (ec == asio::error::in_progress || ec == asio::error::would_block) {
+    pollfd p{sock.native_handle(), POLLOUT, 0};
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(connect_timeout_ms());
+    int rc;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      rc = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+      if (rc >= 0 || errno != EINTR) break;
+    }
+    if (rc == 0) {
+      ec = asio::error::timed_out;
+      return;
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (rc < 0 || ::getsockopt(sock.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+      err = errno;
+    }
+    ec = err ? asio::error_code(err, asio::system_category()) : asio::error_code();
+  }
+  if (ec) return;
+  sock.non_blocking(false, ec);
+}
+
 }  // namespace
 
 void wait_fd(int fd, short events) {
@@ -171,8 +219,13 @@ Result<Socket> connect_socket(const Url& url, asio::io_context& io) {
       sock.close(ec);
       sock.open(gep.protocol(), ec);
       if (ec) continue;
-      sock.connect(gep, ec);
+      connect_bounded(sock, gep, ec);
       if (!ec) break;
+    }
+    if (ec == asio::error::timed_out) {
+      return unavailable("cannot connect to " + url.str() + ": no answer within " +
+                         std::to_string(connect_timeout_ms()) +
+                         " ms (TW_CONNECT_TIMEOUT_MS): is the host up and the port open?");
     }
     if (ec)
       return unavailable("cannot connect to " + url.str() + ": " + ec.message() + kNotRunning);

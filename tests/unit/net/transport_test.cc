@@ -127,5 +127,40 @@ TEST(Transport, DialingNothingIsAClearError) {
       << r.status().message();
 }
 
+// A host that never answers the SYN (here: a listener whose accept queue is full, so the kernel
+// drops further SYNs) fails the dial after TW_CONNECT_TIMEOUT_MS with a clear error, rather than
+// holding the caller through the kernel's two minutes of retries.
+TEST(Transport, ADialNobodyAnswersTimesOut) {
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 0), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  ::setenv("TW_CONNECT_TIMEOUT_MS", "300", 1);
+  // Fill the accept queue (never accepted) until a dial is not answered.
+  asio::io_context io;
+  std::vector<std::unique_ptr<Stream>> held;
+  Status last;
+  for (int i = 0; i < 8 && last.ok(); ++i) {
+    auto r = dial(parse_url(url).value(), io);
+    if (r.ok()) {
+      held.push_back(std::move(r).value());
+    } else {
+      last = r.status();
+    }
+  }
+  ::unsetenv("TW_CONNECT_TIMEOUT_MS");
+  ::close(lfd);
+  ASSERT_FALSE(last.ok()) << "every dial was answered: the accept queue never filled";
+  EXPECT_NE(last.message().find("no answer within 300 ms (TW_CONNECT_TIMEOUT_MS)"),
+            std::string::npos)
+      << last.message();
+}
+
 }  // namespace
 }  // namespace tw::net
