@@ -61,17 +61,29 @@ Session::~Session() {
   totals_.bytes_held.fetch_sub(static_cast<int64_t>(held_.load()));
 }
 
+Status Session::within_quota(const std::string& what, uint64_t holds, const char* taking,
+                             uint64_t need, const char* more) const {
+  if (holds + need <= memory_quota_ && totals_.capabilities.outstanding_hint() == 0) {
+    return Status::OK();
+  }
+  uint64_t exported = totals_.capabilities.pinned_bytes(id_);
+  // Expired capabilities give their bytes back once forgotten.
+  if (holds + exported + need > memory_quota_ && exported && totals_.capabilities.sweep()) {
+    exported = totals_.capabilities.pinned_bytes(id_);
+  }
+  if (holds + exported + need <= memory_quota_) return Status::OK();
+  return resource_exhausted(
+      what + ": session memory quota exceeded: the session holds " + human_bytes(holds + exported) +
+      (exported ? " (exported tensors not yet moved " + human_bytes(exported) + " of it)" : "") +
+      " and " + taking + " " + human_bytes(need) + more + ", over the quota of " +
+      human_bytes(memory_quota_) + "; free tensors (drop them) or raise --session-memory");
+}
+
 Status Session::admit(const ir::Op& op, uint64_t have, uint64_t need) {
   if (need == 0) return Status::OK();
   // Graphs' constants are the session's too, beside what the backend holds.
   const uint64_t holds = have + graph_constant_bytes_;
-  if (holds + need > memory_quota_) {
-    return resource_exhausted(ir::op_name(op) +
-                              ": session memory quota exceeded: the session holds " +
-                              human_bytes(holds) + " and this op needs " + human_bytes(need) +
-                              " more, over the quota of " + human_bytes(memory_quota_) +
-                              "; free tensors (drop them) or raise --session-memory");
-  }
+  TW_RETURN_NOT_OK(within_quota(ir::op_name(op), holds, "this op needs", need, " more"));
   // What the buffer pool will hand out for it (settle() corrects the guess for several
   // outputs, views and other backends' storage); size_class() is for sizes that can exist.
   uint64_t want = need < (uint64_t{1} << 60) ? BufferPool::size_class(need) : need;
@@ -243,12 +255,7 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
     if (auto* fh = std::get_if<ir::FromHost>(&op)) constants += fh->data.data.size();
   }
   const uint64_t held = backend_->bytes_held() + graph_constant_bytes_;
-  if (held + constants > memory_quota_) {
-    return resource_exhausted(
-        "register_graph: session memory quota exceeded: the session holds " + human_bytes(held) +
-        " and the graph's constants take " + human_bytes(constants) + ", over the quota of " +
-        human_bytes(memory_quota_) + "; free tensors (drop them) or raise --session-memory");
-  }
+  TW_RETURN_NOT_OK(within_quota("register_graph", held, "the graph's constants take", constants));
   // The constants are held outside the backend: the server's budget counts them by reserve(),
   // those the frame brought by its reservation already.
   const uint64_t covered = take_frame_credit(constants);
@@ -323,13 +330,8 @@ void Session::land(ir::TensorId id, const TensorMeta& meta, Result<TensorData> g
 
 void Session::start_import(const proto::Task& t, SessionOutput& out) {
   const uint64_t bytes = static_cast<uint64_t>(numel(t.meta.shape)) * dtype_size(t.meta.dtype);
-  Status st;
-  if (held() + bytes > memory_quota_) {
-    st = resource_exhausted("import: session memory quota exceeded: the session holds " +
-                            human_bytes(held()) + " and the tensor takes " + human_bytes(bytes) +
-                            ", over the quota of " + human_bytes(memory_quota_) +
-                            "; free tensors (drop them) or raise --session-memory");
-  } else {
+  Status st = within_quota("import", held(), "the tensor takes", bytes);
+  if (st.ok()) {
     // The bytes being received count in the server's budget until the tensor holds them.
     st = reserve(bytes, "import");
     if (st.ok()) {
@@ -369,11 +371,7 @@ void Session::start_collective(const proto::Task& t, SessionOutput& out) {
   Status st = in.ok() ? check_collective(c, in->meta) : in.status();
   const uint64_t bytes =
       static_cast<uint64_t>(numel(c.out_meta.shape)) * dtype_size(c.out_meta.dtype);
-  if (st.ok() && held() + bytes > memory_quota_) {
-    st = resource_exhausted("collective: session memory quota exceeded: the session holds " +
-                            human_bytes(held()) + " and the output takes " + human_bytes(bytes) +
-                            ", over the quota of " + human_bytes(memory_quota_));
-  }
+  if (st.ok()) st = within_quota("collective", held(), "the output takes", bytes);
   if (st.ok()) st = reserve(bytes, "collective");
   if (st.ok()) {
     st = out.begin_collective(t, std::move(in).value());

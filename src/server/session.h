@@ -161,6 +161,12 @@ class Session {
   // backend holds `have`: OK once the bytes are reserved, or the error that poisons the op's
   // outputs. The quota counts graphs' constants beside `have`.
   Status admit(const ir::Op& op, uint64_t have, uint64_t need);
+  // Whether `need` more bytes fit in the session's quota beside `holds` (the backend's bytes and
+  // the graphs' constants) and the tensors it exported and has dropped since, which only their
+  // capabilities keep alive until moved or expired: otherwise the error, "<what>: session memory
+  // quota exceeded: the session holds ... and <taking> ...".
+  Status within_quota(const std::string& what, uint64_t holds, const char* taking, uint64_t need,
+                      const char* more = "") const;
   // The backend asks admit() about an op that would take it past `bytes`: 0 between graph
   // registrations, so that it asks about every op that allocates.
   void set_backend_limit(uint64_t bytes);

@@ -109,6 +109,16 @@ uint64_t CapabilityTable::pinned_bytes() const {
   return n;
 }
 
+uint64_t CapabilityTable::pinned_bytes(uint64_t session) const {
+  if (outstanding_.load(std::memory_order_relaxed) == 0) return 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t n = 0;
+  for (const auto& [nonce, e] : by_nonce_) {
+    if (e.session == session && e.data.bytes.sole_owner()) n += e.data.bytes.storage_bytes();
+  }
+  return n;
+}
+
 bool CapabilityTable::sweep() {
   std::lock_guard<std::mutex> lock(mu_);
   const size_t before = by_nonce_.size();
@@ -152,7 +162,7 @@ Result<std::string> CapabilityTable::issue(uint64_t session, ir::TensorId tensor
                               " capabilities not yet used, the most it keeps (each holds its "
                               "tensor); move the tensors exported, or wait for them to expire");
   }
-  by_nonce_[std::string(c.nonce.begin(), c.nonce.end())] = {c.expires_ms, std::move(data)};
+  by_nonce_[std::string(c.nonce.begin(), c.nonce.end())] = {c.expires_ms, std::move(data), session};
   count_locked();
   return token;
 }

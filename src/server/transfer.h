@@ -78,6 +78,11 @@ class CapabilityTable {
   // (while a session holds the tensor, its bytes count there). The server-wide memory budget
   // counts them as held (MemoryBudget::set_pinned).
   uint64_t pinned_bytes() const;
+  // Those of them session `session` exported: its memory quota counts them as held.
+  uint64_t pinned_bytes(uint64_t session) const;
+  // outstanding() without the lock: 0 when no capability is outstanding (then nothing is
+  // pinned; the quota checks ask it for every op).
+  size_t outstanding_hint() const { return outstanding_.load(std::memory_order_relaxed); }
   // Forgets the expired capabilities (issue() does too); true if it forgot any.
   bool sweep();
   // Capabilities outstanding; at most kMaxOutstanding, since each keeps its tensor alive.
@@ -97,6 +102,7 @@ class CapabilityTable {
   struct Entry {
     uint64_t expires_ms = 0;
     TensorData data;
+    uint64_t session = 0;  // the exporting session
   };
   std::unordered_map<std::string, Entry> by_nonce_;  // nonce bytes -> what it grants
   // by_nonce_.size(), stored under mu_ as it changes: pinned_bytes() with none outstanding (every

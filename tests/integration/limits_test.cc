@@ -259,6 +259,52 @@ TEST(Limits, ExportedBytesCountUntilTheCapabilityExpires) {
   EXPECT_EQ(held.size(), 12u);
 }
 
+// A session cannot hold more than its quota by exporting tensors and dropping them: what only
+// its capabilities keep alive counts in its own quota (not another session's) until expired.
+TEST(Limits, ExportedBytesCountInTheExportingSessionsQuota) {
+  ServerProcess server({"--session-memory", "4M", "--capability-ttl", "2"});
+  auto a = raw_session(server.url(), 10000);
+  ASSERT_TRUE(a);
+  auto full_of = [](ir::TensorId id, int64_t floats) {
+    ir::Full f;
+    f.out = {id};
+    f.shape = {floats};
+    f.dtype = kF32;
+    f.value = ir::Scalar(1.0);
+    return f;
+  };
+  proto::BatchWriter w;
+  w.add_op(full_of(1, 3 * kMiBFloats));
+  w.add_export(7, 1);
+  w.add_drop({1});  // the capability keeps the 3 MiB alive all the same
+  w.add_sync(8);
+  ASSERT_TRUE(a->send_frame(w.take()));
+  auto m = a->read_message();
+  ASSERT_TRUE(m.ok() && m->kind == proto::ServerMsg::kCapabilityResult && m->status.ok());
+  m = a->read_message();
+  ASSERT_TRUE(m.ok() && m->kind == proto::ServerMsg::kSyncResult);
+  auto try_two_mib = [&](ir::TensorId id) {
+    proto::BatchWriter b;
+    b.add_op(full_of(id, 2 * kMiBFloats));
+    b.add_read(100 + id, id);
+    EXPECT_TRUE(a->send_frame(b.take()));
+    auto r = a->read_message();
+    EXPECT_TRUE(r.ok() && r->kind == proto::ServerMsg::kReadResult);
+    return r.ok() ? r->status : r.status();
+  };
+  Status over = try_two_mib(2);
+  ASSERT_FALSE(over.ok()) << "2 MiB fitted beside 3 MiB exported in a 4 MiB quota";
+  EXPECT_TRUE(contains(over.message(), "session memory quota exceeded")) << over.message();
+  EXPECT_TRUE(contains(over.message(), "exported tensors not yet moved 3.0MiB")) << over.message();
+  // Another session's quota is its own.
+  Device b = Device::remote(server.url());
+  EXPECT_EQ(tw::full({3 * kMiBFloats}, 2.0, tw::kF32, b).sum().item<float>(), 6.0f * kMiBFloats);
+  // Expired, the capability gives them back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  Status fits = try_two_mib(3);
+  EXPECT_TRUE(fits.ok()) << fits.message();
+}
+
 TEST(Limits, PoolCacheNeverFailsAnOp) {
   // The first session's 4 MiB go back to the server's buffer pool when dropped; the second
   // session's ops find them cached, counted as held, and freed rather than refused.
