@@ -85,7 +85,9 @@ asan: $(ASAN_BUILD)/build.ninja
 
 # The root CMakeLists.txt requires OpenMP, which clang-16 finds only with its own runtime
 # (libomp-16-dev); the fuzz targets compile nothing with OpenMP, so it is pointed at GCC's libgomp,
-# the runtime Debian's oneDNN uses anyway.
+# the runtime Debian's oneDNN uses anyway. Only tw_fuzz_all is built there: the CPU backend's
+# dnnl_util.cc is compiled with -fopenmp and needs omp.h, which clang-16 has only from
+# libomp-16-dev, so a plain `ninja` in that build directory fails on it.
 FUZZ_OPENMP = -DOpenMP_CXX_FLAGS=-fopenmp=libgomp -DOpenMP_CXX_LIB_NAMES=gomp \
   -DOpenMP_gomp_LIBRARY=$$(g++ -print-file-name=libgomp.so)
 $(FUZZ_BUILD)/build.ninja: | bootstrap
