@@ -78,7 +78,12 @@ uint64_t Tensor::id() const { return impl_of(*this, "id").id; }
 namespace {
 detail::HostValues to_host_values(Result<TensorData> data) {
   if (!data.ok()) throw Error(data.status().message());
-  auto holder = std::make_shared<Buffer>(data->bytes);
+  // Element pointers address the values: bytes that arrived unaligned are copied (rarely: the
+  // client lands a read result's bytes aligned).
+  const size_t elem = dtype_size(data->meta.dtype);
+  const bool aligned = reinterpret_cast<uintptr_t>(data->bytes.data()) % elem == 0;
+  auto holder = std::make_shared<Buffer>(
+      aligned ? data->bytes : Buffer::copy_of(data->bytes.data(), data->bytes.size()));
   detail::HostValues v;
   v.shape = data->meta.shape;
   v.dtype = data->meta.dtype;

@@ -9,6 +9,8 @@
 
 namespace tw::client {
 
+static_assert(protocol::kNeedMoreBytes == net::FrameReader::kNeedMore);
+
 namespace proto = protocol;
 
 Options Options::from_env() {

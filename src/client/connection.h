@@ -176,7 +176,8 @@ class Connection {
   std::unique_ptr<net::Stream> stream_;
   std::optional<asio::steady_timer> timer_;
   std::thread io_thread_;
-  net::FrameReader reader_;  // the reader's
+  // A ReadResult's tensor bytes land 64-byte aligned, so the tensor keeps them where they arrived.
+  net::FrameReader reader_{net::FrameReader::kStagingBytes, protocol::read_result_data_offset};
   bool reader_busy_ = false;  // a thread is reading
   bool watch_armed_ = false;  // the I/O thread waits for the stream to become readable
   bool check_timer_running_ = false;

@@ -23,6 +23,13 @@ FrameWriter::Step FrameWriter::pump(Stream& s) {
   return Step::kIdle;
 }
 
+namespace {
+// A buffer of `len` bytes that starts `shift` bytes past a 64-byte boundary.
+Buffer shifted(size_t len, size_t shift) {
+  return shift == 0 ? Buffer::allocate(len) : Buffer::allocate(shift + len).slice(shift, len);
+}
+}  // namespace
+
 FrameReader::Next FrameReader::next(uint64_t limit, Buffer* frame) {
   size_t have = end_ - begin_;
   if (have < 4) return Next::kNeedBytes;
@@ -31,13 +38,26 @@ FrameReader::Next FrameReader::next(uint64_t limit, Buffer* frame) {
   announced_ = frame_length(header);
   if (announced_ > limit) return Next::kTooLarge;
   size_t len = static_cast<size_t>(announced_);
+  const uint8_t* payload = staging_.data() + begin_ + 4;
+  size_t shift = 0;
+  if (aligner_ != nullptr) {
+    const size_t n = std::min(have - 4, len);
+    size_t at = aligner_(payload, n);
+    // The staging buffer always has room for a header, so waiting for the rest of it is safe; a
+    // whole frame too short to tell is the decoder's to reject.
+    if (at == kNeedMore && n < len) return Next::kNeedBytes;
+    if (at == kNeedMore) at = 0;
+    constexpr size_t kAlign = 64;
+    shift = (kAlign - at % kAlign) % kAlign;
+  }
   if (have - 4 >= len) {
-    *frame = Buffer::copy_of(staging_.data() + begin_ + 4, len);
+    *frame = shifted(len, shift);
+    if (len) std::memcpy(frame->data(), payload, len);
     begin_ += 4 + len;
     return Next::kFrame;
   }
   if (4 + len <= staging_.size()) return Next::kNeedBytes;  // fits once the rest arrives
-  *frame = Buffer::allocate(len);
+  *frame = shifted(len, shift);
   copied_ = have - 4;
   std::memcpy(frame->data(), staging_.data() + begin_ + 4, copied_);
   begin_ = end_ = 0;

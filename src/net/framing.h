@@ -79,7 +79,13 @@ class FrameReader {
   };
   // The server gives each connection a small staging buffer (idle sessions cost little memory);
   // the client one large one.
-  explicit FrameReader(size_t staging_bytes = kStagingBytes) : staging_(staging_bytes) {}
+  // Where a frame's bulk data starts, from its first `n` bytes: the payload offset that should
+  // land 64-byte aligned (0: none), or kNeedMore when `n` bytes cannot tell yet. Lets a reader
+  // hand out tensor bytes that element pointers may address (the client's ReadResult).
+  using Aligner = size_t (*)(const uint8_t* payload, size_t n);
+  static constexpr size_t kNeedMore = ~size_t{0};
+  explicit FrameReader(size_t staging_bytes = kStagingBytes, Aligner aligner = nullptr)
+      : staging_(staging_bytes), aligner_(aligner) {}
   Next next(uint64_t limit, Buffer* frame);
 
   // Non-blocking receive (Stream::try_read) for one frame at a time, a large frame across
@@ -113,6 +119,7 @@ class FrameReader {
 
  private:
   std::vector<uint8_t> staging_;
+  Aligner aligner_;
   size_t begin_ = 0, end_ = 0;  // staged, unconsumed bytes
   uint64_t announced_ = 0;
   size_t copied_ = 0;     // of a kLarge frame, bytes taken from staging (read_frame: received)

@@ -140,6 +140,20 @@ void encode_read_result(uint64_t request_id, const Result<TensorData>& r, OutFra
   w.raw_ref(d.bytes);
 }
 
+size_t read_result_data_offset(const uint8_t* payload, size_t n) {
+  constexpr uint8_t kType = static_cast<uint8_t>(ServerMsg::kReadResult);
+  constexpr size_t kStatusAt = 1 + 8, kRankAt = kStatusAt + 1 + 1;  // then dtype, rank
+  if (n == 0) return kNeedMoreBytes;
+  if (payload[0] != kType) return 0;
+  if (n <= kStatusAt) return kNeedMoreBytes;
+  if (payload[kStatusAt] != 0) return 0;  // a refusal carries no tensor
+  if (n < kRankAt + 4) return kNeedMoreBytes;
+  uint32_t rank = 0;
+  for (size_t i = 0; i < 4; ++i) rank |= uint32_t{payload[kRankAt + i]} << (8 * i);
+  if (rank > kMaxRank) return 0;  // the decoder's to reject; nothing to align
+  return kRankAt + 4 + 8 * size_t{rank} + 8;
+}
+
 void encode_sync_result(uint64_t request_id, const Status& s, OutFrame& f) {
   WireWriter w(f.head);
   w.u8(static_cast<uint8_t>(ServerMsg::kSyncResult));

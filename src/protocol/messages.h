@@ -208,6 +208,12 @@ void encode_welcome(const Welcome& m, OutFrame& f);
 void encode_refuse(const Refuse& m, OutFrame& f);
 void encode_session_error(const Status& s, OutFrame& f);
 void encode_read_result(uint64_t request_id, const Result<TensorData>& r, OutFrame& f);
+// Where a ReadResult's tensor bytes start in its payload, from the payload's first `n` bytes: the
+// offset (type, request id, OK status, dtype, rank, dims, length), 0 when the payload is no
+// successful ReadResult, kNeedMoreBytes when `n` bytes are too few to tell. A receiver lands that
+// offset aligned (net::FrameReader's aligner), so the tensor can keep the bytes where they arrived.
+inline constexpr size_t kNeedMoreBytes = ~size_t{0};
+size_t read_result_data_offset(const uint8_t* payload, size_t n);
 void encode_sync_result(uint64_t request_id, const Status& s, OutFrame& f);
 void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f);
 void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutFrame& f);

@@ -89,8 +89,8 @@ void pool_grad_2x2_rows(const PoolGeometry& g, const T* x, const T* grad, T* gx,
         __m128 best;
         __m128i at;
         max_pool_2x2_pair(_mm_loadu_ps(top + 2 * ox), _mm_loadu_ps(bottom + 2 * ox), best, at);
-        const __m128 two =
-            _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(grad + r * g.wo + ox)));
+        const __m128 two = _mm_castsi128_ps(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(grad + r * g.wo + ox)));
         const __m128 share = _mm_add_ps(_mm_setzero_ps(), _mm_unpacklo_ps(two, two));
         _mm_storeu_ps(gtop + 2 * ox,
                       _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(at, top_tap)), share));

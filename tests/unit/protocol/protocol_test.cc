@@ -308,6 +308,33 @@ TEST(Protocol, ReadResultRoundTrip) {
   EXPECT_EQ(m->status.message(), "unknown tensor id %9");
 }
 
+TEST(Protocol, ReadResultDataOffsetPointsAtTheTensorBytes) {
+  for (size_t numel : {size_t{1}, size_t{100000}}) {
+    for (Shape shape :
+         {Shape{static_cast<int64_t>(numel)}, Shape{1, static_cast<int64_t>(numel), 1}}) {
+      TensorData d = sample_data(numel);
+      d.meta.shape = shape;
+      OutFrame f;
+      encode_read_result(9, d, f);
+      Buffer p = payload_of(f);
+      const auto* b = reinterpret_cast<const uint8_t*>(p.data());
+      size_t at = read_result_data_offset(b, p.size());
+      ASSERT_EQ(at + numel * 4, p.size());
+      EXPECT_EQ(std::memcmp(b + at, d.bytes.data(), numel * 4), 0);
+      // Too few bytes to tell (the rank incomplete): asks for more, never guesses.
+      EXPECT_EQ(read_result_data_offset(b, 14), kNeedMoreBytes);
+    }
+  }
+  OutFrame refused;
+  encode_read_result(9, Result<TensorData>(not_found("gone")), refused);
+  Buffer p = payload_of(refused);
+  EXPECT_EQ(read_result_data_offset(reinterpret_cast<const uint8_t*>(p.data()), p.size()), 0u);
+  OutFrame sync;
+  encode_sync_result(5, Status::OK(), sync);
+  p = payload_of(sync);
+  EXPECT_EQ(read_result_data_offset(reinterpret_cast<const uint8_t*>(p.data()), p.size()), 0u);
+}
+
 TEST(Protocol, SyncAndStatsResultRoundTrip) {
   for (const Status& s : {Status::OK(), resource_exhausted("quota")}) {
     OutFrame f;
