@@ -1,6 +1,7 @@
 // TensorData: a contiguous, row-major host tensor (bytes + shape + dtype) with typed access.
 // What reads return and what uploads take.
 #pragma once
+#include <cstring>
 #include <span>
 #include <string>
 
@@ -23,9 +24,18 @@ struct TensorData {
   Buffer bytes;  // numel * dtype_size bytes, little-endian, row-major
 
   int64_t numel() const { return tw::numel(meta.shape); }
+  // The elements in place: the bytes must be aligned for T (a backend's are; bytes decoded from
+  // a frame may not be: use value()).
   template <class T>
   std::span<const T> values() const {
     return {bytes.as<const T>(), static_cast<size_t>(numel())};
+  }
+  // Element i, wherever the bytes lie.
+  template <class T>
+  T value(size_t i) const {
+    T v;
+    std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
+    return v;
   }
   // Copies `values` into a new TensorData of the given shape.
   template <class T>

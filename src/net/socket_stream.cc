@@ -1,5 +1,6 @@
 #include "net/socket_stream.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <mutex>
 
 namespace tw::net {
 
@@ -34,17 +36,31 @@ struct TransferAll {
   size_t operator()(const asio::error_code& ec, size_t) const { return ec ? 0 : ~size_t{0}; }
 };
 
+bool is_unix(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  return ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+         addr.ss_family == AF_UNIX;
+}
+
 // Either family: the socket calls are the same, only dialing and listening differ.
 class SocketStream final : public Stream {
  public:
-  explicit SocketStream(Proto::socket sock) : sock_(std::move(sock)), fd_(sock_.native_handle()) {
+  explicit SocketStream(Proto::socket sock)
+      : sock_(std::move(sock)), fd_(sock_.native_handle()), unix_(is_unix(fd_)) {
     // Non-blocking from the start: reads and writes are tried from several threads with
     // MSG_DONTWAIT, and Asio then never changes the socket's mode under them.
     asio::error_code ec;
     sock_.non_blocking(true, ec);
   }
 
+  ~SocketStream() override {
+    for (int fd : held_fds_) ::close(fd);
+    for (int fd : outgoing_fds_) ::close(fd);
+  }
+
   IoResult try_read(asio::mutable_buffer into) override {
+    if (unix_) return try_recvmsg(into);
     for (;;) {
       ssize_t got = ::recv(fd_, into.data(), into.size(), MSG_DONTWAIT);
       if (got > 0) return {IoResult::kDone, static_cast<size_t>(got), {}};
@@ -63,9 +79,29 @@ class SocketStream final : public Stream {
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = count;
+    // Queued descriptors ride on this call's bytes.
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxHeldFds)];
+    std::unique_lock<std::mutex> lock(out_mu_, std::defer_lock);
+    if (unix_) lock.lock();
+    const size_t nfds = outgoing_fds_.size();
+    if (nfds > 0) {
+      msg.msg_control = control;
+      msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+      std::memcpy(CMSG_DATA(c), outgoing_fds_.data(), sizeof(int) * nfds);
+    }
     for (;;) {
       ssize_t sent = ::sendmsg(fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (sent >= 0) return {IoResult::kDone, static_cast<size_t>(sent), {}};
+      if (sent >= 0) {
+        if (nfds > 0 && sent > 0) {  // the peer holds its own duplicates now
+          for (size_t i = 0; i < nfds; ++i) ::close(outgoing_fds_[i]);
+          outgoing_fds_.erase(outgoing_fds_.begin(), outgoing_fds_.begin() + nfds);
+        }
+        return {IoResult::kDone, static_cast<size_t>(sent), {}};
+      }
       if (errno != EINTR) return from_errno();
     }
   }
@@ -73,14 +109,39 @@ class SocketStream final : public Stream {
   void wait_readable() override { wait_fd(fd_, POLLIN); }
   void wait_writable() override { wait_fd(fd_, POLLOUT); }
 
+  // Over a Unix socket every read goes through try_recvmsg (Asio's reads pass no control buffer,
+  // and a descriptor that arrives without one is lost) and every write through try_write (which
+  // attaches queued descriptors): the async operations are loops of those over the reactor's
+  // readiness waits.
   void async_read_some(asio::mutable_buffer into, IoHandler done) override {
-    sock_.async_read_some(into, std::move(done));
+    if (!unix_) return sock_.async_read_some(into, std::move(done));
+    loop_read(into, 0, false, std::move(done));
   }
   void async_read(asio::mutable_buffer into, IoHandler done) override {
-    asio::async_read(sock_, into, TransferAll(), std::move(done));
+    if (!unix_) return asio::async_read(sock_, into, TransferAll(), std::move(done));
+    loop_read(into, 0, true, std::move(done));
   }
   void async_write(const std::vector<asio::const_buffer>& bufs, IoHandler done) override {
-    asio::async_write(sock_, bufs, TransferAll(), std::move(done));
+    if (!unix_) return asio::async_write(sock_, bufs, TransferAll(), std::move(done));
+    loop_write(bufs, 0, std::move(done));
+  }
+
+  bool passes_fds() const override { return unix_; }
+  bool queue_fd(int fd) override {
+    if (!unix_) return false;
+    std::lock_guard<std::mutex> lock(out_mu_);
+    if (outgoing_fds_.size() >= kMaxHeldFds) return false;
+    int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) return false;
+    outgoing_fds_.push_back(dup);
+    return true;
+  }
+  int take_fd() override {
+    std::lock_guard<std::mutex> lock(fds_mu_);
+    if (held_fds_.empty()) return -1;
+    int fd = held_fds_.front();
+    held_fds_.erase(held_fds_.begin());
+    return fd;
   }
 
   // ::shutdown, not close(): safe while other threads have operations on the socket; the
@@ -93,8 +154,94 @@ class SocketStream final : public Stream {
   }
 
  private:
+  IoResult try_recvmsg(asio::mutable_buffer into) {
+    iovec iov{into.data(), into.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxHeldFds)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    for (;;) {
+      ssize_t got = ::recvmsg(fd_, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) return from_errno();
+      hold_fds(msg);
+      if (got == 0) return {IoResult::kClosed, 0, {}};
+      return {IoResult::kDone, static_cast<size_t>(got), {}};
+    }
+  }
+
+  void hold_fds(msghdr& msg) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      std::lock_guard<std::mutex> lock(fds_mu_);
+      for (size_t i = 0; i < n; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        if (held_fds_.size() < kMaxHeldFds) {
+          held_fds_.push_back(fd);
+        } else {
+          ::close(fd);
+        }
+      }
+    }
+  }
+
+  // The async loops over try_recvmsg/try_write: a try first (the stream contract), then a wait
+  // for readiness on the reactor; the handler runs on the io_context, never inline.
+  void loop_read(asio::mutable_buffer into, size_t got, bool all, IoHandler done) {
+    for (;;) {
+      IoResult r =
+          try_recvmsg(asio::buffer(static_cast<char*>(into.data()) + got, into.size() - got));
+      if (r.kind == IoResult::kDone) {
+        got += r.bytes;
+        if (!all || got == into.size()) return finish(std::move(done), {}, got);
+        continue;
+      }
+      if (r.kind == IoResult::kClosed) return finish(std::move(done), asio::error::eof, got);
+      if (r.kind == IoResult::kError) return finish(std::move(done), r.error, got);
+      break;
+    }
+    sock_.async_wait(Proto::socket::wait_read, [this, into, got, all, done = std::move(done)](
+                                                   const asio::error_code& ec) mutable {
+      if (ec) return done(ec, got);
+      loop_read(into, got, all, std::move(done));
+    });
+  }
+
+  void loop_write(std::vector<asio::const_buffer> bufs, size_t sent, IoHandler done) {
+    while (!bufs.empty()) {
+      IoResult r = try_write(bufs.data(), bufs.size());
+      if (r.kind == IoResult::kDone) {
+        sent += r.bytes;
+        consume(bufs, r.bytes);
+        continue;
+      }
+      if (r.kind == IoResult::kError) return finish(std::move(done), r.error, sent);
+      sock_.async_wait(Proto::socket::wait_write,
+                       [this, bufs = std::move(bufs), sent,
+                        done = std::move(done)](const asio::error_code& ec) mutable {
+                         if (ec) return done(ec, sent);
+                         loop_write(std::move(bufs), sent, std::move(done));
+                       });
+      return;
+    }
+    finish(std::move(done), {}, sent);
+  }
+
+  void finish(IoHandler done, asio::error_code ec, size_t n) {
+    asio::post(sock_.get_executor(), [done = std::move(done), ec, n] { done(ec, n); });
+  }
+
   Proto::socket sock_;
   const int fd_;  // sock_'s, read without touching the Asio object from other threads
+  const bool unix_ = false;
+  std::mutex out_mu_;              // a write may run on the I/O thread while another thread queues
+  std::vector<int> outgoing_fds_;  // queue_fd's duplicates, sent with the next write
+  std::mutex fds_mu_;
+  std::vector<int> held_fds_;  // received, not yet taken
 };
 
 void set_nodelay(Proto::socket& sock) {

@@ -1,7 +1,7 @@
 // The byte stream under framing, and dialing and listening for one: every transport (TCP, Unix
-// sockets and TLS over TCP today; a same-host shared-memory path is meant to be a further
-// implementation) is a Stream, so framing, the client and the server never see what carries
-// their bytes.
+// sockets and TLS over TCP) is a Stream, so framing, the client and the server never see what
+// carries their bytes. Over a Unix socket a stream also passes descriptors, which the same-host
+// shared-memory path (net/shm.h) rides on.
 //
 // The contract, which the latency of a small request depends on:
 //  - Every stream is non-blocking. try_read() and try_write() never wait: they move what can be
@@ -76,6 +76,19 @@ class Stream {
   // Cancels outstanding async operations and releases the stream. Call on the stream's
   // io_context thread, or when no other thread uses the stream.
   virtual void close() = 0;
+
+  // Descriptor passing (SCM_RIGHTS), for the same-host shared-memory path (net/shm.h): Unix
+  // sockets only. passes_fds() says whether this stream can.
+  virtual bool passes_fds() const { return false; }
+  // Queues a duplicate of `fd` to travel with the next bytes written (from the writer's side:
+  // call between writes), so the peer receives it no later than those bytes. False when the
+  // stream cannot pass descriptors or the duplicate failed.
+  virtual bool queue_fd(int /*fd*/) { return false; }
+  // The oldest descriptor received and not yet taken, which the caller then owns, or -1. At most
+  // kMaxHeldFds are held; later ones are closed on arrival (a peer cannot fill the table).
+  // Safe from any thread.
+  virtual int take_fd() { return -1; }
+  static constexpr size_t kMaxHeldFds = 16;
 };
 
 using AcceptHandler = std::function<void(const asio::error_code&, std::unique_ptr<Stream>)>;

@@ -243,9 +243,13 @@ Collectives::Collectives(std::string credential, std::string host, std::string s
       host_(std::move(host)),
       self_name_(std::move(self_name)) {}
 
-Collectives::~Collectives() {
+Collectives::~Collectives() { join(); }
+
+void Collectives::join() {
   stop();
-  for (std::thread& t : threads_) t.join();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 void Collectives::stop() {

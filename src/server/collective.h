@@ -83,6 +83,8 @@ class Collectives {
   void forget(uint64_t session);
   // Later start()s fail at once; the parts under way end at their timeouts.
   void stop();
+  // stop(), then waits for the engine threads to end; forget() stays usable after it.
+  void join();
   // Parts that may run at once (each blocks its thread inside Gloo).
   static constexpr int kMaxThreads = 64;
 

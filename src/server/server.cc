@@ -137,6 +137,17 @@ struct Server::Impl {
   // Last: it calls view() until it is destroyed, first.
   std::unique_ptr<server::MetricsEndpoint> metrics;
 
+  // The threads that post to the shards end first; then the shards go, with the handlers their
+  // loops never ran, while the collectives table is still there: a Connection such a handler
+  // holds calls collectives->forget() as it is destroyed (ASan: use after free otherwise).
+  ~Impl() {
+    metrics.reset();
+    puller.reset();
+    if (collectives) collectives->join();
+    works.clear();
+    shards.clear();
+  }
+
   void accept(net::Listener& l);
   proto::ServerStats snapshot(uint64_t asking_session);
   std::vector<proto::DeviceInfo> device_infos() const {

@@ -218,7 +218,7 @@ TEST(Limits, UploadFrameOverWhatIsLeftFailsThatSessionOnly) {
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->kind, proto::ServerMsg::kReadResult);
   ASSERT_TRUE(m->status.ok()) << m->status.message();
-  EXPECT_EQ(m->data.values<float>()[3 * kMiBFloats - 1], 0.5f);
+  EXPECT_EQ(m->data.value<float>(3 * kMiBFloats - 1), 0.5f);
 }
 
 TEST(Limits, ExportedBytesCountUntilTheCapabilityExpires) {

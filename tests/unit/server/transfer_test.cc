@@ -259,7 +259,7 @@ TEST(SessionMoves, ImportParksTheSessionUntilThePullEnds) {
   EXPECT_TRUE((*s)->run(batch, out, Session::Clock::time_point::max()));
   ASSERT_EQ(out.got.size(), 1u);
   ASSERT_TRUE(out.got[0].status.ok());
-  EXPECT_EQ(out.got[0].data.values<float>()[2], 3.0f);
+  EXPECT_EQ(out.got[0].data.value<float>(2), 3.0f);
   EXPECT_EQ(totals.metrics.transfers(Direction::kIn), 1u);
   EXPECT_EQ(totals.metrics.transfer_bytes(Direction::kIn), 12u);
 
