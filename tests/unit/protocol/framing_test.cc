@@ -2,14 +2,16 @@
 // frames cut out of one receive,
 // frames split across receives, frames larger than the staging buffer, the size limit, and a
 // writer whose socket buffer fills up.
+#include "net/framing.h"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <numeric>
 
-#include "net/framing.h"
 #include "net/socket_stream.h"
 
 namespace tw::net {
@@ -60,6 +62,38 @@ std::vector<uint8_t> bytes_of(const Buffer& b) {
   return std::vector<uint8_t>(p, p + b.size());
 }
 
+// Sends the payloads framed, in pieces of `piece` bytes, and reads frames as they come; returns
+// them in order. `*bytes` counts what the reader received; `check` sees each frame.
+std::vector<std::vector<uint8_t>> deliver_in_pieces(
+    SocketPair& sp, FrameReader& reader, const std::vector<std::vector<uint8_t>>& payloads,
+    size_t piece, uint64_t* bytes, const std::function<void(const Buffer&, size_t)>& check = {}) {
+  std::vector<uint8_t> stream;
+  for (auto& p : payloads) {
+    auto f = framed(p);
+    stream.insert(stream.end(), f.begin(), f.end());
+  }
+  std::vector<std::vector<uint8_t>> got;
+  size_t off = 0;
+  while (got.size() < payloads.size()) {
+    if (off < stream.size()) {
+      size_t n = std::min(piece, stream.size() - off);
+      send_bytes(sp.fd[0], std::vector<uint8_t>(stream.begin() + off, stream.begin() + off + n));
+      off += n;
+    }
+    for (;;) {
+      Buffer frame;
+      asio::error_code err;
+      FrameReader::Poll r = reader.read_frame(*sp.s[1], &frame, &err, bytes);
+      if (r == FrameReader::Poll::kWouldBlock) break;
+      EXPECT_EQ(r, FrameReader::Poll::kFrame) << err.message();
+      if (r != FrameReader::Poll::kFrame) return got;
+      if (check) check(frame, got.size());
+      got.push_back(bytes_of(frame));
+    }
+  }
+  return got;
+}
+
 TEST(Framing, ConsumeDropsWholeAndPartialBuffers) {
   uint8_t a[3], b[5], c[2];
   std::vector<asio::const_buffer> bufs = {asio::buffer(a), asio::buffer(b), asio::buffer(c)};
@@ -77,34 +111,14 @@ TEST(Framing, ConsumeDropsWholeAndPartialBuffers) {
 TEST(Framing, ReaderCutsManyFramesFromOneReceiveAndJoinsSplitOnes) {
   SocketPair sp;
   FrameReader reader(64);  // a tiny staging buffer: every path is exercised
-  std::vector<std::vector<uint8_t>> payloads = {pattern(3, 1), pattern(0, 0), pattern(10, 2),
+  std::vector<std::vector<uint8_t>> payloads = {pattern(3, 1),  pattern(0, 0),  pattern(10, 2),
                                                 pattern(60, 3), pattern(61, 4), pattern(5000, 5)};
-  std::vector<uint8_t> stream;
-  for (auto& p : payloads) {
-    auto f = framed(p);
-    stream.insert(stream.end(), f.begin(), f.end());
-  }
   // Delivered in odd-sized pieces, read as they come.
-  std::vector<std::vector<uint8_t>> got;
-  size_t off = 0;
   uint64_t bytes = 0;
-  while (got.size() < payloads.size()) {
-    if (off < stream.size()) {
-      size_t n = std::min<size_t>(37, stream.size() - off);
-      send_bytes(sp.fd[0], std::vector<uint8_t>(stream.begin() + off, stream.begin() + off + n));
-      off += n;
-    }
-    for (;;) {
-      Buffer frame;
-      asio::error_code err;
-      FrameReader::Poll r = reader.read_frame(*sp.s[1], &frame, &err, &bytes);
-      if (r == FrameReader::Poll::kWouldBlock) break;
-      ASSERT_EQ(r, FrameReader::Poll::kFrame) << err.message();
-      got.push_back(bytes_of(frame));
-    }
-  }
-  EXPECT_EQ(got, payloads);
-  EXPECT_EQ(bytes, stream.size());
+  EXPECT_EQ(deliver_in_pieces(sp, reader, payloads, 37, &bytes), payloads);
+  uint64_t sent = 0;
+  for (auto& p : payloads) sent += 4 + p.size();
+  EXPECT_EQ(bytes, sent);
 }
 
 // An aligner that reads the offset to align from the payload's first byte (and needs that byte).
@@ -122,33 +136,12 @@ TEST(Framing, ReaderLandsTheAlignersOffsetOn64Bytes) {
   for (auto& p : payloads) {
     if (!p.empty()) p[0] = static_cast<uint8_t>(p[0] % 64);
   }
-  std::vector<uint8_t> stream;
-  for (auto& p : payloads) {
-    auto f = framed(p);
-    stream.insert(stream.end(), f.begin(), f.end());
-  }
-  std::vector<std::vector<uint8_t>> got;
-  size_t off = 0;
-  while (got.size() < payloads.size()) {
-    if (off < stream.size()) {
-      size_t n = std::min<size_t>(29, stream.size() - off);
-      send_bytes(sp.fd[0], std::vector<uint8_t>(stream.begin() + off, stream.begin() + off + n));
-      off += n;
-    }
-    for (;;) {
-      Buffer frame;
-      asio::error_code err;
-      uint64_t bytes = 0;
-      FrameReader::Poll r = reader.read_frame(*sp.s[1], &frame, &err, &bytes);
-      if (r == FrameReader::Poll::kWouldBlock) break;
-      ASSERT_EQ(r, FrameReader::Poll::kFrame) << err.message();
-      if (frame.size() > 0) {
-        const auto* p = reinterpret_cast<const uint8_t*>(frame.data());
-        EXPECT_EQ(reinterpret_cast<uintptr_t>(p + p[0]) % 64, 0u) << "frame " << got.size();
-      }
-      got.push_back(bytes_of(frame));
-    }
-  }
+  uint64_t bytes = 0;
+  auto got = deliver_in_pieces(sp, reader, payloads, 29, &bytes, [](const Buffer& frame, size_t i) {
+    if (frame.size() == 0) return;
+    const auto* p = reinterpret_cast<const uint8_t*>(frame.data());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p + p[0]) % 64, 0u) << "frame " << i;
+  });
   EXPECT_EQ(got, payloads);
 }
 
