@@ -36,7 +36,9 @@ TEST(Profile, CountsOpsFramesBytesAndWaitingPerDevice) {
   {
     Device d = Device::remote(server.url());
     work(d);
-    const profile::DeviceProfile* p = find(profile::devices(), name);
+    // (Held here: find() points into the vector, which must outlive p.)
+    const std::vector<profile::DeviceProfile> devices = profile::devices();
+    const profile::DeviceProfile* p = find(devices, name);
     ASSERT_NE(p, nullptr) << profile::report();
     EXPECT_EQ(p->sessions, 1u);
     EXPECT_EQ(p->ops, 301u);
@@ -50,7 +52,8 @@ TEST(Profile, CountsOpsFramesBytesAndWaitingPerDevice) {
   // The connection has closed: its figures stay, and a second session adds to them.
   Device again = Device::remote(server.url());
   work(again);
-  const profile::DeviceProfile* p = find(profile::devices(), name);
+  const std::vector<profile::DeviceProfile> devices = profile::devices();
+  const profile::DeviceProfile* p = find(devices, name);
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(p->sessions, 2u);
   EXPECT_EQ(p->ops, 602u);
