@@ -2,6 +2,7 @@
 // (TCP) against plain POSIX sockets served by a thread of this binary, and against the local CPU
 // device. Prints one table with a target per row.
 //   (a) round trip of a 1-element op plus its read vs a raw TCP ping-pong of the same sizes
+//       (a*: the same against a server started with --spin-us 0)
 //   (b) upload and download of 256 MiB vs raw TCP streaming of the same bytes
 //   (c) fire-and-forget throughput of 1-element adds (one read at the end) vs the CPU device
 //   (d) 1,000 idle sessions: server RSS growth per session, time for all to connect
@@ -55,6 +56,7 @@
 #include "server/metrics.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
+#include "tensorwire/server.h"
 #include "tensorwire/tensorwire.h"
 
 #ifndef TW_SERVER_BINARY
@@ -229,7 +231,8 @@ int client_spin_us() {
   return e ? std::atoi(e) : static_cast<int>(tw::client::Options{}.spin_us);
 }
 
-void bench_latency(const std::string& url, int iters) {
+// `no_spin_url`: a server started with --spin-us 0 (its threads sleep as soon as they are idle).
+void bench_latency(const std::string& url, const std::string& no_spin_url, int iters) {
   const int spin_us = client_spin_us();
   tw::Device d = tw::Device::remote(url);
   const char* set = std::getenv("TW_SPIN_US");
@@ -241,12 +244,16 @@ void bench_latency(const std::string& url, int iters) {
   } else {
     ::unsetenv("TW_SPIN_US");
   }
+  tw::Device server_sleeps = tw::Device::remote(no_spin_url);
   tw::Tensor x = tw::full({1}, 1.0, tw::kF32, d), xs = tw::full({1}, 1.0, tw::kF32, sleeper);
+  tw::Tensor xn = tw::full({1}, 1.0, tw::kF32, server_sleeps);
   d.sync();
   sleeper.sync();
+  server_sleeps.sync();
   for (int i = 0; i < 200; ++i) {  // warm up
     (void)(x + 1.0).item<float>();
     (void)(xs + 1.0).item<float>();
+    (void)(xn + 1.0).item<float>();
   }
   tw::WireCounters c0 = tw::wire_counters(d);
   (void)(x + 1.0).item<float>();
@@ -279,20 +286,23 @@ void bench_latency(const std::string& url, int iters) {
     (void)raw(0);
   }
   // Rounds of 50 of each in turn: all four see the same machine.
-  std::vector<double> tw_us, sleeper_us, raw_spin_us, raw_us;
+  std::vector<double> tw_us, sleeper_us, server_sleeps_us, raw_spin_us, raw_us;
   for (int done = 0; done < iters; done += 50) {
     for (double v : round_trips_us(x, 50)) tw_us.push_back(v);
     for (double v : round_trips_us(xs, 50)) sleeper_us.push_back(v);
+    for (double v : round_trips_us(xn, 50)) server_sleeps_us.push_back(v);
     for (int i = 0; i < 50; ++i) raw_spin_us.push_back(raw(spin_us));
     for (int i = 0; i < 50; ++i) raw_us.push_back(raw(0));
   }
-  const Dist t = dist(tw_us), ts = dist(sleeper_us), rs = dist(raw_spin_us), r = dist(raw_us);
+  const Dist t = dist(tw_us), ts = dist(sleeper_us), tn = dist(server_sleeps_us),
+             rs = dist(raw_spin_us), r = dist(raw_us);
   const double by_min = t.min / rs.min, by_median = t.median / rs.median;
   rows.push_back({"a",
                   "1-element op + read round trip, us (min / median / p99); " +
                       std::to_string(req) + " B out, " + std::to_string(resp) +
                       " B back; client spins " + std::to_string(spin_us) +
-                      " us before it sleeps (TW_SPIN_US)",
+                      " us before it sleeps (TW_SPIN_US), the server's threads " +
+                      std::to_string(tw::ServerOptions{}.spin_us) + " us (--spin-us)",
                   fmt3(t.min, t.median, t.p99),
                   fmt3(rs.min, rs.median, rs.p99) + " (raw TCP, peer process, same spin)",
                   fmt("%.2fx min, ", by_min) + fmt("%.2fx median", by_median),
@@ -301,6 +311,11 @@ void bench_latency(const std::string& url, int iters) {
                   fmt3(t.min, t.median, t.p99),
                   fmt3(r.min, r.median, r.p99) + " (raw TCP, blocking)",
                   fmt("%.2fx min, ", t.min / r.min) + fmt("%.2fx median", t.median / r.median),
+                  "(for comparison)", true});
+  rows.push_back({"a*", "tensorwire against a server whose threads sleep at once (--spin-us 0)",
+                  fmt3(tn.min, tn.median, tn.p99),
+                  fmt3(rs.min, rs.median, rs.p99) + " (raw TCP, peer process, same spin)",
+                  fmt("%.2fx min, ", tn.min / rs.min) + fmt("%.2fx median", tn.median / rs.median),
                   "(for comparison)", true});
   rows.push_back({"a''", "tensorwire with TW_SPIN_US=0 (sleeps at once) against that raw client",
                   fmt3(ts.min, ts.median, ts.p99),
@@ -1049,7 +1064,10 @@ int main(int argc, char** argv) {
   try {
     {
       tw::testing::ServerProcess server({}, binary);
-      if (on('a')) bench_latency(server.url(), quick ? 500 : 3000);
+      if (on('a')) {
+        tw::testing::ServerProcess no_spin({"--spin-us", "0"}, binary);
+        bench_latency(server.url(), no_spin.url(), quick ? 500 : 3000);
+      }
       if (on('b')) bench_throughput(server.url(), size_t{256} << 20, quick ? 3 : 5);
       if (on('c')) bench_fire_and_forget(server.url(), quick ? 50000 : 200000);
       if (on('e')) bench_graph_adds(server.url(), 200000);

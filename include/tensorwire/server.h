@@ -64,6 +64,12 @@ struct ServerOptions {
   // listens on for the other participants (tensorwire-server --collective-host); empty: the
   // host of the first tcp:// or tls:// address, or 127.0.0.1 when that is a wildcard.
   std::string collective_host;
+  // After a shard's thread has run work, it keeps polling its sockets for this long before it
+  // sleeps in the kernel (tensorwire-server --spin-us), so a client's next request that comes
+  // within it costs no wake-up of an idle CPU (on a 2-core VM the wake-up was most of a small
+  // request's round trip: docs/remote.md, "Where the time of a round trip goes"). It only ever
+  // follows work, so an idle server spins never; 0 turns it off.
+  uint32_t spin_us = 50;
 };
 
 struct ServerStatsSnapshot {
