@@ -126,18 +126,13 @@ bool needs_record(std::span<const Tensor* const> inputs) {
   return false;
 }
 
-void record(const ir::Op& op, std::span<const Tensor* const> inputs, Tensor& out) {
-  if (!grad_dtype(out.dtype())) return;
-  RuleInputs ri;
-  ri.out = &out;
-  for (const Tensor* t : inputs) {
-    ri.in.push_back(*t);
-    ri.needs.push_back(t->requires_grad());
-  }
-  BackwardFn fn = backward_rule(op, ri);
-  if (!fn) return;
+namespace {
+
+// out's node: `fn` with one edge per input (to its node, or to a leaf's meta).
+void attach_node(std::string name, std::span<const Tensor* const> inputs, Tensor& out,
+                 BackwardFn fn) {
   auto node = std::make_shared<Node>();
-  node->name = ir::op_name(op);
+  node->name = std::move(name);
   node->seq = g_node_seq.fetch_add(1, std::memory_order_relaxed);
   node->next.reserve(inputs.size());
   for (const Tensor* t : inputs) {
@@ -158,6 +153,27 @@ void record(const ir::Op& op, std::span<const Tensor* const> inputs, Tensor& out
   meta->requires_grad = true;
   meta->grad_fn = std::move(node);
   out.impl()->autograd = std::move(meta);
+}
+
+}  // namespace
+
+void record(const ir::Op& op, std::span<const Tensor* const> inputs, Tensor& out) {
+  if (!grad_dtype(out.dtype())) return;
+  RuleInputs ri;
+  ri.out = &out;
+  for (const Tensor* t : inputs) {
+    ri.in.push_back(*t);
+    ri.needs.push_back(t->requires_grad());
+  }
+  BackwardFn fn = backward_rule(op, ri);
+  if (!fn) return;
+  attach_node(ir::op_name(op), inputs, out, std::move(fn));
+}
+
+void record_composite(std::string name, std::span<const Tensor* const> inputs, Tensor& out,
+                      BackwardFn fn) {
+  if (!needs_record(inputs) || !grad_dtype(out.dtype())) return;
+  attach_node(std::move(name), inputs, out, std::move(fn));
 }
 
 // ================================ the engine ================================

@@ -56,6 +56,12 @@ bool needs_record(std::span<const Tensor* const> inputs);
 // is `out`: out gets a node when the op is differentiable and its output is floating point.
 void record(const ir::Op& op, std::span<const Tensor* const> inputs, Tensor& out);
 
+// Records a composite, computed with grad mode off (several ops whose backward is cheaper written
+// as a whole: nn::cross_entropy), once grad mode is back: `out` gets a node named `name` with one
+// edge per input and `fn` as its backward. Nothing is recorded unless needs_record(inputs).
+void record_composite(std::string name, std::span<const Tensor* const> inputs, Tensor& out,
+                      BackwardFn fn);
+
 // A second handle on t's values without t's autograd state (no op is emitted).
 Tensor alias_of(const Tensor& t);
 

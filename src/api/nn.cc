@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "api/autograd.h"
 #include "core/shape.h"
 
 namespace tw::nn {
@@ -330,7 +331,28 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
     throw Error("cross_entropy: target must hold class indices (i64 or i32), got " +
                 std::string(dtype_name(target.dtype())));
   }
-  return -logits.log_softmax(1).gather(1, target.reshape({-1, 1})).mean();
+  const Tensor* inputs[] = {&logits};
+  if (!autograd::needs_record(inputs)) {
+    return -logits.log_softmax(1).gather(1, target.reshape({-1, 1})).mean();
+  }
+  // Recorded as one node: d loss / d logits = (softmax(logits) - one_hot(target)) * g / N is six
+  // ops (exp, one_hot, cast, sub, div, mul) where the chain of the forward's own rules took nine
+  // (neg's, mean's, gather's scatter into zeros, log_softmax's), on tensors of a batch's logits
+  // whose cost is the op more than the arithmetic.
+  Tensor logp, loss;
+  {
+    NoGradGuard no_grad;
+    logp = logits.log_softmax(1);
+    loss = -logp.gather(1, target.reshape({-1, 1})).mean();
+  }
+  const Tensor index = target;
+  const int64_t n = logits.size(0), classes = logits.size(1);
+  autograd::record_composite(
+      "cross_entropy", inputs, loss, [logp, index, n, classes](const Tensor& g) {
+        const Tensor hot = one_hot(index, classes).to(logp.dtype());
+        return std::vector<Tensor>{(logp.exp() - hot) * (g / static_cast<double>(n))};
+      });
+  return loss;
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target) {

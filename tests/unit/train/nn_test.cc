@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "support/remote_device.h"
+#include "tensorwire/graph.h"
 
 namespace tw {
 namespace {
@@ -121,6 +122,33 @@ TEST(Nn, ToMovesParametersAndGradients) {
   EXPECT_EQ(lin.weight()->grad().to_bytes(), g);
   EXPECT_EQ(lin(ones({1, 3}, kF32, remote)).shape(), (Shape{1, 2}));
   EXPECT_THROW(lin(ones({1, 3})), Error);  // input on another device
+}
+
+// cross_entropy records one node: its backward is (softmax - one_hot(target)) * g / N, six ops
+// (the forward's own rules chained took nine).
+TEST(Nn, CrossEntropyBackwardIsOneCompositeOfSixOps) {
+  const Tensor logits_cpu = from_vector<float>({2, 1, 0, 0, 0, 3}, {2, 3});
+  const Tensor target_cpu = from_vector<int64_t>({0, 2}, {2});
+  auto ops = [&](bool backward) {
+    graph::Capture cap(Device::cpu());
+    Tensor logits = cap.input(logits_cpu), target = cap.input(target_cpu);
+    logits.set_requires_grad(true);
+    Tensor loss = nn::cross_entropy(logits, target);
+    if (!backward) return cap.finish({loss}).num_ops();
+    loss.backward(ones({}, kF32, cap.device()));
+    return cap.finish({logits.grad()}).num_ops() - 1;  // less the seed's op
+  };
+  EXPECT_EQ(ops(true) - ops(false), 6u);
+
+  Tensor logits = from_vector<float>({2, 1, 0, 0, 0, 3}, {2, 3});
+  logits.set_requires_grad(true);
+  nn::cross_entropy(logits, target_cpu).backward();
+  std::vector<float> g = logits.grad().to_vector<float>();
+  const double e0 = std::exp(2.0) + std::exp(1.0) + 1.0, e1 = 2 + std::exp(3.0);
+  const std::vector<double> want = {std::exp(2.0) / e0 - 1, std::exp(1.0) / e0, 1 / e0,
+                                    1 / e1, 1 / e1, std::exp(3.0) / e1 - 1};
+  ASSERT_EQ(g.size(), want.size());
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], want[i] / 2, 1e-6) << i;
 }
 
 TEST(Nn, LossesAndModulesForward) {
