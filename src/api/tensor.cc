@@ -40,7 +40,9 @@ using detail::emit;
 using detail::in;
 
 Tensor emit1(const Tensor& x, ir::Op op, std::initializer_list<const Tensor*> inputs) {
-  return emit(impl_of(x, ir::op_name(op).c_str()).sink, std::move(op), inputs);
+  // (The op's name only for the error: it is a string built per op.)
+  if (!x.defined()) impl_of(x, ir::op_name(op).c_str());
+  return emit(x.impl()->sink, std::move(op), inputs);
 }
 
 Tensor unary(const Tensor& x, ir::UnaryKind k) {

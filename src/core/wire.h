@@ -21,7 +21,12 @@ struct WireSegment {
 class WireWriter {
  public:
   explicit WireWriter(std::vector<uint8_t>& out, std::vector<WireSegment>* segments = nullptr)
-      : out_(out), segments_(segments) {}
+      : out_(out), segments_(segments) {
+    // A message's head is mostly a few dozen bytes: one allocation for it, not the doubling
+    // from 1 byte that its first writes would otherwise cost (six reallocations for a reply).
+    if (out_.capacity() < kInitialBytes) out_.reserve(kInitialBytes);
+  }
+  static constexpr size_t kInitialBytes = 128;
   // Byte runs at least this long become segments when the writer collects segments.
   static constexpr size_t kMinSegmentBytes = 16 * 1024;
   void u8(uint8_t v) { out_.push_back(v); }

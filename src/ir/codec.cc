@@ -45,8 +45,10 @@ struct Decoder {
   WireReader& r;
   const char* op;
   Status st;
+  // Keeps the first failure, naming op.field (called with every field's status: the name is
+  // built only for a failure).
   void fail(Status s, const char* field) {
-    if (st.ok()) st = s.with_context(std::string(op) + "." + field);
+    if (st.ok() && !s.ok()) st = s.with_context(std::string(op) + "." + field);
   }
   void operator()(const char* f, In& v) {
     if (st.ok()) fail(r.u64(v.id), f);

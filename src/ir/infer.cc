@@ -36,18 +36,27 @@ bool dtype_known(DType d) { return dtype_valid(static_cast<uint8_t>(d)); }
 // every message so that a user sees which call failed.
 class Ctx {
  public:
-  Ctx(const MetaLookup& lookup, std::string name) : lookup_(lookup), name_(std::move(name)) {}
+  Ctx(const MetaLookup& lookup, const Op& op) : lookup_(lookup), op_(op) {}
 
-  const std::string& name() const { return name_; }
+  // The op's name, for messages: made on first use (an error), not for every op inferred.
+  const std::string& name() const {
+    if (name_.empty()) name_ = op_name(op_);
+    return name_;
+  }
   Status error(const std::string& message) const {
-    return invalid_argument(name_ + ": " + message);
+    return invalid_argument(name() + ": " + message);
+  }
+  // broadcast_shapes, naming the op only when the shapes do not broadcast.
+  Result<Shape> broadcast(const Shape& a, const Shape& b) const {
+    Result<Shape> r = broadcast_shapes(a, b, "");
+    return r.ok() ? r : broadcast_shapes(a, b, name().c_str());
   }
 
   // A required input. Id 0 means "no tensor", which only optional inputs may be.
   Result<TensorMeta> input(const In& in, const std::string& role) const {
     if (in.id == 0) return error("input " + role + " is missing (id 0)");
     Result<TensorMeta> m = lookup_(in.id);
-    if (!m.ok()) return m.status().with_context(name_ + ": input " + role);
+    if (!m.ok()) return m.status().with_context(name() + ": input " + role);
     return m;
   }
   Result<std::optional<TensorMeta>> optional_input(const In& in, const std::string& role) const {
@@ -57,7 +66,8 @@ class Ctx {
   }
 
   Result<int64_t> dim(int64_t d, int64_t rank) const {
-    return normalize_dim(d, rank, name_.c_str());
+    Result<int64_t> r = normalize_dim(d, rank, "");
+    return r.ok() ? r : normalize_dim(d, rank, name().c_str());
   }
   // Normalised dims, each named at most once.
   Result<std::vector<int64_t>> distinct_dims(const std::vector<int64_t>& dims, int64_t rank) const {
@@ -76,7 +86,7 @@ class Ctx {
 
   Status shape_attr(const Shape& shape) const {
     Status st = validate_shape(shape);
-    return st.ok() ? st : st.with_context(name_);
+    return st.ok() ? st : st.with_context(name());
   }
   Status dtype_attr(DType d) const {
     if (!dtype_known(d)) {
@@ -132,7 +142,8 @@ class Ctx {
 
  private:
   const MetaLookup& lookup_;
-  std::string name_;
+  const Op& op_;
+  mutable std::string name_;
 };
 
 // Shapes are at most kMaxRank long, so converting sizes to int64_t cannot lose anything.
@@ -275,7 +286,7 @@ Result<Metas> infer_op(const Binary& op, const Ctx& c) {
   TW_ASSIGN_OR_RETURN(TensorMeta b, c.input(op.b, "b"));
   TW_RETURN_NOT_OK(c.computable(a.dtype));
   TW_RETURN_NOT_OK(c.computable(b.dtype));
-  TW_ASSIGN_OR_RETURN(Shape shape, broadcast_shapes(a.shape, b.shape, c.name().c_str()));
+  TW_ASSIGN_OR_RETURN(Shape shape, c.broadcast(a.shape, b.shape));
   if (!is_arithmetic(op.kind)) return one(std::move(shape), kBool);
   if (op.kind != BinaryKind::kDiv && a.dtype == kBool && b.dtype == kBool) {
     return c.error("both operands are bool; cast one to an integer or float dtype");
@@ -298,8 +309,8 @@ Result<Metas> infer_op(const Where& op, const Ctx& c) {
   if (cond.dtype != kBool) return c.error("cond dtype " + dt(cond.dtype) + " must be bool");
   TW_RETURN_NOT_OK(c.computable(a.dtype));
   TW_RETURN_NOT_OK(c.computable(b.dtype));
-  TW_ASSIGN_OR_RETURN(Shape ab, broadcast_shapes(a.shape, b.shape, c.name().c_str()));
-  TW_ASSIGN_OR_RETURN(Shape shape, broadcast_shapes(cond.shape, ab, c.name().c_str()));
+  TW_ASSIGN_OR_RETURN(Shape ab, c.broadcast(a.shape, b.shape));
+  TW_ASSIGN_OR_RETURN(Shape shape, c.broadcast(cond.shape, ab));
   return one(std::move(shape), promote(a.dtype, b.dtype));
 }
 
@@ -314,7 +325,7 @@ Result<Metas> infer_op(const MaskedFill& op, const Ctx& c) {
   TW_ASSIGN_OR_RETURN(TensorMeta mask, c.input(op.mask, "mask"));
   TW_RETURN_NOT_OK(c.computable(x.dtype));
   if (mask.dtype != kBool) return c.error("mask dtype " + dt(mask.dtype) + " must be bool");
-  Result<Shape> b = broadcast_shapes(x.shape, mask.shape, c.name().c_str());
+  Result<Shape> b = c.broadcast(x.shape, mask.shape);
   if (!b.ok() || *b != x.shape) {
     return c.error("mask shape " + shape_str(mask.shape) + " cannot be broadcast to x shape " +
                    shape_str(x.shape));
@@ -406,7 +417,7 @@ Result<Metas> infer_op(const MatMul& op, const Ctx& c) {
   if (a.shape[ra - 1] != b.shape[rb - 2]) return c.error("inner dimensions differ: " + shapes);
   const Shape batch_a(a.shape.begin(), a.shape.end() - 2);
   const Shape batch_b(b.shape.begin(), b.shape.end() - 2);
-  Result<Shape> batch = broadcast_shapes(batch_a, batch_b, c.name().c_str());
+  Result<Shape> batch = c.broadcast(batch_a, batch_b);
   if (!batch.ok()) {
     return c.error("batch dimensions " + shape_str(batch_a) + " and " + shape_str(batch_b) +
                    " of " + shapes + " cannot be broadcast");
@@ -502,7 +513,7 @@ Result<Metas> infer_op(const SliceAssign& op, const Ctx& c) {
     return c.error("src dtype " + dt(src.dtype) + " differs from x dtype " + dt(x.dtype));
   }
   TW_ASSIGN_OR_RETURN(Shape region, sliced_shape(c, x.shape, op.starts, op.ends, op.steps));
-  Result<Shape> b = broadcast_shapes(region, src.shape, c.name().c_str());
+  Result<Shape> b = c.broadcast(region, src.shape);
   if (!b.ok() || *b != region) {
     return c.error("src shape " + shape_str(src.shape) + " cannot be broadcast to the slice " +
                    shape_str(region) + " of " + shape_str(x.shape));
@@ -800,7 +811,7 @@ Result<Metas> infer_op(const AdaptiveAvgPool2dBackward& op, const Ctx& c);
 
 Result<std::vector<TensorMeta>> infer(const Op& op, const MetaLookup& lookup) {
   if (std::holds_alternative<std::monostate>(op)) return invalid_argument("empty op");
-  const Ctx c(lookup, op_name(op));
+  const Ctx c(lookup, op);
   Result<Metas> metas = std::visit(
       [&](const auto& o) -> Result<Metas> {
         if constexpr (std::is_same_v<std::decay_t<decltype(o)>, std::monostate>) {

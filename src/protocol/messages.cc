@@ -618,14 +618,14 @@ bool BatchDecoder::next(std::vector<Task>& tasks, size_t max) {
   if (!more()) return false;
   const size_t before = tasks.size();
   for (size_t k = 0; k < max && more(); ++k) {
-    Task t;
+    Task& t = tasks.emplace_back();  // decoded in place: a Task is large to move
     Status s = decode_task(r_, t);
     if (!s.ok()) {
+      tasks.pop_back();
       status_ =
           s.with_context("batch task " + std::to_string(index_) + " of " + std::to_string(count_));
       break;
     }
-    tasks.push_back(std::move(t));
     if (++index_ == count_ && !r_.done()) {
       status_ = data_loss(std::to_string(r_.remaining()) + " trailing bytes after batch");
     }

@@ -83,7 +83,10 @@ Status Session::admit(const ir::Op& op, uint64_t have, uint64_t need) {
   if (need == 0) return Status::OK();
   // Graphs' constants are the session's too, beside what the backend holds.
   const uint64_t holds = have + graph_constant_bytes_;
-  TW_RETURN_NOT_OK(within_quota(ir::op_name(op), holds, "this op needs", need, " more"));
+  // (The op's name is only made when the quick check fails: it is a string built per op.)
+  if (holds + need > memory_quota_ || totals_.capabilities.outstanding_hint() != 0) {
+    TW_RETURN_NOT_OK(within_quota(ir::op_name(op), holds, "this op needs", need, " more"));
+  }
   // What the buffer pool will hand out for it (settle() corrects the guess for several
   // outputs, views and other backends' storage); size_class() is for sizes that can exist.
   uint64_t want = need < (uint64_t{1} << 60) ? BufferPool::size_class(need) : need;
