@@ -54,7 +54,7 @@ Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op, std::span<const Tensor
   // Autograd keeps the op (attributes included) for its backward rule; the sink takes the op.
   std::optional<ir::Op> recorded;
   if (autograd::needs_record(inputs)) recorded = op;
-  Status st = sink->submit(std::move(op));
+  Status st = sink->submit_inferred(std::move(op), std::move(inferred).value());
   if (!st.ok()) throw Error(st.message());
   impl->sink = sink;
   impl->id = outs.at(0);

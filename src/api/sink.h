@@ -33,6 +33,12 @@ class Sink {
   // read of them reports it), exactly as a remote device does; submit itself fails only when
   // the device is unusable.
   virtual Status submit(ir::Op op) = 0;
+  // submit() of an op emit() has validated, with the output metas it inferred: a device that
+  // executes in this process may skip inferring them again (Backend::execute_inferred).
+  virtual Status submit_inferred(ir::Op op, std::vector<TensorMeta> metas) {
+    (void)metas;
+    return submit(std::move(op));
+  }
   virtual std::future<Result<TensorData>> read_async(ir::TensorId id) = 0;
   virtual Result<TensorData> read(ir::TensorId id) { return read_async(id).get(); }
   // Waits for a read_async() result.
@@ -72,6 +78,7 @@ class BackendSink final : public Sink {
   Device::Kind kind() const override { return kind_; }
   std::string str() const override { return backend_->name(); }
   Status submit(ir::Op op) override;
+  Status submit_inferred(ir::Op op, std::vector<TensorMeta> metas) override;
   std::future<Result<TensorData>> read_async(ir::TensorId id) override;
   void drop(ir::TensorId id) override;
   Status sync() override { return Status::OK(); }

@@ -30,6 +30,14 @@ class Backend {
   // error (a later read of them, or of anything computed from them, returns that error) and the
   // error is returned. Output ids must not exist yet.
   virtual Status execute(const ir::Op& op) = 0;
+  // execute() for an op whose output metas the caller has just inferred with ir::infer from the
+  // metas of the same inputs (a device of this process: api/emit.cc validates every op where it
+  // is called): the backend skips its own inference, which for a small op cost as much as
+  // running it. Never for ops from elsewhere: the server runs execute() on everything it gets.
+  virtual Status execute_inferred(const ir::Op& op, std::vector<TensorMeta> metas) {
+    (void)metas;
+    return execute(op);
+  }
   // Caps the tensor bytes this backend holds: execute() asks refuse(op, bytes held, bytes
   // needed) about an op whose outputs would take it past `bytes`, checked on the inference
   // execute() does anyway; an error poisons the outputs, OK lets the op run after all. The

@@ -71,7 +71,10 @@ inline Status unsupported_op(const std::string& op, const std::string& backend) 
 template <class T>
 class TableBackend : public Backend {
  public:
-  Status execute(const ir::Op& op) final;
+  Status execute(const ir::Op& op) final { return execute_with(op, nullptr); }
+  Status execute_inferred(const ir::Op& op, std::vector<TensorMeta> metas) final {
+    return execute_with(op, &metas);
+  }
   void fail(const ir::Op& op, const Status& error) final {
     poison(ir::op_outputs(op), nullptr, error);
   }
@@ -161,6 +164,8 @@ class TableBackend : public Backend {
   virtual void recycle(T&) {}
 
  private:
+  // execute(), with the outputs' metas given (execute_inferred) or inferred here (null).
+  Status execute_with(const ir::Op& op, std::vector<TensorMeta>* inferred);
   struct Poisoned {
     TensorMeta meta;
     Status error;
@@ -300,7 +305,7 @@ class TableBackend : public Backend {
 };
 
 template <class T>
-Status TableBackend<T>::execute(const ir::Op& op) {
+Status TableBackend<T>::execute_with(const ir::Op& op, std::vector<TensorMeta>* inferred) {
   if (std::holds_alternative<std::monostate>(op)) return invalid_argument("empty op");
   const std::vector<ir::TensorId> outs = ir::op_outputs(op);
   // The op's name only for errors: building it for every op costs more than small ops do.
@@ -335,7 +340,9 @@ Status TableBackend<T>::execute(const ir::Op& op) {
       return err;
     }
   }
-  auto metas = ir::infer(op, [this](ir::TensorId id) { return meta(id); });
+  Result<std::vector<TensorMeta>> metas =
+      inferred ? Result<std::vector<TensorMeta>>(std::move(*inferred))
+               : ir::infer(op, [this](ir::TensorId id) { return meta(id); });
   if (!metas.ok()) {
     poison(outs, nullptr, metas.status());
     return metas.status();

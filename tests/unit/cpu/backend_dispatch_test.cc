@@ -232,3 +232,37 @@ TEST(CpuDispatch, ATransposedIntermediateReadByElementwiseOpsEqualsEager) {
 
 }  // namespace
 }  // namespace tw
+
+namespace tw {
+namespace {
+
+// execute_inferred (a device of this process, whose emit() inferred the metas already): the same
+// values as execute(), and an op on a poisoned input is poisoned with that input's error, as
+// execute() does; the metas given are what the output gets.
+TEST(CpuDispatch, ExecuteInferredRunsAsExecuteWithTheCallersMetas) {
+  auto b = make_cpu_backend();
+  ASSERT_TRUE(b->execute(from_values(1, {2, 2}, {1, 2, 3, 4})).ok());
+  ASSERT_TRUE(b->execute(from_values(2, {2}, {10, 20})).ok());
+  const std::vector<TensorMeta> sum_meta = {TensorMeta{{2, 2}, kF32}};
+  ASSERT_TRUE(b->execute_inferred(binary(ir::BinaryKind::kAdd, 1, 2, 3), sum_meta).ok());
+  ASSERT_TRUE(b->execute(binary(ir::BinaryKind::kAdd, 1, 2, 4)).ok());
+  EXPECT_EQ(values(*b, 3), (std::vector<float>{11, 22, 13, 24}));
+  EXPECT_EQ(values(*b, 3), values(*b, 4));
+  EXPECT_EQ(b->meta(3)->shape, (Shape{2, 2}));
+
+  ir::Full zero;
+  zero.out = {5};
+  zero.shape = {2};
+  zero.dtype = kI64;
+  zero.value = ir::Scalar(int64_t{0});
+  ASSERT_TRUE(b->execute(zero).ok());
+  EXPECT_FALSE(b->execute(binary(ir::BinaryKind::kRemainder, 5, 5, 6)).ok());
+  const Status poisoned = b->read(6).status();
+  ASSERT_FALSE(poisoned.ok());
+  EXPECT_FALSE(
+      b->execute_inferred(binary(ir::BinaryKind::kAdd, 6, 6, 7), {TensorMeta{{2}, kI64}}).ok());
+  EXPECT_EQ(b->read(7).status().message(), poisoned.message());
+}
+
+}  // namespace
+}  // namespace tw
