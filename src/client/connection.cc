@@ -155,10 +155,28 @@ void Connection::close() {
   fail_all(unavailable("connection to " + url_.str() + " was closed"));
 }
 
+namespace {
+// A Pending's promise for its kind, made in place.
+template <class Variant>
+Variant promise_of(int kind) {
+  switch (kind) {
+    case 1: return Variant(std::in_place_index<1>);
+    case 2: return Variant(std::in_place_index<2>);
+    case 3: return Variant(std::in_place_index<3>);
+    case 4: return Variant(std::in_place_index<4>);
+    default: return Variant(std::in_place_index<0>);
+  }
+}
+}  // namespace
+
+Connection::Pending::Pending(Kind k)
+    : kind(k), promise(promise_of<decltype(promise)>(static_cast<int>(k))) {
+  static_assert(std::variant_size_v<decltype(promise)> == kCapability + 1);
+}
+
 uint64_t Connection::add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done) {
   uint64_t id = next_request_++;
-  auto p = std::make_unique<Pending>();
-  p->kind = kind;
+  auto p = std::make_unique<Pending>(kind);
   p->done = done;
   *out = p.get();
   pending_[id] = std::move(p);
@@ -241,7 +259,7 @@ Result<ir::GraphId> Connection::register_graph(const ir::Graph& graph) {
     flush_locked();
     Pending* p = nullptr;
     uint64_t req = add_pending_locked(Pending::kGraph, &p, &done);
-    fut = p->graph.get_future();
+    fut = p->graph().get_future();
     batch_.add_register_graph(req, graph);
     if (batch_.payload_size() > frame_limit_) {
       const uint64_t size = batch_.payload_size();
@@ -270,7 +288,7 @@ Result<proto::Exported> Connection::export_tensor(ir::TensorId id) {
     TW_RETURN_NOT_OK(ready_locked());
     Pending* p = nullptr;
     uint64_t req = add_pending_locked(Pending::kCapability, &p, &done);
-    fut = p->exported.get_future();
+    fut = p->exported().get_future();
     make_room_locked(1 + 8 + 8);
     batch_.add_export(req, id);
     ++counters_.round_trips;
@@ -344,7 +362,7 @@ std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atom
   }
   Pending* p = nullptr;
   uint64_t req = add_pending_locked(Pending::kRead, &p, done);
-  auto fut = p->data.get_future();
+  auto fut = p->data().get_future();
   make_room_locked(1 + 8 + 8);
   batch_.add_read(req, id);
   ++counters_.round_trips;
@@ -361,7 +379,7 @@ Status Connection::sync() {
     if (state_ == State::kIdle) return Status::OK();  // nothing was ever sent
     Pending* p = nullptr;
     uint64_t req = add_pending_locked(Pending::kSync, &p, &done);
-    fut = p->status.get_future();
+    fut = p->status().get_future();
     make_room_locked(1 + 8);
     batch_.add_sync(req);
     ++counters_.round_trips;
@@ -390,7 +408,7 @@ Result<proto::ServerStats> Connection::stats() {
     }
     Pending* p = nullptr;
     uint64_t req = add_pending_locked(Pending::kStats, &p, &done);
-    fut = p->stats.get_future();
+    fut = p->stats().get_future();
     make_room_locked(1 + 8);
     batch_.add_stats(req);
     ++counters_.round_trips;
@@ -525,11 +543,11 @@ void Connection::fail_all(const Status& why) {
   }
   for (auto& [id, p] : pending) {
     switch (p->kind) {
-      case Pending::kRead: p->data.set_value(dead_); break;
-      case Pending::kSync: p->status.set_value(dead_); break;
-      case Pending::kStats: p->stats.set_value(dead_); break;
-      case Pending::kGraph: p->graph.set_value(dead_); break;
-      case Pending::kCapability: p->exported.set_value(dead_); break;
+      case Pending::kRead: p->data().set_value(dead_); break;
+      case Pending::kSync: p->status().set_value(dead_); break;
+      case Pending::kStats: p->stats().set_value(dead_); break;
+      case Pending::kGraph: p->graph().set_value(dead_); break;
+      case Pending::kCapability: p->exported().set_value(dead_); break;
     }
     if (p->done) p->done->store(true, std::memory_order_release);
   }
@@ -738,25 +756,25 @@ void Connection::on_message(const Buffer& payload) {
   switch (p->kind) {
     case Pending::kRead:
       if (m->status.ok()) {
-        p->data.set_value(std::move(m->data));
+        p->data().set_value(std::move(m->data));
       } else {
-        p->data.set_value(m->status);
+        p->data().set_value(m->status);
       }
       break;
-    case Pending::kSync: p->status.set_value(m->status); break;
-    case Pending::kStats: p->stats.set_value(std::move(m->stats)); break;
+    case Pending::kSync: p->status().set_value(m->status); break;
+    case Pending::kStats: p->stats().set_value(std::move(m->stats)); break;
     case Pending::kGraph:
       if (m->status.ok()) {
-        p->graph.set_value(m->graph_id);
+        p->graph().set_value(m->graph_id);
       } else {
-        p->graph.set_value(m->status);
+        p->graph().set_value(m->status);
       }
       break;
     case Pending::kCapability:
       if (m->status.ok()) {
-        p->exported.set_value(std::move(m->exported));
+        p->exported().set_value(std::move(m->exported));
       } else {
-        p->exported.set_value(m->status);
+        p->exported().set_value(m->status);
       }
       break;
   }

@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <variant>
 
 #include "core/tensor_data.h"
 #include "net/framing.h"
@@ -105,11 +106,18 @@ class Connection {
  private:
   struct Pending {
     enum Kind { kRead, kSync, kStats, kGraph, kCapability } kind = kRead;
-    std::promise<Result<TensorData>> data;
-    std::promise<Status> status;
-    std::promise<Result<protocol::ServerStats>> stats;
-    std::promise<Result<ir::GraphId>> graph;
-    std::promise<Result<protocol::Exported>> exported;
+    // The promise of its kind only (alternatives in Kind's order): a std::promise allocates its
+    // shared state when made, so one of each kind cost eight needless allocations per request.
+    std::variant<std::promise<Result<TensorData>>, std::promise<Status>,
+                 std::promise<Result<protocol::ServerStats>>, std::promise<Result<ir::GraphId>>,
+                 std::promise<Result<protocol::Exported>>>
+        promise;
+    explicit Pending(Kind k);
+    std::promise<Result<TensorData>>& data() { return std::get<kRead>(promise); }
+    std::promise<Status>& status() { return std::get<kSync>(promise); }
+    std::promise<Result<protocol::ServerStats>>& stats() { return std::get<kStats>(promise); }
+    std::promise<Result<ir::GraphId>>& graph() { return std::get<kGraph>(promise); }
+    std::promise<Result<protocol::Exported>>& exported() { return std::get<kCapability>(promise); }
     // Set (after the promise) when the reply is in, for a caller waiting in wait(): checking it
     // is cheaper than polling the future, which makes the promise's fulfilment a futex wake.
     std::atomic<bool>* done = nullptr;
