@@ -123,7 +123,8 @@ class StandInServer {
 };
 
 // One letter per task: o(p), d(rop), s(ync), r(ead), t (stats), g (register graph), x (run one),
-// e(xport), i(mport), m (same-server move), c(ollective).
+// e(xport), i(mport), m (same-server move), c(ollective), u (upload from a segment), R (read
+// into a segment).
 std::string kinds(const std::vector<proto::Task>& tasks) {
   std::string s;
   for (const proto::Task& t : tasks) {
@@ -141,6 +142,8 @@ std::string kinds(const std::vector<proto::Task>& tasks) {
       case proto::TaskKind::kImport: s += 'i'; break;
       case proto::TaskKind::kMoveLocal: s += 'm'; break;
       case proto::TaskKind::kCollective: s += 'c'; break;
+      case proto::TaskKind::kFromSegment: s += 'u'; break;
+      case proto::TaskKind::kReadToSegment: s += 'R'; break;
     }
   }
   return s;
