@@ -70,7 +70,7 @@ TEST(Shm, BytesIdenticalBothWaysBelowAndAboveTheThresholdAndOddSizes) {
     // What the server computes from it is what it computes from the socket's bytes: the sum
     // checked against the host's.
     const int64_t want = std::accumulate(host.begin(), host.end(), int64_t{0});
-    EXPECT_EQ(t.cast(kI64).sum().item<int64_t>(), want) << n << " bytes";
+    EXPECT_EQ(t.to(kI64).sum().item<int64_t>(), want) << n << " bytes";
   }
   // f32 of an odd shape, computed on: the result read back through a segment as well.
   const int64_t rows = 3, cols = 333'337;  // 4 MB
