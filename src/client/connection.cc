@@ -484,7 +484,12 @@ std::shared_ptr<Connection::ShmSlot> Connection::claim_segment(size_t n,
     const uint64_t id = shm_slots_.size() < kMaxSegments ? next_segment_ : spare->id;
     if (st.ok()) st = attach_segment(id, *made);
     if (!st.ok()) {
-      shm_refused_ = st;  // e.g. the session's quota: the socket from now on
+      // The server may have dropped the id being replaced: that slot is not used again.
+      if (shm_slots_.size() >= kMaxSegments) std::erase(shm_slots_, spare);
+      // Over a limit (the segments' allowance, --max-memory): this transfer takes the socket,
+      // a later one may fit. Anything else (no memfd here, a server that refuses descriptors):
+      // the socket from now on.
+      if (st.code() != StatusCode::kResourceExhausted) shm_refused_ = st;
       return nullptr;
     }
     if (shm_slots_.size() < kMaxSegments) {

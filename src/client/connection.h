@@ -245,7 +245,8 @@ class Connection {
   std::mutex shm_mu_;
   std::vector<std::shared_ptr<ShmSlot>> shm_slots_;
   uint64_t next_segment_ = 1;
-  Status shm_refused_;  // an attach the server refused: the path is off for this connection
+  // An attach refused for a reason other than a limit: the path is off for this connection.
+  Status shm_refused_;
 };
 
 // Connects only to list the devices a server hosts.

@@ -81,9 +81,8 @@ Status Session::within_quota(const std::string& what, uint64_t holds, const char
 
 Status Session::admit(const ir::Op& op, uint64_t have, uint64_t need) {
   if (need == 0) return Status::OK();
-  // Graphs' constants and attached segments are the session's too, beside what the backend
-  // holds.
-  const uint64_t holds = have + graph_constant_bytes_ + segment_bytes_;
+  // Graphs' constants are the session's too, beside what the backend holds.
+  const uint64_t holds = have + graph_constant_bytes_;
   TW_RETURN_NOT_OK(within_quota(ir::op_name(op), holds, "this op needs", need, " more"));
   // What the buffer pool will hand out for it (settle() corrects the guess for several
   // outputs, views and other backends' storage); size_class() is for sizes that can exist.
@@ -267,7 +266,7 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
   for (const ir::Op& op : graph.ops) {
     if (auto* fh = std::get_if<ir::FromHost>(&op)) constants += fh->data.data.size();
   }
-  const uint64_t held = backend_->bytes_held() + graph_constant_bytes_ + segment_bytes_;
+  const uint64_t held = backend_->bytes_held() + graph_constant_bytes_;
   TW_RETURN_NOT_OK(within_quota("register_graph", held, "the graph's constants take", constants));
   // The constants are held outside the backend: the server's budget counts them by reserve(),
   // those the frame brought by its reservation already.
@@ -416,10 +415,18 @@ Status Session::attach_segment(Batch::Attach& a) {
                               " segments attached, the most a session may hold");
   }
   const uint64_t bytes = a.segment->capacity();
-  // The segment's pages are the client's, but the server maps them and writes reads into them:
-  // they count as the session's memory, as its tensors do.
-  const uint64_t holds = backend_->bytes_held() + graph_constant_bytes_ + segment_bytes_ - replaced;
-  TW_RETURN_NOT_OK(within_quota(what, holds, "the segment takes", bytes));
+  // The pages are the client's memfd, but the server maps them and writes reads into them, so
+  // they count in the server's budget (--max-memory). Not in the session's quota, which bounds
+  // its tensors (the device memory a program sizes its work by): there a large upload would
+  // need its tensor and its segment, and fail where the socket path succeeds. Segments have an
+  // allowance of their own instead, the size of the quota.
+  if (segment_bytes_ - replaced + bytes > memory_quota_) {
+    return resource_exhausted(
+        what + ": the session's segments would map " +
+        human_bytes(segment_bytes_ - replaced + bytes) + ", over its allowance of " +
+        human_bytes(memory_quota_) + " (segments may map as much as the session memory quota, "
+        "tensorwire-server --session-memory)");
+  }
   if (replaced) {
     release(replaced);
     segment_bytes_ -= replaced;
@@ -469,8 +476,8 @@ void Session::from_segment(const proto::Task& t) {
                           std::to_string(want));
   }
   if (st.ok()) {
-    st = within_quota(what, backend_->bytes_held() + graph_constant_bytes_ + segment_bytes_,
-                      "the tensor takes", want);
+    st = within_quota(what, backend_->bytes_held() + graph_constant_bytes_, "the tensor takes",
+                      want);
   }
   // The bytes are copied out before anything looks at them: the client can still write the
   // mapping, so nothing computed from it could be trusted to stay what was checked. The copy's

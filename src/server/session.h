@@ -200,8 +200,8 @@ class Session {
   // Gives back what take_frame_credit() took, when what it was taken for failed.
   void give_frame_credit(uint64_t bytes);
   Result<TensorData> read_for_wire(ir::TensorId id);
-  // Segments: an attach (a segment id already attached is replaced), counted in the quota and
-  // the server's budget; an upload copied out of a segment before anything reads it; a read
+  // Segments: an attach (a segment id already attached is replaced), counted in the server's
+  // budget and bounded by an allowance the size of the quota; an upload copied out of a segment before anything reads it; a read
   // written into one (or answered inline when it does not fit the room offered).
   Status attach_segment(Batch::Attach& a);
   void from_segment(const protocol::Task& t);
@@ -243,7 +243,8 @@ class Session {
 
   // ---- segments ----
   std::unordered_map<uint64_t, std::shared_ptr<net::SharedSegment>> segments_;
-  uint64_t segment_bytes_ = 0;  // their capacities, reserved (in reserved_) and in the quota
+  // Their capacities: reserved in the server's budget (in reserved_), at most the quota.
+  uint64_t segment_bytes_ = 0;
 
   // ---- moves ----
   struct Parked {

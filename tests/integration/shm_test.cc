@@ -140,6 +140,39 @@ TEST(Shm, AReadResultTheProgramHoldsKeepsItsBytes) {
   EXPECT_EQ(0, std::memcmp(va.data, a.data(), n)) << "a held result was overwritten";
 }
 
+// Segments do not count in the session quota its tensors use (a tensor that fits it uploads as
+// on the socket path), but in an allowance the size of the quota: a segment over it is refused
+// and the client sends that transfer through the socket instead, byte for byte the same, and a
+// later transfer that fits takes a segment again.
+TEST(Shm, ASegmentOverItsAllowanceFallsBackToTheSocket) {
+  UnixServer s("quota", {"--session-memory", std::to_string(12 << 20)});  // 12 MiB
+  Device d = Device::remote(s.url());
+  {
+    // 5 MiB: its segment (8 MiB) and the tensor are more than 12 MiB together, and both fit.
+    std::vector<uint8_t> host = pattern(5 * kMin, 10);
+    WireCounters before = wire_counters(d);
+    Tensor t = upload(host, d);
+    EXPECT_EQ(t.to_bytes(), host);
+    EXPECT_LT(wire_counters(d).bytes_out - before.bytes_out, 4096u);
+  }
+  const size_t n = 9 * kMin;  // 9 MiB fits the quota, its 16 MiB segment does not
+  std::vector<uint8_t> host = pattern(n, 11);
+  WireCounters before = wire_counters(d);
+  Tensor t = upload(host, d);
+  EXPECT_EQ(t.to_bytes(), host);
+  WireCounters after = wire_counters(d);
+  EXPECT_GE(after.bytes_out - before.bytes_out, n) << "the upload went through the socket";
+  t = Tensor();
+  d.sync();
+  // 1 MiB + 1: a 2 MiB segment and the tensor fit in the quota.
+  std::vector<uint8_t> small = pattern(kMin + 1, 12);
+  Tensor u = upload(small, d);
+  d.sync();
+  WireCounters last = wire_counters(d);
+  EXPECT_LT(last.bytes_out - after.bytes_out, 4096u) << "a transfer that fits uses a segment";
+  EXPECT_EQ(u.to_bytes(), small);
+}
+
 // A raw session on protocol 5 whose requests are hand-made.
 class RawSession {
  public:

@@ -1,7 +1,8 @@
 // server::Session's segment table (protocol 5, docs/protocol.md §8.11) with no socket: segments
 // made in process (the same memfd the session maps a second time), attached as server.cc
-// attaches them; their bytes count in the session quota and the server's budget, replacing an id
-// gives its bytes back, and the table is bounded.
+// attaches them; their bytes count in the server's budget and in an allowance the size of the
+// session quota, but not in the quota its tensors use; replacing an id gives its bytes back, and
+// the table is bounded.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -45,7 +46,7 @@ Status attach(Session& s, uint64_t id, const net::SharedSegment& seg) {
   return r.got.empty() ? internal_error("no reply") : r.got[0].status;
 }
 
-TEST(SessionShm, SegmentsCountInTheQuotaAndTheServerBudget) {
+TEST(SessionShm, SegmentsCountInTheServerBudgetAndTheirOwnAllowance) {
   SessionTotals totals;
   auto opened = Session::open(1, "cpu", 1 << 20, totals);  // a 1 MiB quota
   ASSERT_TRUE(opened.ok());
@@ -54,11 +55,12 @@ TEST(SessionShm, SegmentsCountInTheQuotaAndTheServerBudget) {
   ASSERT_TRUE(big.ok() && small.ok());
   Status over = attach(s, 1, **big);
   EXPECT_EQ(over.code(), StatusCode::kResourceExhausted) << over.message();
-  EXPECT_NE(over.message().find("session memory quota"), std::string::npos) << over.message();
+  EXPECT_NE(over.message().find("allowance of 1.0MiB"), std::string::npos) << over.message();
   ASSERT_TRUE(attach(s, 1, **small).ok());
   EXPECT_EQ(s.segment_bytes(), 600u << 10);
-  EXPECT_GE(totals.memory.used(), 600u << 10) << "the server's budget counts the segment";
-  // An upload of 600 KiB beside the 600 KiB segment is over the 1 MiB quota.
+  EXPECT_EQ(totals.memory.used(), 600u << 10) << "the server's budget counts the segment";
+  // An upload of 600 KiB beside the 600 KiB segment fits the 1 MiB quota: the quota counts
+  // tensors only, as it does on the socket path.
   std::memset((*small)->data(), 3, 600 << 10);
   std::vector<proto::Task> tasks(2);
   tasks[0].kind = proto::TaskKind::kFromSegment;
@@ -71,14 +73,18 @@ TEST(SessionShm, SegmentsCountInTheQuotaAndTheServerBudget) {
   Replies r;
   s.run(tasks, Status::OK(), r);
   ASSERT_EQ(r.got.size(), 1u);
-  EXPECT_EQ(r.got[0].status.code(), StatusCode::kResourceExhausted) << r.got[0].status.message();
-  EXPECT_EQ((*small)->consumed().load(), 1u) << "done with the segment even though it failed";
-  // Replacing the id with a smaller segment gives the larger one's bytes back; the upload fits.
+  ASSERT_TRUE(r.got[0].status.ok()) << r.got[0].status.message();
+  ASSERT_EQ(r.got[0].data.bytes.size(), 600u << 10);
+  EXPECT_EQ(r.got[0].data.value<uint8_t>(1234), 3);
+  EXPECT_EQ((*small)->consumed().load(), 1u) << "the server says it copied the upload out";
+  // Replacing the id with a smaller segment gives the larger one's bytes back.
+  const uint64_t before = totals.memory.used();
   auto tiny = net::SharedSegment::create(4096);
   ASSERT_TRUE(tiny.ok());
   ASSERT_TRUE(attach(s, 1, **tiny).ok());
   EXPECT_EQ(s.segment_bytes(), 4096u);
   EXPECT_EQ(s.segment_count(), 1u);
+  EXPECT_EQ(totals.memory.used(), before - (600u << 10) + 4096);
 }
 
 TEST(SessionShm, TheTableIsBounded) {
