@@ -44,6 +44,7 @@ TEST(ShmCodec, TaskBytesFollowTheDocumentedOrder) {
   BatchWriter b;
   b.add_from_segment(2, TensorMeta{{4}, kU8}, {1, 0, 4, 3});
   std::vector<uint8_t> v = testing::flatten(b.take());
+  // clang-format off
   const std::vector<uint8_t> want = {
       2,    1, 0, 0, 0,                               // Batch, 1 task
       12,                                             // FromSegment
@@ -54,17 +55,18 @@ TEST(ShmCodec, TaskBytesFollowTheDocumentedOrder) {
       0,    0, 0, 0, 0, 0, 0, 0,                      // offset 0
       4,    0, 0, 0, 0, 0, 0, 0,                      // length 4
       3,    0, 0, 0, 0, 0, 0, 0};                     // sequence 3
+  // clang-format on
   EXPECT_EQ(v, want);
   BatchWriter r;
   r.add_read_to_segment(5, 2, {1, 8, 16, 0});
   std::vector<uint8_t> w = testing::flatten(r.take());
   ASSERT_EQ(w.size(), 5u + 1 + 5 * 8);
   EXPECT_EQ(w[5], 15);
-  EXPECT_EQ(w[6], 5);       // request id
-  EXPECT_EQ(w[14], 2);      // tensor
-  EXPECT_EQ(w[22], 1);      // segment
-  EXPECT_EQ(w[30], 8);      // offset
-  EXPECT_EQ(w[38], 16);     // length
+  EXPECT_EQ(w[6], 5);    // request id
+  EXPECT_EQ(w[14], 2);   // tensor
+  EXPECT_EQ(w[22], 1);   // segment
+  EXPECT_EQ(w[30], 8);   // offset
+  EXPECT_EQ(w[38], 16);  // length
 }
 
 TEST(ShmCodec, AttachAndReadResultInSegmentRoundTrip) {
@@ -99,8 +101,7 @@ TEST(ShmCodec, ByteCountDisagreeingWithTheShapeIsMalformed) {
   encode_attach_segment({1, 1, 4096}, attach);
   std::vector<uint8_t> t = testing::flatten(attach);
   t.push_back(0);
-  EXPECT_FALSE(decode_attach_segment(Buffer::copy_of(t.data(), t.size())).ok())
-      << "trailing bytes";
+  EXPECT_FALSE(decode_attach_segment(Buffer::copy_of(t.data(), t.size())).ok()) << "trailing bytes";
 }
 
 TEST(ShmCodec, EveryTruncatedPrefixIsAnError) {
