@@ -1081,14 +1081,18 @@ void bench_shm(const std::string& binary, size_t bytes, int reps) {
   }
   if (dst[4096 * 9] != host[4096 * 9]) throw std::runtime_error("memcpy: wrong bytes");
   const std::string mib = std::to_string(bytes >> 20) + " MiB";
-  const std::string base = fmt("%.2f", copy) + " (memcpy; parallel_copy " + fmt("%.2f", pcopy) + ")";
-  rows.push_back({"s", "unix:// upload " + mib + " via shared memory (from_bytes + sync), GB/s, best of " +
-                           std::to_string(reps) + "; " + fmt("%.0f", static_cast<double>(fs.wire)) +
-                           " bytes through the socket per upload + download",
+  const std::string base =
+      fmt("%.2f", copy) + " (memcpy; parallel_copy " + fmt("%.2f", pcopy) + ")";
+  rows.push_back({"s",
+                  "unix:// upload " + mib +
+                      " via shared memory (from_bytes + sync), GB/s, best of " +
+                      std::to_string(reps) + "; " + fmt("%.0f", static_cast<double>(fs.wire)) +
+                      " bytes through the socket per upload + download",
                   fmt("%.2f", fs.up), base, fmt("%.2fx", fs.up / copy), ">= 0.5x memcpy",
                   fs.up / copy >= 0.5});
-  rows.push_back({"s", "unix:// download " + mib + " via shared memory (read), GB/s, best of " +
-                           std::to_string(reps),
+  rows.push_back({"s",
+                  "unix:// download " + mib + " via shared memory (read), GB/s, best of " +
+                      std::to_string(reps),
                   fmt("%.2f", fs.down), base, fmt("%.2fx", fs.down / copy), ">= 0.5x memcpy",
                   fs.down / copy >= 0.5});
   rows.push_back({"s", "the same through the unix socket (TW_SHM=0): upload / download, GB/s",

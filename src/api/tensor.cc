@@ -459,8 +459,10 @@ Tensor eye(int64_t n, std::optional<int64_t> m, DType dtype, const Device& devic
 }
 
 Tensor from_bytes(std::span<const uint8_t> bytes, const Shape& shape, DType dtype, const Device& device) {
-  return create(device, ir::FromHost{{}, shape, dtype,
-                                     ir::Bytes{device.sink()->host_copy(bytes.data(), bytes.size())}});
+  return create(
+      device,
+      ir::FromHost{
+          {}, shape, dtype, ir::Bytes{device.sink()->host_copy(bytes.data(), bytes.size())}});
 }
 
 template <class T>

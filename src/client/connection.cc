@@ -510,7 +510,8 @@ std::shared_ptr<Connection::ShmSlot> Connection::claim_segment(size_t n,
   return slot;
 }
 
-Status Connection::attach_segment(uint64_t slot_id, const std::shared_ptr<net::SharedSegment>& seg) {
+Status Connection::attach_segment(uint64_t slot_id,
+                                  const std::shared_ptr<net::SharedSegment>& seg) {
   std::future<Status> fut;
   std::atomic<bool> done{false};
   {
@@ -888,8 +889,8 @@ void Connection::on_message(const Buffer& payload) {
   if (m->kind == proto::ServerMsg::kReadResultInSegment) {
     // The bytes are in the segment the read offered; the result holds it until dropped.
     if (p->slot && m->in_segment_bytes <= p->slot->seg->capacity()) {
-      m->data.bytes = Buffer::wrap(p->slot->seg->data(),
-                                   static_cast<size_t>(m->in_segment_bytes), p->lease);
+      m->data.bytes =
+          Buffer::wrap(p->slot->seg->data(), static_cast<size_t>(m->in_segment_bytes), p->lease);
     } else {
       m->status = data_loss("a read result in a segment from " + url_.str() +
                             " answers a request that offered none, or overflows it");

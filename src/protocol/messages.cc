@@ -539,8 +539,7 @@ Result<AttachSegment> decode_attach_segment(const Buffer& payload) {
   uint8_t kind = 0;
   TW_RETURN_NOT_OK(r.u8(kind));
   if (kind != static_cast<uint8_t>(ClientMsg::kAttachSegment)) {
-    return data_loss("expected an AttachSegment message, got message type " +
-                     std::to_string(kind));
+    return data_loss("expected an AttachSegment message, got message type " + std::to_string(kind));
   }
   AttachSegment m;
   TW_RETURN_NOT_OK(r.u64(m.request_id));

@@ -47,8 +47,8 @@ enum class ServerMsg : uint8_t {
   kStatsResult = 5,
   kSessionError = 6,  // a problem not tied to a request (a malformed batch, say); session goes on
   kGraphResult = 7,   // the reply to kRegisterGraph: the graph's id or why it was refused
-  kCapabilityResult = 8,  // the reply to kExport: the capability or why there is none
-  kStoreResult = 9,       // the reply to a peer's kStore
+  kCapabilityResult = 8,      // the reply to kExport: the capability or why there is none
+  kStoreResult = 9,           // the reply to a peer's kStore
   kReadResultInSegment = 10,  // protocol 5: the reply to kReadToSegment, the bytes in the segment
 };
 enum class TaskKind : uint8_t {

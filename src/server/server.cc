@@ -7,6 +7,8 @@
 // thread that read it runs it and writes the reply (see docs/remote.md, "Latency").
 #include "tensorwire/server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <asio.hpp>
 #include <atomic>
@@ -21,17 +23,15 @@
 #include <unordered_map>
 #include <utility>
 
-#include <unistd.h>
-
 #include "backend/registry.h"
 #include "net/framing.h"
 #include "net/stream.h"
 #include "net/tls_stream.h"
 #include "net/url.h"
 #include "protocol/messages.h"
+#include "server/collective.h"
 #include "server/metrics.h"
 #include "server/session.h"
-#include "server/collective.h"
 #include "server/transfer.h"
 #include "tensorwire/error.h"
 
@@ -438,8 +438,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     }
     server::Batch::Attach a;
     a.msg = *m;
-    auto seg = net::SharedSegment::adopt(fd, static_cast<size_t>(std::min<uint64_t>(
-                                                 m->capacity, uint64_t{1} << 62)));
+    auto seg = net::SharedSegment::adopt(
+        fd, static_cast<size_t>(std::min<uint64_t>(m->capacity, uint64_t{1} << 62)));
     if (seg.ok()) {
       a.segment = std::move(seg).value();
     } else {
@@ -674,7 +674,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   std::unique_ptr<net::Stream> stream_;
   uint64_t id_ = 0;
   uint32_t device_ = 0;
-  uint16_t version_ = 0;  // the protocol version the handshake settled on
+  uint16_t version_ = 0;                      // the protocol version the handshake settled on
   std::unique_ptr<server::Session> session_;  // set by the handshake; run by the draining thread
   std::atomic<bool> closed_{false};
   std::atomic<bool> closing_{false};  // to close once the replies queued are out

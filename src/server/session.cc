@@ -421,11 +421,11 @@ Status Session::attach_segment(Batch::Attach& a) {
   // need its tensor and its segment, and fail where the socket path succeeds. Segments have an
   // allowance of their own instead, the size of the quota.
   if (segment_bytes_ - replaced + bytes > memory_quota_) {
-    return resource_exhausted(
-        what + ": the session's segments would map " +
-        human_bytes(segment_bytes_ - replaced + bytes) + ", over its allowance of " +
-        human_bytes(memory_quota_) + " (segments may map as much as the session memory quota, "
-        "tensorwire-server --session-memory)");
+    return resource_exhausted(what + ": the session's segments would map " +
+                              human_bytes(segment_bytes_ - replaced + bytes) +
+                              ", over its allowance of " + human_bytes(memory_quota_) +
+                              " (segments may map as much as the session memory quota, "
+                              "tensorwire-server --session-memory)");
   }
   if (replaced) {
     release(replaced);
@@ -438,8 +438,7 @@ Status Session::attach_segment(Batch::Attach& a) {
   return Status::OK();
 }
 
-Result<net::SharedSegment*> Session::segment_range(const proto::SegmentRange& r,
-                                                   const char* what) {
+Result<net::SharedSegment*> Session::segment_range(const proto::SegmentRange& r, const char* what) {
   auto it = segments_.find(r.segment);
   if (it == segments_.end()) {
     return invalid_argument(std::string(what) + ": segment " + std::to_string(r.segment) +
@@ -471,9 +470,8 @@ void Session::from_segment(const proto::Task& t) {
   const uint64_t want = static_cast<uint64_t>(numel(t.meta.shape)) * dtype_size(t.meta.dtype);
   Status st;
   if (t.range.length != want) {
-    st = invalid_argument(what + ": " + std::to_string(t.range.length) +
-                          " bytes for a tensor " + meta_str(t.meta) + " of " +
-                          std::to_string(want));
+    st = invalid_argument(what + ": " + std::to_string(t.range.length) + " bytes for a tensor " +
+                          meta_str(t.meta) + " of " + std::to_string(want));
   }
   if (st.ok()) {
     st = within_quota(what, backend_->bytes_held() + graph_constant_bytes_, "the tensor takes",
@@ -492,15 +490,16 @@ void Session::from_segment(const proto::Task& t) {
   s.consumed().store(t.range.sequence, std::memory_order_release);
   if (!st.ok()) return poison(st);
   // A failure (an id in use, the quota) is recorded in the tensor, as for any upload.
-  (void)backend_->execute(ir::FromHost{ir::Out{t.id}, t.meta.shape, t.meta.dtype,
-                                       ir::Bytes{std::move(bytes)}});
+  (void)backend_->execute(
+      ir::FromHost{ir::Out{t.id}, t.meta.shape, t.meta.dtype, ir::Bytes{std::move(bytes)}});
 }
 
 void Session::read_to_segment(const proto::Task& t, proto::OutFrame& f) {
   const std::string what = "read of tensor " + std::to_string(t.id) + " into a segment";
   auto seg = segment_range(t.range, what.c_str());
   if (!seg.ok()) {
-    proto::encode_read_result(t.request_id, totals_.metrics.counted_read(Result<TensorData>(seg.status())), f);
+    proto::encode_read_result(t.request_id,
+                              totals_.metrics.counted_read(Result<TensorData>(seg.status())), f);
     return;
   }
   Result<TensorData> d = totals_.metrics.counted_read(backend_->read(t.id));

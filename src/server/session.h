@@ -15,8 +15,8 @@
 
 #include "backend/backend.h"
 #include "core/buffer.h"
-#include "net/shm.h"
 #include "core/status.h"
+#include "net/shm.h"
 #include "protocol/messages.h"
 #include "server/memory_budget.h"
 #include "server/metrics.h"
@@ -201,8 +201,9 @@ class Session {
   void give_frame_credit(uint64_t bytes);
   Result<TensorData> read_for_wire(ir::TensorId id);
   // Segments: an attach (a segment id already attached is replaced), counted in the server's
-  // budget and bounded by an allowance the size of the quota; an upload copied out of a segment before anything reads it; a read
-  // written into one (or answered inline when it does not fit the room offered).
+  // budget and bounded by an allowance the size of the quota; an upload copied out of a segment
+  // before anything reads it; a read written into one (or answered inline when it does not fit the
+  // room offered).
   Status attach_segment(Batch::Attach& a);
   void from_segment(const protocol::Task& t);
   void read_to_segment(const protocol::Task& t, protocol::OutFrame& f);

@@ -356,8 +356,7 @@ TEST(Faults, HelloWithUnsupportedVersionRangeIsRefusedNamingBothRanges) {
   Device good = Device::remote(server.url());
   // A range wholly above this server's (a newer client), one below it, an inverted one.
   constexpr uint16_t kNewer = proto::kProtocolVersion + 1;
-  for (auto [lo, hi] :
-       {std::pair<uint16_t, uint16_t>{kNewer, kNewer + 2}, {0, 0}, {3, 2}}) {
+  for (auto [lo, hi] : {std::pair<uint16_t, uint16_t>{kNewer, kNewer + 2}, {0, 0}, {3, 2}}) {
     RawClient c(server.url());
     proto::Hello h;
     h.min_version = lo;
