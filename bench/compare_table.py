@@ -17,7 +17,8 @@ import os
 import subprocess
 
 # Target ratio by workload-name prefix (tensorwire time / best torch time).
-TARGETS = [("matmul", 0.7), ("conv2d", 0.8), ("", 1.0)]
+# conv2d forward: <= 0.7 since issue 17 (was 0.8).
+TARGETS = [("matmul", 0.7), ("conv2d", 0.7), ("", 1.0)]
 
 
 def target_for(name):

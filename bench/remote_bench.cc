@@ -23,7 +23,10 @@
 //       streaming of the same bytes between two processes; the bytes through the client
 //   (p) all_reduce of 64 MiB f32 across 2 servers (Gloo) vs raw TCP one way and both ways
 //   (q) data-parallel digits CNN training on 2 servers beside 1
-// Usage: tw_bench_remote [--quick] [--only abcdefghimnopq] [--server PATH]. Measures; never asserts.
+//   (s) unix:// upload and download of 256 MiB through shared memory (protocol 5) vs one memcpy
+//       (and net::parallel_copy) of 256 MiB in the same run; the socket path (TW_SHM=0) beside
+// Usage: tw_bench_remote [--quick] [--only abcdefghimnopqs] [--server PATH]. Measures; never
+// asserts.
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -53,6 +56,7 @@
 #include "client/connection.h"
 #include "digits/digits.h"
 #include "ir/graph.h"
+#include "net/shm.h"
 #include "server/metrics.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
@@ -1033,10 +1037,89 @@ void bench_dist(const std::string& binary, size_t bytes, int reps, bool reduce, 
                   fmt("%.2fx", two / one), "printed beside 1 server (one 2-core machine)", true});
 }
 
+// ---------------------------------------------------------------- (s) shared memory
+
+void bench_shm(const std::string& binary, size_t bytes, int reps) {
+  const double gb = static_cast<double>(bytes) / 1e9;
+  const std::string path = "/tmp/tw-bench-shm-" + std::to_string(getpid()) + ".sock";
+  tw::testing::ServerProcess server({"--listen", "unix://" + path}, binary);
+  const std::string url = "unix://" + path;
+  std::vector<uint8_t> host(bytes), dst(bytes);
+  for (size_t i = 0; i < bytes; i += 4096) host[i] = static_cast<uint8_t>(i >> 12);
+  std::memset(dst.data(), 1, bytes);  // touched: the memcpy measures copying, not page faults
+  tw::Device shm = tw::Device::remote(url);
+  ::setenv("TW_SHM", "0", 1);
+  tw::Device sock = tw::Device::remote(url);
+  ::unsetenv("TW_SHM");
+  shm.connect();
+  sock.connect();
+  struct Figures {
+    double up = 0, down = 0;
+    uint64_t wire = 0;  // bytes through the socket, both ways, in the last round
+  };
+  // One upload (from_bytes + sync) and one download (host_values, the result's bytes as they
+  // land) on `d`; the best of the rounds.
+  auto round = [&](const tw::Device& d, Figures& f) {
+    tw::WireCounters c0 = tw::wire_counters(d);
+    auto t0 = Clock::now();
+    tw::Tensor t = tw::from_bytes(host, {static_cast<int64_t>(bytes)}, tw::kU8, d);
+    d.sync();
+    f.up = std::max(f.up, gb / (us_since(t0) / 1e6));
+    t0 = Clock::now();
+    tw::detail::HostValues v = t.host_values();
+    f.down = std::max(f.down, gb / (us_since(t0) / 1e6));
+    if (static_cast<const uint8_t*>(v.data)[4096 * 7] != host[4096 * 7]) {
+      throw std::runtime_error("shm download: wrong bytes");
+    }
+    tw::WireCounters c1 = tw::wire_counters(d);
+    f.wire = (c1.bytes_out - c0.bytes_out) + (c1.bytes_in - c0.bytes_in);
+  };
+  Figures fs, fk;
+  Figures warm;
+  round(shm, warm);  // the segments' and pools' first touch (slow on this VM) is not measured
+  round(sock, warm);
+  shm.sync();
+  sock.sync();
+  double copy = 0, pcopy = 0;
+  // Interleaved, so that every figure sees the same machine load.
+  for (int r = 0; r < reps; ++r) {
+    round(shm, fs);
+    round(sock, fk);
+    auto t0 = Clock::now();
+    std::memcpy(dst.data(), host.data(), bytes);
+    copy = std::max(copy, gb / (us_since(t0) / 1e6));
+    t0 = Clock::now();
+    tw::net::parallel_copy(dst.data(), host.data(), bytes);
+    pcopy = std::max(pcopy, gb / (us_since(t0) / 1e6));
+    shm.sync();
+    sock.sync();
+  }
+  if (dst[4096 * 9] != host[4096 * 9]) throw std::runtime_error("memcpy: wrong bytes");
+  const std::string mib = std::to_string(bytes >> 20) + " MiB";
+  const std::string base =
+      fmt("%.2f", copy) + " (memcpy; parallel_copy " + fmt("%.2f", pcopy) + ")";
+  rows.push_back({"s",
+                  "unix:// upload " + mib +
+                      " via shared memory (from_bytes + sync), GB/s, best of " +
+                      std::to_string(reps) + "; " + fmt("%.0f", static_cast<double>(fs.wire)) +
+                      " bytes through the socket per upload + download",
+                  fmt("%.2f", fs.up), base, fmt("%.2fx", fs.up / copy), ">= 0.5x memcpy",
+                  fs.up / copy >= 0.5});
+  rows.push_back({"s",
+                  "unix:// download " + mib + " via shared memory (read), GB/s, best of " +
+                      std::to_string(reps),
+                  fmt("%.2f", fs.down), base, fmt("%.2fx", fs.down / copy), ">= 0.5x memcpy",
+                  fs.down / copy >= 0.5});
+  rows.push_back({"s", "the same through the unix socket (TW_SHM=0): upload / download, GB/s",
+                  fmt("%.2f", fk.up) + " / " + fmt("%.2f", fk.down), base,
+                  fmt("%.2fx", fk.up / copy) + " / " + fmt("%.2fx", fk.down / copy),
+                  "(for comparison)", true});
+}
+
 int main(int argc, char** argv) {
   std::string binary = TW_SERVER_BINARY;
   bool quick = false;
-  std::string only = "abcdefghimnopq";
+  std::string only = "abcdefghimnopqs";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
@@ -1044,7 +1127,7 @@ int main(int argc, char** argv) {
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
       std::fprintf(stderr,
-                   "usage: tw_bench_remote [--quick] [--only abcdefghimnopq] [--server PATH]\n");
+                   "usage: tw_bench_remote [--quick] [--only abcdefghimnopqs] [--server PATH]\n");
       return 2;
     }
   }
@@ -1082,6 +1165,7 @@ int main(int argc, char** argv) {
       bench_moves(binary, size_t{256} << 20, quick ? 3 : 5, on('n'), on('o'));
     }
     if (on('p') || on('q')) bench_dist(binary, size_t{64} << 20, quick ? 3 : 5, on('p'), on('q'));
+    if (on('s')) bench_shm(binary, size_t{256} << 20, quick ? 3 : 5);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tw_bench_remote: %s\n", e.what());
     return 1;

@@ -24,7 +24,7 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype,
   // the bytes for a while (a remote queue) or convert them, so it gets a copy taken now.
   Buffer bytes = device.kind() == Device::Kind::kCpu
                      ? Buffer::wrap(data, nbytes, std::move(keep_alive))
-                     : Buffer::copy_of(data, nbytes);
+                     : device.sink()->host_copy(data, nbytes);
   return detail::emit(device.sink(), ir::FromHost{{}, shape, dtype, ir::Bytes{std::move(bytes)}},
                       {});
 }

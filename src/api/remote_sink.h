@@ -20,6 +20,13 @@ class RemoteSink final : public detail::Sink {
   Result<TensorData> await(std::future<Result<TensorData>>& f) override {
     return conn_.wait_read(f);
   }
+  Result<TensorData> read_expecting(ir::TensorId id, uint64_t nbytes) override {
+    return conn_.read_wait(id, nbytes);
+  }
+  std::future<Result<TensorData>> read_async_expecting(ir::TensorId id, uint64_t nbytes) override {
+    return conn_.read(id, nbytes);
+  }
+  Buffer host_copy(const void* data, size_t n) override { return conn_.host_copy(data, n); }
   void drop(ir::TensorId id) override { conn_.drop(id); }
   Status sync() override { return conn_.sync(); }
   Status connect() override { return conn_.ensure_connected(); }

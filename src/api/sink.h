@@ -43,6 +43,21 @@ class Sink {
   virtual Result<TensorData> read(ir::TensorId id) { return read_async(id).get(); }
   // Waits for a read_async() result.
   virtual Result<TensorData> await(std::future<Result<TensorData>>& f) { return f.get(); }
+  // read()/read_async() of a tensor the caller knows to hold `nbytes` bytes (from its meta),
+  // which lets a remote sink over unix:// offer shared memory for a large one (the bytes then
+  // land there, no copy through the socket).
+  virtual Result<TensorData> read_expecting(ir::TensorId id, uint64_t nbytes) {
+    (void)nbytes;
+    return read(id);
+  }
+  virtual std::future<Result<TensorData>> read_async_expecting(ir::TensorId id, uint64_t nbytes) {
+    (void)nbytes;
+    return read_async(id);
+  }
+  // A copy, taken now, of `n` bytes the caller owns, to upload as a FromHost op to this sink. A
+  // remote sink over unix:// copies a large one straight into shared memory, and submitting the
+  // op then sends no tensor bytes through the socket.
+  virtual Buffer host_copy(const void* data, size_t n) { return Buffer::copy_of(data, n); }
   virtual void drop(ir::TensorId id) = 0;
   virtual Status sync() = 0;
   virtual Status connect() { return Status::OK(); }

@@ -96,14 +96,22 @@ detail::HostValues to_host_values(Result<TensorData> data) {
 }
 }  // namespace
 
+namespace {
+// The bytes a tensor of `m` holds (what a read returns).
+uint64_t meta_bytes(const TensorMeta& m) {
+  return static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
+}
+}  // namespace
+
 detail::HostValues Tensor::host_values() const {
   const TensorImpl& impl = impl_of(*this, "read");
-  return to_host_values(impl.sink->read(impl.id));
+  return to_host_values(impl.sink->read_expecting(impl.id, meta_bytes(impl.meta)));
 }
 
 std::function<detail::HostValues()> Tensor::host_values_async() const {
   const TensorImpl& impl = impl_of(*this, "read");
-  auto fut = std::make_shared<std::future<Result<TensorData>>>(impl.sink->read_async(impl.id));
+  auto fut = std::make_shared<std::future<Result<TensorData>>>(
+      impl.sink->read_async_expecting(impl.id, meta_bytes(impl.meta)));
   // The sink waits so that a remote device's waiting thread can read the reply itself.
   return [sink = impl.sink, fut] { return to_host_values(sink->await(*fut)); };
 }
@@ -453,7 +461,10 @@ Tensor eye(int64_t n, std::optional<int64_t> m, DType dtype, const Device& devic
 }
 
 Tensor from_bytes(std::span<const uint8_t> bytes, const Shape& shape, DType dtype, const Device& device) {
-  return create(device, ir::FromHost{{}, shape, dtype, ir::Bytes{Buffer::copy_of(bytes.data(), bytes.size())}});
+  return create(
+      device,
+      ir::FromHost{
+          {}, shape, dtype, ir::Bytes{device.sink()->host_copy(bytes.data(), bytes.size())}});
 }
 
 template <class T>

@@ -1,6 +1,8 @@
 #include "client/connection.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cstdlib>
 
 #include "client/profile.h"
@@ -20,6 +22,7 @@ Options Options::from_env() {
   if (const char* e = std::getenv("TW_FLUSH_IDLE_US")) o.idle_flush_us = static_cast<uint32_t>(std::max(0L, std::atol(e)));
   if (const char* e = std::getenv("TW_SPIN_US"))
     o.spin_us = static_cast<uint32_t>(std::clamp(std::atol(e), 0L, 10'000L));
+  if (const char* e = std::getenv("TW_SHM")) o.shm = std::string(e) != "0";
   if (const char* e = std::getenv("TW_CREDENTIAL")) o.credential = e;
   if (const char* e = std::getenv("TW_TLS_CA")) o.tls.ca_file = e;
   if (const char* e = std::getenv("TW_TLS_FINGERPRINT")) o.tls.fingerprint = e;
@@ -193,6 +196,11 @@ Status Connection::ready_locked() {
 }
 
 Status Connection::submit_op(const ir::Op& op) {
+  if (const auto* up = std::get_if<ir::FromHost>(&op); up && up->data.data.size() >= kShmMinBytes) {
+    if (std::shared_ptr<ShmSlot> slot = staged_slot(up->data.data)) {
+      return submit_from_segment(*up, *slot);
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   TW_RETURN_NOT_OK(ready_locked());
   if (!drops_.empty()) queue_drops_locked();
@@ -349,7 +357,24 @@ void Connection::drop(ir::TensorId id) {
 
 std::future<Result<TensorData>> Connection::read(ir::TensorId id) { return read_impl(id, nullptr); }
 
-std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atomic<bool>* done) {
+std::future<Result<TensorData>> Connection::read(ir::TensorId id, uint64_t expect_bytes) {
+  return read_impl(id, nullptr, expect_bytes);
+}
+
+Result<TensorData> Connection::read_wait(ir::TensorId id, uint64_t expect_bytes) {
+  std::atomic<bool> done{false};
+  std::future<Result<TensorData>> fut = read_impl(id, &done, expect_bytes);
+  wait(fut, &done);
+  return fut.get();
+}
+
+std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atomic<bool>* done,
+                                                      uint64_t expect_bytes) {
+  std::shared_ptr<const void> lease;
+  std::shared_ptr<ShmSlot> slot;
+  if (expect_bytes >= kShmMinBytes && expect_bytes <= SIZE_MAX) {
+    slot = claim_segment(static_cast<size_t>(expect_bytes), &lease);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::kConnected) {
     Status st = state_ == State::kDead ? dead_ : connect_locked();
@@ -363,8 +388,16 @@ std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atom
   Pending* p = nullptr;
   uint64_t req = add_pending_locked(Pending::kRead, &p, done);
   auto fut = p->data().get_future();
-  make_room_locked(1 + 8 + 8);
-  batch_.add_read(req, id);
+  if (slot) {
+    // The server writes the tensor into the segment when it fits the room, else answers inline.
+    make_room_locked(1 + 5 * 8);
+    batch_.add_read_to_segment(req, id, {slot->id, 0, slot->seg->capacity(), 0});
+    p->slot = std::move(slot);
+    p->lease = std::move(lease);
+  } else {
+    make_room_locked(1 + 8 + 8);
+    batch_.add_read(req, id);
+  }
   ++counters_.round_trips;
   flush_locked();
   return fut;
@@ -433,6 +466,124 @@ Result<TensorData> Connection::wait_read(std::future<Result<TensorData>>& fut) {
 void Connection::flush() {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ == State::kConnected) flush_locked();
+}
+
+// ---- shared memory (protocol 5) ----
+
+bool Connection::shm_enabled() {
+  if (!options_.shm || url_.scheme != net::Url::Scheme::kUnix) return false;
+  if (!ensure_connected().ok()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (welcome_.version < 5 || !stream_->passes_fds()) return false;
+  }
+  std::lock_guard<std::mutex> shm(shm_mu_);
+  return shm_refused_.ok();
+}
+
+std::shared_ptr<Connection::ShmSlot> Connection::claim_segment(size_t n,
+                                                               std::shared_ptr<const void>* lease) {
+  if (!shm_enabled()) return nullptr;
+  std::lock_guard<std::mutex> shm(shm_mu_);
+  if (!shm_refused_.ok()) return nullptr;
+  // The smallest idle segment that holds n; failing that, a new one while the pool has room,
+  // or the smallest idle one replaced by a larger one.
+  std::shared_ptr<ShmSlot> slot, spare;
+  for (const auto& s : shm_slots_) {
+    if (!s->idle()) continue;
+    if (s->seg->capacity() >= n && (!slot || s->seg->capacity() < slot->seg->capacity())) slot = s;
+    if (!spare || s->seg->capacity() < spare->seg->capacity()) spare = s;
+  }
+  if (!slot) {
+    if (shm_slots_.size() >= kMaxSegments && !spare) return nullptr;  // all busy: the socket
+    // Powers of two, so that a transfer slightly larger than the last still finds its segment.
+    auto made = net::SharedSegment::create(std::bit_ceil(std::max(n, kShmMinBytes)));
+    Status st = made.ok() ? Status::OK() : made.status();
+    const uint64_t id = shm_slots_.size() < kMaxSegments ? next_segment_ : spare->id;
+    if (st.ok()) st = attach_segment(id, *made);
+    if (!st.ok()) {
+      // The server may have dropped the id being replaced: that slot is not used again.
+      if (shm_slots_.size() >= kMaxSegments) std::erase(shm_slots_, spare);
+      // Over a limit (the segments' allowance, --max-memory): this transfer takes the socket,
+      // a later one may fit. Anything else (no memfd here, a server that refuses descriptors):
+      // the socket from now on.
+      if (st.code() != StatusCode::kResourceExhausted) shm_refused_ = st;
+      return nullptr;
+    }
+    if (shm_slots_.size() < kMaxSegments) {
+      slot = std::make_shared<ShmSlot>();
+      slot->id = next_segment_++;
+      shm_slots_.push_back(slot);
+    } else {
+      slot = spare;  // the server replaced the segment of that id
+      slot->sent.store(0);
+    }
+    slot->seg = std::move(made).value();
+  }
+  slot->busy.store(true, std::memory_order_release);
+  // The hold: released when its last copy goes (the result's Buffer, host_copy's Buffer).
+  *lease = std::shared_ptr<const void>(slot->seg->data(), [slot, seg = slot->seg](const void*) {
+    slot->busy.store(false, std::memory_order_release);
+  });
+  return slot;
+}
+
+Status Connection::attach_segment(uint64_t slot_id,
+                                  const std::shared_ptr<net::SharedSegment>& seg) {
+  std::future<Status> fut;
+  std::atomic<bool> done{false};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TW_RETURN_NOT_OK(ready_locked());
+    flush_locked();  // (no queued task names a segment being replaced: only idle ones are)
+    Pending* p = nullptr;
+    uint64_t req = add_pending_locked(Pending::kSync, &p, &done);
+    fut = p->status().get_future();
+    proto::OutFrame f;
+    proto::encode_attach_segment({req, slot_id, seg->capacity()}, f);
+    // The descriptor travels with the next bytes written: this frame's, or those of a frame
+    // still being written before it; either way it is held on the server when the frame is read.
+    if (!stream_->queue_fd(seg->fd())) {
+      pending_.erase(req);
+      return unavailable("cannot pass a shared-memory segment to " + url_.str());
+    }
+    ++counters_.frames_out;
+    ++counters_.round_trips;
+    counters_.bytes_out += f.payload_size() + 4;
+    writer_.push(std::move(f));
+    if (!writer_.writing()) pump_locked();
+  }
+  wait(fut, &done);
+  return fut.get();
+}
+
+Buffer Connection::host_copy(const void* data, size_t n) {
+  std::shared_ptr<const void> lease;
+  std::shared_ptr<ShmSlot> slot = n >= kShmMinBytes ? claim_segment(n, &lease) : nullptr;
+  if (!slot) return Buffer::copy_of(data, n);
+  net::parallel_copy(slot->seg->data(), data, n);
+  return Buffer::wrap(slot->seg->data(), n, std::move(lease));
+}
+
+std::shared_ptr<Connection::ShmSlot> Connection::staged_slot(const Buffer& b) {
+  std::lock_guard<std::mutex> shm(shm_mu_);
+  for (const auto& s : shm_slots_) {
+    if (s->seg->data() == b.data() && s->busy.load(std::memory_order_acquire)) return s;
+  }
+  return nullptr;
+}
+
+Status Connection::submit_from_segment(const ir::FromHost& op, ShmSlot& slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TW_RETURN_NOT_OK(ready_locked());
+  if (!drops_.empty()) queue_drops_locked();
+  const proto::SegmentRange range{slot.id, 0, op.data.data.size(), slot.sent.load() + 1};
+  make_room_locked(1 + 8 + 1 + 4 + 8 * op.shape.size() + 4 * 8);
+  batch_.add_from_segment(op.out.id, {op.shape, op.dtype}, range);
+  // Not reused until the server has copied these bytes out and says so in `consumed`.
+  slot.sent.store(range.sequence);
+  added_op_locked();
+  return Status::OK();
 }
 
 Counters Connection::counters() const {
@@ -752,6 +903,16 @@ void Connection::on_message(const Buffer& payload) {
     if (it == pending_.end()) return;  // unknown id: a reply to a request already failed
     p = std::move(it->second);
     pending_.erase(it);
+  }
+  if (m->kind == proto::ServerMsg::kReadResultInSegment) {
+    // The bytes are in the segment the read offered; the result holds it until dropped.
+    if (p->slot && m->in_segment_bytes <= p->slot->seg->capacity()) {
+      m->data.bytes =
+          Buffer::wrap(p->slot->seg->data(), static_cast<size_t>(m->in_segment_bytes), p->lease);
+    } else {
+      m->status = data_loss("a read result in a segment from " + url_.str() +
+                            " answers a request that offered none, or overflows it");
+    }
   }
   switch (p->kind) {
     case Pending::kRead:

@@ -55,8 +55,8 @@ class SharedSegment {
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "the header word is shared between processes");
 
-// Copies `n` bytes, a large copy in chunks on the intra-op thread pool (one core's memcpy does
-// not reach the memory bandwidth of two); a small one is a plain memcpy.
+// Copies `n` bytes: from 8 MiB in chunks on the intra-op thread pool, a small one or one of
+// 128 MiB and more as one memcpy (shm.cc says why).
 void parallel_copy(void* dst, const void* src, size_t n);
 
 }  // namespace tw::net

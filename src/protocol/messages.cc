@@ -208,6 +208,22 @@ void encode_fetch(const Fetch& m, OutFrame& f) {
   w.str(m.capability);
 }
 
+void encode_attach_segment(const AttachSegment& m, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ClientMsg::kAttachSegment));
+  w.u64(m.request_id);
+  w.u64(m.segment);
+  w.u64(m.capacity);
+}
+
+void encode_read_result_in_segment(uint64_t request_id, const TensorMeta& meta, OutFrame& f) {
+  WireWriter w(f.head);
+  w.u8(static_cast<uint8_t>(ServerMsg::kReadResultInSegment));
+  w.u64(request_id);
+  put_meta(w, meta);
+  w.u64(static_cast<uint64_t>(numel(meta.shape)) * dtype_size(meta.dtype));
+}
+
 // ---- batches ----
 BatchWriter::BatchWriter() { take(); }
 
@@ -410,6 +426,37 @@ void BatchWriter::add_collective(const CollectiveSpec& c) {
   patch_count();
 }
 
+namespace {
+void put_range(WireWriter& w, const SegmentRange& r, bool with_sequence) {
+  w.u64(r.segment);
+  w.u64(r.offset);
+  w.u64(r.length);
+  if (with_sequence) w.u64(r.sequence);
+}
+}  // namespace
+
+void BatchWriter::add_from_segment(ir::TensorId id, const TensorMeta& meta,
+                                   const SegmentRange& range) {
+  begin_task();
+  WireWriter w(frame_.head);
+  w.u8(static_cast<uint8_t>(TaskKind::kFromSegment));
+  w.u64(id);
+  put_meta(w, meta);
+  put_range(w, range, true);
+  patch_count();
+}
+
+void BatchWriter::add_read_to_segment(uint64_t request_id, ir::TensorId id,
+                                      const SegmentRange& range) {
+  begin_task();
+  WireWriter w(frame_.head);
+  w.u8(static_cast<uint8_t>(TaskKind::kReadToSegment));
+  w.u64(request_id);
+  w.u64(id);
+  put_range(w, range, false);
+  patch_count();
+}
+
 void encode_store_request(const StoreRequest& m, OutFrame& f) {
   WireWriter w(f.head);
   w.u8(static_cast<uint8_t>(ClientMsg::kStore));
@@ -445,7 +492,8 @@ Result<ClientMsg> peek_client_msg(const Buffer& payload) {
   if (k != static_cast<uint8_t>(ClientMsg::kHello) &&
       k != static_cast<uint8_t>(ClientMsg::kBatch) &&
       k != static_cast<uint8_t>(ClientMsg::kFetch) &&
-      k != static_cast<uint8_t>(ClientMsg::kStore)) {
+      k != static_cast<uint8_t>(ClientMsg::kStore) &&
+      k != static_cast<uint8_t>(ClientMsg::kAttachSegment)) {
     return data_loss("unknown client message type " + std::to_string(k));
   }
   return static_cast<ClientMsg>(k);
@@ -483,6 +531,21 @@ Result<Fetch> decode_fetch(const Buffer& payload) {
   TW_RETURN_NOT_OK(r.u64(m.tensor));
   TW_RETURN_NOT_OK(r.str(m.capability, kMaxStringBytes));
   if (!r.done()) return data_loss("trailing bytes after Fetch");
+  return m;
+}
+
+Result<AttachSegment> decode_attach_segment(const Buffer& payload) {
+  WireReader r(payload);
+  uint8_t kind = 0;
+  TW_RETURN_NOT_OK(r.u8(kind));
+  if (kind != static_cast<uint8_t>(ClientMsg::kAttachSegment)) {
+    return data_loss("expected an AttachSegment message, got message type " + std::to_string(kind));
+  }
+  AttachSegment m;
+  TW_RETURN_NOT_OK(r.u64(m.request_id));
+  TW_RETURN_NOT_OK(r.u64(m.segment));
+  TW_RETURN_NOT_OK(r.u64(m.capacity));
+  if (!r.done()) return data_loss("trailing bytes after AttachSegment");
   return m;
 }
 
@@ -597,6 +660,19 @@ Status decode_task(WireReader& r, Task& t) {
     case TaskKind::kImport:
     case TaskKind::kMoveLocal: return get_move(r, t);
     case TaskKind::kCollective: return get_collective(r, t.collective);
+    case TaskKind::kFromSegment:
+      TW_RETURN_NOT_OK(r.u64(t.id));
+      TW_RETURN_NOT_OK(get_meta(r, t.meta));
+      TW_RETURN_NOT_OK(r.u64(t.range.segment));
+      TW_RETURN_NOT_OK(r.u64(t.range.offset));
+      TW_RETURN_NOT_OK(r.u64(t.range.length));
+      return r.u64(t.range.sequence);
+    case TaskKind::kReadToSegment:
+      TW_RETURN_NOT_OK(r.u64(t.request_id));
+      TW_RETURN_NOT_OK(r.u64(t.id));
+      TW_RETURN_NOT_OK(r.u64(t.range.segment));
+      TW_RETURN_NOT_OK(r.u64(t.range.offset));
+      return r.u64(t.range.length);
   }
   return data_loss("unknown task kind " + std::to_string(tk));
 }
@@ -724,6 +800,18 @@ Result<ServerMessage> decode_server_message(const Buffer& payload) {
       TW_RETURN_NOT_OK(r.str(m.exported.capability, kMaxStringBytes));
       TW_RETURN_NOT_OK(get_meta(r, m.exported.meta));
       break;
+    case ServerMsg::kReadResultInSegment: {
+      TW_RETURN_NOT_OK(r.u64(m.request_id));
+      TW_RETURN_NOT_OK(get_meta(r, m.data.meta));
+      TW_RETURN_NOT_OK(r.u64(m.in_segment_bytes));
+      const uint64_t expect =
+          static_cast<uint64_t>(numel(m.data.meta.shape)) * dtype_size(m.data.meta.dtype);
+      if (m.in_segment_bytes != expect) {
+        return data_loss("read result in segment says " + std::to_string(m.in_segment_bytes) +
+                         " bytes, expected " + std::to_string(expect));
+      }
+      break;
+    }
     default: return data_loss("unknown server message type " + std::to_string(kind));
   }
   if (!r.done()) return data_loss("trailing bytes after server message");

@@ -17,9 +17,10 @@ namespace tw::protocol {
 inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // Version 2 added the graph tasks (register, run) and the graph result; version 3 the tensor
 // moves (export, import, same-server move), the capability result and the peer's fetch; version 4
-// the packed drop and graph-run tasks. An older client never sends them, so the server still
-// speaks 1.
-inline constexpr uint16_t kProtocolVersion = 4;
+// the packed drop and graph-run tasks; version 5 the same-host shared-memory segments (attach,
+// upload from a segment, read into a segment; docs/protocol.md §8.11). An older client never
+// sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 5;
 inline constexpr uint16_t kMinProtocolVersion = 1;
 // Hello's device index that asks only for the device list (tw::remote_devices).
 inline constexpr uint32_t kEnumerateOnly = 0xFFFFFFFFu;
@@ -34,6 +35,9 @@ enum class ClientMsg : uint8_t {
   kBatch = 2,
   kFetch = 3,  // protocol 3, on a peer connection: a server pulling a tensor by capability
   kStore = 4,  // protocol 3, on a peer connection: a collective's rendezvous (set/get a key)
+  // Protocol 5, unix:// only: a shared-memory segment (net/shm.h) whose descriptor travels with
+  // the frame (SCM_RIGHTS), answered by a SyncResult of its request id.
+  kAttachSegment = 5,
 };
 enum class ServerMsg : uint8_t {
   kWelcome = 1,
@@ -43,8 +47,9 @@ enum class ServerMsg : uint8_t {
   kStatsResult = 5,
   kSessionError = 6,  // a problem not tied to a request (a malformed batch, say); session goes on
   kGraphResult = 7,   // the reply to kRegisterGraph: the graph's id or why it was refused
-  kCapabilityResult = 8,  // the reply to kExport: the capability or why there is none
-  kStoreResult = 9,       // the reply to a peer's kStore
+  kCapabilityResult = 8,      // the reply to kExport: the capability or why there is none
+  kStoreResult = 9,           // the reply to a peer's kStore
+  kReadResultInSegment = 10,  // protocol 5: the reply to kReadToSegment, the bytes in the segment
 };
 enum class TaskKind : uint8_t {
   kOp = 1,
@@ -63,6 +68,10 @@ enum class TaskKind : uint8_t {
   // tasks. A training step's replay and its drops take ~1 byte per id instead of 8.
   kDropPacked = 13,
   kRunGraphPacked = 14,
+  // Protocol 5: a tensor made from bytes the client put in an attached segment (copied out by
+  // the server before use), and a read whose bytes the server writes into a segment.
+  kFromSegment = 12,
+  kReadToSegment = 15,
 };
 enum class RefuseReason : uint8_t {
   kBadVersion = 1,
@@ -143,6 +152,23 @@ struct CollectiveSpec {
   TensorMeta out_meta;  // what the output is (validated by the server against the input)
 };
 
+// Where a segment task's bytes lie (protocol 5): `length` bytes at `offset` of the data area of
+// segment `segment`. kFromSegment: `sequence` is what the server stores in the segment's
+// `consumed` word once it has copied them out. kReadToSegment: `length` is the room offered.
+struct SegmentRange {
+  uint64_t segment = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t sequence = 0;
+};
+
+// The AttachSegment message: the client's id for the segment and its data bytes (net/shm.h).
+struct AttachSegment {
+  uint64_t request_id = 0;
+  uint64_t segment = 0;
+  uint64_t capacity = 0;
+};
+
 struct Task {
   TaskKind kind = TaskKind::kOp;
   ir::Op op;                          // kOp
@@ -158,6 +184,9 @@ struct Task {
   TensorMeta meta;
   TensorSource source;
   CollectiveSpec collective;  // kCollective
+  // kFromSegment: tensor `id` of `meta` from `range`; kReadToSegment: tensor `id` (request
+  // `request_id`) into `range`.
+  SegmentRange range;
 };
 
 // A peer's rendezvous request (kStore): set a key, or get it (present = false while absent).
@@ -224,6 +253,11 @@ struct Exported {
 };
 void encode_capability_result(uint64_t request_id, const Result<Exported>& r, OutFrame& f);
 void encode_fetch(const Fetch& m, OutFrame& f);
+void encode_attach_segment(const AttachSegment& m, OutFrame& f);
+Result<AttachSegment> decode_attach_segment(const Buffer& payload);
+// The reply to kReadToSegment whose bytes the server wrote into the segment (a tensor that does
+// not fit the room offered, or an error, is answered by a plain ReadResult instead).
+void encode_read_result_in_segment(uint64_t request_id, const TensorMeta& meta, OutFrame& f);
 void encode_store_request(const StoreRequest& m, OutFrame& f);
 void encode_store_reply(const StoreReply& m, OutFrame& f);
 Result<StoreRequest> decode_store_request(const Buffer& payload);
@@ -250,6 +284,9 @@ class BatchWriter {
   // kImport or kMoveLocal: tensor `id` (of `meta`) made from `source`.
   void add_move(TaskKind kind, ir::TensorId id, const TensorMeta& meta, const TensorSource& source);
   void add_collective(const CollectiveSpec& c);
+  // Protocol 5: tensor `id` of `meta` from a segment; a read of tensor `id` into a segment.
+  void add_from_segment(ir::TensorId id, const TensorMeta& meta, const SegmentRange& range);
+  void add_read_to_segment(uint64_t request_id, ir::TensorId id, const SegmentRange& range);
   uint32_t task_count() const { return count_; }
   uint64_t payload_size() const { return frame_.payload_size(); }
   bool empty() const { return count_ == 0; }
@@ -310,6 +347,9 @@ struct ServerMessage {
   TensorData data;           // read results
   ServerStats stats;
   Exported exported;  // capability results that are OK
+  // kReadResultInSegment: data.meta is set, data.bytes empty (they lie in the segment), and
+  // in_segment_bytes says how many.
+  uint64_t in_segment_bytes = 0;
 };
 Result<ServerMessage> decode_server_message(const Buffer& payload);
 

@@ -7,6 +7,8 @@
 // thread that read it runs it and writes the reply (see docs/remote.md, "Latency").
 #include "tensorwire/server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <asio.hpp>
 #include <atomic>
@@ -27,9 +29,9 @@
 #include "net/tls_stream.h"
 #include "net/url.h"
 #include "protocol/messages.h"
+#include "server/collective.h"
 #include "server/metrics.h"
 #include "server/session.h"
-#include "server/collective.h"
 #include "server/transfer.h"
 #include "tensorwire/error.h"
 
@@ -404,8 +406,13 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
       return {};
     }
     server::Batch batch;
-    batch.decoder = proto::BatchDecoder(frame);  // run() decodes it as it goes
-    if (!batch.decoder.more()) batch.decoded = batch.decoder.status();
+    if (version_ >= 5 &&
+        frame.as<const uint8_t>()[0] == static_cast<uint8_t>(proto::ClientMsg::kAttachSegment)) {
+      attach_segment(frame, batch);
+    } else {
+      batch.decoder = proto::BatchDecoder(frame);  // run() decodes it as it goes
+      if (!batch.decoder.more()) batch.decoded = batch.decoder.status();
+    }
     batch.frame = std::move(frame);
     batch.reserved = std::exchange(frame_reserved_, 0);
     std::lock_guard<std::mutex> lock(exec_mu_);
@@ -416,6 +423,29 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     if (++queued_ >= srv_.opts.session_queue_depth) q.paused = read_paused_ = true;
     if (!executing_) q.run_here = executing_ = true;
     return q;
+  }
+
+  // An AttachSegment (protocol 5): its descriptor came with the frame's bytes, so it is held by
+  // now; the segment is adopted here (checked and mapped, net/shm.h) and attached in order with
+  // the session's tasks. A frame that does not decode is a malformed batch, as any other.
+  void attach_segment(const Buffer& frame, server::Batch& batch) {
+    auto m = proto::decode_attach_segment(frame);
+    const int fd = stream_->take_fd();
+    if (!m.ok()) {
+      if (fd >= 0) ::close(fd);
+      batch.decoded = m.status();
+      return;
+    }
+    server::Batch::Attach a;
+    a.msg = *m;
+    auto seg = net::SharedSegment::adopt(
+        fd, static_cast<size_t>(std::min<uint64_t>(m->capacity, uint64_t{1} << 62)));
+    if (seg.ok()) {
+      a.segment = std::move(seg).value();
+    } else {
+      a.adopted = seg.status();
+    }
+    batch.attach = std::move(a);
   }
 
   // Runs queued batches on this thread for one time slice, then lets the shard's other
@@ -536,6 +566,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
     }
     srv_.sessions_opened.fetch_add(1);
     welcomed_ = true;
+    version_ = hi;
     handshake_timer_.cancel();
     w.session_id = id_;
     proto::OutFrame f;
@@ -643,6 +674,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   std::unique_ptr<net::Stream> stream_;
   uint64_t id_ = 0;
   uint32_t device_ = 0;
+  uint16_t version_ = 0;                      // the protocol version the handshake settled on
   std::unique_ptr<server::Session> session_;  // set by the handshake; run by the draining thread
   std::atomic<bool> closed_{false};
   std::atomic<bool> closing_{false};  // to close once the replies queued are out

@@ -202,12 +202,24 @@ void Session::run_task(proto::Task& t, SessionOutput& out, OpTimer& timer) {
       return;
     case proto::TaskKind::kImport: start_import(t, out); return;
     case proto::TaskKind::kCollective: start_collective(t, out); return;
+    case proto::TaskKind::kFromSegment:
+      totals_.ops_executed.fetch_add(1, std::memory_order_relaxed);
+      from_segment(t);
+      settle();
+      return;
+    case proto::TaskKind::kReadToSegment: read_to_segment(t, f); break;
   }
   out.reply(std::move(f));
 }
 
 bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
   if (parked_) return false;
+  if (batch.attach) {
+    proto::OutFrame f;
+    proto::encode_sync_result(batch.attach->msg.request_id, attach_segment(*batch.attach), f);
+    batch.attach.reset();
+    out.reply(std::move(f));
+  }
   OpTimer timer(totals_.metrics);
   running_ = &batch;
   while (batch.refill()) {
@@ -391,6 +403,116 @@ void Session::start_collective(const proto::Task& t, SessionOutput& out) {
 void Session::finish_collective(Result<TensorData> got) {
   if (!parked_) return;
   unpark(std::move(got));
+}
+
+// ---- segments ----
+
+Status Session::attach_segment(Batch::Attach& a) {
+  const std::string what = "attach of segment " + std::to_string(a.msg.segment);
+  if (!a.adopted.ok()) return a.adopted.with_context(what);
+  if (!a.segment) return internal_error(what + ": no segment");
+  auto old = segments_.find(a.msg.segment);
+  const uint64_t replaced = old == segments_.end() ? 0 : old->second->capacity();
+  if (old == segments_.end() && segments_.size() >= kMaxSegments) {
+    return resource_exhausted(what + ": the session has " + std::to_string(segments_.size()) +
+                              " segments attached, the most a session may hold");
+  }
+  const uint64_t bytes = a.segment->capacity();
+  // The pages are the client's memfd, but the server maps them and writes reads into them, so
+  // they count in the server's budget (--max-memory). Not in the session's quota, which bounds
+  // its tensors (the device memory a program sizes its work by): there a large upload would
+  // need its tensor and its segment, and fail where the socket path succeeds. Segments have an
+  // allowance of their own instead, the size of the quota.
+  if (segment_bytes_ - replaced + bytes > memory_quota_) {
+    return resource_exhausted(what + ": the session's segments would map " +
+                              human_bytes(segment_bytes_ - replaced + bytes) +
+                              ", over its allowance of " + human_bytes(memory_quota_) +
+                              " (segments may map as much as the session memory quota, "
+                              "tensorwire-server --session-memory)");
+  }
+  if (replaced) {
+    release(replaced);
+    segment_bytes_ -= replaced;
+    segments_.erase(old);
+  }
+  TW_RETURN_NOT_OK(reserve(bytes, what));
+  segment_bytes_ += bytes;
+  segments_[a.msg.segment] = std::move(a.segment);
+  return Status::OK();
+}
+
+Result<net::SharedSegment*> Session::segment_range(const proto::SegmentRange& r, const char* what) {
+  auto it = segments_.find(r.segment);
+  if (it == segments_.end()) {
+    return invalid_argument(std::string(what) + ": segment " + std::to_string(r.segment) +
+                            " is not attached to this session");
+  }
+  const uint64_t cap = it->second->capacity();
+  if (r.offset > cap || r.length > cap - r.offset) {
+    return out_of_range(std::string(what) + ": bytes [" + std::to_string(r.offset) + ", +" +
+                        std::to_string(r.length) + ") outside segment " +
+                        std::to_string(r.segment) + " of " + std::to_string(cap) + " bytes");
+  }
+  return it->second.get();
+}
+
+void Session::from_segment(const proto::Task& t) {
+  const std::string what = "upload of tensor " + std::to_string(t.id) + " from a segment";
+  auto poison = [&](const Status& st) {
+    backend_->fail(ir::FromHost{ir::Out{t.id}, t.meta.shape, t.meta.dtype, ir::Bytes{}}, st);
+  };
+  auto seg = segment_range(t.range, what.c_str());
+  if (!seg.ok()) {
+    // A segment that exists is done with, whatever its range: the client may write it again.
+    if (auto it = segments_.find(t.range.segment); it != segments_.end()) {
+      it->second->consumed().store(t.range.sequence, std::memory_order_release);
+    }
+    return poison(seg.status());
+  }
+  net::SharedSegment& s = **seg;
+  const uint64_t want = static_cast<uint64_t>(numel(t.meta.shape)) * dtype_size(t.meta.dtype);
+  Status st;
+  if (t.range.length != want) {
+    st = invalid_argument(what + ": " + std::to_string(t.range.length) + " bytes for a tensor " +
+                          meta_str(t.meta) + " of " + std::to_string(want));
+  }
+  if (st.ok()) {
+    st = within_quota(what, backend_->bytes_held() + graph_constant_bytes_, "the tensor takes",
+                      want);
+  }
+  // The bytes are copied out before anything looks at them: the client can still write the
+  // mapping, so nothing computed from it could be trusted to stay what was checked. The copy's
+  // buffer is reserved while it is made; the op then reserves the tensor as any upload's.
+  Buffer bytes;
+  if (st.ok()) st = reserve(BufferPool::size_class(want), what);
+  if (st.ok()) {
+    bytes = Buffer::allocate(want);
+    net::parallel_copy(bytes.data(), s.data() + t.range.offset, want);
+    release(BufferPool::size_class(want));
+  }
+  s.consumed().store(t.range.sequence, std::memory_order_release);
+  if (!st.ok()) return poison(st);
+  // A failure (an id in use, the quota) is recorded in the tensor, as for any upload.
+  (void)backend_->execute(
+      ir::FromHost{ir::Out{t.id}, t.meta.shape, t.meta.dtype, ir::Bytes{std::move(bytes)}});
+}
+
+void Session::read_to_segment(const proto::Task& t, proto::OutFrame& f) {
+  const std::string what = "read of tensor " + std::to_string(t.id) + " into a segment";
+  auto seg = segment_range(t.range, what.c_str());
+  if (!seg.ok()) {
+    proto::encode_read_result(t.request_id,
+                              totals_.metrics.counted_read(Result<TensorData>(seg.status())), f);
+    return;
+  }
+  Result<TensorData> d = totals_.metrics.counted_read(backend_->read(t.id));
+  if (!d.ok() || d->bytes.size() > t.range.length) {
+    // An error, or a tensor larger than the room offered: answered through the socket.
+    proto::encode_read_result(t.request_id, d.ok() ? read_for_wire(t.id) : d, f);
+    return;
+  }
+  net::parallel_copy((*seg)->data() + t.range.offset, d->bytes.data(), d->bytes.size());
+  proto::encode_read_result_in_segment(t.request_id, d->meta, f);
 }
 
 // A tensor too large for one frame (whose length is a u32) is refused, not truncated; a

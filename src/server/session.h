@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "core/buffer.h"
 #include "core/status.h"
+#include "net/shm.h"
 #include "protocol/messages.h"
 #include "server/memory_budget.h"
 #include "server/metrics.h"
@@ -71,6 +72,15 @@ struct Batch {
   protocol::BatchDecoder decoder;  // the rest of `frame`'s tasks
   Buffer frame;     // its bytes may back uploaded tensors until they are dropped
   size_t next = 0;  // the first task of `tasks` not yet run
+  // An AttachSegment message (protocol 5) rather than a batch: queued like one, so that it takes
+  // effect in order with the tasks around it. The segment was adopted when the frame arrived
+  // (its descriptor comes with the frame's bytes), or `adopted` says why not.
+  struct Attach {
+    protocol::AttachSegment msg;
+    std::shared_ptr<net::SharedSegment> segment;
+    Status adopted;
+  };
+  std::optional<Attach> attach;
   // Bytes of the server's budget reserved for the frame before it was read (Session::reserve):
   // the uploads it carries (FromHost ops, graphs' constants) take their bytes from here rather
   // than reserve them twice, and what is left is released once the batch has run.
@@ -139,6 +149,14 @@ class Session {
   // Ops run so far; any thread.
   uint64_t ops() const { return ops_.load(std::memory_order_relaxed); }
 
+  // ---- shared-memory segments (protocol 5; net/shm.h) ----
+  // Segments attached and the data bytes they map together. Not thread-safe, like run().
+  size_t segment_count() const { return segments_.size(); }
+  uint64_t segment_bytes() const { return segment_bytes_; }
+  // Why a session holds a bounded number of segments: each is a mapping and a descriptor; the
+  // reference client keeps at most 4 (client/connection.h).
+  static constexpr size_t kMaxSegments = 16;
+
   // ---- graphs (protocol 2): this session's graph table ----
   // Graphs registered and the ops they hold together. Not thread-safe, like run().
   size_t graph_count() const { return graph_ops_.size(); }
@@ -182,6 +200,15 @@ class Session {
   // Gives back what take_frame_credit() took, when what it was taken for failed.
   void give_frame_credit(uint64_t bytes);
   Result<TensorData> read_for_wire(ir::TensorId id);
+  // Segments: an attach (a segment id already attached is replaced), counted in the server's
+  // budget and bounded by an allowance the size of the quota; an upload copied out of a segment
+  // before anything reads it; a read written into one (or answered inline when it does not fit the
+  // room offered).
+  Status attach_segment(Batch::Attach& a);
+  void from_segment(const protocol::Task& t);
+  void read_to_segment(const protocol::Task& t, protocol::OutFrame& f);
+  // The segment a task names and its range checked against it, or the error.
+  Result<net::SharedSegment*> segment_range(const protocol::SegmentRange& r, const char* what);
   // Graph tasks: registration checks the session's graph quotas, then the backend validates
   // and plans the graph; a run's failure is recorded in its outputs, as an op's is.
   Result<ir::GraphId> register_graph(ir::Graph graph);
@@ -214,6 +241,11 @@ class Session {
   uint64_t graph_ops_total_ = 0;
   uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs, reserved
   std::atomic<uint64_t> ops_{0};       // written by run() only
+
+  // ---- segments ----
+  std::unordered_map<uint64_t, std::shared_ptr<net::SharedSegment>> segments_;
+  // Their capacities: reserved in the server's budget (in reserved_), at most the quota.
+  uint64_t segment_bytes_ = 0;
 
   // ---- moves ----
   struct Parked {

@@ -21,6 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case TaskKind::kImport:
       case TaskKind::kMoveLocal: w.add_move(t.kind, t.id, t.meta, t.source); break;
       case TaskKind::kCollective: w.add_collective(t.collective); break;
+      case TaskKind::kFromSegment: w.add_from_segment(t.id, t.meta, t.range); break;
+      case TaskKind::kReadToSegment: w.add_read_to_segment(t.request_id, t.id, t.range); break;
       default: tw::fuzz::fail("decode_batch accepted an unknown task kind");
     }
   }

@@ -36,6 +36,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         encode_capability_result(m.request_id, m.status, f);
       }
       break;
+    case ServerMsg::kReadResultInSegment:
+      encode_read_result_in_segment(m.request_id, m.data.meta, f);
+      break;
     default: tw::fuzz::fail("decode_server_message accepted an unknown message type");
   }
   (void)refuse_reason_name(m.refuse.reason);

@@ -353,6 +353,15 @@ int run(const fs::path& dir) {
   packed.add_run_graph(2, {5, 6, 7}, {8, 9});
   c.add("batch", "packed", packed.take());
 
+  // Protocol 5: the segment tasks and the read result in a segment.
+  BatchWriter segments;
+  segments.add_from_segment(10, {{4, 4}, kF32}, {1, 64, 64, 3});
+  segments.add_read_to_segment(13, 10, {1, 0, 4096, 0});
+  c.add("batch", "segments", segments.take());
+  f = {};
+  encode_read_result_in_segment(13, {{4, 4}, kF32}, f);
+  c.add("server_msg", "read_result_in_segment", f);
+
   const std::vector<uint8_t> hello_bytes = testing::flatten(hello);
   c.add("frame", "hello_batch", stream(255, 255, {hello_bytes, other_tasks}));
   c.add("frame", "small_staging", stream(2, 3, {hello_bytes, {}, other_tasks, empty_batch}));

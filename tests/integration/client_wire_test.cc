@@ -6,10 +6,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -30,7 +32,23 @@ namespace proto = protocol;
 class StandInServer {
  public:
   // Welcomes with protocol `version`; answers syncs, and graph registrations with id 7.
-  explicit StandInServer(uint16_t version = proto::kProtocolVersion) : version_(version) {
+  // `unix_path` non-empty: listens on that Unix socket instead of TCP.
+  explicit StandInServer(uint16_t version = proto::kProtocolVersion, std::string unix_path = {})
+      : version_(version), unix_path_(std::move(unix_path)) {
+    if (!unix_path_.empty()) {
+      listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un u{};
+      u.sun_family = AF_UNIX;
+      std::memcpy(u.sun_path, unix_path_.c_str(),
+                  std::min(unix_path_.size() + 1, sizeof u.sun_path - 1));
+      ::unlink(unix_path_.c_str());
+      if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&u), sizeof u) != 0 ||
+          ::listen(listen_fd_, 1) != 0) {
+        throw std::runtime_error("stand-in server: cannot listen on " + unix_path_);
+      }
+      thread_ = std::thread([this] { serve(); });
+      return;
+    }
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -49,8 +67,12 @@ class StandInServer {
     ::shutdown(listen_fd_, SHUT_RDWR);
     thread_.join();
     ::close(listen_fd_);
+    if (!unix_path_.empty()) ::unlink(unix_path_.c_str());
   }
-  std::string url() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const {
+    if (!unix_path_.empty()) return "unix://" + unix_path_;
+    return "tcp://127.0.0.1:" + std::to_string(port_);
+  }
   std::vector<proto::Task> tasks() {
     std::lock_guard<std::mutex> lock(mu_);
     return tasks_;
@@ -114,6 +136,7 @@ class StandInServer {
   }
 
   const uint16_t version_;
+  const std::string unix_path_;
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::thread thread_;
@@ -123,7 +146,8 @@ class StandInServer {
 };
 
 // One letter per task: o(p), d(rop), s(ync), r(ead), t (stats), g (register graph), x (run one),
-// e(xport), i(mport), m (same-server move), c(ollective).
+// e(xport), i(mport), m (same-server move), c(ollective), u (upload from a segment), R (read
+// into a segment).
 std::string kinds(const std::vector<proto::Task>& tasks) {
   std::string s;
   for (const proto::Task& t : tasks) {
@@ -141,6 +165,8 @@ std::string kinds(const std::vector<proto::Task>& tasks) {
       case proto::TaskKind::kImport: s += 'i'; break;
       case proto::TaskKind::kMoveLocal: s += 'm'; break;
       case proto::TaskKind::kCollective: s += 'c'; break;
+      case proto::TaskKind::kFromSegment: s += 'u'; break;
+      case proto::TaskKind::kReadToSegment: s += 'R'; break;
     }
   }
   return s;
@@ -230,6 +256,22 @@ TEST(ClientWire, AVersion1ServerIsNotSentGraphs) {
       << id.status().message();
   d.sync();
   EXPECT_EQ(kinds(server.tasks()), "s");  // no graph task went out
+}
+
+// A version-5 client meeting a version-4 server on a Unix socket sends its large tensors through
+// the socket: a FromHost op with the bytes, no AttachSegment (which the stand-in, decoding every
+// frame as a batch, would report) and no segment task; a read is a plain Read.
+TEST(ClientWire, AVersion4ServerGetsLargeTensorsThroughTheSocket) {
+  StandInServer server(4, "/tmp/tw-standin-" + std::to_string(getpid()) + ".sock");
+  Device d = Device::remote(server.url());
+  std::vector<uint8_t> big(3 << 20, 7);
+  Tensor t = from_bytes(big, {static_cast<int64_t>(big.size())}, kU8, d);
+  d.sync();
+  EXPECT_EQ(server.error(), "");
+  EXPECT_EQ(kinds(server.tasks()), "os");
+  auto* fh = std::get_if<ir::FromHost>(&server.tasks().at(0).op);
+  ASSERT_NE(fh, nullptr);
+  EXPECT_EQ(fh->data.data.size(), big.size());
 }
 
 }  // namespace

@@ -354,7 +354,9 @@ TEST(Faults, CredentialIsChecked) {
 TEST(Faults, HelloWithUnsupportedVersionRangeIsRefusedNamingBothRanges) {
   ServerProcess server;
   Device good = Device::remote(server.url());
-  for (auto [lo, hi] : {std::pair<uint16_t, uint16_t>{5, 7}, {0, 0}, {3, 2}}) {
+  // A range wholly above this server's (a newer client), one below it, an inverted one.
+  constexpr uint16_t kNewer = proto::kProtocolVersion + 1;
+  for (auto [lo, hi] : {std::pair<uint16_t, uint16_t>{kNewer, kNewer + 2}, {0, 0}, {3, 2}}) {
     RawClient c(server.url());
     proto::Hello h;
     h.min_version = lo;

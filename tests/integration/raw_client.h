@@ -7,6 +7,8 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,6 +40,20 @@ inline std::vector<uint8_t> le32(uint32_t v) {
 class RawClient {
  public:
   explicit RawClient(const std::string& url, int timeout_ms = 5000) : timeout_ms_(timeout_ms) {
+    if (url.rfind("unix://", 0) == 0) {
+      // A Unix socket: the shared-memory tests pass descriptors with send_frame_with_fd().
+      fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      const std::string path = url.substr(7);
+      if (fd_ < 0 || path.size() >= sizeof a.sun_path) throw std::runtime_error("bad unix socket");
+      std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+      if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        ::close(fd_);
+        throw std::runtime_error("cannot connect to " + url + ": " + std::strerror(errno));
+      }
+      return;
+    }
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd_ < 0) throw std::runtime_error("socket failed");
     sockaddr_in a{};
@@ -80,6 +96,26 @@ class RawClient {
     return send_bytes(b);
   }
   bool send_frame(const protocol::OutFrame& f) { return send_payload(flatten(f)); }
+  // A frame whose first byte carries descriptor `fd` (SCM_RIGHTS; Unix sockets only).
+  bool send_frame_with_fd(const protocol::OutFrame& f, int fd) {
+    std::vector<uint8_t> payload = flatten(f);
+    std::vector<uint8_t> b = le32(static_cast<uint32_t>(payload.size()));
+    b.insert(b.end(), payload.begin(), payload.end());
+    iovec iov{b.data(), 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    if (::sendmsg(fd_, &msg, MSG_NOSIGNAL) != 1) return false;
+    return send_bytes(b.data() + 1, b.size() - 1);
+  }
   void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
 
   // The next frame's payload; nullopt on EOF, reset or timeout.
