@@ -285,6 +285,7 @@ class TableBackend : public Backend {
 
   // Where run_into() puts an op's results (capacity kept across ops: no per-op allocation).
   std::vector<T> done_;
+  std::vector<ir::TensorId> ins_scratch_, outs_scratch_;  // execute_with's, reused
   // Declared before the table, so the table (whose tensors may use arena storage) goes first.
   std::unordered_map<ir::GraphId, RegisteredGraph> graphs_;
   Table table_;
@@ -307,7 +308,9 @@ class TableBackend : public Backend {
 template <class T>
 Status TableBackend<T>::execute_with(const ir::Op& op, std::vector<TensorMeta>* inferred) {
   if (std::holds_alternative<std::monostate>(op)) return invalid_argument("empty op");
-  const std::vector<ir::TensorId> outs = ir::op_outputs(op);
+  // (Into vectors kept for every op: execute() is not re-entered while it runs one.)
+  ir::op_outputs(op, outs_scratch_);
+  const std::vector<ir::TensorId>& outs = outs_scratch_;
   // The op's name only for errors: building it for every op costs more than small ops do.
   auto name = [&op] { return ir::op_name(op); };
   // Output ids must be fresh and distinct; an op may not overwrite a live tensor. (An op has a
@@ -330,7 +333,8 @@ Status TableBackend<T>::execute_with(const ir::Op& op, std::vector<TensorMeta>* 
     return err;
   }
   // An input poisoned by an earlier failure poisons the outputs with the same error.
-  const std::vector<ir::TensorId> ins = ir::op_inputs(op);
+  ir::op_inputs(op, ins_scratch_);
+  const std::vector<ir::TensorId>& ins = ins_scratch_;
   for (ir::TensorId id : ins) {
     auto it = table_.find(id);
     if (it == table_.end()) continue;  // inference reports unknown ids

@@ -171,25 +171,35 @@ struct HashVisitor {
 };
 }  // namespace
 
-std::vector<TensorId> op_inputs(const Op& op) {
-  std::vector<TensorId> ins;
+void op_inputs(const Op& op, std::vector<TensorId>& into) {
+  into.clear();
   std::visit(
       [&](const auto& o) {
         if constexpr (!std::is_same_v<std::decay_t<decltype(o)>, std::monostate>)
-          o.fields(IoCollector{&ins, nullptr});
+          o.fields(IoCollector{&into, nullptr});
       },
       op);
+}
+
+void op_outputs(const Op& op, std::vector<TensorId>& into) {
+  into.clear();
+  std::visit(
+      [&](const auto& o) {
+        if constexpr (!std::is_same_v<std::decay_t<decltype(o)>, std::monostate>)
+          o.fields(IoCollector{nullptr, &into});
+      },
+      op);
+}
+
+std::vector<TensorId> op_inputs(const Op& op) {
+  std::vector<TensorId> ins;
+  op_inputs(op, ins);
   return ins;
 }
 
 std::vector<TensorId> op_outputs(const Op& op) {
   std::vector<TensorId> outs;
-  std::visit(
-      [&](const auto& o) {
-        if constexpr (!std::is_same_v<std::decay_t<decltype(o)>, std::monostate>)
-          o.fields(IoCollector{nullptr, &outs});
-      },
-      op);
+  op_outputs(op, outs);
   return outs;
 }
 

@@ -500,6 +500,9 @@ std::string op_name(const Op& op);
 // Inputs (absent optional inputs skipped) and outputs of an op, in field order.
 std::vector<TensorId> op_inputs(const Op& op);
 std::vector<TensorId> op_outputs(const Op& op);
+// The same into `into` (cleared first), for a caller that reuses one vector for every op.
+void op_inputs(const Op& op, std::vector<TensorId>& into);
+void op_outputs(const Op& op, std::vector<TensorId>& into);
 
 bool operator==(const Op& a, const Op& b);
 size_t op_hash(const Op& op);
