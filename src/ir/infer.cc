@@ -17,7 +17,13 @@ namespace {
 
 using Metas = std::vector<TensorMeta>;
 
-Metas one(Shape shape, DType dtype) { return {TensorMeta{std::move(shape), dtype}}; }
+// One output (built in place: a braced Metas{...} would copy its element, shape and all).
+Metas one(TensorMeta m) {
+  Metas v;
+  v.push_back(std::move(m));
+  return v;
+}
+Metas one(Shape shape, DType dtype) { return one(TensorMeta{std::move(shape), dtype}); }
 
 std::string dt(DType d) { return std::string(dtype_name(d)); }
 std::string num(int64_t v) { return std::to_string(v); }
@@ -251,7 +257,7 @@ Result<Metas> infer_op(const RandNormal& op, const Ctx& c) {
 Result<Metas> infer_op(const Bernoulli& op, const Ctx& c) {
   TW_ASSIGN_OR_RETURN(TensorMeta p, c.input(op.p, "p"));
   TW_RETURN_NOT_OK(c.floating(p.dtype));
-  return Metas{p};
+  return one(std::move(p));
 }
 
 // ================================ elementwise ================================
@@ -263,10 +269,10 @@ Result<Metas> infer_op(const Unary& op, const Ctx& c) {
   }
   TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
   TW_RETURN_NOT_OK(c.computable(x.dtype));
-  if (is_float_math(op.kind)) return one(x.shape, is_float(x.dtype) ? x.dtype : kF32);
-  if (op.kind == UnaryKind::kLogicalNot) return one(x.shape, kBool);
+  if (is_float_math(op.kind)) return one(std::move(x.shape), is_float(x.dtype) ? x.dtype : kF32);
+  if (op.kind == UnaryKind::kLogicalNot) return one(std::move(x.shape), kBool);
   TW_RETURN_NOT_OK(c.numeric(x.dtype));
-  return Metas{x};
+  return one(std::move(x));
 }
 
 // Arithmetic kinds: those that are neither comparisons nor logical.
@@ -298,8 +304,8 @@ Result<Metas> infer_op(const BinaryScalar& op, const Ctx& c) {
   TW_RETURN_NOT_OK(check_binary_kind(op.kind, "binary_scalar"));
   TW_ASSIGN_OR_RETURN(TensorMeta a, c.input(op.a, "a"));
   TW_RETURN_NOT_OK(c.computable(a.dtype));
-  if (!is_arithmetic(op.kind)) return one(a.shape, kBool);
-  return one(a.shape, binary_scalar_compute_dtype(op.kind, a.dtype, op.s.is_float));
+  if (!is_arithmetic(op.kind)) return one(std::move(a.shape), kBool);
+  return one(std::move(a.shape), binary_scalar_compute_dtype(op.kind, a.dtype, op.s.is_float));
 }
 
 Result<Metas> infer_op(const Where& op, const Ctx& c) {
@@ -317,7 +323,7 @@ Result<Metas> infer_op(const Where& op, const Ctx& c) {
 Result<Metas> infer_op(const Clamp& op, const Ctx& c) {
   TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
   TW_RETURN_NOT_OK(c.numeric(x.dtype));
-  return Metas{x};
+  return one(std::move(x));
 }
 
 Result<Metas> infer_op(const MaskedFill& op, const Ctx& c) {
@@ -330,13 +336,13 @@ Result<Metas> infer_op(const MaskedFill& op, const Ctx& c) {
     return c.error("mask shape " + shape_str(mask.shape) + " cannot be broadcast to x shape " +
                    shape_str(x.shape));
   }
-  return Metas{x};
+  return one(std::move(x));
 }
 
 Result<Metas> infer_op(const Cast& op, const Ctx& c) {
   TW_RETURN_NOT_OK(c.dtype_attr(op.dtype));
   TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
-  return one(x.shape, op.dtype);
+  return one(std::move(x.shape), op.dtype);
 }
 
 // ================================ reductions ================================
@@ -396,7 +402,7 @@ Result<Metas> infer_op(const Cumsum& op, const Ctx& c) {
   TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
   TW_RETURN_NOT_OK(c.computable(x.dtype));
   TW_RETURN_NOT_OK(c.dim(op.dim, rank_of(x.shape)).status());
-  return one(x.shape, is_float(x.dtype) ? x.dtype : kI64);
+  return one(std::move(x.shape), is_float(x.dtype) ? x.dtype : kI64);
 }
 
 // ================================ linear algebra ================================
@@ -518,7 +524,7 @@ Result<Metas> infer_op(const SliceAssign& op, const Ctx& c) {
     return c.error("src shape " + shape_str(src.shape) + " cannot be broadcast to the slice " +
                    shape_str(region) + " of " + shape_str(x.shape));
   }
-  return Metas{x};
+  return one(std::move(x));
 }
 
 Result<Metas> infer_op(const Cat& op, const Ctx& c) {
@@ -561,7 +567,7 @@ Result<Metas> infer_op(const Cat& op, const Ctx& c) {
 Result<Metas> infer_op(const Flip& op, const Ctx& c) {
   TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
   TW_RETURN_NOT_OK(c.distinct_dims(op.dims, rank_of(x.shape)).status());
-  return Metas{x};
+  return one(std::move(x));
 }
 
 Result<Metas> infer_op(const Repeat& op, const Ctx& c) {
@@ -604,7 +610,7 @@ Result<Metas> infer_op(const Gather& op, const Ctx& c) {
                      " in dim " + num(static_cast<int64_t>(d)));
     }
   }
-  return one(index.shape, x.dtype);
+  return one(std::move(index.shape), x.dtype);
 }
 
 Result<Metas> infer_op(const ScatterAdd& op, const Ctx& c) {
@@ -629,7 +635,7 @@ Result<Metas> infer_op(const ScatterAdd& op, const Ctx& c) {
                      num(static_cast<int64_t>(d)));
     }
   }
-  return Metas{x};
+  return one(std::move(x));
 }
 
 Result<Metas> infer_op(const IndexSelect& op, const Ctx& c) {
@@ -644,7 +650,7 @@ Result<Metas> infer_op(const IndexSelect& op, const Ctx& c) {
       return c.error("a 0-d x takes an index of exactly one element, got " +
                      shape_str(index.shape));
     }
-    return Metas{x};
+    return one(std::move(x));
   }
   Shape out = x.shape;
   out[static_cast<size_t>(dim)] = index.shape[0];
@@ -668,7 +674,7 @@ Result<Metas> infer_op(const Softmax& op, const Ctx& c) {
   TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
   TW_RETURN_NOT_OK(c.floating(x.dtype));
   TW_RETURN_NOT_OK(c.dim(op.dim, rank_of(x.shape)).status());
-  return Metas{x};
+  return one(std::move(x));
 }
 
 Result<Metas> infer_op(const Conv2d& op, const Ctx& c) {
@@ -798,7 +804,7 @@ Result<Metas> infer_op(const LayerNorm& op, const Ctx& c) {
                      dt(x.dtype));
     }
   }
-  return Metas{x};
+  return one(std::move(x));
 }
 
 // Gradient ops: defined in their own block at the end of this file.
@@ -952,7 +958,7 @@ Result<Metas> infer_op(const Pool2dBackward& op, const Ctx& c) {
     return c.error("grad " + meta_str(grad) + " is not the pool's output " + meta_str(fwd[0]));
   }
   TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
-  return Metas{x};
+  return one(std::move(x));
 }
 
 Result<Metas> infer_op(const AdaptiveAvgPool2dBackward& op, const Ctx& c) {
