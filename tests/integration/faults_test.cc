@@ -4,6 +4,7 @@
 // on the same server is unaffected.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -578,13 +579,18 @@ TEST(Faults, KilledClientsMemoryIsFreed) {
 
   int out[2];
   ASSERT_EQ(pipe(out), 0);
+  const char* url = server.url().c_str();  // the child makes async-signal-safe calls only
+  const pid_t parent = getpid();
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
+    // It waits to be killed: if this test's process dies first (aborted by a sanitizer
+    // finding), the kernel kills it, so that it does not hold ctest's output pipe open.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
     close(out[1]);
-    execl(TW_CLIENT_HELPER, TW_CLIENT_HELPER, server.url().c_str(), "32", static_cast<char*>(nullptr));
+    execl(TW_CLIENT_HELPER, TW_CLIENT_HELPER, url, "32", static_cast<char*>(nullptr));
     _exit(127);
   }
   close(out[1]);
