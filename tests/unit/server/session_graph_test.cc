@@ -8,22 +8,14 @@
 #include "protocol/messages.h"
 #include "server/session.h"
 #include "support/frames.h"
+#include "support/session_replies.h"
 
 namespace tw::server {
 namespace {
 
 namespace proto = protocol;
 
-struct Replies : SessionOutput {
-  std::vector<proto::ServerMessage> got;
-  void reply(proto::OutFrame f) override {
-    std::vector<uint8_t> bytes = testing::flatten(f);
-    auto m = proto::decode_server_message(Buffer::copy_of(bytes.data(), bytes.size()));
-    ASSERT_TRUE(m.ok()) << m.status().message();
-    got.push_back(std::move(m).value());
-  }
-  proto::ServerStats server_stats(uint64_t) override { return {}; }
-};
+using testing::Replies;
 
 // Encodes the batch as a client would and runs it as the server does.
 void run(Session& s, proto::BatchWriter& b, Replies& out) {

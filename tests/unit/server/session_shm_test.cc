@@ -12,22 +12,14 @@
 #include "protocol/messages.h"
 #include "server/session.h"
 #include "support/frames.h"
+#include "support/session_replies.h"
 
 namespace tw::server {
 namespace {
 
 namespace proto = protocol;
 
-struct Replies : SessionOutput {
-  std::vector<proto::ServerMessage> got;
-  void reply(proto::OutFrame f) override {
-    std::vector<uint8_t> v = testing::flatten(f);
-    auto m = proto::decode_server_message(Buffer::copy_of(v.data(), v.size()));
-    ASSERT_TRUE(m.ok()) << m.status().message();
-    got.push_back(std::move(m).value());
-  }
-  proto::ServerStats server_stats(uint64_t) override { return {}; }
-};
+using testing::Replies;
 
 // The session's side of a segment the "client" made: a second mapping of its memfd.
 std::shared_ptr<net::SharedSegment> peer_of(const net::SharedSegment& s) {

@@ -11,6 +11,7 @@
 
 #include "protocol/messages.h"
 #include "support/frames.h"
+#include "support/session_replies.h"
 
 namespace tw::server {
 namespace {
@@ -23,20 +24,8 @@ Buffer payload_of(const proto::OutFrame& f) {
 }
 
 // Collects replies, decoded; reports fixed server figures to a stats task.
-struct Replies : SessionOutput {
-  std::vector<proto::ServerMessage> got;
-  std::vector<uint64_t> stats_asked_by;
-  void reply(proto::OutFrame f) override {
-    auto m = proto::decode_server_message(payload_of(f));
-    ASSERT_TRUE(m.ok()) << m.status().message();
-    got.push_back(std::move(m).value());
-  }
-  proto::ServerStats server_stats(uint64_t asking) override {
-    stats_asked_by.push_back(asking);
-    proto::ServerStats s;
-    s.sessions = 7;
-    return s;
-  }
+struct Replies : testing::Replies {
+  Replies() { stats.sessions = 7; }
 };
 
 // What the server does with a received batch frame.

@@ -8,6 +8,7 @@
 #include "protocol/messages.h"
 #include "server/session.h"
 #include "support/frames.h"
+#include "support/session_replies.h"
 
 namespace tw::server {
 namespace {
@@ -156,15 +157,8 @@ Buffer payload_of(const proto::OutFrame& f) {
   return Buffer::copy_of(bytes.data(), bytes.size());
 }
 
-struct Out : SessionOutput {
-  std::vector<proto::ServerMessage> got;
+struct Out : testing::Replies {
   std::vector<proto::Task> imports;
-  void reply(proto::OutFrame f) override {
-    auto m = proto::decode_server_message(payload_of(f));
-    ASSERT_TRUE(m.ok()) << m.status().message();
-    got.push_back(std::move(m).value());
-  }
-  proto::ServerStats server_stats(uint64_t) override { return {}; }
   Status begin_import(const proto::Task& t) override {
     imports.push_back(t);
     return Status::OK();
