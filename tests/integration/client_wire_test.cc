@@ -268,8 +268,9 @@ TEST(ClientWire, AVersion4ServerGetsLargeTensorsThroughTheSocket) {
   Tensor t = from_bytes(big, {static_cast<int64_t>(big.size())}, kU8, d);
   d.sync();
   EXPECT_EQ(server.error(), "");
-  EXPECT_EQ(kinds(server.tasks()), "os");
-  auto* fh = std::get_if<ir::FromHost>(&server.tasks().at(0).op);
+  const std::vector<proto::Task> tasks = server.tasks();  // held: fh points into it
+  EXPECT_EQ(kinds(tasks), "os");
+  auto* fh = std::get_if<ir::FromHost>(&tasks.at(0).op);
   ASSERT_NE(fh, nullptr);
   EXPECT_EQ(fh->data.data.size(), big.size());
 }
