@@ -56,9 +56,6 @@ void fill_bias(const ConvGeometry& g, const T* bias, T* y) {
 // network's first layer take it so; blocking 3 channels to 16 would waste most of the work).
 constexpr int64_t kPlainSrcMaxChannels = 16;
 
-// Weights up to this size are reordered into the convolution's layout on the calling thread.
-constexpr size_t kSerialReorderBytes = 256 * 1024;
-
 struct ConvPrimitive {
   dnnl::primitive conv;
   memory::desc src_md, w_md, dst_md, bias_md, scratchpad;
@@ -137,10 +134,6 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
     if (p.w_reorder) {
       w_buf = Buffer::allocate(p.w_md.get_size());
       memory blocked(p.w_md, eng, w_buf.data());
-      // Small weights (a layer's few KiB) are reordered on this thread: waking OpenMP's threads
-      // for it costs more than the copy.
-      std::optional<DnnlSingleThread> alone;
-      if (p.w_md.get_size() <= kSerialReorderBytes) alone.emplace();
       TW_RETURN_NOT_OK(dnnl_run_reorder("conv2d", *p.w_reorder, wm, blocked));
       wm = blocked;
     }
