@@ -499,14 +499,27 @@ Result<ClientMsg> peek_client_msg(const Buffer& payload) {
   return static_cast<ClientMsg>(k);
 }
 
+namespace {
+
+// Reads a message's type byte and checks it is `want`; the error names what was `expected`
+// ("a Fetch message") and what came.
+Status expect_type(WireReader& r, uint8_t want, const char* expected) {
+  uint8_t kind = 0;
+  TW_RETURN_NOT_OK(r.u8(kind));
+  if (kind != want) {
+    return data_loss(std::string("expected ") + expected + ", got message type " +
+                     std::to_string(kind));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<Hello> decode_hello(const Buffer& payload) {
   WireReader r(payload);
-  uint8_t kind = 0;
   uint32_t magic = 0;
-  TW_RETURN_NOT_OK(r.u8(kind));
-  if (kind != static_cast<uint8_t>(ClientMsg::kHello)) {
-    return data_loss("expected a Hello message first, got message type " + std::to_string(kind));
-  }
+  TW_RETURN_NOT_OK(
+      expect_type(r, static_cast<uint8_t>(ClientMsg::kHello), "a Hello message first"));
   TW_RETURN_NOT_OK(r.u32(magic));
   if (magic != kMagic) return data_loss("bad magic number: not a tensorwire client");
   Hello h;
@@ -520,11 +533,7 @@ Result<Hello> decode_hello(const Buffer& payload) {
 
 Result<Fetch> decode_fetch(const Buffer& payload) {
   WireReader r(payload);
-  uint8_t kind = 0;
-  TW_RETURN_NOT_OK(r.u8(kind));
-  if (kind != static_cast<uint8_t>(ClientMsg::kFetch)) {
-    return data_loss("expected a Fetch message, got message type " + std::to_string(kind));
-  }
+  TW_RETURN_NOT_OK(expect_type(r, static_cast<uint8_t>(ClientMsg::kFetch), "a Fetch message"));
   Fetch m;
   TW_RETURN_NOT_OK(r.u64(m.request_id));
   TW_RETURN_NOT_OK(r.u64(m.session_id));
@@ -536,11 +545,7 @@ Result<Fetch> decode_fetch(const Buffer& payload) {
 
 Result<AttachSegment> decode_attach_segment(const Buffer& payload) {
   WireReader r(payload);
-  uint8_t kind = 0;
-  TW_RETURN_NOT_OK(r.u8(kind));
-  if (kind != static_cast<uint8_t>(ClientMsg::kAttachSegment)) {
-    return data_loss("expected an AttachSegment message, got message type " + std::to_string(kind));
-  }
+  TW_RETURN_NOT_OK(expect_type(r, static_cast<uint8_t>(ClientMsg::kAttachSegment), "an AttachSegment message"));
   AttachSegment m;
   TW_RETURN_NOT_OK(r.u64(m.request_id));
   TW_RETURN_NOT_OK(r.u64(m.segment));
@@ -551,11 +556,8 @@ Result<AttachSegment> decode_attach_segment(const Buffer& payload) {
 
 Result<StoreRequest> decode_store_request(const Buffer& payload) {
   WireReader r(payload);
-  uint8_t kind = 0, op = 0;
-  TW_RETURN_NOT_OK(r.u8(kind));
-  if (kind != static_cast<uint8_t>(ClientMsg::kStore)) {
-    return data_loss("expected a Store message, got message type " + std::to_string(kind));
-  }
+  uint8_t op = 0;
+  TW_RETURN_NOT_OK(expect_type(r, static_cast<uint8_t>(ClientMsg::kStore), "a Store message"));
   StoreRequest m;
   TW_RETURN_NOT_OK(r.u64(m.request_id));
   TW_RETURN_NOT_OK(r.u8(op));
@@ -571,11 +573,9 @@ Result<StoreRequest> decode_store_request(const Buffer& payload) {
 
 Result<StoreReply> decode_store_reply(const Buffer& payload) {
   WireReader r(payload);
-  uint8_t kind = 0, present = 0;
-  TW_RETURN_NOT_OK(r.u8(kind));
-  if (kind != static_cast<uint8_t>(ServerMsg::kStoreResult)) {
-    return data_loss("expected a StoreResult message, got message type " + std::to_string(kind));
-  }
+  uint8_t present = 0;
+  TW_RETURN_NOT_OK(
+      expect_type(r, static_cast<uint8_t>(ServerMsg::kStoreResult), "a StoreResult message"));
   StoreReply m;
   TW_RETURN_NOT_OK(r.u64(m.request_id));
   TW_RETURN_NOT_OK(get_status(r, m.status));

@@ -28,6 +28,16 @@ ir::Op binary(ir::BinaryKind kind, ir::TensorId a, ir::TensorId b, ir::TensorId 
 
 ir::Op transpose(ir::TensorId x, ir::TensorId out) { return ir::Permute{{x}, {1, 0}, {out}}; }
 
+// i64 zeros of `n` elements as `id` (the divisor of the tests' failing integer remainder).
+ir::Op zeros_i64(ir::TensorId id, int64_t n) {
+  ir::Full zero;
+  zero.out = {id};
+  zero.shape = {n};
+  zero.dtype = kI64;
+  zero.value = ir::Scalar(int64_t{0});
+  return zero;
+}
+
 // A graph over inputs 1 and 2 of these metas; the ops to be added.
 ir::Graph graph_of(TensorMeta a, TensorMeta b) {
   ir::Graph g;
@@ -46,12 +56,7 @@ std::vector<float> values(Backend& b, ir::TensorId id) {
 
 TEST(CpuDispatch, AFailedOpLeavesNothingBehindForTheNextOps) {
   auto b = make_cpu_backend();
-  ir::Full zero;
-  zero.out = {1};
-  zero.shape = {3};
-  zero.dtype = kI64;
-  zero.value = ir::Scalar(int64_t{0});
-  ASSERT_TRUE(b->execute(zero).ok());
+  ASSERT_TRUE(b->execute(zeros_i64(1, 3)).ok());
   // Integer remainder by zero fails inside the kernel, after its context was filled.
   EXPECT_FALSE(b->execute(binary(ir::BinaryKind::kRemainder, 1, 1, 2)).ok());
   EXPECT_FALSE(b->read(2).ok()) << "the failed op's output is poisoned";
@@ -250,12 +255,7 @@ TEST(CpuDispatch, ExecuteInferredRunsAsExecuteWithTheCallersMetas) {
   EXPECT_EQ(values(*b, 3), values(*b, 4));
   EXPECT_EQ(b->meta(3)->shape, (Shape{2, 2}));
 
-  ir::Full zero;
-  zero.out = {5};
-  zero.shape = {2};
-  zero.dtype = kI64;
-  zero.value = ir::Scalar(int64_t{0});
-  ASSERT_TRUE(b->execute(zero).ok());
+  ASSERT_TRUE(b->execute(zeros_i64(5, 2)).ok());
   EXPECT_FALSE(b->execute(binary(ir::BinaryKind::kRemainder, 5, 5, 6)).ok());
   const Status poisoned = b->read(6).status();
   ASSERT_FALSE(poisoned.ok());
