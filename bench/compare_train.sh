@@ -15,8 +15,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 BUILD=${BUILD:-build}
 THREADS=${THREADS:-2}
-ROUNDS=${ROUNDS:-30}
-STEPS=${STEPS:-10}
+ROUNDS=${ROUNDS:-20}
+STEPS=${STEPS:-50}
 PY=/usr/bin/python3
 
 scripts/bootstrap.sh python3-torch

@@ -7,57 +7,54 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 namespace tw {
 
 class ThreadPool {
  public:
-  // num_threads counts the caller, which takes part in every run: 1 means no worker threads.
+  // num_threads counts the caller, which takes part in every run: 1 means no other threads.
   explicit ThreadPool(int num_threads);
-  ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  int num_threads() const { return threads_; }
   // Calls fn(i) for every i in [0, n) and returns when all are done. Runs inline when n <= 1,
   // when called from inside a pool task, or when another caller is using the pool.
   void run(int64_t n, const std::function<void(int64_t)>& fn);
 
  private:
+  // The threads are OpenMP's (libgomp, as oneDNN's kernels run on): one set of threads for
+  // every parallel kernel, so that a GEMM's workers are not left spinning at their barrier on
+  // the cores an elementwise kernel's own workers want (the MLP training step ran 30% faster
+  // than with a pool of its own threads beside OpenMP's).
+  //
   // Scheduling. A run of n chunks is cut into one contiguous range per thread (a lane: the
-  // caller's is lane 0, worker w's is lane w + 1). Each thread runs its own lane front to back,
+  // caller's is lane 0, team thread t's is lane t). Each thread runs its own lane front to back,
   // so it streams one contiguous stretch of memory (a memory-bound 16M-element f32 sum is about
   // 10% faster than with chunks handed out in turn), then takes chunks from the back of the
-  // other lanes, so a worker slow to wake (its core busy with another thread) delays nothing:
-  // its chunks are run by whoever is free. Which thread runs a chunk never changes a result.
-  //
-  // A lane's state is one atomic word, [generation | front | back), changed by
-  // compare-and-swap: a thread that claims a chunk has claimed it for the run it read, and a
-  // worker that wakes after its run is over finds the lanes empty or of a later generation and
-  // touches nothing.
-  static constexpr int kIndexBits = 20;  // at most 1M chunks a run (run() splits larger)
-  static constexpr int kGenBits = 64 - 2 * kIndexBits;
-  static constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
+  // other lanes, so a thread slow to start (its core busy with another thread) delays no
+  // chunk: its chunks are run by whoever is free. Which thread runs a chunk never changes a
+  // result. A lane's state is one atomic word, [front | back), changed by compare-and-swap.
   struct alignas(64) Lane {
     std::atomic<uint64_t> state{0};
   };
-  void worker_loop(int lane);
-  void run_batch(int64_t n, const std::function<void(int64_t)>& fn);
-  // Runs the chunks of generation `gen`: lane `own` from the front, then the others from the back.
-  void drain(int own, uint64_t gen);
-  void run_chunk(int64_t i);
-  std::vector<std::thread> workers_;
+  // Runs chunks: lane `own` from the front, then the others from the back.
+  void drain(int own, const std::function<void(int64_t)>& fn);
+  int threads_;
   std::unique_ptr<Lane[]> lanes_;
   std::mutex run_mu_;  // one run at a time; a second concurrent caller runs inline
-  uint64_t generation_ = 0;  // the last published generation (under run_mu_)
-  std::atomic<uint64_t> published_{0};  // generation_, for workers
-  std::atomic<const std::function<void(int64_t)>*> fn_{nullptr};
-  std::atomic<int64_t> done_{0};  // chunks of the current generation finished
-  std::atomic<uint32_t> wake_{0};  // bumped for every run; idle workers wait on it
-  std::atomic<bool> stop_{false};
 };
+
+// Hands back the OpenMP threads the calling thread has been using for its parallel kernels
+// (theirs and oneDNN's; omp_pause_resource_all): the next parallel kernel on this thread starts
+// them again (tens of microseconds). For threads other than the program's own that run kernels
+// in bursts, such as a server's shards, once they go idle: libgomp gives each thread that starts
+// parallel work a set of threads of its own, and while more such threads exist than cores, it
+// makes every one sleep at once after each parallel kernel instead of spinning briefly, so a
+// thread that keeps its set while idle slows every other's kernels (an MLP training step on the
+// program's thread took 1.7x as long while a server shard in the process held its set).
+void release_idle_threads();
 
 // The process-wide intra-op pool. Size: TW_NUM_THREADS, else the hardware's thread count.
 ThreadPool& intra_op_pool();

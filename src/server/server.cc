@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "backend/registry.h"
+#include "core/thread_pool.h"
 #include "net/framing.h"
 #include "net/stream.h"
 #include "net/tls_stream.h"
@@ -882,6 +883,9 @@ std::string collective_host(const ServerOptions& opts,
   return "127.0.0.1";
 }
 
+// How long a shard's thread stays idle before it hands back the OpenMP threads of its kernels.
+constexpr auto kReleaseThreadsAfter = std::chrono::milliseconds(20);
+
 // A shard's thread. With a spin, once it has run a handler it keeps looking for more without
 // sleeping (io_context::poll: ready handlers, and the sockets through a non-blocking
 // epoll_wait) until `spin` has passed with nothing to do, then blocks again. Spinning only ever
@@ -891,14 +895,22 @@ std::string collective_host(const ServerOptions& opts,
 // `spin` of the last: a client that thinks for long between requests (a training loop building
 // its next batch) is not spun for, one that asks again at once is.
 void run_shard(asio::io_context& io, std::chrono::microseconds spin) {
-  if (spin.count() <= 0) {
-    io.run();
-    return;
-  }
   using Clock = std::chrono::steady_clock;
   bool spinning = true;
+  bool holds_threads = false;  // ran work since it last handed its OpenMP threads back
   auto idle_since = Clock::now();
-  while (io.run_one() > 0) {
+  for (;;) {
+    // Idle for kReleaseThreadsAfter after work: hand back the threads its kernels started
+    // (tw::release_idle_threads), then sleep until work comes.
+    const size_t ran = holds_threads ? io.run_one_for(kReleaseThreadsAfter) : io.run_one();
+    if (ran == 0) {
+      if (io.stopped()) return;
+      release_idle_threads();
+      holds_threads = false;
+      continue;
+    }
+    holds_threads = true;
+    if (spin.count() <= 0) continue;
     auto now = Clock::now();
     if (!spinning && now - idle_since < spin) spinning = true;  // a spin would have caught it
     if (spinning) {

@@ -1,10 +1,13 @@
-// The intra-op pool (core/thread_pool.h): every chunk of every run executes exactly once, from
-// any number of caller threads, for pools created and destroyed in quick succession, for runs
-// past the 1M chunks one published run can hold, and when one thread is held up mid-run. Uses only core/thread_pool.h, so it also
-// builds alone under ThreadSanitizer:
-//   g++ -std=c++20 -fsanitize=thread -Isrc tests/unit/cpu/thread_pool_test.cc
+// The intra-op pool (core/thread_pool.h, on OpenMP's threads): every chunk of every run executes
+// exactly once, from any number of caller threads, for pools created and destroyed in quick
+// succession, for runs past 2M chunks, and when one thread is held up mid-run; a thread hands
+// its OpenMP threads back with release_idle_threads. Uses only core/thread_pool.h, so it also
+// builds alone (ThreadSanitizer does not see libgomp's own synchronisation):
+//   g++ -std=c++20 -fopenmp -Isrc tests/unit/cpu/thread_pool_test.cc
 //       src/core/thread_pool.cc -lgtest -lgtest_main -pthread
 #include <gtest/gtest.h>
+
+#include <dirent.h>
 
 #include <atomic>
 #include <chrono>
@@ -74,7 +77,7 @@ TEST(ThreadPool, NestedRunsInline) {
   EXPECT_EQ(inner.load(), 40);
 }
 
-// More chunks than one published run holds (2^20 - 1): run() splits them.
+// Many chunks in one run.
 TEST(ThreadPool, RunsPastTheChunkLimit) {
   ThreadPool pool(2);
   const int64_t n = (int64_t{1} << 21) + 5;
@@ -117,6 +120,36 @@ TEST(ThreadPool, ChunksOfAHeldUpThreadAreTakenOver) {
   }
   // The worker joins a run of 64 x 50 us chunks in far less than its length.
   EXPECT_GT(held_runs, 0);
+}
+
+int process_threads() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  while (const dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+// A thread that ran parallel work holds OpenMP threads of its own until it hands them back; the
+// next run on it starts them again and is still correct.
+TEST(ThreadPool, ReleaseIdleThreadsHandsTheThreadsBack) {
+  ThreadPool pool(3);
+  const int before = process_threads();
+  std::thread caller([&] {
+    std::atomic<int> sum{0};
+    pool.run(64, [&](int64_t) { sum.fetch_add(1); });
+    EXPECT_EQ(sum.load(), 64);
+    const int holding = process_threads();
+    EXPECT_EQ(holding, before + 1 + 2) << "the caller and its two OpenMP threads";
+    release_idle_threads();
+    EXPECT_EQ(process_threads(), before + 1) << "the OpenMP threads are gone";
+    sum = 0;
+    pool.run(64, [&](int64_t) { sum.fetch_add(1); });
+    EXPECT_EQ(sum.load(), 64);
+    release_idle_threads();
+  });
+  caller.join();
 }
 
 }  // namespace
