@@ -19,6 +19,7 @@ class CaptureSink final : public Sink, public std::enable_shared_from_this<Captu
   explicit CaptureSink(std::shared_ptr<Sink> inner) : inner_(std::move(inner)) {}
   Device::Kind kind() const override { return Device::Kind::kCapture; }
   std::string str() const override { return "capture(" + inner_->str() + ")"; }
+  bool supports(ir::OpCode code) override { return inner_->supports(code); }
   Status submit(ir::Op op) override;
   std::future<Result<TensorData>> read_async(ir::TensorId id) override;
   void drop(ir::TensorId id) override;

@@ -25,7 +25,14 @@ struct AssignOutputs {
 
 }  // namespace
 
-Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op, std::span<const Tensor* const> inputs) {
+namespace {
+
+// Checks the inputs share `sink`, gives the op's outputs fresh ids (into `outs`), infers their
+// metas (throwing inference's message) and submits the op; returns the metas' first entry for
+// the caller's tensors (all of them in `metas` when it is given).
+TensorMeta submit(const std::shared_ptr<Sink>& sink, ir::Op& op,
+                  std::span<const Tensor* const> inputs, std::vector<ir::TensorId>& outs,
+                  std::optional<ir::Op>& recorded, std::vector<TensorMeta>* metas_out) {
   std::vector<std::pair<ir::TensorId, const TensorMeta*>> metas;
   for (const Tensor* t : inputs) {
     if (!t->defined()) continue;
@@ -40,7 +47,6 @@ Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op, std::span<const Tensor
       if (i == id) return *m;
     return not_found("tensor %" + std::to_string(id) + " is not an input of this op");
   };
-  std::vector<ir::TensorId> outs;
   std::visit(
       [&](auto& o) {
         if constexpr (!std::is_same_v<std::decay_t<decltype(o)>, std::monostate>)
@@ -49,18 +55,47 @@ Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op, std::span<const Tensor
       op);
   auto inferred = ir::infer(op, lookup);
   if (!inferred.ok()) throw Error(inferred.status().message());
-  auto impl = std::make_shared<TensorImpl>();
-  impl->meta = inferred->at(0);
+  TensorMeta first = inferred->at(0);
+  if (metas_out) *metas_out = *inferred;
   // Autograd keeps the op (attributes included) for its backward rule; the sink takes the op.
-  std::optional<ir::Op> recorded;
   if (autograd::needs_record(inputs)) recorded = op;
   Status st = sink->submit_inferred(std::move(op), std::move(inferred).value());
   if (!st.ok()) throw Error(st.message());
+  return first;
+}
+
+Tensor tensor_of(const std::shared_ptr<Sink>& sink, ir::TensorId id, TensorMeta meta) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->meta = std::move(meta);
   impl->sink = sink;
-  impl->id = outs.at(0);
-  Tensor out(std::move(impl));
+  impl->id = id;
+  return Tensor(std::move(impl));
+}
+
+}  // namespace
+
+Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op, std::span<const Tensor* const> inputs) {
+  std::vector<ir::TensorId> outs;
+  std::optional<ir::Op> recorded;
+  TensorMeta meta = submit(sink, op, inputs, outs, recorded, nullptr);
+  Tensor out = tensor_of(sink, outs.at(0), std::move(meta));
   if (recorded) autograd::record(*recorded, inputs, out);
   return out;
+}
+
+std::vector<Tensor> emit_all(const std::shared_ptr<Sink>& sink, ir::Op op,
+                             std::initializer_list<const Tensor*> inputs) {
+  const std::span<const Tensor* const> in(inputs.begin(), inputs.size());
+  if (autograd::needs_record(in)) {
+    throw Error(ir::op_name(op) + ": not differentiable; call it under tw::NoGradGuard");
+  }
+  std::vector<ir::TensorId> outs;
+  std::optional<ir::Op> recorded;
+  std::vector<TensorMeta> metas;
+  (void)submit(sink, op, in, outs, recorded, &metas);
+  std::vector<Tensor> result;
+  for (size_t i = 0; i < outs.size(); ++i) result.push_back(tensor_of(sink, outs[i], metas[i]));
+  return result;
 }
 
 Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op,

@@ -20,6 +20,12 @@ Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op, std::span<const Tensor
 Tensor emit(const std::shared_ptr<Sink>& sink, ir::Op op,
             std::initializer_list<const Tensor*> inputs);
 
+// emit() of an op with several outputs, returned in op_outputs order. Such ops are not
+// differentiable: with grad mode on and an input that requires grad, it throws and submits
+// nothing.
+std::vector<Tensor> emit_all(const std::shared_ptr<Sink>& sink, ir::Op op,
+                             std::initializer_list<const Tensor*> inputs);
+
 // The op input naming `t` (id 0, "absent", for an undefined tensor).
 inline ir::In in(const Tensor& t) { return ir::In{t.defined() ? t.impl()->id : 0}; }
 

@@ -15,6 +15,12 @@ class RemoteSink final : public detail::Sink {
     return "remote(" + conn_.url().str() + ", " + std::to_string(index_) + ")";
   }
   Status submit(ir::Op op) override { return conn_.submit_op(op); }
+  // Ops of a later protocol than the server's are not sent (a server that cannot be reached
+  // answers false, and the op's caller then fails on its fallback with the connection's error).
+  bool supports(ir::OpCode code) override {
+    if (code != ir::OpCode::kAdamStep) return true;
+    return conn_.ensure_connected().ok() && conn_.welcome().version >= protocol::kAdamStepVersion;
+  }
   std::future<Result<TensorData>> read_async(ir::TensorId id) override { return conn_.read(id); }
   Result<TensorData> read(ir::TensorId id) override { return conn_.read_wait(id); }
   Result<TensorData> await(std::future<Result<TensorData>>& f) override {

@@ -27,6 +27,9 @@ class Sink {
   virtual ~Sink() = default;
   virtual Device::Kind kind() const = 0;
   virtual std::string str() const = 0;
+  // Whether the device runs ops of this kind (a remote device: whether its server's protocol has
+  // them). Callers with a composite fallback, such as optim::Adam for AdamStep, ask first.
+  virtual bool supports(ir::OpCode code) { return (void)code, true; }
   // A fresh tensor id (ids are chosen by the client, so creating a tensor never waits).
   ir::TensorId new_id() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
   // Queues or runs one op. An error of an eagerly executed op is recorded in its outputs (a
@@ -92,6 +95,7 @@ class BackendSink final : public Sink {
       : backend_(std::move(backend)), kind_(kind) {}
   Device::Kind kind() const override { return kind_; }
   std::string str() const override { return backend_->name(); }
+  bool supports(ir::OpCode code) override { return backend_->supports(code); }
   Status submit(ir::Op op) override;
   Status submit_inferred(ir::Op op, std::vector<TensorMeta> metas) override;
   std::future<Result<TensorData>> read_async(ir::TensorId id) override;

@@ -812,6 +812,7 @@ Result<Metas> infer_op(const Conv2dBackwardInput& op, const Ctx& c);
 Result<Metas> infer_op(const Conv2dBackwardWeight& op, const Ctx& c);
 Result<Metas> infer_op(const Pool2dBackward& op, const Ctx& c);
 Result<Metas> infer_op(const AdaptiveAvgPool2dBackward& op, const Ctx& c);
+Result<Metas> infer_op(const AdamStep& op, const Ctx& c);
 
 }  // namespace
 
@@ -973,6 +974,39 @@ Result<Metas> infer_op(const AdaptiveAvgPool2dBackward& op, const Ctx& c) {
     return c.error("grad " + shape_str(grad.shape) + " must have Ho and Wo >= 1");
   }
   return one({grad.shape[0], grad.shape[1], op.input_size[0], op.input_size[1]}, grad.dtype);
+}
+
+Result<Metas> infer_op(const AdamStep& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta p, c.input(op.param, "param"));
+  TW_RETURN_NOT_OK(c.floating(p.dtype));
+  const std::pair<const char*, In> same[] = {
+      {"grad", op.grad}, {"exp_avg", op.exp_avg}, {"exp_avg_sq", op.exp_avg_sq}};
+  for (const auto& [role, in] : same) {
+    TW_ASSIGN_OR_RETURN(TensorMeta t, c.input(in, role));
+    if (t.shape != p.shape || t.dtype != p.dtype) {
+      return c.error(std::string(role) + " " + meta_str(t) + " must match param " + meta_str(p));
+    }
+  }
+  const std::pair<const char*, In> scalars[] = {{"step_size", op.step_size},
+                                                {"bias2_sqrt", op.bias2_sqrt}};
+  for (const auto& [role, in] : scalars) {
+    TW_ASSIGN_OR_RETURN(TensorMeta t, c.input(in, role));
+    if (!t.shape.empty() || t.dtype != p.dtype) {
+      return c.error(std::string(role) + " must be a 0-d " + dt(p.dtype) + " tensor, got " +
+                     meta_str(t));
+    }
+  }
+  if (!(op.beta1 >= 0 && op.beta1 < 1 && op.beta2 >= 0 && op.beta2 < 1)) {
+    return c.error("betas must lie in [0, 1), got " + num(op.beta1) + " and " + num(op.beta2));
+  }
+  const std::pair<const char*, double> finite[] = {
+      {"eps", op.eps}, {"weight_decay", op.weight_decay}, {"lr", op.lr}};
+  for (const auto& [what, v] : finite) {
+    if (!std::isfinite(v)) return c.error(std::string(what) + " " + num(v) + " must be finite");
+  }
+  Metas out;
+  for (int i = 0; i < 3; ++i) out.push_back(p);
+  return out;
 }
 
 }  // namespace

@@ -202,10 +202,15 @@ constexpr int64_t Scalar::saturate(double v) { return float_to_int<int64_t>(v); 
 #define TW_FE_10(M, x, ...) M(x) TW_FE_9(M, __VA_ARGS__)
 #define TW_FE_11(M, x, ...) M(x) TW_FE_10(M, __VA_ARGS__)
 #define TW_FE_12(M, x, ...) M(x) TW_FE_11(M, __VA_ARGS__)
-#define TW_FE_PICK(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, N, ...) N
-#define TW_FOR_EACH(M, ...)                                                                  \
-  TW_FE_PICK(__VA_ARGS__, TW_FE_12, TW_FE_11, TW_FE_10, TW_FE_9, TW_FE_8, TW_FE_7, TW_FE_6, \
-             TW_FE_5, TW_FE_4, TW_FE_3, TW_FE_2, TW_FE_1)(M, __VA_ARGS__)
+#define TW_FE_13(M, x, ...) M(x) TW_FE_12(M, __VA_ARGS__)
+#define TW_FE_14(M, x, ...) M(x) TW_FE_13(M, __VA_ARGS__)
+#define TW_FE_15(M, x, ...) M(x) TW_FE_14(M, __VA_ARGS__)
+#define TW_FE_16(M, x, ...) M(x) TW_FE_15(M, __VA_ARGS__)
+#define TW_FE_PICK(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, N, ...) N
+#define TW_FOR_EACH(M, ...)                                                                   \
+  TW_FE_PICK(__VA_ARGS__, TW_FE_16, TW_FE_15, TW_FE_14, TW_FE_13, TW_FE_12, TW_FE_11, TW_FE_10, \
+             TW_FE_9, TW_FE_8, TW_FE_7, TW_FE_6, TW_FE_5, TW_FE_4, TW_FE_3, TW_FE_2,            \
+             TW_FE_1)(M, __VA_ARGS__)
 #define TW_VISIT_FIELD(f) v(#f, f);
 #define TW_FIELDS(...)                                                          \
   template <class V>                                                            \
@@ -441,6 +446,16 @@ struct AdaptiveAvgPool2dBackward {  // grad [N, C, Ho, Wo] -> [N, C, input_size[
   TW_FIELDS(grad, input_size, out)
 };
 
+// -- optimizer steps --
+struct AdamStep {  // one Adam/AdamW update of a parameter and its two moments (docs/ops.md)
+  static constexpr Autograd kAutograd = Autograd::kNone;
+  In param, grad, exp_avg, exp_avg_sq, step_size, bias2_sqrt; double beta1 = 0.9,
+      beta2 = 0.999, eps = 1e-8, weight_decay = 0, lr = 1e-3; bool decoupled = false;
+  Out param_out, exp_avg_out, exp_avg_sq_out;
+  TW_FIELDS(param, grad, exp_avg, exp_avg_sq, step_size, bias2_sqrt, beta1, beta2, eps,
+            weight_decay, lr, decoupled, param_out, exp_avg_out, exp_avg_sq_out)
+};
+
 // ================================ the list ================================
 // (struct, wire code). Append only; never renumber or reuse a code.
 #define TW_OP_LIST(X)                                                                          \
@@ -451,7 +466,7 @@ struct AdaptiveAvgPool2dBackward {  // grad [N, C, Ho, Wo] -> [N, C, input_size[
   X(Repeat, 25) X(Gather, 26) X(ScatterAdd, 27) X(IndexSelect, 28) X(OneHot, 29)                \
   X(Softmax, 30) X(Conv2d, 31) X(Pool2d, 32) X(AdaptiveAvgPool2d, 33) X(LayerNorm, 34)        \
   X(Conv2dBackwardInput, 35) X(Conv2dBackwardWeight, 36) X(Pool2dBackward, 37)                 \
-  X(AdaptiveAvgPool2dBackward, 38)
+  X(AdaptiveAvgPool2dBackward, 38) X(AdamStep, 39)
 
 #define TW_OP_VARIANT_ENTRY(Name, code) Name,
 using Op = std::variant<TW_OP_LIST(TW_OP_VARIANT_ENTRY) std::monostate>;

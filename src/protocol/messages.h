@@ -18,9 +18,11 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // Version 2 added the graph tasks (register, run) and the graph result; version 3 the tensor
 // moves (export, import, same-server move), the capability result and the peer's fetch; version 4
 // the packed drop and graph-run tasks; version 5 the same-host shared-memory segments (attach,
-// upload from a segment, read into a segment; docs/protocol.md §8.11). An older client never
-// sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 5;
+// upload from a segment, read into a segment; docs/protocol.md §8.11); version 6 the AdamStep op
+// (code 39). An older client never sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 6;
+// The first version whose servers know op AdamStep (a client sends it to no older server).
+inline constexpr uint16_t kAdamStepVersion = 6;
 inline constexpr uint16_t kMinProtocolVersion = 1;
 // Hello's device index that asks only for the device list (tw::remote_devices).
 inline constexpr uint32_t kEnumerateOnly = 0xFFFFFFFFu;

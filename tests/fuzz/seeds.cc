@@ -105,6 +105,22 @@ std::vector<Op> program() {
                      .padding = {0, 0},
                      .out = {42}},
       AdaptiveAvgPool2dBackward{.grad = {37}, .input_size = {6, 6}, .out = {43}},
+      Full{.out = {44}, .shape = {}, .dtype = kF32, .value = 0.5},
+      AdamStep{.param = {38},
+               .grad = {38},
+               .exp_avg = {38},
+               .exp_avg_sq = {38},
+               .step_size = {44},
+               .bias2_sqrt = {44},
+               .beta1 = 0.9,
+               .beta2 = 0.999,
+               .eps = 1e-8,
+               .weight_decay = 0.01,
+               .lr = 1e-3,
+               .decoupled = true,
+               .param_out = {45},
+               .exp_avg_out = {46},
+               .exp_avg_sq_out = {47}},
   };
 }
 

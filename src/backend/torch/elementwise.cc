@@ -277,6 +277,28 @@ Result<at::Tensor> run(const ir::Where& op, const Ctx& ctx) {
   return at::where(ctx.in(op.cond), cast(ctx.in(op.a), dtype), cast(ctx.in(op.b), dtype));
 }
 
+// The update of docs/ops.md in the dtype, one ATen op per step as tw::optim::Adam's unfused ops.
+Result<std::vector<at::Tensor>> run(const ir::AdamStep& op, const Ctx& ctx) {
+  const DType d = ctx.out().dtype;
+  auto s = [&](double v) { return scalar_in(ir::Scalar(v), d); };
+  at::Tensor value = ctx.in(op.param);
+  at::Tensor g = ctx.in(op.grad);
+  if (op.weight_decay != 0) {
+    if (op.decoupled) {
+      value = at::mul(value, s(1.0 - op.lr * op.weight_decay));
+    } else {
+      g = at::add(g, at::mul(value, s(op.weight_decay)));
+    }
+  }
+  const at::Tensor& m = ctx.in(op.exp_avg);
+  at::Tensor m_new = at::add(m, at::mul(at::sub(g, m), s(1.0 - op.beta1)));
+  at::Tensor v_new = at::add(at::mul(ctx.in(op.exp_avg_sq), s(op.beta2)),
+                             at::mul(at::mul(g, g), s(1.0 - op.beta2)));
+  const at::Tensor denom = at::add(at::div(at::sqrt(v_new), ctx.in(op.bias2_sqrt)), s(op.eps));
+  at::Tensor p_new = at::sub(value, at::mul(at::div(m_new, denom), ctx.in(op.step_size)));
+  return std::vector<at::Tensor>{p_new.contiguous(), m_new.contiguous(), v_new.contiguous()};
+}
+
 Result<at::Tensor> run(const ir::Clamp& op, const Ctx& ctx) {
   const at::Tensor& x = ctx.in(op.x);
   const DType d = ctx.out().dtype;

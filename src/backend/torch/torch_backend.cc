@@ -224,28 +224,41 @@ class TorchBackend final : public TableBackend<at::Tensor> {
       TW_ASSIGN_OR_RETURN(const at::Tensor* t, tensor(id));
       ctx.add_input(id, *t);
     }
-    Result<at::Tensor> out = internal_error("empty op");
+    Result<std::vector<at::Tensor>> outs = internal_error("empty op");
     try {
-      out = std::visit(
-          [&](const auto& o) -> Result<at::Tensor> {
+      outs = std::visit(
+          [&](const auto& o) -> Result<std::vector<at::Tensor>> {
             if constexpr (std::is_same_v<std::decay_t<decltype(o)>, std::monostate>) {
               return invalid_argument("empty op");
             } else {
-              return torch::run(o, ctx);
+              auto r = torch::run(o, ctx);
+              if constexpr (std::is_same_v<decltype(r), Result<at::Tensor>>) {
+                if (!r.ok()) return r.status();
+                return std::vector<at::Tensor>{std::move(r).value()};
+              } else {
+                return r;
+              }
             }
           },
           op);
     } catch (const c10::Error& e) {
       return internal_error(std::string("the torch backend failed: ") + e.what_without_backtrace());
     }
-    if (!out.ok()) return out.status();
-    const TensorMeta got = meta_of(*out);
-    if (got != metas[0] || !dtype_of(out->scalar_type()).ok()) {
-      return internal_error("the torch kernel produced " + meta_str(got) + " (ATen dtype " +
-                            c10::toString(out->scalar_type()) + ") but inference said " +
-                            meta_str(metas[0]));
+    if (!outs.ok()) return outs.status();
+    if (outs->size() != metas.size()) {
+      return internal_error("the torch kernel produced " + std::to_string(outs->size()) +
+                            " outputs, inference said " + std::to_string(metas.size()));
     }
-    return std::vector<at::Tensor>{std::move(out).value()};
+    for (size_t i = 0; i < metas.size(); ++i) {
+      const at::Tensor& out = (*outs)[i];
+      const TensorMeta got = meta_of(out);
+      if (got != metas[i] || !dtype_of(out.scalar_type()).ok()) {
+        return internal_error("the torch kernel produced " + meta_str(got) + " (ATen dtype " +
+                              c10::toString(out.scalar_type()) + ") but inference said " +
+                              meta_str(metas[i]));
+      }
+    }
+    return std::move(outs).value();
   }
 
  private:

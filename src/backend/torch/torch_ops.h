@@ -43,7 +43,8 @@ class HostRunner {
   virtual Result<at::Tensor> run(const ir::Op& op) = 0;
 };
 
-// What a kernel sees: its inputs by id, the inferred meta of its output, and the host runner.
+// What a kernel sees: its inputs by id, the inferred meta of its (first) output, and the host
+// runner.
 class Ctx {
  public:
   Ctx(TensorMeta out, HostRunner& host) : out_(std::move(out)), host_(host) {}
@@ -59,8 +60,17 @@ class Ctx {
   HostRunner& host_;
 };
 
+// The kernel of an op with several outputs returns them all, in op_outputs order.
+template <class Op>
+struct TorchKernelResult {
+  using type = Result<at::Tensor>;
+};
+template <>
+struct TorchKernelResult<ir::AdamStep> {
+  using type = Result<std::vector<at::Tensor>>;
+};
 #define TW_DECLARE_TORCH_KERNEL(Name, code) \
-  Result<at::Tensor> run(const ir::Name& op, const Ctx& ctx);
+  TorchKernelResult<ir::Name>::type run(const ir::Name& op, const Ctx& ctx);
 TW_OP_LIST(TW_DECLARE_TORCH_KERNEL)
 #undef TW_DECLARE_TORCH_KERNEL
 

@@ -92,6 +92,10 @@ std::vector<Op> samples() {
                      .padding = {1, 1},
                      .out = {47}},
       AdaptiveAvgPool2dBackward{.grad = {1}, .input_size = {7, 5}, .out = {48}},
+      AdamStep{.param = {1}, .grad = {2}, .exp_avg = {3}, .exp_avg_sq = {4}, .step_size = {5},
+               .bias2_sqrt = {6}, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6,
+               .weight_decay = 0.01, .lr = 0.02, .decoupled = true, .param_out = {49},
+               .exp_avg_out = {50}, .exp_avg_sq_out = {51}},
   };
 }
 

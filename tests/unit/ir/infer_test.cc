@@ -30,6 +30,11 @@ Bytes bytes_of_size(size_t n) { return Bytes{Buffer::zeros(n)}; }
 
 class InferTest : public ::testing::Test {
  protected:
+  static Op adam_step(In p, In g, In m, In v, In step_size, In bias2_sqrt) {
+    return AdamStep{.param = p, .grad = g, .exp_avg = m, .exp_avg_sq = v, .step_size = step_size,
+                    .bias2_sqrt = bias2_sqrt, .param_out = {996}, .exp_avg_out = {997},
+                    .exp_avg_sq_out = kOut};
+  }
   // Registers a tensor and returns it as an input.
   In t(Shape shape, DType dtype = kF32) {
     const TensorId id = next_id_++;
@@ -45,15 +50,18 @@ class InferTest : public ::testing::Test {
     };
   }
 
-  // `op` is accepted and its one output is dtype[shape].
-  ::testing::AssertionResult gives(const Op& op, const Shape& shape, DType dtype) const {
+  // `op` is accepted and its one output (or each of its `outputs` outputs) is dtype[shape].
+  ::testing::AssertionResult gives(const Op& op, const Shape& shape, DType dtype,
+                                   size_t outputs = 1) const {
     auto r = infer(op, lookup());
     if (!r.ok()) {
       return ::testing::AssertionFailure()
              << to_string(op) << " failed: " << r.status().to_string();
     }
     const TensorMeta want{shape, dtype};
-    if (r->size() != 1 || (*r)[0] != want) {
+    bool all = r->size() == outputs;
+    for (const TensorMeta& m : *r) all = all && m == want;
+    if (!all) {
       return ::testing::AssertionFailure()
              << to_string(op) << " gave " << metas_str(*r) << ", want " << meta_str(want);
     }
@@ -174,6 +182,10 @@ TEST_F(InferTest, AcceptsOneInstanceOfEveryOp) {
     EXPECT_TRUE(gives(c.op, c.want.shape, c.want.dtype));
     covered.insert(op_code(c.op));
   }
+  // Ops with several outputs.
+  const Op adam = adam_step(t({4, 3}), t({4, 3}), t({4, 3}), t({4, 3}), t({}), t({}));
+  EXPECT_TRUE(gives(adam, {4, 3}, kF32, 3));
+  covered.insert(op_code(adam));
   // A new op added to TW_OP_LIST must get a case here.
   EXPECT_EQ(static_cast<int>(covered.size()), kNumOps);
 }
@@ -973,6 +985,27 @@ TEST_F(InferTest, Pool2dBackward) {
                                "is not the pool's output"));
   EXPECT_TRUE(fails_with(op(static_cast<PoolKind>(7), t({2, 3, 3, 3}), t({2, 3, 5, 6})),
                          "pool2d: unknown kind code 7"));
+}
+
+TEST_F(InferTest, AdamStep) {
+  EXPECT_TRUE(gives(adam_step(t({5}, kF64), t({5}, kF64), t({5}, kF64), t({5}, kF64), t({}, kF64),
+                              t({}, kF64)),
+                    {5}, kF64, 3));
+  EXPECT_TRUE(fails_containing(adam_step(t({5}), t({4}), t({5}), t({5}), t({}), t({})),
+                               "adam_step: grad f32[4] must match param f32[5]"));
+  EXPECT_TRUE(fails_containing(adam_step(t({5}), t({5}), t({5}, kF64), t({5}), t({}), t({})),
+                               "exp_avg f64[5] must match param f32[5]"));
+  EXPECT_TRUE(fails_containing(adam_step(t({5}), t({5}), t({5}), t({5}), t({1}), t({})),
+                               "step_size must be a 0-d f32 tensor, got f32[1]"));
+  EXPECT_TRUE(fails_containing(
+      adam_step(t({5}, kI32), t({5}, kI32), t({5}, kI32), t({5}, kI32), t({}, kI32), t({}, kI32)),
+      "dtype i32 is not supported (expected f32 or f64)"));
+  AdamStep bad = std::get<AdamStep>(adam_step(t({5}), t({5}), t({5}), t({5}), t({}), t({})));
+  bad.beta2 = 1.0;
+  EXPECT_TRUE(fails_containing(bad, "betas must lie in [0, 1)"));
+  bad.beta2 = 0.9;
+  bad.eps = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(fails_containing(bad, "eps inf must be finite"));
 }
 
 TEST_F(InferTest, AdaptiveAvgPool2dBackward) {

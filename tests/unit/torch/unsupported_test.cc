@@ -184,6 +184,15 @@ void run_every_op(const Device& d) {
   loss.backward();
   r.push_back(img.grad());
   r.push_back(w.grad());
+  // AdamStep, through the optimizer (which issues it where the device supports it).
+  auto param = std::make_shared<nn::Parameter>(ones({3, 4}, kF32, d));
+  {
+    Tensor pv = param->value();
+    pv.set_grad(x.detach());
+  }
+  optim::Adam adam({param});
+  adam.step();
+  r.push_back(param->value());
   for (const Tensor& t : r) (void)t.to_bytes();
 }
 
