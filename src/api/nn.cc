@@ -178,8 +178,38 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, const Place
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  Tensor y = x.matmul(weight_->value().t());
-  return bias_ ? y + bias_->value() : y;
+  const Tensor& w = weight_->value();
+  std::vector<const Tensor*> inputs = {&x, &w};
+  if (bias_) inputs.push_back(&bias_->value());
+  if (x.dim() != 2 || !autograd::needs_record(inputs)) {
+    Tensor y = x.matmul(w.t());
+    return bias_ ? y + bias_->value() : y;
+  }
+  // Recorded as one node for a batch of rows: the backward is d x = g w, d w = g^T x and
+  // d bias = the sum of g's rows, four ops where the forward's own rules took six (the
+  // transposes of w, x and of the weight's gradient), and the weight's gradient comes out
+  // row-major, as the optimizer reads it, instead of as the transposed view of x^T g.
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = x.matmul(w.t());
+    if (bias_) y = y + bias_->value();
+  }
+  const bool need_x = x.requires_grad(), need_w = w.requires_grad();
+  const bool need_b = bias_ && bias_->value().requires_grad();
+  const Tensor saved_x = need_w ? autograd::alias_of(x) : Tensor();
+  const Tensor saved_w = need_x ? autograd::alias_of(w) : Tensor();
+  const size_t n = inputs.size();
+  autograd::record_composite(
+      "linear", inputs, y,
+      [saved_x, saved_w, need_x, need_w, need_b, n](const Tensor& g) {
+        std::vector<Tensor> grads(n);
+        if (need_x) grads[0] = g.matmul(saved_w);
+        if (need_w) grads[1] = g.t().matmul(saved_x);
+        if (need_b) grads[2] = g.sum({0});
+        return grads;
+      });
+  return y;
 }
 
 std::string Linear::name() const {

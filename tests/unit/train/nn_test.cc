@@ -173,5 +173,45 @@ TEST(Nn, LossesAndModulesForward) {
   EXPECT_EQ(nn::Flatten()(zeros({2, 3, 4})).shape(), (Shape{2, 12}));
 }
 
+// Linear records one node for a batch of rows (d x = g w, d w = g^T x, d bias = g's row sums):
+// its gradients equal those of the same forward written with tensor ops (whose own rules give
+// them), with and without a bias and with an input that does not require grad, locally and
+// remotely; nothing is computed for an input that needs no gradient.
+TEST(Nn, LinearBackwardEqualsTheOpsRules) {
+  for (const Device& dev : {Device::cpu(), testing::remote_test_device()}) {
+    for (const bool bias : {true, false}) {
+      for (const bool x_grad : {true, false}) {
+        SCOPED_TRACE(dev.str() + (bias ? " bias" : " no bias") + (x_grad ? " x grad" : ""));
+        manual_seed(11);
+        nn::Linear lin(5, 3, bias, {dev, kF64});
+        Tensor x = randn({4, 5}, kF64, dev);
+        if (x_grad) x.set_requires_grad();
+        const Tensor up = randn({4, 3}, kF64, dev);
+        (lin(x) * up).sum().backward();
+        // The same forward from tensor ops, on copies of the parameters.
+        Tensor w = lin.weight()->value().detach(), b;
+        w.set_requires_grad();
+        Tensor x2 = x.detach();
+        if (x_grad) x2.set_requires_grad();
+        Tensor y = x2.matmul(w.t());
+        if (bias) {
+          b = lin.bias()->value().detach();
+          b.set_requires_grad();
+          y = y + b;
+        }
+        (y * up).sum().backward();
+        auto near = [](const Tensor& got, const Tensor& want) {
+          const std::vector<double> g = got.to_vector<double>(), e = want.to_vector<double>();
+          ASSERT_EQ(got.shape(), want.shape());
+          for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], e[i], 1e-12) << i;
+        };
+        near(lin.weight()->grad(), w.grad());
+        if (bias) near(lin.bias()->grad(), b.grad());
+        if (x_grad) near(x.grad(), x2.grad());
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tw
