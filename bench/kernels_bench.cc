@@ -226,6 +226,35 @@ void bm_softmax(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kRows * kCols * 2 * int64_t{sizeof(float)});
 }
 
+// ---- a Linear layer followed by a ReLU: relu(x w^T + b), x [256, 512], w [512, 512] f32 ----
+// (nn::Linear::forward_relu: op Linear, the matmul with the bias and the ReLU together.)
+void bm_linear_relu(benchmark::State& state) {
+  constexpr int64_t kRows = 256, kIn = 512, kOut = 512;
+  tw::manual_seed(kSeed);
+  tw::nn::Linear lin(kIn, kOut, true, {device(), tw::kF32});
+  tw::Tensor x = tw::randn({kRows, kIn}, tw::kF32, device());
+  tw::NoGradGuard no_grad;
+  auto check = [&] {
+    const std::vector<float> xv = x.to_vector<float>();
+    const std::vector<float> wv = lin.weight()->value().to_vector<float>();
+    const std::vector<float> bv = lin.bias()->value().to_vector<float>();
+    const std::vector<float> yv = lin.forward_relu(x).to_vector<float>();
+    for (int64_t r : sample_positions(kRows, 5)) {
+      for (int64_t j : sample_positions(kOut, 9)) {
+        double want = bv[j];
+        for (int64_t k = 0; k < kIn; ++k) want += double{xv[r * kIn + k]} * wv[j * kIn + k];
+        want = std::max(want, 0.0);
+        expect_near(yv[r * kOut + j], want, 1e-4 * (1 + std::abs(want)),
+                    "linear_relu [" + std::to_string(r) + ", " + std::to_string(j) + "]");
+      }
+    }
+  };
+  run_checked(state, check, [&] {
+    tw::Tensor y = lin.forward_relu(x);
+    y.device().sync();
+  });
+}
+
 template <class F>
 void add_benchmark(const char* name, F f) {
   benchmark::RegisterBenchmark(name, guarded(f))
@@ -255,6 +284,7 @@ int main(int argc, char** argv) {
   add_benchmark("exp_f32_16M", bm_exp);
   add_benchmark("sum_f32_16M", bm_sum);
   add_benchmark("softmax_f32_4096x4096", bm_softmax);
+  add_benchmark("linear_relu_f32_256x512x512", bm_linear_relu);
 
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -60,6 +60,14 @@ def workloads():
         x = torch.randn(4096, 4096)
         return lambda: torch.softmax(x, dim=-1)
 
+    def linear_relu():
+        x = torch.randn(256, 512)
+        layer = torch.nn.Linear(512, 512)
+        def run():
+            with torch.no_grad():
+                return F.relu(layer(x))
+        return run
+
     return [
         ("matmul_f32_1024", matmul(1024)),
         ("matmul_f32_2048", matmul(2048)),
@@ -68,6 +76,7 @@ def workloads():
         ("exp_f32_16M", exp),
         ("sum_f32_16M", sum_),
         ("softmax_f32_4096x4096", softmax),
+        ("linear_relu_f32_256x512x512", linear_relu),
     ]
 
 

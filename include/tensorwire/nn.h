@@ -104,11 +104,15 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, const Placement& at = {});
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)): for f32 rows [N, in] one op (matmul, bias and ReLU together) on a device
+  // that has it. Sequential calls it for a Linear followed by a ReLU.
+  Tensor forward_relu(const Tensor& x);
   std::string name() const override;
   const ParameterPtr& weight() const { return weight_; }
   const ParameterPtr& bias() const { return bias_; }
 
  private:
+  Tensor apply(const Tensor& x, bool relu);
   int64_t in_, out_;
   ParameterPtr weight_, bias_;
 };

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <set>
 #include <sstream>
+#include <typeinfo>
 
 #include "api/autograd.h"
+#include "api/emit.h"
 #include "core/shape.h"
 
 namespace tw::nn {
@@ -177,32 +179,53 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, const Place
   if (bias) bias_ = register_parameter("bias", fan_in_uniform({out_}, in_, at));
 }
 
-Tensor Linear::forward(const Tensor& x) {
+Tensor Linear::forward(const Tensor& x) { return apply(x, false); }
+
+Tensor Linear::forward_relu(const Tensor& x) { return apply(x, true); }
+
+Tensor Linear::apply(const Tensor& x, bool relu) {
   const Tensor& w = weight_->value();
+  const Tensor b = bias_ ? bias_->value() : Tensor();
   std::vector<const Tensor*> inputs = {&x, &w};
-  if (bias_) inputs.push_back(&bias_->value());
-  if (x.dim() != 2 || !autograd::needs_record(inputs)) {
+  if (bias_) inputs.push_back(&b);
+  const bool record = autograd::needs_record(inputs);
+  if (x.dim() != 2) {
     Tensor y = x.matmul(w.t());
-    return bias_ ? y + bias_->value() : y;
+    if (bias_) y = y + b;
+    return relu ? y.relu() : y;
   }
-  // Recorded as one node for a batch of rows: the backward is d x = g w, d w = g^T x and
-  // d bias = the sum of g's rows, four ops where the forward's own rules took six (the
-  // transposes of w, x and of the weight's gradient), and the weight's gradient comes out
-  // row-major, as the optimizer reads it, instead of as the transposed view of x^T g.
+  // Rows of f32 on a device with op Linear: the matmul, bias and ReLU in one op.
+  const std::shared_ptr<detail::Sink>& sink = x.impl()->sink;
+  const bool fused = x.dtype() == kF32 && w.dtype() == kF32 && (!bias_ || b.dtype() == kF32) &&
+                     sink->supports(ir::OpCode::kLinear);
   Tensor y;
   {
     NoGradGuard no_grad;
-    y = x.matmul(w.t());
-    if (bias_) y = y + bias_->value();
+    if (fused) {
+      using detail::in;
+      y = detail::emit(sink, ir::Linear{.x = in(x), .w = in(w), .bias = in(b), .relu = relu, .out = {}},
+                       {&x, &w, &b});
+    } else {
+      y = x.matmul(w.t());
+      if (bias_) y = y + b;
+      if (relu) y = y.relu();
+    }
   }
+  if (!record) return y;
+  // Recorded as one node: with g the incoming gradient, masked by y > 0 after a ReLU, d x = g w,
+  // d w = g^T x and d bias = the sum of g's rows; four ops where the forward's own rules took
+  // six (the transposes of w, x and of the weight's gradient), and the weight's gradient comes
+  // out row-major, as the optimizer reads it, instead of as the transposed view of x^T g.
   const bool need_x = x.requires_grad(), need_w = w.requires_grad();
-  const bool need_b = bias_ && bias_->value().requires_grad();
+  const bool need_b = bias_ && b.requires_grad();
   const Tensor saved_x = need_w ? autograd::alias_of(x) : Tensor();
   const Tensor saved_w = need_x ? autograd::alias_of(w) : Tensor();
+  const Tensor saved_y = relu ? autograd::alias_of(y) : Tensor();
   const size_t n = inputs.size();
   autograd::record_composite(
-      "linear", inputs, y,
-      [saved_x, saved_w, need_x, need_w, need_b, n](const Tensor& g) {
+      relu ? "linear_relu" : "linear", inputs, y,
+      [saved_x, saved_w, saved_y, need_x, need_w, need_b, n](const Tensor& grad) {
+        const Tensor g = saved_y.defined() ? grad * saved_y.gt(0) : grad;
         std::vector<Tensor> grads(n);
         if (need_x) grads[0] = g.matmul(saved_w);
         if (need_w) grads[1] = g.t().matmul(saved_x);
@@ -345,7 +368,19 @@ void Sequential::push_back(std::shared_ptr<Module> module) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& [name, m] : children()) y = m->forward(y);
+  const auto& mods = children();
+  for (size_t i = 0; i < mods.size(); ++i) {
+    Module& m = *mods[i].second;
+    // A Linear followed by a ReLU (those classes themselves, not subclasses that may forward
+    // otherwise): one op on devices that have it (Linear::forward_relu).
+    if (typeid(m) == typeid(Linear) && i + 1 < mods.size() &&
+        typeid(*mods[i + 1].second) == typeid(ReLU)) {
+      y = static_cast<Linear&>(m).forward_relu(y);
+      ++i;
+      continue;
+    }
+    y = m.forward(y);
+  }
   return y;
 }
 

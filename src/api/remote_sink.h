@@ -18,8 +18,10 @@ class RemoteSink final : public detail::Sink {
   // Ops of a later protocol than the server's are not sent (a server that cannot be reached
   // answers false, and the op's caller then fails on its fallback with the connection's error).
   bool supports(ir::OpCode code) override {
-    if (code != ir::OpCode::kAdamStep) return true;
-    return conn_.ensure_connected().ok() && conn_.welcome().version >= protocol::kAdamStepVersion;
+    uint16_t since = 0;
+    if (code == ir::OpCode::kAdamStep) since = protocol::kAdamStepVersion;
+    if (code == ir::OpCode::kLinear) since = protocol::kLinearVersion;
+    return since == 0 || (conn_.ensure_connected().ok() && conn_.welcome().version >= since);
   }
   std::future<Result<TensorData>> read_async(ir::TensorId id) override { return conn_.read(id); }
   Result<TensorData> read(ir::TensorId id) override { return conn_.read_wait(id); }

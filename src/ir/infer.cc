@@ -813,6 +813,7 @@ Result<Metas> infer_op(const Conv2dBackwardWeight& op, const Ctx& c);
 Result<Metas> infer_op(const Pool2dBackward& op, const Ctx& c);
 Result<Metas> infer_op(const AdaptiveAvgPool2dBackward& op, const Ctx& c);
 Result<Metas> infer_op(const AdamStep& op, const Ctx& c);
+Result<Metas> infer_op(const Linear& op, const Ctx& c);
 
 }  // namespace
 
@@ -1007,6 +1008,28 @@ Result<Metas> infer_op(const AdamStep& op, const Ctx& c) {
   Metas out;
   for (int i = 0; i < 3; ++i) out.push_back(p);
   return out;
+}
+
+Result<Metas> infer_op(const Linear& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
+  TW_ASSIGN_OR_RETURN(TensorMeta w, c.input(op.w, "w"));
+  TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> bias, c.optional_input(op.bias, "bias"));
+  if (x.dtype != kF32 || w.dtype != kF32 || (bias && bias->dtype != kF32)) {
+    return c.error("x " + meta_str(x) + ", w " + meta_str(w) +
+                   (bias ? ", bias " + meta_str(*bias) : std::string()) + ": all must be f32");
+  }
+  if (x.shape.size() != 2 || w.shape.size() != 2) {
+    return c.error("x must be [N, in] and w [out, in], got " + shape_str(x.shape) + " and " +
+                   shape_str(w.shape));
+  }
+  if (x.shape[1] != w.shape[1]) {
+    return c.error("x " + shape_str(x.shape) + " has " + num(x.shape[1]) +
+                   " features but w " + shape_str(w.shape) + " takes " + num(w.shape[1]));
+  }
+  if (bias && bias->shape != Shape{w.shape[0]}) {
+    return c.error("bias " + shape_str(bias->shape) + " must be [" + num(w.shape[0]) + "]");
+  }
+  return one({x.shape[0], w.shape[0]}, kF32);
 }
 
 }  // namespace

@@ -446,6 +446,13 @@ struct AdaptiveAvgPool2dBackward {  // grad [N, C, Ho, Wo] -> [N, C, input_size[
   TW_FIELDS(grad, input_size, out)
 };
 
+// -- fused --
+struct Linear {  // relu?(x w^T + bias): x [N, in], w [out, in], bias [out] or absent (docs/ops.md)
+  static constexpr Autograd kAutograd = Autograd::kNone;  // nn::Linear records its own node
+  In x, w, bias; bool relu = false; Out out;
+  TW_FIELDS(x, w, bias, relu, out)
+};
+
 // -- optimizer steps --
 struct AdamStep {  // one Adam/AdamW update of a parameter and its two moments (docs/ops.md)
   static constexpr Autograd kAutograd = Autograd::kNone;
@@ -466,7 +473,7 @@ struct AdamStep {  // one Adam/AdamW update of a parameter and its two moments (
   X(Repeat, 25) X(Gather, 26) X(ScatterAdd, 27) X(IndexSelect, 28) X(OneHot, 29)                \
   X(Softmax, 30) X(Conv2d, 31) X(Pool2d, 32) X(AdaptiveAvgPool2d, 33) X(LayerNorm, 34)        \
   X(Conv2dBackwardInput, 35) X(Conv2dBackwardWeight, 36) X(Pool2dBackward, 37)                 \
-  X(AdaptiveAvgPool2dBackward, 38) X(AdamStep, 39)
+  X(AdaptiveAvgPool2dBackward, 38) X(AdamStep, 39) X(Linear, 40)
 
 #define TW_OP_VARIANT_ENTRY(Name, code) Name,
 using Op = std::variant<TW_OP_LIST(TW_OP_VARIANT_ENTRY) std::monostate>;

@@ -19,10 +19,13 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // moves (export, import, same-server move), the capability result and the peer's fetch; version 4
 // the packed drop and graph-run tasks; version 5 the same-host shared-memory segments (attach,
 // upload from a segment, read into a segment; docs/protocol.md §8.11); version 6 the AdamStep op
-// (code 39). An older client never sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 6;
-// The first version whose servers know op AdamStep (a client sends it to no older server).
+// (code 39); version 7 the Linear op (code 40). An older client never sends them, so the server
+// still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 7;
+// The first versions whose servers know ops AdamStep and Linear (a client sends neither to an
+// older server).
 inline constexpr uint16_t kAdamStepVersion = 6;
+inline constexpr uint16_t kLinearVersion = 7;
 inline constexpr uint16_t kMinProtocolVersion = 1;
 // Hello's device index that asks only for the device list (tw::remote_devices).
 inline constexpr uint32_t kEnumerateOnly = 0xFFFFFFFFu;

@@ -121,6 +121,7 @@ std::vector<Op> program() {
                .param_out = {45},
                .exp_avg_out = {46},
                .exp_avg_sq_out = {47}},
+      Linear{.x = {38}, .w = {38}, .bias = {34}, .relu = true, .out = {48}},
   };
 }
 

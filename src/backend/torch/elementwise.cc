@@ -299,6 +299,14 @@ Result<std::vector<at::Tensor>> run(const ir::AdamStep& op, const Ctx& ctx) {
   return std::vector<at::Tensor>{p_new.contiguous(), m_new.contiguous(), v_new.contiguous()};
 }
 
+Result<at::Tensor> run(const ir::Linear& op, const Ctx& ctx) {
+  at::Tensor y = at::matmul(ctx.in(op.x), ctx.in(op.w).t());
+  if (ctx.has(op.bias)) y = at::add(y, ctx.in(op.bias));
+  // NaN stays NaN (at::relu's max would too; written as the Unary op's rule).
+  if (op.relu) y = at::where(y < 0, at::zeros({}, y.options()), y);
+  return y.contiguous();
+}
+
 Result<at::Tensor> run(const ir::Clamp& op, const Ctx& ctx) {
   const at::Tensor& x = ctx.in(op.x);
   const DType d = ctx.out().dtype;

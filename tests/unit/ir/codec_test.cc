@@ -96,6 +96,7 @@ std::vector<Op> samples() {
                .bias2_sqrt = {6}, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6,
                .weight_decay = 0.01, .lr = 0.02, .decoupled = true, .param_out = {49},
                .exp_avg_out = {50}, .exp_avg_sq_out = {51}},
+      Linear{.x = {1}, .w = {2}, .bias = {3}, .relu = true, .out = {52}},
   };
 }
 

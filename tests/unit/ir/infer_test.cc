@@ -182,6 +182,10 @@ TEST_F(InferTest, AcceptsOneInstanceOfEveryOp) {
     EXPECT_TRUE(gives(c.op, c.want.shape, c.want.dtype));
     covered.insert(op_code(c.op));
   }
+  covered.insert(OpCode::kLinear);
+  EXPECT_TRUE(gives(Linear{.x = t({4, 3}), .w = t({5, 3}), .bias = t({5}), .relu = true,
+                           .out = kOut},
+                    {4, 5}, kF32));
   // Ops with several outputs.
   const Op adam = adam_step(t({4, 3}), t({4, 3}), t({4, 3}), t({4, 3}), t({}), t({}));
   EXPECT_TRUE(gives(adam, {4, 3}, kF32, 3));
@@ -985,6 +989,19 @@ TEST_F(InferTest, Pool2dBackward) {
                                "is not the pool's output"));
   EXPECT_TRUE(fails_with(op(static_cast<PoolKind>(7), t({2, 3, 3, 3}), t({2, 3, 5, 6})),
                          "pool2d: unknown kind code 7"));
+}
+
+TEST_F(InferTest, Linear) {
+  auto op = [](In x, In w, In b) {
+    return Linear{.x = x, .w = w, .bias = b, .relu = false, .out = kOut};
+  };
+  EXPECT_TRUE(gives(op(t({4, 3}), t({5, 3}), In{}), {4, 5}, kF32));
+  EXPECT_TRUE(gives(op(t({0, 3}), t({5, 3}), t({5})), {0, 5}, kF32));
+  EXPECT_TRUE(fails_containing(op(t({4, 3}), t({5, 2}), In{}),
+                               "linear: x [4, 3] has 3 features but w [5, 2] takes 2"));
+  EXPECT_TRUE(fails_containing(op(t({4, 3}), t({5, 3}), t({4})), "bias [4] must be [5]"));
+  EXPECT_TRUE(fails_containing(op(t({2, 4, 3}), t({5, 3}), In{}), "x must be [N, in]"));
+  EXPECT_TRUE(fails_containing(op(t({4, 3}, kF64), t({5, 3}, kF64), In{}), "all must be f32"));
 }
 
 TEST_F(InferTest, AdamStep) {

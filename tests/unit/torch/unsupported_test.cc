@@ -184,6 +184,9 @@ void run_every_op(const Device& d) {
   loss.backward();
   r.push_back(img.grad());
   r.push_back(w.grad());
+  // Linear, through nn::Linear (which issues it for f32 rows where the device supports it).
+  nn::Linear layer(4, 2, true, {d, kF32});
+  r.push_back(layer.forward_relu(x));
   // AdamStep, through the optimizer (which issues it where the device supports it).
   auto param = std::make_shared<nn::Parameter>(ones({3, 4}, kF32, d));
   {
