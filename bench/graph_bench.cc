@@ -26,6 +26,7 @@
 #include "digits/digits.h"
 #include "tensorwire/graph.h"
 #include "tensorwire/remote.h"
+#include "support/server_process.h"
 #include "tensorwire/server.h"
 
 namespace {
@@ -136,9 +137,11 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    std::unique_ptr<tw::Server> server;
+    // Without --server: a tensorwire-server child process (the topology of a deployment; a server
+    // on a thread of this process would share libgomp with the local rows, see tw_bench_train).
+    std::unique_ptr<tw::testing::ServerProcess> server;
     if (url.empty()) {
-      server = tw::serve(tw::Device::cpu());
+      server = std::make_unique<tw::testing::ServerProcess>();
       url = server->url();
     }
     const tw::Device remote = tw::Device::remote(url);
