@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 namespace tw {
 namespace {
@@ -90,6 +91,12 @@ TEST(ServerProcess, DiesWithItsAbortedTestProcess) {
                    << server << " outlived it\n"
                    << out;
   EXPECT_NE(status, 0) << "the child aborts";
+  // Its output ends as the kernel closes its files on the way out, a moment before it is a
+  // zombie: give that moment (bounded) rather than race it.
+  const auto exit_deadline = Clock::now() + std::chrono::seconds(10);
+  while (!ended(server) && Clock::now() < exit_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_TRUE(ended(server)) << "server " << server << " outlived the test process that started it";
 }
 
