@@ -121,7 +121,8 @@ std::vector<Op> program() {
                .param_out = {45},
                .exp_avg_out = {46},
                .exp_avg_sq_out = {47}},
-      Linear{.x = {38}, .w = {38}, .bias = {34}, .relu = true, .out = {48}},
+      Full{.out = {48}, .shape = {6}, .dtype = kF32, .value = -0.5},
+      Linear{.x = {38}, .w = {38}, .bias = {48}, .relu = true, .out = {49}},
   };
 }
 
