@@ -2,6 +2,7 @@
 // moving between devices, and the same model from the same seed on every device.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
 #include "support/remote_device.h"
@@ -257,6 +258,42 @@ TEST(Nn, FusedLinearReluMatchesTheOps) {
     EXPECT_EQ(out[2], 0.0f);
     EXPECT_FALSE(std::signbit(out[2]));
     EXPECT_EQ(out[3], 2.0f);
+  }
+}
+
+// Op Linear (forward and its backward) and a whole training step with it and AdamStep give the
+// same bytes at one and two intra-op threads, for shapes split across threads and a tall-skinny
+// one (oneDNN's GEMM would be free to split a long k).
+TEST(Nn, LinearAndAdamSameBitsAtOneAndTwoThreads) {
+  const int before = get_num_threads();
+  struct Restore {
+    int n;
+    ~Restore() { set_num_threads(n); }
+  } restore{before};
+  const std::vector<std::array<int64_t, 3>> shapes = {{256, 512, 512}, {4, 8192, 8}, {3, 5, 7}};
+  for (const auto& [rows, in, out] : shapes) {
+    std::vector<std::vector<uint8_t>> runs;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      manual_seed(21);
+      auto lin = std::make_shared<nn::Linear>(in, out, true, nn::Placement{Device::cpu(), kF32});
+      optim::Adam opt(lin->parameters(), optim::AdamOptions{.lr = 0.01});
+      Tensor x = randn({rows, in});
+      x.set_requires_grad();
+      std::vector<uint8_t> bytes;
+      for (int step = 0; step < 2; ++step) {
+        opt.zero_grad();
+        const Tensor y = lin->forward_relu(x);
+        (y * y).sum().backward();
+        opt.step();
+        for (const Tensor& t : {y, x.grad(), lin->weight()->value(), lin->bias()->value()}) {
+          const std::vector<uint8_t> b = t.to_bytes();
+          bytes.insert(bytes.end(), b.begin(), b.end());
+        }
+      }
+      runs.push_back(std::move(bytes));
+    }
+    EXPECT_TRUE(runs[0] == runs[1]) << rows << " x " << in << " -> " << out;
   }
 }
 
