@@ -300,11 +300,11 @@ Result<std::vector<at::Tensor>> run(const ir::AdamStep& op, const Ctx& ctx) {
 }
 
 Result<at::Tensor> run(const ir::Linear& op, const Ctx& ctx) {
-  at::Tensor y = at::matmul(ctx.in(op.x), ctx.in(op.w).t());
-  if (ctx.has(op.bias)) y = at::add(y, ctx.in(op.bias));
-  // NaN stays NaN (at::relu's max would too; written as the Unary op's rule).
-  if (op.relu) y = at::where(y < 0, at::zeros({}, y.options()), y);
-  return y.contiguous();
+  const at::Tensor& x = ctx.in(op.x);
+  const at::Tensor wt = ctx.in(op.w).t();
+  at::Tensor y = ctx.has(op.bias) ? at::addmm(ctx.in(op.bias), x, wt) : at::mm(x, wt);
+  if (op.relu) y.relu_();  // NaN stays NaN, as in the Unary op
+  return y;
 }
 
 Result<at::Tensor> run(const ir::Clamp& op, const Ctx& ctx) {
