@@ -1,5 +1,7 @@
 // tw::optim (tensorwire/optim.h). Each update is a handful of tensor ops per parameter on its
-// device, under NoGradGuard. Adam's bias corrections are computed on the device too (in f64,
+// device, under NoGradGuard; Adam's is one op (AdamStep: the parameter and both moments in one
+// pass) where the device has it and the dtype is f32 or f64, else the same update composed from
+// 13 elementwise ops, with the same bits. Adam's bias corrections are computed on the device too (in f64,
 // then rounded to the parameter's dtype as a scalar attribute would be), so that a recorded step
 // (tw::graph::Capture) holds no host-computed value that changes from step to step; they are
 // shared by the parameters that step together (a few ops per step, not per parameter).
