@@ -42,7 +42,7 @@ ThreadPool::ThreadPool(int num_threads)
     : threads_(std::max(num_threads, 1)),
       lanes_(std::make_unique<Lane[]>(static_cast<size_t>(threads_))) {}
 
-void ThreadPool::drain(int own, const std::function<void(int64_t)>& fn) {
+void ThreadPool::drain(int own, int64_t base, const std::function<void(int64_t)>& fn) {
   // Claims one chunk of `lane` (from its front or its back); kNoChunk when it has none left.
   auto claim = [&](int lane, bool front) -> uint64_t {
     std::atomic<uint64_t>& st = lanes_[static_cast<size_t>(lane)].state;
@@ -57,10 +57,10 @@ void ThreadPool::drain(int own, const std::function<void(int64_t)>& fn) {
       }
     }
   };
-  for (uint64_t i; (i = claim(own, true)) != kNoChunk;) fn(static_cast<int64_t>(i));
+  for (uint64_t i; (i = claim(own, true)) != kNoChunk;) fn(base + static_cast<int64_t>(i));
   for (int k = 1; k < threads_; ++k) {
     const int victim = (own + k) % threads_;
-    for (uint64_t i; (i = claim(victim, false)) != kNoChunk;) fn(static_cast<int64_t>(i));
+    for (uint64_t i; (i = claim(victim, false)) != kNoChunk;) fn(base + static_cast<int64_t>(i));
   }
 }
 
@@ -78,7 +78,6 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
   }
   for (int64_t base = 0; base < n; base += static_cast<int64_t>(kIndexMask)) {
     const auto count = static_cast<uint64_t>(std::min<int64_t>(n - base, kIndexMask));
-    const std::function<void(int64_t)> part = [&](int64_t i) { fn(base + i); };
     const auto lanes = static_cast<uint64_t>(threads_);
     for (uint64_t t = 0; t < lanes; ++t) {
       const uint64_t lo = count * t / lanes, hi = count * (t + 1) / lanes;
@@ -89,7 +88,7 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
 #pragma omp parallel num_threads(threads_)
     {
       InPoolTask in_task;
-      drain(omp_get_thread_num(), base == 0 && count == static_cast<uint64_t>(n) ? fn : part);
+      drain(omp_get_thread_num(), base, fn);
     }
 #endif
   }

@@ -39,8 +39,8 @@ class ThreadPool {
   struct alignas(64) Lane {
     std::atomic<uint64_t> state{0};
   };
-  // Runs chunks: lane `own` from the front, then the others from the back.
-  void drain(int own, const std::function<void(int64_t)>& fn);
+  // Runs chunks (fn(base + chunk)): lane `own` from the front, then the others from the back.
+  void drain(int own, int64_t base, const std::function<void(int64_t)>& fn);
   int threads_;
   std::unique_ptr<Lane[]> lanes_;
   std::mutex run_mu_;  // one run at a time; a second concurrent caller runs inline

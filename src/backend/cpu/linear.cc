@@ -8,6 +8,7 @@
 #include "backend/cpu/dnnl_util.h"
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/strided.h"
 #include "core/thread_pool.h"
 
 namespace tw::cpu {
@@ -23,23 +24,11 @@ DnnlCache<LinearPrimitive>& linear_cache() {
   return cache;
 }
 
-// The strides oneDNN reads a [rows, cols] matrix with, when t is row- or column-major with a
-// leading dimension gemm kernels take (normalising those of size-1 dims); false otherwise.
+// The strides oneDNN reads matrix t with (gemm_layout), when it takes them.
 bool matrix_strides(const CpuTensor& t, int64_t& rs, int64_t& cs) {
-  const int64_t rows = t.shape[0], cols = t.shape[1];
   rs = t.strides[0];
   cs = t.strides[1];
-  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= cols)) {
-    rs = rows == 1 ? cols : rs;
-    cs = 1;
-    return true;
-  }
-  if ((rows == 1 || rs == 1) && (cols == 1 || cs >= rows)) {
-    cs = cols == 1 ? rows : cs;
-    rs = 1;
-    return true;
-  }
-  return false;
+  return gemm_layout(t.shape[0], t.shape[1], rs, cs);
 }
 
 }  // namespace

@@ -43,21 +43,7 @@ Operand make_operand(CpuTensor t, const Shape& out_batch) {
   return o;
 }
 
-// Whether a matrix with these strides is row-major or column-major with a leading dimension
-// that gemm kernels accept; normalises the strides of size-1 dims.
-bool gemm_layout(Operand& o) {
-  if ((o.cols == 1 || o.cs == 1) && (o.rows == 1 || o.rs >= o.cols)) {
-    o.rs = o.rows == 1 ? o.cols : o.rs;
-    o.cs = 1;
-    return true;
-  }
-  if ((o.rows == 1 || o.rs == 1) && (o.cols == 1 || o.cs >= o.rows)) {
-    o.cs = o.cols == 1 ? o.rows : o.cs;
-    o.rs = 1;
-    return true;
-  }
-  return false;
-}
+bool gemm_layout(Operand& o) { return cpu::gemm_layout(o.rows, o.cols, o.rs, o.cs); }
 
 Operand contiguous_operand(const Operand& o, const Shape& out_batch) {
   return make_operand(contiguous(o.t), out_batch);

@@ -20,6 +20,22 @@ inline bool worth_a_tiled_copy(const CpuTensor& t) {
   return t.numel() >= kMinElements && is_transposed_matrix(t);
 }
 
+// Whether a [rows, cols] matrix with these strides is row-major or column-major with a leading
+// dimension gemm kernels accept; normalises the strides of size-1 dims (MatMul, Linear).
+inline bool gemm_layout(int64_t rows, int64_t cols, int64_t& rs, int64_t& cs) {
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= cols)) {
+    rs = rows == 1 ? cols : rs;
+    cs = 1;
+    return true;
+  }
+  if ((rows == 1 || rs == 1) && (cols == 1 || cs >= rows)) {
+    cs = cols == 1 ? rows : cs;
+    rs = 1;
+    return true;
+  }
+  return false;
+}
+
 // Strides of `t` viewed as broadcast to `shape` (leading new dims and size-1 dims get stride 0).
 Strides broadcast_strides(const CpuTensor& t, const Shape& shape);
 
