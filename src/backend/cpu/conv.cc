@@ -1,18 +1,22 @@
 // Conv2d: x [N, C, H, W], w [O, C/groups, kH, kW], bias [O] -> [N, O, Ho, Wo].
 //
-// f32 runs on oneDNN's convolution. Its fast kernels want blocked layouts, so the weights are
-// reordered and the source too unless the channel count is small (oneDNN's first-layer kernels
-// read plain NCHW directly). A result in nChw16c is turned into NCHW by tile.h's AVX-512
-// transpose on oneDNN's own OpenMP threads, which are awake right after the convolution (on tw's
-// pool it competed with them), with streaming stores for large outputs: 0.11 ms against 0.36 ms
-// for oneDNN's reorder on the 8 MiB output of bench/kernels_bench.cc's conv2d (both timed in a
-// standalone oneDNN harness; the whole op went from 0.75 to 0.51 ms). Other blocked results go
-// through oneDNN's reorder.
+// f32 with few input channels, unit width stride and rows of at least 16 outputs (a network's
+// first layer) runs on conv_first.h's direct AVX-512 kernel, which writes NCHW itself: 0.51-0.56
+// ms against 0.73-0.83 ms for the oneDNN path below on bench/kernels_bench.cc's conv2d (3 -> 64
+// channels, 32x32, batch 32), where the transpose of oneDNN's blocked result took as long as the
+// convolution.
+// Other f32 runs on oneDNN's convolution. Its fast kernels want blocked layouts, so the weights
+// are reordered and the source too unless the channel count is small (oneDNN's first-layer
+// kernels read plain NCHW directly). A result in nChw16c is turned into NCHW by tile.h's AVX-512
+// transpose (oneDNN's reorder took 3x as long), with streaming stores for large outputs. A large
+// batch runs in chunks of images, each on one thread, so that the transpose reads a result still
+// in that core's L2 (chunk_images). Other blocked results go through oneDNN's reorder.
 // f64 runs on direct loops: each output plane is one task, so results do not depend on the
 // thread count.
 #include <algorithm>
 #include <optional>
 
+#include "backend/cpu/conv_first.h"
 #include "backend/cpu/dnnl_util.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
@@ -71,11 +75,13 @@ DnnlCache<ConvPrimitive>& conv_cache() {
   return cache;
 }
 
-ConvPrimitive make_conv(const ConvGeometry& g, bool has_bias) {
+// A primitive for `images` images of g (g.n for the whole batch), made for the thread count
+// set on the calling thread.
+ConvPrimitive make_conv(const ConvGeometry& g, int64_t images, bool has_bias) {
   using dt = memory::data_type;
   using tag = memory::format_tag;
   ConvPrimitive p;
-  const memory::dims src_dims{g.n, g.c, g.h, g.w}, dst_dims{g.n, g.o, g.ho, g.wo};
+  const memory::dims src_dims{images, g.c, g.h, g.w}, dst_dims{images, g.o, g.ho, g.wo};
   const memory::dims w_dims = g.groups == 1
                                   ? memory::dims{g.o, g.cg, g.kh, g.kw}
                                   : memory::dims{g.groups, g.o / g.groups, g.cg, g.kh, g.kw};
@@ -109,56 +115,132 @@ ConvPrimitive make_conv(const ConvGeometry& g, bool has_bias) {
   return p;
 }
 
+// A large batch runs in chunks of images, each chunk on one thread with a primitive made for one
+// thread, the chunks spread over oneDNN's threads: a chunk's blocked result (at most
+// kChunkDstBytes) is still in that core's L2 when it is turned into NCHW, where the whole
+// batch's (8 MiB on bench/kernels_bench.cc's conv2d) came back from memory and the transpose
+// took as long as the convolution. At least kMinChunks chunks keep the threads evenly loaded.
+// The chunk size follows from the problem alone, and a forward convolution adds each output's
+// terms in the same order however the batch is split, so the bytes do not depend on it.
+constexpr int64_t kChunkDstBytes = int64_t{1} << 20;
+constexpr int64_t kMinChunks = 8;
+
+// Images per chunk; g.n (one call on all the threads) for a small problem or batch.
+int64_t chunk_images(const ConvGeometry& g) {
+  const int64_t macs = g.n * g.o * g.ho * g.wo * g.cg * g.kh * g.kw;
+  if (macs < kDnnlSerialMacs || g.n < kMinChunks) return g.n;
+  const int64_t per_image = std::max<int64_t>(1, g.o * g.ho * g.wo * int64_t{sizeof(float)});
+  const int64_t most =
+      std::clamp<int64_t>(kChunkDstBytes / per_image, 1, (g.n + kMinChunks - 1) / kMinChunks);
+  const int64_t count = (g.n + most - 1) / most;
+  return (g.n + count - 1) / count;
+}
+
+Result<std::shared_ptr<const ConvPrimitive>> conv_primitive(const ConvGeometry& g, int64_t images,
+                                                            int threads, bool has_bias) {
+  const std::vector<int64_t> key = {threads,  images, g.c,  g.h,  g.w,  g.o,  g.cg, g.kh, g.kw,
+                                    g.groups, g.sh,   g.sw, g.ph, g.pw, g.dh, g.dw, has_bias};
+  return conv_cache().get(key, "conv2d", [&] {
+    if (threads > 1) return make_conv(g, images, has_bias);
+    const DnnlSingleThread one_thread;
+    return make_conv(g, images, has_bias);
+  });
+}
+
+// The weights in the layout `p` reads, reordered into `buf` when that is not the plain one.
+Status weights_for(const ConvPrimitive& p, const CpuTensor& w, Buffer& buf, memory& wm) {
+  wm = memory(p.w_plain, dnnl_engine(), const_cast<float*>(w.data<float>()));
+  if (!p.w_reorder) return Status::OK();
+  buf = Buffer::allocate(p.w_md.get_size());
+  memory blocked(p.w_md, dnnl_engine(), buf.data());
+  TW_RETURN_NOT_OK(dnnl_run_reorder("conv2d", *p.w_reorder, wm, blocked));
+  wm = blocked;
+  return Status::OK();
+}
+
+// Convolves `images` images from x into y (both plain NCHW) with p, whose weights are `wm`.
+// `untile_on_threads` spreads the transpose of a blocked result over oneDNN's threads (the whole
+// batch in one call); a chunk transposes on the thread that ran it.
+Status conv_images(const ConvGeometry& g, const ConvPrimitive& p, int64_t images, const float* x,
+                   const memory& wm, const float* bias, float* y, bool streaming,
+                   bool untile_on_threads) {
+  const dnnl::engine& eng = dnnl_engine();
+  memory src(p.src_plain, eng, const_cast<float*>(x));
+  memory dst(p.dst_plain, eng, y);
+  Buffer src_buf, dst_buf;
+  if (p.src_reorder) {
+    src_buf = Buffer::allocate(p.src_md.get_size());
+    memory blocked(p.src_md, eng, src_buf.data());
+    TW_RETURN_NOT_OK(dnnl_run_reorder("conv2d", *p.src_reorder, src, blocked));
+    src = blocked;
+  }
+  memory conv_dst = dst;
+  if (p.dst_reorder || p.dst_untile) {
+    dst_buf = Buffer::allocate(p.dst_md.get_size());
+    conv_dst = memory(p.dst_md, eng, dst_buf.data());
+  }
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, conv_dst}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias_md, eng, const_cast<float*>(bias)));
+  TW_RETURN_NOT_OK(dnnl_run("conv2d", p.conv, p.scratchpad, std::move(args)));
+  if (p.dst_reorder) return dnnl_run_reorder("conv2d", *p.dst_reorder, conv_dst, dst);
+  if (!p.dst_untile) return Status::OK();
+  // One transpose per (image, block of 16 channels).
+  const int64_t blocks = g.o / 16, hw = g.ho * g.wo;
+  const float* from = reinterpret_cast<const float*>(dst_buf.data());
+  auto untile = [&](int64_t t) { untile16(from + t * hw * 16, y + t * 16 * hw, hw, hw, streaming); };
+  if (untile_on_threads) {
+    dnnl_parallel_for(images * blocks, untile);
+  } else {
+    for (int64_t t = 0; t < images * blocks; ++t) untile(t);
+  }
+  return Status::OK();
+}
+
 Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
                  const CpuTensor* bias, CpuTensor& out) {
   const DnnlThreadsFor dnnl_threads(g.n * g.o * g.ho * g.wo * g.cg * g.kh * g.kw);
-  const int threads = dnnl_threads.threads();
-  const std::vector<int64_t> key = {threads,        g.n,      g.c,  g.h,  g.w,  g.o,  g.cg, g.kh,
-                                    g.kw,           g.groups, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
-                                    bias != nullptr};
-  TW_ASSIGN_OR_RETURN(
-      auto prim, conv_cache().get(key, "conv2d", [&] { return make_conv(g, bias != nullptr); }));
-  const ConvPrimitive& p = *prim;
-  const dnnl::engine& eng = dnnl_engine();
+  const bool has_bias = bias != nullptr;
+  const float* b = has_bias ? bias->data<float>() : nullptr;
+  const bool streaming = streams_output(out.numel() * int64_t{sizeof(float)});
+  const int64_t images = chunk_images(g);
   try {
-    memory src(p.src_plain, eng, x.data<float>());
-    memory wm(p.w_plain, eng, w.data<float>());
-    memory dst(p.dst_plain, eng, out.data<float>());
-    Buffer src_buf, w_buf, dst_buf;
-    if (p.src_reorder) {
-      src_buf = Buffer::allocate(p.src_md.get_size());
-      memory blocked(p.src_md, eng, src_buf.data());
-      TW_RETURN_NOT_OK(dnnl_run_reorder("conv2d", *p.src_reorder, src, blocked));
-      src = blocked;
+    if (images == g.n) {
+      // The whole batch in one call on all the threads.
+      TW_ASSIGN_OR_RETURN(auto prim, conv_primitive(g, g.n, dnnl_threads.threads(), has_bias));
+      Buffer w_buf;
+      memory wm;
+      TW_RETURN_NOT_OK(weights_for(*prim, w, w_buf, wm));
+      return conv_images(g, *prim, g.n, x.data<float>(), wm, b, out.data<float>(), streaming,
+                         /*untile_on_threads=*/true);
     }
-    if (p.w_reorder) {
-      w_buf = Buffer::allocate(p.w_md.get_size());
-      memory blocked(p.w_md, eng, w_buf.data());
-      TW_RETURN_NOT_OK(dnnl_run_reorder("conv2d", *p.w_reorder, wm, blocked));
-      wm = blocked;
+    const int64_t count = (g.n + images - 1) / images, last = g.n - (count - 1) * images;
+    TW_ASSIGN_OR_RETURN(auto full, conv_primitive(g, images, 1, has_bias));
+    std::shared_ptr<const ConvPrimitive> tail = full;
+    if (last != images) {
+      TW_ASSIGN_OR_RETURN(tail, conv_primitive(g, last, 1, has_bias));
     }
-    memory conv_dst = dst;
-    if (p.dst_reorder || p.dst_untile) {
-      dst_buf = Buffer::allocate(p.dst_md.get_size());
-      conv_dst = memory(p.dst_md, eng, dst_buf.data());
-    }
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, conv_dst}};
-    if (bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias_md, eng, bias->data<float>()));
-    TW_RETURN_NOT_OK(dnnl_run("conv2d", p.conv, p.scratchpad, std::move(args)));
-    if (p.dst_reorder) {
-      TW_RETURN_NOT_OK(dnnl_run_reorder("conv2d", *p.dst_reorder, conv_dst, dst));
-    } else if (p.dst_untile) {
-      // One task per (image, block of 16 channels), on the threads that just ran the
-      // convolution.
-      const int64_t blocks = g.o / 16, hw = g.ho * g.wo;
-      const bool streaming = streams_output(out.numel() * int64_t{sizeof(float)});
-      const float* from = reinterpret_cast<const float*>(dst_buf.data());
-      float* to = out.data<float>();
-      dnnl_parallel_for(g.n * blocks, [&](int64_t t) {
-        untile16(from + t * hw * 16, to + t * 16 * hw, hw, hw, streaming);
-      });
-    }
+    // The weights are reordered once for all the chunks (twice if the tail's layout differs).
+    Buffer w_buf, tail_w_buf;
+    memory wm, tail_wm;
+    TW_RETURN_NOT_OK(weights_for(*full, w, w_buf, wm));
+    tail_wm = wm;
+    if (tail->w_md != full->w_md) TW_RETURN_NOT_OK(weights_for(*tail, w, tail_w_buf, tail_wm));
+    const int64_t x_image = g.c * g.h * g.w, y_image = g.o * g.ho * g.wo;
+    std::vector<Status> status(static_cast<size_t>(count));
+    dnnl_parallel_for(count, [&](int64_t i) {
+      const bool is_tail = i + 1 == count;
+      const int64_t n0 = i * images;
+      try {
+        status[static_cast<size_t>(i)] =
+            conv_images(g, is_tail ? *tail : *full, is_tail ? last : images,
+                        x.data<float>() + n0 * x_image, is_tail ? tail_wm : wm, b,
+                        out.data<float>() + n0 * y_image, streaming, /*untile_on_threads=*/false);
+      } catch (const std::exception& e) {
+        status[static_cast<size_t>(i)] = dnnl_status("conv2d", e);
+      }
+    });
+    for (const Status& st : status) TW_RETURN_NOT_OK(st);
   } catch (const std::exception& e) {
     return dnnl_status("conv2d", e);
   }
@@ -224,7 +306,13 @@ Status run(const ir::Conv2d& op, KernelContext& ctx) {
     if (x.numel() == 0 || w.numel() == 0) {
       fill_bias<T>(g, b, out.data<T>());
     } else if constexpr (std::is_same_v<T, float>) {
-      st = conv_dnnl(g, x, w, bias ? &*bias : nullptr, out);
+      if (conv_first_layer_fits(g.cg, g.kh, g.kw, g.wo, g.groups, g.sw)) {
+        conv_first_layer({g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.ho, g.wo, g.sh, g.ph, g.dh, g.pw,
+                          g.dw},
+                         x.data<float>(), w.data<float>(), b, out.data<float>());
+      } else {
+        st = conv_dnnl(g, x, w, bias ? &*bias : nullptr, out);
+      }
     } else {
       conv_direct<T>(g, x.data<T>(), w.data<T>(), b, out.data<T>());
     }

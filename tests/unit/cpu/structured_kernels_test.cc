@@ -204,6 +204,7 @@ TEST(StructuredKernels, OneDnnThreadCountIdentity) {
   const CpuTensor a = random_f32({256, 256}, 21), b = random_f32({256, 256}, 22);
   const CpuTensor x = random_f32({4, 16, 20, 20}, 23), w = random_f32({32, 16, 3, 3}, 24);
   const CpuTensor bias = random_f32({32}, 25);
+  const CpuTensor xc = random_f32({9, 16, 16, 16}, 26), wc = random_f32({32, 16, 3, 3}, 27);
   auto conv = [&] {
     Harness h;
     ir::Conv2d op{.x = h.in(x),
@@ -211,7 +212,16 @@ TEST(StructuredKernels, OneDnnThreadCountIdentity) {
                   .bias = h.in(bias),
                   .padding = {1, 1},
                   .out = h.out({4, 32, 20, 20}, kF32)};
-    return values<float>(h.run(op));
+    std::vector<float> r = values<float>(h.run(op));
+    // One that conv.cc runs per chunk of images (9 images: chunks of 2 and a tail of 1).
+    ir::Conv2d chunked{.x = h.in(xc),
+                       .w = h.in(wc),
+                       .bias = {},
+                       .padding = {1, 1},
+                       .out = h.out({9, 32, 16, 16}, kF32)};
+    const std::vector<float> c = values<float>(h.run(chunked));
+    r.insert(r.end(), c.begin(), c.end());
+    return r;
   };
   std::vector<float> mm1, mm2, mm2b, cv1, cv2, cv2b;
   with_threads(1, [&] {
@@ -277,8 +287,20 @@ TEST(StructuredKernels, Conv2dAgainstNaive) {
       // NCHW, here with 99 and 35 pixels per plane (a tail of 3 after 16-pixel tiles).
       {2, 3, 9, 11, 16, 3, 3, 1, {1, 1}, {1, 1}, {1, 1}, true},
       {3, 16, 5, 7, 48, 3, 3, 1, {1, 1}, {1, 1}, {1, 1}, false},
-      // An output of 4.5 MiB: the transpose writes it with streaming stores.
+      // An output of 4.5 MiB from conv_first.h's kernel (3 channels, rows of 96), written with
+      // streaming stores.
       {2, 3, 96, 96, 64, 3, 3, 1, {1, 1}, {1, 1}, {1, 1}, true},
+      // conv_first.h's kernel at its edges: rows of 33 (a 1-output tail after 32), 13 and 5
+      // output channels (tiles of 8 and a remainder), height stride and dilation, width
+      // dilation, padding wider than the kernel reaches, 32 taps (8 channels of 2x2), and the
+      // biggest kernel it takes (64 taps).
+      {2, 1, 20, 37, 13, 3, 5, 1, {2, 1}, {1, 2}, {2, 2}, true},
+      {1, 2, 4, 16, 5, 3, 3, 1, {1, 1}, {2, 2}, {1, 1}, false},
+      {3, 8, 9, 40, 24, 2, 2, 1, {1, 1}, {0, 0}, {1, 1}, true},
+      {1, 1, 12, 20, 9, 8, 8, 1, {1, 1}, {3, 3}, {1, 1}, true},
+      // Large enough to run per chunk of images (conv.cc's chunk_images): 9 images in chunks
+      // of 2 and a tail of 1.
+      {9, 16, 16, 16, 32, 3, 3, 1, {1, 1}, {1, 1}, {1, 1}, true},
   };
   for (const ConvCase& k : cases) {
     const int64_t ho = (k.h + 2 * k.padding[0] - k.dilation[0] * (k.kh - 1) - 1) / k.stride[0] + 1;
@@ -523,8 +545,12 @@ TEST(StructuredKernels, OwnKernelsIdenticalForAnyThreadCount) {
   const CpuTensor x3 = random_f32({30, 100, 70}, 72);
   const CpuTensor x4 = random_f32({3, 10, 100, 70}, 72);
   const CpuTensor m64a = random_f64({130, 70}, 73), m64b = random_f64({70, 90}, 74);
+  // A first-layer convolution (conv_first.h's kernel): 3 -> 20 channels on 48x40 images.
+  const CpuTensor cx = random_f32({4, 3, 48, 40}, 75), cw = random_f32({20, 3, 3, 3}, 76);
   auto compute = [&] {
     Harness h;
+    ir::Conv2d cv{.x = h.in(cx), .w = h.in(cw), .bias = {}, .padding = {1, 1},
+                  .out = h.out({4, 20, 48, 40}, kF32)};
     ir::Softmax s1{.x = h.in(x), .dim = -1, .out = h.out({300, 1000}, kF32)};
     ir::Softmax s2{.x = h.in(x3), .dim = 1, .out = h.out({30, 100, 70}, kF32)};
     ir::LayerNorm ln{.x = h.in(x), .weight = {}, .bias = {}, .out = h.out({300, 1000}, kF32)};
@@ -535,7 +561,7 @@ TEST(StructuredKernels, OwnKernelsIdenticalForAnyThreadCount) {
                   .padding = {1, 1},
                   .out = h.out({3, 10, 100, 70}, kF32)};
     std::vector<float> r = values<float>(h.run(s1));
-    for (const CpuTensor& t : {h.run(s2), h.run(ln), h.run(pl)}) {
+    for (const CpuTensor& t : {h.run(s2), h.run(ln), h.run(pl), h.run(cv)}) {
       const std::vector<float> v = values<float>(t);
       r.insert(r.end(), v.begin(), v.end());
     }
