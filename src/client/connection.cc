@@ -167,19 +167,47 @@ Variant promise_of(int kind) {
     case 2: return Variant(std::in_place_index<2>);
     case 3: return Variant(std::in_place_index<3>);
     case 4: return Variant(std::in_place_index<4>);
+    case 5: return Variant(std::in_place_index<5>);
     default: return Variant(std::in_place_index<0>);
   }
 }
 }  // namespace
 
-Connection::Pending::Pending(Kind k)
-    : kind(k), promise(promise_of<decltype(promise)>(static_cast<int>(k))) {
-  static_assert(std::variant_size_v<decltype(promise)> == kCapability + 1);
+Connection::Pending::Pending(Kind k, bool direct)
+    : kind(k), promise(promise_of<decltype(promise)>(direct ? kCapability + 1 : static_cast<int>(k))) {
+  static_assert(std::variant_size_v<decltype(promise)> == kCapability + 2);
 }
 
-uint64_t Connection::add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done) {
+void Connection::Pending::deliver_status(const Status& st) {
+  switch (kind) {
+    case kRead: deliver_data(st); return;
+    case kSync:
+      if (status_out) {
+        *status_out = st;
+      } else {
+        status().set_value(st);
+      }
+      break;
+    case kStats: stats().set_value(st); break;
+    case kGraph: graph().set_value(st); break;
+    case kCapability: exported().set_value(st); break;
+  }
+  if (done) done->store(true, std::memory_order_release);
+}
+
+void Connection::Pending::deliver_data(Result<TensorData> data) {
+  if (data_out) {
+    *data_out = std::move(data);
+  } else {
+    this->data().set_value(std::move(data));
+  }
+  if (done) done->store(true, std::memory_order_release);
+}
+
+uint64_t Connection::add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done,
+                                        bool direct) {
   uint64_t id = next_request_++;
-  auto p = std::make_unique<Pending>(kind);
+  auto p = std::make_unique<Pending>(kind, direct);
   p->done = done;
   *out = p.get();
   pending_[id] = std::move(p);
@@ -363,13 +391,15 @@ std::future<Result<TensorData>> Connection::read(ir::TensorId id, uint64_t expec
 
 Result<TensorData> Connection::read_wait(ir::TensorId id, uint64_t expect_bytes) {
   std::atomic<bool> done{false};
-  std::future<Result<TensorData>> fut = read_impl(id, &done, expect_bytes);
-  wait(fut, &done);
-  return fut.get();
+  std::optional<Result<TensorData>> out;
+  (void)read_impl(id, &done, expect_bytes, &out);
+  wait_until([&] { return done.load(std::memory_order_acquire); });
+  return std::move(*out);
 }
 
 std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atomic<bool>* done,
-                                                      uint64_t expect_bytes) {
+                                                      uint64_t expect_bytes,
+                                                      std::optional<Result<TensorData>>* out) {
   std::shared_ptr<const void> lease;
   std::shared_ptr<ShmSlot> slot;
   if (expect_bytes >= kShmMinBytes && expect_bytes <= SIZE_MAX) {
@@ -380,14 +410,23 @@ std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atom
     Status st = state_ == State::kDead ? dead_ : connect_locked();
     if (!st.ok()) {
       std::promise<Result<TensorData>> p;
-      p.set_value(st);
+      if (out) {
+        *out = st;
+      } else {
+        p.set_value(st);
+      }
       if (done) done->store(true, std::memory_order_release);
-      return p.get_future();
+      return out ? std::future<Result<TensorData>>() : p.get_future();
     }
   }
   Pending* p = nullptr;
-  uint64_t req = add_pending_locked(Pending::kRead, &p, done);
-  auto fut = p->data().get_future();
+  uint64_t req = add_pending_locked(Pending::kRead, &p, done, out != nullptr);
+  std::future<Result<TensorData>> fut;
+  if (out) {
+    p->data_out = out;
+  } else {
+    fut = p->data().get_future();
+  }
   if (slot) {
     // The server writes the tensor into the segment when it fits the room, else answers inline.
     make_room_locked(1 + 5 * 8);
@@ -404,22 +443,21 @@ std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atom
 }
 
 Status Connection::sync() {
-  std::future<Status> fut;
+  Status st;
   std::atomic<bool> done{false};
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kDead) return dead_;
     if (state_ == State::kIdle) return Status::OK();  // nothing was ever sent
     Pending* p = nullptr;
-    uint64_t req = add_pending_locked(Pending::kSync, &p, &done);
-    fut = p->status().get_future();
+    uint64_t req = add_pending_locked(Pending::kSync, &p, &done, /*direct=*/true);
+    p->status_out = &st;
     make_room_locked(1 + 8);
     batch_.add_sync(req);
     ++counters_.round_trips;
     flush_locked();
   }
-  wait(fut, &done);
-  Status st = fut.get();
+  wait_until([&] { return done.load(std::memory_order_acquire); });
   if (!st.ok()) return st;
   std::lock_guard<std::mutex> lock(mu_);
   if (!session_errors_.empty()) {
@@ -451,12 +489,7 @@ Result<proto::ServerStats> Connection::stats() {
   return fut.get();
 }
 
-Result<TensorData> Connection::read_wait(ir::TensorId id) {
-  std::atomic<bool> done{false};
-  std::future<Result<TensorData>> fut = read_impl(id, &done);
-  wait(fut, &done);
-  return fut.get();
-}
+Result<TensorData> Connection::read_wait(ir::TensorId id) { return read_wait(id, 0); }
 
 Result<TensorData> Connection::wait_read(std::future<Result<TensorData>>& fut) {
   wait(fut);
@@ -692,16 +725,7 @@ void Connection::fail_all(const Status& why) {
     }
     pending.swap(pending_);
   }
-  for (auto& [id, p] : pending) {
-    switch (p->kind) {
-      case Pending::kRead: p->data().set_value(dead_); break;
-      case Pending::kSync: p->status().set_value(dead_); break;
-      case Pending::kStats: p->stats().set_value(dead_); break;
-      case Pending::kGraph: p->graph().set_value(dead_); break;
-      case Pending::kCapability: p->exported().set_value(dead_); break;
-    }
-    if (p->done) p->done->store(true, std::memory_order_release);
-  }
+  for (auto& [id, p] : pending) p->deliver_status(dead_);
   std::lock_guard<std::mutex> lock(mu_);
   reader_cv_.notify_all();
 }
@@ -819,10 +843,13 @@ void Connection::start_check_timer_locked() {
 
 template <typename T>
 void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
-  auto ready = [&] {
+  wait_until([&] {
     if (done) return done->load(std::memory_order_acquire);
     return fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-  };
+  });
+}
+
+void Connection::wait_until(const std::function<bool()>& ready) {
   std::unique_lock<std::mutex> lock(mu_);
   if (ready()) return;
   const auto wait_start = std::chrono::steady_clock::now();
@@ -914,32 +941,20 @@ void Connection::on_message(const Buffer& payload) {
                             " answers a request that offered none, or overflows it");
     }
   }
-  switch (p->kind) {
-    case Pending::kRead:
-      if (m->status.ok()) {
-        p->data().set_value(std::move(m->data));
-      } else {
-        p->data().set_value(m->status);
-      }
-      break;
-    case Pending::kSync: p->status().set_value(m->status); break;
-    case Pending::kStats: p->stats().set_value(std::move(m->stats)); break;
-    case Pending::kGraph:
-      if (m->status.ok()) {
-        p->graph().set_value(m->graph_id);
-      } else {
-        p->graph().set_value(m->status);
-      }
-      break;
-    case Pending::kCapability:
-      if (m->status.ok()) {
-        p->exported().set_value(std::move(m->exported));
-      } else {
-        p->exported().set_value(m->status);
-      }
-      break;
+  if (!m->status.ok()) {
+    p->deliver_status(m->status);
+  } else {
+    switch (p->kind) {
+      case Pending::kRead: p->deliver_data(std::move(m->data)); break;
+      case Pending::kSync: p->deliver_status(m->status); break;
+      case Pending::kStats: p->stats().set_value(std::move(m->stats)); break;
+      case Pending::kGraph: p->graph().set_value(m->graph_id); break;
+      case Pending::kCapability: p->exported().set_value(std::move(m->exported)); break;
+    }
+    if (p->kind != Pending::kRead && p->kind != Pending::kSync && p->done) {
+      p->done->store(true, std::memory_order_release);
+    }
   }
-  if (p->done) p->done->store(true, std::memory_order_release);
   std::lock_guard<std::mutex> lock(mu_);
   reader_cv_.notify_all();
 }

@@ -156,11 +156,21 @@ class Connection {
     std::shared_ptr<const void> lease;
     // The promise of its kind only (alternatives in Kind's order): a std::promise allocates its
     // shared state when made, so one of each kind cost eight needless allocations per request.
+    // None (monostate) when the reply goes to data_out or status_out instead.
     std::variant<std::promise<Result<TensorData>>, std::promise<Status>,
                  std::promise<Result<protocol::ServerStats>>, std::promise<Result<ir::GraphId>>,
-                 std::promise<Result<protocol::Exported>>>
+                 std::promise<Result<protocol::Exported>>, std::monostate>
         promise;
-    explicit Pending(Kind k);
+    // Where a caller that waits in wait() for this reply takes it (a read's or a sync's), instead
+    // of through a promise: libstdc++ fulfils a std::promise under call_once, and glibc's
+    // pthread_once ends with an unconditional futex wake, a system call on every round trip.
+    // Written before *done is set.
+    std::optional<Result<TensorData>>* data_out = nullptr;
+    Status* status_out = nullptr;
+    explicit Pending(Kind k, bool direct = false);
+    // Hands the reply (or failure) `st` / `data` to whoever waits: the out slot or the promise.
+    void deliver_status(const Status& st);
+    void deliver_data(Result<TensorData> data);
     std::promise<Result<TensorData>>& data() { return std::get<kRead>(promise); }
     std::promise<Status>& status() { return std::get<kSync>(promise); }
     std::promise<Result<protocol::ServerStats>>& stats() { return std::get<kStats>(promise); }
@@ -175,9 +185,12 @@ class Connection {
   Status ready_locked();
   // After a task was added to the batch: counts it as an op and flushes as submit_op does.
   void added_op_locked();
-  uint64_t add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done = nullptr);
+  uint64_t add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done = nullptr,
+                              bool direct = false);
+  // A read whose reply lands in the returned future, or in *out (then the future is invalid).
   std::future<Result<TensorData>> read_impl(ir::TensorId id, std::atomic<bool>* done,
-                                            uint64_t expect_bytes = 0);
+                                            uint64_t expect_bytes = 0,
+                                            std::optional<Result<TensorData>>* out = nullptr);
   // Shared memory: a segment of at least `n` bytes, claimed (busy), with the hold that releases
   // it; null when the path does not apply or every segment is busy (then: the socket).
   std::shared_ptr<ShmSlot> claim_segment(size_t n, std::shared_ptr<const void>* lease);
@@ -205,6 +218,7 @@ class Connection {
   // Until fut is ready (or *done, when given), reading replies when nobody else does.
   template <typename T>
   void wait(std::future<T>& fut, const std::atomic<bool>* done = nullptr);
+  void wait_until(const std::function<bool()>& ready);
   // The reader: handles frames received so far until done() holds or none is left.
   Status read_available(bool* closed, const std::function<bool()>& done);
   void arm_watch_locked();
