@@ -2,7 +2,9 @@
 // (TCP) against plain POSIX sockets served by a thread of this binary, and against the local CPU
 // device. Prints one table with a target per row.
 //   (a) round trip of a 1-element op plus its read vs a raw TCP ping-pong of the same sizes
-//       (a*: the same against a server started with --spin-us 0)
+//       (a*: the same against a server started with --spin-us 0; a0, a1: the same raw client
+//       against peers that do no work, one busy-polling its socket, one an Asio echo with the
+//       server's spin loop: the floors under a server's side of the round trip)
 //   (b) upload and download of 256 MiB vs raw TCP streaming of the same bytes
 //   (c) fire-and-forget throughput of 1-element adds (one read at the end) vs the CPU device
 //   (d) 1,000 idle sessions: server RSS growth per session, time for all to connect
@@ -28,6 +30,7 @@
 // Usage: tw_bench_remote [--quick] [--only abcdefghimnopqs] [--server PATH]. Measures; never
 // asserts.
 #include <arpa/inet.h>
+#include <asio.hpp>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -235,6 +238,53 @@ int client_spin_us() {
   return e ? std::atoi(e) : static_cast<int>(tw::client::Options{}.spin_us);
 }
 
+// Floors of a server's side of a round trip: peers that answer `req` bytes with `resp` without
+// ever sleeping, to set tensorwire-server's I/O against (rows a0 and a1).
+// A peer that, after each reply, busy-polls its socket (recv with MSG_DONTWAIT) for the
+// server's default spin before it blocks in recv: tensorwire-server's policy with no epoll and
+// no work.
+void serve_busy_polling(int fd, size_t req, size_t resp) {
+  std::vector<char> in(req), out(resp, 1);
+  const int spin_us = static_cast<int>(tw::ServerOptions{}.spin_us);
+  for (;;) {
+    read_all_spinning(fd, in.data(), req, spin_us);
+    write_all(fd, out.data(), resp);
+  }
+}
+
+// An Asio echo with tensorwire-server's I/O pattern and nothing else: an async_read_some per
+// request on an io_context whose thread, after running a handler, keeps polling
+// (io_context::poll, a yield between looks) for the server's default spin (server.cc,
+// run_shard). What is left between this and tensorwire is tensorwire's own work per request.
+void serve_asio_spinning(int fd, size_t req, size_t resp) {
+  asio::io_context io(1);
+  asio::ip::tcp::socket sock(io);
+  sock.assign(asio::ip::tcp::v4(), fd);
+  sock.non_blocking(true);
+  std::vector<char> in(8192), out(resp, 1);
+  size_t have = 0;
+  std::function<void()> read = [&] {
+    sock.async_read_some(asio::buffer(in.data() + have, in.size() - have),
+                         [&](const asio::error_code& ec, size_t n) {
+                           if (ec) return;
+                           for (have += n; have >= req; have -= req) write_all(fd, out.data(), resp);
+                           read();
+                         });
+  };
+  read();
+  const auto spin = std::chrono::microseconds(tw::ServerOptions{}.spin_us);
+  while (io.run_one() > 0) {
+    for (auto until = Clock::now() + spin; Clock::now() < until;) {
+      if (io.poll() > 0) {
+        until = Clock::now() + spin;
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+  (void)sock.release();  // RawPeer closes fd
+}
+
 // `no_spin_url`: a server started with --spin-us 0 (its threads sleep as soon as they are idle).
 void bench_latency(const std::string& url, const std::string& no_spin_url, int iters) {
   const int spin_us = client_spin_us();
@@ -278,28 +328,35 @@ void bench_latency(const std::string& url, const std::string& no_spin_url, int i
         }
       },
       true);
+  RawPeer busy([req, resp](int fd) { serve_busy_polling(fd, req, resp); }, true);
+  RawPeer asio_echo([req, resp](int fd) { serve_asio_spinning(fd, req, resp); }, true);
   std::vector<char> out(req, 2), in(resp);
-  auto raw = [&](int spin) {
+  auto ping = [&](const RawPeer& to, int spin) {
     auto t0 = Clock::now();
-    write_all(peer.fd(), out.data(), req);
-    read_all_spinning(peer.fd(), in.data(), resp, spin);
+    write_all(to.fd(), out.data(), req);
+    read_all_spinning(to.fd(), in.data(), resp, spin);
     return us_since(t0);
   };
+  auto raw = [&](int spin) { return ping(peer, spin); };
   for (int i = 0; i < 200; ++i) {
     (void)raw(spin_us);
     (void)raw(0);
+    (void)ping(busy, spin_us);
+    (void)ping(asio_echo, spin_us);
   }
   // Rounds of 50 of each in turn: all four see the same machine.
-  std::vector<double> tw_us, sleeper_us, server_sleeps_us, raw_spin_us, raw_us;
+  std::vector<double> tw_us, sleeper_us, server_sleeps_us, raw_spin_us, raw_us, busy_us, asio_us;
   for (int done = 0; done < iters; done += 50) {
     for (double v : round_trips_us(x, 50)) tw_us.push_back(v);
     for (double v : round_trips_us(xs, 50)) sleeper_us.push_back(v);
     for (double v : round_trips_us(xn, 50)) server_sleeps_us.push_back(v);
     for (int i = 0; i < 50; ++i) raw_spin_us.push_back(raw(spin_us));
     for (int i = 0; i < 50; ++i) raw_us.push_back(raw(0));
+    for (int i = 0; i < 50; ++i) busy_us.push_back(ping(busy, spin_us));
+    for (int i = 0; i < 50; ++i) asio_us.push_back(ping(asio_echo, spin_us));
   }
   const Dist t = dist(tw_us), ts = dist(sleeper_us), tn = dist(server_sleeps_us),
-             rs = dist(raw_spin_us), r = dist(raw_us);
+             rs = dist(raw_spin_us), r = dist(raw_us), bp = dist(busy_us), ae = dist(asio_us);
   const double by_min = t.min / rs.min, by_median = t.median / rs.median;
   rows.push_back({"a",
                   "1-element op + read round trip, us (min / median / p99); " +
@@ -311,21 +368,25 @@ void bench_latency(const std::string& url, const std::string& no_spin_url, int i
                   fmt3(rs.min, rs.median, rs.p99) + " (raw TCP, peer process, same spin)",
                   fmt("%.2fx min, ", by_min) + fmt("%.2fx median", by_median),
                   "<= 1.2x raw (min and median)", by_min <= 1.2 && by_median <= 1.2});
-  rows.push_back({"a'", "the same against a raw client that sleeps in recv at once",
-                  fmt3(t.min, t.median, t.p99),
-                  fmt3(r.min, r.median, r.p99) + " (raw TCP, blocking)",
-                  fmt("%.2fx min, ", t.min / r.min) + fmt("%.2fx median", t.median / r.median),
-                  "(for comparison)", true});
-  rows.push_back({"a*", "tensorwire against a server whose threads sleep at once (--spin-us 0)",
-                  fmt3(tn.min, tn.median, tn.p99),
-                  fmt3(rs.min, rs.median, rs.p99) + " (raw TCP, peer process, same spin)",
-                  fmt("%.2fx min, ", tn.min / rs.min) + fmt("%.2fx median", tn.median / rs.median),
-                  "(for comparison)", true});
-  rows.push_back({"a''", "tensorwire with TW_SPIN_US=0 (sleeps at once) against that raw client",
-                  fmt3(ts.min, ts.median, ts.p99),
-                  fmt3(r.min, r.median, r.p99) + " (raw TCP, blocking)",
-                  fmt("%.2fx min, ", ts.min / r.min) + fmt("%.2fx median", ts.median / r.median),
-                  "(for comparison)", true});
+  // A row for comparison: `got` against `base` (described by `base_name`), by min and median.
+  auto compare = [](const char* id, const std::string& what, const Dist& got, const Dist& base,
+                    const std::string& base_name) {
+    rows.push_back({id, what, fmt3(got.min, got.median, got.p99),
+                    fmt3(base.min, base.median, base.p99) + " (" + base_name + ")",
+                    fmt("%.2fx min, ", got.min / base.min) +
+                        fmt("%.2fx median", got.median / base.median),
+                    "(for comparison)", true});
+  };
+  const std::string same_spin = "raw TCP, peer process, same spin", blocking = "raw TCP, blocking";
+  compare("a0", "floor: the raw client against a peer process that busy-polls its socket (no sleep, no epoll)",
+          bp, rs, same_spin);
+  compare("a1", "floor: the raw client against an Asio echo with tensorwire-server's spin loop and nothing else",
+          ae, rs, same_spin);
+  compare("a'", "the same against a raw client that sleeps in recv at once", t, r, blocking);
+  compare("a*", "tensorwire against a server whose threads sleep at once (--spin-us 0)", tn, rs,
+          same_spin);
+  compare("a''", "tensorwire with TW_SPIN_US=0 (sleeps at once) against that raw client", ts, r,
+          blocking);
 }
 
 // ---------------------------------------------------------------- (b) throughput
