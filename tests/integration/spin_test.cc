@@ -1,8 +1,12 @@
 // The server's threads poll for more work for --spin-us after running some (run_shard in
-// server.cc): results must not change with it, and a server left idle must stop spinning.
+// server.cc), and a shard's only session polls its own stream (read_directly): results must not
+// change with it, a server left idle must stop spinning, and a session that keeps its shard's
+// thread polling must not keep a newcomer on that shard waiting.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <iterator>
@@ -62,6 +66,45 @@ TEST(Spin, AnIdleServerStopsSpinning) {
   const double used = cpu_seconds(server.pid()) - before;
   // A thread spinning all along would have used ~0.5 s; a few clock ticks is noise.
   EXPECT_LT(used, 0.1) << "the idle server used " << used << " s of CPU in 0.5 s";
+}
+
+// One worker thread: a client asking again at once keeps it polling that client's stream, for at
+// most one fairness slice (1 ms) at a time. A second client connecting meanwhile (onto the same,
+// only, shard) is served promptly: without the slice the first client's stream of round trips
+// would hold the thread until it stopped (3 s here).
+TEST(Spin, ASessionPollingItsStreamDoesNotHoldUpANewcomer) {
+  ServerProcess server({"--spin-us", "10000", "--workers", "1"});
+  std::atomic<bool> stop{false};
+  std::atomic<int> busy_round_trips{0};
+  std::thread busy([&] {
+    Device d = Device::remote(server.url());
+    Tensor x = full({1}, 1.0, kF32, d);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (!stop && std::chrono::steady_clock::now() < until) {
+      ASSERT_EQ((x + 1.0).item<float>(), 2.0f);
+      ++busy_round_trips;
+    }
+  });
+  while (busy_round_trips < 1000) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto t0 = std::chrono::steady_clock::now();
+  Device newcomer = Device::remote(server.url());
+  Tensor y = full({1}, 2.0, kF32, newcomer);
+  double worst_ms = 0;
+  for (int i = 0; i < 20; ++i) {
+    const auto s = std::chrono::steady_clock::now();
+    ASSERT_EQ((y * 2.0).item<float>(), 4.0f);
+    worst_ms = std::max(
+        worst_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count());
+  }
+  const double first_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const bool busy_still_running = !stop && busy_round_trips > 1000;
+  stop = true;
+  busy.join();
+  EXPECT_TRUE(busy_still_running);
+  // Generous bounds for a loaded CI machine; a held thread would make them ~3000 ms.
+  EXPECT_LT(first_ms, 1000) << "connecting and 20 round trips took " << first_ms << " ms";
+  EXPECT_LT(worst_ms, 500) << "the newcomer's slowest round trip took " << worst_ms << " ms";
 }
 
 }  // namespace
