@@ -911,45 +911,52 @@ Status Connection::connection_lost(const asio::error_code& ec) {
 }
 
 void Connection::on_message(const Buffer& payload) {
-  auto m = proto::decode_server_message(payload);
-  if (!m.ok()) {
-    fail_all(m.status().with_context("malformed message from " + url_.str()));
+  // Decoded into the one message kept for it: a single reader at a time calls this. Whatever
+  // bytes the reply carried and nobody took (an unknown id, a failure) are let go on the way
+  // out, not held until the next reply (they may be a large result or a segment's lease).
+  proto::ServerMessage& m = reply_;
+  struct LetGo {
+    proto::ServerMessage& m;
+    ~LetGo() { m.data.bytes = Buffer(); }
+  } let_go{m};
+  if (Status st = proto::decode_server_message(payload, m); !st.ok()) {
+    fail_all(st.with_context("malformed message from " + url_.str()));
     stream_->shutdown();  // safe from a reading caller's thread
     return;
   }
-  if (m->kind == proto::ServerMsg::kSessionError) {
+  if (m.kind == proto::ServerMsg::kSessionError) {
     // Not tied to a request; surfaced by the next sync().
     std::lock_guard<std::mutex> lock(mu_);
-    session_errors_.push_back(m->status);
+    session_errors_.push_back(m.status);
     return;
   }
   std::unique_ptr<Pending> p;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = pending_.find(m->request_id);
+    auto it = pending_.find(m.request_id);
     if (it == pending_.end()) return;  // unknown id: a reply to a request already failed
     p = std::move(it->second);
     pending_.erase(it);
   }
-  if (m->kind == proto::ServerMsg::kReadResultInSegment) {
+  if (m.kind == proto::ServerMsg::kReadResultInSegment) {
     // The bytes are in the segment the read offered; the result holds it until dropped.
-    if (p->slot && m->in_segment_bytes <= p->slot->seg->capacity()) {
-      m->data.bytes =
-          Buffer::wrap(p->slot->seg->data(), static_cast<size_t>(m->in_segment_bytes), p->lease);
+    if (p->slot && m.in_segment_bytes <= p->slot->seg->capacity()) {
+      m.data.bytes =
+          Buffer::wrap(p->slot->seg->data(), static_cast<size_t>(m.in_segment_bytes), p->lease);
     } else {
-      m->status = data_loss("a read result in a segment from " + url_.str() +
+      m.status = data_loss("a read result in a segment from " + url_.str() +
                             " answers a request that offered none, or overflows it");
     }
   }
-  if (!m->status.ok()) {
-    p->deliver_status(m->status);
+  if (!m.status.ok()) {
+    p->deliver_status(m.status);
   } else {
     switch (p->kind) {
-      case Pending::kRead: p->deliver_data(std::move(m->data)); break;
-      case Pending::kSync: p->deliver_status(m->status); break;
-      case Pending::kStats: p->stats().set_value(std::move(m->stats)); break;
-      case Pending::kGraph: p->graph().set_value(m->graph_id); break;
-      case Pending::kCapability: p->exported().set_value(std::move(m->exported)); break;
+      case Pending::kRead: p->deliver_data(std::move(m.data)); break;
+      case Pending::kSync: p->deliver_status(m.status); break;
+      case Pending::kStats: p->stats().set_value(std::move(m.stats)); break;
+      case Pending::kGraph: p->graph().set_value(m.graph_id); break;
+      case Pending::kCapability: p->exported().set_value(std::move(m.exported)); break;
     }
     if (p->kind != Pending::kRead && p->kind != Pending::kSync && p->done) {
       p->done->store(true, std::memory_order_release);

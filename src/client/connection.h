@@ -225,6 +225,8 @@ class Connection {
   void on_readable(const asio::error_code& ec, size_t n);
   void start_check_timer_locked();
   void on_message(const Buffer& payload);
+  // The reply on_message() decodes into, reused (by the reader of the moment only).
+  protocol::ServerMessage reply_;
   // Writes what the writer holds from the calling thread; what the stream does not take at
   // once goes out by an async write whose handler continues.
   void pump_locked();

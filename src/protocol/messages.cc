@@ -717,11 +717,23 @@ Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {
 }
 
 Result<ServerMessage> decode_server_message(const Buffer& payload) {
+  ServerMessage m;
+  TW_RETURN_NOT_OK(decode_server_message(payload, m));
+  return m;
+}
+
+Status decode_server_message(const Buffer& payload, ServerMessage& m) {
   WireReader r(payload);
   uint8_t kind = 0;
   TW_RETURN_NOT_OK(r.u8(kind));
-  ServerMessage m;
   m.kind = static_cast<ServerMsg>(kind);
+  m.request_id = 0;
+  m.status = Status::OK();
+  m.graph_id = 0;
+  m.data.meta.shape.clear();
+  m.data.meta.dtype = TensorMeta{}.dtype;
+  m.data.bytes = Buffer();
+  m.in_segment_bytes = 0;
   switch (m.kind) {
     case ServerMsg::kWelcome: {
       Welcome& w = m.welcome;
@@ -815,7 +827,7 @@ Result<ServerMessage> decode_server_message(const Buffer& payload) {
     default: return data_loss("unknown server message type " + std::to_string(kind));
   }
   if (!r.done()) return data_loss("trailing bytes after server message");
-  return m;
+  return Status::OK();
 }
 
 }  // namespace tw::protocol

@@ -357,5 +357,10 @@ struct ServerMessage {
   uint64_t in_segment_bytes = 0;
 };
 Result<ServerMessage> decode_server_message(const Buffer& payload);
+// The same into `m`, which may hold an earlier message: what a message of the decoded kind does
+// not set is reset (kind, request id, status, graph id, data, segment bytes), so one message
+// can be reused for every reply a reader takes (the client's round trip built, moved and
+// destroyed a whole ServerMessage per reply). On failure `m` holds part of the message.
+Status decode_server_message(const Buffer& payload, ServerMessage& m);
 
 }  // namespace tw::protocol

@@ -308,6 +308,34 @@ TEST(Protocol, ReadResultRoundTrip) {
   EXPECT_EQ(m->status.message(), "unknown tensor id %9");
 }
 
+// The client decodes every reply into one reused ServerMessage: whatever an earlier message
+// left in it must not show through a later one. Every server message, decoded in turn into one
+// message (after each of the others), reads the same as decoded fresh.
+TEST(Protocol, DecodingIntoAReusedMessageLeavesNothingBehind) {
+  std::vector<std::pair<std::string, Buffer>> replies;
+  for (const Encoded& e : every_message(5, 64)) {
+    if (e.kind == Encoded::kServer) replies.push_back({e.name, Buffer::copy_of(e.bytes.data(), e.bytes.size())});
+  }
+  auto same = [](const ServerMessage& a, const ServerMessage& b) {
+    return a.kind == b.kind && a.request_id == b.request_id && a.status.code() == b.status.code() &&
+           a.status.message() == b.status.message() && a.graph_id == b.graph_id &&
+           a.data.meta == b.data.meta && a.data.bytes.size() == b.data.bytes.size() &&
+           (a.data.bytes.size() == 0 ||
+            std::memcmp(a.data.bytes.data(), b.data.bytes.data(), a.data.bytes.size()) == 0) &&
+           a.in_segment_bytes == b.in_segment_bytes;
+  };
+  for (const auto& [before_name, before] : replies) {
+    for (const auto& [name, payload] : replies) {
+      ServerMessage reused;
+      ASSERT_TRUE(decode_server_message(before, reused).ok()) << before_name;
+      ASSERT_TRUE(decode_server_message(payload, reused).ok()) << name;
+      auto fresh = decode_server_message(payload);
+      ASSERT_TRUE(fresh.ok()) << name;
+      EXPECT_TRUE(same(reused, *fresh)) << name << " decoded after " << before_name;
+    }
+  }
+}
+
 TEST(Protocol, ReadResultDataOffsetPointsAtTheTensorBytes) {
   for (size_t numel : {size_t{1}, size_t{100000}}) {
     for (Shape shape :
