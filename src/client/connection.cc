@@ -192,6 +192,10 @@ void Connection::Pending::deliver_status(const Status& st) {
     case kGraph: graph().set_value(st); break;
     case kCapability: exported().set_value(st); break;
   }
+  mark_done();
+}
+
+void Connection::Pending::mark_done() {
   if (done) done->store(true, std::memory_order_release);
 }
 
@@ -201,7 +205,7 @@ void Connection::Pending::deliver_data(Result<TensorData> data) {
   } else {
     this->data().set_value(std::move(data));
   }
-  if (done) done->store(true, std::memory_order_release);
+  mark_done();
 }
 
 uint64_t Connection::add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done,
@@ -408,15 +412,14 @@ std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atom
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::kConnected) {
     Status st = state_ == State::kDead ? dead_ : connect_locked();
-    if (!st.ok()) {
-      std::promise<Result<TensorData>> p;
-      if (out) {
-        *out = st;
-      } else {
-        p.set_value(st);
-      }
-      if (done) done->store(true, std::memory_order_release);
-      return out ? std::future<Result<TensorData>>() : p.get_future();
+    if (!st.ok()) {  // answered here, as a reply would be
+      Pending failed(Pending::kRead, out != nullptr);
+      failed.data_out = out;
+      failed.done = done;
+      std::future<Result<TensorData>> fut;
+      if (!out) fut = failed.data().get_future();
+      failed.deliver_data(st);
+      return fut;
     }
   }
   Pending* p = nullptr;
@@ -954,12 +957,18 @@ void Connection::on_message(const Buffer& payload) {
     switch (p->kind) {
       case Pending::kRead: p->deliver_data(std::move(m.data)); break;
       case Pending::kSync: p->deliver_status(m.status); break;
-      case Pending::kStats: p->stats().set_value(std::move(m.stats)); break;
-      case Pending::kGraph: p->graph().set_value(m.graph_id); break;
-      case Pending::kCapability: p->exported().set_value(std::move(m.exported)); break;
-    }
-    if (p->kind != Pending::kRead && p->kind != Pending::kSync && p->done) {
-      p->done->store(true, std::memory_order_release);
+      case Pending::kStats:
+        p->stats().set_value(std::move(m.stats));
+        p->mark_done();
+        break;
+      case Pending::kGraph:
+        p->graph().set_value(m.graph_id);
+        p->mark_done();
+        break;
+      case Pending::kCapability:
+        p->exported().set_value(std::move(m.exported));
+        p->mark_done();
+        break;
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -171,6 +171,8 @@ class Connection {
     // Hands the reply (or failure) `st` / `data` to whoever waits: the out slot or the promise.
     void deliver_status(const Status& st);
     void deliver_data(Result<TensorData> data);
+    // Sets *done (when given), after the reply is handed over.
+    void mark_done();
     std::promise<Result<TensorData>>& data() { return std::get<kRead>(promise); }
     std::promise<Status>& status() { return std::get<kSync>(promise); }
     std::promise<Result<protocol::ServerStats>>& stats() { return std::get<kStats>(promise); }

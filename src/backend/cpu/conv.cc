@@ -214,11 +214,11 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
       return conv_images(g, *prim, g.n, x.data<float>(), wm, b, out.data<float>(), streaming,
                          /*untile_on_threads=*/true);
     }
-    const int64_t count = (g.n + images - 1) / images, last = g.n - (count - 1) * images;
-    TW_ASSIGN_OR_RETURN(auto full, conv_primitive(g, images, 1, has_bias));
+    const ImageChunks c = ImageChunks::of(g.n, images);
+    TW_ASSIGN_OR_RETURN(auto full, conv_primitive(g, c.images, 1, has_bias));
     std::shared_ptr<const ConvPrimitive> tail = full;
-    if (last != images) {
-      TW_ASSIGN_OR_RETURN(tail, conv_primitive(g, last, 1, has_bias));
+    if (c.last != c.images) {
+      TW_ASSIGN_OR_RETURN(tail, conv_primitive(g, c.last, 1, has_bias));
     }
     // The weights are reordered once for all the chunks (twice if the tail's layout differs).
     Buffer w_buf, tail_w_buf;
@@ -227,24 +227,16 @@ Status conv_dnnl(const ConvGeometry& g, const CpuTensor& x, const CpuTensor& w,
     tail_wm = wm;
     if (tail->w_md != full->w_md) TW_RETURN_NOT_OK(weights_for(*tail, w, tail_w_buf, tail_wm));
     const int64_t x_image = g.c * g.h * g.w, y_image = g.o * g.ho * g.wo;
-    std::vector<Status> status(static_cast<size_t>(count));
-    dnnl_parallel_for(count, [&](int64_t i) {
-      const bool is_tail = i + 1 == count;
-      const int64_t n0 = i * images;
-      try {
-        status[static_cast<size_t>(i)] =
-            conv_images(g, is_tail ? *tail : *full, is_tail ? last : images,
-                        x.data<float>() + n0 * x_image, is_tail ? tail_wm : wm, b,
-                        out.data<float>() + n0 * y_image, streaming, /*untile_on_threads=*/false);
-      } catch (const std::exception& e) {
-        status[static_cast<size_t>(i)] = dnnl_status("conv2d", e);
-      }
+    return dnnl_parallel_chunks("conv2d", c.count, [&](int64_t i) {
+      const bool is_tail = i + 1 == c.count;
+      const int64_t n0 = i * c.images;
+      return conv_images(g, is_tail ? *tail : *full, c.size(i), x.data<float>() + n0 * x_image,
+                         is_tail ? tail_wm : wm, b, out.data<float>() + n0 * y_image, streaming,
+                         /*untile_on_threads=*/false);
     });
-    for (const Status& st : status) TW_RETURN_NOT_OK(st);
   } catch (const std::exception& e) {
     return dnnl_status("conv2d", e);
   }
-  return Status::OK();
 }
 
 // ---------------------------------------------------------------------------------------------

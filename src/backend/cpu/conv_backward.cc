@@ -250,40 +250,24 @@ memory input_in_layout(const memory::desc& plain, const memory::desc& md,
   return blocked;
 }
 
-// The chunks of a batch: `count` of them, each of `images` images but the last of `last`.
-struct Chunks {
-  int64_t images, count, last;
-};
-
-Chunks chunks_of(const ConvGradGeometry& g) {
-  const int64_t images = chunk_images(g);
-  const int64_t count = (g.n + images - 1) / images;
-  return {images, count, g.n - (count - 1) * images};
-}
+ImageChunks chunks_of(const ConvGradGeometry& g) { return ImageChunks::of(g.n, chunk_images(g)); }
 
 // Runs chunk(i, primitive for its size) for every chunk on oneDNN's threads, one thread each.
-Status for_each_chunk(const ConvGradGeometry& g, GradKind kind, const Chunks& c,
+Status for_each_chunk(const ConvGradGeometry& g, GradKind kind, const ImageChunks& c,
                       const std::function<Status(int64_t, const GradPrimitive&)>& chunk) {
   TW_ASSIGN_OR_RETURN(auto full, grad_primitive(g, c.images, kind));
   std::shared_ptr<const GradPrimitive> tail = full;
   if (c.last != c.images) {
     TW_ASSIGN_OR_RETURN(tail, grad_primitive(g, c.last, kind));
   }
-  std::vector<Status> status(static_cast<size_t>(c.count));
-  dnnl_parallel_for(c.count, [&](int64_t i) {
-    try {
-      status[static_cast<size_t>(i)] = chunk(i, i + 1 == c.count ? *tail : *full);
-    } catch (const std::exception& e) {
-      status[static_cast<size_t>(i)] = dnnl_status("conv2d backward", e);
-    }
+  return dnnl_parallel_chunks("conv2d backward", c.count, [&](int64_t i) {
+    return chunk(i, i + 1 == c.count ? *tail : *full);
   });
-  for (const Status& st : status) TW_RETURN_NOT_OK(st);
-  return Status::OK();
 }
 
 Status input_grad_dnnl(const ConvGradGeometry& g, const float* dy, const float* w, float* dx) {
   const DnnlThreadsFor dnnl_threads(g.n * g.o * patch_cols(g) * g.ho * g.wo);
-  const Chunks c = chunks_of(g);
+  const ImageChunks c = chunks_of(g);
   return for_each_chunk(g, GradKind::kInput, c, [&](int64_t i, const GradPrimitive& p) {
     const int64_t n0 = i * c.images;
     Status st;
@@ -312,7 +296,7 @@ Status input_grad_dnnl(const ConvGradGeometry& g, const float* dy, const float* 
 Status weight_grad_dnnl(const ConvGradGeometry& g, const float* x, const float* dy, float* dw,
                         int64_t w_numel) {
   const DnnlThreadsFor dnnl_threads(g.n * g.o * patch_cols(g) * g.ho * g.wo);
-  const Chunks c = chunks_of(g);
+  const ImageChunks c = chunks_of(g);
   Buffer partial;
   if (c.count > 1)
     partial = Buffer::allocate(static_cast<size_t>(c.count * w_numel) * sizeof(float));

@@ -1,5 +1,7 @@
 #include "backend/cpu/dnnl_util.h"
 
+#include <vector>
+
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
 #include <omp.h>
 #endif
@@ -105,6 +107,20 @@ void dnnl_parallel_for(int64_t n, const std::function<void(int64_t)>& task) {
   }
 #endif
   for (int64_t i = 0; i < n; ++i) task(i);
+}
+
+Status dnnl_parallel_chunks(const char* op, int64_t n,
+                            const std::function<Status(int64_t)>& chunk) {
+  std::vector<Status> status(static_cast<size_t>(n));
+  dnnl_parallel_for(n, [&](int64_t i) {
+    try {
+      status[static_cast<size_t>(i)] = chunk(i);
+    } catch (const std::exception& e) {
+      status[static_cast<size_t>(i)] = dnnl_status(op, e);
+    }
+  });
+  for (const Status& st : status) TW_RETURN_NOT_OK(st);
+  return Status::OK();
 }
 
 }  // namespace tw::cpu

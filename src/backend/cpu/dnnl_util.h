@@ -94,6 +94,20 @@ class DnnlSingleThread {
 // that made it: those threads are still awake then, where tw's own pool would compete with them.
 void dnnl_parallel_for(int64_t n, const std::function<void(int64_t)>& task);
 
+// Runs chunk(i) for every i in [0, n) as dnnl_parallel_for does, each on one thread; an
+// exception becomes dnnl_status(op, ...). The first failure in index order is returned.
+Status dnnl_parallel_chunks(const char* op, int64_t n, const std::function<Status(int64_t)>& chunk);
+
+// A batch of `n` images cut into `count` chunks of `images` each but the last, of `last`.
+struct ImageChunks {
+  int64_t images, count, last;
+  static ImageChunks of(int64_t n, int64_t images) {
+    const int64_t count = (n + images - 1) / images;
+    return {images, count, n - (count - 1) * images};
+  }
+  int64_t size(int64_t i) const { return i + 1 == count ? last : images; }
+};
+
 struct DnnlKeyHash {
   size_t operator()(const std::vector<int64_t>& k) const {
     uint64_t h = 1469598103934665603ull;
