@@ -1,5 +1,7 @@
 #include "client/connection.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -117,6 +119,8 @@ Status Connection::connect_locked() {
   arm_watch_locked();
   try {
     io_thread_ = std::thread([this] { io_.run(); });
+    // Named, so that a profile (and spin_test) can tell it from the program's threads.
+    ::pthread_setname_np(io_thread_.native_handle(), "tw-client-io");
   } catch (const std::system_error& e) {
     state_ = State::kDead;
     dead_ = resource_exhausted(std::string("cannot start the client I/O thread: ") + e.what());
@@ -129,6 +133,8 @@ void Connection::close() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kConnected) flush_locked();
+    closing_ = true;
+    kick_io_locked();
   }
   if (io_thread_.joinable()) {
     // Let queued writes go out, then close the stream so the read loop ends.
@@ -677,6 +683,7 @@ void Connection::pump_locked() {
     case net::FrameWriter::Step::kIdle: return;
     case net::FrameWriter::Step::kAsync:
       writer_.set_writing(true);
+      kick_io_locked();  // the write's completions need the reactor
       stream_->async_write(writer_.pending(), [this](const asio::error_code& ec, size_t) {
         std::unique_lock<std::mutex> lock(mu_);
         if (!ec) {
@@ -691,6 +698,7 @@ void Connection::pump_locked() {
     case net::FrameWriter::Step::kError: {
       // fail_all takes the lock this caller holds: finish on the I/O thread.
       Status why = send_failed(writer_.error());
+      kick_io_locked();
       asio::post(io_, [this, why] {
         fail_all(why);
         stream_->close();
@@ -710,6 +718,8 @@ void Connection::make_room_locked(uint64_t bytes) {
 void Connection::arm_idle_timer_locked() {
   if (timer_armed_) return;
   timer_armed_ = true;
+  idle_deadline_ = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.idle_flush_us);
+  if (io_parked_) park_cv_.notify_one();  // it waits until the deadline at most
   timer_->expires_after(std::chrono::microseconds(options_.idle_flush_us));
   timer_->async_wait([this](asio::error_code) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -727,6 +737,7 @@ void Connection::fail_all(const Status& why) {
       dead_ = why;
     }
     pending.swap(pending_);
+    kick_io_locked();
   }
   for (auto& [id, p] : pending) p->deliver_status(dead_);
   std::lock_guard<std::mutex> lock(mu_);
@@ -739,7 +750,11 @@ void Connection::fail_all(const Status& why) {
 // saves a thread wake-up per round trip (about a third of a small request's latency on loopback),
 // so while callers keep waiting for replies the I/O thread leaves the stream to them and looks
 // in once a millisecond; when they go quiet it watches the stream again (for errors the server
-// sends unasked, and for the connection going away).
+// sends unasked, and for the connection going away). It looks in from park_locked(), a wait on
+// a condition variable, not from the reactor: the stream stays registered in the reactor's
+// epoll (edge-triggered), which woke the thread for every reply a caller was reading itself,
+// half a context switch per round trip onto the server's core (perf: 52,000 voluntary switches
+// in 100,000 round trips).
 constexpr auto kCallerReadWindow = std::chrono::milliseconds(1);
 
 Status Connection::read_available(bool* closed, const std::function<bool()>& done) {
@@ -817,12 +832,12 @@ void Connection::on_readable(const asio::error_code& ec, size_t n) {
     check_timer_->cancel();
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   reader_busy_ = false;
   if (std::chrono::steady_clock::now() - last_caller_wait_ < kCallerReadWindow) {
     // Callers are waiting for replies: leave the stream to them.
-    start_check_timer_locked();
     reader_cv_.notify_all();
+    park_locked(lock);
   } else {
     arm_watch_locked();
   }
@@ -833,15 +848,58 @@ void Connection::start_check_timer_locked() {
   check_timer_running_ = true;
   check_timer_->expires_after(kCallerReadWindow);
   check_timer_->async_wait([this](asio::error_code ec) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     check_timer_running_ = false;
     if (ec || state_ != State::kConnected || watch_armed_) return;
-    if (reader_busy_ || std::chrono::steady_clock::now() - last_caller_wait_ < kCallerReadWindow) {
-      start_check_timer_locked();
-    } else {
-      arm_watch_locked();
-    }
+    park_locked(lock);
   });
+}
+
+void Connection::park_locked(std::unique_lock<std::mutex>& lock) {
+  using Clock = std::chrono::steady_clock;
+  if (io_parked_ || watch_armed_ || closing_ || state_ != State::kConnected) return;
+  io_parked_ = true;
+  io_kick_ = false;
+  bool watch = false;
+  for (;;) {
+    if (io_kick_ || closing_ || state_ != State::kConnected || writer_.writing()) break;
+    const auto now = Clock::now();
+    if (timer_armed_ && now >= idle_deadline_) break;  // the reactor runs the idle flush
+    if (!reader_busy_ && now - last_caller_wait_ >= kCallerReadWindow) {
+      watch = true;
+      break;
+    }
+    auto until = (reader_busy_ ? now : last_caller_wait_) + kCallerReadWindow;
+    if (timer_armed_) until = std::min(until, idle_deadline_);
+    park_cv_.wait_until(lock, until);
+  }
+  io_parked_ = false;
+  io_kick_ = false;
+  if (closing_ || state_ != State::kConnected) return;
+  if (watch) {
+    arm_watch_locked();
+  } else {
+    start_check_timer_locked();  // back here once the reactor's work is done
+  }
+}
+
+void Connection::request_park_locked() {
+  if (io_parked_ || park_posted_ || watch_armed_ || closing_ || writer_.writing() ||
+      state_ != State::kConnected) {
+    return;
+  }
+  park_posted_ = true;
+  asio::post(io_, [this] {
+    std::unique_lock<std::mutex> lock(mu_);
+    park_posted_ = false;
+    park_locked(lock);
+  });
+}
+
+void Connection::kick_io_locked() {
+  if (!io_parked_) return;
+  io_kick_ = true;
+  park_cv_.notify_one();
 }
 
 template <typename T>
@@ -887,9 +945,9 @@ void Connection::wait_until(const std::function<bool()>& ready) {
       lock.unlock();
       fail_all(st);
       lock.lock();
-    } else if (!watch_armed_) {
-      // The check timer runs while callers read, and arms the watch once they go quiet.
-      start_check_timer_locked();
+    } else {
+      // The I/O thread waits aside while callers read, and arms the watch once they go quiet.
+      request_park_locked();
     }
   }
   counters_.wait_ns += static_cast<uint64_t>(

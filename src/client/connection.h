@@ -225,7 +225,19 @@ class Connection {
   Status read_available(bool* closed, const std::function<bool()>& done);
   void arm_watch_locked();
   void on_readable(const asio::error_code& ec, size_t n);
+  // The I/O thread's look-in while callers read (see connection.cc): a timer whose handler
+  // parks the thread (park_locked) or arms the watch.
   void start_check_timer_locked();
+  // On the I/O thread, in a handler: while callers read the stream, waits on park_cv_ instead
+  // of in the reactor, whose epoll would wake it for every reply that arrives (the stream stays
+  // registered there). Returns to the reactor, arming the watch, once callers go quiet, or
+  // without it (the check timer looks in again) when the reactor has work: a write the stream
+  // did not take at once, the idle flush's timer, a failure, a close.
+  void park_locked(std::unique_lock<std::mutex>& lock);
+  // From a caller that read: parks the I/O thread unless it is parked or watching already.
+  void request_park_locked();
+  // Sends a parked I/O thread back to the reactor (work was handed to it).
+  void kick_io_locked();
   void on_message(const Buffer& payload);
   // The reply on_message() decodes into, reused (by the reader of the moment only).
   protocol::ServerMessage reply_;
@@ -264,6 +276,12 @@ class Connection {
   bool reader_busy_ = false;  // a thread is reading
   bool watch_armed_ = false;  // the I/O thread waits for the stream to become readable
   bool check_timer_running_ = false;
+  bool io_parked_ = false;    // the I/O thread waits in park_locked()
+  bool park_posted_ = false;  // a park_locked() is posted to the I/O thread
+  bool io_kick_ = false;      // the parked I/O thread is to go back to the reactor
+  bool closing_ = false;      // close() began: the I/O thread is not to park again
+  std::chrono::steady_clock::time_point idle_deadline_;  // the armed idle flush timer's expiry
+  std::condition_variable park_cv_;  // park_locked()'s wait
   std::chrono::steady_clock::time_point last_caller_wait_;
   std::condition_variable reader_cv_;  // reader_busy_ cleared, or a reply arrived
   std::optional<asio::steady_timer> check_timer_;
