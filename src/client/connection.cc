@@ -630,7 +630,10 @@ Status Connection::submit_from_segment(const ir::FromHost& op, ShmSlot& slot) {
 
 Counters Connection::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return counters_;
+  Counters c = counters_;
+  c.bytes_in = bytes_in_.load(std::memory_order_relaxed);
+  c.frames_in = frames_in_.load(std::memory_order_relaxed);
+  return c;
 }
 
 void Connection::flush_locked() {
@@ -764,16 +767,10 @@ Status Connection::read_available(bool* closed, const std::function<bool()>& don
     asio::error_code err;
     uint64_t bytes = 0;
     net::FrameReader::Poll r = reader_.read_frame(*stream_, &frame, &err, &bytes);
-    if (bytes) {
-      std::lock_guard<std::mutex> lock(mu_);
-      counters_.bytes_in += bytes;
-    }
+    if (bytes) count_in(bytes, 0);
     switch (r) {
       case net::FrameReader::Poll::kFrame: {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          ++counters_.frames_in;
-        }
+        count_in(0, 1);
         on_message(frame);
         break;
       }
@@ -810,7 +807,7 @@ void Connection::on_readable(const asio::error_code& ec, size_t n) {
     watch_armed_ = false;
     if (ec == asio::error::operation_aborted || state_ != State::kConnected) return;  // closing
     reader_busy_ = true;  // (no caller reads while the watch is armed)
-    counters_.bytes_in += n;
+    count_in(n, 0);
   }
   reader_.received(n);
   bool closed = false;
@@ -918,7 +915,12 @@ void Connection::wait_until(const std::function<bool()>& ready) {
     last_caller_wait_ = std::chrono::steady_clock::now();
     if (state_ != State::kConnected || reader_busy_ || watch_armed_) {
       // Someone else reads (or the connection is gone and fail_all fulfils every promise).
-      reader_cv_.wait(lock);
+      // Counted first, then the reply looked for once more: on_message() notifies only when
+      // it sees a waiter after handing a reply over, so one of the two sees the other.
+      reader_waiters_.fetch_add(1);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (!ready()) reader_cv_.wait(lock);
+      reader_waiters_.fetch_sub(1);
       continue;
     }
     reader_busy_ = true;
@@ -1029,6 +1031,10 @@ void Connection::on_message(const Buffer& payload) {
         break;
     }
   }
+  // A caller waiting for another thread to read (wait_until) is woken; the usual reader is the
+  // caller itself, and then there is nobody to wake and no lock to take.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (reader_waiters_.load() == 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   reader_cv_.notify_all();
 }

@@ -239,6 +239,13 @@ class Connection {
   // Sends a parked I/O thread back to the reactor (work was handed to it).
   void kick_io_locked();
   void on_message(const Buffer& payload);
+  // Counts what the reader received: bytes_in_ and frames_in_ have one writer at a time (the
+  // reader, handed over under mu_), so a plain add does, without a lock or a locked add per frame.
+  void count_in(uint64_t bytes, uint64_t frames) {
+    bytes_in_.store(bytes_in_.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+    frames_in_.store(frames_in_.load(std::memory_order_relaxed) + frames, std::memory_order_relaxed);
+  }
+  std::atomic<uint64_t> bytes_in_{0}, frames_in_{0};  // counters() reads them into its Counters
   // The reply on_message() decodes into, reused (by the reader of the moment only).
   protocol::ServerMessage reply_;
   // Writes what the writer holds from the calling thread; what the stream does not take at
@@ -284,6 +291,7 @@ class Connection {
   std::condition_variable park_cv_;  // park_locked()'s wait
   std::chrono::steady_clock::time_point last_caller_wait_;
   std::condition_variable reader_cv_;  // reader_busy_ cleared, or a reply arrived
+  std::atomic<int> reader_waiters_{0};  // callers waiting on reader_cv_
   std::optional<asio::steady_timer> check_timer_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
 
