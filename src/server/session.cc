@@ -220,7 +220,7 @@ bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
     batch.attach.reset();
     out.reply(std::move(f));
   }
-  OpTimer timer(totals_.metrics);
+  OpTimer timer(totals_.metrics, &sampling_);
   running_ = &batch;
   while (batch.refill()) {
     run_task(batch.tasks[batch.next++], out, timer);

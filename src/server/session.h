@@ -241,6 +241,7 @@ class Session {
   uint64_t graph_ops_total_ = 0;
   uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs, reserved
   std::atomic<uint64_t> ops_{0};       // written by run() only
+  server::OpSampling sampling_;        // which fast ops run() times (--metrics)
 
   // ---- segments ----
   std::unordered_map<uint64_t, std::shared_ptr<net::SharedSegment>> segments_;

@@ -61,6 +61,42 @@ TEST(ServerMetrics, OpTimerTimesOnlyWhenEnabledAndCountsFailures) {
   EXPECT_EQ(m.errors(ErrorKind::kOpFailed), 1u);
 }
 
+// A session's timer times a fast op kind one run in OpSampling::kEvery and counts the runs
+// between in the last timed run's bucket; a slow kind is timed every run. Every run counts.
+TEST(ServerMetrics, FastOpsAreTimedOneRunInSeveralAndAllCounted) {
+  ServerMetrics m;
+  m.enable_timing();
+  OpSampling sampling;
+  const ir::Op fast = ir::Unary{}, slow = ir::Softmax{};
+  const auto sleep_1ms = [] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return Status::OK();
+  };
+  {
+    OpTimer timer(m, &sampling);
+    (void)timer.run(fast, [] { return Status::OK(); });  // timed: fast, so the next are not
+    for (uint32_t i = 1; i < OpSampling::kEvery; ++i) (void)timer.run(fast, sleep_1ms);
+  }
+  ServerMetrics::Latency l = m.latency(ir::OpCode::kUnary);
+  EXPECT_EQ(l.count, OpSampling::kEvery);
+  EXPECT_LT(l.sum_ns, 1'000'000u) << "the runs after a fast one were timed";
+  {
+    OpTimer timer(m, &sampling);  // (the sampling carries over to the next batch)
+    (void)timer.run(fast, sleep_1ms);  // timed again: slow now, so the next is timed too
+    (void)timer.run(fast, sleep_1ms);
+  }
+  l = m.latency(ir::OpCode::kUnary);
+  EXPECT_EQ(l.count, OpSampling::kEvery + 2);
+  EXPECT_GE(l.sum_ns, 2'000'000u) << "the two runs that slept were not both timed";
+  {
+    OpTimer timer(m, &sampling);
+    for (int i = 0; i < 3; ++i) (void)timer.run(slow, sleep_1ms);
+  }
+  l = m.latency(ir::OpCode::kSoftmax);
+  EXPECT_EQ(l.count, 3u);
+  EXPECT_GE(l.sum_ns, 3'000'000u) << "a slow kind is timed every run";
+}
+
 TEST(ServerMetrics, SessionsDevicesAndFeatureCountersAreExposed) {
   ServerMetrics m;
   m.graph_registered();
