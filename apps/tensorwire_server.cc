@@ -57,6 +57,7 @@ void usage(FILE* to) {
                "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
                "  --spin-us N           after work, a server thread polls for more this long\n"
                "                        before it sleeps (default 50, at most 10000; 0: off)\n"
+               "  --spin-threads N      at most N threads spin at once (default: cores - 1, at least 1)\n"
                "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
                "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
                "                        on the client side); encrypted over tls://, clear text otherwise\n"
@@ -158,6 +159,7 @@ int main(int argc, char** argv) {
     else if (a == "--transfer-timeout") opts.transfer_timeout = seconds("--transfer-timeout");
     else if (a == "--collective-host") opts.collective_host = value("--collective-host");
     else if (a == "--spin-us") opts.spin_us = static_cast<uint32_t>(std::min<uint64_t>(number("--spin-us"), 10000));
+    else if (a == "--spin-threads") opts.spin_threads = static_cast<uint32_t>(std::min<uint64_t>(number("--spin-threads"), 4096));
     else if (a == "--queue-depth") opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
     else if (a == "--max-graph-ops") opts.max_graph_ops = number("--max-graph-ops");
     else if (a == "--tls-cert") opts.tls_cert_file = value("--tls-cert");

@@ -285,6 +285,38 @@ void serve_asio_spinning(int fd, size_t req, size_t resp) {
   (void)sock.release();  // RawPeer closes fd
 }
 
+// (a2) One client thread alternating between two devices of one server (two sessions, on two
+// of its threads): a pair of round trips, against two round trips on one of those devices
+// alone, in alternating rounds of 50. After each reply a thread spins; with every core
+// spinning (the client's spin included) each request waited for the scheduler's time slice, so
+// at most --spin-threads threads spin at once (default: cores - 1).
+void bench_two_devices(const std::string& binary, int iters) {
+  tw::testing::ServerProcess server({"--devices", "2"}, binary);
+  tw::Device a = tw::Device::remote(server.url(), 0), b = tw::Device::remote(server.url(), 1);
+  tw::Tensor x = tw::full({1}, 1.0, tw::kF32, a), y = tw::full({1}, 1.0, tw::kF32, b);
+  auto pair_us = [&](const tw::Tensor& first, const tw::Tensor& second) {
+    auto t0 = Clock::now();
+    if ((first + 1.0).item<float>() != 2.0f || (second + 1.0).item<float>() != 2.0f) {
+      throw std::runtime_error("two devices: wrong result");
+    }
+    return us_since(t0);
+  };
+  for (int i = 0; i < 200; ++i) (void)pair_us(x, y), (void)pair_us(x, x);  // warm up
+  std::vector<double> both, one;
+  for (int done = 0; done < iters; done += 50) {
+    for (int i = 0; i < 50; ++i) both.push_back(pair_us(x, y));
+    for (int i = 0; i < 50; ++i) one.push_back(pair_us(x, x));
+  }
+  const Dist t = dist(both), o = dist(one);
+  rows.push_back({"a2",
+                  "one client alternating between 2 devices of one server: a round trip on each, "
+                  "us (min / median / p99)",
+                  fmt3(t.min, t.median, t.p99),
+                  fmt3(o.min, o.median, o.p99) + " (two round trips on one of them)",
+                  fmt("%.2fx min, ", t.min / o.min) + fmt("%.2fx median", t.median / o.median),
+                  "(for comparison)", true});
+}
+
 // `no_spin_url`: a server started with --spin-us 0 (its threads sleep as soon as they are idle).
 void bench_latency(const std::string& url, const std::string& no_spin_url, int iters) {
   const int spin_us = client_spin_us();
@@ -1212,6 +1244,7 @@ int main(int argc, char** argv) {
       if (on('a')) {
         tw::testing::ServerProcess no_spin({"--spin-us", "0"}, binary);
         bench_latency(server.url(), no_spin.url(), quick ? 500 : 3000);
+        bench_two_devices(binary, quick ? 500 : 3000);
       }
       if (on('b')) bench_throughput(server.url(), size_t{256} << 20, quick ? 3 : 5);
       if (on('c')) bench_fire_and_forget(server.url(), quick ? 50000 : 200000);

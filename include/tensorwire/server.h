@@ -70,6 +70,13 @@ struct ServerOptions {
   // request's round trip: docs/remote.md, "Where the time of a round trip goes"). It only ever
   // follows work, so an idle server spins never; 0 turns it off.
   uint32_t spin_us = 50;
+  // At most this many of the server's threads spin at once (tensorwire-server --spin-threads);
+  // 0: one fewer than the machine's cores, at least 1. A thread that finds them all spinning
+  // sleeps at once. The core left over is the client's, or whatever else the machine runs:
+  // with every core spinning, a client alternating between two devices of a 2-core server
+  // waited for the scheduler's time slices (a round trip on each took 125 us a pair instead of
+  // 15-40).
+  uint32_t spin_threads = 0;
 };
 
 struct ServerStatsSnapshot {

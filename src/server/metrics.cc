@@ -147,6 +147,15 @@ std::string metrics_text(const ServerView& v, const ServerMetrics& m) {
            static_cast<double>(v.batches_queued));
   e.scalar("tensorwire_memory_bytes", T::Gauge, "Tensor bytes held by all sessions",
            static_cast<double>(s.bytes_held));
+  e.scalar("tensorwire_spinning_threads", T::Gauge,
+           "Server threads polling for work without sleeping now (--spin-us)",
+           static_cast<double>(v.spinning_threads));
+  e.scalar("tensorwire_spin_threads_max", T::Gauge,
+           "Server threads that may spin at once (--spin-threads)",
+           static_cast<double>(v.spin_threads_max));
+  e.scalar("tensorwire_spin_refused_total", T::Counter,
+           "Times a server thread would have spun and found --spin-threads spinning already",
+           static_cast<double>(v.spin_refused));
 
   prom::MetricFamily& dev =
       e.family("tensorwire_device_session_memory_limit_bytes", T::Gauge,

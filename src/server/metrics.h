@@ -331,6 +331,9 @@ struct ServerView {
   std::vector<protocol::DeviceInfo> devices;
   std::vector<SessionView> sessions;
   int64_t batches_queued = 0;  // all sessions
+  // The spin budget (server/spin_budget.h): threads spinning now, at most, refusals so far.
+  int spinning_threads = 0, spin_threads_max = 0;
+  uint64_t spin_refused = 0;
 };
 
 // Prometheus text exposition of `view` and `m` (prometheus-cpp's serializer).

@@ -33,6 +33,7 @@
 #include "server/collective.h"
 #include "server/metrics.h"
 #include "server/session.h"
+#include "server/spin_budget.h"
 #include "server/transfer.h"
 #include "tensorwire/error.h"
 
@@ -100,6 +101,8 @@ struct Server::Impl {
   server::SessionTotals totals;  // ops run, tensor bytes held
   std::atomic<int64_t> batches_in_flight{0};  // queued on a connection, not yet finished
   std::atomic<bool> stopping{false};
+  // --spin-threads (server/spin_budget.h); set in start_server from the options.
+  std::unique_ptr<server::SpinBudget> spin_budget;
 
   std::mutex stop_mu;
   std::condition_variable stop_cv;
@@ -323,6 +326,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
         shard_.sessions.load(std::memory_order_relaxed) != 1) {
       return false;
     }
+    server::SpinBudget::Hold hold(*srv_.spin_budget);
+    if (!hold) return false;  // as many threads spin as may: this one sleeps
     using Clock = std::chrono::steady_clock;
     in_direct_read_ = true;
     const auto slice_end = Clock::now() + kSlice;
@@ -796,6 +801,9 @@ server::ServerView Server::Impl::view() {
   v.stats = snapshot(0);
   v.devices = device_infos();
   v.batches_queued = batches_in_flight.load(std::memory_order_relaxed);
+  v.spinning_threads = spin_budget->spinning();
+  v.spin_threads_max = spin_budget->max();
+  v.spin_refused = spin_budget->refused();
   std::vector<std::shared_ptr<Connection>> live;  // released after the lock (as in snapshot())
   std::lock_guard<std::mutex> lock(sessions_mu);
   for (auto& [id, w] : sessions) {
@@ -945,7 +953,7 @@ constexpr auto kReleaseThreadsAfter = std::chrono::milliseconds(20);
 // loses little to it. A spin that found nothing is not tried again until work arrives within
 // `spin` of the last: a client that thinks for long between requests (a training loop building
 // its next batch) is not spun for, one that asks again at once is.
-void run_shard(asio::io_context& io, std::chrono::microseconds spin) {
+void run_shard(asio::io_context& io, std::chrono::microseconds spin, server::SpinBudget& budget) {
   using Clock = std::chrono::steady_clock;
   bool spinning = true;
   bool holds_threads = false;  // ran work since it last handed its OpenMP threads back
@@ -966,7 +974,8 @@ void run_shard(asio::io_context& io, std::chrono::microseconds spin) {
     if (!spinning && now - idle_since < spin) spinning = true;  // a spin would have caught it
     if (spinning) {
       spinning = false;
-      for (auto until = now + spin; !io.stopped() && (now = Clock::now()) < until;) {
+      server::SpinBudget::Hold hold(budget);  // none left: no spin (sleeps in the reactor)
+      for (auto until = now + spin; hold && !io.stopped() && (now = Clock::now()) < until;) {
         if (io.poll() > 0) {
           spinning = true;
           until = Clock::now() + spin;
@@ -1026,6 +1035,9 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
   impl->totals.capabilities.configure(impl->server_id, opts.capability_ttl);
   impl->worker_count = opts.worker_threads > 0 ? opts.worker_threads
                                                : std::max(1u, std::thread::hardware_concurrency());
+  impl->spin_budget = std::make_unique<server::SpinBudget>(
+      opts.spin_threads > 0 ? static_cast<int>(std::min<uint32_t>(opts.spin_threads, 4096))
+                            : static_cast<int>(std::thread::hardware_concurrency()) - 1);
   try {
     for (int i = 0; i < impl->worker_count; ++i) impl->shards.push_back(std::make_unique<Server::Impl::Shard>());
     TW_ASSIGN_OR_RETURN(net::TlsOptions tls, server_tls(opts, impl->tls_self_signed));
@@ -1060,7 +1072,8 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
     for (auto& sh : impl->shards) {
       asio::io_context* io = &sh->io;
       const auto spin = std::chrono::microseconds(opts.spin_us);
-      impl->threads.emplace_back([io, spin] { run_shard(*io, spin); });
+      server::SpinBudget* budget = impl->spin_budget.get();
+      impl->threads.emplace_back([io, spin, budget] { run_shard(*io, spin, *budget); });
     }
   } catch (const std::system_error& e) {
     return unavailable(std::string("cannot start the server: ") + e.what());
