@@ -5,6 +5,7 @@
 // (to_vector, item, printing) waits for them.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <initializer_list>
@@ -93,9 +94,12 @@ class Tensor {
   }
   template <class T>
   T item() const {
-    std::vector<T> v = to_vector<T>();
-    if (v.size() != 1) throw Error("item: tensor has " + std::to_string(v.size()) + " elements, not 1");
-    return v[0];
+    detail::HostValues v = host_values();  // (no vector made for the one value)
+    if (v.dtype != detail::dtype_of_v<T>) detail::throw_dtype_mismatch("item", v.dtype, detail::dtype_of_v<T>);
+    if (v.numel != 1) throw Error("item: tensor has " + std::to_string(v.numel) + " elements, not 1");
+    T out;
+    std::memcpy(&out, v.data, sizeof(T));
+    return out;
   }
   // Raw little-endian bytes of any dtype (f16/bf16 included).
   std::vector<uint8_t> to_bytes() const;

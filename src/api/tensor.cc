@@ -84,14 +84,13 @@ detail::HostValues to_host_values(Result<TensorData> data) {
   // client lands a read result's bytes aligned).
   const size_t elem = dtype_size(data->meta.dtype);
   const bool aligned = reinterpret_cast<uintptr_t>(data->bytes.data()) % elem == 0;
-  auto holder = std::make_shared<Buffer>(
-      aligned ? data->bytes : Buffer::copy_of(data->bytes.data(), data->bytes.size()));
+  const Buffer held = aligned ? std::move(data->bytes) : Buffer::copy_of(data->bytes.data(), data->bytes.size());
   detail::HostValues v;
-  v.shape = data->meta.shape;
+  v.shape = std::move(data->meta.shape);
   v.dtype = data->meta.dtype;
   v.numel = tw::numel(v.shape);
-  v.data = holder->data();
-  v.owner = std::shared_ptr<const void>(holder, holder->data());
+  v.data = held.data();
+  v.owner = held.keep_alive();
   return v;
 }
 }  // namespace

@@ -53,6 +53,10 @@ class Buffer {
   size_t storage_bytes() const { return storage_ ? storage_->capacity : 0; }
   // The pool the storage came from (null: none, or plain allocation).
   const BufferPool* pool() const { return storage_ ? storage_->pool : nullptr; }
+  // A hold on the storage that keeps data() valid, pointing at data() (no allocation).
+  std::shared_ptr<const void> keep_alive() const {
+    return std::shared_ptr<const void>(storage_, data());
+  }
   // Whether this is the only Buffer of its storage (no other slice or copy refers to it).
   bool sole_owner() const { return storage_ && storage_.use_count() == 1; }
 
