@@ -33,18 +33,16 @@ namespace {
 TensorMeta submit(const std::shared_ptr<Sink>& sink, ir::Op& op,
                   std::span<const Tensor* const> inputs, std::vector<ir::TensorId>& outs,
                   std::optional<ir::Op>& recorded, std::vector<TensorMeta>* metas_out) {
-  std::vector<std::pair<ir::TensorId, const TensorMeta*>> metas;
   for (const Tensor* t : inputs) {
     if (!t->defined()) continue;
     if (t->impl()->sink != sink) {
       throw Error(ir::op_name(op) + ": tensors are on different devices (" + sink->str() + " and " +
                   t->impl()->sink->str() + "); move one with .to(device)");
     }
-    metas.emplace_back(t->impl()->id, &t->impl()->meta);
   }
   auto lookup = [&](ir::TensorId id) -> Result<TensorMeta> {
-    for (auto& [i, m] : metas)
-      if (i == id) return *m;
+    for (const Tensor* t : inputs)
+      if (t->defined() && t->impl()->id == id) return t->impl()->meta;
     return not_found("tensor %" + std::to_string(id) + " is not an input of this op");
   };
   std::visit(

@@ -183,6 +183,15 @@ Connection::Pending::Pending(Kind k, bool direct)
     : kind(k), promise(promise_of<decltype(promise)>(direct ? kCapability + 1 : static_cast<int>(k))) {
   static_assert(std::variant_size_v<decltype(promise)> == kCapability + 2);
 }
+void Connection::Pending::reset(Kind k, bool direct) {
+  kind = k;
+  slot.reset();
+  lease.reset();
+  promise = promise_of<decltype(promise)>(direct ? kCapability + 1 : static_cast<int>(k));
+  data_out = nullptr;
+  status_out = nullptr;
+  done = nullptr;
+}
 
 void Connection::Pending::deliver_status(const Status& st) {
   switch (kind) {
@@ -217,10 +226,19 @@ void Connection::Pending::deliver_data(Result<TensorData> data) {
 uint64_t Connection::add_pending_locked(Pending::Kind kind, Pending** out, std::atomic<bool>* done,
                                         bool direct) {
   uint64_t id = next_request_++;
-  auto p = std::make_unique<Pending>(kind, direct);
+  Pending* p;
+  if (spare_pending_) {
+    spare_pending_.key() = id;
+    p = spare_pending_.mapped().get();
+    p->reset(kind, direct);
+    pending_.insert(std::move(spare_pending_));
+  } else {
+    auto made = std::make_unique<Pending>(kind, direct);
+    p = made.get();
+    pending_.emplace(id, std::move(made));
+  }
   p->done = done;
-  *out = p.get();
-  pending_[id] = std::move(p);
+  *out = p;
   // Every request with a reply is flushed at once: when the reply is in, the server has run
   // everything sent before it and is idle, so the next batches start small again.
   restart_batches_locked();
@@ -993,14 +1011,15 @@ void Connection::on_message(const Buffer& payload) {
     session_errors_.push_back(m.status);
     return;
   }
-  std::unique_ptr<Pending> p;
+  PendingMap::node_type node;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (reader_spare_ && !spare_pending_) spare_pending_ = std::move(reader_spare_);
     auto it = pending_.find(m.request_id);
     if (it == pending_.end()) return;  // unknown id: a reply to a request already failed
-    p = std::move(it->second);
-    pending_.erase(it);
+    node = pending_.extract(it);
   }
+  Pending* const p = node.mapped().get();
   if (m.kind == proto::ServerMsg::kReadResultInSegment) {
     // The bytes are in the segment the read offered; the result holds it until dropped.
     if (p->slot && m.in_segment_bytes <= p->slot->seg->capacity()) {
@@ -1031,6 +1050,8 @@ void Connection::on_message(const Buffer& payload) {
         break;
     }
   }
+  p->reset(Pending::kRead, /*direct=*/true);  // its segment and promise go now
+  reader_spare_ = std::move(node);
   // A caller waiting for another thread to read (wait_until) is woken; the usual reader is the
   // caller itself, and then there is nobody to wake and no lock to take.
   std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -168,6 +168,8 @@ class Connection {
     std::optional<Result<TensorData>>* data_out = nullptr;
     Status* status_out = nullptr;
     explicit Pending(Kind k, bool direct = false);
+    // As made anew by Pending(k, direct), in place: lets go of the segment, lease and promise.
+    void reset(Kind k, bool direct);
     // Hands the reply (or failure) `st` / `data` to whoever waits: the out slot or the promise.
     void deliver_status(const Status& st);
     void deliver_data(Result<TensorData> data);
@@ -266,7 +268,12 @@ class Connection {
   uint64_t frame_limit_ = 0xFFFFFFFFu;
   std::vector<ir::TensorId> drops_;
   uint64_t next_request_ = 1;
-  std::unordered_map<uint64_t, std::unique_ptr<Pending>> pending_;
+  using PendingMap = std::unordered_map<uint64_t, std::unique_ptr<Pending>>;
+  PendingMap pending_;
+  // A node of pending_, its Pending in it, kept for the next request (mu_), so that a request
+  // with a reply allocates neither; and the node the reader took out last, which it hands over
+  // the next time it holds mu_ (the reader's only).
+  PendingMap::node_type spare_pending_, reader_spare_;
   bool timer_armed_ = false;
   uint32_t batch_limit_ = 0;  // ops in the batch being built that send it (see Options)
   uint32_t batch_ops_ = 0;    // ops in the batch being built
