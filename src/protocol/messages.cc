@@ -678,6 +678,27 @@ Status decode_task(WireReader& r, Task& t) {
 }
 }  // namespace
 
+void clear_task(Task& t) {
+  switch (t.kind) {  // what a kind set beyond the scalars and id lists (decode_task)
+    case TaskKind::kOp: t.op = ir::Op{}; break;
+    case TaskKind::kRegisterGraph: t.graph = ir::Graph{}; break;
+    case TaskKind::kImport:
+    case TaskKind::kMoveLocal: t.source = TensorSource{}; break;
+    case TaskKind::kCollective: t.collective = CollectiveSpec{}; break;
+    default: break;
+  }
+  t.kind = TaskKind::kOp;
+  t.request_id = 0;
+  t.id = 0;
+  t.ids.clear();
+  t.graph_id = 0;
+  t.outputs.clear();
+  t.packed_ids = false;
+  t.meta.shape.clear();
+  t.meta.dtype = TensorMeta{}.dtype;
+  t.range = SegmentRange{};
+}
+
 BatchDecoder::BatchDecoder(const Buffer& payload) : r_(payload) {
   uint8_t kind = 0;
   status_ = r_.u8(kind);
@@ -707,6 +728,24 @@ bool BatchDecoder::next(std::vector<Task>& tasks, size_t max) {
     }
   }
   return tasks.size() > before;
+}
+
+size_t BatchDecoder::next_reusing(std::vector<Task>& tasks, size_t max) {
+  size_t n = 0;
+  for (; n < max && more(); ++n) {
+    Task& t = n < tasks.size() ? tasks[n] : tasks.emplace_back();
+    Status s = decode_task(r_, t);
+    if (!s.ok()) {
+      clear_task(t);  // (a partly decoded task is not handed out)
+      status_ =
+          s.with_context("batch task " + std::to_string(index_) + " of " + std::to_string(count_));
+      break;
+    }
+    if (++index_ == count_ && !r_.done()) {
+      status_ = data_loss(std::to_string(r_.remaining()) + " trailing bytes after batch");
+    }
+  }
+  return n;
 }
 
 Status decode_batch(const Buffer& payload, std::vector<Task>& tasks) {

@@ -324,6 +324,11 @@ Status decode_batch(const Buffer& payload, std::vector<Task>& tasks);
 // Decodes a batch a few tasks at a time, so that a server holds decoded (a Task is a few hundred
 // bytes) only the tasks it is about to run, whatever number the frame carries (a frame of a
 // million one-byte syncs would otherwise decode into hundreds of MiB nobody reserved).
+// Puts a Task back to its default, keeping the capacity of its id lists, for a decoder to decode
+// the next task into it (BatchDecoder::next_reusing); what it held (an op's upload bytes, a
+// graph) is let go now.
+void clear_task(Task& t);
+
 class BatchDecoder {
  public:
   BatchDecoder() = default;                      // an empty batch
@@ -331,6 +336,11 @@ class BatchDecoder {
   // Appends up to `max` of the next tasks to `tasks`; false (nothing appended) once every task
   // is decoded or decoding failed.
   bool next(std::vector<Task>& tasks, size_t max);
+  // As next(), decoding into tasks[0, n) and returning n: the Tasks there are reused (they must
+  // be as clear_task() leaves them), the vector grows only past its size. A server decodes
+  // window after window into the same Tasks: a Task (664 bytes, a dozen members) made and
+  // destroyed per task was a third of the decoding's work for a small op.
+  size_t next_reusing(std::vector<Task>& tasks, size_t max);
   // Whether next() may append more.
   bool more() const { return status_.ok() && index_ < count_; }
   // OK, or why decoding stopped (the tasks before the malformed one were decoded).

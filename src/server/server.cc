@@ -527,8 +527,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
         if (session_->parked()) return;  // begin_import's outcome resumes it
         return yield();
       }
-      spare_tasks_ = std::move(batch->tasks);
-      spare_tasks_.clear();
+      spare_tasks_ = std::move(batch->tasks);  // cleared Tasks, for the next batch to decode into
       bool resume = false;
       {
         std::lock_guard<std::mutex> lock(exec_mu_);

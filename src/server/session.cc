@@ -247,9 +247,11 @@ bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
 void Session::run(std::vector<proto::Task>& tasks, const Status& decoded, SessionOutput& out) {
   Batch batch;
   batch.tasks = std::move(tasks);
+  batch.count = batch.tasks.size();
   batch.decoded = decoded;
   (void)run(batch, out, Clock::time_point::max());
   tasks = std::move(batch.tasks);
+  tasks.clear();
 }
 
 // ---- graphs ----

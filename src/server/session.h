@@ -63,9 +63,11 @@ class SessionOutput {
 // frame carries and the queue behind it holds frames (a few bytes a task), not decoded tasks.
 struct Batch {
   static constexpr size_t kWindow = 64;  // tasks decoded at a time
-  // The decoded tasks not yet all run (run() refills it from `decoder`), or, for a batch made in
-  // process (Session::run of a task vector), all of them.
+  // The decoded tasks, tasks[0, count), not yet all run (run() refills them from `decoder`), or,
+  // for a batch made in process (Session::run of a task vector), all of them. Tasks past
+  // `count` are cleared ones (protocol::clear_task), kept for the next window to decode into.
   std::vector<protocol::Task> tasks;
+  size_t count = 0;
   // How decoding ended once `decoder` is exhausted: not OK, the tasks before the malformed one
   // ran, and the session reports the error after them.
   Status decoded;
@@ -86,15 +88,16 @@ struct Batch {
   // than reserve them twice, and what is left is released once the batch has run.
   uint64_t reserved = 0;
 
-  // Whether a task is left to run, decoding the next window when `tasks` is spent.
+  // Whether a task is left to run, decoding the next window when `tasks` is spent (into the
+  // same Tasks, cleared: what the spent ones held goes now).
   bool refill() {
-    if (next < tasks.size()) return true;
-    tasks.clear();  // keeps its capacity for the next window
-    next = 0;
+    if (next < count) return true;
+    for (size_t i = 0; i < count; ++i) protocol::clear_task(tasks[i]);
+    count = next = 0;
     if (!decoder.more()) return false;
-    decoder.next(tasks, kWindow);
+    count = decoder.next_reusing(tasks, kWindow);
     if (!decoder.more()) decoded = decoder.status();
-    return !tasks.empty();
+    return count > 0;
   }
 };
 

@@ -6,10 +6,12 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 
 #include "ir/codec.h"
+#include "ir/printer.h"
 #include "net/framing.h"
 #include "protocol/messages.h"
 #include "support/doc_examples.h"
@@ -450,6 +452,110 @@ TEST(Protocol, BatchRoundTripEveryTaskAndEveryOp) {
     EXPECT_EQ(t[7].kind, TaskKind::kRunGraph);
     EXPECT_TRUE(t[7].ids.empty() && t[7].outputs.empty());
   }
+}
+
+// Every field of a task, as text: two tasks that print the same decoded the same.
+std::string describe(const Task& t) {
+  std::ostringstream o;
+  auto ids = [&](const std::vector<ir::TensorId>& v) {
+    o << "[";
+    for (ir::TensorId id : v) o << id << ",";
+    o << "]";
+  };
+  o << static_cast<int>(t.kind) << " op=" << ir::to_string(t.op) << " req=" << t.request_id
+    << " id=" << t.id << " ids=";
+  ids(t.ids);
+  o << " graph: in=";
+  ids(t.graph.input_ids);
+  for (const TensorMeta& m : t.graph.inputs) o << meta_str(m);
+  o << " ops=";
+  for (const ir::Op& op : t.graph.ops) o << ir::to_string(op) << ";";
+  o << " out=";
+  ids(t.graph.output_ids);
+  o << " gid=" << t.graph_id << " outputs=";
+  ids(t.outputs);
+  o << " packed=" << t.packed_ids << " meta=" << meta_str(t.meta) << " source=" << t.source.session_id
+    << "," << t.source.tensor << "," << t.source.capability << "," << t.source.url << ","
+    << t.source.fingerprint;
+  const CollectiveSpec& c = t.collective;
+  o << " coll=" << static_cast<int>(c.kind) << "," << static_cast<int>(c.reduce) << "," << c.rank
+    << "," << c.size << "," << c.root << "," << c.group << "," << c.store_url << ","
+    << c.fingerprint << "," << c.timeout_ms << "," << c.input << "," << c.output << ","
+    << meta_str(c.out_meta) << " range=" << t.range.segment << "," << t.range.offset << ","
+    << t.range.length << "," << t.range.sequence;
+  return o.str();
+}
+
+// A server decodes window after window into the same Tasks (BatchDecoder::next_reusing, each
+// cleared by clear_task first): every task kind decoded into a Task that held any other kind
+// reads as decoded fresh. (Without clear_task's reset a drop after a packed drop stays packed,
+// a read after an op keeps the op, ...)
+TEST(Protocol, DecodingIntoReusedTasksReadsAsDecodedFresh) {
+  CollectiveSpec coll;
+  coll.kind = CollectiveKind::kBroadcast;
+  coll.rank = 1;
+  coll.size = 2;
+  coll.group = "g";
+  coll.store_url = "tcp://127.0.0.1:1";
+  coll.timeout_ms = 10;
+  coll.input = 5;
+  coll.output = 6;
+  coll.out_meta = {{3}, kF32};
+  const TensorSource source{42, 7, "cap", "tls://10.0.0.2:5000", "AB:CD"};
+  std::vector<std::function<void(BatchWriter&)>> adds = {
+      [](BatchWriter& b) { b.add_op(every_op(3).front()); },
+      [](BatchWriter& b) { b.add_read(46, 1001); },
+      [](BatchWriter& b) { b.add_sync(47); },
+      [](BatchWriter& b) { b.add_drop({1001, 1002, 3}); },
+      [](BatchWriter& b) {
+        b.set_packed_ids(true);
+        b.add_drop({7, 9});
+        b.set_packed_ids(false);
+      },
+      [](BatchWriter& b) { b.add_stats(48); },
+      [](BatchWriter& b) { b.add_register_graph(49, sample_graph(3)); },
+      [](BatchWriter& b) { b.add_run_graph(3, {1001, 1002}, {4, 5}); },
+      [](BatchWriter& b) { b.add_export(50, 8); },
+      [&](BatchWriter& b) { b.add_move(TaskKind::kImport, 11, {{2, 5}, kI64}, source); },
+      [&](BatchWriter& b) { b.add_move(TaskKind::kMoveLocal, 12, {{}, kF32}, source); },
+      [&](BatchWriter& b) { b.add_collective(coll); },
+      [](BatchWriter& b) { b.add_from_segment(13, {{4}, kF32}, {7, 64, 16, 9}); },
+      [](BatchWriter& b) { b.add_read_to_segment(51, 13, {7, 128, 1 << 20, 0}); },
+  };
+  const size_t n = adds.size();
+  std::vector<Task> reused;
+  size_t held = 0;
+  for (size_t shift = 0; shift < n; ++shift) {
+    BatchWriter b;
+    for (size_t i = 0; i < n; ++i) adds[(i + shift) % n](b);
+    const Buffer p = payload_of(b.take());
+    std::vector<Task> fresh;
+    ASSERT_TRUE(decode_batch(p, fresh).ok());
+    ASSERT_EQ(fresh.size(), n);
+    for (size_t i = 0; i < held; ++i) clear_task(reused[i]);
+    BatchDecoder d(p);
+    held = d.next_reusing(reused, n);
+    ASSERT_TRUE(d.status().ok()) << d.status().message();
+    ASSERT_EQ(held, n);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(describe(reused[i]), describe(fresh[i])) << "shift " << shift << ", task " << i;
+    }
+  }
+  // A window smaller than the batch, and a vector grown past its size: the same tasks.
+  BatchWriter b;
+  for (auto& add : adds) add(b);
+  const Buffer p = payload_of(b.take());
+  std::vector<Task> fresh, windowed(3);
+  ASSERT_TRUE(decode_batch(p, fresh).ok());
+  BatchDecoder d(p);
+  for (size_t at = 0; at < n;) {
+    const size_t got = d.next_reusing(windowed, 4);
+    ASSERT_GT(got, 0u);
+    for (size_t i = 0; i < got; ++i) EXPECT_EQ(describe(windowed[i]), describe(fresh[at + i]));
+    for (size_t i = 0; i < got; ++i) clear_task(windowed[i]);
+    at += got;
+  }
+  EXPECT_EQ(d.next_reusing(windowed, 4), 0u);
 }
 
 // Protocol 4: drops and graph runs with packed id lists decode into the plain tasks, any u64 id

@@ -174,6 +174,7 @@ bool run(Session& s, Out& out, const std::function<void(proto::BatchWriter&)>& a
   Batch batch;
   batch.frame = payload_of(w.take());
   batch.decoded = proto::decode_batch(batch.frame, batch.tasks);
+  batch.count = batch.tasks.size();
   Batch& b = keep ? *keep : batch;
   if (keep) *keep = std::move(batch);
   return s.run(b, out, Session::Clock::time_point::max());
