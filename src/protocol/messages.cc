@@ -687,11 +687,16 @@ void clear_task(Task& t) {
     case TaskKind::kCollective: t.collective = CollectiveSpec{}; break;
     default: break;
   }
+  // A long id list (a drop of a whole model, say) is freed rather than kept by a Task that a
+  // server holds on to between batches.
+  constexpr size_t kKeptIds = 1024;
   t.kind = TaskKind::kOp;
   t.request_id = 0;
   t.id = 0;
+  if (t.ids.capacity() > kKeptIds) t.ids = {};
   t.ids.clear();
   t.graph_id = 0;
+  if (t.outputs.capacity() > kKeptIds) t.outputs = {};
   t.outputs.clear();
   t.packed_ids = false;
   t.meta.shape.clear();
