@@ -55,6 +55,13 @@ class Backend {
   // too large for a frame, so that a poisoned tensor reports why it was poisoned.
   virtual Status readable(ir::TensorId id) { return read(id).status(); }
   virtual Result<TensorMeta> meta(ir::TensorId id) const = 0;
+  // The bytes read(id) would give (numel times the dtype's size), or meta()'s error; without the
+  // copy of the shape meta() makes (the server sizes every read before it makes it).
+  virtual Result<uint64_t> nbytes(ir::TensorId id) const {
+    Result<TensorMeta> m = meta(id);
+    if (!m.ok()) return m.status();
+    return static_cast<uint64_t>(numel(m->shape)) * dtype_size(m->dtype);
+  }
   // Forgets a tensor; its memory is freed once no view refers to it. Unknown ids: kNotFound.
   virtual Status drop(ir::TensorId id) = 0;
   // Bytes of tensor storage held by this backend's table (views counted once per buffer).

@@ -57,7 +57,8 @@ namespace tw {
 inline constexpr ir::TensorId kGraphScratchIds = ir::TensorId{1} << 63;
 
 template <class T>
-struct TableTraits;  // static TensorMeta meta(const T&); static std::pair<const void*, size_t>
+struct TableTraits;  // static TensorMeta meta(const T&); static uint64_t nbytes(const T&) (a
+                     // read's bytes, numel x dtype size); static std::pair<const void*, size_t>
                      // storage(const T&): identity and bytes of the storage (null: none)
 
 inline std::string tensor_id_str(ir::TensorId id) { return "%" + std::to_string(id); }
@@ -84,6 +85,14 @@ class TableBackend : public Backend {
     if (it == table_.end()) return not_found("unknown tensor id " + tensor_id_str(id));
     if (auto* p = std::get_if<Poisoned>(&it->second)) return p->meta;
     return TableTraits<T>::meta(std::get<T>(it->second));
+  }
+  Result<uint64_t> nbytes(ir::TensorId id) const final {
+    auto it = table_.find(id);
+    if (it == table_.end()) return not_found("unknown tensor id " + tensor_id_str(id));
+    if (auto* p = std::get_if<Poisoned>(&it->second)) {
+      return static_cast<uint64_t>(numel(p->meta.shape)) * dtype_size(p->meta.dtype);
+    }
+    return TableTraits<T>::nbytes(std::get<T>(it->second));
   }
   Status drop(ir::TensorId id) final {
     auto it = table_.find(id);
@@ -124,6 +133,9 @@ class TableBackend : public Backend {
     // output: a backend may hand over a contiguous copy instead of a strided view, which each
     // of them would otherwise read in strides (the values are the same).
     bool elementwise_readers = false;
+    // An eager op's inputs as execute() found them in the table, in `ins` order (null: none
+    // given, as for a graph run's; the backend looks them up).
+    const T* const* in_tensors = nullptr;
   };
   // Runs an op that passed every check, moving one tensor per output into done[0, outs.size()).
   // A backend whose dispatch can work from `io` overrides this (the cpu backend: no per-op
@@ -286,6 +298,10 @@ class TableBackend : public Backend {
   // Where run_into() puts an op's results (capacity kept across ops: no per-op allocation).
   std::vector<T> done_;
   std::vector<ir::TensorId> ins_scratch_, outs_scratch_;  // execute_with's, reused
+  // execute_with's look-up of each input, in ins_scratch_'s order (null: unknown id), so that
+  // inference and the kernel find the inputs without hashing their ids again.
+  std::vector<const Entry*> in_entries_;
+  std::vector<const T*> in_tensors_;
   // Declared before the table, so the table (whose tensors may use arena storage) goes first.
   std::unordered_map<ir::GraphId, RegisteredGraph> graphs_;
   Table table_;
@@ -335,18 +351,32 @@ Status TableBackend<T>::execute_with(const ir::Op& op, std::vector<TensorMeta>* 
   // An input poisoned by an earlier failure poisons the outputs with the same error.
   ir::op_inputs(op, ins_scratch_);
   const std::vector<ir::TensorId>& ins = ins_scratch_;
+  in_entries_.clear();
+  in_tensors_.clear();
   for (ir::TensorId id : ins) {
     auto it = table_.find(id);
-    if (it == table_.end()) continue;  // inference reports unknown ids
+    if (it == table_.end()) {  // inference reports unknown ids
+      in_entries_.push_back(nullptr);
+      in_tensors_.push_back(nullptr);
+      continue;
+    }
     if (auto* p = std::get_if<Poisoned>(&it->second)) {
       Status err = p->error;
       poison(outs, nullptr, err);
       return err;
     }
+    in_entries_.push_back(&it->second);
+    in_tensors_.push_back(&std::get<T>(it->second));
   }
+  // The inputs' metas from the entries just found (none is poisoned by now).
+  auto input_meta = [this](ir::TensorId id) -> Result<TensorMeta> {
+    for (size_t i = 0; i < ins_scratch_.size(); ++i) {
+      if (ins_scratch_[i] == id && in_entries_[i]) return TableTraits<T>::meta(std::get<T>(*in_entries_[i]));
+    }
+    return meta(id);  // (unknown: meta() says so)
+  };
   Result<std::vector<TensorMeta>> metas =
-      inferred ? Result<std::vector<TensorMeta>>(std::move(*inferred))
-               : ir::infer(op, [this](ir::TensorId id) { return meta(id); });
+      inferred ? Result<std::vector<TensorMeta>>(std::move(*inferred)) : ir::infer(op, input_meta);
   if (!metas.ok()) {
     poison(outs, nullptr, metas.status());
     return metas.status();
@@ -364,7 +394,9 @@ Status TableBackend<T>::execute_with(const ir::Op& op, std::vector<TensorMeta>* 
     }
   }
   done_.resize(outs.size());
-  Status st = run_guarded(op, OpIo{ins, outs, *metas}, done_.data());
+  OpIo io{ins, outs, *metas};
+  io.in_tensors = in_tensors_.data();
+  Status st = run_guarded(op, io, done_.data());
   if (st.ok()) {
     for (size_t i = 0; i < outs.size(); ++i) insert(outs[i], std::move(done_[i]));
     done_.clear();

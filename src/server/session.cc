@@ -520,8 +520,7 @@ void Session::read_to_segment(const proto::Task& t, proto::OutFrame& f) {
 // A tensor too large for one frame (whose length is a u32) is refused, not truncated; a
 // poisoned one reports its poisoning error first, whatever its size.
 Result<TensorData> Session::read_for_wire(ir::TensorId id) {
-  TW_ASSIGN_OR_RETURN(TensorMeta m, backend_->meta(id));
-  uint64_t bytes = static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
+  TW_ASSIGN_OR_RETURN(uint64_t bytes, backend_->nbytes(id));
   constexpr uint64_t kRoom = 0xFFFFFFFFull - 4096;  // the frame's head beside the data
   if (bytes > kRoom) {
     TW_RETURN_NOT_OK(backend_->readable(id));

@@ -8,8 +8,12 @@ namespace tw::cpu {
 
 Status CpuBackend::run_into(const ir::Op& op, const OpIo& io, CpuTensor* done) {
   ctx_.reset(arena_);
-  for (ir::TensorId id : io.ins) {
-    TW_ASSIGN_OR_RETURN(const CpuTensor* t, tensor(id));
+  for (size_t i = 0; i < io.ins.size(); ++i) {
+    const ir::TensorId id = io.ins[i];
+    const CpuTensor* t = io.in_tensors ? io.in_tensors[i] : nullptr;
+    if (!t) {
+      TW_ASSIGN_OR_RETURN(t, tensor(id));
+    }
     ctx_.add_input_ref(id, t);
   }
   for (size_t i = 0; i < io.outs.size(); ++i) ctx_.add_output_ref(io.outs[i], &io.metas[i]);

@@ -8,6 +8,9 @@ namespace tw {
 template <>
 struct TableTraits<cpu::CpuTensor> {
   static TensorMeta meta(const cpu::CpuTensor& t) { return t.meta(); }
+  static uint64_t nbytes(const cpu::CpuTensor& t) {
+    return static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
+  }
   static std::pair<const void*, size_t> storage(const cpu::CpuTensor& t) {
     return {t.buffer.storage_id(), t.buffer.storage_bytes()};
   }

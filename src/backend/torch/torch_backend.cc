@@ -89,6 +89,9 @@ void install_allocator() {
 template <>
 struct TableTraits<at::Tensor> {
   static TensorMeta meta(const at::Tensor& t) { return torch::meta_of(t); }
+  static uint64_t nbytes(const at::Tensor& t) {
+    return static_cast<uint64_t>(t.numel()) * static_cast<uint64_t>(t.element_size());
+  }
   static std::pair<const void*, size_t> storage(const at::Tensor& t) {
     if (!t.has_storage()) return {nullptr, 0};
     return {t.storage().unsafeGetStorageImpl(), t.storage().nbytes()};

@@ -20,6 +20,7 @@ namespace tw {
 template <>
 struct TableTraits<TensorData> {
   static TensorMeta meta(const TensorData& d) { return d.meta; }
+  static uint64_t nbytes(const TensorData& d) { return d.bytes.size(); }
   static std::pair<const void*, size_t> storage(const TensorData& d) {
     return {d.bytes.storage_id(), d.bytes.storage_bytes()};
   }
