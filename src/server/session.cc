@@ -249,9 +249,9 @@ void Session::run(std::vector<proto::Task>& tasks, const Status& decoded, Sessio
   batch.tasks = std::move(tasks);
   batch.count = batch.tasks.size();
   batch.decoded = decoded;
-  (void)run(batch, out, Clock::time_point::max());
+  const bool finished = run(batch, out, Clock::time_point::max());
   tasks = std::move(batch.tasks);
-  tasks.clear();
+  if (finished) tasks.clear();  // (cleared Tasks otherwise: the vector comes back empty, as it did)
 }
 
 // ---- graphs ----
