@@ -297,6 +297,12 @@ class Connection {
   std::chrono::steady_clock::time_point idle_deadline_;  // the armed idle flush timer's expiry
   std::condition_variable park_cv_;  // park_locked()'s wait
   std::chrono::steady_clock::time_point last_caller_wait_;
+  // Waits in a row that outlasted the spin (wait_until): from kLongWaitsBeforeNoSpin on, a
+  // waiting caller sleeps at once ...
+  static constexpr uint32_t kLongWaitsBeforeNoSpin = 2;
+  static constexpr uint32_t kProbeEvery = 16;  // ... but every 16th spins, to find out again
+  uint32_t long_waits_ = 0;
+  uint32_t skipped_spins_ = 0;
   std::condition_variable reader_cv_;  // reader_busy_ cleared, or a reply arrived
   std::atomic<int> reader_waiters_{0};  // callers waiting on reader_cv_
   std::optional<asio::steady_timer> check_timer_;

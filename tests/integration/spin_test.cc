@@ -4,6 +4,7 @@
 // thread polling must not keep a newcomer on that shard waiting.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -119,6 +120,39 @@ double scraped(const ServerProcess& server, const std::string& name) {
     if (at == 0 || text[at - 1] == '\n') return std::stod(text.substr(at + name.size() + 1));
   }
   return -1;
+}
+
+// CPU time of the calling thread, in seconds.
+double thread_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_THREAD, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// A caller whose waits keep outlasting its spin (TW_SPIN_US) stops spinning: replies that slow
+// are not caught by it, and the spin only takes a core from a server on the same machine. Here
+// a 300 us spin and replies that take longer (a 384x384 matmul, ~0.4 ms) but come within the
+// 1 ms in which the caller stays the reader (a longer wait hands reading to the I/O thread,
+// which never spins): spinning every wait, the waiting thread would burn 30 ms of CPU in 100
+// waits; it spins on the first two and on every 16th, to find out again.
+TEST(Spin, ACallerStopsSpinningForRepliesThatOutlastTheSpin) {
+  ServerProcess server;
+  ::setenv("TW_SPIN_US", "300", 1);
+  Device d = Device::remote(server.url());
+  ::unsetenv("TW_SPIN_US");
+  Tensor a = full({384, 384}, 0.001, kF32, d);
+  auto slow = [&] { return a.matmul(a).sum().item<float>(); };
+  for (int i = 0; i < 3; ++i) (void)slow();  // warm up, and the first long waits
+  const double before = thread_cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  constexpr int kWaits = 100;
+  for (int i = 0; i < kWaits; ++i) (void)slow();
+  const double cpu = thread_cpu_seconds() - before;
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Spinning every wait: 30 ms of CPU; here ~2 ms of spins and the client's own work.
+  EXPECT_LT(cpu, 0.015) << cpu << " s of CPU waiting " << kWaits << " times in " << wall << " s";
 }
 
 // --spin-threads: a client alternating between two devices of a server with two worker threads
