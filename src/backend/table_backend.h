@@ -300,7 +300,6 @@ class TableBackend : public Backend {
   std::vector<ir::TensorId> ins_scratch_, outs_scratch_;  // execute_with's, reused
   // execute_with's look-up of each input, in ins_scratch_'s order (null: unknown id), so that
   // inference and the kernel find the inputs without hashing their ids again.
-  std::vector<const Entry*> in_entries_;
   std::vector<const T*> in_tensors_;
   // Declared before the table, so the table (whose tensors may use arena storage) goes first.
   std::unordered_map<ir::GraphId, RegisteredGraph> graphs_;
@@ -351,12 +350,10 @@ Status TableBackend<T>::execute_with(const ir::Op& op, std::vector<TensorMeta>* 
   // An input poisoned by an earlier failure poisons the outputs with the same error.
   ir::op_inputs(op, ins_scratch_);
   const std::vector<ir::TensorId>& ins = ins_scratch_;
-  in_entries_.clear();
   in_tensors_.clear();
   for (ir::TensorId id : ins) {
     auto it = table_.find(id);
     if (it == table_.end()) {  // inference reports unknown ids
-      in_entries_.push_back(nullptr);
       in_tensors_.push_back(nullptr);
       continue;
     }
@@ -365,13 +362,12 @@ Status TableBackend<T>::execute_with(const ir::Op& op, std::vector<TensorMeta>* 
       poison(outs, nullptr, err);
       return err;
     }
-    in_entries_.push_back(&it->second);
     in_tensors_.push_back(&std::get<T>(it->second));
   }
-  // The inputs' metas from the entries just found (none is poisoned by now).
+  // The inputs' metas from the tensors just found.
   auto input_meta = [this](ir::TensorId id) -> Result<TensorMeta> {
     for (size_t i = 0; i < ins_scratch_.size(); ++i) {
-      if (ins_scratch_[i] == id && in_entries_[i]) return TableTraits<T>::meta(std::get<T>(*in_entries_[i]));
+      if (ins_scratch_[i] == id && in_tensors_[i]) return TableTraits<T>::meta(*in_tensors_[i]);
     }
     return meta(id);  // (unknown: meta() says so)
   };

@@ -716,20 +716,25 @@ BatchDecoder::BatchDecoder(const Buffer& payload) : r_(payload) {
   }
 }
 
+bool BatchDecoder::decode_one(Task& t) {
+  Status s = decode_task(r_, t);
+  if (!s.ok()) {
+    status_ =
+        s.with_context("batch task " + std::to_string(index_) + " of " + std::to_string(count_));
+    return false;
+  }
+  if (++index_ == count_ && !r_.done()) {
+    status_ = data_loss(std::to_string(r_.remaining()) + " trailing bytes after batch");
+  }
+  return true;
+}
+
 bool BatchDecoder::next(std::vector<Task>& tasks, size_t max) {
-  if (!more()) return false;
   const size_t before = tasks.size();
   for (size_t k = 0; k < max && more(); ++k) {
-    Task& t = tasks.emplace_back();  // decoded in place: a Task is large to move
-    Status s = decode_task(r_, t);
-    if (!s.ok()) {
+    if (!decode_one(tasks.emplace_back())) {  // decoded in place: a Task is large to move
       tasks.pop_back();
-      status_ =
-          s.with_context("batch task " + std::to_string(index_) + " of " + std::to_string(count_));
       break;
-    }
-    if (++index_ == count_ && !r_.done()) {
-      status_ = data_loss(std::to_string(r_.remaining()) + " trailing bytes after batch");
     }
   }
   return tasks.size() > before;
@@ -739,15 +744,9 @@ size_t BatchDecoder::next_reusing(std::vector<Task>& tasks, size_t max) {
   size_t n = 0;
   for (; n < max && more(); ++n) {
     Task& t = n < tasks.size() ? tasks[n] : tasks.emplace_back();
-    Status s = decode_task(r_, t);
-    if (!s.ok()) {
+    if (!decode_one(t)) {
       clear_task(t);  // (a partly decoded task is not handed out)
-      status_ =
-          s.with_context("batch task " + std::to_string(index_) + " of " + std::to_string(count_));
       break;
-    }
-    if (++index_ == count_ && !r_.done()) {
-      status_ = data_loss(std::to_string(r_.remaining()) + " trailing bytes after batch");
     }
   }
   return n;

@@ -347,6 +347,8 @@ class BatchDecoder {
   const Status& status() const { return status_; }
 
  private:
+  // Decodes the next task into t, keeping the count and, on a failure, why (status_).
+  bool decode_one(Task& t);
   WireReader r_{nullptr, 0};
   uint32_t index_ = 0, count_ = 0;
   Status status_;

@@ -9,6 +9,16 @@
 namespace tw::server {
 namespace {
 
+// Whether another thread gets a hold on `budget` (given back at once).
+bool another_thread_holds(SpinBudget& budget) {
+  bool held = false;
+  std::thread([&] {
+    SpinBudget::Hold h(budget);
+    held = static_cast<bool>(h);
+  }).join();
+  return held;
+}
+
 TEST(SpinBudget, AtMostMaxThreadsHoldItAndNestedHoldsCountOnce) {
   SpinBudget budget(1);
   {
@@ -20,20 +30,10 @@ TEST(SpinBudget, AtMostMaxThreadsHoldItAndNestedHoldsCountOnce) {
       EXPECT_EQ(budget.spinning(), 1);
     }
     EXPECT_EQ(budget.spinning(), 1) << "the inner hold gave back the outer one's place";
-    bool other_held = true;
-    std::thread([&] {
-      SpinBudget::Hold h(budget);
-      other_held = static_cast<bool>(h);
-    }).join();
-    EXPECT_FALSE(other_held) << "a second thread spins beside the one allowed";
+    EXPECT_FALSE(another_thread_holds(budget)) << "a second thread spins beside the one allowed";
   }
   EXPECT_EQ(budget.spinning(), 0);
-  bool other_held = false;
-  std::thread([&] {
-    SpinBudget::Hold h(budget);
-    other_held = static_cast<bool>(h);
-  }).join();
-  EXPECT_TRUE(other_held) << "the place was not given back";
+  EXPECT_TRUE(another_thread_holds(budget)) << "the place was not given back";
 }
 
 TEST(SpinBudget, ABudgetBelowOneIsOne) {
