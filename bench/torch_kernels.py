@@ -32,9 +32,11 @@ MAX_RUNS = 1000
 def workloads():
     """(name, setup) pairs; setup() makes the inputs and returns the function to time."""
 
-    def matmul(n):
+    def matmul(rows, k=None, cols=None):
+        k, cols = k or rows, cols or rows
+
         def setup():
-            a, b = torch.randn(n, n), torch.randn(n, n)
+            a, b = torch.randn(rows, k), torch.randn(k, cols)
             return lambda: a @ b
         return setup
 
@@ -71,6 +73,7 @@ def workloads():
     return [
         ("matmul_f32_1024", matmul(1024)),
         ("matmul_f32_2048", matmul(2048)),
+        ("matmul_f32_256x768x3072", matmul(256, 768, 3072)),
         ("conv2d_f32_b32_c3to64_32x32_k3p1", conv2d),
         ("add_f32_16M", add),
         ("exp_f32_16M", exp),

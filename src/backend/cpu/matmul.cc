@@ -7,8 +7,10 @@
 // order within one task, so results do not depend on the thread count. Integer products and
 // sums wrap (computed on the unsigned type of the same width).
 #include <algorithm>
+#include <optional>
 
 #include "backend/cpu/dnnl_util.h"
+#include "core/buffer.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/structured_util.h"
@@ -56,7 +58,23 @@ struct MatMulPrimitive {
   dnnl::primitive prim;
   dnnl::memory::desc a_md, b_md, c_md, scratchpad;
   bool reference = false;  // oneDNN fell back to its slow reference kernel
+  // With b_blocked: b is first reordered to the blocked layout the kernel chose (b_blocked's
+  // desc), then the primitive reads that.
+  std::optional<DnnlReorder> b_reorder;
+  dnnl::memory::desc b_blocked;
 };
+
+// Whether a plain (unbatched) product [rows, k] x [k, cols] with b row-major first reorders b
+// to the kernel's blocked layout. oneDNN's brgemm kernel reading a row-major b in place slows to
+// 85-200 GFLOP/s on 2 threads when cols is 1536, 2560, 3072 or 3584 (about 370 elsewhere; the
+// 2048^3 case 330); on a blocked b it runs 360-400 for every shape measured, and the reorder
+// (one pass over b) costs under 16% of the product once rows >= 256. Smaller products keep
+// reading b in place, where the two are even. The same kernel sums over k in the same order
+// at any thread count either way.
+bool reorders_b(int64_t rows, int64_t k, int64_t cols, const Operand& b) {
+  constexpr int64_t kMinRows = 256, kMinMacs = int64_t{1} << 27;
+  return b.cs == 1 && b.rs != 1 && rows >= kMinRows && rows * k * cols >= kMinMacs;
+}
 
 DnnlCache<MatMulPrimitive>& matmul_cache() {
   static DnnlCache<MatMulPrimitive> cache;
@@ -134,8 +152,9 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
     const Strides ics(cs.begin() + outer, cs.end());
     const DnnlThreadsFor dnnl_threads(numel(batch) * n * k * m);
     const int threads = dnnl_threads.threads();
-    std::vector<int64_t> key = {
-        threads, static_cast<int64_t>(inner_batch.size()), n, k, m, a.rs, a.cs, b.rs, b.cs};
+    const bool block_b = inner_batch.empty() && outer == 0 && reorders_b(n, k, m, b);
+    std::vector<int64_t> key = {threads, static_cast<int64_t>(inner_batch.size()),
+                                n, k, m, a.rs, a.cs, b.rs, b.cs, block_b};
     for (size_t i = 0; i < inner_batch.size(); ++i) {
       key.insert(key.end(), {inner_batch[i], ias[i], ibs[i], ics[i]});
     }
@@ -144,11 +163,17 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
       p.a_md = operand_md(inner_batch, ias, n, k, a.rs, a.cs);
       p.b_md = operand_md(inner_batch, ibs, k, m, b.rs, b.cs);
       p.c_md = operand_md(inner_batch, ics, n, m, m, 1);
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a_md, p.b_md, p.c_md), dnnl_attr(),
-                                      dnnl_engine());
+      const dnnl::memory::desc any_b({k, m}, dnnl::memory::data_type::f32,
+                                     dnnl::memory::format_tag::any);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a_md, block_b ? any_b : p.b_md, p.c_md),
+                                      dnnl_attr(), dnnl_engine());
       p.reference = std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
       p.scratchpad = pd.scratchpad_desc();
       p.prim = dnnl::matmul(pd);
+      if (block_b) {
+        p.b_blocked = pd.weights_desc();
+        p.b_reorder = dnnl_reorder(p.b_md, p.b_blocked);
+      }
       return p;
     });
     if (!made.ok() && attempt == 0) continue;
@@ -165,6 +190,13 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
         dnnl::memory am(p.a_md, dnnl_engine(), a.t.data<float>() + it.off[0]);
         dnnl::memory bm(p.b_md, dnnl_engine(), b.t.data<float>() + it.off[1]);
         dnnl::memory cm(p.c_md, dnnl_engine(), out.data<float>() + it.off[2]);
+        Buffer blocked;
+        if (p.b_reorder) {
+          blocked = Buffer::allocate(p.b_blocked.get_size());
+          dnnl::memory to(p.b_blocked, dnnl_engine(), blocked.data());
+          TW_RETURN_NOT_OK(dnnl_run_reorder("matmul", *p.b_reorder, bm, to));
+          bm = to;
+        }
         TW_RETURN_NOT_OK(
             dnnl_run("matmul", p.prim, p.scratchpad,
                      {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}}));

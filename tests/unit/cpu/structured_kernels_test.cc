@@ -131,6 +131,37 @@ TEST(StructuredKernels, MatMulTransposedAndStridedInputs) {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-13) << i;
 }
 
+// Products large enough that b is first reordered to oneDNN's blocked layout (matmul.cc,
+// reorders_b): a contiguous b, and b as a column slice of a wider matrix (rows 1600 apart).
+// Checked at sampled elements against sums in double.
+TEST(StructuredKernels, MatMulLargeRowMajorBReorderedAgainstNaive) {
+  constexpr int64_t kRows = 256, kK = 512, kCols = 1536;
+  const CpuTensor a = random_f32({kRows, kK}, 7);
+  const CpuTensor wide = random_f32({kK, 1600}, 8);
+  Harness h;
+  ir::Slice sl{.x = h.in(wide),
+               .starts = {0, 40},
+               .ends = {kK, 40 + kCols},
+               .steps = {1, 1},
+               .out = h.out({kK, kCols}, kF32)};
+  const CpuTensor sliced = h.run(sl);
+  ASSERT_EQ(sliced.strides, (Strides{1600, 1}));
+  for (const CpuTensor& b : {random_f32({kK, kCols}, 9), sliced}) {
+    const CpuTensor c = matmul(a, b, {kRows, kCols}, kF32);
+    for (int64_t i = 0; i < kRows; i += 37) {
+      for (int64_t j = 0; j < kCols; j += 101) {
+        double want = 0, mag = 0;
+        for (int64_t p = 0; p < kK; ++p) {
+          const double t = at<float>(a, {i, p}) * at<float>(b, {p, j});
+          want += t;
+          mag += std::abs(t);
+        }
+        ASSERT_NEAR(at<float>(c, {i, j}), want, 1e-5 * mag) << i << ", " << j;
+      }
+    }
+  }
+}
+
 TEST(StructuredKernels, MatMulBatchedBroadcast) {
   // [2, 1, 3, 4] x [5, 4, 6] -> [2, 5, 3, 6]
   const CpuTensor a = random_f32({2, 1, 3, 4}, 7), b = random_f32({5, 4, 6}, 8);
