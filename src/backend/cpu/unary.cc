@@ -86,13 +86,13 @@ void numeric_block(UnaryKind k, const T* in, T* out, int64_t n) {
 void float_block(UnaryKind k, const float* in, float* out, int64_t n) {
   using namespace vm;
   switch (k) {
-    case UnaryKind::kExp: return map_f32(in, out, n, [](auto v) { return exp_f32(v); });
-    case UnaryKind::kLog: return map_f32(in, out, n, [](auto v) { return log_f32(v); });
-    case UnaryKind::kTanh: return map_f32(in, out, n, [](auto v) { return tanh_f32(v); });
-    case UnaryKind::kSigmoid: return map_f32(in, out, n, [](auto v) { return sigmoid_f32(v); });
-    case UnaryKind::kErf: return map_f32(in, out, n, [](auto v) { return erf_f32(v); });
+    case UnaryKind::kExp: return map_f32<true>(in, out, n, [](auto v) { return exp_f32(v); });
+    case UnaryKind::kLog: return map_f32<true>(in, out, n, [](auto v) { return log_f32(v); });
+    case UnaryKind::kTanh: return map_f32<true>(in, out, n, [](auto v) { return tanh_f32(v); });
+    case UnaryKind::kSigmoid: return map_f32<true>(in, out, n, [](auto v) { return sigmoid_f32(v); });
+    case UnaryKind::kErf: return map_f32<true>(in, out, n, [](auto v) { return erf_f32(v); });
     case UnaryKind::kGelu:
-      return map_f32(in, out, n, [](auto v) {
+      return map_f32<true>(in, out, n, [](auto v) {
         auto half_x = mul(v, splat(v, 0.5f));
         return mul(half_x, add(splat(v, 1.0f), erf_f32(mul(v, splat(v, kSqrtHalfF)))));
       });
