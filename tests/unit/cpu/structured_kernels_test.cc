@@ -131,12 +131,34 @@ TEST(StructuredKernels, MatMulTransposedAndStridedInputs) {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-13) << i;
 }
 
+// c = a x b checked at sampled elements against sums in double; a is [batch, rows, k], b is
+// [k, cols] (shared by every batch) or [batch, k, cols].
+void expect_sampled_matmul(const CpuTensor& a, const CpuTensor& b, const CpuTensor& c) {
+  const int64_t batches = a.shape[0], rows = a.shape[1], k = a.shape[2];
+  const int64_t cols = b.shape.back();
+  for (int64_t n = 0; n < batches; ++n) {
+    for (int64_t i = 0; i < rows; i += 37) {
+      for (int64_t j = 0; j < cols; j += 101) {
+        double want = 0, mag = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double bv = b.rank() == 2 ? at<float>(b, {p, j}) : at<float>(b, {n, p, j});
+          const double t = at<float>(a, {n, i, p}) * bv;
+          want += t;
+          mag += std::abs(t);
+        }
+        ASSERT_NEAR(at<float>(c, {n, i, j}), want, 1e-5 * mag) << n << ", " << i << ", " << j;
+      }
+    }
+  }
+}
+
 // Products large enough that b is first reordered to oneDNN's blocked layout (matmul.cc,
-// reorders_b): a contiguous b, and b as a column slice of a wider matrix (rows 1600 apart).
-// Checked at sampled elements against sums in double.
+// reorders_b): a contiguous b, b as a column slice of a wider matrix (rows 1600 apart), a
+// batched a sharing one b (its batches become rows of one product), and a batched b (reordered
+// batch by batch).
 TEST(StructuredKernels, MatMulLargeRowMajorBReorderedAgainstNaive) {
   constexpr int64_t kRows = 256, kK = 512, kCols = 1536;
-  const CpuTensor a = random_f32({kRows, kK}, 7);
+  const CpuTensor a = random_f32({1, kRows, kK}, 7);
   const CpuTensor wide = random_f32({kK, 1600}, 8);
   Harness h;
   ir::Slice sl{.x = h.in(wide),
@@ -147,19 +169,24 @@ TEST(StructuredKernels, MatMulLargeRowMajorBReorderedAgainstNaive) {
   const CpuTensor sliced = h.run(sl);
   ASSERT_EQ(sliced.strides, (Strides{1600, 1}));
   for (const CpuTensor& b : {random_f32({kK, kCols}, 9), sliced}) {
-    const CpuTensor c = matmul(a, b, {kRows, kCols}, kF32);
-    for (int64_t i = 0; i < kRows; i += 37) {
-      for (int64_t j = 0; j < kCols; j += 101) {
-        double want = 0, mag = 0;
-        for (int64_t p = 0; p < kK; ++p) {
-          const double t = at<float>(a, {i, p}) * at<float>(b, {p, j});
-          want += t;
-          mag += std::abs(t);
-        }
-        ASSERT_NEAR(at<float>(c, {i, j}), want, 1e-5 * mag) << i << ", " << j;
-      }
-    }
+    SCOPED_TRACE(b.strides[0]);
+    expect_sampled_matmul(a, b, matmul(a, b, {1, kRows, kCols}, kF32));
   }
+  const CpuTensor a3 = random_f32({3, kRows, kK}, 10), b2 = random_f32({kK, kCols}, 11);
+  expect_sampled_matmul(a3, b2, matmul(a3, b2, {3, kRows, kCols}, kF32));
+  const CpuTensor b3 = random_f32({3, kK, kCols}, 12);
+  expect_sampled_matmul(a3, b3, matmul(a3, b3, {3, kRows, kCols}, kF32));
+}
+
+// Small batches sharing one b fold into rows of one product whatever their size; the result is
+// the same as the naive loops'.
+TEST(StructuredKernels, MatMulBatchesSharingBFoldIntoRows) {
+  const CpuTensor a = random_f32({3, 5, 7}, 15), b = random_f32({7, 4}, 16);
+  expect_near_all(naive_matmul(a, b, {3, 5, 4}), values<float>(matmul(a, b, {3, 5, 4}, kF32)),
+                  1e-5);
+  const CpuTensor a4 = random_f32({2, 3, 5, 7}, 17);
+  expect_near_all(naive_matmul(a4, b, {2, 3, 5, 4}),
+                  values<float>(matmul(a4, b, {2, 3, 5, 4}, kF32)), 1e-5);
 }
 
 TEST(StructuredKernels, MatMulBatchedBroadcast) {
