@@ -21,6 +21,16 @@ import subprocess
 TARGETS = [("matmul", 0.7), ("conv2d", 0.7), ("", 1.0)]
 
 
+def matmul_flops(name):
+    """Floating-point operations of a matmul workload, from its name: matmul_f32_N (N x N x N)
+    or matmul_f32_RxKxC; None for other workloads."""
+    if not name.startswith("matmul_f32_"):
+        return None
+    dims = [int(d) for d in name[len("matmul_f32_"):].split("x")]
+    rows, k, cols = dims * 3 if len(dims) == 1 else dims
+    return 2.0 * rows * k * cols
+
+
 def target_for(name):
     return next(t for prefix, t in TARGETS if name.startswith(prefix))
 
@@ -47,6 +57,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", required=True, help="the JSON bench/compare_torch.py wrote")
     ap.add_argument("--out")
+    ap.add_argument("--fma-peak", type=float,
+                    help="GFLOP/s of tw_bench_fma_peak on the same threads (matmul rows' ceiling)")
     args = ap.parse_args()
     with open(args.results) as f:
         res = json.load(f)
@@ -108,6 +120,26 @@ def main():
         "|---|---:|---:|---:|---:|---:|---|---:|---:|",
         *rows,
     ]
+    if args.fma_peak:
+        lines += ["", f"The chip's f32 FMA peak on the same threads, registers only "
+                  f"(`tw_bench_fma_peak`, run right after): {args.fma_peak:.0f} GFLOP/s. "
+                  "Matmul rows as GFLOP/s and share of that peak (tensorwire / best torch), and the "
+                  "share tensorwire would need for the row's target:", ""]
+        for name in res["workloads"]:
+            flops = matmul_flops(name)
+            if not flops:
+                continue
+            tw = median(numbers(series("tw", name)))
+            best = median([b for b in (min(numbers([p, q])) if numbers([p, q]) else None
+                                       for p, q in zip(series("torch_plain", name),
+                                                       series("torch_tuned", name))) if b])
+            if not tw or not best:
+                continue
+            g_tw, g_torch = flops / tw / 1e6, flops / best / 1e6
+            need = g_torch / target_for(name)
+            lines.append(f"- {name}: {g_tw:.0f} / {g_torch:.0f} GFLOP/s ({100 * g_tw / args.fma_peak:.0f}% / "
+                         f"{100 * g_torch / args.fma_peak:.0f}%); target needs {need:.0f} GFLOP/s "
+                         f"({100 * need / args.fma_peak:.0f}% of the peak)")
     if notes:
         lines += ["", *notes]
     text = "\n".join(lines) + "\n"

@@ -33,6 +33,7 @@ scripts/bootstrap.sh python3-torch python3-numpy libopenblas0-pthread
 
 source bench/build_release.sh
 build_release compare_torch tw_bench_kernels
+build_release compare_torch tw_bench_fma_peak
 
 # Timings on a busy machine measure the other work; say so rather than silently print them.
 read -r load1 _ < /proc/loadavg
@@ -48,5 +49,8 @@ trap 'rm -rf "$out"' EXIT
 
 $PY bench/compare_torch.py --build "$BUILD" --threads "$THREADS" --rounds "$ROUNDS" \
   --repetitions "$REPETITIONS" --tuned-env "$TORCH_TUNABLES" --results "$out/results.json"
+# The chip's f32 FMA peak on the same threads, right after: the ceiling the matmul rows sit under.
+peak=$("$BUILD/bench/tw_bench_fma_peak" --threads "$THREADS")
 mkdir -p bench/results
-$PY bench/compare_table.py --results "$out/results.json" --out bench/results/kernels.md
+$PY bench/compare_table.py --results "$out/results.json" --fma-peak "$peak" \
+  --out bench/results/kernels.md

@@ -10,10 +10,10 @@
 #include <optional>
 
 #include "backend/cpu/dnnl_util.h"
-#include "core/buffer.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/structured_util.h"
+#include "core/buffer.h"
 #include "core/thread_pool.h"
 
 namespace tw::cpu {
@@ -161,16 +161,17 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
     // batched kernel on a blocked b ran [8, 256, 768] x [8, 768, 3072] at 148 GFLOP/s (115 on
     // the row-major b), where each batch alone runs at about 320.
     const bool block_b = reorders_b(rows, k, m, b);
-    const size_t outer = block_b                               ? batch.size()
+    const size_t outer = block_b                            ? batch.size()
                          : batch.size() > kDnnlMaxBatchDims ? batch.size() - kDnnlMaxBatchDims
-                                                              : 0;
+                                                            : 0;
     const Shape inner_batch(batch.begin() + outer, batch.end());
     const Strides ias(as.begin() + outer, as.end()), ibs(bs.begin() + outer, bs.end());
     const Strides ics(cs.begin() + outer, cs.end());
     const DnnlThreadsFor dnnl_threads(numel(batch) * rows * k * m);
     const int threads = dnnl_threads.threads();
-    std::vector<int64_t> key = {threads, static_cast<int64_t>(inner_batch.size()),
-                                rows, k, m, a.rs, a.cs, b.rs, b.cs, block_b};
+    std::vector<int64_t> key = {
+        threads, static_cast<int64_t>(inner_batch.size()), rows, k, m, a.rs, a.cs, b.rs, b.cs,
+        block_b};
     for (size_t i = 0; i < inner_batch.size(); ++i) {
       key.insert(key.end(), {inner_batch[i], ias[i], ibs[i], ics[i]});
     }

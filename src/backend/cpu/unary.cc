@@ -89,7 +89,8 @@ void float_block(UnaryKind k, const float* in, float* out, int64_t n) {
     case UnaryKind::kExp: return map_f32<true>(in, out, n, [](auto v) { return exp_f32(v); });
     case UnaryKind::kLog: return map_f32<true>(in, out, n, [](auto v) { return log_f32(v); });
     case UnaryKind::kTanh: return map_f32<true>(in, out, n, [](auto v) { return tanh_f32(v); });
-    case UnaryKind::kSigmoid: return map_f32<true>(in, out, n, [](auto v) { return sigmoid_f32(v); });
+    case UnaryKind::kSigmoid:
+      return map_f32<true>(in, out, n, [](auto v) { return sigmoid_f32(v); });
     case UnaryKind::kErf: return map_f32<true>(in, out, n, [](auto v) { return erf_f32(v); });
     case UnaryKind::kGelu:
       return map_f32<true>(in, out, n, [](auto v) {

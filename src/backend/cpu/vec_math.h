@@ -242,7 +242,8 @@ inline void map_f32(const float* in, float* out, int64_t n, F f) {
   int64_t i = 0;
 #ifdef TW_VEC_MATH_AVX2
   for (; i + 16 <= n; i += 16) {
-    if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(in + i + kPrefetchAhead), _MM_HINT_T0);
+    if constexpr (kPrefetch)
+      _mm_prefetch(reinterpret_cast<const char*>(in + i + kPrefetchAhead), _MM_HINT_T0);
     _mm256_storeu_ps(out + i, f(_mm256_loadu_ps(in + i)));
     _mm256_storeu_ps(out + i + 8, f(_mm256_loadu_ps(in + i + 8)));
   }

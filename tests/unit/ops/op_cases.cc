@@ -814,7 +814,8 @@ std::vector<OpCase> build_large_cases() {
   t.add("matmul", {In({256, 512}, kF32).as(Layout::kTransposed), In({512, 128}, kF32)}, {}, E, "transposed");
   // Large enough that b is first reordered to the kernel's blocked layout (matmul.cc, reorders_b).
   t.add("matmul", {In({256, 512}, kF32), In({512, 1536}, kF32)}, {}, E, "blocked_b");
-  t.add("matmul", {In({2, 128, 512}, kF32), In({512, 1536}, kF32)}, {}, E, "batches_as_rows_blocked_b");
+  t.add("matmul", {In({2, 128, 512}, kF32), In({512, 1536}, kF32)}, {}, E,
+        "batches_as_rows_blocked_b");
   t.add("matmul", {In({2, 256, 512}, kF32), In({2, 512, 1536}, kF32)}, {}, E, "batched_blocked_b");
   // Shapes where a GEMM library may split the reduction dim k across threads.
   t.add("matmul", {In({8, 131072}, kF32), In({131072, 8}, kF32)}, {}, E, "long_k");
