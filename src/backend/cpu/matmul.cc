@@ -204,13 +204,13 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
     const int64_t outer_count = numel(outer_shape);
     Buffer blocked;
     int64_t blocked_from = -1;  // the offset in b of the matrix `blocked` holds
-    if (p.b_reorder) blocked = Buffer::allocate(p.b_blocked.get_size());
     for (int64_t i = 0; i < outer_count; ++i, it.next()) {
       try {
         dnnl::memory am(p.a_md, dnnl_engine(), a.t.data<float>() + it.off[0]);
         dnnl::memory bm(p.b_md, dnnl_engine(), b.t.data<float>() + it.off[1]);
         dnnl::memory cm(p.c_md, dnnl_engine(), out.data<float>() + it.off[2]);
         if (p.b_reorder) {
+          if (!blocked.data()) blocked = Buffer::allocate(p.b_blocked.get_size());
           dnnl::memory to(p.b_blocked, dnnl_engine(), blocked.data());
           if (it.off[1] != blocked_from) {  // a b broadcast over batches is reordered once
             TW_RETURN_NOT_OK(dnnl_run_reorder("matmul", *p.b_reorder, bm, to));

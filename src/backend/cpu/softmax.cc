@@ -97,7 +97,7 @@ void softmax_row(const T* x, T* y, int64_t len, bool log_out) {
   // asked for meanwhile, a cache line per 64 bytes: 4096 x 4096 f32 on 2 threads 7.7 -> 6.5 ms.
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   for (int64_t i = 0; i < body; i += W) {
-    if (i % kLine == 0) __builtin_prefetch(x + len + i);
+    if (i % kLine == 0) vm::prefetch_at(x + i, len * int64_t{sizeof(T)});
     const V e = exp(V::load(x + i) - mv);
     if (!log_out) e.store(y + i);
     vs = vs + e;

@@ -234,6 +234,13 @@ inline V erf_f32(V x) {
 // enough ahead; a prefetch never changes a result.
 inline constexpr int64_t kPrefetchAhead = 1024;
 
+// Asks the cache for the line `bytes` past p. The address is computed as an integer: past the
+// end of the array it names no object, and a prefetch of any address never faults.
+inline void prefetch_at(const void* p, int64_t bytes) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) +
+                                                   static_cast<uintptr_t>(bytes)));
+}
+
 // out[i] = f(in[i]) for a generic lambda f over the lane types: eight lanes at a time, the tail
 // one by one (with identical results, see the top of this file). kPrefetch: f is expensive
 // enough (a polynomial) that `in` is prefetched kPrefetchAhead elements ahead.
@@ -242,8 +249,7 @@ inline void map_f32(const float* in, float* out, int64_t n, F f) {
   int64_t i = 0;
 #ifdef TW_VEC_MATH_AVX2
   for (; i + 16 <= n; i += 16) {
-    if constexpr (kPrefetch)
-      _mm_prefetch(reinterpret_cast<const char*>(in + i + kPrefetchAhead), _MM_HINT_T0);
+    if constexpr (kPrefetch) prefetch_at(in + i, kPrefetchAhead * int64_t{sizeof(float)});
     _mm256_storeu_ps(out + i, f(_mm256_loadu_ps(in + i)));
     _mm256_storeu_ps(out + i + 8, f(_mm256_loadu_ps(in + i + 8)));
   }
