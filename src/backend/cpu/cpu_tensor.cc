@@ -221,6 +221,63 @@ void transpose_as<uint32_t>(const CpuTensor& t, std::byte* out) {
     }
   });
 }
+
+// The dim of t, other than the last, whose elements lie next to each other (stride 1) while the
+// last dim's do not: t is then, for every index of its other dims, a matrix [that dim, last dim]
+// stored column by column (a permuted batch of matrices: [b, s, d] viewed as [b, d, s], NCHW as
+// NHWC). -1 when there is none.
+int unit_stride_dim(const CpuTensor& t) {
+  const int64_t r = t.rank();
+  if (r < 3 || t.shape[r - 1] < 2 || t.strides[r - 1] == 1) return -1;
+  for (int64_t d = 0; d + 1 < r; ++d) {
+    if (t.strides[d] == 1 && t.shape[d] > 1) return static_cast<int>(d);
+  }
+  return -1;
+}
+
+// copy_to_contiguous for 4-byte elements when dim p has stride 1 (unit_stride_dim): for every
+// index of the other dims, the [P, L] matrix (P = dim p, L = the last dim) in 8x8 register
+// blocks, each task a block of 8 source columns (8 runs of P elements read front to back, 8
+// elements written into each of P output rows). [64, 256, 1024] read as [64, 1024, 256]: 25 ms
+// element by element, about 10-14 ms this way (2 threads).
+void transpose_slabs(const CpuTensor& t, int p, std::byte* out) {
+  const int64_t r = t.rank();
+  const int64_t rows = t.shape[p], cols = t.shape[r - 1], cs = t.strides[r - 1];
+  const Strides out_strides = contiguous_strides(t.shape);
+  const int64_t ds = out_strides[p];
+  Shape other;
+  Strides in_other, out_other;
+  for (int64_t d = 0; d + 1 < r; ++d) {
+    if (d == p) continue;
+    other.push_back(t.shape[d]);
+    in_other.push_back(t.strides[d]);
+    out_other.push_back(out_strides[d]);
+  }
+  const float* src = reinterpret_cast<const float*>(t.bytes());
+  float* dst = reinterpret_cast<float*>(out);
+  const int64_t col_blocks = (cols + 7) / 8;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (8 * rows));
+  parallel_chunks(numel(other) * col_blocks, grain, [&](int64_t, int64_t b, int64_t e) {
+    StridedIter<2> it(other, {in_other, out_other});
+    int64_t slab = -1;
+    for (int64_t task = b; task < e; ++task) {
+      if (task / col_blocks != slab) {
+        slab = task / col_blocks;
+        it.seek(slab);
+      }
+      const float* s = src + it.off[0];
+      float* d = dst + it.off[1];
+      const int64_t c0 = (task % col_blocks) * 8, nc = std::min<int64_t>(8, cols - c0);
+      int64_t r0 = 0;
+      if (nc == 8) {
+        for (; r0 + 8 <= rows; r0 += 8) transpose_8x8(s + c0 * cs + r0, cs, d + r0 * ds + c0, ds);
+      }
+      for (int64_t i = r0; i < rows; ++i) {
+        for (int64_t j = c0; j < c0 + nc; ++j) std::memcpy(d + i * ds + j, s + i + j * cs, 4);
+      }
+    }
+  });
+}
 #endif
 
 }  // namespace
@@ -246,6 +303,11 @@ void copy_to_contiguous(const CpuTensor& t, std::byte* dst) {
       default: break;
     }
   }
+#ifdef __AVX2__
+  if (es == 4) {
+    if (const int p = unit_stride_dim(t); p >= 0) return transpose_slabs(t, p, dst);
+  }
+#endif
   // Copy rows of the innermost dim; chunks of rows in parallel (pure copies: any partition
   // gives the same bytes).
   const int64_t inner = t.shape.back();
