@@ -68,6 +68,7 @@ def main():
         return [r.get(side, {}).get(name) for r in rounds]
 
     rows, notes = [], []
+    medians = {}  # name -> (tensorwire's median, the best torch's median), in ms
     for name in res["workloads"]:
         tw, plain, tuned = series("tw", name), series("torch_plain", name), series("torch_tuned", name)
         tw_torch = series("tw_torch", name)
@@ -87,6 +88,7 @@ def main():
             if err:
                 notes.append(f"- {name}: {side}: {err}")
         tt_s = f"{median(tt_ratios):.2f}" if tt_ratios else "n/a"
+        medians[name] = (median(numbers(tw)), median([b for b in best if b]))
         rows.append(f"| {name} | {fmt(median(numbers(tw)))} | {fmt(median(numbers(plain)))} | "
                     f"{fmt(median(numbers(tuned)))} | {ratio_s} | <= {target} | {verdict} | "
                     f"{fmt(median(numbers(tw_torch)))} | {tt_s} |")
@@ -129,10 +131,7 @@ def main():
             flops = matmul_flops(name)
             if not flops:
                 continue
-            tw = median(numbers(series("tw", name)))
-            best = median([b for b in (min(numbers([p, q])) if numbers([p, q]) else None
-                                       for p, q in zip(series("torch_plain", name),
-                                                       series("torch_tuned", name))) if b])
+            tw, best = medians[name]
             if not tw or not best:
                 continue
             g_tw, g_torch = flops / tw / 1e6, flops / best / 1e6

@@ -198,37 +198,13 @@ inline void transpose_8x8(const float* src, int64_t cs, float* dst, int64_t ds) 
   }
 }
 
-// transpose_tiles for 4-byte elements in 8x8 register blocks (several times faster than the
-// buffered tiles); the edges element by element.
-template <>
-void transpose_as<uint32_t>(const CpuTensor& t, std::byte* out) {
-  const float* src = reinterpret_cast<const float*>(t.bytes());
-  float* dst = reinterpret_cast<float*>(out);
-  const int64_t rows = t.shape[0], cols = t.shape[1], cs = t.strides[1];
-  const int64_t blocks = (rows + 7) / 8;
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (8 * cols));
-  parallel_chunks(blocks, grain, [&](int64_t, int64_t b, int64_t e) {
-    for (int64_t rb = b; rb < e; ++rb) {
-      const int64_t r0 = rb * 8, nr = std::min<int64_t>(8, rows - r0);
-      int64_t c0 = 0;
-      if (nr == 8) {
-        for (; c0 + 8 <= cols; c0 += 8)
-          transpose_8x8(src + c0 * cs + r0, cs, dst + r0 * cols + c0, cols);
-      }
-      for (int64_t r = r0; r < r0 + nr; ++r) {
-        for (int64_t c = c0; c < cols; ++c) std::memcpy(dst + r * cols + c, src + r + c * cs, 4);
-      }
-    }
-  });
-}
-
 // The dim of t, other than the last, whose elements lie next to each other (stride 1) while the
 // last dim's do not: t is then, for every index of its other dims, a matrix [that dim, last dim]
-// stored column by column (a permuted batch of matrices: [b, s, d] viewed as [b, d, s], NCHW as
-// NHWC). -1 when there is none.
+// stored column by column (a transposed matrix, a permuted batch of matrices: [b, s, d] viewed
+// as [b, d, s], NCHW as NHWC). -1 when there is none.
 int unit_stride_dim(const CpuTensor& t) {
   const int64_t r = t.rank();
-  if (r < 3 || t.shape[r - 1] < 2 || t.strides[r - 1] == 1) return -1;
+  if (r < 2 || t.shape[r - 1] < 2 || t.strides[r - 1] == 1) return -1;
   for (int64_t d = 0; d + 1 < r; ++d) {
     if (t.strides[d] == 1 && t.shape[d] > 1) return static_cast<int>(d);
   }
@@ -239,7 +215,8 @@ int unit_stride_dim(const CpuTensor& t) {
 // index of the other dims, the [P, L] matrix (P = dim p, L = the last dim) in 8x8 register
 // blocks, each task a block of 8 source columns (8 runs of P elements read front to back, 8
 // elements written into each of P output rows). [64, 256, 1024] read as [64, 1024, 256]: 25 ms
-// element by element, about 10-14 ms this way (2 threads).
+// element by element, about 10-14 ms this way (2 threads); a 4096 x 4096 transpose 14-17 ms as
+// 2-D row blocks, 10-11 ms this way.
 void transpose_slabs(const CpuTensor& t, int p, std::byte* out) {
   const int64_t r = t.rank();
   const int64_t rows = t.shape[p], cols = t.shape[r - 1], cs = t.strides[r - 1];
@@ -294,6 +271,11 @@ void copy_to_contiguous(const CpuTensor& t, std::byte* dst) {
     std::memcpy(dst, t.bytes(), static_cast<size_t>(n) * es);
     return;
   }
+#ifdef __AVX2__
+  if (es == 4) {
+    if (const int p = unit_stride_dim(t); p >= 0) return transpose_slabs(t, p, dst);
+  }
+#endif
   if (is_transposed_matrix(t)) {
     switch (es) {
       case 1: return transpose_as<uint8_t>(t, dst);
@@ -303,11 +285,6 @@ void copy_to_contiguous(const CpuTensor& t, std::byte* dst) {
       default: break;
     }
   }
-#ifdef __AVX2__
-  if (es == 4) {
-    if (const int p = unit_stride_dim(t); p >= 0) return transpose_slabs(t, p, dst);
-  }
-#endif
   // Copy rows of the innermost dim; chunks of rows in parallel (pure copies: any partition
   // gives the same bytes).
   const int64_t inner = t.shape.back();
