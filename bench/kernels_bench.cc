@@ -106,6 +106,61 @@ void bm_matmul(benchmark::State& state, int64_t rows, int64_t k, int64_t cols) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// ---- a layer's input times its weights: [8, 256, 768] x [768, 3072], f32 ----
+// (the batches become rows of one product: matmul.cc)
+void bm_batched_matmul(benchmark::State& state) {
+  constexpr int64_t kBatch = 8, kRows = 256, kK = 768, kCols = 3072;
+  tw::manual_seed(kSeed);
+  tw::Tensor a = tw::randn({kBatch, kRows, kK}, tw::kF32, device());
+  tw::Tensor b = tw::randn({kK, kCols}, tw::kF32, device());
+  auto check = [&] {
+    std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
+    std::vector<float> cv = a.matmul(b).to_vector<float>();
+    for (int64_t n : {int64_t{0}, kBatch - 1}) {
+      for (int64_t i : sample_positions(kRows, 3)) {
+        for (int64_t j : sample_positions(kCols, 3)) {
+          double want = 0, mag = 0;
+          for (int64_t p = 0; p < kK; ++p) {
+            double t = double{av[(n * kRows + i) * kK + p]} * bv[p * kCols + j];
+            want += t;
+            mag += std::abs(t);
+          }
+          expect_near(cv[(n * kRows + i) * kCols + j], want, 1e-4 * mag + 1e-6, "batched matmul");
+        }
+      }
+    }
+  };
+  run_checked(state, check, [&] {
+    tw::Tensor c = a.matmul(b);
+    c.device().sync();
+  });
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kBatch * kRows * kK * kCols * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- a contiguous copy of a permuted view: [64, 256, 1024] read as [64, 1024, 256], f32 ----
+void bm_permute_copy(benchmark::State& state) {
+  constexpr int64_t kB = 64, kS = 256, kD = 1024;
+  tw::manual_seed(kSeed);
+  tw::Tensor x = tw::randn({kB, kS, kD}, tw::kF32, device());
+  auto check = [&] {
+    std::vector<float> xv = x.to_vector<float>();
+    std::vector<float> yv = x.permute({0, 2, 1}).reshape({kB * kD * kS}).to_vector<float>();
+    for (int64_t n : sample_positions(kB, 3)) {
+      for (int64_t d : sample_positions(kD, 9)) {
+        for (int64_t s : sample_positions(kS, 9)) {
+          expect_near(yv[(n * kD + d) * kS + s], xv[(n * kS + s) * kD + d], 0, "permute copy");
+        }
+      }
+    }
+  };
+  run_checked(state, check, [&] {
+    tw::Tensor y = x.permute({0, 2, 1}).reshape({kB * kD * kS});
+    y.device().sync();
+  });
+  state.SetBytesProcessed(state.iterations() * kB * kS * kD * 2 * int64_t{sizeof(float)});
+}
+
 // ---- conv2d forward: x [32, 3, 32, 32], w [64, 3, 3, 3], bias [64], stride 1, padding 1 ----
 void bm_conv2d(benchmark::State& state) {
   constexpr int64_t kN = 32, kC = 3, kO = 64, kH = 32, kW = 32, kK = 3, kPad = 1;
@@ -282,6 +337,8 @@ int main(int argc, char** argv) {
   // A transformer's feed-forward shape (GPT-2 small: 768 -> 3072, 256 tokens).
   add_benchmark("matmul_f32_256x768x3072",
                 [](benchmark::State& s) { bm_matmul(s, 256, 768, 3072); });
+  add_benchmark("batched_matmul_f32_8x256x768x3072", bm_batched_matmul);
+  add_benchmark("permute_copy_f32_64x256x1024", bm_permute_copy);
   add_benchmark("conv2d_f32_b32_c3to64_32x32_k3p1", bm_conv2d);
   add_benchmark("add_f32_16M", bm_add);
   add_benchmark("exp_f32_16M", bm_exp);

@@ -40,6 +40,14 @@ def workloads():
             return lambda: a @ b
         return setup
 
+    def batched_matmul():
+        a, b = torch.randn(8, 256, 768), torch.randn(768, 3072)
+        return lambda: a @ b
+
+    def permute_copy():
+        x = torch.randn(64, 256, 1024)
+        return lambda: x.permute(0, 2, 1).contiguous()
+
     def conv2d():
         x = torch.randn(32, 3, 32, 32)
         w = torch.randn(64, 3, 3, 3)
@@ -74,6 +82,8 @@ def workloads():
         ("matmul_f32_1024", matmul(1024)),
         ("matmul_f32_2048", matmul(2048)),
         ("matmul_f32_256x768x3072", matmul(256, 768, 3072)),
+        ("batched_matmul_f32_8x256x768x3072", batched_matmul),
+        ("permute_copy_f32_64x256x1024", permute_copy),
         ("conv2d_f32_b32_c3to64_32x32_k3p1", conv2d),
         ("add_f32_16M", add),
         ("exp_f32_16M", exp),
