@@ -52,6 +52,9 @@ RemoteStats remote_stats(const Device& device);
 struct WireCounters {
   uint64_t frames_out = 0, bytes_out = 0, frames_in = 0, bytes_in = 0;
   uint64_t ops = 0, round_trips = 0;
+  // Waits for a reply in which the caller read the stream itself, and those that polled it for
+  // TW_SPIN_US first (a caller whose replies keep outlasting the spin stops spinning).
+  uint64_t reading_waits = 0, spun_waits = 0;
 };
 WireCounters wire_counters(const Device& device);
 

@@ -1354,7 +1354,9 @@ void bind_io_and_server(py::module_& m) {
       .def_readonly("frames_in", &WireCounters::frames_in)
       .def_readonly("bytes_in", &WireCounters::bytes_in)
       .def_readonly("ops", &WireCounters::ops)
-      .def_readonly("round_trips", &WireCounters::round_trips);
+      .def_readonly("round_trips", &WireCounters::round_trips)
+      .def_readonly("reading_waits", &WireCounters::reading_waits)
+      .def_readonly("spun_waits", &WireCounters::spun_waits);
   m.def("wire_counters", &wire_counters, py::arg("device"));
 
   py::class_<ServerStatsSnapshot>(m, "ServerStats")

@@ -235,6 +235,8 @@ class WireCounters:
     bytes_in: int
     ops: int
     round_trips: int
+    reading_waits: int
+    spun_waits: int
 
 class ServerStats:
     sessions: int

@@ -114,7 +114,7 @@ RemoteStats remote_stats(const Device& device) {
 
 WireCounters wire_counters(const Device& device) {
   client::Counters c = remote_sink(device, "wire_counters").connection().counters();
-  return {c.frames_out, c.bytes_out, c.frames_in, c.bytes_in, c.ops, c.round_trips};
+  return {c.frames_out, c.bytes_out, c.frames_in, c.bytes_in, c.ops, c.round_trips, c.reading_waits, c.spun_waits};
 }
 
 RemoteHandshake remote_handshake(const Device& device) {

@@ -949,6 +949,8 @@ void Connection::wait_until(const std::function<bool()>& ready) {
     // within the spin turns it back on (a sleeping caller's own wake-up may outlast the spin).
     const bool skip = long_waits_ >= kLongWaitsBeforeNoSpin && ++skipped_spins_ % kProbeEvery != 0;
     const uint32_t spin_us = skip ? 0 : options_.spin_us;
+    ++counters_.reading_waits;
+    if (spin_us > 0) ++counters_.spun_waits;
     lock.unlock();
     bool closed = false;
     Status st;

@@ -59,6 +59,9 @@ struct Counters {
   uint64_t frames_out = 0, bytes_out = 0, frames_in = 0, bytes_in = 0;
   uint64_t ops = 0, round_trips = 0;
   uint64_t wait_ns = 0;  // callers blocked waiting for a reply, summed over threads (tw::profile)
+  // Callers that read the stream for their reply, and those of them that spun first (Options::
+  // spin_us; none after waits that keep outlasting it, wait_until).
+  uint64_t reading_waits = 0, spun_waits = 0;
 };
 
 class Connection {

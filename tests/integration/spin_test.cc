@@ -4,7 +4,6 @@
 // thread polling must not keep a newcomer on that shard waiting.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "support/server_process.h"
+#include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
 
 namespace tw {
@@ -122,37 +122,40 @@ double scraped(const ServerProcess& server, const std::string& name) {
   return -1;
 }
 
-// CPU time of the calling thread, in seconds.
-double thread_cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_THREAD, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 // A caller whose waits keep outlasting its spin (TW_SPIN_US) stops spinning: replies that slow
-// are not caught by it, and the spin only takes a core from a server on the same machine. Here
-// a 300 us spin and replies that take longer (a 384x384 matmul, ~0.4 ms) but come within the
-// 1 ms in which the caller stays the reader (a longer wait hands reading to the I/O thread,
-// which never spins): spinning every wait, the waiting thread would burn 30 ms of CPU in 100
-// waits; it spins on the first two and on every 16th, to find out again.
+// are not caught by it, and the spin only takes a core from a server on the same machine. It
+// spins on the first two such waits and on every 16th, to find out again; a wait that ends
+// within the spin turns it back on. The client counts the waits that spun. Slow replies: a
+// 20 us spin against a 384x384 matmul (113 MFLOP, ~300 us here; under 20 us would take 5.6
+// TFLOP/s). Fast replies: a 5 ms spin against `x + 1` (a round trip, ~10 us; a loaded machine
+// may keep a few past 5 ms).
 TEST(Spin, ACallerStopsSpinningForRepliesThatOutlastTheSpin) {
   ServerProcess server;
-  ::setenv("TW_SPIN_US", "300", 1);
-  Device d = Device::remote(server.url());
-  ::unsetenv("TW_SPIN_US");
-  Tensor a = full({384, 384}, 0.001, kF32, d);
-  auto slow = [&] { return a.matmul(a).sum().item<float>(); };
-  for (int i = 0; i < 3; ++i) (void)slow();  // warm up, and the first long waits
-  const double before = thread_cpu_seconds();
-  const auto t0 = std::chrono::steady_clock::now();
   constexpr int kWaits = 100;
-  for (int i = 0; i < kWaits; ++i) (void)slow();
-  const double cpu = thread_cpu_seconds() - before;
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // Spinning every wait: 30 ms of CPU; here ~2 ms of spins and the client's own work.
-  EXPECT_LT(cpu, 0.015) << cpu << " s of CPU waiting " << kWaits << " times in " << wall << " s";
+  for (const bool slow : {true, false}) {
+    SCOPED_TRACE(slow ? "replies slower than the spin" : "replies within the spin");
+    ::setenv("TW_SPIN_US", slow ? "20" : "5000", 1);
+    Device d = Device::remote(server.url());
+    ::unsetenv("TW_SPIN_US");
+    Tensor a = full({384, 384}, 0.001, kF32, d);
+    auto wait_once = [&] {
+      return slow ? a.matmul(a).sum().item<float>() : (a.sum() + 1.0).item<float>();
+    };
+    for (int i = 0; i < 3; ++i) (void)wait_once();
+    const WireCounters before = wire_counters(d);
+    for (int i = 0; i < kWaits; ++i) (void)wait_once();
+    const WireCounters after = wire_counters(d);
+    const uint64_t spun = after.spun_waits - before.spun_waits;
+    const uint64_t reading = after.reading_waits - before.reading_waits;
+    // A caller reads the stream itself unless the client's I/O thread is watching it then.
+    ASSERT_GE(reading, static_cast<uint64_t>(kWaits) / 5) << "callers read " << reading << " times in " << kWaits << " waits";
+    if (slow) {
+      // The first two and every 16th (a wait that ends within the spin would turn it back on).
+      EXPECT_LE(spun, 2 + reading / 16 + 2) << spun << " of " << reading << " reading waits spun";
+    } else {
+      EXPECT_GE(spun * 10, reading * 8) << spun << " of " << reading << " reading waits spun";
+    }
+  }
 }
 
 // --spin-threads: a client alternating between two devices of a server with two worker threads
