@@ -181,6 +181,7 @@ def test_serve_context_manager():
         assert "max-sessions=" in s.limits_summary()
         c = tw.wire_counters(d)
         assert c.ops > 0 and c.round_trips > 0
+        assert 0 <= c.spun_waits <= c.reading_waits
     with pytest.raises(tw.Error):
         tw.Device.remote(s.url).connect()  # stopped
     s.stop()  # idempotent
