@@ -17,18 +17,25 @@ import os
 import subprocess
 
 # Target ratio by workload-name prefix (tensorwire time / best torch time).
-# conv2d forward: <= 0.7 since issue 17 (was 0.8).
-TARGETS = [("matmul", 0.7), ("conv2d", 0.7), ("", 1.0)]
+# conv2d forward: <= 0.7 since issue 17 (was 0.8). Matmul rows (plain and batched): <= 1.02 and at
+# least MATMUL_PEAK_SHARE of the measured FMA peak since issue 31; their earlier <= 0.7 is retired
+# as unreachable (both GEMMs sit at 70-80% of the peak, so 0.7 needed more than the peak).
+TARGETS = [("matmul", 1.02), ("batched_matmul", 1.02), ("conv2d", 0.7), ("", 1.0)]
+MATMUL_PEAK_SHARE = 0.70
 
 
 def matmul_flops(name):
-    """Floating-point operations of a matmul workload, from its name: matmul_f32_N (N x N x N)
-    or matmul_f32_RxKxC; None for other workloads."""
-    if not name.startswith("matmul_f32_"):
+    """Floating-point operations of a matmul workload, from its name: matmul_f32_N (N x N x N),
+    matmul_f32_RxKxC or batched_matmul_f32_BxRxKxC; None for other workloads."""
+    batch = 1
+    if name.startswith("batched_matmul_f32_"):
+        batch, *dims = [int(d) for d in name[len("batched_matmul_f32_"):].split("x")]
+    elif name.startswith("matmul_f32_"):
+        dims = [int(d) for d in name[len("matmul_f32_"):].split("x")]
+    else:
         return None
-    dims = [int(d) for d in name[len("matmul_f32_"):].split("x")]
     rows, k, cols = dims * 3 if len(dims) == 1 else dims
-    return 2.0 * rows * k * cols
+    return 2.0 * batch * rows * k * cols
 
 
 def target_for(name):
@@ -76,10 +83,23 @@ def main():
         ratios = [t / b for t, b in zip(tw, best) if isinstance(t, (int, float)) and b]
         tt_ratios = [t / b for t, b in zip(tw_torch, best) if isinstance(t, (int, float)) and b]
         target = target_for(name)
+        flops = matmul_flops(name)
+        target_s = f"<= {target}"
+        if flops:
+            target_s += f" and >= {MATMUL_PEAK_SHARE:.0%} of peak"
         if ratios:
             ratio = median(ratios)
-            verdict = "PASS" if ratio <= target else "MISS"
+            met = ratio <= target
             ratio_s = f"{ratio:.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+            if flops:
+                tw_ms = median(numbers(tw))
+                if args.fma_peak and tw_ms:
+                    share = flops / tw_ms / 1e6 / args.fma_peak
+                    met = met and share >= MATMUL_PEAK_SHARE
+                    ratio_s += f"; {share:.0%} of peak"
+                else:
+                    met, ratio_s = None, ratio_s + "; peak not measured"
+            verdict = "n/a" if met is None else ("PASS" if met else "MISS")
         else:
             ratio_s, verdict = "n/a", "ERROR"
         for side, values in (("tensorwire", tw), ("torch plain", plain), ("torch tuned", tuned),
@@ -90,7 +110,7 @@ def main():
         tt_s = f"{median(tt_ratios):.2f}" if tt_ratios else "n/a"
         medians[name] = (median(numbers(tw)), median([b for b in best if b]))
         rows.append(f"| {name} | {fmt(median(numbers(tw)))} | {fmt(median(numbers(plain)))} | "
-                    f"{fmt(median(numbers(tuned)))} | {ratio_s} | <= {target} | {verdict} | "
+                    f"{fmt(median(numbers(tuned)))} | {ratio_s} | {target_s} | {verdict} | "
                     f"{fmt(median(numbers(tw_torch)))} | {tt_s} |")
 
     try:
@@ -125,8 +145,8 @@ def main():
     if args.fma_peak:
         lines += ["", f"The chip's f32 FMA peak on the same threads, registers only "
                   f"(`tw_bench_fma_peak`, run right after): {args.fma_peak:.0f} GFLOP/s. "
-                  "Matmul rows as GFLOP/s and share of that peak (tensorwire / best torch), and the "
-                  "share tensorwire would need for the row's target:", ""]
+                  "Matmul rows as GFLOP/s and share of that peak (tensorwire / best torch): a matmul "
+                  f"row passes at <= its ratio target and >= {MATMUL_PEAK_SHARE:.0%} of the peak.", ""]
         for name in res["workloads"]:
             flops = matmul_flops(name)
             if not flops:
@@ -135,10 +155,8 @@ def main():
             if not tw or not best:
                 continue
             g_tw, g_torch = flops / tw / 1e6, flops / best / 1e6
-            need = g_torch / target_for(name)
             lines.append(f"- {name}: {g_tw:.0f} / {g_torch:.0f} GFLOP/s ({100 * g_tw / args.fma_peak:.0f}% / "
-                         f"{100 * g_torch / args.fma_peak:.0f}%); target needs {need:.0f} GFLOP/s "
-                         f"({100 * need / args.fma_peak:.0f}% of the peak)")
+                         f"{100 * g_torch / args.fma_peak:.0f}%)")
     if notes:
         lines += ["", *notes]
     text = "\n".join(lines) + "\n"

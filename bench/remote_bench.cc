@@ -399,7 +399,7 @@ void bench_latency(const std::string& url, const std::string& no_spin_url, int i
                   fmt3(t.min, t.median, t.p99),
                   fmt3(rs.min, rs.median, rs.p99) + " (raw TCP, peer process, same spin)",
                   fmt("%.2fx min, ", by_min) + fmt("%.2fx median", by_median),
-                  "<= 1.2x raw (min and median)", by_min <= 1.2 && by_median <= 1.2});
+                  "<= 1.0x raw by the median, <= 1.6x by the min", by_median <= 1.0 && by_min <= 1.6});
   // A row for comparison: `got` against `base` (described by `base_name`), by min and median.
   auto compare = [](const char* id, const std::string& what, const Dist& got, const Dist& base,
                     const std::string& base_name) {
