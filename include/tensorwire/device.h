@@ -4,6 +4,8 @@
 #include <memory>
 #include <string>
 
+#include "tensorwire/device_kind.h"
+
 namespace tw {
 
 namespace detail {
@@ -12,7 +14,7 @@ class Sink;
 
 class Device {
  public:
-  enum class Kind : uint8_t { kCpu = 0, kRemote = 1, kCapture = 2, kTorch = 3 };
+  using Kind = DeviceKind;
 
   // The process's local CPU device (ops execute eagerly on the calling thread, with kernels
   // parallelised over the intra-op pool).

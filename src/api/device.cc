@@ -6,53 +6,18 @@
 namespace tw {
 namespace detail {
 
-Status BackendSink::submit(ir::Op op) {
-  std::lock_guard<std::mutex> lock(mu_);
-  // The error, if any, is recorded in the op's outputs by the backend; a read reports it.
-  (void)backend_->execute(op);
-  return Status::OK();
-}
-
-Status BackendSink::submit_inferred(ir::Op op, std::vector<TensorMeta> metas) {
-  std::lock_guard<std::mutex> lock(mu_);
-  (void)backend_->execute_inferred(op, std::move(metas));  // errors: as submit()
-  return Status::OK();
-}
-
-std::future<Result<TensorData>> BackendSink::read_async(ir::TensorId id) {
-  std::promise<Result<TensorData>> p;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    p.set_value(backend_->read(id));
+Status Sink::copy_to(ir::TensorId src, Sink& dst, ir::TensorId dst_id) {
+  std::unique_lock<std::recursive_mutex> mine(mu_, std::defer_lock), theirs(dst.mu_, std::defer_lock);
+  if (&dst == this) {
+    if (locks_) mine.lock();
+  } else if (locks_ && dst.locks_) {
+    std::lock(mine, theirs);
+  } else if (locks_) {
+    mine.lock();
+  } else if (dst.locks_) {
+    theirs.lock();
   }
-  return p.get_future();
-}
-
-void BackendSink::drop(ir::TensorId id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  (void)backend_->drop(id);  // an id unknown to the backend (never created) needs no freeing
-}
-
-Status BackendSink::copy_to(ir::TensorId src, Sink& dst, ir::TensorId dst_id) {
-  auto* local = dynamic_cast<BackendSink*>(&dst);
-  if (!local) return Sink::copy_to(src, dst, dst_id);
-  if (local == this) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return backend_->copy_to(src, *backend_, dst_id);
-  }
-  std::scoped_lock lock(mu_, local->mu_);  // both at once, in an order that cannot deadlock
-  return backend_->copy_to(src, *local->backend_, dst_id);
-}
-
-Result<ir::GraphId> BackendSink::register_graph(ir::Graph graph) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return backend_->register_graph(std::move(graph));
-}
-
-Status BackendSink::run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
-                              std::span<const ir::TensorId> outputs) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return backend_->run_graph(graph, inputs, outputs);
+  return backend_->copy_to(src, *dst.backend_, dst_id);
 }
 
 }  // namespace detail
@@ -61,22 +26,22 @@ namespace {
 
 // One device per local backend and process; leaked on purpose so that tensors in static storage
 // can still drop their ids during exit.
-std::shared_ptr<detail::Sink>* local_sink(const std::string& backend, Device::Kind kind) {
+std::shared_ptr<detail::Sink>* local_sink(const std::string& backend) {
   Result<std::unique_ptr<Backend>> b = make_backend(backend);
   if (!b.ok()) throw Error(b.status().message());
   return new std::shared_ptr<detail::Sink>(
-      std::make_shared<detail::BackendSink>(std::move(b).value(), kind));
+      std::make_shared<detail::Sink>(std::move(b).value()));
 }
 
 }  // namespace
 
 Device Device::cpu() {
-  static auto* sink = local_sink("cpu", Kind::kCpu);
+  static auto* sink = local_sink("cpu");
   return Device(*sink);
 }
 
 Device Device::torch() {
-  static auto* sink = local_sink("torch", Kind::kTorch);  // a throw leaves it for a retry
+  static auto* sink = local_sink("torch");  // a throw leaves it for a retry
   return Device(*sink);
 }
 

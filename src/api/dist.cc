@@ -9,9 +9,8 @@
 #include <cstdio>
 #include <set>
 
-#include "api/remote_sink.h"
 #include "api/sink.h"
-#include "protocol/messages.h"
+#include "ir/collective.h"
 #include "tensorwire/error.h"
 
 namespace tw::dist {
@@ -28,8 +27,6 @@ struct Access {
 
 namespace {
 
-namespace proto = protocol;
-using client::RemoteSink;
 
 std::string random_group_id() {
   unsigned char b[16];
@@ -43,20 +40,20 @@ std::string random_group_id() {
   return s;
 }
 
-proto::ReduceKind reduce_kind(ReduceOp op) {
+ir::CollectiveReduce reduce_kind(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return proto::ReduceKind::kSum;
-    case ReduceOp::kMean: return proto::ReduceKind::kMean;
-    case ReduceOp::kMax: return proto::ReduceKind::kMax;
+    case ReduceOp::kSum: return ir::CollectiveReduce::kSum;
+    case ReduceOp::kMean: return ir::CollectiveReduce::kMean;
+    case ReduceOp::kMax: return ir::CollectiveReduce::kMax;
   }
-  return proto::ReduceKind::kSum;
+  return ir::CollectiveReduce::kSum;
 }
 
 // The checks every participant's server repeats, made here first so a mistake fails at the
 // call (and not after a timeout on the servers).
-void validate(const std::vector<Tensor>& ts, const Group::State& g, proto::CollectiveKind kind,
+void validate(const std::vector<Tensor>& ts, const Group::State& g, ir::CollectiveKind kind,
               ReduceOp op, size_t root) {
-  const std::string what = std::string("dist::") + proto::collective_name(kind) + ": ";
+  const std::string what = std::string("dist::") + ir::collective_name(kind) + ": ";
   if (ts.empty()) throw Error(what + "no tensors");
   if (ts.size() != g.devices.size()) {
     throw Error(what + std::to_string(ts.size()) + " tensors for a group of " +
@@ -82,67 +79,66 @@ void validate(const std::vector<Tensor>& ts, const Group::State& g, proto::Colle
       throw Error(what + "device " + d.str() + " appears twice in the group");
     }
   }
-  if (kind == proto::CollectiveKind::kBroadcast && root >= ts.size()) {
+  if (kind == ir::CollectiveKind::kBroadcast && root >= ts.size()) {
     throw Error(what + "root " + std::to_string(root) + " of " + std::to_string(ts.size()) +
                 " tensors");
   }
   const DType d = ts[0].dtype();
   const bool reduces =
-      kind == proto::CollectiveKind::kAllReduce || kind == proto::CollectiveKind::kReduceScatter;
+      kind == ir::CollectiveKind::kAllReduce || kind == ir::CollectiveKind::kReduceScatter;
   if (reduces && d != kF32 && d != kF64 && d != kI32 && d != kI64) {
     throw Error(what + "reduces f32, f64, i32 and i64, not " + std::string(dtype_name(d)));
   }
   if (reduces && op == ReduceOp::kMean && d != kF32 && d != kF64) {
     throw Error(what + "a mean needs a floating-point tensor, not " + std::string(dtype_name(d)));
   }
-  if ((kind == proto::CollectiveKind::kAllGather ||
-       kind == proto::CollectiveKind::kReduceScatter) &&
+  if ((kind == ir::CollectiveKind::kAllGather ||
+       kind == ir::CollectiveKind::kReduceScatter) &&
       ts[0].shape().empty()) {
     throw Error(what + "needs tensors of rank 1 or more");
   }
-  if (kind == proto::CollectiveKind::kReduceScatter &&
+  if (kind == ir::CollectiveKind::kReduceScatter &&
       ts[0].shape()[0] % static_cast<int64_t>(ts.size()) != 0) {
     throw Error(what + "dimension 0 (" + std::to_string(ts[0].shape()[0]) +
                 ") does not split into " + std::to_string(ts.size()) + " equal parts");
   }
 }
 
-// The remote sinks of the tensors' devices when Gloo is the way: every device remote, protocol
-// 3, and at least two servers among them. Empty otherwise.
-std::vector<RemoteSink*> gloo_participants(const Group::State& g) {
-  std::vector<RemoteSink*> out;
+// Where each device can join a collective across servers (Backend::collective_domain), when Gloo
+// is the way: every device on a server that runs collectives, and at least two servers among
+// them. Empty otherwise.
+std::vector<Backend::CollectiveDomain> gloo_domains(const Group::State& g) {
+  std::vector<Backend::CollectiveDomain> out;
   std::set<std::string> servers;
   for (const Device& d : g.devices) {
-    auto* rs = dynamic_cast<RemoteSink*>(d.sink().get());
-    if (!rs) return {};
-    Status st = rs->connection().ensure_connected();
-    if (!st.ok()) throw Error(st.message());
-    if (rs->connection().welcome().version < 3) return {};
-    servers.insert(rs->connection().welcome().server_id);
-    out.push_back(rs);
+    Result<Backend::CollectiveDomain> dom = d.sink()->collective_domain();
+    if (!dom.ok()) throw Error(dom.status().message());
+    if (dom->server_id.empty()) return {};
+    servers.insert(dom->server_id);
+    out.push_back(std::move(dom).value());
   }
-  return servers.size() >= 2 ? out : std::vector<RemoteSink*>{};
+  if (servers.size() < 2) out.clear();
+  return out;
 }
 
-Shape out_shape(const Shape& in, proto::CollectiveKind kind, size_t n) {
+Shape out_shape(const Shape& in, ir::CollectiveKind kind, size_t n) {
   Shape s = in;
-  if (kind == proto::CollectiveKind::kAllGather) s[0] *= static_cast<int64_t>(n);
-  if (kind == proto::CollectiveKind::kReduceScatter) s[0] /= static_cast<int64_t>(n);
+  if (kind == ir::CollectiveKind::kAllGather) s[0] *= static_cast<int64_t>(n);
+  if (kind == ir::CollectiveKind::kReduceScatter) s[0] /= static_cast<int64_t>(n);
   return s;
 }
 
 void run_on_servers(std::vector<Tensor>& ts, const Group::State& g,
-                    const std::vector<RemoteSink*>& sinks, proto::CollectiveKind kind, ReduceOp op,
-                    size_t root) {
-  const client::Connection& first = sinks[0]->connection();
-  proto::CollectiveSpec c;
+                    const std::vector<Backend::CollectiveDomain>& domains,
+                    ir::CollectiveKind kind, ReduceOp op, size_t root) {
+  ir::CollectiveSpec c;
   c.kind = kind;
   c.reduce = reduce_kind(op);
   c.size = static_cast<uint32_t>(ts.size());
   c.root = static_cast<uint32_t>(root);
   c.group = g.id;
-  c.store_url = first.url().str();
-  c.fingerprint = first.options().tls.fingerprint;
+  c.store_url = domains[0].url;
+  c.fingerprint = domains[0].fingerprint;
   c.timeout_ms = static_cast<uint32_t>(std::min<int64_t>(g.timeout.count(), UINT32_MAX));
   c.out_meta = {out_shape(ts[0].shape(), kind, ts.size()), ts[0].dtype()};
   // Each participant is sent its part even when another's could not be (its server gone, say):
@@ -156,8 +152,9 @@ void run_on_servers(std::vector<Tensor>& ts, const Group::State& g,
     // server reduces in its storage instead of copying it), since nothing can see it again.
     const std::shared_ptr<detail::TensorImpl>& held = ts[i].impl();
     const bool donate = held.use_count() == 1 && !held->autograd && !held->shared_owner;
-    c.output = donate ? c.input : sinks[i]->new_id();
-    Status st = sinks[i]->connection().submit_collective(c);
+    detail::Sink& sink = *g.devices[i].sink();
+    c.output = donate ? c.input : sink.new_id();
+    Status st = sink.collective(c);
     if (!st.ok() && failed.ok()) failed = st;
     if (donate) {
       held->meta = c.out_meta;
@@ -171,23 +168,23 @@ void run_on_servers(std::vector<Tensor>& ts, const Group::State& g,
     results.emplace_back(std::move(impl));
   }
   // Every participant must start: none waits for its batch to fill.
-  for (RemoteSink* s : sinks) s->flush();
+  for (const Device& d : g.devices) d.sink()->flush();
   ts = std::move(results);
   if (!failed.ok())
-    throw Error(std::string("dist::") + proto::collective_name(kind) + ": " + failed.message());
+    throw Error(std::string("dist::") + ir::collective_name(kind) + ": " + failed.message());
 }
 
 // Reduced with ops on the first device, in list order, then copied to each device.
-void run_with_ops(std::vector<Tensor>& ts, proto::CollectiveKind kind, ReduceOp op, size_t root) {
+void run_with_ops(std::vector<Tensor>& ts, ir::CollectiveKind kind, ReduceOp op, size_t root) {
   const Device home = ts[0].device();
   std::vector<Tensor> at_home;
   for (const Tensor& t : ts) at_home.push_back(t.detach().to(home));
   Tensor r;
   switch (kind) {
-    case proto::CollectiveKind::kBroadcast: r = at_home[root]; break;
-    case proto::CollectiveKind::kAllGather: r = cat(at_home, 0); break;
-    case proto::CollectiveKind::kAllReduce:
-    case proto::CollectiveKind::kReduceScatter:
+    case ir::CollectiveKind::kBroadcast: r = at_home[root]; break;
+    case ir::CollectiveKind::kAllGather: r = cat(at_home, 0); break;
+    case ir::CollectiveKind::kAllReduce:
+    case ir::CollectiveKind::kReduceScatter:
       r = at_home[0];
       for (size_t i = 1; i < at_home.size(); ++i) {
         r = op == ReduceOp::kMax ? r.maximum(at_home[i]) : r + at_home[i];
@@ -195,12 +192,12 @@ void run_with_ops(std::vector<Tensor>& ts, proto::CollectiveKind kind, ReduceOp 
       if (op == ReduceOp::kMean) r = r / static_cast<double>(ts.size());
       break;
   }
-  const int64_t part = kind == proto::CollectiveKind::kReduceScatter
+  const int64_t part = kind == ir::CollectiveKind::kReduceScatter
                            ? r.shape()[0] / static_cast<int64_t>(ts.size())
                            : 0;
   std::vector<Tensor> out;
   for (size_t i = 0; i < ts.size(); ++i) {
-    Tensor mine = kind == proto::CollectiveKind::kReduceScatter
+    Tensor mine = kind == ir::CollectiveKind::kReduceScatter
                       ? r.narrow(0, static_cast<int64_t>(i) * part, part)
                       : r;
     out.push_back(i == 0 ? mine : mine.to(ts[i].device()));
@@ -208,12 +205,12 @@ void run_with_ops(std::vector<Tensor>& ts, proto::CollectiveKind kind, ReduceOp 
   ts = std::move(out);
 }
 
-void run(std::vector<Tensor>& ts, const Group& group, proto::CollectiveKind kind, ReduceOp op,
+void run(std::vector<Tensor>& ts, const Group& group, ir::CollectiveKind kind, ReduceOp op,
          size_t root) {
   const Group::State& g = Access::state(group);
   validate(ts, g, kind, op, root);
-  std::vector<RemoteSink*> sinks = gloo_participants(g);
-  if (!sinks.empty()) return run_on_servers(ts, g, sinks, kind, op, root);
+  std::vector<Backend::CollectiveDomain> domains = gloo_domains(g);
+  if (!domains.empty()) return run_on_servers(ts, g, domains, kind, op, root);
   run_with_ops(ts, kind, op, root);
 }
 
@@ -237,19 +234,19 @@ const std::vector<Device>& Group::devices() const { return state_->devices; }
 size_t Group::size() const { return state_->devices.size(); }
 
 void all_reduce(std::vector<Tensor>& ts, ReduceOp op, const Group& g) {
-  run(ts, g, proto::CollectiveKind::kAllReduce, op, 0);
+  run(ts, g, ir::CollectiveKind::kAllReduce, op, 0);
 }
 void all_reduce(std::vector<Tensor>& ts, ReduceOp op) { all_reduce(ts, op, group_of(ts)); }
 void broadcast(std::vector<Tensor>& ts, size_t root, const Group& g) {
-  run(ts, g, proto::CollectiveKind::kBroadcast, ReduceOp::kSum, root);
+  run(ts, g, ir::CollectiveKind::kBroadcast, ReduceOp::kSum, root);
 }
 void broadcast(std::vector<Tensor>& ts, size_t root) { broadcast(ts, root, group_of(ts)); }
 void all_gather(std::vector<Tensor>& ts, const Group& g) {
-  run(ts, g, proto::CollectiveKind::kAllGather, ReduceOp::kSum, 0);
+  run(ts, g, ir::CollectiveKind::kAllGather, ReduceOp::kSum, 0);
 }
 void all_gather(std::vector<Tensor>& ts) { all_gather(ts, group_of(ts)); }
 void reduce_scatter(std::vector<Tensor>& ts, ReduceOp op, const Group& g) {
-  run(ts, g, proto::CollectiveKind::kReduceScatter, op, 0);
+  run(ts, g, ir::CollectiveKind::kReduceScatter, op, 0);
 }
 void reduce_scatter(std::vector<Tensor>& ts, ReduceOp op) { reduce_scatter(ts, op, group_of(ts)); }
 

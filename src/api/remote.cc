@@ -1,16 +1,20 @@
 #include "tensorwire/remote.h"
 
 
-#include "api/remote_sink.h"
+#include "api/sink.h"
+#include "client/remote_backend.h"
 #include "tensorwire/error.h"
 
 namespace tw {
 
 namespace {
-client::RemoteSink& remote_sink(const Device& d, const char* what) {
-  auto* s = dynamic_cast<client::RemoteSink*>(d.sink().get());
-  if (!s) throw Error(std::string(what) + ": " + d.str() + " is not a remote device");
-  return *s;
+// The remote backend behind a device of kind kRemote: the only backend of that kind (kind()
+// names the implementation, as ggml's backend guid does).
+client::RemoteBackend& remote_backend(const Device& d, const char* what) {
+  if (d.kind() != Device::Kind::kRemote) {
+    throw Error(std::string(what) + ": " + d.str() + " is not a remote device");
+  }
+  return static_cast<client::RemoteBackend&>(d.sink()->backend());
 }
 void throw_if(const Status& st) {
   if (!st.ok()) throw Error(st.message());
@@ -26,46 +30,6 @@ client::Options client_options(const RemoteOptions& options) {
 }
 }  // namespace
 
-namespace client {
-
-// Graphs go to the server's session (protocol 2): registration waits for the id the server
-// gives after validating and planning the graph; a run is one task, batched like an op.
-Result<ir::GraphId> RemoteSink::register_graph(ir::Graph graph) {
-  TW_RETURN_NOT_OK(conn_.ensure_connected());
-  if (conn_.welcome().version < 2) {
-    return unimplemented("register_graph: the server at " + conn_.url().str() +
-                         " speaks protocol " + std::to_string(conn_.welcome().version) +
-                         ", which has no graph tasks (they need 2); submit the ops one by one");
-  }
-  return conn_.register_graph(graph);
-}
-
-Status RemoteSink::copy_to(ir::TensorId src, detail::Sink& dst, ir::TensorId dst_id) {
-  auto* to = dynamic_cast<RemoteSink*>(&dst);
-  if (!to) return Sink::copy_to(src, dst, dst_id);
-  TW_RETURN_NOT_OK(conn_.ensure_connected());
-  TW_RETURN_NOT_OK(to->conn_.ensure_connected());
-  if (conn_.welcome().version < 3 || to->conn_.welcome().version < 3) {
-    return Sink::copy_to(src, dst, dst_id);
-  }
-  TW_ASSIGN_OR_RETURN(protocol::Exported e, conn_.export_tensor(src));
-  protocol::TensorSource source{conn_.welcome().session_id, src, std::move(e.capability), "", ""};
-  if (conn_.welcome().server_id == to->conn_.welcome().server_id) {
-    return to->conn_.move_in(protocol::TaskKind::kMoveLocal, dst_id, e.meta, source);
-  }
-  // The destination dials the source at the address this client used, pinning the certificate
-  // fingerprint this client pins (when it pins one), with its own credential.
-  source.url = conn_.url().str();
-  source.fingerprint = conn_.options().tls.fingerprint;
-  return to->conn_.move_in(protocol::TaskKind::kImport, dst_id, e.meta, source);
-}
-
-Status RemoteSink::run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
-                             std::span<const ir::TensorId> outputs) {
-  return conn_.run_graph(graph, {inputs.begin(), inputs.end()}, {outputs.begin(), outputs.end()});
-}
-
-}  // namespace client
 
 Device Device::remote(const std::string& url, int index) { return remote_device(url, index, {}); }
 
@@ -73,9 +37,8 @@ Device remote_device(const std::string& url, int index, const RemoteOptions& opt
   auto parsed = net::parse_url(url);
   if (!parsed.ok()) throw Error("remote device: " + parsed.status().message());
   if (index < 0) throw Error("remote device: index must be >= 0, got " + std::to_string(index));
-  auto sink = std::make_shared<client::RemoteSink>(*parsed, static_cast<uint32_t>(index),
-                                                   client_options(options));
-  return Device(sink);
+  return Device(std::make_shared<detail::Sink>(std::make_unique<client::RemoteBackend>(
+      *parsed, static_cast<uint32_t>(index), client_options(options))));
 }
 
 void Device::connect() const { throw_if(sink_->connect()); }
@@ -96,7 +59,7 @@ std::vector<RemoteDeviceInfo> remote_devices(const std::string& url, const Remot
 }
 
 RemoteStats remote_stats(const Device& device) {
-  auto s = remote_sink(device, "remote_stats").connection().stats();
+  auto s = remote_backend(device, "remote_stats").connection().stats();
   throw_if(s.status());
   RemoteStats r;
   r.sessions = s->sessions;
@@ -113,12 +76,12 @@ RemoteStats remote_stats(const Device& device) {
 }
 
 WireCounters wire_counters(const Device& device) {
-  client::Counters c = remote_sink(device, "wire_counters").connection().counters();
+  client::Counters c = remote_backend(device, "wire_counters").connection().counters();
   return {c.frames_out, c.bytes_out, c.frames_in, c.bytes_in, c.ops, c.round_trips, c.reading_waits, c.spun_waits};
 }
 
 RemoteHandshake remote_handshake(const Device& device) {
-  client::Connection& c = remote_sink(device, "remote_handshake").connection();
+  client::Connection& c = remote_backend(device, "remote_handshake").connection();
   throw_if(c.ensure_connected());
   const protocol::Welcome& w = c.welcome();
   RemoteHandshake h;

@@ -1,12 +1,14 @@
-// The device-side contract behind tw::Device: a Sink accepts ops (ir::Op, already validated by
-// the API), answers reads and forgets dropped tensors, copies a tensor to another sink and runs
-// registered graphs. The local devices execute eagerly on a Backend; the remote device (client/)
-// queues ops and ships them in batches.
+// What a tw::Device holds: any Backend (backend/backend.h: cpu, torch, the remote backend of
+// client/remote_backend.h, the capture backend of api/capture.h), the counter its tensor ids
+// come from (ids are chosen by the client, so creating a tensor never waits), and a lock that
+// serialises calls to a backend that is not thread_safe(). Nothing else: what a device does is
+// its backend's.
 #pragma once
 #include <atomic>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -23,96 +25,95 @@ struct AutogradMeta;
 namespace tw::detail {
 
 class Sink {
+  // (first: the calls below deduce their types from it)
+  // The lock is recursive: a decorator (capture) calls its inner device, which may be the other
+  // end of a copy whose locks this thread holds already.
+  template <class F>
+  auto locked(F&& f) {
+    std::unique_lock<std::recursive_mutex> lock(mu_, std::defer_lock);
+    if (locks_) lock.lock();
+    return f();
+  }
+
  public:
-  virtual ~Sink() = default;
-  virtual Device::Kind kind() const = 0;
-  virtual std::string str() const = 0;
-  // Whether the device runs ops of this kind (a remote device: whether its server's protocol has
-  // them). Callers with a composite fallback, such as optim::Adam for AdamStep, ask first.
-  virtual bool supports(ir::OpCode code) { return (void)code, true; }
-  // A fresh tensor id (ids are chosen by the client, so creating a tensor never waits).
+  explicit Sink(std::unique_ptr<Backend> backend)
+      : backend_(std::move(backend)), locks_(!backend_->thread_safe()) {}
+  Sink(const Sink&) = delete;
+  Sink& operator=(const Sink&) = delete;
+
+  Device::Kind kind() const { return backend_->kind(); }
+  std::string str() const { return backend_->name(); }
   ir::TensorId new_id() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
-  // Queues or runs one op. An error of an eagerly executed op is recorded in its outputs (a
-  // read of them reports it), exactly as a remote device does; submit itself fails only when
-  // the device is unusable.
-  virtual Status submit(ir::Op op) = 0;
-  // submit() of an op emit() has validated, with the output metas it inferred: a device that
-  // executes in this process may skip inferring them again (Backend::execute_inferred).
-  virtual Status submit_inferred(ir::Op op, std::vector<TensorMeta> metas) {
-    (void)metas;
-    return submit(std::move(op));
-  }
-  virtual std::future<Result<TensorData>> read_async(ir::TensorId id) = 0;
-  virtual Result<TensorData> read(ir::TensorId id) { return read_async(id).get(); }
-  // Waits for a read_async() result.
-  virtual Result<TensorData> await(std::future<Result<TensorData>>& f) { return f.get(); }
-  // read()/read_async() of a tensor the caller knows to hold `nbytes` bytes (from its meta),
-  // which lets a remote sink over unix:// offer shared memory for a large one (the bytes then
-  // land there, no copy through the socket).
-  virtual Result<TensorData> read_expecting(ir::TensorId id, uint64_t nbytes) {
-    (void)nbytes;
-    return read(id);
-  }
-  virtual std::future<Result<TensorData>> read_async_expecting(ir::TensorId id, uint64_t nbytes) {
-    (void)nbytes;
-    return read_async(id);
-  }
-  // A copy, taken now, of `n` bytes the caller owns, to upload as a FromHost op to this sink. A
-  // remote sink over unix:// copies a large one straight into shared memory, and submitting the
-  // op then sends no tensor bytes through the socket.
-  virtual Buffer host_copy(const void* data, size_t n) { return Buffer::copy_of(data, n); }
-  virtual void drop(ir::TensorId id) = 0;
-  virtual Status sync() = 0;
-  virtual Status connect() { return Status::OK(); }
-  virtual void flush() {}
-
-  // Makes `dst_id` (a fresh id from dst.new_id(); dst may be this sink) a copy of tensor `src`.
-  // This default reads the tensor and uploads it to dst as FromHost (a host round trip); sinks
-  // that can do better, such as two local backends, override it. On failure (an unknown or
-  // poisoned `src`, an unusable device) nothing is created at dst_id.
-  virtual Status copy_to(ir::TensorId src, Sink& dst, ir::TensorId dst_id) {
-    TW_ASSIGN_OR_RETURN(TensorData data, read(src));
-    return dst.submit(from_host_of(std::move(data), dst_id));
-  }
-  // Validates every op of `graph` once and keeps it (Backend::register_graph); an invalid graph
-  // is refused here, naming the op.
-  virtual Result<ir::GraphId> register_graph(ir::Graph graph) = 0;
-  // Runs a registered graph on this sink's tensors `inputs`, storing its outputs under
-  // `outputs` (fresh ids from new_id()). A bad call fails; an op's failure is recorded in the
-  // outputs it reaches (a read reports it), and an eager sink also returns it.
-  virtual Status run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
-                           std::span<const ir::TensorId> outputs) = 0;
-
- private:
-  std::atomic<ir::TensorId> next_id_{1};
-};
-
-// A sink over a local Backend: eager, one op at a time (a mutex makes it safe to share across
-// threads).
-class BackendSink final : public Sink {
- public:
-  BackendSink(std::unique_ptr<Backend> backend, Device::Kind kind)
-      : backend_(std::move(backend)), kind_(kind) {}
-  Device::Kind kind() const override { return kind_; }
-  std::string str() const override { return backend_->name(); }
-  bool supports(ir::OpCode code) override { return backend_->supports(code); }
-  Status submit(ir::Op op) override;
-  Status submit_inferred(ir::Op op, std::vector<TensorMeta> metas) override;
-  std::future<Result<TensorData>> read_async(ir::TensorId id) override;
-  void drop(ir::TensorId id) override;
-  Status sync() override { return Status::OK(); }
-  // Between two local sinks the backends copy directly (Backend::copy_to: no future, and
-  // between CPU backends the storage is shared instead of copied).
-  Status copy_to(ir::TensorId src, Sink& dst, ir::TensorId dst_id) override;
-  Result<ir::GraphId> register_graph(ir::Graph graph) override;
-  Status run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
-                   std::span<const ir::TensorId> outputs) override;
+  // The backend itself, for calls that hold no lock of their own (a decorator's inner device, or
+  // an API extension such as tw::remote_stats on a backend it knows is thread-safe).
   Backend& backend() { return *backend_; }
 
+  // Each of these is the backend's call of the same name under the lock (Backend documents it).
+  bool supports(ir::OpCode code) {
+    return locked([&] { return backend_->supports(code); });
+  }
+  Status submit(const ir::Op& op) {
+    return locked([&] { return backend_->submit(op); });
+  }
+  Status submit_inferred(const ir::Op& op, std::vector<TensorMeta> metas) {
+    return locked([&] { return backend_->submit_inferred(op, std::move(metas)); });
+  }
+  Result<TensorData> read(ir::TensorId id, uint64_t nbytes = 0) {
+    return locked([&] { return backend_->read_expecting(id, nbytes); });
+  }
+  std::future<Result<TensorData>> read_async(ir::TensorId id, uint64_t nbytes = 0) {
+    return locked([&] { return backend_->read_async(id, nbytes); });
+  }
+  // Waits for a read_async() result (without the lock: other threads' ops go on meanwhile).
+  Result<TensorData> await(std::future<Result<TensorData>>& f) { return backend_->await(f); }
+  Buffer host_copy(const void* data, size_t n) {
+    return locked([&] { return backend_->host_copy(data, n); });
+  }
+  // An id unknown to the backend (never created) needs no freeing: the error is dropped.
+  void drop(ir::TensorId id) {
+    (void)locked([&] { return backend_->drop(id); });
+  }
+  Status sync() {
+    return locked([&] { return backend_->sync(); });
+  }
+  Status connect() {
+    return locked([&] { return backend_->connect(); });
+  }
+  void flush() {
+    (void)locked([&] {
+      backend_->flush();
+      return 0;
+    });
+  }
+  Result<ir::GraphId> register_graph(ir::Graph graph) {
+    return locked([&] { return backend_->register_graph(std::move(graph)); });
+  }
+  Status run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
+                   std::span<const ir::TensorId> outputs) {
+    return locked([&] { return backend_->run_graph(graph, inputs, outputs); });
+  }
+  Status collective(const ir::CollectiveSpec& spec) {
+    return locked([&] { return backend_->collective(spec); });
+  }
+  Result<Backend::CollectiveDomain> collective_domain() {
+    return locked([&] { return backend_->collective_domain(); });
+  }
+  // Makes `dst_id` (a fresh id from dst.new_id(); dst may be this sink) a copy of tensor `src`
+  // (Backend::copy_to), with both sinks' locks held (taken together, so two copies in opposite
+  // directions cannot deadlock). On failure nothing is created at dst_id.
+  Status copy_to(ir::TensorId src, Sink& dst, ir::TensorId dst_id);
+  // copy_to() for a decorator's inner device (CaptureBackend), whose destination backend the
+  // caller holds the lock of already.
+  Status copy_to_backend(ir::TensorId src, Backend& dst, ir::TensorId dst_id) {
+    return locked([&] { return backend_->copy_to(src, dst, dst_id); });
+  }
+
  private:
-  std::mutex mu_;
+
   std::unique_ptr<Backend> backend_;
-  const Device::Kind kind_;
+  const bool locks_;
+  std::recursive_mutex mu_;
+  std::atomic<ir::TensorId> next_id_{1};
 };
 
 // Drops an id when the last of several TensorImpls naming it goes (see TensorImpl::shared_owner).

@@ -104,13 +104,13 @@ uint64_t meta_bytes(const TensorMeta& m) {
 
 detail::HostValues Tensor::host_values() const {
   const TensorImpl& impl = impl_of(*this, "read");
-  return to_host_values(impl.sink->read_expecting(impl.id, meta_bytes(impl.meta)));
+  return to_host_values(impl.sink->read(impl.id, meta_bytes(impl.meta)));
 }
 
 std::function<detail::HostValues()> Tensor::host_values_async() const {
   const TensorImpl& impl = impl_of(*this, "read");
   auto fut = std::make_shared<std::future<Result<TensorData>>>(
-      impl.sink->read_async_expecting(impl.id, meta_bytes(impl.meta)));
+      impl.sink->read_async(impl.id, meta_bytes(impl.meta)));
   // The sink waits so that a remote device's waiting thread can read the reply itself.
   return [sink = impl.sink, fut] { return to_host_values(sink->await(*fut)); };
 }

@@ -1,12 +1,17 @@
-// The Backend interface: an executor of the op IR over its own tensor table. Implementations:
-// cpu/ (built in) and torch/ (LibTorch, a module loaded on first use), both on TableBackend
-// (table_backend.h). A backend never trusts its caller: execute() validates every op with
-// ir::infer before running it, and no input can make it abort. Like ggml's backend interface
-// (cpy_tensor_async, graph_compute) it also copies tensors to another backend and runs
-// registered graphs.
+// The Backend interface: the one executor interface of tensorwire, behind every tw::Device.
+// Implementations: cpu/ (built in) and torch/ (LibTorch, a module loaded on first use), both on
+// TableBackend (table_backend.h), which execute ops here; the remote device
+// (client/remote_backend.h), which ships them to a server; and the capture device
+// (api/capture.h), which records them for an inner device. An executing backend never trusts its
+// caller: execute() validates every op with ir::infer before running it, and no input can make
+// it abort. Like ggml's backend interface (cpy_tensor_async, graph_compute, optional slots with
+// defaults) it also copies tensors to another backend and runs registered graphs; the
+// asynchronous slots (submit, read_async, flush, sync, host_copy, collective) have the eager
+// defaults an executing backend wants, and the remote backend overrides them.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -15,16 +20,29 @@
 #include "core/status.h"
 #include "core/tensor_data.h"
 #include "ir/graph.h"
+#include "ir/collective.h"
 #include "ir/ops.h"
+#include "tensorwire/device_kind.h"
 
 namespace tw {
 
 class Backend {
  public:
   virtual ~Backend() = default;
+  // "cpu", "torch", "remote(tcp://host:port, 0)", "capture(cpu)": what tw::Device::str() says.
   virtual std::string name() const = 0;
-  // Whether this backend has a kernel for the op (every op of the IR for the CPU backend).
-  virtual bool supports(ir::OpCode code) const = 0;
+  virtual DeviceKind kind() const = 0;
+  // Whether this backend runs ops of this code (every op of the IR for the CPU backend; a remote
+  // backend: whether its server's protocol has them, which may connect). Callers with a
+  // composite fallback, such as optim::Adam for AdamStep, ask first.
+  virtual bool supports(ir::OpCode code) = 0;
+  // Whether a server may host it (tw::serve, a session's backend): OK for a backend that
+  // executes ops itself; a remote or capture backend says why not.
+  virtual Status hostable() const { return Status::OK(); }
+  // Whether calls may come from several threads at once without the caller's lock: the API
+  // (api/sink.h) serialises every call to a backend that is not, and none to one that is (the
+  // remote backend, whose reads wait without blocking other threads' ops).
+  virtual bool thread_safe() const { return false; }
 
   // Validates and runs one op. On failure the op's outputs are recorded as poisoned with the
   // error (a later read of them, or of anything computed from them, returns that error) and the
@@ -38,6 +56,18 @@ class Backend {
     (void)metas;
     return execute(op);
   }
+  // What the API calls with an op a program issued: runs it now (these defaults) or queues it (a
+  // remote backend). An op's own error is recorded in its outputs, where a read reports it, so
+  // submit() fails only when the device is unusable (a lost connection, say). `metas`, when
+  // given, are the output metas the API has just inferred (execute_inferred).
+  virtual Status submit(const ir::Op& op) {
+    (void)execute(op);
+    return Status::OK();
+  }
+  virtual Status submit_inferred(const ir::Op& op, std::vector<TensorMeta> metas) {
+    (void)execute_inferred(op, std::move(metas));
+    return Status::OK();
+  }
   // Caps the tensor bytes this backend holds: execute() asks refuse(op, bytes held, bytes
   // needed) about an op whose outputs would take it past `bytes`, checked on the inference
   // execute() does anyway; an error poisons the outputs, OK lets the op run after all. The
@@ -50,6 +80,29 @@ class Backend {
   virtual void fail(const ir::Op& op, const Status& error) = 0;
   // A contiguous host copy of a tensor, or the error it was poisoned with.
   virtual Result<TensorData> read(ir::TensorId id) = 0;
+  // read() of a tensor the caller knows to hold `nbytes` bytes (from its meta; 0: not known),
+  // which lets a remote backend over unix:// offer shared memory for a large one.
+  virtual Result<TensorData> read_expecting(ir::TensorId id, uint64_t nbytes) {
+    (void)nbytes;
+    return read(id);
+  }
+  // The same as a future, for a program that does not need the values yet: ready at once here,
+  // answered by the server for a remote backend. Wait for it with await().
+  virtual std::future<Result<TensorData>> read_async(ir::TensorId id, uint64_t nbytes) {
+    std::promise<Result<TensorData>> p;
+    p.set_value(read_expecting(id, nbytes));
+    return p.get_future();
+  }
+  virtual Result<TensorData> await(std::future<Result<TensorData>>& f) { return f.get(); }
+  // A copy, taken now, of `n` bytes the caller owns, to upload as a FromHost op to this backend.
+  // A remote backend over unix:// copies a large one straight into shared memory, and
+  // submitting the op then sends no tensor bytes through the socket.
+  virtual Buffer host_copy(const void* data, size_t n) { return Buffer::copy_of(data, n); }
+  // Opens the device now rather than on first use (remote: the connection and handshake).
+  virtual Status connect() { return Status::OK(); }
+  // Sends queued ops now (remote); waits until every op submitted so far has run.
+  virtual void flush() {}
+  virtual Status sync() { return Status::OK(); }
   // OK when read(id) would give the tensor, else the error it would give (the poisoning error,
   // an unknown id), without the copy a read may make: the server asks before refusing a read
   // too large for a frame, so that a poisoned tensor reports why it was poisoned.
@@ -71,9 +124,49 @@ class Backend {
   // This default reads a host copy and hands it to dst as FromHost; a CPU backend's read shares
   // the storage and its FromHost adopts it, so a copy between CPU backends moves no byte. On
   // failure (an unknown or poisoned `src`) nothing is created at dst_id.
+  // When both ends can hand a tensor over directly (two remote backends: the source server
+  // signs a capability and the destination takes the tensor from it), copy_to() does that
+  // instead, and the bytes never pass through this process.
   virtual Status copy_to(ir::TensorId src, Backend& dst, ir::TensorId dst_id) {
+    if (exports() && dst.imports()) {
+      TW_ASSIGN_OR_RETURN(TensorHandoff h, export_tensor(src));
+      return dst.import_tensor(h, dst_id);
+    }
     TW_ASSIGN_OR_RETURN(TensorData data, read(src));
     return dst.execute(from_host_of(std::move(data), dst_id));
+  }
+  // A tensor made ready to be taken by another backend without a copy through this process.
+  struct TensorHandoff {
+    std::string domain;  // who holds it: the server's id (a destination of the same one moves it)
+    std::string url;     // where to fetch it from, as this process reached the holder
+    std::string fingerprint;  // the holder's TLS certificate fingerprint to pin ("": CAs)
+    uint64_t session = 0;     // the holder's session, and the tensor's id in it
+    ir::TensorId id = 0;
+    std::string capability;  // signed by the holder: single use, expiring
+    TensorMeta meta;
+  };
+  virtual bool exports() { return false; }
+  virtual bool imports() { return false; }
+  virtual Result<TensorHandoff> export_tensor(ir::TensorId id) {
+    return unimplemented(name() + " cannot hand tensor %" + std::to_string(id) + " over");
+  }
+  virtual Status import_tensor(const TensorHandoff& h, ir::TensorId dst_id) {
+    (void)h;
+    return unimplemented(name() + " cannot take a tensor handed over as %" +
+                         std::to_string(dst_id));
+  }
+
+  // Collectives across servers (tw::dist): the server this backend can join one on (empty
+  // server_id when it cannot: every local backend, and a remote one whose server is too old),
+  // with where the others reach it (rank 0's is the rendezvous), and this backend's part of one.
+  // The API runs a collective among backends without a server with ops instead.
+  struct CollectiveDomain {
+    std::string server_id, url, fingerprint;
+  };
+  virtual Result<CollectiveDomain> collective_domain() { return CollectiveDomain{}; }
+  virtual Status collective(const ir::CollectiveSpec& spec) {
+    return unimplemented(name() + " takes no part in collectives across servers (" +
+                         ir::collective_name(spec.kind) + ")");
   }
   // Validates every op of `graph` once (ir::validate_graph) and keeps it; an invalid graph is
   // refused here, naming the op, and never runs.

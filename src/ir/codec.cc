@@ -178,7 +178,7 @@ Result<Op> decode_op(WireReader& r) {
   uint16_t code = 0;
   TW_RETURN_NOT_OK(r.u16(code).with_context("op code"));
   switch (static_cast<OpCode>(code)) {
-#define TW_DECODE_ENTRY(Name, c) \
+#define TW_DECODE_ENTRY(Name, c, since) \
   case OpCode::k##Name: return decode_as<Name>(r);
     TW_OP_LIST(TW_DECODE_ENTRY)
 #undef TW_DECODE_ENTRY

@@ -46,7 +46,7 @@ OpCode op_code(const Op& op) {
 
 const char* op_code_name(OpCode code) {
   switch (code) {
-#define TW_OP_NAME_ENTRY(Name, c) \
+#define TW_OP_NAME_ENTRY(Name, c, since) \
   case OpCode::k##Name: return #Name;
     TW_OP_LIST(TW_OP_NAME_ENTRY)
 #undef TW_OP_NAME_ENTRY

@@ -464,34 +464,38 @@ struct AdamStep {  // one Adam/AdamW update of a parameter and its two moments (
 };
 
 // ================================ the list ================================
-// (struct, wire code). Append only; never renumber or reuse a code.
-#define TW_OP_LIST(X)                                                                          \
-  X(Full, 1) X(Arange, 2) X(Eye, 3) X(FromHost, 4) X(RandUniform, 5) X(RandNormal, 6)           \
-  X(Bernoulli, 7) X(Unary, 8) X(Binary, 9) X(BinaryScalar, 10) X(Where, 11) X(Clamp, 12)        \
-  X(MaskedFill, 13) X(Cast, 14) X(Reduce, 15) X(Cumsum, 16) X(MatMul, 17) X(Reshape, 18)        \
-  X(Permute, 19) X(Expand, 20) X(Slice, 21) X(SliceAssign, 22) X(Cat, 23) X(Flip, 24)          \
-  X(Repeat, 25) X(Gather, 26) X(ScatterAdd, 27) X(IndexSelect, 28) X(OneHot, 29)                \
-  X(Softmax, 30) X(Conv2d, 31) X(Pool2d, 32) X(AdaptiveAvgPool2d, 33) X(LayerNorm, 34)        \
-  X(Conv2dBackwardInput, 35) X(Conv2dBackwardWeight, 36) X(Pool2dBackward, 37)                 \
-  X(AdaptiveAvgPool2dBackward, 38) X(AdamStep, 39) X(Linear, 40)
+// (struct, wire code, since): `since` is the first protocol version whose servers know the op
+// (docs/protocol.md's version history): a client never sends an op to a server older than that
+// (client/remote_backend.cc, supports()). Append only; never renumber or reuse a code.
+#define TW_OP_LIST(X) \
+  X(Full, 1, 1) X(Arange, 2, 1) X(Eye, 3, 1) X(FromHost, 4, 1) X(RandUniform, 5, 1) \
+  X(RandNormal, 6, 1) X(Bernoulli, 7, 1) X(Unary, 8, 1) X(Binary, 9, 1) X(BinaryScalar, 10, 1) \
+  X(Where, 11, 1) X(Clamp, 12, 1) X(MaskedFill, 13, 1) X(Cast, 14, 1) X(Reduce, 15, 1) \
+  X(Cumsum, 16, 1) X(MatMul, 17, 1) X(Reshape, 18, 1) X(Permute, 19, 1) X(Expand, 20, 1) \
+  X(Slice, 21, 1) X(SliceAssign, 22, 1) X(Cat, 23, 1) X(Flip, 24, 1) X(Repeat, 25, 1) \
+  X(Gather, 26, 1) X(ScatterAdd, 27, 1) X(IndexSelect, 28, 1) X(OneHot, 29, 1) \
+  X(Softmax, 30, 1) X(Conv2d, 31, 1) X(Pool2d, 32, 1) X(AdaptiveAvgPool2d, 33, 1) \
+  X(LayerNorm, 34, 1) X(Conv2dBackwardInput, 35, 1) X(Conv2dBackwardWeight, 36, 1) \
+  X(Pool2dBackward, 37, 1) X(AdaptiveAvgPool2dBackward, 38, 1) X(AdamStep, 39, 6) \
+  X(Linear, 40, 7)
 
-#define TW_OP_VARIANT_ENTRY(Name, code) Name,
+#define TW_OP_VARIANT_ENTRY(Name, code, since) Name,
 using Op = std::variant<TW_OP_LIST(TW_OP_VARIANT_ENTRY) std::monostate>;
 #undef TW_OP_VARIANT_ENTRY
 
 enum class OpCode : uint16_t {
-#define TW_OP_CODE_ENTRY(Name, code) k##Name = code,
+#define TW_OP_CODE_ENTRY(Name, code, since) k##Name = code,
   TW_OP_LIST(TW_OP_CODE_ENTRY)
 #undef TW_OP_CODE_ENTRY
 };
 
-#define TW_OP_COUNT_ENTRY(Name, code) +1
+#define TW_OP_COUNT_ENTRY(Name, code, since) +1
 inline constexpr int kNumOps = 0 TW_OP_LIST(TW_OP_COUNT_ENTRY);
 #undef TW_OP_COUNT_ENTRY
 // Wire codes are dense and in list order (1, 2, ... kNumOps): an entry appended with a skipped,
 // reused or out-of-order code fails here (codes index tables such as the decoder's).
 namespace detail {
-#define TW_OP_CODE_VALUE(Name, code) code,
+#define TW_OP_CODE_VALUE(Name, code, since) code,
 inline constexpr int kOpCodes[] = {TW_OP_LIST(TW_OP_CODE_VALUE)};
 #undef TW_OP_CODE_VALUE
 constexpr bool op_codes_dense() {
@@ -504,7 +508,7 @@ static_assert(detail::op_codes_dense(), "TW_OP_LIST: wire codes must be 1, 2, ..
 
 template <class T>
 struct OpTraits;
-#define TW_OP_TRAITS_ENTRY(Name, code)                       \
+#define TW_OP_TRAITS_ENTRY(Name, code, since)                       \
   template <>                                                \
   struct OpTraits<Name> {                                    \
     static constexpr OpCode kCode = OpCode::k##Name;         \
@@ -513,6 +517,19 @@ struct OpTraits;
   };
 TW_OP_LIST(TW_OP_TRAITS_ENTRY)
 #undef TW_OP_TRAITS_ENTRY
+
+// The first protocol version whose servers know ops of this code (the list's `since` column);
+// 0 for a code that is not an op's.
+constexpr uint16_t op_since_protocol(OpCode code) {
+  switch (code) {
+#define TW_OP_SINCE_CASE(Name, code, since) \
+  case OpCode::k##Name:                     \
+    return since;
+    TW_OP_LIST(TW_OP_SINCE_CASE)
+#undef TW_OP_SINCE_CASE
+  }
+  return 0;
+}
 
 OpCode op_code(const Op& op);
 const char* op_code_name(OpCode code);  // struct name, e.g. "MatMul"

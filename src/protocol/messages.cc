@@ -17,16 +17,6 @@ const char* refuse_reason_name(RefuseReason r) {
   return "refused";
 }
 
-const char* collective_name(CollectiveKind k) {
-  switch (k) {
-    case CollectiveKind::kAllReduce: return "all_reduce";
-    case CollectiveKind::kBroadcast: return "broadcast";
-    case CollectiveKind::kAllGather: return "all_gather";
-    case CollectiveKind::kReduceScatter: return "reduce_scatter";
-  }
-  return "collective";
-}
-
 uint64_t OutFrame::payload_size() const {
   uint64_t n = head.size();
   for (const auto& s : segments) n += s.data.size();

@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "core/tensor_data.h"
 #include "core/wire.h"
+#include "ir/collective.h"
 #include "ir/graph.h"
 #include "ir/ops.h"
 
@@ -22,10 +23,12 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // (code 39); version 7 the Linear op (code 40). An older client never sends them, so the server
 // still speaks 1.
 inline constexpr uint16_t kProtocolVersion = 7;
-// The first versions whose servers know ops AdamStep and Linear (a client sends neither to an
-// older server).
-inline constexpr uint16_t kAdamStepVersion = 6;
-inline constexpr uint16_t kLinearVersion = 7;
+// Which version brought each op is the op list's `since` column (ir::op_since_protocol): an op
+// appended to the list with a new version bumps kProtocolVersion with it.
+#define TW_SINCE_AT_MOST_CURRENT(Name, code, since) static_assert(since >= 1 && since <= kProtocolVersion, \
+  "TW_OP_LIST: op " #Name " is declared since a protocol version this build does not speak");
+TW_OP_LIST(TW_SINCE_AT_MOST_CURRENT)
+#undef TW_SINCE_AT_MOST_CURRENT
 inline constexpr uint16_t kMinProtocolVersion = 1;
 // Hello's device index that asks only for the device list (tw::remote_devices).
 inline constexpr uint32_t kEnumerateOnly = 0xFFFFFFFFu;
@@ -134,28 +137,11 @@ struct TensorSource {
 };
 
 // A collective across sessions of several servers (kCollective; server/collective.h runs it on
-// Gloo). Every participant gets the same group, size, store and timeout and its own rank.
-enum class CollectiveKind : uint8_t {
-  kAllReduce = 1,
-  kBroadcast = 2,
-  kAllGather = 3,
-  kReduceScatter = 4
-};
-enum class ReduceKind : uint8_t { kSum = 1, kMean = 2, kMax = 3 };
-const char* collective_name(CollectiveKind k);  // all_reduce, broadcast, ...
-struct CollectiveSpec {
-  CollectiveKind kind = CollectiveKind::kAllReduce;
-  ReduceKind reduce = ReduceKind::kSum;
-  uint32_t rank = 0, size = 0;
-  uint32_t root = 0;  // kBroadcast: the rank whose tensor every participant gets
-  std::string group;  // names the participants' set: the Gloo context is made once per group
-  std::string
-      store_url;  // the server that hosts the rendezvous (rank 0's, as the client reached it)
-  std::string fingerprint;  // its TLS fingerprint to pin when store_url is tls:// ("": CAs)
-  uint32_t timeout_ms = 0;  // how long a participant waits for the others
-  ir::TensorId input = 0, output = 0;
-  TensorMeta out_meta;  // what the output is (validated by the server against the input)
-};
+// Gloo) travels as the IR describes it (ir/collective.h).
+using ir::CollectiveKind;
+using ir::CollectiveSpec;
+using ReduceKind = ir::CollectiveReduce;
+using ir::collective_name;
 
 // Where a segment task's bytes lie (protocol 5): `length` bytes at `offset` of the data area of
 // segment `segment`. kFromSegment: `sequence` is what the server stores in the segment's

@@ -32,7 +32,7 @@ struct OpSlotName {
   ir::OpCode code;
   const char* name;
 };
-#define TW_METRICS_OP_ENTRY(Name, code) OpSlotName{ir::OpCode::k##Name, #Name},
+#define TW_METRICS_OP_ENTRY(Name, code, since) OpSlotName{ir::OpCode::k##Name, #Name},
 constexpr OpSlotName kOps[] = {TW_OP_LIST(TW_METRICS_OP_ENTRY)};
 #undef TW_METRICS_OP_ENTRY
 

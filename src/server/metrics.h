@@ -36,8 +36,8 @@ inline constexpr uint64_t kFastOpNs = 2'000;
 
 // One slot per wire op code (codes are append-only and small, so an array indexed by code is
 // the lookup: no map, no lock).
-#define TW_METRICS_MAX_CODE(Name, code) std::max(code,
-#define TW_METRICS_CLOSE(Name, code) )
+#define TW_METRICS_MAX_CODE(Name, code, since) std::max(code,
+#define TW_METRICS_CLOSE(Name, code, since) )
 inline constexpr int kOpCodeSlots =
     TW_OP_LIST(TW_METRICS_MAX_CODE) 0 TW_OP_LIST(TW_METRICS_CLOSE) + 1;
 #undef TW_METRICS_MAX_CODE
@@ -296,7 +296,7 @@ class OpTimer {
   }
   // An op's code without a call: the variant's alternatives are TW_OP_LIST in order.
   static size_t slot_of(const ir::Op& op) {
-#define TW_OP_TIMER_CODE(Name, code) code,
+#define TW_OP_TIMER_CODE(Name, code, since) code,
     static constexpr uint16_t kCodeOfIndex[] = {TW_OP_LIST(TW_OP_TIMER_CODE)};
 #undef TW_OP_TIMER_CODE
     return op.index() < std::size(kCodeOfIndex) ? kCodeOfIndex[op.index()] : kOpCodeSlots;

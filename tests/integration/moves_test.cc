@@ -11,7 +11,8 @@
 #include <cstring>
 #include <thread>
 
-#include "api/remote_sink.h"
+#include "api/sink.h"
+#include "client/remote_backend.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
@@ -24,7 +25,7 @@ namespace proto = protocol;
 using Clock = std::chrono::steady_clock;
 
 client::Connection& conn(const Device& d) {
-  return dynamic_cast<client::RemoteSink&>(*d.sink()).connection();
+  return static_cast<client::RemoteBackend&>(d.sink()->backend()).connection();
 }
 
 // A Tensor naming id `id` of device `d` (made by a task sent below the API).

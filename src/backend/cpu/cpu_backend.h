@@ -22,7 +22,8 @@ namespace tw::cpu {
 class CpuBackend final : public TableBackend<CpuTensor> {
  public:
   std::string name() const override { return "cpu"; }
-  bool supports(ir::OpCode) const override { return true; }  // a kernel per op, checked at build
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  bool supports(ir::OpCode) override { return true; }  // a kernel per op, checked at build
   Result<TensorData> read(ir::TensorId id) override;
 
  protected:

@@ -8,7 +8,7 @@
 
 namespace tw::cpu {
 
-#define TW_DECLARE_KERNEL(Name, code) Status run(const ir::Name& op, KernelContext& ctx);
+#define TW_DECLARE_KERNEL(Name, code, since) Status run(const ir::Name& op, KernelContext& ctx);
 TW_OP_LIST(TW_DECLARE_KERNEL)
 #undef TW_DECLARE_KERNEL
 

@@ -202,9 +202,10 @@ class CpuHost final : public HostRunner {
 class TorchBackend final : public TableBackend<at::Tensor> {
  public:
   std::string name() const override { return "torch"; }
+  DeviceKind kind() const override { return DeviceKind::kTorch; }
   // A kernel per op: run() below dispatches with std::visit over the overloads declared in
   // torch_ops.h, so an op without a kernel does not compile.
-  bool supports(ir::OpCode) const override { return true; }
+  bool supports(ir::OpCode) override { return true; }
 
   Result<TensorData> read(ir::TensorId id) override {
     TW_ASSIGN_OR_RETURN(const at::Tensor* t, tensor(id));

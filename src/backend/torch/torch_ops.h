@@ -69,7 +69,7 @@ template <>
 struct TorchKernelResult<ir::AdamStep> {
   using type = Result<std::vector<at::Tensor>>;
 };
-#define TW_DECLARE_TORCH_KERNEL(Name, code) \
+#define TW_DECLARE_TORCH_KERNEL(Name, code, since) \
   TorchKernelResult<ir::Name>::type run(const ir::Name& op, const Ctx& ctx);
 TW_OP_LIST(TW_DECLARE_TORCH_KERNEL)
 #undef TW_DECLARE_TORCH_KERNEL

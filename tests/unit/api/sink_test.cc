@@ -24,10 +24,10 @@ namespace {
     ASSERT_TRUE(st_.ok()) << st_.message(); \
   } while (0)
 
-std::shared_ptr<detail::BackendSink> cpu_sink() {
+std::shared_ptr<detail::Sink> cpu_sink() {
   Result<std::unique_ptr<Backend>> b = make_backend("cpu");
   EXPECT_TRUE(b.ok()) << b.status().message();
-  return std::make_shared<detail::BackendSink>(std::move(b).value(), Device::Kind::kCpu);
+  return std::make_shared<detail::Sink>(std::move(b).value());
 }
 
 // f32 host bytes 0, 0.5, 1, ... as a FromHost op.
@@ -45,18 +45,26 @@ std::vector<uint8_t> bytes_of(detail::Sink& sink, ir::TensorId id) {
   return std::vector<uint8_t>(p, p + d->bytes.size());
 }
 
-// A sink that is no BackendSink, so a copy from it takes Sink's default (read, then upload).
-class ForwardingSink final : public detail::Sink {
+// A backend that only forwards to another device and has no copy of its own, so a copy from it
+// takes Backend's default (read, then upload).
+class ForwardingBackend final : public Backend {
  public:
-  explicit ForwardingSink(std::shared_ptr<detail::Sink> to) : to_(std::move(to)) {}
-  Device::Kind kind() const override { return to_->kind(); }
-  std::string str() const override { return "forwarding(" + to_->str() + ")"; }
-  Status submit(ir::Op op) override { return to_->submit(std::move(op)); }
-  std::future<Result<TensorData>> read_async(ir::TensorId id) override {
-    return to_->read_async(id);
+  explicit ForwardingBackend(std::shared_ptr<detail::Sink> to) : to_(std::move(to)) {}
+  std::string name() const override { return "forwarding(" + to_->str() + ")"; }
+  DeviceKind kind() const override { return to_->kind(); }
+  bool supports(ir::OpCode code) override { return to_->supports(code); }
+  Status execute(const ir::Op& op) override { return to_->submit(op); }
+  void set_memory_limit(uint64_t bytes, RefuseFn refuse) override {
+    to_->backend().set_memory_limit(bytes, std::move(refuse));
   }
-  void drop(ir::TensorId id) override { to_->drop(id); }
-  Status sync() override { return to_->sync(); }
+  void fail(const ir::Op& op, const Status& error) override { to_->backend().fail(op, error); }
+  Result<TensorData> read(ir::TensorId id) override { return to_->read(id); }
+  Result<TensorMeta> meta(ir::TensorId id) const override { return to_->backend().meta(id); }
+  Status drop(ir::TensorId id) override {
+    to_->drop(id);
+    return Status::OK();
+  }
+  size_t bytes_held() const override { return to_->backend().bytes_held(); }
   Result<ir::GraphId> register_graph(ir::Graph g) override {
     return to_->register_graph(std::move(g));
   }
@@ -136,7 +144,7 @@ TEST(CopyTo, WithinOneSink) {
 
 TEST(CopyTo, DefaultGoesThroughTheHost) {
   auto inner = cpu_sink();
-  ForwardingSink src(inner);
+  detail::Sink src(std::make_unique<ForwardingBackend>(inner));
   auto dst = cpu_sink();
   ASSERT_OK(src.submit(from_host(3, {4, 4})));
   ASSERT_OK(src.copy_to(3, *dst, 5));
@@ -352,7 +360,7 @@ TEST(Graph, RunsOnTorchAndCopiesToCpu) {
   if (!Device::torch_available()) GTEST_SKIP() << "this build has no torch backend";
   Result<std::unique_ptr<Backend>> b = make_backend("torch");
   ASSERT_TRUE(b.ok()) << b.status().message();
-  detail::BackendSink torch_sink(std::move(b).value(), Device::Kind::kTorch);
+  detail::Sink torch_sink(std::move(b).value());
   auto cpu = cpu_sink();
   ASSERT_OK(torch_sink.submit(from_host(1, {4, 3})));
   ASSERT_OK(torch_sink.submit(from_host(2, {3, 5})));

@@ -153,7 +153,7 @@ TEST(Codec, SamplesCoverEveryOpWithNonDefaultFields) {
     }
   }
   // Walks the declaration, so the failure names the op that lacks a sample.
-#define TW_CHECK_SAMPLE(Name, code)         \
+#define TW_CHECK_SAMPLE(Name, code, since)         \
   EXPECT_TRUE(codes.count(OpCode::k##Name)) \
       << "op " #Name " has no sample in samples() of tests/unit/ir/codec_test.cc";
   TW_OP_LIST(TW_CHECK_SAMPLE)

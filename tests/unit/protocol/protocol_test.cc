@@ -65,7 +65,7 @@ std::vector<ir::Op> every_op(size_t bytes) {
   std::vector<ir::Op> ops;
   Filler f;
   f.bytes = bytes;
-#define TW_MAKE_OP(Name, code) \
+#define TW_MAKE_OP(Name, code, since) \
   {                            \
     ir::Name o;                \
     o.fields(f);               \
@@ -886,7 +886,7 @@ struct FieldTypes {
 TEST(ProtocolDoc, OpTableListsEveryOpWithItsFieldsInWireOrder) {
   std::string doc = read_doc();
   ASSERT_FALSE(doc.empty());
-#define TW_CHECK_ROW(Name, code)                                                          \
+#define TW_CHECK_ROW(Name, code, since)                                                          \
   {                                                                                       \
     FieldTypes ft;                                                                        \
     ir::Name{}.fields(ft);                                                                \

@@ -32,7 +32,8 @@ namespace {
 class CreationOnlyBackend final : public TableBackend<TensorData> {
  public:
   std::string name() const override { return "creation-only"; }
-  bool supports(ir::OpCode code) const override {
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  bool supports(ir::OpCode code) override {
     return code == ir::OpCode::kFromHost || code == ir::OpCode::kFull;
   }
   Result<TensorData> read(ir::TensorId id) override {
@@ -89,8 +90,7 @@ TEST(Unsupported, ExecuteRefusesNamingOpAndBackend) {
 }
 
 TEST(Unsupported, DeviceReportsTheRefusalAtTheReadAndGoesOn) {
-  Device d(std::make_shared<detail::BackendSink>(std::make_unique<CreationOnlyBackend>(),
-                                                 Device::Kind::kCpu));
+  Device d(std::make_shared<detail::Sink>(std::make_unique<CreationOnlyBackend>()));
   Tensor x = full({3}, 2.0, kF32, d);
   Tensor y = x.exp();  // refused, recorded in y
   try {
@@ -110,7 +110,8 @@ class RecordingBackend final : public Backend {
  public:
   explicit RecordingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
   std::string name() const override { return inner_->name(); }
-  bool supports(ir::OpCode code) const override { return inner_->supports(code); }
+  DeviceKind kind() const override { return inner_->kind(); }
+  bool supports(ir::OpCode code) override { return inner_->supports(code); }
   Status execute(const ir::Op& op) override {
     Status st = inner_->execute(op);
     if (st.ok()) executed_->insert(ir::op_code(op));
@@ -211,8 +212,7 @@ TEST(Unsupported, BackendsSupportExactlyTheOpsTheyRun) {
     auto recording = std::make_unique<RecordingBackend>(std::move(made).value());
     RecordingBackend& backend = *recording;
     const std::shared_ptr<std::set<ir::OpCode>> executed = backend.executed();
-    Device d(std::make_shared<detail::BackendSink>(
-        std::move(recording), name == "torch" ? Device::Kind::kTorch : Device::Kind::kCpu));
+    Device d(std::make_shared<detail::Sink>(std::move(recording)));
     try {
       run_every_op(d);
     } catch (const Error&) {
@@ -221,7 +221,7 @@ TEST(Unsupported, BackendsSupportExactlyTheOpsTheyRun) {
     // The CPU backend has a kernel for every op (docs/ops.md, CONTRIBUTING.md); another backend
     // may decline some, as long as it says so.
     const bool must_run_all = name == "cpu";
-#define TW_CHECK_SUPPORTED(Name, code)                                                    \
+#define TW_CHECK_SUPPORTED(Name, code, since)                                                    \
   {                                                                                       \
     const bool ran = executed->count(ir::OpCode::k##Name) > 0;                            \
     EXPECT_EQ(backend.supports(ir::OpCode::k##Name), ran)                                 \

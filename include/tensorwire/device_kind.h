@@ -1,0 +1,10 @@
+// What kind of device a tw::Device is (Device::Kind), and of executor behind it (Backend::kind):
+// one plain enum that the API and the backend layer share.
+#pragma once
+#include <cstdint>
+
+namespace tw {
+
+enum class DeviceKind : uint8_t { kCpu = 0, kRemote = 1, kCapture = 2, kTorch = 3 };
+
+}  // namespace tw

@@ -1,0 +1,74 @@
+#include "client/remote_backend.h"
+
+namespace tw::client {
+
+bool RemoteBackend::speaks(uint16_t version) {
+  return conn_.ensure_connected().ok() && conn_.welcome().version >= version;
+}
+
+bool RemoteBackend::supports(ir::OpCode code) {
+  const uint16_t since = ir::op_since_protocol(code);
+  return since != 0 && (since <= protocol::kMinProtocolVersion || speaks(since));
+}
+
+Status RemoteBackend::hostable() const {
+  return invalid_argument("cannot serve " + name() +
+                          ": a remote device only forwards ops to another server; a server hosts "
+                          "devices that execute ops itself. Host tw::Device::cpu() here, or let "
+                          "clients connect to that server directly");
+}
+
+Result<TensorMeta> RemoteBackend::meta(ir::TensorId id) const {
+  return unimplemented(name() + ": the meta of tensor %" + std::to_string(id) +
+                       " is kept by the program's tensor, not asked of the server");
+}
+
+Result<ir::GraphId> RemoteBackend::register_graph(ir::Graph graph) {
+  TW_RETURN_NOT_OK(conn_.ensure_connected());
+  if (conn_.welcome().version < 2) {
+    return unimplemented("register_graph: the server at " + conn_.url().str() +
+                         " speaks protocol " + std::to_string(conn_.welcome().version) +
+                         ", which has no graph tasks (they need 2); submit the ops one by one");
+  }
+  return conn_.register_graph(graph);
+}
+
+Status RemoteBackend::run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
+                                std::span<const ir::TensorId> outputs) {
+  return conn_.run_graph(graph, {inputs.begin(), inputs.end()}, {outputs.begin(), outputs.end()});
+}
+
+Result<Backend::TensorHandoff> RemoteBackend::export_tensor(ir::TensorId id) {
+  TW_ASSIGN_OR_RETURN(protocol::Exported e, conn_.export_tensor(id));
+  TensorHandoff h;
+  h.domain = conn_.welcome().server_id;
+  // The destination dials the source at the address this client used, pinning the certificate
+  // fingerprint this client pins (when it pins one), with its own credential.
+  h.url = conn_.url().str();
+  h.fingerprint = conn_.options().tls.fingerprint;
+  h.session = conn_.welcome().session_id;
+  h.id = id;
+  h.capability = std::move(e.capability);
+  h.meta = std::move(e.meta);
+  return h;
+}
+
+Status RemoteBackend::import_tensor(const TensorHandoff& h, ir::TensorId dst_id) {
+  TW_RETURN_NOT_OK(conn_.ensure_connected());
+  protocol::TensorSource source{h.session, h.id, h.capability, "", ""};
+  if (h.domain == conn_.welcome().server_id) {
+    return conn_.move_in(protocol::TaskKind::kMoveLocal, dst_id, h.meta, source);
+  }
+  source.url = h.url;
+  source.fingerprint = h.fingerprint;
+  return conn_.move_in(protocol::TaskKind::kImport, dst_id, h.meta, source);
+}
+
+Result<Backend::CollectiveDomain> RemoteBackend::collective_domain() {
+  TW_RETURN_NOT_OK(conn_.ensure_connected());
+  if (conn_.welcome().version < 3) return CollectiveDomain{};
+  return CollectiveDomain{conn_.welcome().server_id, conn_.url().str(),
+                          conn_.options().tls.fingerprint};
+}
+
+}  // namespace tw::client
