@@ -19,6 +19,7 @@
 #include "tensorwire/device.h"
 #include "tensorwire/dtype.h"
 #include "tensorwire/error.h"
+#include "tensorwire/op_kinds.h"
 
 namespace tw {
 
@@ -113,41 +114,38 @@ class Tensor {
   Tensor to(const Device& device) const;  // copies the values to another device
 
   // ---- elementwise ----
-  Tensor neg() const; Tensor abs() const; Tensor exp() const; Tensor log() const;
-  Tensor log1p() const; Tensor sqrt() const; Tensor rsqrt() const; Tensor sin() const;
-  Tensor cos() const; Tensor tanh() const; Tensor sigmoid() const; Tensor relu() const;
-  Tensor gelu() const; Tensor erf() const; Tensor reciprocal() const; Tensor floor() const;
-  Tensor ceil() const; Tensor round() const; Tensor sign() const; Tensor square() const;
-  Tensor logical_not() const;
-
-  Tensor add(const Tensor& o) const; Tensor add(Scalar s) const;
-  Tensor sub(const Tensor& o) const; Tensor sub(Scalar s) const;
-  Tensor mul(const Tensor& o) const; Tensor mul(Scalar s) const;
-  Tensor div(const Tensor& o) const; Tensor div(Scalar s) const;
-  Tensor pow(const Tensor& o) const; Tensor pow(Scalar s) const;
-  Tensor maximum(const Tensor& o) const; Tensor minimum(const Tensor& o) const;
-  Tensor remainder(const Tensor& o) const; Tensor remainder(Scalar s) const;
-  Tensor eq(const Tensor& o) const; Tensor eq(Scalar s) const;
-  Tensor ne(const Tensor& o) const; Tensor ne(Scalar s) const;
-  Tensor lt(const Tensor& o) const; Tensor lt(Scalar s) const;
-  Tensor le(const Tensor& o) const; Tensor le(Scalar s) const;
-  Tensor gt(const Tensor& o) const; Tensor gt(Scalar s) const;
-  Tensor ge(const Tensor& o) const; Tensor ge(Scalar s) const;
-  Tensor logical_and(const Tensor& o) const; Tensor logical_or(const Tensor& o) const;
-  Tensor logical_xor(const Tensor& o) const;
+  // One method per kind of the lists in tensorwire/op_kinds.h, named by their api_name column:
+  // x.exp(), x.add(y), and x.add(2) for the binary kinds whose scalar column is kScalarApi.
+#define TW_UNARY_DECL(Kind, ir_name, api_name, ...) Tensor api_name() const;
+  TW_UNARY_KINDS(TW_UNARY_DECL)
+#undef TW_UNARY_DECL
+#define TW_BINARY_DECL(Kind, ir_name, api_name, grad, scalar) \
+  Tensor api_name(const Tensor& o) const;                     \
+  TW_BINARY_SCALAR_DECL_##scalar(api_name)
+#define TW_BINARY_SCALAR_DECL_kScalarApi(api_name) Tensor api_name(Scalar s) const;
+#define TW_BINARY_SCALAR_DECL_kNoScalarApi(api_name)
+  TW_BINARY_KINDS(TW_BINARY_DECL)
+#undef TW_BINARY_DECL
+#undef TW_BINARY_SCALAR_DECL_kScalarApi
+#undef TW_BINARY_SCALAR_DECL_kNoScalarApi
   Tensor clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const;
   Tensor masked_fill(const Tensor& mask, Scalar value) const;
 
   // ---- reductions ----
-  Tensor sum() const; Tensor sum(int64_t dim, bool keepdim = false) const;
-  Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
-  Tensor mean() const; Tensor mean(int64_t dim, bool keepdim = false) const;
-  Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
-  Tensor prod() const; Tensor prod(int64_t dim, bool keepdim = false) const;
-  Tensor max() const; Tensor max(int64_t dim, bool keepdim = false) const;  // values
-  Tensor min() const; Tensor min(int64_t dim, bool keepdim = false) const;
-  Tensor argmax() const; Tensor argmax(int64_t dim, bool keepdim = false) const;
-  Tensor argmin() const; Tensor argmin(int64_t dim, bool keepdim = false) const;
+  // Per kind (tensorwire/op_kinds.h): over every element, over one dim, and for the kinds whose
+  // dims column is kDimList over a list of dims (an empty list reduces every dim, as in
+  // PyTorch). max and min give the values.
+#define TW_REDUCE_DECL(Kind, ir_name, api_name, grad, dims) \
+  Tensor api_name() const;                                  \
+  Tensor api_name(int64_t dim, bool keepdim = false) const; \
+  TW_REDUCE_DIMS_DECL_##dims(api_name)
+#define TW_REDUCE_DIMS_DECL_kDimList(api_name) \
+  Tensor api_name(const std::vector<int64_t>& dims, bool keepdim = false) const;
+#define TW_REDUCE_DIMS_DECL_kOneDim(api_name)
+  TW_REDUCE_KINDS(TW_REDUCE_DECL)
+#undef TW_REDUCE_DECL
+#undef TW_REDUCE_DIMS_DECL_kDimList
+#undef TW_REDUCE_DIMS_DECL_kOneDim
   Tensor cumsum(int64_t dim) const;
 
   // ---- linear algebra ----

@@ -788,57 +788,24 @@ void bind_tensor(py::module_& m) {
           "int", [](const Tensor& x) { return x.to(kI32); }, Release())
       .def(
           "bool", [](const Tensor& x) { return x.to(kBool); }, Release());
-  // ---- elementwise unary ----
-#define TW_UNARY(name) t.def(#name, &Tensor::name, Submit(), doc(#name, "Elementwise " #name "."))
-  TW_UNARY(neg);
-  TW_UNARY(abs);
-  TW_UNARY(exp);
-  TW_UNARY(log);
-  TW_UNARY(log1p);
-  TW_UNARY(sqrt);
-  TW_UNARY(rsqrt);
-  TW_UNARY(sin);
-  TW_UNARY(cos);
-  TW_UNARY(tanh);
-  TW_UNARY(sigmoid);
-  TW_UNARY(relu);
-  TW_UNARY(gelu);
-  TW_UNARY(erf);
-  TW_UNARY(reciprocal);
-  TW_UNARY(floor);
-  TW_UNARY(ceil);
-  TW_UNARY(round);
-  TW_UNARY(sign);
-  TW_UNARY(square);
-  TW_UNARY(logical_not);
+  // ---- elementwise: one method per kind of tensorwire/op_kinds.h (its api_name column) ----
+#define TW_UNARY(Kind, ir_name, name, ...) \
+  t.def(#name, &Tensor::name, Submit(), doc(#name, "Elementwise " #name "."));
+  TW_UNARY_KINDS(TW_UNARY)
 #undef TW_UNARY
-  // ---- elementwise binary: tensor or scalar operand ----
-#define TW_BINARY(name)                                                                        \
+  // Binary kinds take a tensor (broadcast), and a scalar where the scalar column is kScalarApi.
+#define TW_BINARY(Kind, ir_name, name, grad, scalar) TW_BINARY_##scalar(name)
+#define TW_BINARY_kScalarApi(name)                                                             \
   t.def(#name, py::overload_cast<const Tensor&>(&Tensor::name, py::const_), py::arg("other"),  \
         Submit(), doc(#name, "Elementwise " #name " with a tensor (broadcast) or a scalar.")); \
-  t.def(#name, py::overload_cast<Scalar>(&Tensor::name, py::const_), py::arg("other"), Submit())
-  TW_BINARY(add);
-  TW_BINARY(sub);
-  TW_BINARY(mul);
-  TW_BINARY(div);
-  TW_BINARY(pow);
-  TW_BINARY(remainder);
-  TW_BINARY(eq);
-  TW_BINARY(ne);
-  TW_BINARY(lt);
-  TW_BINARY(le);
-  TW_BINARY(gt);
-  TW_BINARY(ge);
-#undef TW_BINARY
-#define TW_TENSOR_BINARY(name)                            \
+  t.def(#name, py::overload_cast<Scalar>(&Tensor::name, py::const_), py::arg("other"), Submit());
+#define TW_BINARY_kNoScalarApi(name)                      \
   t.def(#name, &Tensor::name, py::arg("other"), Submit(), \
-        doc(#name, "Elementwise " #name " with a tensor (broadcast)."))
-  TW_TENSOR_BINARY(maximum);
-  TW_TENSOR_BINARY(minimum);
-  TW_TENSOR_BINARY(logical_and);
-  TW_TENSOR_BINARY(logical_or);
-  TW_TENSOR_BINARY(logical_xor);
-#undef TW_TENSOR_BINARY
+        doc(#name, "Elementwise " #name " with a tensor (broadcast)."));
+  TW_BINARY_KINDS(TW_BINARY)
+#undef TW_BINARY
+#undef TW_BINARY_kScalarApi
+#undef TW_BINARY_kNoScalarApi
   t.def("clamp", &Tensor::clamp, py::arg("min") = py::none(), py::arg("max") = py::none(), Submit(),
         doc("clamp", "Elementwise min(max(x, min), max); either bound may be None."))
       .def("masked_fill", &Tensor::masked_fill, py::arg("mask"), py::arg("value"), Submit(),
@@ -921,8 +888,9 @@ void bind_tensor(py::module_& m) {
       .def("__setitem__", [](Tensor& a, const py::object& index, Scalar v) {
         a = set_item(a, index, full({}, v, a.dtype(), a.device()));
       });
-  // ---- reductions: no dim, one dim or several ----
-#define TW_REDUCE(name)                                                             \
+  // ---- reductions: no dim, one dim, or (dims column kDimList) several ----
+#define TW_REDUCE(Kind, ir_name, name, grad, dims) TW_REDUCE_##dims(name)
+#define TW_REDUCE_kDimList(name)                                                    \
   t.def(                                                                            \
       #name,                                                                        \
       [](T x, py::object dim, bool keepdim) {                                       \
@@ -935,11 +903,8 @@ void bind_tensor(py::module_& m) {
         return dims.size() == 1 ? x.name(dims[0], keepdim) : x.name(dims, keepdim); \
       },                                                                            \
       py::arg("dim") = py::none(), py::arg("keepdim") = false,                      \
-      doc(#name, #name " over all elements, or over dim (an int or a list of ints)."))
-  TW_REDUCE(sum);
-  TW_REDUCE(mean);
-#undef TW_REDUCE
-#define TW_REDUCE1(name)                                       \
+      doc(#name, #name " over all elements, or over dim (an int or a list of ints)."));
+#define TW_REDUCE_kOneDim(name)                                \
   t.def(                                                       \
       #name,                                                   \
       [](T x, std::optional<int64_t> dim, bool keepdim) {      \
@@ -947,13 +912,11 @@ void bind_tensor(py::module_& m) {
         return dim ? x.name(*dim, keepdim) : x.name();         \
       },                                                       \
       py::arg("dim") = py::none(), py::arg("keepdim") = false, \
-      doc(#name, #name " over all elements, or over one dim."))
-  TW_REDUCE1(prod);
-  TW_REDUCE1(max);
-  TW_REDUCE1(min);
-  TW_REDUCE1(argmax);
-  TW_REDUCE1(argmin);
-#undef TW_REDUCE1
+      doc(#name, #name " over all elements, or over one dim."));
+  TW_REDUCE_KINDS(TW_REDUCE)
+#undef TW_REDUCE
+#undef TW_REDUCE_kDimList
+#undef TW_REDUCE_kOneDim
   t.def("cumsum", &Tensor::cumsum, py::arg("dim"), Release(),
         doc("cumsum", "Running sum along dim."))
       .def("matmul", &Tensor::matmul, py::arg("other"), Release(),

@@ -252,21 +252,22 @@ Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
 }
 
 // ---- reductions ----
-// Every kind has the whole-tensor and one-dim forms (api_name column of ir/ops.h); sum and
-// mean also take a dim list, where an empty list reduces every dim, as in PyTorch.
-#define TW_REDUCE_METHODS(Kind, ir_name, api_name, ...)                                         \
+// The forms tensorwire/tensor.h declares from the kind list.
+#define TW_REDUCE_METHODS(Kind, ir_name, api_name, grad, dims)                                  \
   Tensor Tensor::api_name() const { return reduce(*this, ir::ReduceKind::k##Kind, {}, false); } \
   Tensor Tensor::api_name(int64_t d, bool keepdim) const {                                      \
     return reduce(*this, ir::ReduceKind::k##Kind, {d}, keepdim);                                \
+  }                                                                                             \
+  TW_REDUCE_DIMS_METHOD_##dims(Kind, api_name)
+#define TW_REDUCE_DIMS_METHOD_kDimList(Kind, api_name)                              \
+  Tensor Tensor::api_name(const std::vector<int64_t>& dims, bool keepdim) const { \
+    return reduce(*this, ir::ReduceKind::k##Kind, dims, keepdim);                 \
   }
+#define TW_REDUCE_DIMS_METHOD_kOneDim(Kind, api_name)
 TW_REDUCE_KINDS(TW_REDUCE_METHODS)
 #undef TW_REDUCE_METHODS
-Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const {
-  return reduce(*this, ir::ReduceKind::kSum, dims, keepdim);
-}
-Tensor Tensor::mean(const std::vector<int64_t>& dims, bool keepdim) const {
-  return reduce(*this, ir::ReduceKind::kMean, dims, keepdim);
-}
+#undef TW_REDUCE_DIMS_METHOD_kDimList
+#undef TW_REDUCE_DIMS_METHOD_kOneDim
 Tensor Tensor::cumsum(int64_t d) const { return emit1(*this, ir::Cumsum{in(*this), d, {}}, {this}); }
 
 // ---- linear algebra ----
