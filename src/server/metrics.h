@@ -168,8 +168,9 @@ class ServerMetrics {
     return r;
   }
 
-  // For the graph cache and server-to-server transfers to count what they do: the counters are
-  // exported (at 0) from the start, so dashboards and alerts can be written before the features.
+  // Graphs (Session::register_graph counts a registration that succeeded, Session::run_graph a
+  // run of a graph the session holds) and tensor moves between servers (bytes of each move in
+  // or out).
   void graph_registered() { graphs_registered_.fetch_add(1, std::memory_order_relaxed); }
   void graph_run() { graph_runs_.fetch_add(1, std::memory_order_relaxed); }
   void transfer(Direction d, uint64_t bytes) {

@@ -308,6 +308,7 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
   }
   graph_ops_[*id] = ops;
   graph_ops_total_ += ops;
+  totals_.metrics.graph_registered();
   return id;
 }
 
@@ -315,6 +316,7 @@ void Session::run_graph(const proto::Task& t) {
   auto g = graph_ops_.find(t.graph_id);
   if (g != graph_ops_.end()) {
     totals_.ops_executed.fetch_add(g->second, std::memory_order_relaxed);
+    totals_.metrics.graph_run();
   }
   // A failure (an unknown graph included) is recorded in the run's outputs.
   (void)backend_->run_graph(t.graph_id, t.ids, t.outputs);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "support/server_process.h"
+#include "tensorwire/graph.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
 
@@ -45,8 +46,8 @@ TEST(Metrics, CountersMoveWithAClientsWork) {
   std::string before = get(server.metrics_url(), "/metrics");
   EXPECT_EQ(series(before, "tensorwire_ops_total"), 0) << before;
   EXPECT_EQ(series(before, "tensorwire_sessions"), 0);
-  EXPECT_EQ(series(before, "tensorwire_graphs_registered_total"), 0)
-      << "the graph counters exist from the start";
+  EXPECT_EQ(series(before, "tensorwire_graphs_registered_total"), 0) << before;
+  EXPECT_EQ(series(before, "tensorwire_graph_runs_total"), 0);
   EXPECT_EQ(series(before, "tensorwire_transfers_total{direction=\"in\"}"), 0);
 
   Device d = Device::remote(server.url());
@@ -56,6 +57,14 @@ TEST(Metrics, CountersMoveWithAClientsWork) {
   Tensor one = full({256}, 1.0, kF32, d);
   for (int i = 0; i < kAdds; ++i) x = x + one;
   ASSERT_EQ(x.to_vector<float>()[0], static_cast<float>(kAdds));
+  // A graph registered once (the first replay) and run twice.
+  graph::Capture cap(Device::cpu());
+  Tensor in = cap.input(full({256}, 0.0, kF32, Device::cpu()));
+  graph::Trace twice_plus_one = cap.finish({in * 2.0 + 1.0});
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_EQ(twice_plus_one.replay(d, {one})[0].to_vector<float>()[0], 3.0f);
+  }
+  ASSERT_TRUE(twice_plus_one.runs_as_graph(d));
   // Over the 1 MiB quota: the server refuses it, and the read that depends on it fails.
   Tensor big = full({1 << 19}, 1.0, kF32, d);
   EXPECT_THROW(big.to_vector<float>(), Error);
@@ -83,6 +92,8 @@ TEST(Metrics, CountersMoveWithAClientsWork) {
       << "no matmul ran";
   EXPECT_EQ(series(after, "tensorwire_errors_total{kind=\"over_quota\"}"), 1) << after;
   EXPECT_EQ(series(after, "tensorwire_errors_total{kind=\"read_failed\"}"), 1);
+  EXPECT_EQ(series(after, "tensorwire_graphs_registered_total"), 1) << after;
+  EXPECT_EQ(series(after, "tensorwire_graph_runs_total"), 2);
 
   // A refused handshake counts by its reason.
   EXPECT_THROW(Device::remote(server.url(), 7).connect(), Error);
