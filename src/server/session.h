@@ -1,6 +1,6 @@
 // One client's session, without its transport: its tensor table (a backend instance of its
 // own), its memory quota and share of the server-wide limit, and the execution of its tasks.
-// The per-connection code in server.cc decodes frames, drives a Session with the batches and
+// The per-connection code in connection.cc decodes frames, drives a Session with the batches and
 // writes what it replies; so a new kind of task, fairness between sessions or a transfer
 // between servers changes this, not socket code, and a test can drive a Session with no socket.
 #pragma once

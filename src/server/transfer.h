@@ -1,9 +1,10 @@
 // Tensor moves that bypass the client (protocol 3; docs/protocol.md §8.9): capabilities, which a
 // server signs for one tensor of one of its sessions, and the pull by which another server
 // fetches the bytes a capability grants. Kept apart from the sessions and the sockets: a
-// session exports and redeems through a CapabilityTable, server.cc answers a peer's Fetch with
-// serve_fetch() and hands an import to a Puller, which does the network side on threads of its
-// own so that no session worker ever waits for another server.
+// session exports and redeems through a CapabilityTable, a peer connection answers a Fetch with
+// serve_fetch() (handshake.cc) and a session's connection hands an import to a Puller
+// (connection.cc), which does the network side on threads of its own so that no session worker
+// ever waits for another server.
 #pragma once
 #include <array>
 #include <asio/error_code.hpp>
