@@ -1,14 +1,8 @@
 #include "net/tls_stream.h"
 
-#include <openssl/bn.h>
 #include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
-#include <openssl/x509_vfy.h>
 #include <poll.h>
-#include <strings.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -17,7 +11,6 @@
 #include <asio/ssl/context.hpp>
 #include <asio/ssl/error.hpp>
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -26,6 +19,7 @@
 #include <utility>
 
 #include "net/socket_stream.h"
+#include "net/tls_identity.h"
 
 namespace tw::net {
 
@@ -49,39 +43,7 @@ constexpr size_t kReadAheadBytes = 128 * 1024;
 // A dialed server that has not finished the handshake by then is given up on.
 constexpr int kHandshakeTimeoutMs = 10'000;
 
-template <typename T, void (*Free)(T*)>
-struct Deleter {
-  void operator()(T* p) const { Free(p); }
-};
-using X509Ptr = std::unique_ptr<X509, Deleter<X509, X509_free>>;
-using KeyPtr = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY, EVP_PKEY_free>>;
-using BioPtr = std::unique_ptr<BIO, Deleter<BIO, BIO_free_all>>;
-using BnPtr = std::unique_ptr<BIGNUM, Deleter<BIGNUM, BN_free>>;
 using Context = std::shared_ptr<asio::ssl::context>;
-
-// The first error OpenSSL queued on this thread (and the queue cleared), for messages.
-std::string openssl_error(const char* fallback) {
-  unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return fallback;
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof buf);
-  return buf;
-}
-
-std::string fingerprint_of(const X509* cert) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  if (!cert || X509_digest(cert, EVP_sha256(), md, &len) != 1) return {};
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    if (i) out += ':';
-    out += kHex[md[i] >> 4];
-    out += kHex[md[i] & 15];
-  }
-  return out;
-}
 
 Result<Context> make_context(asio::ssl::context::method method, const std::string& suites) {
   Context ctx;
@@ -273,7 +235,7 @@ class TlsStream final : public Stream {
       else if (rc == 1)
         return Status::OK();
       else if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE)
-        return handshake_failure(url, tls, err);
+        return handshake_failure(ssl_, url, tls, err);
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       pollfd p{fd_, events, 0};
@@ -285,10 +247,6 @@ class TlsStream final : public Stream {
     }
   }
 
-  std::string peer_fingerprint() const {
-    X509Ptr cert(SSL_get1_peer_certificate(ssl_));
-    return fingerprint_of(cert.get());
-  }
   std::string cipher() const { return SSL_get_cipher_name(ssl_); }
 
  private:
@@ -434,24 +392,6 @@ class TlsStream final : public Stream {
     }
   }
 
-  Status handshake_failure(const Url& url, const TlsOptions& tls, int err) {
-    // (Pinned alone, the chain is not verified: its result, recorded anyway, is no reason.)
-    long verify = SSL_get_verify_result(ssl_);
-    if (verify != X509_V_OK && (SSL_get_verify_mode(ssl_) & SSL_VERIFY_PEER)) {
-      ERR_clear_error();
-      std::string trust = tls.ca_file.empty() ? "the system's trusted CAs"
-                                              : "the CA file " + tls.ca_file + " (TW_TLS_CA)";
-      return unavailable("TLS: refusing " + url.str() + ": its certificate (SHA-256 " +
-                         peer_fingerprint() + ") does not verify against " + trust + ": " +
-                         X509_verify_cert_error_string(verify));
-    }
-    std::string why = err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN
-                          ? openssl_error("the server closed the connection")
-                          : openssl_error("protocol error");
-    return unavailable("TLS handshake with " + url.str() + " failed (" + why +
-                       "): is the server listening with tls:// there, not tcp://?");
-  }
-
   Socket sock_;
   const int fd_;
   SSL* const ssl_;
@@ -481,28 +421,6 @@ class TlsListener final : public Listener {
   std::string fingerprint_;
 };
 
-Status load_identity(asio::ssl::context& ctx, const TlsOptions& tls) {
-  asio::error_code ec;
-  std::string what;
-  if (!tls.cert_pem.empty() || !tls.key_pem.empty()) {
-    what = "the TLS certificate and key given";
-    ctx.use_certificate_chain(asio::buffer(tls.cert_pem), ec);
-    if (!ec) ctx.use_private_key(asio::buffer(tls.key_pem), asio::ssl::context::pem, ec);
-  } else if (!tls.cert_file.empty() && !tls.key_file.empty()) {
-    what = "TLS certificate " + tls.cert_file + " and key " + tls.key_file;
-    ctx.use_certificate_chain_file(tls.cert_file, ec);
-    if (!ec) ctx.use_private_key_file(tls.key_file, asio::ssl::context::pem, ec);
-  } else {
-    return invalid_argument("a tls:// listener needs a certificate and its key (both)");
-  }
-  if (ec) return invalid_argument("cannot load " + what + ": " + ec.message());
-  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
-    return invalid_argument(what + ": the key does not match the certificate (" +
-                            openssl_error("mismatch") + ")");
-  }
-  return Status::OK();
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Stream>> dial_tls(const Url& url, asio::io_context& io,
@@ -513,44 +431,16 @@ Result<std::unique_ptr<Stream>> dial_tls(const Url& url, asio::io_context& io,
   }
   TW_ASSIGN_OR_RETURN(Context ctx,
                       make_context(asio::ssl::context::tlsv13_client, tls.cipher_suites));
-  SSL_CTX* c = ctx->native_handle();
-  bool verify_chain = !tls.ca_file.empty() || pinned.empty();
-  if (!tls.ca_file.empty()) {
-    asio::error_code ec;
-    ctx->load_verify_file(tls.ca_file, ec);
-    if (ec) {
-      return invalid_argument("cannot load the TLS CA file " + tls.ca_file +
-                              " (TW_TLS_CA): " + ec.message());
-    }
-  } else if (verify_chain) {
-    SSL_CTX_set_default_verify_paths(c);
-  }
-  // Pinned without a CA: the chain is not checked, the fingerprint is, once the handshake is
-  // done and before a byte of the session is sent.
-  SSL_CTX_set_verify(c, verify_chain ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, nullptr);
+  TW_ASSIGN_OR_RETURN(bool verify_chain, set_up_verification(*ctx, tls, pinned));
   TW_ASSIGN_OR_RETURN(Socket sock, connect_socket(url, io));
-  SSL* ssl = SSL_new(c);
+  SSL* ssl = SSL_new(ctx->native_handle());
   if (!ssl)
     return resource_exhausted("cannot create a TLS connection: " + openssl_error("SSL_new"));
   auto stream = std::make_unique<TlsStream>(std::move(sock), ssl, ctx);
   SSL_set_connect_state(ssl);
-  if (verify_chain) {
-    // The certificate must name the host dialed: an address as an IP entry, a name as DNS.
-    if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), url.host.c_str()) != 1) {
-      ERR_clear_error();
-      SSL_set1_host(ssl, url.host.c_str());
-      SSL_set_tlsext_host_name(ssl, url.host.c_str());
-    }
-  }
+  if (verify_chain) expect_host(ssl, url.host);
   TW_RETURN_NOT_OK(stream->handshake(url, tls));
-  if (!pinned.empty()) {
-    std::string got = stream->peer_fingerprint();
-    if (got != pinned) {
-      return unavailable("TLS: refusing " + url.str() +
-                         ": its certificate's SHA-256 fingerprint is " + got +
-                         ", but the pinned one (TW_TLS_FINGERPRINT) is " + pinned);
-    }
-  }
+  TW_RETURN_NOT_OK(check_pinned(url, ssl, pinned));
   return std::unique_ptr<Stream>(std::move(stream));
 }
 
@@ -575,61 +465,6 @@ Result<std::unique_ptr<Listener>> listen_tls(const Url& url, asio::io_context& i
   };
   TW_ASSIGN_OR_RETURN(std::unique_ptr<Listener> tcp, listen_socket(url, io, std::move(make)));
   return std::unique_ptr<Listener>(std::make_unique<TlsListener>(std::move(tcp), fingerprint));
-}
-
-Result<TlsIdentity> generate_self_signed(const std::string& common_name) {
-  KeyPtr key(EVP_EC_gen("P-256"));
-  X509Ptr cert(X509_new());
-  BnPtr serial(BN_new());
-  if (!key || !cert || !serial)
-    return internal_error("cannot generate a TLS key: " + openssl_error("EVP_EC_gen"));
-  bool ok = X509_set_version(cert.get(), X509_VERSION_3) == 1 &&
-            BN_rand(serial.get(), 127, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) == 1 &&
-            BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert.get())) != nullptr &&
-            X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600) != nullptr &&
-            X509_gmtime_adj(X509_getm_notAfter(cert.get()), 365L * 24 * 3600) != nullptr &&
-            X509_set_pubkey(cert.get(), key.get()) == 1;
-  X509_NAME* name = X509_get_subject_name(cert.get());
-  ok = ok &&
-       X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-                                  reinterpret_cast<const unsigned char*>(common_name.c_str()), -1,
-                                  -1, 0) == 1 &&
-       X509_set_issuer_name(cert.get(), name) == 1 &&
-       X509_sign(cert.get(), key.get(), EVP_sha256()) > 0;
-  BioPtr cert_bio(BIO_new(BIO_s_mem())), key_bio(BIO_new(BIO_s_mem()));
-  ok = ok && cert_bio && key_bio && PEM_write_bio_X509(cert_bio.get(), cert.get()) == 1 &&
-       PEM_write_bio_PrivateKey(key_bio.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr) ==
-           1;
-  if (!ok)
-    return internal_error("cannot make a self-signed TLS certificate: " + openssl_error("X509"));
-  auto text = [](BIO* b) {
-    char* p = nullptr;
-    long n = BIO_get_mem_data(b, &p);
-    return std::string(p, static_cast<size_t>(n));
-  };
-  return TlsIdentity{text(cert_bio.get()), text(key_bio.get()), fingerprint_of(cert.get())};
-}
-
-Result<std::string> normalize_fingerprint(const std::string& text) {
-  std::string rest = text;
-  if (rest.size() > 7 && strncasecmp(rest.c_str(), "sha256:", 7) == 0) rest = rest.substr(7);
-  std::string hex;
-  bool digits_only = true;
-  for (char ch : rest) {
-    auto u = static_cast<unsigned char>(ch);
-    if (ch == ':' || std::isspace(u)) continue;
-    digits_only = digits_only && std::isxdigit(u);
-    hex += static_cast<char>(std::toupper(u));
-  }
-  if (!digits_only || hex.size() != 64) {
-    return invalid_argument(
-        "a TLS fingerprint is a SHA-256 of 64 hex digits (as tensorwire-server prints it, "
-        "AB:CD:...), got '" +
-        text + "'");
-  }
-  std::string out;
-  for (size_t i = 0; i < 64; i += 2) out += (i ? ":" : "") + hex.substr(i, 2);
-  return out;
 }
 
 bool looks_like_tls(const uint8_t* bytes, size_t n) {

@@ -2,7 +2,8 @@
 // running over the non-blocking socket, and the certificate handling around it (verifying a
 // server by CA file or pinned fingerprint, generating a self-signed pair). TLS 1.3 only, with
 // the AEAD suites AES-GCM and ChaCha20-Poly1305. stream.cc dispatches dial() and listen() of
-// tls:// here; nothing above net/ sees OpenSSL.
+// tls:// here; nothing above net/ sees OpenSSL. tls_stream.cc is the stream, its listener and
+// dialing; tls_identity.cc the certificates (loading, verifying, generating, fingerprints).
 #pragma once
 #include <cstddef>
 #include <cstdint>
