@@ -206,7 +206,8 @@ std::string metrics_text(const ServerView& v, const ServerMetrics& m) {
     Exposition::add(err, static_cast<double>(m.errors(static_cast<ErrorKind>(k))),
                     {{"kind", kErrorLabels[k]}});
   }
-  e.scalar("tensorwire_graphs_registered_total", T::Counter, "Graphs registered by sessions (refused ones not counted)",
+  e.scalar("tensorwire_graphs_registered_total", T::Counter,
+           "Graphs registered by sessions (refused ones not counted)",
            static_cast<double>(m.graphs_registered()));
   e.scalar("tensorwire_graph_runs_total", T::Counter, "Runs of registered graphs",
            static_cast<double>(m.graph_runs()));
