@@ -2,7 +2,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string_view>
 
 namespace tw {
@@ -85,7 +84,5 @@ constexpr DType promote(DType a, DType b) {
   if (a == b) return a;
   return promotion_rank(a) >= promotion_rank(b) ? a : b;
 }
-
-std::optional<DType> dtype_from_name(std::string_view name);
 
 }  // namespace tw

@@ -121,8 +121,8 @@ class Server {
 
 // Starts a server hosting options.devices devices of `device`'s kind (cpu or torch). Throws
 // tw::Error naming the problem (address in use, a device that does not execute ops itself such as a
-// remote device, ...). Never aborts. Defined in the API layer (src/api/serve.cc), which knows
-// devices; the server library itself links no client code.
+// remote device, ...). Never aborts. Defined in src/serve/, a layer above the API (which knows
+// devices) and the server, so that neither links the other.
 std::unique_ptr<Server> serve(const Device& device, ServerOptions options = {});
 // As serve(), with the backend named in options.backend.
 std::unique_ptr<Server> serve(ServerOptions options = {});

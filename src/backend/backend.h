@@ -19,8 +19,8 @@
 #include "backend/upload.h"
 #include "core/status.h"
 #include "core/tensor_data.h"
-#include "ir/graph.h"
 #include "ir/collective.h"
+#include "ir/graph.h"
 #include "ir/ops.h"
 #include "tensorwire/device_kind.h"
 
@@ -191,7 +191,5 @@ class Backend {
   };
   virtual Result<GraphMemory> graph_memory(ir::GraphId) const { return GraphMemory{}; }
 };
-
-std::unique_ptr<Backend> make_cpu_backend();
 
 }  // namespace tw

@@ -1,7 +1,7 @@
 // The backends this build has, by name: what the server hosts (ServerOptions::backend) and what
 // local devices (tw::Device::cpu(), tw::Device::torch()) run on. Backends register themselves:
-// "cpu" from cpu_backend.cc; "torch", when CMake found libtorch (TW_WITH_TORCH), from
-// registry.cc as an entry that loads its module on first use.
+// "cpu" from cpu/cpu_backend.cc; "torch", when CMake found libtorch (TW_WITH_TORCH), from
+// torch_loader.cc as an entry that loads its module on first use.
 #pragma once
 #include <functional>
 #include <memory>
@@ -24,5 +24,8 @@ std::vector<std::string> backend_names();  // registered names, sorted: {"cpu", 
 bool has_backend(const std::string& name);
 // A new backend (its own empty tensor table), or an error naming the backends this build has.
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name);
+// make_backend("cpu") without the look-up: every build has the cpu backend (cpu/cpu_backend.cc
+// defines this and registers it under that name).
+std::unique_ptr<Backend> make_cpu_backend();
 
 }  // namespace tw

@@ -4,13 +4,6 @@
 
 namespace tw {
 
-std::optional<DType> dtype_from_name(std::string_view name) {
-  for (int i = 0; i < kNumDTypes; ++i) {
-    if (dtype_name(static_cast<DType>(i)) == name) return static_cast<DType>(i);
-  }
-  return std::nullopt;
-}
-
 int64_t numel(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

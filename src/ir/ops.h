@@ -1,8 +1,9 @@
 // The op IR: every tensor operation is a plain struct declared here once. Each struct lists its
 // fields with TW_FIELDS; from that list come the wire codec (codec.h), the printer (printer.h),
-// equality and hashing (below), input/output enumeration, and every backend's dispatch (a
-// backend that lacks a kernel for an op does not compile). Shape/dtype inference is one
-// function per op in infer.cc.
+// equality and hashing (below), input/output enumeration, and every backend's dispatch (each
+// backend declares a kernel per op of TW_OP_LIST and its dispatch calls them all, so a kernel
+// defined nowhere fails the build at link time: the programs' link for the cpu backend, the
+// module's for the torch one). Shape/dtype inference is one function per op in infer.cc.
 //
 // Ops are functional: outputs are new tensors; no op writes into an input. Tensor ids are chosen
 // by the client. Wire op codes (TW_OP_LIST) and enum values are append-only: never renumber.

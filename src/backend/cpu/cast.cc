@@ -1,5 +1,5 @@
 // Cast: any dtype to any dtype by the rules in docs/ops.md (implemented by convert<> in
-// elementwise.h), and cast_tensor, which the other kernels use to bring an operand to their
+// ir/convert.h), and cast_tensor, which the other kernels use to bring an operand to their
 // compute dtype.
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernels.h"

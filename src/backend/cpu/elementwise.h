@@ -1,6 +1,6 @@
 // Shared machinery of the CPU elementwise, creation, cast and reduction kernels: element types
-// and dtype dispatch, the conversion rules of docs/ops.md (Cast), and the run driver that walks
-// broadcast or strided operands in the output's row-major order.
+// and dtype dispatch, and the run driver that walks broadcast or strided operands in the output's
+// row-major order. The conversion rules of docs/ops.md (Cast) on single values are ir/convert.h's.
 //
 // Kernels are templates on the element type; a dtype is turned into a type once, by a switch in
 // one of the visit_* functions, so the inner loops see plain C++ types that GCC vectorises.
@@ -14,19 +14,19 @@
 #include <type_traits>
 
 #include "backend/cpu/strided.h"
-#include "core/half.h"
 #include "core/thread_pool.h"
+#include "ir/convert.h"
 #include "ir/ops.h"
 
 namespace tw::cpu {
 
-// Storage-only element types: the bits of an IEEE binary16 / bfloat16 value.
-struct Half {
-  uint16_t bits;
-};
-struct BFloat16 {
-  uint16_t bits;
-};
+// The Cast rules on single values (ir/convert.h, shared with the torch backend), named here
+// unqualified as the kernels use them.
+using ir::BFloat16;
+using ir::clamp_bound;
+using ir::convert;
+using ir::Half;
+using ir::scalar_to;
 
 template <class T>
 struct Tag {
@@ -113,47 +113,7 @@ inline Status check_out_dtype(const char* op, const TensorMeta& meta, DType expe
                         " but the cpu kernel computes " + std::string(dtype_name(expect)));
 }
 
-// ---- conversions (the Cast rules of docs/ops.md) ----
-
-template <class To, class From>
-inline To convert(From v) {
-  if constexpr (std::is_same_v<From, Half>) {
-    return convert<To>(f16_to_f32(v.bits));
-  } else if constexpr (std::is_same_v<From, BFloat16>) {
-    return convert<To>(bf16_to_f32(v.bits));
-  } else if constexpr (std::is_same_v<To, Half>) {
-    return Half{f32_to_f16(static_cast<float>(v))};  // f64 and integers go through f32
-  } else if constexpr (std::is_same_v<To, BFloat16>) {
-    return BFloat16{f32_to_bf16(static_cast<float>(v))};
-  } else if constexpr (std::is_same_v<To, bool>) {
-    return v != From(0);  // NaN -> true
-  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
-    return ir::float_to_int<To>(static_cast<double>(v));  // the Cast rule, declared in ir
-  } else {
-    return static_cast<To>(v);  // integral narrowing wraps (C++20 modular conversion)
-  }
-}
-
-// A scalar attribute in dtype T by the same rules (an integer scalar converts exactly, as an
-// int64).
-template <class T>
-inline T scalar_to(const ir::Scalar& s) {
-  return s.is_float ? convert<T>(s.f) : convert<T>(s.i);
-}
-
-// A Clamp bound in x's dtype. Float bounds convert as Cast does (truncation toward zero,
-// saturating); integer bounds saturate too rather than wrap, so clamping a u8 tensor to
-// [-1, 300] leaves it unchanged, as the mathematical clamp does.
-template <class T>
-T clamp_bound(const ir::Scalar& s) {
-  if constexpr (std::is_integral_v<T>) {
-    if (!s.is_float) {
-      using L = std::numeric_limits<T>;
-      return static_cast<T>(std::clamp<int64_t>(s.i, L::min(), L::max()));
-    }
-  }
-  return scalar_to<T>(s);
-}
+// ---- operands in a compute dtype ----
 
 // t itself when it already has dtype `to`; otherwise a contiguous copy converted to `to` (same
 // shape). Used to bring operands to an op's compute dtype. Defined in cast.cc.

@@ -5,15 +5,13 @@
 // clamp bounds (ATen ignores them; ours propagate), scalar conversion (ATen checks for overflow;
 // ours wraps or saturates as Cast does) and random numbers (tensorwire's Philox generator, run
 // on the host, as is arange).
-#include "backend/cpu/elementwise.h"
-
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 
 #include "backend/torch/torch_ops.h"
 #include "backend/upload.h"
-#include "core/half.h"
+#include "ir/convert.h"
 #include "ir/infer.h"
 
 namespace tw::torch {
@@ -144,8 +142,8 @@ at::Tensor unary(UnaryKind k, const at::Tensor& x) {
 at::Tensor full(const Shape& shape, const ir::Scalar& value, DType d) {
   if (is_storage_only(d)) {
     // The 16-bit pattern by tensorwire's own conversion, filled as i16 and viewed as d.
-    const uint16_t bits = d == kF16 ? cpu::scalar_to<cpu::Half>(value).bits
-                                    : cpu::scalar_to<cpu::BFloat16>(value).bits;
+    const uint16_t bits =
+        d == kF16 ? ir::scalar_to<ir::Half>(value).bits : ir::scalar_to<ir::BFloat16>(value).bits;
     return at::full(sizes(shape), static_cast<int16_t>(bits), at::TensorOptions().dtype(at::kShort))
         .view(scalar_type(d));
   }
@@ -166,17 +164,17 @@ at::Tensor cast(const at::Tensor& x, DType to) {
 }
 
 at::Scalar scalar_in(const ir::Scalar& s, DType d) {
-  return visit_compute(d, [&](auto t) { return at::Scalar(cpu::scalar_to<decltype(t)>(s)); });
+  return visit_compute(d, [&](auto t) { return at::Scalar(ir::scalar_to<decltype(t)>(s)); });
 }
 
 at::Scalar clamp_bound_in(const ir::Scalar& s, DType d) {
-  return visit_compute(d, [&](auto t) { return at::Scalar(cpu::clamp_bound<decltype(t)>(s)); });
+  return visit_compute(d, [&](auto t) { return at::Scalar(ir::clamp_bound<decltype(t)>(s)); });
 }
 
 at::Tensor scalar_tensor(const ir::Scalar& s, DType d) {
   return visit_compute(d, [&](auto t) {
     using T = decltype(t);
-    return zero_dim<T>(cpu::scalar_to<T>(s), scalar_type(d));
+    return zero_dim<T>(ir::scalar_to<T>(s), scalar_type(d));
   });
 }
 

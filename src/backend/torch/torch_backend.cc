@@ -14,6 +14,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "backend/registry.h"
 #include "backend/table_backend.h"
 #include "backend/torch/torch_ops.h"
 #include "core/thread_pool.h"
@@ -203,8 +204,9 @@ class TorchBackend final : public TableBackend<at::Tensor> {
  public:
   std::string name() const override { return "torch"; }
   DeviceKind kind() const override { return DeviceKind::kTorch; }
-  // A kernel per op: run() below dispatches with std::visit over the overloads declared in
-  // torch_ops.h, so an op without a kernel does not compile.
+  // A kernel per op: run() below dispatches with std::visit over the overloads torch_ops.h
+  // declares for every op of TW_OP_LIST, so every one is called here, and the module is linked
+  // with -z defs (CMakeLists.txt): a kernel declared but defined nowhere fails the build.
   bool supports(ir::OpCode) override { return true; }
 
   Result<TensorData> read(ir::TensorId id) override {

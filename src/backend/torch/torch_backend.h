@@ -1,5 +1,5 @@
 // The LibTorch backend's one entry point. It lives in a module (libtw_backend_torch.so) that
-// backend/registry.cc loads on first use; no torch header is included here: only the backend's
+// backend/torch_loader.cc loads on first use; no torch header is included here: only the backend's
 // own .cc files see ATen.
 #pragma once
 #include "backend/backend.h"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/registry.h"
 #include "core/tensor_data.h"
 #include "ir/graph.h"
 #include "ir/ops.h"

@@ -1,5 +1,6 @@
 // tw::serve(const Device&): picks the backend a device names and starts tw::Server with it. It
-// lives in the API layer, beside Device, so that the server itself links no client code.
+// needs both a Device (api) and the server, so it lives in a layer above both (README.md here):
+// the server links no client or API code, and the API no server.
 #include "tensorwire/error.h"
 #include "tensorwire/server.h"
 
