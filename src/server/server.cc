@@ -657,7 +657,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
 
   // The part runs on the server's Collectives; its outcome comes back to this shard's thread, as
   // an import's does.
-  Status begin_collective(const proto::Task& t, TensorData input) override {
+  Status begin_collective(const proto::CollectiveTask& t, TensorData input) override {
     srv_.collectives->start(id_, t.collective, std::move(input),
                             [self = shared_from_this()](Result<TensorData> got) {
                               asio::post(self->shard_.io, [self, got = std::move(got)]() mutable {
@@ -672,7 +672,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private serv
   void reply(proto::OutFrame f) override { send(std::move(f)); }
   // The pull runs on the server's Puller; its outcome comes back to this shard's thread, which
   // lands the tensor and resumes the session's queue (drain() left it marked executing).
-  Status begin_import(const proto::Task& t) override {
+  Status begin_import(const proto::ImportTask& t) override {
     server::PullRequest r{t.source, t.meta, srv_.opts.credential, srv_.self_name()};
     srv_.puller->start(std::move(r), [self = shared_from_this()](Result<TensorData> got) {
       asio::post(self->shard_.io, [self, got = std::move(got)]() mutable {
