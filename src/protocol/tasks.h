@@ -186,7 +186,7 @@ class BatchWriter {
   // Appends a task of any kind.
   template <class T>
   void add(const T& task) {
-    std::apply([this](const auto&... f) { add_fields<T>(f...); }, task.tie());
+    std::apply([this](const auto&... f) { this->template add_fields<T>(f...); }, task.tie());
   }
   // The bytes `task` takes in a batch (kind and fields) as this writer would write it now.
   template <class T>
