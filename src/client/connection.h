@@ -212,16 +212,30 @@ class Connection {
   void queue_drops_locked();
   // The server will be idle once the reply to the request just added arrives: start small
   // again (called by add_pending_locked).
-  void restart_batches_locked() { batch_limit_ = std::min(Options::kFirstBatchOps, options_.batch_ops); }
+  void restart_batches_locked() {
+    batch_limit_ = std::min(Options::kFirstBatchOps, options_.batch_ops);
+  }
   // Sends the queued tasks as one frame (pending drops stay queued).
   void send_batch_locked();
   // Sends the queued tasks first if `bytes` more would take the frame past the server's limit.
   void make_room_locked(uint64_t bytes);
+  // Queues `task` like an op (after the queued drops; counted and flushed as submit_op does),
+  // sending what is queued first when the task would take the frame past the server's limit. A
+  // task no frame can carry is refused, the error beginning with `what` ("... takes").
+  template <class Task>
+  Status queue_task_locked(const Task& task, const std::string& what);
+  // Adds `task` (a read, a sync, ...) to the batch, sending what is queued first when it would
+  // take the frame past the server's limit.
+  template <class Task>
+  void add_task_locked(const Task& task) {
+    make_room_locked(batch_.task_bytes(task));
+    batch_.add(task);
+  }
   Status connection_lost(const asio::error_code& ec);
   Status send_failed(const asio::error_code& ec) const;
   void arm_idle_timer_locked();
   void fail_all(const Status& why);
-  // Reading (see connection.cc): by the I/O thread or by a waiting caller, one at a time.
+  // Reading (see reader.cc): by the I/O thread or by a waiting caller, one at a time.
   // Until fut is ready (or *done, when given), reading replies when nobody else does.
   template <typename T>
   void wait(std::future<T>& fut, const std::atomic<bool>* done = nullptr);
@@ -230,7 +244,7 @@ class Connection {
   Status read_available(bool* closed, const std::function<bool()>& done);
   void arm_watch_locked();
   void on_readable(const asio::error_code& ec, size_t n);
-  // The I/O thread's look-in while callers read (see connection.cc): a timer whose handler
+  // The I/O thread's look-in while callers read (see reader.cc): a timer whose handler
   // parks the thread (park_locked) or arms the watch.
   void start_check_timer_locked();
   // On the I/O thread, in a handler: while callers read the stream, waits on park_cv_ instead
@@ -248,7 +262,8 @@ class Connection {
   // reader, handed over under mu_), so a plain add does, without a lock or a locked add per frame.
   void count_in(uint64_t bytes, uint64_t frames) {
     bytes_in_.store(bytes_in_.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-    frames_in_.store(frames_in_.load(std::memory_order_relaxed) + frames, std::memory_order_relaxed);
+    frames_in_.store(frames_in_.load(std::memory_order_relaxed) + frames,
+                     std::memory_order_relaxed);
   }
   std::atomic<uint64_t> bytes_in_{0}, frames_in_{0};  // counters() reads them into its Counters
   // The reply on_message() decodes into, reused (by the reader of the moment only).
@@ -298,7 +313,7 @@ class Connection {
   bool io_kick_ = false;      // the parked I/O thread is to go back to the reactor
   bool closing_ = false;      // close() began: the I/O thread is not to park again
   std::chrono::steady_clock::time_point idle_deadline_;  // the armed idle flush timer's expiry
-  std::condition_variable park_cv_;  // park_locked()'s wait
+  std::condition_variable park_cv_;                      // park_locked()'s wait
   std::chrono::steady_clock::time_point last_caller_wait_;
   // Waits in a row that outlasted the spin (wait_until): from kLongWaitsBeforeNoSpin on, a
   // waiting caller sleeps at once ...
@@ -306,7 +321,7 @@ class Connection {
   static constexpr uint32_t kProbeEvery = 16;  // ... but every 16th spins, to find out again
   uint32_t long_waits_ = 0;
   uint32_t skipped_spins_ = 0;
-  std::condition_variable reader_cv_;  // reader_busy_ cleared, or a reply arrived
+  std::condition_variable reader_cv_;   // reader_busy_ cleared, or a reply arrived
   std::atomic<int> reader_waiters_{0};  // callers waiting on reader_cv_
   std::optional<asio::steady_timer> check_timer_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
@@ -322,5 +337,13 @@ class Connection {
 
 // Connects only to list the devices a server hosts.
 Result<protocol::Welcome> enumerate(const net::Url& url, const Options& options);
+
+template <typename T>
+void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
+  wait_until([&] {
+    if (done) return done->load(std::memory_order_acquire);
+    return fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  });
+}
 
 }  // namespace tw::client

@@ -18,6 +18,19 @@ struct WireSegment {
   Buffer data;
 };
 
+// A message encoded for the wire (the payload, without the frame header): its head bytes, with
+// large byte runs (tensor payloads) kept out of the head as segments that the transport sends by
+// a gather write. Encoders (protocol/) make it, framing (net/framing.h) writes it.
+struct OutFrame {
+  std::vector<uint8_t> head;
+  std::vector<WireSegment> segments;  // inserted at their offsets into head
+  uint64_t payload_size() const {
+    uint64_t n = head.size();
+    for (const auto& s : segments) n += s.data.size();
+    return n;
+  }
+};
+
 class WireWriter {
  public:
   explicit WireWriter(std::vector<uint8_t>& out, std::vector<WireSegment>* segments = nullptr)

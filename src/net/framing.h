@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/wire.h"
 #include "net/stream.h"
-#include "protocol/messages.h"
 
 namespace tw::net {
 
 // Fills `header` with the frame length and `out` with the buffers to write, in order. The
 // frame, header and segments must stay alive until the write completes.
-inline void frame_buffers(const protocol::OutFrame& f, uint8_t (&header)[4],
+inline void frame_buffers(const OutFrame& f, uint8_t (&header)[4],
                           std::vector<asio::const_buffer>& out) {
   uint64_t n = f.payload_size();
   for (int i = 0; i < 4; ++i) header[i] = static_cast<uint8_t>(n >> (8 * i));
@@ -43,7 +43,7 @@ class FrameWriter {
     kAsync,  // the stream would block: start async_write(pending()) and call async_done()
     kError,  // the stream failed; error() says how
   };
-  void push(protocol::OutFrame f) { queue_.push_back(std::move(f)); }
+  void push(OutFrame f) { queue_.push_back(std::move(f)); }
   // Writes queued frames without blocking. Call after push() unless writing() is true (an
   // async write is under way and will continue with the rest).
   Step pump(Stream& s);
@@ -57,7 +57,7 @@ class FrameWriter {
   const asio::error_code& error() const { return error_; }
 
  private:
-  std::deque<protocol::OutFrame> queue_;  // front: being written; deque keeps frames in place
+  std::deque<OutFrame> queue_;            // front: being written; deque keeps frames in place
   std::vector<asio::const_buffer> bufs_;  // what is left of the front frame; empty: not started
   uint8_t header_[4] = {};
   bool writing_ = false;

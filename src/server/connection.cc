@@ -390,7 +390,7 @@ void Connection::yield() {
 
 // The part runs on the server's Collectives; its outcome comes back to this shard's thread, as
 // an import's does.
-Status Connection::begin_collective(const proto::Task& t, TensorData input) {
+Status Connection::begin_collective(const proto::CollectiveTask& t, TensorData input) {
   srv_.collectives->start(id_, t.collective, std::move(input),
                           [self = shared_from_this()](Result<TensorData> got) {
                             asio::post(self->shard_.io, [self, got = std::move(got)]() mutable {
@@ -405,7 +405,7 @@ void Connection::reply(proto::OutFrame f) { send(std::move(f)); }
 
 // The pull runs on the server's Puller; its outcome comes back to this shard's thread, which
 // lands the tensor and resumes the session's queue (drain() left it marked executing).
-Status Connection::begin_import(const proto::Task& t) {
+Status Connection::begin_import(const proto::ImportTask& t) {
   server::PullRequest r{t.source, t.meta, srv_.opts.credential, srv_.self_name()};
   srv_.puller->start(std::move(r), [self = shared_from_this()](Result<TensorData> got) {
     asio::post(self->shard_.io, [self, got = std::move(got)]() mutable {

@@ -71,9 +71,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
   void on_fetch(const Buffer& frame);
 
   // ---- SessionOutput, called by session_->run() on the draining thread (connection.cc) ----
-  Status begin_collective(const protocol::Task& t, TensorData input) override;
+  Status begin_collective(const protocol::CollectiveTask& t, TensorData input) override;
   void reply(protocol::OutFrame f) override;
-  Status begin_import(const protocol::Task& t) override;
+  Status begin_import(const protocol::ImportTask& t) override;
   protocol::ServerStats server_stats(uint64_t asking) override;
 
   // ---- writing: from any thread, under write_mu_ (connection.cc) ----

@@ -155,61 +155,89 @@ void Session::settle() {
   totals_.bytes_held.fetch_add(static_cast<int64_t>(holds) - static_cast<int64_t>(before));
 }
 
-void Session::run_task(proto::Task& t, SessionOutput& out, OpTimer& timer) {
+void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
+  // The common case first, without a visit: an op neither replies nor interrupts the timer.
+  if (proto::OpTask* t = std::get_if<proto::OpTask>(&task)) {
+    totals_.ops_executed.fetch_add(1, std::memory_order_relaxed);
+    ops_.store(ops_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    // A failure (over a limit too) is recorded in the op's outputs; the metrics count it.
+    (void)timer.run(t->op, [&] { return backend_->execute(t->op); });
+    settle();
+    return;
+  }
   // A drop (which a client interleaves with its ops, one after the op that used a tensor last)
   // neither replies nor takes long: like settle() its few nanoseconds count in the next op's
   // time, and the ops' latencies are handed over at the next task that replies or runs long. (An
   // interrupt per drop cost a stream of 1-element adds 8% of its rate: a second clock read and a
   // flush per op.)
-  if (t.kind != proto::TaskKind::kOp && t.kind != proto::TaskKind::kDrop) timer.interrupt();
-  proto::OutFrame f;
-  switch (t.kind) {
-    case proto::TaskKind::kOp:
-      totals_.ops_executed.fetch_add(1, std::memory_order_relaxed);
-      ops_.store(ops_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      // A failure (over a limit too) is recorded in the op's outputs; the metrics count it.
-      (void)timer.run(t.op, [&] { return backend_->execute(t.op); });
-      settle();
-      return;
-    case proto::TaskKind::kRead:
-      proto::encode_read_result(t.request_id, totals_.metrics.counted_read(read_for_wire(t.id)), f);
-      break;
-    case proto::TaskKind::kSync: proto::encode_sync_result(t.request_id, Status::OK(), f); break;
-    case proto::TaskKind::kDrop:
-    case proto::TaskKind::kDropPacked:                 // (decoded as kDrop)
-      for (auto id : t.ids) (void)backend_->drop(id);  // unknown ids: nothing to free
-      settle();
-      return;
-    case proto::TaskKind::kStats:
-      proto::encode_stats_result(t.request_id, out.server_stats(id_), f);
-      break;
-    case proto::TaskKind::kRegisterGraph:
-      proto::encode_graph_result(t.request_id, register_graph(std::move(t.graph)), f);
-      settle();
-      break;
-    case proto::TaskKind::kRunGraph:
-    case proto::TaskKind::kRunGraphPacked:  // (decoded as kRunGraph)
-      run_graph(t);
-      settle();
-      return;
-    case proto::TaskKind::kExport:
-      proto::encode_capability_result(t.request_id, export_tensor(t.id), f);
-      break;
-    case proto::TaskKind::kMoveLocal:
-      land(t.id, t.meta,
-           totals_.capabilities.redeem(t.source.capability, t.source.session_id, t.source.tensor));
-      settle();
-      return;
-    case proto::TaskKind::kImport: start_import(t, out); return;
-    case proto::TaskKind::kCollective: start_collective(t, out); return;
-    case proto::TaskKind::kFromSegment:
-      totals_.ops_executed.fetch_add(1, std::memory_order_relaxed);
-      from_segment(t);
-      settle();
-      return;
-    case proto::TaskKind::kReadToSegment: read_to_segment(t, f); break;
+  if (proto::DropTask* t = std::get_if<proto::DropTask>(&task)) {
+    for (auto id : t->ids) (void)backend_->drop(id);  // unknown ids: nothing to free
+    settle();
+    return;
   }
-  out.reply(std::move(f));
+  timer.interrupt();
+  proto::OutFrame f;
+  // Each kind's handler; true when it wrote a reply into f.
+  struct Run {
+    Session& s;
+    SessionOutput& out;
+    proto::OutFrame& f;
+    bool operator()(proto::OpTask&) { return false; }    // (above)
+    bool operator()(proto::DropTask&) { return false; }  // (above)
+    bool operator()(proto::ReadTask& t) {
+      proto::encode_read_result(t.request_id,
+                                s.totals_.metrics.counted_read(s.read_for_wire(t.id)), f);
+      return true;
+    }
+    bool operator()(proto::SyncTask& t) {
+      proto::encode_sync_result(t.request_id, Status::OK(), f);
+      return true;
+    }
+    bool operator()(proto::StatsTask& t) {
+      proto::encode_stats_result(t.request_id, out.server_stats(s.id_), f);
+      return true;
+    }
+    bool operator()(proto::RegisterGraphTask& t) {
+      proto::encode_graph_result(t.request_id, s.register_graph(std::move(t.graph)), f);
+      s.settle();
+      return true;
+    }
+    bool operator()(proto::RunGraphTask& t) {
+      s.run_graph(t);
+      s.settle();
+      return false;
+    }
+    bool operator()(proto::ExportTask& t) {
+      proto::encode_capability_result(t.request_id, s.export_tensor(t.id), f);
+      return true;
+    }
+    bool operator()(proto::MoveLocalTask& t) {
+      s.land(t.id, t.meta,
+             s.totals_.capabilities.redeem(t.source.capability, t.source.session_id,
+                                           t.source.tensor));
+      s.settle();
+      return false;
+    }
+    bool operator()(proto::ImportTask& t) {
+      s.start_import(t, out);
+      return false;
+    }
+    bool operator()(proto::CollectiveTask& t) {
+      s.start_collective(t, out);
+      return false;
+    }
+    bool operator()(proto::FromSegmentTask& t) {
+      s.totals_.ops_executed.fetch_add(1, std::memory_order_relaxed);
+      s.from_segment(t);
+      s.settle();
+      return false;
+    }
+    bool operator()(proto::ReadToSegmentTask& t) {
+      s.read_to_segment(t, f);
+      return true;
+    }
+  };
+  if (std::visit(Run{*this, out, f}, task)) out.reply(std::move(f));
 }
 
 bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
@@ -312,14 +340,14 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
   return id;
 }
 
-void Session::run_graph(const proto::Task& t) {
+void Session::run_graph(const proto::RunGraphTask& t) {
   auto g = graph_ops_.find(t.graph_id);
   if (g != graph_ops_.end()) {
     totals_.ops_executed.fetch_add(g->second, std::memory_order_relaxed);
     totals_.metrics.graph_run();
   }
   // A failure (an unknown graph included) is recorded in the run's outputs.
-  (void)backend_->run_graph(t.graph_id, t.ids, t.outputs);
+  (void)backend_->run_graph(t.graph_id, t.inputs, t.outputs);
 }
 
 // ---- moves ----
@@ -347,7 +375,7 @@ void Session::land(ir::TensorId id, const TensorMeta& meta, Result<TensorData> g
   (void)backend_->execute(from_host_of(std::move(got).value(), id));
 }
 
-void Session::start_import(const proto::Task& t, SessionOutput& out) {
+void Session::start_import(const proto::ImportTask& t, SessionOutput& out) {
   const uint64_t bytes = static_cast<uint64_t>(numel(t.meta.shape)) * dtype_size(t.meta.dtype);
   Status st = within_quota("import", held(), "the tensor takes", bytes);
   if (st.ok()) {
@@ -380,7 +408,7 @@ void Session::unpark(Result<TensorData> got) {
   settle();
 }
 
-void Session::start_collective(const proto::Task& t, SessionOutput& out) {
+void Session::start_collective(const proto::CollectiveTask& t, SessionOutput& out) {
   const proto::CollectiveSpec& c = t.collective;
   Result<TensorData> in = backend_->read(c.input);
   // An output naming the input donates it: the session lets go of the input here, so the
@@ -460,7 +488,7 @@ Result<net::SharedSegment*> Session::segment_range(const proto::SegmentRange& r,
   return it->second.get();
 }
 
-void Session::from_segment(const proto::Task& t) {
+void Session::from_segment(const proto::FromSegmentTask& t) {
   const std::string what = "upload of tensor " + std::to_string(t.id) + " from a segment";
   auto poison = [&](const Status& st) {
     backend_->fail(ir::FromHost{ir::Out{t.id}, t.meta.shape, t.meta.dtype, ir::Bytes{}}, st);
@@ -501,7 +529,7 @@ void Session::from_segment(const proto::Task& t) {
       ir::FromHost{ir::Out{t.id}, t.meta.shape, t.meta.dtype, ir::Bytes{std::move(bytes)}});
 }
 
-void Session::read_to_segment(const proto::Task& t, proto::OutFrame& f) {
+void Session::read_to_segment(const proto::ReadToSegmentTask& t, proto::OutFrame& f) {
   const std::string what = "read of tensor " + std::to_string(t.id) + " into a segment";
   auto seg = segment_range(t.range, what.c_str());
   if (!seg.ok()) {

@@ -45,13 +45,13 @@ class SessionOutput {
   // Starts pulling the tensor an import task names from its source server (transfer.h's
   // Puller); the session runs no further task until the server calls finish_import() with the
   // outcome. An error: the pull could not start (the session then poisons the tensor).
-  virtual Status begin_import(const protocol::Task& t) {
+  virtual Status begin_import(const protocol::ImportTask& t) {
     return unimplemented("import of tensor " + std::to_string(t.source.tensor) +
                          ": this server does not pull tensors from other servers");
   }
   // Starts this session's part of a collective (collective.h) on `input`; as with an import,
   // the session runs nothing more until finish_collective().
-  virtual Status begin_collective(const protocol::Task& t, TensorData input) {
+  virtual Status begin_collective(const protocol::CollectiveTask& t, TensorData input) {
     (void)input;
     return unimplemented("collective of group " + t.collective.group +
                          ": this server does not run collectives");
@@ -208,20 +208,20 @@ class Session {
   // before anything reads it; a read written into one (or answered inline when it does not fit the
   // room offered).
   Status attach_segment(Batch::Attach& a);
-  void from_segment(const protocol::Task& t);
-  void read_to_segment(const protocol::Task& t, protocol::OutFrame& f);
+  void from_segment(const protocol::FromSegmentTask& t);
+  void read_to_segment(const protocol::ReadToSegmentTask& t, protocol::OutFrame& f);
   // The segment a task names and its range checked against it, or the error.
   Result<net::SharedSegment*> segment_range(const protocol::SegmentRange& r, const char* what);
   // Graph tasks: registration checks the session's graph quotas, then the backend validates
   // and plans the graph; a run's failure is recorded in its outputs, as an op's is.
   Result<ir::GraphId> register_graph(ir::Graph graph);
-  void run_graph(const protocol::Task& t);
+  void run_graph(const protocol::RunGraphTask& t);
   // Moves: a capability for a tensor of this session; a tensor made from what a capability
   // granted (or poisoned with why there is none); an import's quota check and pull.
   Result<protocol::Exported> export_tensor(ir::TensorId id);
   void land(ir::TensorId id, const TensorMeta& meta, Result<TensorData> got);
-  void start_import(const protocol::Task& t, SessionOutput& out);
-  void start_collective(const protocol::Task& t, SessionOutput& out);
+  void start_import(const protocol::ImportTask& t, SessionOutput& out);
+  void start_collective(const protocol::CollectiveTask& t, SessionOutput& out);
   // Ends a park: its reservation released, the outcome landed.
   void unpark(Result<TensorData> got);
 

@@ -11,10 +11,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)protocol::decode_batch(Buffer::copy_of(data, size), tasks);
   fuzz::MetaTable table;
   for (const protocol::Task& t : tasks) {
-    if (t.kind == protocol::TaskKind::kDrop) {
-      for (ir::TensorId id : t.ids) table.drop(id);
+    if (const auto* drop = std::get_if<protocol::DropTask>(&t)) {
+      for (ir::TensorId id : drop->ids) table.drop(id);
     }
-    if (t.kind == protocol::TaskKind::kOp) (void)table.apply(t.op);
+    if (const auto* op = std::get_if<protocol::OpTask>(&t)) (void)table.apply(op->op);
   }
   return 0;
 }

@@ -123,10 +123,10 @@ class StandInServer {
       }
       for (const proto::Task& t : batch) {
         proto::OutFrame reply;
-        if (t.kind == proto::TaskKind::kSync) {
-          proto::encode_sync_result(t.request_id, Status::OK(), reply);
-        } else if (t.kind == proto::TaskKind::kRegisterGraph) {
-          proto::encode_graph_result(t.request_id, ir::GraphId{7}, reply);
+        if (const auto* sync = std::get_if<proto::SyncTask>(&t)) {
+          proto::encode_sync_result(sync->request_id, Status::OK(), reply);
+        } else if (const auto* reg = std::get_if<proto::RegisterGraphTask>(&t)) {
+          proto::encode_graph_result(reg->request_id, ir::GraphId{7}, reply);
         } else {
           continue;
         }
@@ -151,16 +151,16 @@ class StandInServer {
 std::string kinds(const std::vector<proto::Task>& tasks) {
   std::string s;
   for (const proto::Task& t : tasks) {
-    switch (t.kind) {
+    switch (proto::task_kind(t)) {
       case proto::TaskKind::kOp: s += 'o'; break;
       case proto::TaskKind::kDrop:
-      case proto::TaskKind::kDropPacked: s += 'd'; break;
+      case proto::TaskKind::kDropPacked: s += 'd'; break;  // (decoded as kDrop)
       case proto::TaskKind::kSync: s += 's'; break;
       case proto::TaskKind::kRead: s += 'r'; break;
       case proto::TaskKind::kStats: s += 't'; break;
       case proto::TaskKind::kRegisterGraph: s += 'g'; break;
       case proto::TaskKind::kRunGraph:
-      case proto::TaskKind::kRunGraphPacked: s += 'x'; break;
+      case proto::TaskKind::kRunGraphPacked: s += 'x'; break;  // (decoded as kRunGraph)
       case proto::TaskKind::kExport: s += 'e'; break;
       case proto::TaskKind::kImport: s += 'i'; break;
       case proto::TaskKind::kMoveLocal: s += 'm'; break;
@@ -193,7 +193,7 @@ TEST(ClientWire, DropsTravelWhereTheProgramReleasedTheTensors) {
   ASSERT_EQ(server.error(), "");
   const std::vector<proto::Task> tasks = server.tasks();
   ASSERT_EQ(kinds(tasks), "ooodos");
-  std::vector<ir::TensorId> dropped = tasks[3].ids;
+  std::vector<ir::TensorId> dropped = std::get<proto::DropTask>(tasks[3]).ids;
   std::sort(dropped.begin(), dropped.end());
   std::vector<ir::TensorId> want = {b_id, c_id};
   std::sort(want.begin(), want.end());
@@ -234,15 +234,16 @@ TEST(ClientWire, GraphRunsAreBatchedLikeOps) {
     ASSERT_EQ(server.error(), "");
     const std::vector<proto::Task> tasks = server.tasks();
     ASSERT_EQ(kinds(tasks), "ogxxxs");
-    EXPECT_EQ(tasks[1].graph.ops.size(), 100u);
-    EXPECT_EQ(tasks[2].graph_id, 7u);
-    EXPECT_EQ(tasks[2].ids, std::vector<ir::TensorId>{x.id()});
-    EXPECT_EQ(tasks[4].outputs, std::vector<ir::TensorId>{1002});
+    EXPECT_EQ(std::get<proto::RegisterGraphTask>(tasks[1]).graph.ops.size(), 100u);
+    const auto& run = std::get<proto::RunGraphTask>(tasks[2]);
+    EXPECT_EQ(run.graph_id, 7u);
+    EXPECT_EQ(run.inputs, std::vector<ir::TensorId>{x.id()});
+    EXPECT_EQ(std::get<proto::RunGraphTask>(tasks[4]).outputs, std::vector<ir::TensorId>{1002});
     // The three runs and the sync went in one frame of 5 + 3 * run_bytes + 9 bytes (and its
     // header).
     EXPECT_EQ(after.frames_out - before.frames_out, 1u);
     EXPECT_EQ(after.bytes_out - before.bytes_out, 4u + 5 + 3 * run_bytes + 9);
-    EXPECT_EQ(tasks[2].packed_ids, version >= 4);
+    EXPECT_EQ(run.packed_ids, version >= 4);
   }
 }
 
@@ -270,7 +271,7 @@ TEST(ClientWire, AVersion4ServerGetsLargeTensorsThroughTheSocket) {
   EXPECT_EQ(server.error(), "");
   const std::vector<proto::Task> tasks = server.tasks();  // held: fh points into it
   EXPECT_EQ(kinds(tasks), "os");
-  auto* fh = std::get_if<ir::FromHost>(&tasks.at(0).op);
+  auto* fh = std::get_if<ir::FromHost>(&std::get<proto::OpTask>(tasks.at(0)).op);
   ASSERT_NE(fh, nullptr);
   EXPECT_EQ(fh->data.data.size(), big.size());
 }

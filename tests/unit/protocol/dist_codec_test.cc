@@ -36,8 +36,8 @@ TEST(DistCodec, CollectiveTaskRoundTrips) {
   std::vector<Task> t;
   ASSERT_TRUE(decode_batch(payload_of(b.take()), t).ok());
   ASSERT_EQ(t.size(), 1u);
-  ASSERT_EQ(t[0].kind, TaskKind::kCollective);
-  const CollectiveSpec& c = t[0].collective;
+  ASSERT_EQ(task_kind(t[0]), TaskKind::kCollective);
+  const CollectiveSpec& c = std::get<CollectiveTask>(t[0]).collective;
   const CollectiveSpec want = sample();
   EXPECT_EQ(c.kind, want.kind);
   EXPECT_EQ(c.reduce, want.reduce);
@@ -74,13 +74,19 @@ TEST(DistCodec, EveryTruncationAndBadEnumIsAnError) {
 
 TEST(DistCodec, StoreMessagesRoundTrip) {
   OutFrame f;
-  encode_store_request({9, StoreOp::kSet, "g1/rank_0", std::string("\x00\x01" "addr", 6)}, f);
+  encode_store_request({9, StoreOp::kSet, "g1/rank_0",
+                        std::string("\x00\x01"
+                                    "addr",
+                                    6)},
+                       f);
   Result<StoreRequest> r = decode_store_request(payload_of(f));
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->request_id, 9u);
   EXPECT_EQ(r->op, StoreOp::kSet);
   EXPECT_EQ(r->key, "g1/rank_0");
-  EXPECT_EQ(r->value, std::string("\x00\x01" "addr", 6));
+  EXPECT_EQ(r->value, std::string("\x00\x01"
+                                  "addr",
+                                  6));
   EXPECT_EQ(*peek_client_msg(payload_of(f)), ClientMsg::kStore);
 
   OutFrame g;

@@ -179,7 +179,7 @@ TEST(Framing, WriterHandsWhatTheSocketCannotTakeToAnAsyncWrite) {
   FrameWriter writer;
   std::vector<uint8_t> big = pattern(1 << 20, 3);
   for (int i = 0; i < 3; ++i) {
-    protocol::OutFrame f;
+    OutFrame f;
     f.head = i == 1 ? big : pattern(100 + i, static_cast<uint8_t>(i));
     writer.push(std::move(f));
   }

@@ -28,21 +28,22 @@ TEST(MovesCodec, TasksRoundTrip) {
   std::vector<Task> t;
   ASSERT_TRUE(decode_batch(payload_of(b.take()), t).ok());
   ASSERT_EQ(t.size(), 3u);
-  EXPECT_EQ(t[0].kind, TaskKind::kExport);
-  EXPECT_EQ(t[0].request_id, 3u);
-  EXPECT_EQ(t[0].id, 7u);
-  EXPECT_EQ(t[1].kind, TaskKind::kImport);
-  EXPECT_EQ(t[1].id, 11u);
-  EXPECT_EQ(t[1].meta, meta);
-  EXPECT_EQ(t[1].source.session_id, 42u);
-  EXPECT_EQ(t[1].source.tensor, 7u);
-  EXPECT_EQ(t[1].source.capability, sample_source().capability);
-  EXPECT_EQ(t[1].source.url, "tls://10.0.0.2:5000");
-  EXPECT_EQ(t[1].source.fingerprint, "AB:CD:EF");
-  EXPECT_EQ(t[2].kind, TaskKind::kMoveLocal);
-  EXPECT_EQ(t[2].meta, (TensorMeta{{}, kF32}));
-  EXPECT_EQ(t[2].source.capability, sample_source().capability);
-  EXPECT_TRUE(t[2].source.url.empty()) << "a same-server move carries no address";
+  ASSERT_EQ(task_kind(t[0]), TaskKind::kExport);
+  EXPECT_EQ(std::get<ExportTask>(t[0]).request_id, 3u);
+  EXPECT_EQ(std::get<ExportTask>(t[0]).id, 7u);
+  ASSERT_EQ(task_kind(t[1]), TaskKind::kImport);
+  EXPECT_EQ(std::get<ImportTask>(t[1]).id, 11u);
+  EXPECT_EQ(std::get<ImportTask>(t[1]).meta, meta);
+  EXPECT_EQ(std::get<ImportTask>(t[1]).source.session_id, 42u);
+  EXPECT_EQ(std::get<ImportTask>(t[1]).source.tensor, 7u);
+  EXPECT_EQ(std::get<ImportTask>(t[1]).source.capability, sample_source().capability);
+  EXPECT_EQ(std::get<ImportTask>(t[1]).source.url, "tls://10.0.0.2:5000");
+  EXPECT_EQ(std::get<ImportTask>(t[1]).source.fingerprint, "AB:CD:EF");
+  ASSERT_EQ(task_kind(t[2]), TaskKind::kMoveLocal);
+  EXPECT_EQ(std::get<MoveLocalTask>(t[2]).meta, (TensorMeta{{}, kF32}));
+  EXPECT_EQ(std::get<MoveLocalTask>(t[2]).source.capability, sample_source().capability);
+  EXPECT_TRUE(std::get<MoveLocalTask>(t[2]).source.url.empty())
+      << "a same-server move carries no address";
 }
 
 TEST(MovesCodec, CapabilityResultAndFetchRoundTrip) {

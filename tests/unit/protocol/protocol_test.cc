@@ -43,7 +43,9 @@ struct Filler {
   void operator()(const char*, ir::In& v) { v.id = ++n; }
   void operator()(const char*, ir::Out& v) { v.id = 1000 + ++n; }
   void operator()(const char*, std::vector<ir::In>& v) { v = {{++n}, {++n}, {0}}; }
-  void operator()(const char*, std::vector<int64_t>& v) { v = {static_cast<int64_t>(++n), -2, INT64_MIN}; }
+  void operator()(const char*, std::vector<int64_t>& v) {
+    v = {static_cast<int64_t>(++n), -2, INT64_MIN};
+  }
   void operator()(const char*, int64_t& v) { v = -static_cast<int64_t>(++n); }
   void operator()(const char*, uint64_t& v) { v = 0xFEDCBA9876543210ull + ++n; }
   void operator()(const char*, double& v) { v = 0.25 + static_cast<double>(++n); }
@@ -52,12 +54,12 @@ struct Filler {
   void operator()(const char*, ir::Scalar& v) {
     v = (++n % 2) ? ir::Scalar(-1.5) : ir::Scalar(int64_t{-(int64_t{1} << 62) - 3});
   }
-  void operator()(const char*, ir::Bytes& v) { v.data = pattern_bytes(bytes, static_cast<uint8_t>(++n)); }
-  template <class E>
-    requires std::is_enum_v<E>
-  void operator()(const char*, E& v) {
-    v = static_cast<E>(static_cast<uint8_t>(E::kCount) - 1);
+  void operator()(const char*, ir::Bytes& v) {
+    v.data = pattern_bytes(bytes, static_cast<uint8_t>(++n));
   }
+  template <class E>
+  requires std::is_enum_v<E>
+  void operator()(const char*, E& v) { v = static_cast<E>(static_cast<uint8_t>(E::kCount) - 1); }
 };
 
 // One op of every kind in TW_OP_LIST, every field set; Bytes fields of `bytes` bytes.
@@ -66,10 +68,10 @@ std::vector<ir::Op> every_op(size_t bytes) {
   Filler f;
   f.bytes = bytes;
 #define TW_MAKE_OP(Name, code, since) \
-  {                            \
-    ir::Name o;                \
-    o.fields(f);               \
-    ops.push_back(o);          \
+  {                                   \
+    ir::Name o;                       \
+    o.fields(f);                      \
+    ops.push_back(o);                 \
   }
   TW_OP_LIST(TW_MAKE_OP)
 #undef TW_MAKE_OP
@@ -269,7 +271,8 @@ TEST(Protocol, RefuseRoundTripEveryReason) {
 
 TEST(Protocol, SessionErrorRoundTripEveryCode) {
   for (uint8_t c = 0; c <= static_cast<uint8_t>(StatusCode::kInternal); ++c) {
-    Status s = c == 0 ? Status::OK() : Status(static_cast<StatusCode>(c), "code " + std::to_string(c));
+    Status s =
+        c == 0 ? Status::OK() : Status(static_cast<StatusCode>(c), "code " + std::to_string(c));
     OutFrame f;
     encode_session_error(s, f);
     auto m = decode_server_message(payload_of(f));
@@ -316,7 +319,8 @@ TEST(Protocol, ReadResultRoundTrip) {
 TEST(Protocol, DecodingIntoAReusedMessageLeavesNothingBehind) {
   std::vector<std::pair<std::string, Buffer>> replies;
   for (const Encoded& e : every_message(5, 64)) {
-    if (e.kind == Encoded::kServer) replies.push_back({e.name, Buffer::copy_of(e.bytes.data(), e.bytes.size())});
+    if (e.kind == Encoded::kServer)
+      replies.push_back({e.name, Buffer::copy_of(e.bytes.data(), e.bytes.size())});
   }
   auto same = [](const ServerMessage& a, const ServerMessage& b) {
     return a.kind == b.kind && a.request_id == b.request_id && a.status.code() == b.status.code() &&
@@ -427,62 +431,75 @@ TEST(Protocol, BatchRoundTripEveryTaskAndEveryOp) {
     ASSERT_TRUE(st.ok()) << st.message();
     ASSERT_EQ(tasks.size(), ops.size() + 8);
     for (size_t i = 0; i < ops.size(); ++i) {
-      EXPECT_EQ(tasks[i].kind, TaskKind::kOp);
-      EXPECT_TRUE(tasks[i].op == ops[i]) << ir::op_code_name(ir::op_code(ops[i]));
+      ASSERT_EQ(task_kind(tasks[i]), TaskKind::kOp);
+      EXPECT_TRUE(std::get<OpTask>(tasks[i]).op == ops[i]) << ir::op_code_name(ir::op_code(ops[i]));
     }
     const Task* t = &tasks[ops.size()];
-    EXPECT_EQ(t[0].kind, TaskKind::kRead);
-    EXPECT_EQ(t[0].request_id, 46u);
-    EXPECT_EQ(t[0].id, 1001u);
-    EXPECT_EQ(t[1].kind, TaskKind::kSync);
-    EXPECT_EQ(t[1].request_id, 47u);
-    EXPECT_EQ(t[2].kind, TaskKind::kDrop);
-    EXPECT_EQ(t[2].ids, (std::vector<ir::TensorId>{1001, 1002, 3}));
-    EXPECT_EQ(t[3].kind, TaskKind::kDrop);
-    EXPECT_TRUE(t[3].ids.empty());
-    EXPECT_EQ(t[4].kind, TaskKind::kStats);
-    EXPECT_EQ(t[4].request_id, 48u);
-    EXPECT_EQ(t[5].kind, TaskKind::kRegisterGraph);
-    EXPECT_EQ(t[5].request_id, 49u);
-    expect_same_graph(t[5].graph, sample_graph(op_bytes));
-    EXPECT_EQ(t[6].kind, TaskKind::kRunGraph);
-    EXPECT_EQ(t[6].graph_id, 3u);
-    EXPECT_EQ(t[6].ids, (std::vector<ir::TensorId>{1001, 1002}));
-    EXPECT_EQ(t[6].outputs, (std::vector<ir::TensorId>{4, 5}));
-    EXPECT_EQ(t[7].kind, TaskKind::kRunGraph);
-    EXPECT_TRUE(t[7].ids.empty() && t[7].outputs.empty());
+    ASSERT_EQ(task_kind(t[0]), TaskKind::kRead);
+    EXPECT_EQ(std::get<ReadTask>(t[0]).request_id, 46u);
+    EXPECT_EQ(std::get<ReadTask>(t[0]).id, 1001u);
+    ASSERT_EQ(task_kind(t[1]), TaskKind::kSync);
+    EXPECT_EQ(std::get<SyncTask>(t[1]).request_id, 47u);
+    ASSERT_EQ(task_kind(t[2]), TaskKind::kDrop);
+    EXPECT_EQ(std::get<DropTask>(t[2]).ids, (std::vector<ir::TensorId>{1001, 1002, 3}));
+    ASSERT_EQ(task_kind(t[3]), TaskKind::kDrop);
+    EXPECT_TRUE(std::get<DropTask>(t[3]).ids.empty());
+    ASSERT_EQ(task_kind(t[4]), TaskKind::kStats);
+    EXPECT_EQ(std::get<StatsTask>(t[4]).request_id, 48u);
+    ASSERT_EQ(task_kind(t[5]), TaskKind::kRegisterGraph);
+    EXPECT_EQ(std::get<RegisterGraphTask>(t[5]).request_id, 49u);
+    expect_same_graph(std::get<RegisterGraphTask>(t[5]).graph, sample_graph(op_bytes));
+    ASSERT_EQ(task_kind(t[6]), TaskKind::kRunGraph);
+    EXPECT_EQ(std::get<RunGraphTask>(t[6]).graph_id, 3u);
+    EXPECT_EQ(std::get<RunGraphTask>(t[6]).inputs, (std::vector<ir::TensorId>{1001, 1002}));
+    EXPECT_EQ(std::get<RunGraphTask>(t[6]).outputs, (std::vector<ir::TensorId>{4, 5}));
+    ASSERT_EQ(task_kind(t[7]), TaskKind::kRunGraph);
+    EXPECT_TRUE(std::get<RunGraphTask>(t[7]).inputs.empty() &&
+                std::get<RunGraphTask>(t[7]).outputs.empty());
   }
 }
 
-// Every field of a task, as text: two tasks that print the same decoded the same.
-std::string describe(const Task& t) {
-  std::ostringstream o;
-  auto ids = [&](const std::vector<ir::TensorId>& v) {
+// Every field of a task, as text: two tasks that print the same decoded the same. Its kind, each
+// wire field (TW_FIELDS) and the members that are not on the wire.
+struct FieldPrinter {
+  std::ostringstream& o;
+  void print(uint32_t v) { o << v; }
+  void print(uint64_t v) { o << v; }
+  void print(const std::string& v) { o << v; }
+  void print(CollectiveKind v) { o << static_cast<int>(v); }
+  void print(ReduceKind v) { o << static_cast<int>(v); }
+  void print(const TensorMeta& m) { o << meta_str(m); }
+  void print(const std::vector<ir::TensorId>& v) {
     o << "[";
     for (ir::TensorId id : v) o << id << ",";
     o << "]";
-  };
-  o << static_cast<int>(t.kind) << " op=" << ir::to_string(t.op) << " req=" << t.request_id
-    << " id=" << t.id << " ids=";
-  ids(t.ids);
-  o << " graph: in=";
-  ids(t.graph.input_ids);
-  for (const TensorMeta& m : t.graph.inputs) o << meta_str(m);
-  o << " ops=";
-  for (const ir::Op& op : t.graph.ops) o << ir::to_string(op) << ";";
-  o << " out=";
-  ids(t.graph.output_ids);
-  o << " gid=" << t.graph_id << " outputs=";
-  ids(t.outputs);
-  o << " packed=" << t.packed_ids << " meta=" << meta_str(t.meta) << " source=" << t.source.session_id
-    << "," << t.source.tensor << "," << t.source.capability << "," << t.source.url << ","
-    << t.source.fingerprint;
-  const CollectiveSpec& c = t.collective;
-  o << " coll=" << static_cast<int>(c.kind) << "," << static_cast<int>(c.reduce) << "," << c.rank
-    << "," << c.size << "," << c.root << "," << c.group << "," << c.store_url << ","
-    << c.fingerprint << "," << c.timeout_ms << "," << c.input << "," << c.output << ","
-    << meta_str(c.out_meta) << " range=" << t.range.segment << "," << t.range.offset << ","
-    << t.range.length << "," << t.range.sequence;
+  }
+  void print(const ir::Op& op) { o << ir::to_string(op); }
+  void print(const ir::Graph& g) {
+    o << "in=";
+    print(g.input_ids);
+    for (const TensorMeta& m : g.inputs) o << meta_str(m);
+    o << " ops=";
+    for (const ir::Op& op : g.ops) o << ir::to_string(op) << ";";
+    o << " out=";
+    print(g.output_ids);
+  }
+  template <class T>
+  void operator()(const char* name, const T& v) {
+    o << " " << name << "=";
+    print(v);
+  }
+};
+std::string describe(const Task& t) {
+  std::ostringstream o;
+  o << static_cast<int>(task_kind(t));
+  std::visit([&](const auto& task) { task.fields(FieldPrinter{o}); }, t);
+  if (const auto* d = std::get_if<DropTask>(&t)) o << " packed=" << d->packed_ids;
+  if (const auto* r = std::get_if<RunGraphTask>(&t)) o << " packed=" << r->packed_ids;
+  if (const auto* m = std::get_if<MoveLocalTask>(&t)) {
+    o << " url=" << m->source.url << " fingerprint=" << m->source.fingerprint;
+  }
+  if (const auto* r = std::get_if<ReadToSegmentTask>(&t)) o << " sequence=" << r->range.sequence;
   return o.str();
 }
 
@@ -506,7 +523,9 @@ TEST(Protocol, DecodingIntoReusedTasksReadsAsDecodedFresh) {
       [](BatchWriter& b) { b.add_op(every_op(3).front()); },
       [](BatchWriter& b) { b.add_read(46, 1001); },
       [](BatchWriter& b) { b.add_sync(47); },
-      [](BatchWriter& b) { b.add_drop({1001, 1002, 3}); },
+      [](BatchWriter& b) {
+        b.add_drop({1001, 1002, 3});
+      },
       [](BatchWriter& b) {
         b.set_packed_ids(true);
         b.add_drop({7, 9});
@@ -514,13 +533,23 @@ TEST(Protocol, DecodingIntoReusedTasksReadsAsDecodedFresh) {
       },
       [](BatchWriter& b) { b.add_stats(48); },
       [](BatchWriter& b) { b.add_register_graph(49, sample_graph(3)); },
-      [](BatchWriter& b) { b.add_run_graph(3, {1001, 1002}, {4, 5}); },
+      [](BatchWriter& b) {
+        b.add_run_graph(3, {1001, 1002}, {4, 5});
+      },
       [](BatchWriter& b) { b.add_export(50, 8); },
-      [&](BatchWriter& b) { b.add_move(TaskKind::kImport, 11, {{2, 5}, kI64}, source); },
-      [&](BatchWriter& b) { b.add_move(TaskKind::kMoveLocal, 12, {{}, kF32}, source); },
+      [&](BatchWriter& b) {
+        b.add_move(TaskKind::kImport, 11, {{2, 5}, kI64}, source);
+      },
+      [&](BatchWriter& b) {
+        b.add_move(TaskKind::kMoveLocal, 12, {{}, kF32}, source);
+      },
       [&](BatchWriter& b) { b.add_collective(coll); },
-      [](BatchWriter& b) { b.add_from_segment(13, {{4}, kF32}, {7, 64, 16, 9}); },
-      [](BatchWriter& b) { b.add_read_to_segment(51, 13, {7, 128, 1 << 20, 0}); },
+      [](BatchWriter& b) {
+        b.add_from_segment(13, {{4}, kF32}, {7, 64, 16, 9});
+      },
+      [](BatchWriter& b) {
+        b.add_read_to_segment(51, 13, {7, 128, 1 << 20, 0});
+      },
   };
   const size_t n = adds.size();
   std::vector<Task> reused;
@@ -558,6 +587,72 @@ TEST(Protocol, DecodingIntoReusedTasksReadsAsDecodedFresh) {
   EXPECT_EQ(d.next_reusing(windowed, 4), 0u);
 }
 
+// A reused Task's id lists keep their capacity, also when the next task decoded into it is of
+// another kind that has id lists (a drop, then a graph run), and a cleared one too.
+TEST(Protocol, ReusedTasksKeepTheirIdListsCapacity) {
+  std::vector<ir::TensorId> ids(200);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = 1000 + i;
+  BatchWriter first, second;
+  first.add_drop(ids);
+  second.add_run_graph(3, {1, 2}, {});
+  std::vector<Task> reused;
+  BatchDecoder d1(payload_of(first.take()));
+  ASSERT_EQ(d1.next_reusing(reused, 1), 1u);
+  const ir::TensorId* storage = std::get<DropTask>(reused[0]).ids.data();
+  clear_task(reused[0]);
+  EXPECT_EQ(std::get<DropTask>(reused[0]).ids.data(), storage);
+  EXPECT_TRUE(std::get<DropTask>(reused[0]).ids.empty());
+  BatchDecoder d2(payload_of(second.take()));
+  ASSERT_EQ(d2.next_reusing(reused, 1), 1u);
+  const auto& run = std::get<RunGraphTask>(reused[0]);
+  EXPECT_EQ(run.inputs, (std::vector<ir::TensorId>{1, 2}));
+  EXPECT_EQ(run.inputs.data(), storage) << "the drop's list became the run's inputs";
+}
+
+// A task's size on the wire (BatchWriter::task_bytes) is what add() writes, plain and packed,
+// for every kind it is asked of (an op's and a graph's encoding is their size).
+TEST(Protocol, TaskBytesIsWhatAddWrites) {
+  CollectiveSpec coll;
+  coll.group = "group";
+  coll.store_url = "tcp://127.0.0.1:1";
+  coll.fingerprint = "AB";
+  coll.out_meta = {{3, 4}, kF32};
+  const TensorSource source{42, 7, "cap", "tls://10.0.0.2:5000", "AB:CD"};
+  const TensorMeta meta{{2, 5}, kI64};
+  const std::vector<Task> tasks = {
+      ReadTask{46, 1001},
+      SyncTask{47},
+      DropTask{{1001, 1002, 3, 1ull << 60, 0}},
+      DropTask{},
+      StatsTask{48},
+      RunGraphTask{3, {1001, 1002, 999999999}, {4, 5}},
+      ExportTask{50, 8},
+      ImportTask{11, meta, source},
+      MoveLocalTask{12, meta, source},
+      CollectiveTask{coll},
+      FromSegmentTask{13, meta, {7, 64, 16, 9}},
+      ReadToSegmentTask{51, 13, {7, 128, 1 << 20, 0}},
+  };
+  for (bool packed : {false, true}) {
+    BatchWriter b;
+    b.set_packed_ids(packed);
+    for (const Task& t : tasks) {
+      std::visit(
+          [&](const auto& task) {
+            using T = std::decay_t<decltype(task)>;
+            if constexpr (std::is_same_v<T, OpTask> || std::is_same_v<T, RegisterGraphTask>) {
+              ADD_FAILURE() << "no size for an op or a graph";
+            } else {
+              const uint64_t before = b.payload_size(), want = b.task_bytes(task);
+              b.add(task);
+              EXPECT_EQ(b.payload_size() - before, want) << describe(t) << " packed " << packed;
+            }
+          },
+          t);
+    }
+  }
+}
+
 // Protocol 4: drops and graph runs with packed id lists decode into the plain tasks, any u64 id
 // (differences wrap), about one byte per id for a step's consecutive ids.
 TEST(Protocol, PackedIdListsRoundTripAndStaySmall) {
@@ -579,15 +674,17 @@ TEST(Protocol, PackedIdListsRoundTripAndStaySmall) {
   Status st = decode_batch(p, tasks);
   ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(tasks.size(), 4u);
-  EXPECT_EQ(tasks[0].kind, TaskKind::kDrop);
-  EXPECT_TRUE(tasks[0].packed_ids);
-  EXPECT_EQ(tasks[0].ids, edge);
-  EXPECT_TRUE(tasks[1].ids.empty());
-  EXPECT_EQ(tasks[2].kind, TaskKind::kRunGraph);
-  EXPECT_EQ(tasks[2].graph_id, 7u);
-  EXPECT_EQ(tasks[2].ids, step);
-  EXPECT_EQ(tasks[2].outputs, edge);
-  EXPECT_EQ(tasks[3].ids, step);
+  ASSERT_EQ(task_kind(tasks[0]), TaskKind::kDrop);
+  EXPECT_TRUE(std::get<DropTask>(tasks[0]).packed_ids);
+  EXPECT_EQ(std::get<DropTask>(tasks[0]).ids, edge);
+  ASSERT_EQ(task_kind(tasks[1]), TaskKind::kDrop);
+  EXPECT_TRUE(std::get<DropTask>(tasks[1]).ids.empty());
+  ASSERT_EQ(task_kind(tasks[2]), TaskKind::kRunGraph);
+  EXPECT_EQ(std::get<RunGraphTask>(tasks[2]).graph_id, 7u);
+  EXPECT_EQ(std::get<RunGraphTask>(tasks[2]).inputs, step);
+  EXPECT_EQ(std::get<RunGraphTask>(tasks[2]).outputs, edge);
+  ASSERT_EQ(task_kind(tasks[3]), TaskKind::kDrop);
+  EXPECT_EQ(std::get<DropTask>(tasks[3]).ids, step);
   // A 26-id run of consecutive ids: a byte each after the first.
   BatchWriter one;
   one.set_packed_ids(true);
@@ -681,8 +778,8 @@ TEST(Protocol, MalformedTaskKeepsTheTasksBeforeIt) {
   b.add_sync(1);
   b.add_sync(2);
   std::vector<uint8_t> bytes = flatten(b.take());
-  bytes[1] = 3;          // claims a third task ...
-  bytes.push_back(99);   // ... of an unknown kind
+  bytes[1] = 3;         // claims a third task ...
+  bytes.push_back(99);  // ... of an unknown kind
   std::vector<Task> tasks;
   Status st = decode_batch(to_buffer(bytes), tasks);
   ASSERT_FALSE(st.ok());
@@ -730,9 +827,11 @@ TEST(Protocol, EveryTruncatedPrefixIsAnError) {
     for (size_t k = 0; k < e.bytes.size(); ++k) {
       // A slice shares the bytes, so no prefix is copied; a fresh copy would do the same.
       Status st = decode_any(whole.slice(0, k), e.kind);
-      EXPECT_FALSE(st.ok()) << e.name << ": prefix of " << k << " of " << e.bytes.size() << " bytes decoded";
+      EXPECT_FALSE(st.ok()) << e.name << ": prefix of " << k << " of " << e.bytes.size()
+                            << " bytes decoded";
       if (!st.ok()) {
-        EXPECT_EQ(st.code(), StatusCode::kDataLoss) << e.name << " prefix " << k << ": " << st.message();
+        EXPECT_EQ(st.code(), StatusCode::kDataLoss)
+            << e.name << " prefix " << k << ": " << st.message();
       }
     }
     // And one byte too many is an error too.
@@ -780,7 +879,10 @@ TEST(Protocol, RandomBytesNeverCrashTheDecoders) {
           case 0: bytes[rng() % bytes.size()] = static_cast<uint8_t>(rng()); break;
           case 1: bytes[rng() % bytes.size()] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;
           case 2: bytes.resize(rng() % bytes.size()); break;
-          case 3: bytes.insert(bytes.begin() + static_cast<ptrdiff_t>(rng() % bytes.size()), static_cast<uint8_t>(rng())); break;
+          case 3:
+            bytes.insert(bytes.begin() + static_cast<ptrdiff_t>(rng() % bytes.size()),
+                         static_cast<uint8_t>(rng()));
+            break;
         }
       }
     }
@@ -865,7 +967,9 @@ TEST(ProtocolDoc, WorkedExamplesMatchTheEncoder) {
 // Names each field's wire type as the doc's op table does.
 struct FieldTypes {
   std::string out;
-  void add(const char* f, const char* t) { out += (out.empty() ? "" : ", ") + std::string(f) + ": " + t; }
+  void add(const char* f, const char* t) {
+    out += (out.empty() ? "" : ", ") + std::string(f) + ": " + t;
+  }
   void operator()(const char* f, const ir::In&) { add(f, "In"); }
   void operator()(const char* f, const ir::Out&) { add(f, "Out"); }
   void operator()(const char* f, const std::vector<ir::In>&) { add(f, "In[]"); }
@@ -886,18 +990,21 @@ struct FieldTypes {
 TEST(ProtocolDoc, OpTableListsEveryOpWithItsFieldsInWireOrder) {
   std::string doc = read_doc();
   ASSERT_FALSE(doc.empty());
-#define TW_CHECK_ROW(Name, code, since)                                                          \
-  {                                                                                       \
-    FieldTypes ft;                                                                        \
-    ir::Name{}.fields(ft);                                                                \
-    std::string row = "| " #code " | " #Name " | " + ft.out + " |";                       \
-    EXPECT_NE(doc.find(row), std::string::npos)                                          \
-        << "docs/protocol.md §5 lacks (or has a stale) row for op " #Name " (scripts/protocol_op_table.py prints the table); expected:\n" << row; \
+#define TW_CHECK_ROW(Name, code, since)                                    \
+  {                                                                        \
+    FieldTypes ft;                                                         \
+    ir::Name{}.fields(ft);                                                 \
+    std::string row = "| " #code " | " #Name " | " + ft.out + " |";        \
+    EXPECT_NE(doc.find(row), std::string::npos)                            \
+        << "docs/protocol.md §5 lacks (or has a stale) row for op " #Name  \
+           " (scripts/protocol_op_table.py prints the table); expected:\n" \
+        << row;                                                            \
   }
   TW_OP_LIST(TW_CHECK_ROW)
 #undef TW_CHECK_ROW
   std::string next = "| " + std::to_string(ir::kNumOps + 1) + " | ";
-  EXPECT_EQ(doc.find(next), std::string::npos) << "the op table lists a code this build does not have";
+  EXPECT_EQ(doc.find(next), std::string::npos)
+      << "the op table lists a code this build does not have";
 }
 #endif
 

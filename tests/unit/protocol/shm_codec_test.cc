@@ -23,19 +23,19 @@ TEST(ShmCodec, SegmentTasksRoundTrip) {
   std::vector<Task> t;
   ASSERT_TRUE(decode_batch(payload_of(b.take()), t).ok());
   ASSERT_EQ(t.size(), 2u);
-  EXPECT_EQ(t[0].kind, TaskKind::kFromSegment);
-  EXPECT_EQ(t[0].id, 11u);
-  EXPECT_EQ(t[0].meta, meta);
-  EXPECT_EQ(t[0].range.segment, 7u);
-  EXPECT_EQ(t[0].range.offset, 64u);
-  EXPECT_EQ(t[0].range.length, 120u);
-  EXPECT_EQ(t[0].range.sequence, 9u);
-  EXPECT_EQ(t[1].kind, TaskKind::kReadToSegment);
-  EXPECT_EQ(t[1].request_id, 4u);
-  EXPECT_EQ(t[1].id, 11u);
-  EXPECT_EQ(t[1].range.segment, 7u);
-  EXPECT_EQ(t[1].range.offset, 128u);
-  EXPECT_EQ(t[1].range.length, uint64_t{1} << 20);
+  ASSERT_EQ(task_kind(t[0]), TaskKind::kFromSegment);
+  EXPECT_EQ(std::get<FromSegmentTask>(t[0]).id, 11u);
+  EXPECT_EQ(std::get<FromSegmentTask>(t[0]).meta, meta);
+  EXPECT_EQ(std::get<FromSegmentTask>(t[0]).range.segment, 7u);
+  EXPECT_EQ(std::get<FromSegmentTask>(t[0]).range.offset, 64u);
+  EXPECT_EQ(std::get<FromSegmentTask>(t[0]).range.length, 120u);
+  EXPECT_EQ(std::get<FromSegmentTask>(t[0]).range.sequence, 9u);
+  ASSERT_EQ(task_kind(t[1]), TaskKind::kReadToSegment);
+  EXPECT_EQ(std::get<ReadToSegmentTask>(t[1]).request_id, 4u);
+  EXPECT_EQ(std::get<ReadToSegmentTask>(t[1]).id, 11u);
+  EXPECT_EQ(std::get<ReadToSegmentTask>(t[1]).range.segment, 7u);
+  EXPECT_EQ(std::get<ReadToSegmentTask>(t[1]).range.offset, 128u);
+  EXPECT_EQ(std::get<ReadToSegmentTask>(t[1]).range.length, uint64_t{1} << 20);
 }
 
 // The wire layout, byte for byte as docs/protocol.md §4 lists the fields (kind 12: id, dtype,

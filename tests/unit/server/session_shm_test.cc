@@ -54,14 +54,10 @@ TEST(SessionShm, SegmentsCountInTheServerBudgetAndTheirOwnAllowance) {
   // An upload of 600 KiB beside the 600 KiB segment fits the 1 MiB quota: the quota counts
   // tensors only, as it does on the socket path.
   std::memset((*small)->data(), 3, 600 << 10);
-  std::vector<proto::Task> tasks(2);
-  tasks[0].kind = proto::TaskKind::kFromSegment;
-  tasks[0].id = 5;
-  tasks[0].meta = {{600 << 10}, kU8};
-  tasks[0].range = {1, 0, 600 << 10, 1};
-  tasks[1].kind = proto::TaskKind::kRead;
-  tasks[1].request_id = 9;
-  tasks[1].id = 5;
+  std::vector<proto::Task> tasks = {
+      proto::FromSegmentTask{5, {{600 << 10}, kU8}, {1, 0, 600 << 10, 1}},
+      proto::ReadTask{9, 5},
+  };
   Replies r;
   s.run(tasks, Status::OK(), r);
   ASSERT_EQ(r.got.size(), 1u);

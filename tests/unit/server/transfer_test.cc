@@ -158,8 +158,8 @@ Buffer payload_of(const proto::OutFrame& f) {
 }
 
 struct Out : testing::Replies {
-  std::vector<proto::Task> imports;
-  Status begin_import(const proto::Task& t) override {
+  std::vector<proto::ImportTask> imports;
+  Status begin_import(const proto::ImportTask& t) override {
     imports.push_back(t);
     return Status::OK();
   }
