@@ -1,9 +1,10 @@
 // Writes the fuzz targets' seed corpora: valid encodings made by the encoders themselves, so
 // that the fuzzers start from inputs the decoders accept and mutate from there.
 //   tw_fuzz_seeds DIR   writes DIR/<target>/<name> for every target in tests/fuzz
-// The op program below uses every op in TW_OP_LIST on inputs it creates first; the tool checks
-// that inference accepts each op (the validator's corpus must be valid) and that no op is left
-// out, and fails otherwise, so a new op without a seed breaks the fuzz run.
+// The op program (tests/support/op_program.h, shared with the codec tests) uses every op in
+// TW_OP_LIST on inputs it creates first; the tool checks that inference accepts each op (the
+// validator's corpus must be valid) and that no op is left out, and fails otherwise, so a new op
+// without a seed breaks the fuzz run.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,115 +17,13 @@
 #include "ir/graph.h"
 #include "ir/printer.h"
 #include "ir/trace.h"
+#include "support/op_program.h"
 
 namespace tw::fuzz {
 namespace {
 
 using namespace ir;
 namespace fs = std::filesystem;
-
-// A program over every op: creation ops make the inputs (ids 1..), then each op reads them.
-std::vector<Op> program() {
-  const float host[4] = {1, 2, 3, 4};
-  const Bytes host_bytes{Buffer::copy_of(host, sizeof(host))};
-  return {
-      Full{.out = {1}, .shape = {2, 4, 6, 6}, .dtype = kF32, .value = 1.5},
-      Arange{.out = {2}, .start = 0, .end = 4, .step = 1, .dtype = kI64},
-      Eye{.out = {3}, .n = 4, .m = 4, .dtype = kF32},
-      FromHost{.out = {4}, .shape = {2, 2}, .dtype = kF32, .data = host_bytes},
-      RandUniform{.out = {5}, .shape = {4, 4}, .dtype = kF32, .seed = 7, .low = -1, .high = 1},
-      RandNormal{.out = {6}, .shape = {2, 4, 6, 6}, .dtype = kF32, .seed = 8, .mean = 0, .std = 1},
-      Bernoulli{.p = {5}, .out = {7}, .seed = 9},
-      Unary{.kind = UnaryKind::kExp, .x = {3}, .out = {8}},
-      Binary{.kind = BinaryKind::kAdd, .a = {3}, .b = {5}, .out = {9}},
-      BinaryScalar{.kind = BinaryKind::kMul, .a = {3}, .s = 2.0, .reverse = true, .out = {10}},
-      Full{.out = {11}, .shape = {4, 4}, .dtype = kBool, .value = 1},
-      Where{.cond = {11}, .a = {3}, .b = {5}, .out = {12}},
-      Clamp{.x = {3}, .has_lo = true, .lo = -1, .has_hi = true, .hi = 1.0, .out = {13}},
-      MaskedFill{.x = {3}, .mask = {11}, .value = 0.5, .out = {14}},
-      Cast{.x = {3}, .dtype = kF64, .out = {15}},
-      Reduce{.kind = ReduceKind::kSum, .x = {1}, .dims = {1, -1}, .keepdim = true, .out = {16}},
-      Cumsum{.x = {3}, .dim = 1, .out = {17}},
-      MatMul{.a = {3}, .b = {5}, .out = {18}},
-      Reshape{.x = {3}, .shape = {2, -1}, .out = {19}},
-      Permute{.x = {1}, .dims = {0, 2, 3, 1}, .out = {20}},
-      Expand{.x = {4}, .shape = {3, -1, 2}, .out = {21}},
-      Slice{.x = {3}, .starts = {0, 1}, .ends = {4, 4}, .steps = {2, 1}, .out = {22}},
-      SliceAssign{
-          .x = {3}, .src = {4}, .starts = {0, 0}, .ends = {2, 2}, .steps = {1, 1}, .out = {23}},
-      Cat{.xs = {{3}, {5}}, .dim = 0, .out = {24}},
-      Flip{.x = {3}, .dims = {0}, .out = {25}},
-      Repeat{.x = {3}, .repeats = {2, 1}, .out = {26}},
-      Full{.out = {27}, .shape = {4, 4}, .dtype = kI64, .value = 1},
-      Gather{.x = {3}, .dim = 1, .index = {27}, .out = {28}},
-      ScatterAdd{.x = {3}, .dim = 0, .index = {27}, .src = {5}, .out = {29}},
-      IndexSelect{.x = {3}, .dim = 0, .index = {2}, .out = {30}},
-      OneHot{.x = {2}, .num_classes = 4, .out = {31}},
-      Softmax{.x = {3}, .dim = 1, .log = true, .out = {32}},
-      Full{.out = {33}, .shape = {8, 2, 3, 3}, .dtype = kF32, .value = 0.25},
-      Full{.out = {34}, .shape = {8}, .dtype = kF32, .value = 0},
-      Conv2d{.x = {1},
-             .w = {33},
-             .bias = {34},
-             .stride = {1, 1},
-             .padding = {1, 1},
-             .dilation = {1, 1},
-             .groups = 2,
-             .out = {35}},
-      Pool2d{.kind = PoolKind::kMax,
-             .x = {1},
-             .kernel = {2, 2},
-             .stride = {2, 2},
-             .padding = {0, 0},
-             .out = {36}},
-      AdaptiveAvgPool2d{.x = {1}, .output_size = {2, 3}, .out = {37}},
-      Full{.out = {38}, .shape = {6, 6}, .dtype = kF32, .value = 1},
-      LayerNorm{
-          .x = {1}, .weight = {38}, .bias = {38}, .normalized_dims = 2, .eps = 1e-5, .out = {39}},
-      Conv2dBackwardInput{.grad = {35},
-                          .w = {33},
-                          .x_shape = {2, 4, 6, 6},
-                          .stride = {1, 1},
-                          .padding = {1, 1},
-                          .dilation = {1, 1},
-                          .groups = 2,
-                          .out = {40}},
-      Conv2dBackwardWeight{.grad = {35},
-                           .x = {1},
-                           .w_shape = {8, 2, 3, 3},
-                           .stride = {1, 1},
-                           .padding = {1, 1},
-                           .dilation = {1, 1},
-                           .groups = 2,
-                           .out = {41}},
-      Pool2dBackward{.kind = PoolKind::kAvg,
-                     .grad = {36},
-                     .x = {1},
-                     .kernel = {2, 2},
-                     .stride = {2, 2},
-                     .padding = {0, 0},
-                     .out = {42}},
-      AdaptiveAvgPool2dBackward{.grad = {37}, .input_size = {6, 6}, .out = {43}},
-      Full{.out = {44}, .shape = {}, .dtype = kF32, .value = 0.5},
-      AdamStep{.param = {38},
-               .grad = {38},
-               .exp_avg = {38},
-               .exp_avg_sq = {38},
-               .step_size = {44},
-               .bias2_sqrt = {44},
-               .beta1 = 0.9,
-               .beta2 = 0.999,
-               .eps = 1e-8,
-               .weight_decay = 0.01,
-               .lr = 1e-3,
-               .decoupled = true,
-               .param_out = {45},
-               .exp_avg_out = {46},
-               .exp_avg_sq_out = {47}},
-      Full{.out = {48}, .shape = {6}, .dtype = kF32, .value = -0.5},
-      Linear{.x = {38}, .w = {38}, .bias = {48}, .relu = true, .out = {49}},
-  };
-}
 
 // Every op must infer against the tensors the ops before it made, and every op kind appear.
 bool program_is_valid(const std::vector<Op>& ops) {
@@ -264,7 +163,7 @@ void add_safetensors_seeds(Corpus& c) {
 
 int run(const fs::path& dir) {
   using namespace protocol;
-  const std::vector<Op> ops = program();
+  const std::vector<Op> ops = testing::every_op_program();
   if (!program_is_valid(ops)) return 1;
   Corpus c(dir);
 
@@ -276,7 +175,7 @@ int run(const fs::path& dir) {
   BatchWriter bw;
   for (const Op& op : ops) bw.add_op(op);
   const std::vector<uint8_t> all_ops = testing::flatten(bw.take());
-  bw.add_read(1, 39);
+  bw.add_read(1, ir::op_outputs(ops.back()).front());
   bw.add_sync(2);
   bw.add_drop({1, 2, 3});
   bw.add_stats(3);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "digits/digits.h"
+#include "support/helpers.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
@@ -14,6 +15,7 @@
 namespace tw {
 namespace {
 
+using testing::read_error;
 using testing::ServerProcess;
 using Clock = std::chrono::steady_clock;
 using dist::ReduceOp;
@@ -27,15 +29,6 @@ Tensor ints(int64_t n, int seed, DType dtype, const Device& d) {
 }
 
 std::vector<uint8_t> bytes(const Tensor& t) { return t.to_bytes(); }
-
-std::string read_error(const Tensor& t) {
-  try {
-    (void)t.to_bytes();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 struct Servers {
   explicit Servers(int n, std::vector<std::string> args = {}) {

@@ -11,8 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "integration/raw_client.h"
+#include "support/helpers.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/server.h"
@@ -33,6 +34,9 @@ namespace tw {
 namespace {
 
 namespace proto = protocol;
+using testing::contains;
+using testing::expect_healthy;
+using testing::full_op;
 using testing::RawClient;
 using testing::ServerProcess;
 using Clock = std::chrono::steady_clock;
@@ -45,25 +49,6 @@ bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds lim
     if (Clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-}
-
-// A well-behaved client's work on the same server; its answer must stay right whatever the
-// others do.
-void expect_healthy(const Device& d, int64_t k) {
-  Tensor x = arange(0, 100, 1, std::nullopt, d);  // i64
-  EXPECT_EQ((x + k).sum().item<int64_t>(), 4950 + 100 * k) << "the well-behaved client broke";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-// Hand-built ops for raw batches.
-ir::Op full_op(ir::TensorId out, int64_t n, int64_t value) {
-  ir::Full f;
-  f.out = {out};
-  f.shape = {n};
-  f.dtype = kI64;
-  f.value = ir::Scalar(value);
-  return f;
 }
 
 std::vector<int64_t> i64_values(const TensorData& d) {
@@ -97,7 +82,7 @@ void expect_sync_ok(RawClient& c, uint64_t request_id) {
 // Creates tensor `id` = full(n, value) and reads it back in one batch.
 void expect_full_roundtrip(RawClient& c, ir::TensorId id, int64_t value, uint64_t request_id) {
   proto::BatchWriter b;
-  b.add_op(full_op(id, 3, value));
+  b.add_op(full_op(id, {3}, kI64, value));
   b.add_read(request_id, id);
   ASSERT_TRUE(c.send_frame(b.take()));
   auto m = c.read_message();
@@ -191,10 +176,10 @@ TEST(Faults, TruncatedFramesThenCloseFreeTheSession) {
     auto c = raw_session(server.url());
     ASSERT_TRUE(c);
     proto::BatchWriter bw;
-    bw.add_op(full_op(1, 1000, 5));
+    bw.add_op(full_op(1, {1000}, kI64, 5));
     ASSERT_TRUE(c->send_frame(bw.take()));
     expect_sync_ok(*c, 1);
-    bw.add_op(full_op(2, 1000, 6));
+    bw.add_op(full_op(2, {1000}, kI64, 6));
     std::vector<uint8_t> payload = testing::flatten(bw.take());
     std::vector<uint8_t> b = testing::le32(static_cast<uint32_t>(payload.size()));
     b.insert(b.end(), payload.begin(), payload.begin() + static_cast<ptrdiff_t>(payload.size() / 2));
@@ -419,7 +404,7 @@ TEST(Faults, UnknownOpCodeIsAnErrorAndTheSameSessionGoesOn) {
   expect_full_roundtrip(*c, 1, 11, 100);
   // Batch{2 tasks: a valid op, then an op with code 999}.
   proto::BatchWriter bw;
-  bw.add_op(full_op(2, 3, 22));
+  bw.add_op(full_op(2, {3}, kI64, 22));
   std::vector<uint8_t> payload = testing::flatten(bw.take());
   payload[1] = 2;  // task count (u32 LE at offset 1)
   payload.push_back(static_cast<uint8_t>(proto::TaskKind::kOp));
@@ -802,7 +787,7 @@ TEST(Faults, SigtermWithAClientThatNeverReads) {
   auto c = raw_session(server->url());
   ASSERT_TRUE(c);
   proto::BatchWriter bw;
-  bw.add_op(full_op(1, 8 << 20, 3));  // 64 MiB
+  bw.add_op(full_op(1, {8 << 20}, kI64, 3));  // 64 MiB
   for (uint64_t r = 1; r <= 4; ++r) bw.add_read(r, 1);
   ASSERT_TRUE(c->send_frame(bw.take()));
   Device observer = Device::remote(server->url());

@@ -10,6 +10,7 @@
 
 #include "api/sink.h"
 #include "ir/ops.h"
+#include "support/helpers.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
@@ -17,12 +18,11 @@
 namespace tw {
 namespace {
 
+using testing::contains;
+using testing::matmul;
 using testing::ServerProcess;
+using testing::unary;
 using Clock = std::chrono::steady_clock;
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 ir::Op rand_normal(ir::TensorId out, Shape shape, uint64_t seed) {
   ir::RandNormal r;
@@ -30,22 +30,6 @@ ir::Op rand_normal(ir::TensorId out, Shape shape, uint64_t seed) {
   r.shape = std::move(shape);
   r.seed = seed;
   return r;
-}
-
-ir::Op matmul(ir::TensorId a, ir::TensorId b, ir::TensorId out) {
-  ir::MatMul op;
-  op.a = {a};
-  op.b = {b};
-  op.out = {out};
-  return op;
-}
-
-ir::Op unary(ir::UnaryKind kind, ir::TensorId x, ir::TensorId out) {
-  ir::Unary op;
-  op.kind = kind;
-  op.x = {x};
-  op.out = {out};
-  return op;
 }
 
 // A two-layer MLP forward and a sum: x[32, 64], w1[64, 128], w2[128, 10] -> y[32, 10], s[].

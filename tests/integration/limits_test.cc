@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "integration/raw_client.h"
+#include "support/helpers.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
@@ -20,18 +21,12 @@ namespace tw {
 namespace {
 
 namespace proto = protocol;
+using testing::contains;
+using testing::expect_healthy;
+using testing::full_op;
 using testing::RawClient;
 using testing::ServerProcess;
 using Clock = std::chrono::steady_clock;
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-void expect_healthy(const Device& d, int64_t k) {
-  Tensor x = arange(0, 100, 1, std::nullopt, d);  // i64
-  EXPECT_EQ((x + k).sum().item<int64_t>(), 4950 + 100 * k) << "the well-behaved client broke";
-}
 
 std::unique_ptr<RawClient> raw_session(const std::string& url, int timeout_ms = 5000) {
   auto c = std::make_unique<RawClient>(url, timeout_ms);
@@ -327,15 +322,6 @@ TEST(Limits, PoolCacheNeverFailsAnOp) {
 
 // ------------------------------------------------------------------------------------ fairness
 
-ir::Op full_op(ir::TensorId out, int64_t rows, int64_t cols, double value) {
-  ir::Full f;
-  f.out = {out};
-  f.shape = {rows, cols};
-  f.dtype = kF32;
-  f.value = ir::Scalar(value);
-  return f;
-}
-
 // With one worker thread, a session's long batch yields between ops: another session's sync
 // is answered while the batch is still running, before the batch's own final sync. Order, not
 // time: without the yield the light sync waits for the whole batch.
@@ -349,8 +335,8 @@ TEST(Limits, LightSessionIsServedWhileAHeavyBatchRuns) {
       512;  // about a millisecond a matmul here: the batch takes a second or more
   constexpr int kMatmuls = 1000;
   proto::BatchWriter b;
-  b.add_op(full_op(1, kN, kN, 1.0));
-  b.add_op(full_op(2, kN, kN, 0.5));
+  b.add_op(full_op(1, {kN, kN}, kF32, 1.0));
+  b.add_op(full_op(2, {kN, kN}, kF32, 0.5));
   b.add_sync(1);  // answered once the batch has begun
   for (int i = 0; i < kMatmuls; ++i) {
     ir::MatMul m;

@@ -13,6 +13,7 @@
 
 #include "api/sink.h"
 #include "client/remote_backend.h"
+#include "support/helpers.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
@@ -20,6 +21,7 @@
 namespace tw {
 namespace {
 
+using testing::read_error;
 using testing::ServerProcess;
 namespace proto = protocol;
 using Clock = std::chrono::steady_clock;
@@ -35,15 +37,6 @@ Tensor handle(const Device& d, ir::TensorId id, const TensorMeta& meta) {
   impl->id = id;
   impl->meta = meta;
   return Tensor(impl);
-}
-
-std::string read_error(const Tensor& t) {
-  try {
-    (void)t.to_bytes();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // Bytes the client sent and received on both devices' connections.

@@ -1,6 +1,7 @@
 // Autograd's behaviour (beyond the values the gradient checks cover): requires_grad propagation,
 // accumulation, retain_graph, NoGradGuard, detach, error messages, and that backward on a remote
-// device only sends ops (no round trip). Each test runs on the CPU and on a remote device.
+// device only sends ops (no round trip). Each test runs on the CPU and on a remote device over
+// each transport (tcp, unix, tls: tests/support/remote_device.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -158,8 +159,14 @@ TEST_P(Autograd, NonDifferentiableOutputsAreNotRecorded) {
   EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{0, 1, 0}));
 }
 
-TEST(AutogradRemote, BackwardSendsOpsAndReadsNothing) {
-  const Device dev = testing::remote_test_device();
+// Over each transport.
+class AutogradRemote : public ::testing::TestWithParam<testing::Transport> {
+ protected:
+  Device dev() const { return testing::remote_test_device(GetParam()); }
+};
+
+TEST_P(AutogradRemote, BackwardSendsOpsAndReadsNothing) {
+  const Device dev = this->dev();
   manual_seed(3);
   Tensor w = randn({16, 8}, kF32, dev).set_requires_grad();
   Tensor x = randn({4, 8}, kF32, dev);
@@ -176,8 +183,8 @@ TEST(AutogradRemote, BackwardSendsOpsAndReadsNothing) {
   EXPECT_TRUE(w.grad().defined());
 }
 
-TEST(AutogradRemote, FreedGraphReleasesServerMemory) {
-  const Device dev = testing::remote_test_device();
+TEST_P(AutogradRemote, FreedGraphReleasesServerMemory) {
+  const Device dev = this->dev();
   Tensor w = randn({256, 256}, kF32, dev).set_requires_grad();
   dev.sync();
   const uint64_t base = remote_stats(dev).session_bytes_held;
@@ -191,8 +198,11 @@ TEST(AutogradRemote, FreedGraphReleasesServerMemory) {
   EXPECT_EQ(remote_stats(dev).session_bytes_held, base);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, Autograd, ::testing::Values("cpu", "remote"),
+INSTANTIATE_TEST_SUITE_P(Devices, Autograd,
+                         ::testing::Values("cpu", "remote", "remote_unix", "remote_tls"),
                          [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Transports, AutogradRemote, ::testing::ValuesIn(testing::kTransports),
+                         [](const auto& info) { return testing::remote_name(info.param); });
 
 }  // namespace
 }  // namespace tw

@@ -15,6 +15,7 @@
 #include "core/tensor_data.h"
 #include "ir/graph.h"
 #include "ir/ops.h"
+#include "support/helpers.h"
 
 namespace tw {
 namespace {
@@ -23,21 +24,12 @@ ir::Op from_values(ir::TensorId id, const Shape& shape, const std::vector<float>
   return from_host_of(TensorData::from<float>(shape, v), id);
 }
 
-ir::Op binary(ir::BinaryKind kind, ir::TensorId a, ir::TensorId b, ir::TensorId out) {
-  return ir::Binary{kind, {a}, {b}, {out}};
-}
-
 ir::Op transpose(ir::TensorId x, ir::TensorId out) { return ir::Permute{{x}, {1, 0}, {out}}; }
 
+using testing::binary;
+
 // i64 zeros of `n` elements as `id` (the divisor of the tests' failing integer remainder).
-ir::Op zeros_i64(ir::TensorId id, int64_t n) {
-  ir::Full zero;
-  zero.out = {id};
-  zero.shape = {n};
-  zero.dtype = kI64;
-  zero.value = ir::Scalar(int64_t{0});
-  return zero;
-}
+ir::Op zeros_i64(ir::TensorId id, int64_t n) { return testing::full_op(id, {n}, kI64, int64_t{0}); }
 
 // A graph over inputs 1 and 2 of these metas; the ops to be added.
 ir::Graph graph_of(TensorMeta a, TensorMeta b) {

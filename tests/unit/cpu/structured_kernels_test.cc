@@ -3,7 +3,6 @@
 // would give. Results are checked against small hand-computed values or naive loops.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -828,61 +827,6 @@ TEST(StructuredKernels, IndexSelectAndOneHot) {
   EXPECT_EQ(values<int64_t>(h.run(oh)), (std::vector<int64_t>{0, 0, 1, 1, 0, 0, 0, 1, 0}));
   ir::OneHot ohbad{.x = h.in(i64({2}, {1, 3})), .num_classes = 3, .out = h.out({2, 3}, kI64)};
   EXPECT_EQ(run(ohbad, h.ctx).message(), "one_hot: value 3 out of range for num_classes 3");
-}
-
-// ---------------------------------------------------------------------------- Benchmarks
-// Run by hand: tw_test_cpu --gtest_also_run_disabled_tests --gtest_filter='*Bench*'
-
-template <class F>
-double best_ms(int reps, F&& f) {
-  f();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(
-        best,
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-
-TEST(StructuredKernels, DISABLED_Bench) {
-  for (int64_t n : {1024, 2048}) {
-    const CpuTensor a = random_f32({n, n}, 1), b = random_f32({n, n}, 2);
-    const double ms = best_ms(n == 1024 ? 20 : 8, [&] { matmul(a, b, {n, n}, kF32); });
-    printf("matmul f32 %ld: %.2f ms (%.0f GFLOP/s)\n", n, ms, 2.0 * n * n * n / ms / 1e6);
-  }
-  {
-    const CpuTensor a = random_f64({512, 512}, 1), b = random_f64({512, 512}, 2);
-    const double ms = best_ms(3, [&] { matmul(a, b, {512, 512}, kF64); });
-    printf("matmul f64 512: %.2f ms (%.1f GFLOP/s)\n", ms, 2.0 * 512 * 512 * 512 / ms / 1e6);
-  }
-  {
-    const CpuTensor x = random_f32({32, 3, 32, 32}, 3), w = random_f32({64, 3, 3, 3}, 4);
-    const CpuTensor bias = random_f32({64}, 5);
-    const double ms = best_ms(200, [&] {
-      Harness h;
-      ir::Conv2d op{.x = h.in(x),
-                    .w = h.in(w),
-                    .bias = h.in(bias),
-                    .padding = {1, 1},
-                    .out = h.out({32, 64, 32, 32}, kF32)};
-      h.run(op);
-    });
-    printf("conv2d 32x3x32x32 -> 64, 3x3 pad 1: %.3f ms\n", ms);
-  }
-  {
-    const CpuTensor x = random_f32({4096, 4096}, 6);
-    for (bool log_out : {false, true}) {
-      const double ms = best_ms(15, [&] {
-        Harness h;
-        ir::Softmax op{.x = h.in(x), .dim = -1, .log = log_out, .out = h.out({4096, 4096}, kF32)};
-        h.run(op);
-      });
-      printf("%s 4096^2 f32: %.2f ms\n", log_out ? "log_softmax" : "softmax", ms);
-    }
-  }
 }
 
 }  // namespace

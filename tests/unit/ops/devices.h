@@ -3,10 +3,13 @@
 // (op_cases_test.cc), while devices of different backends agree within the case's tolerance
 // (tests/unit/torch checks that directly).
 //
-// "remote" is device 0 of a real tensorwire-server process on 127.0.0.1 (port 0), started on
-// first use and stopped when the test binary exits; all cases share one session. When this build
-// has the torch backend, the same server hosts cpu and torch devices (--backend cpu,torch), and
-// "torch" (local) and "remote_torch" (that server's device 1) join the list.
+// "remote", "remote_unix" and "remote_tls" are device 0 of a real tensorwire-server process
+// (tests/support/remote_device.h) reached over tcp://127.0.0.1, a Unix socket (large payloads
+// through shared memory) and tls://127.0.0.1: the whole suite is the contract every transport
+// meets, and each must give the cpu device's bytes. The server starts on first use and stops
+// when the test binary exits; each transport's cases share one session. When this build has the
+// torch backend, the same server hosts cpu and torch devices (--backend cpu,torch), and "torch"
+// (local) and "remote_torch" (that server's device 1, over tcp) join the list.
 #pragma once
 #include <functional>
 #include <ostream>
@@ -14,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "support/server_process.h"
+#include "support/remote_device.h"
 #include "tensorwire/device.h"
 
 namespace tw::optest {
@@ -29,27 +32,24 @@ struct DeviceFactory {
 // Test names and failure messages show the device by name.
 inline void PrintTo(const DeviceFactory& f, std::ostream* os) { *os << f.name; }
 
-inline tw::testing::ServerProcess& test_server() {
-  static tw::testing::ServerProcess server(tw::Device::torch_available()
-                                               ? std::vector<std::string>{"--backend", "cpu,torch"}
-                                               : std::vector<std::string>{});
+inline tw::testing::TransportServer& test_server() {
+  static tw::testing::TransportServer server(
+      tw::Device::torch_available() ? std::vector<std::string>{"--backend", "cpu,torch"}
+                                    : std::vector<std::string>{});
   return server;
-}
-
-inline tw::Device remote_test_device(int index = 0) {
-  static tw::Device cpu = tw::Device::remote(test_server().url(), 0);
-  static tw::Device torch = tw::Device::remote(test_server().url(), 1);
-  return index == 0 ? cpu : torch;
 }
 
 inline std::vector<DeviceFactory> test_devices() {
   std::vector<DeviceFactory> v = {
       {"cpu", [] { return tw::Device::cpu(); }, ""},
-      {"remote", [] { return remote_test_device(0); }, "cpu"},
   };
+  for (tw::testing::Transport t : tw::testing::kTransports) {
+    v.push_back({tw::testing::remote_name(t), [t] { return test_server().device(t, 0); }, "cpu"});
+  }
   if (tw::Device::torch_available()) {
     v.push_back({"torch", [] { return tw::Device::torch(); }, ""});
-    v.push_back({"remote_torch", [] { return remote_test_device(1); }, "torch"});
+    v.push_back({"remote_torch",
+                 [] { return test_server().device(tw::testing::Transport::kTcp, 1); }, "torch"});
   }
   return v;
 }

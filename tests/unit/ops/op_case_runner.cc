@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -224,11 +225,6 @@ ref::HostTensor run_reference(const OpCase& c, const std::vector<ref::HostTensor
 
 ref::HostTensor download(const Tensor& t) { return ref::from_bytes(t.to_bytes(), t.shape(), t.dtype()); }
 
-DeviceResult run_bytes(const OpCase& c, const Device& device) {
-  Tensor t = run_on_device(c, make_host_inputs(c), device);
-  return DeviceResult{t.shape(), t.dtype(), t.to_bytes()};
-}
-
 ::testing::AssertionResult matches_reference(const OpCase& c, const Device& device) {
   std::vector<ref::HostTensor> inputs = make_host_inputs(c);
   ref::HostTensor want;
@@ -292,15 +288,44 @@ DeviceResult run_bytes(const OpCase& c, const Device& device) {
                                        << value_str(ha, first) << " vs " << value_str(hb, first);
 }
 
-::testing::AssertionResult same_bytes_on(const OpCase& c, const Device& a, const Device& b) {
-  DeviceResult ra, rb;
-  try {
-    ra = run_bytes(c, a);
-    rb = run_bytes(c, b);
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "the op threw: " << e.what();
+std::vector<CaseRun> run_all_bytes(const std::vector<OpCase>& cases, const Device& device) {
+  // Reads in flight at once: enough that round trips stop mattering, few enough that the
+  // results waiting on the server stay small.
+  constexpr size_t kWindow = 128;
+  std::vector<CaseRun> runs(cases.size());
+  for (size_t start = 0; start < cases.size(); start += kWindow) {
+    const size_t end = std::min(cases.size(), start + kWindow);
+    std::vector<std::function<detail::HostValues()>> reads(end - start);
+    for (size_t k = start; k < end; ++k) {
+      try {
+        reads[k - start] =
+            run_on_device(cases[k], make_host_inputs(cases[k]), device).host_values_async();
+      } catch (const std::exception& e) {
+        runs[k].error = e.what();
+      }
+    }
+    for (size_t k = start; k < end; ++k) {
+      if (!reads[k - start]) continue;
+      try {
+        const detail::HostValues v = reads[k - start]();
+        const auto* p = static_cast<const uint8_t*>(v.data);
+        runs[k].result = DeviceResult{
+            v.shape, v.dtype,
+            std::vector<uint8_t>(p, p + v.numel * static_cast<int64_t>(dtype_size(v.dtype)))};
+      } catch (const std::exception& e) {
+        runs[k].error = e.what();
+      }
+    }
   }
-  return bit_identical(ra, rb);
+  return runs;
+}
+
+::testing::AssertionResult same_run(const CaseRun& a, const CaseRun& b) {
+  if (!a.error.empty() || !b.error.empty()) {
+    return ::testing::AssertionFailure()
+           << "the op threw: " << (a.error.empty() ? b.error : a.error);
+  }
+  return bit_identical(a.result, b.result);
 }
 
 }  // namespace tw::optest

@@ -113,14 +113,22 @@ struct DeviceResult {
   DType dtype = kF32;
   std::vector<uint8_t> bytes;
 };
-DeviceResult run_bytes(const OpCase& c, const Device& device);
+
+// Every case of `cases` on `device`, each result's read sent before the first is waited for, so
+// that a remote device answers them as one stream rather than a round trip each. In the order
+// of `cases`; a case whose op threw has `error` set instead of a result.
+struct CaseRun {
+  DeviceResult result;
+  std::string error;
+};
+std::vector<CaseRun> run_all_bytes(const std::vector<OpCase>& cases, const Device& device);
+// The two runs of a case gave the same bytes (and neither threw).
+::testing::AssertionResult same_run(const CaseRun& a, const CaseRun& b);
 
 // The case on `device` agrees with the reference within the case's tolerance.
 ::testing::AssertionResult matches_reference(const OpCase& c, const Device& device);
 // Two results are identical: shape, dtype and every byte.
 ::testing::AssertionResult bit_identical(const DeviceResult& a, const DeviceResult& b);
-// The case gives the same bytes on device a and on device b (a may equal b).
-::testing::AssertionResult same_bytes_on(const OpCase& c, const Device& a, const Device& b);
 
 // ---- the op registry (op_cases.cc) ----
 using DeviceFn = std::function<Tensor(const std::vector<Tensor>&, const Attrs&, const Device&)>;

@@ -1,10 +1,13 @@
 // Runs the op case table (op_cases.cc) on every test device: each case against the reference
 // (one test per case and device), every case twice on the same device (bit for bit), and every
-// further device of a backend against that backend's first (bit for bit).
+// further device of a backend against that backend's first (bit for bit). Then payloads of
+// several MiB over each transport of the remote cpu device.
+#include "unit/ops/op_cases.h"
+
 #include <set>
 
+#include "tensorwire/remote.h"
 #include "unit/ops/devices.h"
-#include "unit/ops/op_cases.h"
 
 namespace tw::optest {
 namespace {
@@ -35,7 +38,10 @@ class WholeTable : public ::testing::TestWithParam<DeviceFactory> {};
 // races, no dependence on allocation).
 TEST_P(WholeTable, EveryCaseTwiceSameBytes) {
   const Device d = GetParam().make();
-  for (const OpCase& c : op_cases()) EXPECT_TRUE(same_bytes_on(c, d, d)) << c.name;
+  const std::vector<CaseRun> first = run_all_bytes(op_cases(), d),
+                             second = run_all_bytes(op_cases(), d);
+  for (size_t k = 0; k < op_cases().size(); ++k)
+    EXPECT_TRUE(same_run(first[k], second[k])) << op_cases()[k].name;
 }
 
 // Every device agrees bit for bit, on every case, with the first device of its backend (remote
@@ -43,18 +49,93 @@ TEST_P(WholeTable, EveryCaseTwiceSameBytes) {
 TEST_P(WholeTable, EveryCaseSameBytesAsItsBackendsFirstDevice) {
   if (GetParam().same_bytes_as.empty()) GTEST_SKIP() << "the first device of its backend";
   const Device a = test_device_named(GetParam().same_bytes_as).make(), b = GetParam().make();
-  for (const OpCase& c : op_cases()) EXPECT_TRUE(same_bytes_on(c, a, b)) << c.name;
+  const std::vector<CaseRun> on_a = run_all_bytes(op_cases(), a),
+                             on_b = run_all_bytes(op_cases(), b);
+  for (size_t k = 0; k < op_cases().size(); ++k)
+    EXPECT_TRUE(same_run(on_a[k], on_b[k])) << op_cases()[k].name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, WholeTable, ::testing::ValuesIn(test_devices()),
-                         [](const ::testing::TestParamInfo<DeviceFactory>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<DeviceFactory>& info) {
+                           return info.param.name;
+                         });
+
+// Large payloads over each transport: the large cases (large_op_cases) of ops that move MiB
+// each way for little work give the cpu device's bytes on each remote cpu device, and over
+// unix:// those bytes travel through shared memory (the socket carries a small part of them)
+// while tcp:// and tls:// carry them all.
+struct LargePayload {
+  const OpCase* c;
+  std::vector<ref::HostTensor> inputs;
+  DeviceResult cpu;
+  uint64_t bytes;  // of the contiguous inputs uploaded and the result read
+};
+
+// Made once per binary: drawing a million-element input costs more than sending it.
+const std::vector<LargePayload>& large_payloads() {
+  static const std::vector<LargePayload> payloads = [] {
+    const std::set<std::string> cheap = {"exp", "cast", "permute", "full", "arange"};
+    std::vector<LargePayload> v;
+    for (const OpCase& c : large_op_cases()) {
+      if (!cheap.count(c.op)) continue;
+      LargePayload p{&c, make_host_inputs(c), {}, 0};
+      for (size_t k = 0; k < p.inputs.size(); ++k) {
+        if (c.inputs[k].layout == Layout::kContig) p.bytes += ref::to_bytes(p.inputs[k]).size();
+      }
+      const Tensor t = run_on_device(c, p.inputs, Device::cpu());
+      p.cpu = DeviceResult{t.shape(), t.dtype(), t.to_bytes()};
+      p.bytes += p.cpu.bytes.size();
+      v.push_back(std::move(p));
+    }
+    return v;
+  }();
+  return payloads;
+}
+
+std::vector<DeviceFactory> remote_cpu_devices() {
+  std::vector<DeviceFactory> v;
+  for (const DeviceFactory& f : test_devices()) {
+    if (f.name.rfind("remote", 0) == 0 && f.same_bytes_as == "cpu") v.push_back(f);
+  }
+  return v;
+}
+
+class LargeOverTransport : public ::testing::TestWithParam<DeviceFactory> {};
+
+TEST_P(LargeOverTransport, SameBytesAsCpuAndSharedMemoryOverUnix) {
+  const Device d = GetParam().make();
+  d.sync();
+  const WireCounters before = wire_counters(d);
+  uint64_t payload = 0;
+  for (const LargePayload& p : large_payloads()) {
+    const Tensor t = run_on_device(*p.c, p.inputs, d);
+    EXPECT_TRUE(bit_identical(p.cpu, DeviceResult{t.shape(), t.dtype(), t.to_bytes()}))
+        << p.c->name;
+    payload += p.bytes;
+  }
+  const WireCounters after = wire_counters(d);
+  const uint64_t socket = (after.bytes_out - before.bytes_out) + (after.bytes_in - before.bytes_in);
+  ASSERT_GT(payload, uint64_t{32} << 20) << "too few large cases to tell";
+  if (GetParam().name == testing::remote_name(testing::Transport::kUnix)) {
+    EXPECT_LT(socket, payload / 16) << "the socket carried " << socket << " of " << payload
+                                    << " bytes: the shared-memory path is not in use";
+  } else {
+    EXPECT_GE(socket, payload);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, LargeOverTransport, ::testing::ValuesIn(remote_cpu_devices()),
+                         [](const ::testing::TestParamInfo<DeviceFactory>& info) {
+                           return info.param.name;
+                         });
 
 // The table itself: every registered op has at least one case, and the reference accepts every
 // case (a case the reference rejects is a mistake in the table, not in the kernels).
 TEST(OpCaseTable, CoversEveryRegisteredOp) {
   std::set<std::string> used;
   for (const auto& c : op_cases()) used.insert(c.op);
-  for (const std::string& op : registered_ops()) EXPECT_TRUE(used.count(op)) << "no case for " << op;
+  for (const std::string& op : registered_ops())
+    EXPECT_TRUE(used.count(op)) << "no case for " << op;
 }
 
 TEST(OpCaseTable, ReferenceAcceptsEveryCase) {

@@ -8,6 +8,7 @@
 #include "protocol/messages.h"
 #include "server/session.h"
 #include "support/frames.h"
+#include "support/helpers.h"
 #include "support/session_replies.h"
 
 namespace tw::server {
@@ -15,6 +16,8 @@ namespace {
 
 namespace proto = protocol;
 
+using testing::binary;
+using testing::full_op;
 using testing::Replies;
 
 // Encodes the batch as a client would and runs it as the server does.
@@ -31,19 +34,6 @@ std::unique_ptr<Session> open_cpu(SessionTotals& totals, uint64_t quota = uint64
   auto s = Session::open(7, "cpu", quota, totals, max_graph_ops);
   EXPECT_TRUE(s.ok()) << s.status().message();
   return std::move(s).value();
-}
-
-ir::Op full(ir::TensorId out, int64_t n, double value) {
-  return ir::Full{{out}, {n}, kF32, ir::Scalar(value)};
-}
-
-ir::Op binary(ir::BinaryKind kind, ir::TensorId a, ir::TensorId b, ir::TensorId out) {
-  ir::Binary op;
-  op.kind = kind;
-  op.a = {a};
-  op.b = {b};
-  op.out = {out};
-  return op;
 }
 
 // x -> tanh(x * x + x) chained `steps` times over [n] f32: intermediates of one size class.
@@ -255,7 +245,7 @@ TEST(SessionGraphs, PlannedBuffersAreSharedAcrossOpsAndReusedAcrossRuns) {
   EXPECT_EQ(s->held(), 3 * block);
 
   proto::BatchWriter b;
-  b.add_op(full(1000, 1 << 14, 0.25));
+  b.add_op(full_op(1000, {1 << 14}, kF32, 0.25));
   Replies r;
   run(*s, b, r);
   std::vector<float> first;
@@ -300,7 +290,7 @@ TEST(SessionGraphs, AnOutputThatViewsAnIntermediateLeavesTheArena) {
   auto id = register_graph(*s, g);
   ASSERT_TRUE(id.ok()) << id.status().message();
   proto::BatchWriter b;
-  b.add_op(full(10, 6, 1.5));
+  b.add_op(full_op(10, {6}, kF32, 1.5));
   b.add_run_graph(*id, {10}, {11});
   b.add_run_graph(*id, {10}, {12});  // reuses the arena block the first output must not share
   b.add_op(ir::BinaryScalar{ir::BinaryKind::kMul, {10}, ir::Scalar(int64_t{2}), false, {20}});
@@ -329,7 +319,7 @@ TEST(SessionGraphs, BadRunsPoisonTheirOutputsWithTheReason) {
   auto id = register_graph(*s, chain(4, 1));
   ASSERT_TRUE(id.ok());
   proto::BatchWriter b;
-  b.add_op(full(1, 5, 1.0));  // the graph takes [4]
+  b.add_op(full_op(1, {5}, kF32, 1.0));  // the graph takes [4]
   b.add_run_graph(*id, {1}, {2});
   b.add_run_graph(*id + 1, {1}, {3});
   b.add_run_graph(*id, {1, 1}, {4});
@@ -357,7 +347,7 @@ TEST(SessionGraphs, GraphsArePerSession) {
   auto id = register_graph(*a, chain(4, 1));
   ASSERT_TRUE(id.ok());
   proto::BatchWriter w;
-  w.add_op(full(1, 4, 1.0));
+  w.add_op(full_op(1, {4}, kF32, 1.0));
   w.add_run_graph(*id, {1}, {2});
   Replies r;
   run(*b, w, r);

@@ -11,12 +11,14 @@
 
 #include "protocol/messages.h"
 #include "support/frames.h"
+#include "support/helpers.h"
 #include "support/session_replies.h"
 
 namespace tw::server {
 namespace {
 
 namespace proto = protocol;
+using testing::full_op;
 
 Buffer payload_of(const proto::OutFrame& f) {
   std::vector<uint8_t> bytes = testing::flatten(f);
@@ -39,15 +41,6 @@ Decoded decode(const Buffer& payload) {
   return d;
 }
 
-ir::Full full(ir::TensorId out, int64_t n, double value) {
-  ir::Full f;
-  f.out = {out};
-  f.shape = {n};
-  f.dtype = kF32;
-  f.value = ir::Scalar(value);
-  return f;
-}
-
 std::vector<float> floats(const TensorData& d) {
   std::vector<float> v(d.bytes.size() / sizeof(float));
   std::memcpy(v.data(), d.bytes.data(), d.bytes.size());
@@ -64,7 +57,7 @@ TEST(Session, RunsTasksInOrderAndRepliesToReadsAndSyncs) {
   SessionTotals totals;
   auto session = open_cpu(totals);
   proto::BatchWriter b;
-  b.add_op(full(1, 3, 1.5));
+  b.add_op(full_op(1, {3}, kF32, 1.5));
   ir::BinaryScalar mul;
   mul.kind = ir::BinaryKind::kMul;
   mul.a = {1};
@@ -97,8 +90,8 @@ TEST(Session, TracksHeldBytesThroughDropsAndItsEnd) {
   SessionTotals totals;
   auto session = open_cpu(totals);
   proto::BatchWriter b;
-  b.add_op(full(1, 1000, 0));
-  b.add_op(full(2, 1000, 0));
+  b.add_op(full_op(1, {1000}, kF32, 0.0));
+  b.add_op(full_op(2, {1000}, kF32, 0.0));
   b.add_stats(3);
   Decoded d = decode(payload_of(b.take()));
   Replies out;
@@ -124,8 +117,8 @@ TEST(Session, RefusesAnOpPastItsMemoryQuota) {
   SessionTotals totals;
   auto session = open_cpu(totals, 4096);
   proto::BatchWriter b;
-  b.add_op(full(1, 10, 2));      // 40 bytes: fits
-  b.add_op(full(2, 100000, 2));  // 400 KB: over the quota
+  b.add_op(full_op(1, {10}, kF32, 2.0));      // 40 bytes: fits
+  b.add_op(full_op(2, {100000}, kF32, 2.0));  // 400 KB: over the quota
   b.add_read(1, 1);
   b.add_read(2, 2);
   Decoded d = decode(payload_of(b.take()));
@@ -143,7 +136,7 @@ TEST(Session, ReportsAMalformedBatchAfterRunningTheTasksBeforeIt) {
   SessionTotals totals;
   auto session = open_cpu(totals);
   proto::BatchWriter b;
-  b.add_op(full(1, 2, 5));
+  b.add_op(full_op(1, {2}, kF32, 5.0));
   b.add_read(4, 1);
   b.add_sync(5);
   std::vector<uint8_t> bytes = testing::flatten(b.take());
@@ -177,7 +170,7 @@ Batch queued(const Buffer& frame) {
 void run_in_slices(int mults) {
   auto frame_of = [mults] {
     proto::BatchWriter b;
-    b.add_op(full(1, 4, 1.25));
+    b.add_op(full_op(1, {4}, kF32, 1.25));
     for (int i = 0; i < mults; ++i) {
       ir::BinaryScalar mul;
       mul.kind = ir::BinaryKind::kMul;
@@ -260,11 +253,11 @@ TEST(Session, SharesTheServerWideMemoryBudget) {
   };
   // Sizes of the buffer pool's classes (core/buffer.h), so that storage is what was asked.
   proto::BatchWriter w;
-  w.add_op(full(1, 2048, 1));  // 8 KiB
+  w.add_op(full_op(1, {2048}, kF32, 1.0));  // 8 KiB
   w.add_read(1, 1);
   EXPECT_TRUE(run_one(*a, w).got.at(0).status.ok());
   EXPECT_EQ(totals.memory.used(), 8192u);
-  w.add_op(full(1, 3072, 1));  // 12 KiB more: over the server's 16 KiB
+  w.add_op(full_op(1, {3072}, kF32, 1.0));  // 12 KiB more: over the server's 16 KiB
   w.add_read(1, 1);
   Status refused = run_one(*b, w).got.at(0).status;
   EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
@@ -281,7 +274,7 @@ TEST(Session, SharesTheServerWideMemoryBudget) {
   w.add_drop({1});
   run_one(*a, w);
   EXPECT_EQ(totals.memory.used(), 5000u);
-  w.add_op(full(2, 2048, 1));
+  w.add_op(full_op(2, {2048}, kF32, 1.0));
   w.add_read(2, 2);
   EXPECT_TRUE(run_one(*b, w).got.at(0).status.ok());
   EXPECT_EQ(totals.memory.used(), 13192u);

@@ -64,8 +64,17 @@ TEST(Nn, NamesIdentityAndPrinting) {
   std::vector<std::string> names;
   for (const auto& [name, p] : m.named_parameters()) names.push_back(name);
   EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "3.weight"}));
-  EXPECT_EQ(m.parameters().size(), 3u);
-  EXPECT_EQ(m.parameters()[0].get(), m.parameters()[0].get());
+  // parameters() and named_parameters() hold the same parameters, in the same order: the same
+  // objects, whose values are the same tensors (by id), and no two alike.
+  const auto params = m.parameters();
+  const auto named = m.named_parameters();
+  ASSERT_EQ(params.size(), 3u);
+  ASSERT_EQ(named.size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(params[i].get(), named[i].second.get()) << named[i].first;
+    EXPECT_EQ(params[i]->value().id(), named[i].second->value().id()) << named[i].first;
+    for (size_t j = 0; j < i; ++j) EXPECT_NE(params[i]->value().id(), params[j]->value().id());
+  }
   EXPECT_EQ(m.to_string(),
             "Sequential(\n"
             "  (0): Linear(in_features=4, out_features=8, bias=true)\n"
