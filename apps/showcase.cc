@@ -13,8 +13,8 @@ void section(const char* title) { std::cout << "\n== " << title << " ==\n"; }
 int main() {
   try {
     tw::Device cpu = tw::Device::cpu();
-    std::cout << "tensorwire showcase on device '" << cpu.str() << "' with " << tw::get_num_threads()
-              << " intra-op threads\n";
+    std::cout << "tensorwire showcase on device '" << cpu.str() << "' with "
+              << tw::get_num_threads() << " intra-op threads\n";
 
     section("creation");
     tw::Tensor a = tw::arange(0, 6).reshape({2, 3}).to(tw::kF32);
@@ -41,7 +41,8 @@ int main() {
     tw::manual_seed(0);
     tw::Tensor x = tw::randn({1, 1, 4, 4});
     tw::Tensor w = tw::ones({1, 1, 3, 3}) / 9.0;
-    std::cout << "conv2d(x, box blur, padding 1) = " << tw::conv2d(x, w, {}, {1, 1}, {1, 1}) << "\n";
+    std::cout << "conv2d(x, box blur, padding 1) = " << tw::conv2d(x, w, {}, {1, 1}, {1, 1})
+              << "\n";
     std::cout << "softmax(a, -1) = " << a.softmax(-1) << "\n";
 
     section("errors are raised at the call site");
@@ -56,7 +57,8 @@ int main() {
     tw::Tensor m = tw::randn({1024, 1024});
     tw::Tensor p = m.matmul(m);
     double s = p.sum().item<float>();
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::printf("1024x1024 randn, matmul and sum: %.1f ms (checksum %.3f)\n", ms, s);
   } catch (const tw::Error& e) {
     std::cerr << "error: " << e.what() << "\n";

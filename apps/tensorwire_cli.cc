@@ -33,14 +33,16 @@ int info(const std::string& url) {
   tw::Device dev = tw::Device::remote(url, 0);
   tw::RemoteHandshake h = tw::remote_handshake(dev);
   tw::RemoteStats s = tw::remote_stats(dev);
-  std::printf("server %s at %s (protocol %d)\n", h.server_id.c_str(), url.c_str(), h.protocol_version);
+  std::printf("server %s at %s (protocol %d)\n", h.server_id.c_str(), url.c_str(),
+              h.protocol_version);
   std::printf("devices (%d):\n", h.device_count);
   for (const tw::RemoteDeviceInfo& d : tw::remote_devices(url)) {
-    std::printf("  %d  %-8s backend=%s memory/session=%s\n", d.index, d.name.c_str(), d.backend.c_str(),
-                human(d.memory_bytes).c_str());
+    std::printf("  %d  %-8s backend=%s memory/session=%s\n", d.index, d.name.c_str(),
+                d.backend.c_str(), human(d.memory_bytes).c_str());
   }
-  std::printf("limits: max-sessions=%u max-frame=%s session-memory=%s queue-depth=%u\n", h.max_sessions,
-              human(h.max_frame_bytes).c_str(), human(h.session_memory_bytes).c_str(), h.session_queue_depth);
+  std::printf("limits: max-sessions=%u max-frame=%s session-memory=%s queue-depth=%u\n",
+              h.max_sessions, human(h.max_frame_bytes).c_str(),
+              human(h.session_memory_bytes).c_str(), h.session_queue_depth);
   std::printf("sessions: %u open (including this one), %llu opened since start\n", s.sessions,
               static_cast<unsigned long long>(s.sessions_opened));
   std::printf("memory held: %s in total\n", human(s.bytes_held).c_str());
@@ -48,8 +50,9 @@ int info(const std::string& url) {
     std::printf("  session %llu: %s\n", static_cast<unsigned long long>(id), human(bytes).c_str());
   }
   std::printf("traffic: %llu ops executed, %llu frames in (%s), %llu frames out (%s)\n",
-              static_cast<unsigned long long>(s.ops_executed), static_cast<unsigned long long>(s.frames_in),
-              human(s.bytes_in).c_str(), static_cast<unsigned long long>(s.frames_out), human(s.bytes_out).c_str());
+              static_cast<unsigned long long>(s.ops_executed),
+              static_cast<unsigned long long>(s.frames_in), human(s.bytes_in).c_str(),
+              static_cast<unsigned long long>(s.frames_out), human(s.bytes_out).c_str());
   return 0;
 }
 
@@ -60,12 +63,15 @@ int ping(const std::string& url, int count) {
   for (int i = 0; i < count; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     dev.sync();
-    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(us.begin(), us.end());
-  auto pct = [&](double p) { return us[std::min(us.size() - 1, static_cast<size_t>(p * us.size()))]; };
-  std::printf("%d round trips to %s: min %.1f us, median %.1f us, p99 %.1f us\n", count, url.c_str(), us.front(),
-              pct(0.5), pct(0.99));
+  auto pct = [&](double p) {
+    return us[std::min(us.size() - 1, static_cast<size_t>(p * us.size()))];
+  };
+  std::printf("%d round trips to %s: min %.1f us, median %.1f us, p99 %.1f us\n", count,
+              url.c_str(), us.front(), pct(0.5), pct(0.99));
   return 0;
 }
 
@@ -108,7 +114,8 @@ int trace_run(const std::string& path, const std::vector<std::string>& flags) {
     const std::string name = "input" + std::to_string(i);
     if (!inputs_path.empty()) {
       auto it = given.find(name);
-      if (it == given.end()) throw tw::Error("trace run: " + inputs_path + " has no tensor " + name);
+      if (it == given.end())
+        throw tw::Error("trace run: " + inputs_path + " has no tensor " + name);
       inputs.push_back(it->second);
     } else if (tw::is_float(s.dtype)) {
       inputs.push_back(tw::randn(s.shape, tw::kF32, dev).to(s.dtype));
@@ -120,10 +127,12 @@ int trace_run(const std::string& path, const std::vector<std::string>& flags) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<tw::Tensor> out = trace.replay(dev, inputs);
   dev.sync();
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::printf("replayed %zu ops on %s in %.3f ms\n", trace.num_ops(), dev.str().c_str(), ms);
   for (size_t i = 0; i < out.size(); ++i) {
-    std::printf("output %zu: %s %s\n", i, trace.outputs()[i].str().c_str(), out[i].to_string().c_str());
+    std::printf("output %zu: %s %s\n", i, trace.outputs()[i].str().c_str(),
+                out[i].to_string().c_str());
   }
   return 0;
 }
@@ -132,9 +141,11 @@ int trace_run(const std::string& path, const std::vector<std::string>& flags) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr,
-                 "usage: tensorwire info URL | tensorwire ping URL [COUNT] | tensorwire trace show FILE"
-                 " | tensorwire trace run FILE [--device URL|cpu|torch] [--inputs F.safetensors] [--seed N]\n");
+    std::fprintf(
+        stderr,
+        "usage: tensorwire info URL | tensorwire ping URL [COUNT] | tensorwire trace show FILE"
+        " | tensorwire trace run FILE [--device URL|cpu|torch] [--inputs F.safetensors] [--seed "
+        "N]\n");
     return 2;
   }
   std::string cmd = argv[1], url = argv[2];
@@ -146,7 +157,8 @@ int main(int argc, char** argv) {
       return trace_run(argv[3], std::vector<std::string>(argv + 4, argv + argc));
     }
     if (cmd == "trace") {
-      std::fprintf(stderr, "usage: tensorwire trace show FILE | tensorwire trace run FILE [flags]\n");
+      std::fprintf(stderr,
+                   "usage: tensorwire trace show FILE | tensorwire trace run FILE [flags]\n");
       return 2;
     }
     std::fprintf(stderr, "tensorwire: unknown command '%s' (info, ping, trace)\n", cmd.c_str());

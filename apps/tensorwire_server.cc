@@ -22,47 +22,48 @@
 namespace {
 
 void usage(FILE* to) {
-  std::fprintf(to,
-               "usage: tensorwire-server [options]\n"
-               "  --listen URL          tcp://host:port, tls://host:port or unix:///path (repeatable;\n"
-               "                        default tcp://127.0.0.1:7070; port 0 picks a free one). An\n"
-               "                        address other hosts can reach must be tls:// and needs\n"
-               "                        --credential-file, unless --insecure\n"
-               "  --tls-cert PATH       certificate chain (PEM) of the tls:// addresses; with --tls-key.\n"
-               "                        Without both, a self-signed pair is generated at start and\n"
-               "                        its SHA-256 fingerprint printed (clients: TW_TLS_FINGERPRINT)\n"
-               "  --tls-key PATH        the certificate's private key (PEM)\n"
-               "  --insecure            serve a reachable address without TLS or a credential\n"
-               "  --devices N           devices to host (default 1)\n"
-               "  --backend NAME        cpu (default) or torch (builds with libtorch), or one per\n"
-               "                        device, comma-separated: cpu,torch hosts device 0 on cpu\n"
-               "                        and device 1 on torch\n"
-               "  --workers N           execution threads shared by all sessions (default: cores)\n"
-               "  --threads N           intra-op threads per kernel (default: cores)\n"
-               "  --max-sessions N      (default 4096)\n"
-               "  --max-frame BYTES     largest frame a client may send (default 1073741824)\n"
-               "  --session-memory BYTES  tensor bytes one session may hold (default 8 GiB)\n"
-               "  --max-memory BYTES    tensor bytes all sessions together may hold (default 80%%\n"
-               "                        of physical memory)\n"
-               "                        (BYTES: a number, or with K, M, G or T: 512M, 4G, 1.5T)\n"
-               "  --handshake-timeout SECONDS  drop a peer that has not completed its handshake\n"
-               "                        within this (default 10; fractions allowed)\n"
-               "  --capability-ttl SECONDS  how long a capability this server signs for a tensor\n"
-               "                        move stays valid (default 60)\n"
-               "  --transfer-timeout SECONDS  fail an import from another server that makes no\n"
-               "                        progress for this long (default 30)\n"
-               "  --collective-host HOST  the address collectives' Gloo connections listen on\n"
-               "                        (default: the first tcp:// or tls:// host; 127.0.0.1 for a\n"
-               "                        wildcard)\n"
-               "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
-               "  --spin-us N           after work, a server thread polls for more this long\n"
-               "                        before it sleeps (default 50, at most 10000; 0: off)\n"
-               "  --spin-threads N      at most N threads spin at once (default: cores - 1, at least 1)\n"
-               "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
-               "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
-               "                        on the client side); encrypted over tls://, clear text otherwise\n"
-               "  --metrics URL         tcp://host:port (port 0 picks a free one): Prometheus text at\n"
-               "                        /metrics and a live dashboard at / (HTTP, no authentication)\n");
+  std::fprintf(
+      to,
+      "usage: tensorwire-server [options]\n"
+      "  --listen URL          tcp://host:port, tls://host:port or unix:///path (repeatable;\n"
+      "                        default tcp://127.0.0.1:7070; port 0 picks a free one). An\n"
+      "                        address other hosts can reach must be tls:// and needs\n"
+      "                        --credential-file, unless --insecure\n"
+      "  --tls-cert PATH       certificate chain (PEM) of the tls:// addresses; with --tls-key.\n"
+      "                        Without both, a self-signed pair is generated at start and\n"
+      "                        its SHA-256 fingerprint printed (clients: TW_TLS_FINGERPRINT)\n"
+      "  --tls-key PATH        the certificate's private key (PEM)\n"
+      "  --insecure            serve a reachable address without TLS or a credential\n"
+      "  --devices N           devices to host (default 1)\n"
+      "  --backend NAME        cpu (default) or torch (builds with libtorch), or one per\n"
+      "                        device, comma-separated: cpu,torch hosts device 0 on cpu\n"
+      "                        and device 1 on torch\n"
+      "  --workers N           execution threads shared by all sessions (default: cores)\n"
+      "  --threads N           intra-op threads per kernel (default: cores)\n"
+      "  --max-sessions N      (default 4096)\n"
+      "  --max-frame BYTES     largest frame a client may send (default 1073741824)\n"
+      "  --session-memory BYTES  tensor bytes one session may hold (default 8 GiB)\n"
+      "  --max-memory BYTES    tensor bytes all sessions together may hold (default 80%%\n"
+      "                        of physical memory)\n"
+      "                        (BYTES: a number, or with K, M, G or T: 512M, 4G, 1.5T)\n"
+      "  --handshake-timeout SECONDS  drop a peer that has not completed its handshake\n"
+      "                        within this (default 10; fractions allowed)\n"
+      "  --capability-ttl SECONDS  how long a capability this server signs for a tensor\n"
+      "                        move stays valid (default 60)\n"
+      "  --transfer-timeout SECONDS  fail an import from another server that makes no\n"
+      "                        progress for this long (default 30)\n"
+      "  --collective-host HOST  the address collectives' Gloo connections listen on\n"
+      "                        (default: the first tcp:// or tls:// host; 127.0.0.1 for a\n"
+      "                        wildcard)\n"
+      "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
+      "  --spin-us N           after work, a server thread polls for more this long\n"
+      "                        before it sleeps (default 50, at most 10000; 0: off)\n"
+      "  --spin-threads N      at most N threads spin at once (default: cores - 1, at least 1)\n"
+      "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
+      "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
+      "                        on the client side); encrypted over tls://, clear text otherwise\n"
+      "  --metrics URL         tcp://host:port (port 0 picks a free one): Prometheus text at\n"
+      "                        /metrics and a live dashboard at / (HTTP, no authentication)\n");
 }
 
 bool parse_u64(const char* s, uint64_t& out) {
@@ -84,9 +85,10 @@ bool parse_bytes(const char* s, uint64_t& out) {
   if (errno || end == s || s[0] == '-' || !(v >= 0)) return false;
   const std::string suffix(end);
   const std::string units = "KMGT";
-  size_t u = suffix.empty() ? std::string::npos
-                            : units.find(static_cast<char>(
-                                  std::toupper(static_cast<unsigned char>(suffix[0]))));
+  size_t u =
+      suffix.empty()
+          ? std::string::npos
+          : units.find(static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0]))));
   if (u == std::string::npos) return false;  // no unit (and not a whole number), or another
   const std::string rest = suffix.substr(1);
   if (!rest.empty() && rest != "B" && rest != "iB") return false;
@@ -114,7 +116,8 @@ int main(int argc, char** argv) {
       const char* v = value(name);
       uint64_t n = 0;
       if (!parse_u64(v, n)) {
-        std::fprintf(stderr, "tensorwire-server: %s expects a non-negative integer, got '%s'\n", name, v);
+        std::fprintf(stderr, "tensorwire-server: %s expects a non-negative integer, got '%s'\n",
+                     name, v);
         std::exit(2);
       }
       return n;
@@ -123,8 +126,10 @@ int main(int argc, char** argv) {
       const char* v = value(name);
       uint64_t n = 0;
       if (!parse_bytes(v, n)) {
-        std::fprintf(stderr, "tensorwire-server: %s expects a size in bytes such as 1048576, 512M or 4G, got '%s'\n",
-                     name, v);
+        std::fprintf(
+            stderr,
+            "tensorwire-server: %s expects a size in bytes such as 1048576, 512M or 4G, got '%s'\n",
+            name, v);
         std::exit(2);
       }
       return n;
@@ -134,49 +139,71 @@ int main(int argc, char** argv) {
       char* end = nullptr;
       double secs = std::strtod(v, &end);
       if (end == v || *end || !(secs > 0) || secs > 86400) {
-        std::fprintf(stderr, "tensorwire-server: %s expects seconds (> 0, at most a day), got '%s'\n", name, v);
+        std::fprintf(stderr,
+                     "tensorwire-server: %s expects seconds (> 0, at most a day), got '%s'\n", name,
+                     v);
         std::exit(2);
       }
       return std::chrono::milliseconds(std::max<long long>(1, std::llround(secs * 1000)));
     };
-    if (a == "--listen") opts.listen.push_back(value("--listen"));
-    else if (a == "--devices") opts.devices = static_cast<int>(number("--devices"));
-    else if (a == "--backend") opts.backend = value("--backend");
-    else if (a == "--workers") opts.worker_threads = static_cast<int>(number("--workers"));
-    else if (a == "--threads") tw::set_num_threads(static_cast<int>(number("--threads")));
-    else if (a == "--max-sessions") opts.max_sessions = static_cast<uint32_t>(number("--max-sessions"));
-    else if (a == "--max-frame") opts.max_frame_bytes = bytes("--max-frame");
-    else if (a == "--session-memory") opts.session_memory_bytes = bytes("--session-memory");
+    if (a == "--listen")
+      opts.listen.push_back(value("--listen"));
+    else if (a == "--devices")
+      opts.devices = static_cast<int>(number("--devices"));
+    else if (a == "--backend")
+      opts.backend = value("--backend");
+    else if (a == "--workers")
+      opts.worker_threads = static_cast<int>(number("--workers"));
+    else if (a == "--threads")
+      tw::set_num_threads(static_cast<int>(number("--threads")));
+    else if (a == "--max-sessions")
+      opts.max_sessions = static_cast<uint32_t>(number("--max-sessions"));
+    else if (a == "--max-frame")
+      opts.max_frame_bytes = bytes("--max-frame");
+    else if (a == "--session-memory")
+      opts.session_memory_bytes = bytes("--session-memory");
     else if (a == "--max-memory") {
       opts.max_memory_bytes = bytes("--max-memory");
       if (opts.max_memory_bytes == 0) {
         std::fprintf(stderr, "tensorwire-server: --max-memory must be more than 0 bytes\n");
         return 2;
       }
-    }
-    else if (a == "--handshake-timeout") opts.handshake_timeout = seconds("--handshake-timeout");
-    else if (a == "--capability-ttl") opts.capability_ttl = seconds("--capability-ttl");
-    else if (a == "--transfer-timeout") opts.transfer_timeout = seconds("--transfer-timeout");
-    else if (a == "--collective-host") opts.collective_host = value("--collective-host");
-    else if (a == "--spin-us") opts.spin_us = static_cast<uint32_t>(std::min<uint64_t>(number("--spin-us"), 10000));
-    else if (a == "--spin-threads") opts.spin_threads = static_cast<uint32_t>(std::min<uint64_t>(number("--spin-threads"), 4096));
-    else if (a == "--queue-depth") opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
-    else if (a == "--max-graph-ops") opts.max_graph_ops = number("--max-graph-ops");
-    else if (a == "--tls-cert") opts.tls_cert_file = value("--tls-cert");
-    else if (a == "--tls-key") opts.tls_key_file = value("--tls-key");
-    else if (a == "--insecure") opts.insecure = true;
-    else if (a == "--metrics") opts.metrics = value("--metrics");
+    } else if (a == "--handshake-timeout")
+      opts.handshake_timeout = seconds("--handshake-timeout");
+    else if (a == "--capability-ttl")
+      opts.capability_ttl = seconds("--capability-ttl");
+    else if (a == "--transfer-timeout")
+      opts.transfer_timeout = seconds("--transfer-timeout");
+    else if (a == "--collective-host")
+      opts.collective_host = value("--collective-host");
+    else if (a == "--spin-us")
+      opts.spin_us = static_cast<uint32_t>(std::min<uint64_t>(number("--spin-us"), 10000));
+    else if (a == "--spin-threads")
+      opts.spin_threads = static_cast<uint32_t>(std::min<uint64_t>(number("--spin-threads"), 4096));
+    else if (a == "--queue-depth")
+      opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
+    else if (a == "--max-graph-ops")
+      opts.max_graph_ops = number("--max-graph-ops");
+    else if (a == "--tls-cert")
+      opts.tls_cert_file = value("--tls-cert");
+    else if (a == "--tls-key")
+      opts.tls_key_file = value("--tls-key");
+    else if (a == "--insecure")
+      opts.insecure = true;
+    else if (a == "--metrics")
+      opts.metrics = value("--metrics");
     else if (a == "--credential-file") {
       const char* path = value("--credential-file");
       std::ifstream f(path);
       std::string line;
       if (!f || !std::getline(f, line) || line.empty()) {
-        std::fprintf(stderr, "tensorwire-server: cannot read a credential from the first line of '%s'\n", path);
+        std::fprintf(stderr,
+                     "tensorwire-server: cannot read a credential from the first line of '%s'\n",
+                     path);
         return 2;
       }
       opts.credential = line;
-    }
-    else if (a == "--help" || a == "-h") {
+    } else if (a == "--help" || a == "-h") {
       usage(stdout);
       return 0;
     } else {
@@ -215,7 +242,8 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&set, &sig);
-  std::printf("received %s, finishing in-flight work and closing sessions\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::printf("received %s, finishing in-flight work and closing sessions\n",
+              sig == SIGINT ? "SIGINT" : "SIGTERM");
   std::fflush(stdout);
   server->stop();
   tw::ServerStatsSnapshot s = server->stats();

@@ -24,9 +24,9 @@
 
 #include "bench_models.h"
 #include "digits/digits.h"
+#include "support/server_process.h"
 #include "tensorwire/graph.h"
 #include "tensorwire/remote.h"
-#include "support/server_process.h"
 #include "tensorwire/server.h"
 
 namespace {

@@ -195,9 +195,8 @@ void bm_conv2d(benchmark::State& state) {
     tw::Tensor y = conv();
     y.device().sync();
   });
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * kN * kO * kH * kW * kC * kK * kK * 1e-9,
-                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kN * kO * kH * kW * kC * kK * kK * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // ---- add, exp, sum over 16M f32 ----

@@ -30,7 +30,6 @@
 // Usage: tw_bench_remote [--quick] [--only abcdefghimnopqs] [--server PATH]. Measures; never
 // asserts.
 #include <arpa/inet.h>
-#include <asio.hpp>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -41,6 +40,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <asio.hpp>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -158,7 +158,8 @@ class RawPeer {
       thread_ = std::thread(run);
     }
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("raw connect failed");
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+      throw std::runtime_error("raw connect failed");
     nodelay(fd_);
   }
   ~RawPeer() {
@@ -267,7 +268,8 @@ void serve_asio_spinning(int fd, size_t req, size_t resp) {
     sock.async_read_some(asio::buffer(in.data() + have, in.size() - have),
                          [&](const asio::error_code& ec, size_t n) {
                            if (ec) return;
-                           for (have += n; have >= req; have -= req) write_all(fd, out.data(), resp);
+                           for (have += n; have >= req; have -= req)
+                             write_all(fd, out.data(), resp);
                            read();
                          });
   };
@@ -390,29 +392,33 @@ void bench_latency(const std::string& url, const std::string& no_spin_url, int i
   const Dist t = dist(tw_us), ts = dist(sleeper_us), tn = dist(server_sleeps_us),
              rs = dist(raw_spin_us), r = dist(raw_us), bp = dist(busy_us), ae = dist(asio_us);
   const double by_min = t.min / rs.min, by_median = t.median / rs.median;
-  rows.push_back({"a",
-                  "1-element op + read round trip, us (min / median / p99); " +
-                      std::to_string(req) + " B out, " + std::to_string(resp) +
-                      " B back; client spins " + std::to_string(spin_us) +
-                      " us before it sleeps (TW_SPIN_US), the server's threads " +
-                      std::to_string(tw::ServerOptions{}.spin_us) + " us (--spin-us)",
-                  fmt3(t.min, t.median, t.p99),
-                  fmt3(rs.min, rs.median, rs.p99) + " (raw TCP, peer process, same spin)",
-                  fmt("%.2fx min, ", by_min) + fmt("%.2fx median", by_median),
-                  "<= 1.0x raw by the median, <= 1.6x by the min", by_median <= 1.0 && by_min <= 1.6});
+  rows.push_back(
+      {"a",
+       "1-element op + read round trip, us (min / median / p99); " + std::to_string(req) +
+           " B out, " + std::to_string(resp) + " B back; client spins " + std::to_string(spin_us) +
+           " us before it sleeps (TW_SPIN_US), the server's threads " +
+           std::to_string(tw::ServerOptions{}.spin_us) + " us (--spin-us)",
+       fmt3(t.min, t.median, t.p99),
+       fmt3(rs.min, rs.median, rs.p99) + " (raw TCP, peer process, same spin)",
+       fmt("%.2fx min, ", by_min) + fmt("%.2fx median", by_median),
+       "<= 1.0x raw by the median, <= 1.6x by the min", by_median <= 1.0 && by_min <= 1.6});
   // A row for comparison: `got` against `base` (described by `base_name`), by min and median.
   auto compare = [](const char* id, const std::string& what, const Dist& got, const Dist& base,
                     const std::string& base_name) {
-    rows.push_back({id, what, fmt3(got.min, got.median, got.p99),
-                    fmt3(base.min, base.median, base.p99) + " (" + base_name + ")",
-                    fmt("%.2fx min, ", got.min / base.min) +
-                        fmt("%.2fx median", got.median / base.median),
-                    "(for comparison)", true});
+    rows.push_back(
+        {id, what, fmt3(got.min, got.median, got.p99),
+         fmt3(base.min, base.median, base.p99) + " (" + base_name + ")",
+         fmt("%.2fx min, ", got.min / base.min) + fmt("%.2fx median", got.median / base.median),
+         "(for comparison)", true});
   };
   const std::string same_spin = "raw TCP, peer process, same spin", blocking = "raw TCP, blocking";
-  compare("a0", "floor: the raw client against a peer process that busy-polls its socket (no sleep, no epoll)",
+  compare("a0",
+          "floor: the raw client against a peer process that busy-polls its socket (no sleep, no "
+          "epoll)",
           bp, rs, same_spin);
-  compare("a1", "floor: the raw client against an Asio echo with tensorwire-server's spin loop and nothing else",
+  compare("a1",
+          "floor: the raw client against an Asio echo with tensorwire-server's spin loop and "
+          "nothing else",
           ae, rs, same_spin);
   compare("a'", "the same against a raw client that sleeps in recv at once", t, r, blocking);
   compare("a*", "tensorwire against a server whose threads sleep at once (--spin-us 0)", tn, rs,
@@ -456,7 +462,8 @@ void bench_throughput(const std::string& url, size_t bytes, int reps) {
       t0 = Clock::now();
       tw::detail::HostValues v = t.host_values();  // the received buffer itself, no extra copy
       down = std::max(down, gb / (us_since(t0) / 1e6));
-      if (static_cast<const uint8_t*>(v.data)[4096 * 7] != host[4096 * 7]) throw std::runtime_error("download: wrong bytes");
+      if (static_cast<const uint8_t*>(v.data)[4096 * 7] != host[4096 * 7])
+        throw std::runtime_error("download: wrong bytes");
     }
     d.sync();  // the tensor's drop has run: both sides' pools can reuse the buffers next time
     auto t0 = Clock::now();
@@ -471,12 +478,13 @@ void bench_throughput(const std::string& url, size_t bytes, int reps) {
     raw_down = std::max(raw_down, gb / (us_since(t0) / 1e6));
   }
   std::string mib = std::to_string(bytes >> 20) + " MiB";
-  rows.push_back({"b", "upload " + mib + " (from_bytes + sync), GB/s, best of " + std::to_string(reps),
-                  fmt("%.2f", up), fmt("%.2f", raw_up) + " (raw TCP)", fmt("%.2fx", up / raw_up), ">= 0.8x raw",
-                  up / raw_up >= 0.8});
-  rows.push_back({"b", "download " + mib + " (read), GB/s, best of " + std::to_string(reps), fmt("%.2f", down),
-                  fmt("%.2f", raw_down) + " (raw TCP)", fmt("%.2fx", down / raw_down), ">= 0.8x raw",
-                  down / raw_down >= 0.8});
+  rows.push_back({"b",
+                  "upload " + mib + " (from_bytes + sync), GB/s, best of " + std::to_string(reps),
+                  fmt("%.2f", up), fmt("%.2f", raw_up) + " (raw TCP)", fmt("%.2fx", up / raw_up),
+                  ">= 0.8x raw", up / raw_up >= 0.8});
+  rows.push_back({"b", "download " + mib + " (read), GB/s, best of " + std::to_string(reps),
+                  fmt("%.2f", down), fmt("%.2f", raw_down) + " (raw TCP)",
+                  fmt("%.2fx", down / raw_down), ">= 0.8x raw", down / raw_down >= 0.8});
 }
 
 // ---------------------------------------------------------------- (c) fire-and-forget
@@ -489,7 +497,8 @@ double adds_per_second(const tw::Device& d, int n) {
   for (int i = 0; i < n; ++i) x = x + one;
   float v = x.item<float>();
   double s = us_since(t0) / 1e6;
-  if (v != static_cast<float>(n)) throw std::runtime_error("fire-and-forget: wrong sum " + std::to_string(v));
+  if (v != static_cast<float>(n))
+    throw std::runtime_error("fire-and-forget: wrong sum " + std::to_string(v));
   return n / s;
 }
 
@@ -500,10 +509,12 @@ void bench_fire_and_forget(const std::string& url, int n) {
   double remote = adds_per_second(d, n);
   tw::WireCounters c = tw::wire_counters(d);
   double local = adds_per_second(tw::Device::cpu(), n);
-  rows.push_back({"c", std::to_string(n) + " chained adds of 1-element tensors, one read at the end, ops/s (" +
-                           fmt("%.0f", static_cast<double>(c.ops) / c.frames_out) + " ops per frame)",
-                  fmt("%.0f", remote), fmt("%.0f", local) + " (local CPU device)", fmt("%.2fx", remote / local),
-                  ">= 250000 ops/s", remote >= 250000});
+  rows.push_back({"c",
+                  std::to_string(n) +
+                      " chained adds of 1-element tensors, one read at the end, ops/s (" +
+                      fmt("%.0f", static_cast<double>(c.ops) / c.frames_out) + " ops per frame)",
+                  fmt("%.0f", remote), fmt("%.0f", local) + " (local CPU device)",
+                  fmt("%.2fx", remote / local), ">= 250000 ops/s", remote >= 250000});
 }
 
 // ---------------------------------------------------------------- (e) one graph of 200k adds
@@ -562,7 +573,8 @@ void bench_graph_adds(const std::string& url, int n) {
     check(v.status(), "read");
     float got = 0;
     std::memcpy(&got, v->bytes.data(), sizeof got);
-    if (got != static_cast<float>(n)) throw std::runtime_error("graph adds: wrong sum " + std::to_string(got));
+    if (got != static_cast<float>(n))
+      throw std::runtime_error("graph adds: wrong sum " + std::to_string(got));
     sink.drop(out);
     best = std::max(best, n / s);
   }
@@ -573,11 +585,14 @@ void bench_graph_adds(const std::string& url, int n) {
   check(sink.read(out).status(), "read");
   tw::WireCounters after = tw::wire_counters(d);
   double eager = adds_per_second(d, n);
-  rows.push_back({"e", std::to_string(n) + " chained 1-element adds as ONE graph, run by id, one read, effective ops/s (" +
-                           fmt("%.0f", static_cast<double>(after.bytes_out - before.bytes_out)) +
-                           " bytes sent per run; registered in " + fmt("%.2f s", reg_s) + ")",
-                  fmt("%.0f", best), fmt("%.0f", eager) + " (eager remote)", fmt("%.2fx", best / eager),
-                  ">= 5000000 ops/s", best >= 5e6});
+  rows.push_back(
+      {"e",
+       std::to_string(n) +
+           " chained 1-element adds as ONE graph, run by id, one read, effective ops/s (" +
+           fmt("%.0f", static_cast<double>(after.bytes_out - before.bytes_out)) +
+           " bytes sent per run; registered in " + fmt("%.2f s", reg_s) + ")",
+       fmt("%.0f", best), fmt("%.0f", eager) + " (eager remote)", fmt("%.2fx", best / eager),
+       ">= 5000000 ops/s", best >= 5e6});
 }
 
 // ---------------------------------------------------------------- (f) steady-state replay
@@ -588,7 +603,8 @@ tw::ir::Graph mlp_step() {
   using namespace tw::ir;
   Graph g;
   g.input_ids = {1, 2, 3, 4};
-  g.inputs = {{{256, 64}, tw::kF32}, {{64, 512}, tw::kF32}, {{512, 512}, tw::kF32}, {{512, 10}, tw::kF32}};
+  g.inputs = {
+      {{256, 64}, tw::kF32}, {{64, 512}, tw::kF32}, {{512, 512}, tw::kF32}, {{512, 10}, tw::kF32}};
   TensorId next = 5;
   auto emit = [&](auto op) {
     op.out = {next};
@@ -603,16 +619,21 @@ tw::ir::Graph mlp_step() {
   };
   auto tanh = [&](TensorId a) { return emit(Unary{UnaryKind::kTanh, {a}, {}}); };
   const TensorId h1 = tanh(mm(1, 2)), h2 = tanh(mm(h1, 3)), o = mm(h2, 4);
-  const TensorId loss = scalar(BinaryKind::kMul, emit(Reduce{ReduceKind::kSum, {bin(BinaryKind::kMul, o, o)}, {}, false, {}}), 0.5, false);
+  const TensorId loss = scalar(
+      BinaryKind::kMul,
+      emit(Reduce{ReduceKind::kSum, {bin(BinaryKind::kMul, o, o)}, {}, false, {}}), 0.5, false);
   const TensorId dw3 = mm(t(h2), o);
   auto dtanh = [&](TensorId grad, TensorId h) {
-    return bin(BinaryKind::kMul, grad, scalar(BinaryKind::kSub, bin(BinaryKind::kMul, h, h), 1.0, true));
+    return bin(BinaryKind::kMul, grad,
+               scalar(BinaryKind::kSub, bin(BinaryKind::kMul, h, h), 1.0, true));
   };
   const TensorId gz2 = dtanh(mm(o, t(4)), h2);
   const TensorId dw2 = mm(t(h1), gz2);
   const TensorId gz1 = dtanh(mm(gz2, t(3)), h1);
   const TensorId dw1 = mm(t(1), gz1);
-  auto sgd = [&](TensorId w, TensorId dw) { return bin(BinaryKind::kSub, w, scalar(BinaryKind::kMul, dw, 0.01, false)); };
+  auto sgd = [&](TensorId w, TensorId dw) {
+    return bin(BinaryKind::kSub, w, scalar(BinaryKind::kMul, dw, 0.01, false));
+  };
   g.output_ids = {sgd(2, dw1), sgd(3, dw2), sgd(4, dw3), loss};
   return g;
 }
@@ -645,12 +666,14 @@ void bench_graph_replay_rss(const std::string& binary, int replays) {
   const double per_step = us_since(t0) / (replays - 10);
   const uint64_t at_end = rss_bytes(server.pid());
   const double growth = static_cast<double>(at_end) - static_cast<double>(at10);
-  rows.push_back({"f", "replays of an MLP 64-512-512-10 b256 SGD step graph (" + std::to_string(g.ops.size()) +
-                           " ops, " + fmt("%.0f us", per_step) + " a step): server RSS growth from replay 10 to " +
-                           std::to_string(replays),
-                  fmt("%+.2f MiB", growth / 1048576.0),
-                  fmt("%.1f MiB", at10 / 1048576.0) + " -> " + fmt("%.1f MiB", at_end / 1048576.0) + " RSS", "",
-                  "within 1 MiB", growth <= 1048576.0 && growth >= -1048576.0});
+  rows.push_back(
+      {"f",
+       "replays of an MLP 64-512-512-10 b256 SGD step graph (" + std::to_string(g.ops.size()) +
+           " ops, " + fmt("%.0f us", per_step) + " a step): server RSS growth from replay 10 to " +
+           std::to_string(replays),
+       fmt("%+.2f MiB", growth / 1048576.0),
+       fmt("%.1f MiB", at10 / 1048576.0) + " -> " + fmt("%.1f MiB", at_end / 1048576.0) + " RSS",
+       "", "within 1 MiB", growth <= 1048576.0 && growth >= -1048576.0});
 }
 
 // ---------------------------------------------------------------- (d) idle sessions
@@ -673,11 +696,13 @@ void bench_idle_sessions(const std::string& binary, int n) {
   uint32_t sessions = tw::remote_stats(devs.back()).sessions;
   uint64_t after = rss_bytes(server.pid());
   double per = (static_cast<double>(after) - static_cast<double>(before)) / n;
-  rows.push_back({"d", std::to_string(n) + " idle sessions (" + std::to_string(sessions) +
-                           " open): server RSS growth per session; all connected in " + fmt("%.2f s", s),
-                  fmt("%.1f KiB", per / 1024), fmt("%.1f MiB", before / 1048576.0) + " -> " +
-                                                    fmt("%.1f MiB", after / 1048576.0) + " RSS",
-                  "", "<= 64 KiB/session", per <= 64 * 1024});
+  rows.push_back(
+      {"d",
+       std::to_string(n) + " idle sessions (" + std::to_string(sessions) +
+           " open): server RSS growth per session; all connected in " + fmt("%.2f s", s),
+       fmt("%.1f KiB", per / 1024),
+       fmt("%.1f MiB", before / 1048576.0) + " -> " + fmt("%.1f MiB", after / 1048576.0) + " RSS",
+       "", "<= 64 KiB/session", per <= 64 * 1024});
 }
 
 // ---------------------------------------------------------------- (g) TLS
@@ -787,7 +812,8 @@ void bench_metrics_overhead(const std::string& binary, int n, int rounds) {
     httplib::Client client(metered.metrics_url());
     while (!done) {
       if (auto res = client.Get("/metrics"); res && res->status == 200) ++scrapes;
-      for (int i = 0; i < 100 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      for (int i = 0; i < 100 && !done; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
   std::vector<double> ratios, with_rates, without_rates;
@@ -813,13 +839,16 @@ void bench_metrics_overhead(const std::string& binary, int n, int rounds) {
   double ratio = median(ratios);
   double timing = timing_ns_per_op();
   double stream_ns = 1e9 / median(without_rates);
-  rows.push_back({"h", std::to_string(n) + " chained adds as (c) on a server with --metrics (" +
-                           std::to_string(scrapes.load()) + " scrapes during the run) vs without, ops/s; median of " +
-                           std::to_string(rounds) + " alternating rounds. Op timing costs " + fmt("%.1f", timing) +
-                           " ns/op in-process, " + fmt("%.1f%%", 100 * timing / stream_ns) + " of the stream's " +
-                           fmt("%.0f ns/op", stream_ns),
-                  fmt("%.0f", median(with_rates)), fmt("%.0f", median(without_rates)) + " (no --metrics)",
-                  fmt("%.3fx", ratio), ">= 0.98x (<= 2% cost)", ratio >= 0.98});
+  rows.push_back(
+      {"h",
+       std::to_string(n) + " chained adds as (c) on a server with --metrics (" +
+           std::to_string(scrapes.load()) +
+           " scrapes during the run) vs without, ops/s; median of " + std::to_string(rounds) +
+           " alternating rounds. Op timing costs " + fmt("%.1f", timing) + " ns/op in-process, " +
+           fmt("%.1f%%", 100 * timing / stream_ns) + " of the stream's " +
+           fmt("%.0f ns/op", stream_ns),
+       fmt("%.0f", median(with_rates)), fmt("%.0f", median(without_rates)) + " (no --metrics)",
+       fmt("%.3fx", ratio), ">= 0.98x (<= 2% cost)", ratio >= 0.98});
 }
 
 // ---------------------------------------------------------------- (i) fairness
@@ -1094,13 +1123,15 @@ void bench_dist(const std::string& binary, size_t bytes, int reps, bool reduce, 
       sender.join();
       exchange = std::max(exchange, gb / (us_since(t0) / 1e6));
     }
-    if (ts[0].to_bytes() != ts[1].to_bytes()) throw std::runtime_error("all_reduce: replicas differ");
-    rows.push_back({"p",
-                    "all_reduce (sum) of " + std::to_string(bytes >> 20) +
-                        " MiB f32 across 2 servers (Gloo ring), algorithm bandwidth GB/s, best of " +
-                        std::to_string(reps) + "; vs raw one way",
-                    fmt("%.2f", algo), fmt("%.2f", raw) + " (raw TCP, one way)",
-                    fmt("%.2fx", algo / raw), ">= 0.7x raw", algo / raw >= 0.7});
+    if (ts[0].to_bytes() != ts[1].to_bytes())
+      throw std::runtime_error("all_reduce: replicas differ");
+    rows.push_back(
+        {"p",
+         "all_reduce (sum) of " + std::to_string(bytes >> 20) +
+             " MiB f32 across 2 servers (Gloo ring), algorithm bandwidth GB/s, best of " +
+             std::to_string(reps) + "; vs raw one way",
+         fmt("%.2f", algo), fmt("%.2f", raw) + " (raw TCP, one way)", fmt("%.2fx", algo / raw),
+         ">= 0.7x raw", algo / raw >= 0.7});
     rows.push_back({"p'",
                     "the same all_reduce vs raw TCP exchanging the bytes both ways at once (the "
                     "traffic a 2-participant all-reduce needs at least)",
@@ -1216,9 +1247,12 @@ int main(int argc, char** argv) {
   std::string only = "abcdefghimnopqs";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--quick") quick = true;
-    else if (a == "--server" && i + 1 < argc) binary = argv[++i];
-    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    if (a == "--quick")
+      quick = true;
+    else if (a == "--server" && i + 1 < argc)
+      binary = argv[++i];
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: tw_bench_remote [--quick] [--only abcdefghimnopqs] [--server PATH]\n");
@@ -1265,14 +1299,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tw_bench_remote: %s\n", e.what());
     return 1;
   }
-  std::printf("tensorwire remote benchmark: tensorwire-server child process on 127.0.0.1 (TCP); baselines are plain\n"
-              "sockets to a thread of this process and the local CPU device. %u hardware threads, load average %.2f.\n\n",
-              std::thread::hardware_concurrency(), load);
+  std::printf(
+      "tensorwire remote benchmark: tensorwire-server child process on 127.0.0.1 (TCP); baselines "
+      "are plain\n"
+      "sockets to a thread of this process and the local CPU device. %u hardware threads, load "
+      "average %.2f.\n\n",
+      std::thread::hardware_concurrency(), load);
   std::printf("| | measurement | tensorwire remote | baseline | ratio | target | met |\n");
   std::printf("|---|---|---:|---:|---:|---|---|\n");
   for (const Row& r : rows) {
-    std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.id.c_str(), r.what.c_str(), r.tw.c_str(), r.base.c_str(),
-                r.ratio.c_str(), r.target.c_str(), r.met ? "yes" : "NO");
+    std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.id.c_str(), r.what.c_str(),
+                r.tw.c_str(), r.base.c_str(), r.ratio.c_str(), r.target.c_str(),
+                r.met ? "yes" : "NO");
   }
   return 0;
 }

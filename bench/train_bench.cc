@@ -6,9 +6,9 @@
 // Rounds alternate the devices (and their order) so that load from elsewhere on the machine hits
 // both alike. Reported: the best round (the least disturbed by other processes; the figure the
 // targets are judged on), the median round, and the CPU time per step (for the remote device,
-// this process's and the server's together, so it shows what the remote path costs in total). Before timing, the
-// two devices' parameters after the warm-up steps are compared byte for byte (they must be
-// identical). Prints a table and, with
+// this process's and the server's together, so it shows what the remote path costs in total).
+// Before timing, the two devices' parameters after the warm-up steps are compared byte for byte
+// (they must be identical). Prints a table and, with
 // --jsonl PATH, one JSON object per (workload, device) for bench/compare_train.sh. For profiling,
 // --workload NAME runs only that workload and --local-only only the local device (no server).
 //   tw_bench_train [--rounds N] [--steps N] [--threads N] [--jsonl PATH] [--workload NAME]

@@ -15,8 +15,8 @@ set -euo pipefail
 # pybind11-dev, python3-numpy, python3-pytest: the Python package (python/) and its tests.
 # prometheus-cpp-dev, libcpp-httplib-dev: the --metrics endpoint; chromium: its dashboard's test
 # (headless), which skips without it. libgloo-dev: collectives across servers
-# (src/server/collective.cc).
-packages=(build-essential cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev googletest zlib1g-dev
+# (src/server/collective.cc). clang-format: `make format` and `make format-check` (.ci/run).
+packages=(build-essential cmake ninja-build g++ pkg-config clang-format libgtest-dev libgmock-dev googletest zlib1g-dev
           libbenchmark-dev libdnnl-dev libasio-dev libssl-dev openssl libtorch-dev python3 clang-16
           libclang-rt-16-dev python3-dev pybind11-dev python3-numpy python3-pytest
           prometheus-cpp-dev libcpp-httplib-dev chromium libgloo-dev "$@")

@@ -4,8 +4,9 @@
 #pragma once
 
 // Each kind is declared once here, with its traits; everything that lists kinds (the Tensor
-// methods of tensorwire/tensor.h and their Python bindings, kind_name, inference, the kernels' dispatch, autograd, the op suite's registry)
-// expands these lists rather than typing them again. Columns:
+// methods of tensorwire/tensor.h and their Python bindings, kind_name, inference, the kernels'
+// dispatch, autograd, the op suite's registry) expands these lists rather than typing them again.
+// Columns:
 //   X(Name, ir_name, api_name, grad, math)
 //   ir_name   what op_name and the printer call it (the kind's name in docs/ops.md)
 //   api_name  the Tensor method (differs from ir_name for recip: Tensor::reciprocal)
@@ -13,9 +14,9 @@
 //   math      unary only: kFloatMath computes a real function (integral and bool inputs give
 //             f32); kSameDType keeps the dtype; kToBool gives bool
 // Binary kinds add a column after grad: kScalarApi when the Tensor API has the tensor-scalar
-// method (x.add(2)), kNoScalarApi otherwise; reductions have (Name, ir_name, api_name, grad, dims): dims
-// kDimList when the method also takes a list of dims (x.sum({0, 1})), kOneDim otherwise;
-// pool kinds (Name, ir_name, api_name) (Pool2d's rule covers both).
+// method (x.add(2)), kNoScalarApi otherwise; reductions have (Name, ir_name, api_name, grad, dims):
+// dims kDimList when the method also takes a list of dims (x.sum({0, 1})), kOneDim otherwise; pool
+// kinds (Name, ir_name, api_name) (Pool2d's rule covers both).
 // clang-format off
 #define TW_UNARY_KINDS(X)                                   \
   X(Neg, neg, neg, kGrad, kSameDType)                       \

@@ -17,16 +17,16 @@ struct ServerOptions {
   // (not loopback, not a Unix socket) must be tls:// with a credential set, or the server
   // refuses to start, unless `insecure`.
   std::vector<std::string> listen = {"tcp://127.0.0.1:0"};
-  int devices = 1;                 // devices hosted; each session uses one, chosen by index
+  int devices = 1;  // devices hosted; each session uses one, chosen by index
   // What executes ops: "cpu" or "torch" (when built with libtorch) for every device, or one
   // backend per device as a comma-separated list, "cpu,torch": device 0 is cpu, device 1 torch
   // (devices must then be 1 or the list's length). The handshake names each device's backend.
   std::string backend = "cpu";
-  int worker_threads = 0;          // sessions' execution pool; 0: hardware threads
+  int worker_threads = 0;  // sessions' execution pool; 0: hardware threads
   // Limits. Every one yields a clear error to the client that hits it, never to the others.
   uint32_t max_sessions = 4096;  // connections at once, from accept (see handshake_timeout)
-  uint64_t max_frame_bytes = uint64_t{1} << 30;        // a frame's payload, checked before allocating
-  uint64_t session_memory_bytes = uint64_t{8} << 30;   // tensor bytes one session may hold
+  uint64_t max_frame_bytes = uint64_t{1} << 30;  // a frame's payload, checked before allocating
+  uint64_t session_memory_bytes = uint64_t{8} << 30;  // tensor bytes one session may hold
   // Ops all of one session's registered graphs may hold together (a graph of no ops counts as
   // one); a registration past it is refused. Graphs' planned buffers count in the memory above.
   uint64_t max_graph_ops = uint64_t{1} << 18;

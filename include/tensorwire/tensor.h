@@ -35,12 +35,18 @@ struct HostValues {
   const void* data = nullptr;
   int64_t numel = 0;
 };
-template <class T> constexpr DType dtype_of_v = DType::kF32;
-template <> inline constexpr DType dtype_of_v<double> = DType::kF64;
-template <> inline constexpr DType dtype_of_v<int32_t> = DType::kI32;
-template <> inline constexpr DType dtype_of_v<int64_t> = DType::kI64;
-template <> inline constexpr DType dtype_of_v<uint8_t> = DType::kU8;
-template <> inline constexpr DType dtype_of_v<bool> = DType::kBool;
+template <class T>
+constexpr DType dtype_of_v = DType::kF32;
+template <>
+inline constexpr DType dtype_of_v<double> = DType::kF64;
+template <>
+inline constexpr DType dtype_of_v<int32_t> = DType::kI32;
+template <>
+inline constexpr DType dtype_of_v<int64_t> = DType::kI64;
+template <>
+inline constexpr DType dtype_of_v<uint8_t> = DType::kU8;
+template <>
+inline constexpr DType dtype_of_v<bool> = DType::kBool;
 [[noreturn]] void throw_dtype_mismatch(const char* what, DType have, DType want);
 }  // namespace detail
 
@@ -49,11 +55,11 @@ struct Scalar {
   bool is_float = true;
   double f = 0.0;
   int64_t i = 0;
-  Scalar(double v) : is_float(true), f(v), i(static_cast<int64_t>(v)) {}          // NOLINT
-  Scalar(float v) : Scalar(static_cast<double>(v)) {}                            // NOLINT
-  Scalar(int64_t v) : is_float(false), f(static_cast<double>(v)), i(v) {}        // NOLINT
-  Scalar(int v) : Scalar(static_cast<int64_t>(v)) {}                             // NOLINT
-  Scalar(bool v) : Scalar(static_cast<int64_t>(v)) {}                            // NOLINT
+  Scalar(double v) : is_float(true), f(v), i(static_cast<int64_t>(v)) {}   // NOLINT
+  Scalar(float v) : Scalar(static_cast<double>(v)) {}                      // NOLINT
+  Scalar(int64_t v) : is_float(false), f(static_cast<double>(v)), i(v) {}  // NOLINT
+  Scalar(int v) : Scalar(static_cast<int64_t>(v)) {}                       // NOLINT
+  Scalar(bool v) : Scalar(static_cast<int64_t>(v)) {}                      // NOLINT
 };
 
 class Tensor {
@@ -75,7 +81,8 @@ class Tensor {
   template <class T>
   std::vector<T> to_vector() const {
     detail::HostValues v = host_values();
-    if (v.dtype != detail::dtype_of_v<T>) detail::throw_dtype_mismatch("to_vector", v.dtype, detail::dtype_of_v<T>);
+    if (v.dtype != detail::dtype_of_v<T>)
+      detail::throw_dtype_mismatch("to_vector", v.dtype, detail::dtype_of_v<T>);
     const T* p = static_cast<const T*>(v.data);
     return std::vector<T>(p, p + v.numel);
   }
@@ -88,7 +95,8 @@ class Tensor {
     std::function<detail::HostValues()> finish = host_values_async();
     return std::async(std::launch::deferred, [finish = std::move(finish)] {
       detail::HostValues v = finish();
-      if (v.dtype != detail::dtype_of_v<T>) detail::throw_dtype_mismatch("to_vector_async", v.dtype, detail::dtype_of_v<T>);
+      if (v.dtype != detail::dtype_of_v<T>)
+        detail::throw_dtype_mismatch("to_vector_async", v.dtype, detail::dtype_of_v<T>);
       const T* p = static_cast<const T*>(v.data);
       return std::vector<T>(p, p + v.numel);
     });
@@ -96,8 +104,10 @@ class Tensor {
   template <class T>
   T item() const {
     detail::HostValues v = host_values();  // (no vector made for the one value)
-    if (v.dtype != detail::dtype_of_v<T>) detail::throw_dtype_mismatch("item", v.dtype, detail::dtype_of_v<T>);
-    if (v.numel != 1) throw Error("item: tensor has " + std::to_string(v.numel) + " elements, not 1");
+    if (v.dtype != detail::dtype_of_v<T>)
+      detail::throw_dtype_mismatch("item", v.dtype, detail::dtype_of_v<T>);
+    if (v.numel != 1)
+      throw Error("item: tensor has " + std::to_string(v.numel) + " elements, not 1");
     T out;
     std::memcpy(&out, v.data, sizeof(T));
     return out;
@@ -110,7 +120,7 @@ class Tensor {
   std::string to_string() const;  // values and dtype, abbreviated past 1000 elements
 
   // ---- conversion and movement between devices ----
-  Tensor to(DType dtype) const;  // cast (a copy even when dtype is unchanged)
+  Tensor to(DType dtype) const;           // cast (a copy even when dtype is unchanged)
   Tensor to(const Device& device) const;  // copies the values to another device
 
   // ---- elementwise ----
@@ -167,7 +177,8 @@ class Tensor {
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   // A copy of this tensor with this[slice(dim, start, end, step)] = src.
-  Tensor slice_assign(int64_t dim, int64_t start, int64_t end, int64_t step, const Tensor& src) const;
+  Tensor slice_assign(int64_t dim, int64_t start, int64_t end, int64_t step,
+                      const Tensor& src) const;
   Tensor flip(const std::vector<int64_t>& dims) const;
   Tensor repeat(const std::vector<int64_t>& repeats) const;
 
@@ -241,7 +252,8 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 // ---- factories (device defaults to the CPU device) ----
 Tensor zeros(const Shape& shape, DType dtype = kF32, const Device& device = Device::cpu());
 Tensor ones(const Shape& shape, DType dtype = kF32, const Device& device = Device::cpu());
-Tensor full(const Shape& shape, Scalar value, DType dtype = kF32, const Device& device = Device::cpu());
+Tensor full(const Shape& shape, Scalar value, DType dtype = kF32,
+            const Device& device = Device::cpu());
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, Scalar value);
@@ -253,9 +265,11 @@ Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, DType dtype = kF3
            const Device& device = Device::cpu());
 // Copies host values (row-major) into a new tensor of the given shape.
 template <class T>
-Tensor from_vector(std::span<const T> values, const Shape& shape, const Device& device = Device::cpu());
+Tensor from_vector(std::span<const T> values, const Shape& shape,
+                   const Device& device = Device::cpu());
 template <class T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape, const Device& device = Device::cpu()) {
+Tensor from_vector(const std::vector<T>& values, const Shape& shape,
+                   const Device& device = Device::cpu()) {
   return from_vector<T>(std::span<const T>(values), shape, device);
 }
 // 1-D tensor of the given values.

@@ -123,7 +123,7 @@ Result<ir::GraphId> CaptureBackend::register_graph(ir::Graph) {
 }
 
 Status CaptureBackend::run_graph(ir::GraphId, std::span<const ir::TensorId>,
-                              std::span<const ir::TensorId>) {
+                                 std::span<const ir::TensorId>) {
   return unimplemented(name() + " records ops; replay the trace on the device it wraps");
 }
 
@@ -191,7 +191,8 @@ Tensor CaptureBackend::release(const Tensor& captured) {
 Device Device::capture(const Device& inner) {
   if (inner.kind() == Kind::kCapture)
     throw Error("Device::capture: " + inner.str() + " is a capture device already");
-  return Device(std::make_shared<detail::Sink>(std::make_unique<detail::CaptureBackend>(inner.sink())));
+  return Device(
+      std::make_shared<detail::Sink>(std::make_unique<detail::CaptureBackend>(inner.sink())));
 }
 
 namespace graph {

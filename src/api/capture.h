@@ -26,9 +26,7 @@ class CaptureBackend final : public Backend {
   // Records the op and submits it to the inner device; fails only for an op it cannot record.
   Status execute(const ir::Op& op) override;
   Status submit(const ir::Op& op) override { return execute(op); }
-  Status submit_inferred(const ir::Op& op, std::vector<TensorMeta>) override {
-    return execute(op);
-  }
+  Status submit_inferred(const ir::Op& op, std::vector<TensorMeta>) override { return execute(op); }
   // Reads (after the recording) are the inner device's, under its id.
   Result<TensorData> read(ir::TensorId id) override;
   Result<TensorData> read_expecting(ir::TensorId id, uint64_t nbytes) override;

@@ -7,7 +7,8 @@ namespace tw {
 namespace detail {
 
 Status Sink::copy_to(ir::TensorId src, Sink& dst, ir::TensorId dst_id) {
-  std::unique_lock<std::recursive_mutex> mine(mu_, std::defer_lock), theirs(dst.mu_, std::defer_lock);
+  std::unique_lock<std::recursive_mutex> mine(mu_, std::defer_lock),
+      theirs(dst.mu_, std::defer_lock);
   if (&dst == this) {
     if (locks_) mine.lock();
   } else if (locks_ && dst.locks_) {
@@ -29,8 +30,7 @@ namespace {
 std::shared_ptr<detail::Sink>* local_sink(const std::string& backend) {
   Result<std::unique_ptr<Backend>> b = make_backend(backend);
   if (!b.ok()) throw Error(b.status().message());
-  return new std::shared_ptr<detail::Sink>(
-      std::make_shared<detail::Sink>(std::move(b).value()));
+  return new std::shared_ptr<detail::Sink>(std::make_shared<detail::Sink>(std::move(b).value()));
 }
 
 }  // namespace

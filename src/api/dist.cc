@@ -27,7 +27,6 @@ struct Access {
 
 namespace {
 
-
 std::string random_group_id() {
   unsigned char b[16];
   if (RAND_bytes(b, sizeof b) != 1) throw Error("dist: no randomness for a group id (OpenSSL)");
@@ -92,8 +91,7 @@ void validate(const std::vector<Tensor>& ts, const Group::State& g, ir::Collecti
   if (reduces && op == ReduceOp::kMean && d != kF32 && d != kF64) {
     throw Error(what + "a mean needs a floating-point tensor, not " + std::string(dtype_name(d)));
   }
-  if ((kind == ir::CollectiveKind::kAllGather ||
-       kind == ir::CollectiveKind::kReduceScatter) &&
+  if ((kind == ir::CollectiveKind::kAllGather || kind == ir::CollectiveKind::kReduceScatter) &&
       ts[0].shape().empty()) {
     throw Error(what + "needs tensors of rank 1 or more");
   }
@@ -129,8 +127,8 @@ Shape out_shape(const Shape& in, ir::CollectiveKind kind, size_t n) {
 }
 
 void run_on_servers(std::vector<Tensor>& ts, const Group::State& g,
-                    const std::vector<Backend::CollectiveDomain>& domains,
-                    ir::CollectiveKind kind, ReduceOp op, size_t root) {
+                    const std::vector<Backend::CollectiveDomain>& domains, ir::CollectiveKind kind,
+                    ReduceOp op, size_t root) {
   ir::CollectiveSpec c;
   c.kind = kind;
   c.reduce = reduce_kind(op);

@@ -576,7 +576,7 @@ template <class T>
 concept HasRule = requires(const Rules& rules, const T& op) {
   { rules(op) } -> std::same_as<BackwardFn>;
 };
-#define TW_CHECK_RULE(Name, code, since)                                                  \
+#define TW_CHECK_RULE(Name, code, since)                                           \
   static_assert(HasRule<ir::Name> == (ir::Name::kAutograd != ir::Autograd::kNone), \
                 "ir::" #Name                                                       \
                 "'s kAutograd (ir/ops.h) and its rule here disagree: a "           \

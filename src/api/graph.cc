@@ -205,7 +205,8 @@ bool Trace::runs_as_graph(const Device& device) const {
 }
 
 Trace Capture::finish() {
-  return Trace(make_impl(static_cast<detail::CaptureBackend&>(device_.sink()->backend()).finish(nullptr)));
+  return Trace(
+      make_impl(static_cast<detail::CaptureBackend&>(device_.sink()->backend()).finish(nullptr)));
 }
 
 Trace Capture::finish(const std::vector<Tensor>& outputs) {
@@ -217,7 +218,8 @@ Trace Capture::finish(const std::vector<Tensor>& outputs) {
     }
     ids.push_back(outputs[i].impl()->id);
   }
-  return Trace(make_impl(static_cast<detail::CaptureBackend&>(device_.sink()->backend()).finish(&ids)));
+  return Trace(
+      make_impl(static_cast<detail::CaptureBackend&>(device_.sink()->backend()).finish(&ids)));
 }
 
 }  // namespace tw::graph

@@ -203,7 +203,8 @@ Tensor Linear::apply(const Tensor& x, bool relu) {
     NoGradGuard no_grad;
     if (fused) {
       using detail::in;
-      y = detail::emit(sink, ir::Linear{.x = in(x), .w = in(w), .bias = in(b), .relu = relu, .out = {}},
+      y = detail::emit(sink,
+                       ir::Linear{.x = in(x), .w = in(w), .bias = in(b), .relu = relu, .out = {}},
                        {&x, &w, &b});
     } else {
       y = x.matmul(w.t());

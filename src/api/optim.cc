@@ -1,10 +1,10 @@
 // tw::optim (tensorwire/optim.h). Each update is a handful of tensor ops per parameter on its
 // device, under NoGradGuard; Adam's is one op (AdamStep: the parameter and both moments in one
 // pass) where the device has it and the dtype is f32 or f64, else the same update composed from
-// 13 elementwise ops, with the same bits. Adam's bias corrections are computed on the device too (in f64,
-// then rounded to the parameter's dtype as a scalar attribute would be), so that a recorded step
-// (tw::graph::Capture) holds no host-computed value that changes from step to step; they are
-// shared by the parameters that step together (a few ops per step, not per parameter).
+// 13 elementwise ops, with the same bits. Adam's bias corrections are computed on the device too
+// (in f64, then rounded to the parameter's dtype as a scalar attribute would be), so that a
+// recorded step (tw::graph::Capture) holds no host-computed value that changes from step to step;
+// they are shared by the parameters that step together (a few ops per step, not per parameter).
 #include "tensorwire/optim.h"
 
 #include <algorithm>
@@ -162,14 +162,23 @@ void Adam::step() {
       // One pass over the parameter, its gradient and both moments (13 elementwise ops
       // otherwise): the same values, bit for bit.
       using detail::in;
-      std::vector<Tensor> out = detail::emit_all(
-          sink,
-          ir::AdamStep{.param = in(value), .grad = in(g), .exp_avg = in(s.m), .exp_avg_sq = in(s.v),
-                       .step_size = in(step_size), .bias2_sqrt = in(bias2_sqrt),
-                       .beta1 = o_.beta1, .beta2 = o_.beta2, .eps = o_.eps,
-                       .weight_decay = o_.weight_decay, .lr = o_.lr, .decoupled = decoupled_,
-                       .param_out = {}, .exp_avg_out = {}, .exp_avg_sq_out = {}},
-          {&value, &g, &s.m, &s.v, &step_size, &bias2_sqrt});
+      std::vector<Tensor> out = detail::emit_all(sink,
+                                                 ir::AdamStep{.param = in(value),
+                                                              .grad = in(g),
+                                                              .exp_avg = in(s.m),
+                                                              .exp_avg_sq = in(s.v),
+                                                              .step_size = in(step_size),
+                                                              .bias2_sqrt = in(bias2_sqrt),
+                                                              .beta1 = o_.beta1,
+                                                              .beta2 = o_.beta2,
+                                                              .eps = o_.eps,
+                                                              .weight_decay = o_.weight_decay,
+                                                              .lr = o_.lr,
+                                                              .decoupled = decoupled_,
+                                                              .param_out = {},
+                                                              .exp_avg_out = {},
+                                                              .exp_avg_sq_out = {}},
+                                                 {&value, &g, &s.m, &s.v, &step_size, &bias2_sqrt});
       p.set(std::move(out[0]));
       s.m = std::move(out[1]);
       s.v = std::move(out[2]);

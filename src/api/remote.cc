@@ -1,6 +1,5 @@
 #include "tensorwire/remote.h"
 
-
 #include "api/sink.h"
 #include "client/remote_backend.h"
 #include "tensorwire/error.h"
@@ -30,7 +29,6 @@ client::Options client_options(const RemoteOptions& options) {
 }
 }  // namespace
 
-
 Device Device::remote(const std::string& url, int index) { return remote_device(url, index, {}); }
 
 Device remote_device(const std::string& url, int index, const RemoteOptions& options) {
@@ -54,7 +52,8 @@ std::vector<RemoteDeviceInfo> remote_devices(const std::string& url, const Remot
   auto w = client::enumerate(*parsed, client_options(options));
   throw_if(w.status());
   std::vector<RemoteDeviceInfo> out;
-  for (size_t i = 0; i < w->devices.size(); ++i) out.push_back(info_of(static_cast<int>(i), w->devices[i]));
+  for (size_t i = 0; i < w->devices.size(); ++i)
+    out.push_back(info_of(static_cast<int>(i), w->devices[i]));
   return out;
 }
 
@@ -77,7 +76,8 @@ RemoteStats remote_stats(const Device& device) {
 
 WireCounters wire_counters(const Device& device) {
   client::Counters c = remote_backend(device, "wire_counters").connection().counters();
-  return {c.frames_out, c.bytes_out, c.frames_in, c.bytes_in, c.ops, c.round_trips, c.reading_waits, c.spun_waits};
+  return {c.frames_out, c.bytes_out,   c.frames_in,     c.bytes_in,
+          c.ops,        c.round_trips, c.reading_waits, c.spun_waits};
 }
 
 RemoteHandshake remote_handshake(const Device& device) {
@@ -89,7 +89,8 @@ RemoteHandshake remote_handshake(const Device& device) {
   h.session_id = w.session_id;
   h.server_id = w.server_id;
   h.device_count = static_cast<int>(w.devices.size());
-  if (w.device_index < w.devices.size()) h.device = info_of(static_cast<int>(w.device_index), w.devices[w.device_index]);
+  if (w.device_index < w.devices.size())
+    h.device = info_of(static_cast<int>(w.device_index), w.devices[w.device_index]);
   h.max_frame_bytes = w.limits.max_frame_bytes;
   h.session_memory_bytes = w.limits.session_memory_bytes;
   h.max_sessions = w.limits.max_sessions;

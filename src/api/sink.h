@@ -109,7 +109,6 @@ class Sink {
   }
 
  private:
-
   std::unique_ptr<Backend> backend_;
   const bool locks_;
   std::recursive_mutex mu_;

@@ -30,7 +30,8 @@ void throw_dtype_mismatch(const char* what, DType have, DType want) {
 namespace {
 
 const TensorImpl& impl_of(const Tensor& t, const char* what) {
-  if (!t.defined()) throw Error(std::string(what) + ": the tensor is undefined (default-constructed)");
+  if (!t.defined())
+    throw Error(std::string(what) + ": the tensor is undefined (default-constructed)");
   return *t.impl();
 }
 
@@ -45,9 +46,7 @@ Tensor emit1(const Tensor& x, ir::Op op, std::initializer_list<const Tensor*> in
   return emit(x.impl()->sink, std::move(op), inputs);
 }
 
-Tensor unary(const Tensor& x, ir::UnaryKind k) {
-  return emit1(x, ir::Unary{k, in(x), {}}, {&x});
-}
+Tensor unary(const Tensor& x, ir::UnaryKind k) { return emit1(x, ir::Unary{k, in(x), {}}, {&x}); }
 Tensor binary(const Tensor& a, const Tensor& b, ir::BinaryKind k) {
   impl_of(b, ir::kind_name(k));
   return emit1(a, ir::Binary{k, in(a), in(b), {}}, {&a, &b});
@@ -84,7 +83,8 @@ detail::HostValues to_host_values(Result<TensorData> data) {
   // client lands a read result's bytes aligned).
   const size_t elem = dtype_size(data->meta.dtype);
   const bool aligned = reinterpret_cast<uintptr_t>(data->bytes.data()) % elem == 0;
-  const Buffer held = aligned ? std::move(data->bytes) : Buffer::copy_of(data->bytes.data(), data->bytes.size());
+  const Buffer held =
+      aligned ? std::move(data->bytes) : Buffer::copy_of(data->bytes.data(), data->bytes.size());
   detail::HostValues v;
   v.shape = std::move(data->meta.shape);
   v.dtype = data->meta.dtype;
@@ -198,7 +198,9 @@ std::string Tensor::to_string() const {
 std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_string(); }
 
 // ---- conversion ----
-Tensor Tensor::to(DType dtype) const { return emit1(*this, ir::Cast{in(*this), dtype, {}}, {this}); }
+Tensor Tensor::to(DType dtype) const {
+  return emit1(*this, ir::Cast{in(*this), dtype, {}}, {this});
+}
 
 Tensor Tensor::to(const Device& device) const {
   const TensorImpl& src = impl_of(*this, "to");
@@ -242,8 +244,12 @@ TW_BINARY_KINDS(TW_BINARY_SCALAR_METHOD)
 #undef TW_BINARY_SCALAR_METHOD_kScalarApi
 
 Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const {
-  ir::Clamp op{in(*this), lo.has_value(), lo ? to_ir(*lo) : ir::Scalar(), hi.has_value(),
-               hi ? to_ir(*hi) : ir::Scalar(), {}};
+  ir::Clamp op{in(*this),
+               lo.has_value(),
+               lo ? to_ir(*lo) : ir::Scalar(),
+               hi.has_value(),
+               hi ? to_ir(*hi) : ir::Scalar(),
+               {}};
   return emit1(*this, op, {this});
 }
 
@@ -259,7 +265,7 @@ Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
     return reduce(*this, ir::ReduceKind::k##Kind, {d}, keepdim);                                \
   }                                                                                             \
   TW_REDUCE_DIMS_METHOD_##dims(Kind, api_name)
-#define TW_REDUCE_DIMS_METHOD_kDimList(Kind, api_name)                              \
+#define TW_REDUCE_DIMS_METHOD_kDimList(Kind, api_name)                            \
   Tensor Tensor::api_name(const std::vector<int64_t>& dims, bool keepdim) const { \
     return reduce(*this, ir::ReduceKind::k##Kind, dims, keepdim);                 \
   }
@@ -268,7 +274,9 @@ TW_REDUCE_KINDS(TW_REDUCE_METHODS)
 #undef TW_REDUCE_METHODS
 #undef TW_REDUCE_DIMS_METHOD_kDimList
 #undef TW_REDUCE_DIMS_METHOD_kOneDim
-Tensor Tensor::cumsum(int64_t d) const { return emit1(*this, ir::Cumsum{in(*this), d, {}}, {this}); }
+Tensor Tensor::cumsum(int64_t d) const {
+  return emit1(*this, ir::Cumsum{in(*this), d, {}}, {this});
+}
 
 // ---- linear algebra ----
 Tensor Tensor::matmul(const Tensor& o) const {
@@ -285,13 +293,17 @@ Tensor Tensor::matmul(const Tensor& o) const {
 }
 
 // ---- movement ----
-Tensor Tensor::reshape(const Shape& s) const { return emit1(*this, ir::Reshape{in(*this), s, {}}, {this}); }
+Tensor Tensor::reshape(const Shape& s) const {
+  return emit1(*this, ir::Reshape{in(*this), s, {}}, {this});
+}
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   int64_t r = dim();
   if (r == 0) return reshape({1});
   int64_t s = norm_dim(start_dim, r, "flatten"), e = norm_dim(end_dim, r, "flatten");
-  if (s > e) throw Error("flatten: start_dim " + std::to_string(start_dim) + " comes after end_dim " + std::to_string(end_dim));
+  if (s > e)
+    throw Error("flatten: start_dim " + std::to_string(start_dim) + " comes after end_dim " +
+                std::to_string(end_dim));
   Shape out(shape().begin(), shape().begin() + s);
   int64_t n = 1;
   for (int64_t i = s; i <= e; ++i) n *= shape()[i];
@@ -315,11 +327,15 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
 }
 
 Tensor Tensor::t() const {
-  if (dim() > 2) throw Error("t: expects a tensor of at most 2 dims, got " + shape_str(shape()) + "; use transpose(d0, d1)");
+  if (dim() > 2)
+    throw Error("t: expects a tensor of at most 2 dims, got " + shape_str(shape()) +
+                "; use transpose(d0, d1)");
   return dim() < 2 ? reshape(shape()) : transpose(0, 1);
 }
 
-Tensor Tensor::expand(const Shape& s) const { return emit1(*this, ir::Expand{in(*this), s, {}}, {this}); }
+Tensor Tensor::expand(const Shape& s) const {
+  return emit1(*this, ir::Expand{in(*this), s, {}}, {this});
+}
 
 Tensor Tensor::squeeze() const {
   Shape out;
@@ -378,11 +394,13 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   return slice(k, start, start + length, 1);
 }
 
-Tensor Tensor::slice_assign(int64_t d, int64_t start, int64_t end, int64_t step, const Tensor& src) const {
+Tensor Tensor::slice_assign(int64_t d, int64_t start, int64_t end, int64_t step,
+                            const Tensor& src) const {
   if (dim() == 0) throw Error("slice_assign: cannot slice a 0-d tensor");
   int64_t k = norm_dim(d, dim(), "slice_assign");
   SliceSpec s = full_slice(dim(), k, start, end, step);
-  return emit1(*this, ir::SliceAssign{in(*this), in(src), s.starts, s.ends, s.steps, {}}, {this, &src});
+  return emit1(*this, ir::SliceAssign{in(*this), in(src), s.starts, s.ends, s.steps, {}},
+               {this, &src});
 }
 
 Tensor Tensor::flip(const std::vector<int64_t>& dims) const {
@@ -404,8 +422,12 @@ Tensor Tensor::index_select(int64_t d, const Tensor& index) const {
 }
 
 // ---- neural ----
-Tensor Tensor::softmax(int64_t d) const { return emit1(*this, ir::Softmax{in(*this), d, false, {}}, {this}); }
-Tensor Tensor::log_softmax(int64_t d) const { return emit1(*this, ir::Softmax{in(*this), d, true, {}}, {this}); }
+Tensor Tensor::softmax(int64_t d) const {
+  return emit1(*this, ir::Softmax{in(*this), d, false, {}}, {this});
+}
+Tensor Tensor::log_softmax(int64_t d) const {
+  return emit1(*this, ir::Softmax{in(*this), d, true, {}}, {this});
+}
 
 // ---- operators ----
 Tensor operator-(const Tensor& a) { return a.neg(); }
@@ -417,10 +439,18 @@ Tensor operator+(const Tensor& a, Scalar b) { return a.add(b); }
 Tensor operator-(const Tensor& a, Scalar b) { return a.sub(b); }
 Tensor operator*(const Tensor& a, Scalar b) { return a.mul(b); }
 Tensor operator/(const Tensor& a, Scalar b) { return a.div(b); }
-Tensor operator+(Scalar a, const Tensor& b) { return binary_scalar(b, a, ir::BinaryKind::kAdd, true); }
-Tensor operator-(Scalar a, const Tensor& b) { return binary_scalar(b, a, ir::BinaryKind::kSub, true); }
-Tensor operator*(Scalar a, const Tensor& b) { return binary_scalar(b, a, ir::BinaryKind::kMul, true); }
-Tensor operator/(Scalar a, const Tensor& b) { return binary_scalar(b, a, ir::BinaryKind::kDiv, true); }
+Tensor operator+(Scalar a, const Tensor& b) {
+  return binary_scalar(b, a, ir::BinaryKind::kAdd, true);
+}
+Tensor operator-(Scalar a, const Tensor& b) {
+  return binary_scalar(b, a, ir::BinaryKind::kSub, true);
+}
+Tensor operator*(Scalar a, const Tensor& b) {
+  return binary_scalar(b, a, ir::BinaryKind::kMul, true);
+}
+Tensor operator/(Scalar a, const Tensor& b) {
+  return binary_scalar(b, a, ir::BinaryKind::kDiv, true);
+}
 Tensor operator==(const Tensor& a, const Tensor& b) { return a.eq(b); }
 Tensor operator!=(const Tensor& a, const Tensor& b) { return a.ne(b); }
 Tensor operator<(const Tensor& a, const Tensor& b) { return a.lt(b); }
@@ -445,14 +475,21 @@ Tensor create(const Device& device, ir::Op op) { return emit(device.sink(), std:
 Tensor full(const Shape& shape, Scalar value, DType dtype, const Device& device) {
   return create(device, ir::Full{{}, shape, dtype, to_ir(value)});
 }
-Tensor zeros(const Shape& shape, DType dtype, const Device& device) { return full(shape, 0, dtype, device); }
-Tensor ones(const Shape& shape, DType dtype, const Device& device) { return full(shape, 1, dtype, device); }
+Tensor zeros(const Shape& shape, DType dtype, const Device& device) {
+  return full(shape, 0, dtype, device);
+}
+Tensor ones(const Shape& shape, DType dtype, const Device& device) {
+  return full(shape, 1, dtype, device);
+}
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype(), t.device()); }
-Tensor full_like(const Tensor& t, Scalar value) { return full(t.shape(), value, t.dtype(), t.device()); }
+Tensor full_like(const Tensor& t, Scalar value) {
+  return full(t.shape(), value, t.dtype(), t.device());
+}
 
 Tensor arange(Scalar end, const Device& device) { return arange(0, end, 1, std::nullopt, device); }
-Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype, const Device& device) {
+Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype,
+              const Device& device) {
   DType d = dtype ? *dtype : (start.is_float || end.is_float || step.is_float ? kF32 : kI64);
   return create(device, ir::Arange{{}, to_ir(start), to_ir(end), to_ir(step), d});
 }
@@ -460,7 +497,8 @@ Tensor eye(int64_t n, std::optional<int64_t> m, DType dtype, const Device& devic
   return create(device, ir::Eye{{}, n, m ? *m : n, dtype});
 }
 
-Tensor from_bytes(std::span<const uint8_t> bytes, const Shape& shape, DType dtype, const Device& device) {
+Tensor from_bytes(std::span<const uint8_t> bytes, const Shape& shape, DType dtype,
+                  const Device& device) {
   return create(
       device,
       ir::FromHost{
@@ -501,7 +539,9 @@ void manual_seed(uint64_t seed) {
   g_seed_base.store(seed);
   g_seed_counter.store(0);
 }
-uint64_t next_seed() { return splitmix64(g_seed_base.load() ^ splitmix64(g_seed_counter.fetch_add(1))); }
+uint64_t next_seed() {
+  return splitmix64(g_seed_base.load() ^ splitmix64(g_seed_counter.fetch_add(1)));
+}
 
 Tensor uniform(const Shape& shape, double low, double high, DType dtype, const Device& device) {
   return create(device, ir::RandUniform{{}, shape, dtype, next_seed(), low, high});
@@ -509,8 +549,12 @@ Tensor uniform(const Shape& shape, double low, double high, DType dtype, const D
 Tensor normal(const Shape& shape, double mean, double std, DType dtype, const Device& device) {
   return create(device, ir::RandNormal{{}, shape, dtype, next_seed(), mean, std});
 }
-Tensor rand(const Shape& shape, DType dtype, const Device& device) { return uniform(shape, 0, 1, dtype, device); }
-Tensor randn(const Shape& shape, DType dtype, const Device& device) { return normal(shape, 0, 1, dtype, device); }
+Tensor rand(const Shape& shape, DType dtype, const Device& device) {
+  return uniform(shape, 0, 1, dtype, device);
+}
+Tensor randn(const Shape& shape, DType dtype, const Device& device) {
+  return normal(shape, 0, 1, dtype, device);
+}
 Tensor bernoulli(const Tensor& p) { return emit1(p, ir::Bernoulli{in(p), {}, next_seed()}, {&p}); }
 
 // ---- free functions ----
@@ -551,40 +595,57 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  if (weight.dim() != 2) throw Error("embedding: weight must be 2-D [num_embeddings, dim], got " + shape_str(weight.shape()));
+  if (weight.dim() != 2)
+    throw Error("embedding: weight must be 2-D [num_embeddings, dim], got " +
+                shape_str(weight.shape()));
   Shape out = indices.shape();
   out.push_back(weight.size(1));
   return weight.index_select(0, indices.reshape({-1})).reshape(out);
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::vector<int64_t> stride,
-              std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
-  return emit1(x, ir::Conv2d{in(x), in(weight), in(bias), std::move(stride), std::move(padding), std::move(dilation), groups, {}},
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              std::vector<int64_t> stride, std::vector<int64_t> padding,
+              std::vector<int64_t> dilation, int64_t groups) {
+  return emit1(x,
+               ir::Conv2d{in(x),
+                          in(weight),
+                          in(bias),
+                          std::move(stride),
+                          std::move(padding),
+                          std::move(dilation),
+                          groups,
+                          {}},
                {&x, &weight, &bias});
 }
 
 namespace {
-Tensor pool(ir::PoolKind kind, const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
-            std::vector<int64_t> padding) {
+Tensor pool(ir::PoolKind kind, const Tensor& x, std::vector<int64_t> kernel,
+            std::vector<int64_t> stride, std::vector<int64_t> padding) {
   if (stride.empty()) stride = kernel;
-  return emit1(x, ir::Pool2d{kind, in(x), std::move(kernel), std::move(stride), std::move(padding), {}}, {&x});
+  return emit1(
+      x, ir::Pool2d{kind, in(x), std::move(kernel), std::move(stride), std::move(padding), {}},
+      {&x});
 }
 }  // namespace
 
-Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding) {
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding) {
   return pool(ir::PoolKind::kMax, x, std::move(kernel), std::move(stride), std::move(padding));
 }
-Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding) {
+Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding) {
   return pool(ir::PoolKind::kAvg, x, std::move(kernel), std::move(stride), std::move(padding));
 }
 Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size) {
   return emit1(x, ir::AdaptiveAvgPool2d{in(x), std::move(output_size), {}}, {&x});
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
   const Shape& s = impl_of(x, "layer_norm").meta.shape;
   size_t k = normalized_shape.size();
-  if (k == 0 || k > s.size() || !std::equal(normalized_shape.begin(), normalized_shape.end(), s.end() - k)) {
+  if (k == 0 || k > s.size() ||
+      !std::equal(normalized_shape.begin(), normalized_shape.end(), s.end() - k)) {
     throw Error("layer_norm: normalized_shape " + shape_str(normalized_shape) +
                 " must equal the trailing dims of the input " + shape_str(s));
   }

@@ -10,8 +10,8 @@
 
 namespace tw {
 namespace {
-constexpr size_t kAlignment = 64;               // cache line; enough for AVX-512 loads
-constexpr size_t kHugePage = size_t{2} << 20;   // blocks this large ask for transparent huge pages
+constexpr size_t kAlignment = 64;              // cache line; enough for AVX-512 loads
+constexpr size_t kHugePage = size_t{2} << 20;  // blocks this large ask for transparent huge pages
 }  // namespace
 
 Storage::~Storage() {
@@ -71,7 +71,7 @@ size_t BufferPool::size_class(size_t size) {
     return c;
   }
   size_t p = 4096;
-  while (p * 2 < size) p *= 2;   // p < size <= 2p
+  while (p * 2 < size) p *= 2;  // p < size <= 2p
   size_t step = p / 4;
   return (size + step - 1) / step * step;
 }

@@ -42,13 +42,13 @@ inline uint16_t f32_to_f16(float f) {
   uint32_t b = f32_to_bits(f);
   uint16_t sign = static_cast<uint16_t>((b >> 16) & 0x8000u);
   uint32_t abs = b & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;                 // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;               // overflow (incl. rounding) -> inf
-  if (abs < 0x38800000u) {                                      // below the smallest normal
-    if (abs < 0x33000000u) return sign;                         // rounds to zero
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow (incl. rounding) -> inf
+  if (abs < 0x38800000u) {                        // below the smallest normal
+    if (abs < 0x33000000u) return sign;           // rounds to zero
     uint32_t e = abs >> 23;
     uint32_t man = (abs & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126 - e;                                   // 14 + (113 - e) - ... see below
+    uint32_t shift = 126 - e;  // 14 + (113 - e) - ... see below
     // value = man * 2^(e-150); f16 subnormal unit is 2^-24 -> units = man * 2^(e-126)
     uint32_t units = man >> shift;
     uint32_t rem = man & ((1u << shift) - 1);

@@ -54,7 +54,8 @@ Result<int64_t> normalize_dim(int64_t dim, int64_t rank, const char* op) {
   if (dim < -r || dim >= r) {
     return invalid_argument(std::string(op) + ": dim " + std::to_string(dim) +
                             " out of range for a tensor of rank " + std::to_string(rank) +
-                            " (expected " + std::to_string(-r) + ".." + std::to_string(r - 1) + ")");
+                            " (expected " + std::to_string(-r) + ".." + std::to_string(r - 1) +
+                            ")");
   }
   return dim < 0 ? dim + r : dim;
 }

@@ -1,4 +1,5 @@
-// Shapes and strides (in elements). A Shape is a plain vector so that it reads like PyTorch's sizes.
+// Shapes and strides (in elements). A Shape is a plain vector so that it reads like PyTorch's
+// sizes.
 #pragma once
 #include <cstdint>
 #include <string>

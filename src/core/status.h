@@ -13,11 +13,11 @@ enum class StatusCode : uint8_t {  // serialised in responses: append only
   kInvalidArgument = 1,  // the caller asked for something ill-formed (bad shape, dtype, dim)
   kNotFound = 2,         // an id that does not exist
   kOutOfRange = 3,
-  kUnimplemented = 4,    // not supported by this backend or build
+  kUnimplemented = 4,      // not supported by this backend or build
   kResourceExhausted = 5,  // a quota, limit or memory
-  kUnavailable = 6,      // the peer is gone or not reachable
-  kDataLoss = 7,         // malformed bytes (truncated frame, bad encoding)
-  kInternal = 8,         // a bug in tensorwire
+  kUnavailable = 6,        // the peer is gone or not reachable
+  kDataLoss = 7,           // malformed bytes (truncated frame, bad encoding)
+  kInternal = 8,           // a bug in tensorwire
 };
 const char* status_code_name(StatusCode c);
 
@@ -49,11 +49,15 @@ class [[nodiscard]] Status {
   std::unique_ptr<State> state_;
 };
 
-inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status out_of_range(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
-inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status resource_exhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
 inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status data_loss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
@@ -61,7 +65,7 @@ inline Status internal_error(std::string m) { return {StatusCode::kInternal, std
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT
     if (status_.ok()) status_ = internal_error("Result constructed from an OK status");
   }
@@ -85,10 +89,10 @@ class [[nodiscard]] Result {
 #define TW_CONCAT_INNER(a, b) a##b
 #define TW_CONCAT(a, b) TW_CONCAT_INNER(a, b)
 
-#define TW_RETURN_NOT_OK(expr)              \
-  do {                                      \
-    ::tw::Status _tw_st = (expr);           \
-    if (!_tw_st.ok()) return _tw_st;        \
+#define TW_RETURN_NOT_OK(expr)       \
+  do {                               \
+    ::tw::Status _tw_st = (expr);    \
+    if (!_tw_st.ok()) return _tw_st; \
   } while (0)
 
 #define TW_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
@@ -100,7 +104,7 @@ class [[nodiscard]] Result {
   TW_ASSIGN_OR_RETURN_IMPL(TW_CONCAT(_tw_res_, __LINE__), lhs, expr)
 
 // Returns invalid_argument(message) from the enclosing function when cond is false.
-#define TW_CHECK_ARG(cond, message)                             \
-  do {                                                          \
-    if (!(cond)) return ::tw::invalid_argument(message);        \
+#define TW_CHECK_ARG(cond, message)                      \
+  do {                                                   \
+    if (!(cond)) return ::tw::invalid_argument(message); \
   } while (0)

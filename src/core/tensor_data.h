@@ -12,12 +12,30 @@ namespace tw {
 
 template <class T>
 constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return kF32; }
-template <> constexpr DType dtype_of<double>() { return kF64; }
-template <> constexpr DType dtype_of<int32_t>() { return kI32; }
-template <> constexpr DType dtype_of<int64_t>() { return kI64; }
-template <> constexpr DType dtype_of<uint8_t>() { return kU8; }
-template <> constexpr DType dtype_of<bool>() { return kBool; }
+template <>
+constexpr DType dtype_of<float>() {
+  return kF32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return kF64;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return kI32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return kI64;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return kU8;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return kBool;
+}
 
 struct TensorData {
   TensorMeta meta;

@@ -51,8 +51,7 @@ void ThreadPool::drain(int own, int64_t base, const std::function<void(int64_t)>
       const uint64_t lo = s >> kIndexBits, hi = s & kIndexMask;
       if (lo >= hi) return kNoChunk;
       const uint64_t next = front ? s + (uint64_t{1} << kIndexBits) : s - 1;
-      if (st.compare_exchange_weak(s, next, std::memory_order_acq_rel,
-                                   std::memory_order_acquire)) {
+      if (st.compare_exchange_weak(s, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
         return front ? lo : hi - 1;
       }
     }

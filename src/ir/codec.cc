@@ -35,10 +35,8 @@ struct Encoder {
     w.raw_ref(v.data);
   }
   template <class E>
-    requires std::is_enum_v<E>
-  void operator()(const char*, E v) const {
-    w.u8(static_cast<uint8_t>(v));
-  }
+  requires std::is_enum_v<E>
+  void operator()(const char*, E v) const { w.u8(static_cast<uint8_t>(v)); }
 };
 
 struct Decoder {
@@ -133,7 +131,7 @@ struct Decoder {
     fail(r.bytes(static_cast<size_t>(n), v.data), f);
   }
   template <class E>
-    requires std::is_enum_v<E>
+  requires std::is_enum_v<E>
   void operator()(const char* f, E& v) {
     if (!st.ok()) return;
     uint8_t b = 0;
@@ -183,9 +181,8 @@ Result<Op> decode_op(WireReader& r) {
     TW_OP_LIST(TW_DECODE_ENTRY)
 #undef TW_DECODE_ENTRY
   }
-  return data_loss("unknown op code " + std::to_string(code) +
-                   " (this build knows codes 1.." + std::to_string(kNumOps) +
-                   "; is the peer newer?)");
+  return data_loss("unknown op code " + std::to_string(code) + " (this build knows codes 1.." +
+                   std::to_string(kNumOps) + "; is the peer newer?)");
 }
 
 Result<Op> decode_op(const uint8_t* data, size_t size) {

@@ -358,24 +358,17 @@ Result<Metas> infer_op(const Reduce& op, const Ctx& c) {
   bool empty_is_error = false;
   switch (op.kind) {
     case ReduceKind::kSum:
-    case ReduceKind::kProd:
-      out_dtype = is_float(x.dtype) ? x.dtype : kI64;
-      break;
-    case ReduceKind::kMean:
-      out_dtype = is_float(x.dtype) ? x.dtype : kF32;
-      break;
+    case ReduceKind::kProd: out_dtype = is_float(x.dtype) ? x.dtype : kI64; break;
+    case ReduceKind::kMean: out_dtype = is_float(x.dtype) ? x.dtype : kF32; break;
     case ReduceKind::kMax:
-    case ReduceKind::kMin:
-      empty_is_error = true;
-      break;
+    case ReduceKind::kMin: empty_is_error = true; break;
     case ReduceKind::kArgmax:
     case ReduceKind::kArgmin:
       if (op.dims.size() > 1) return c.error("expects at most one dim, got " + shape_str(op.dims));
       out_dtype = kI64;
       empty_is_error = true;
       break;
-    case ReduceKind::kCount:
-      return internal_error("reduce kind without a rule");
+    case ReduceKind::kCount: return internal_error("reduce kind without a rule");
   }
   const int64_t rank = rank_of(x.shape);
   TW_ASSIGN_OR_RETURN(std::vector<int64_t> dims, c.distinct_dims(op.dims, rank));
@@ -902,7 +895,8 @@ Status check_conv_grad(const Ctx& c, const Shape& x, const Shape& w, const Tenso
                        const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                        const std::vector<int64_t>& dilation, int64_t groups) {
   if (x.size() != 4) return c.error("x shape must be 4-D [N, C, H, W], got " + shape_str(x));
-  if (w.size() != 4) return c.error("w shape must be 4-D [O, C/groups, kH, kW], got " + shape_str(w));
+  if (w.size() != 4)
+    return c.error("w shape must be 4-D [O, C/groups, kH, kW], got " + shape_str(w));
   TW_RETURN_NOT_OK(c.shape_attr(x));
   TW_RETURN_NOT_OK(c.shape_attr(w));
   TW_RETURN_NOT_OK(c.floating(grad.dtype));
@@ -934,8 +928,8 @@ Result<Metas> infer_op(const Conv2dBackwardInput& op, const Ctx& c) {
   if (w.dtype != grad.dtype) {
     return c.error("w dtype " + dt(w.dtype) + " differs from grad dtype " + dt(grad.dtype));
   }
-  TW_RETURN_NOT_OK(check_conv_grad(c, op.x_shape, w.shape, grad, op.stride, op.padding,
-                                   op.dilation, op.groups));
+  TW_RETURN_NOT_OK(
+      check_conv_grad(c, op.x_shape, w.shape, grad, op.stride, op.padding, op.dilation, op.groups));
   return one(op.x_shape, grad.dtype);
 }
 
@@ -945,16 +939,15 @@ Result<Metas> infer_op(const Conv2dBackwardWeight& op, const Ctx& c) {
   if (x.dtype != grad.dtype) {
     return c.error("x dtype " + dt(x.dtype) + " differs from grad dtype " + dt(grad.dtype));
   }
-  TW_RETURN_NOT_OK(check_conv_grad(c, x.shape, op.w_shape, grad, op.stride, op.padding,
-                                   op.dilation, op.groups));
+  TW_RETURN_NOT_OK(
+      check_conv_grad(c, x.shape, op.w_shape, grad, op.stride, op.padding, op.dilation, op.groups));
   return one(op.w_shape, grad.dtype);
 }
 
 Result<Metas> infer_op(const Pool2dBackward& op, const Ctx& c) {
   // The forward op's rules, then grad must have its output's shape and dtype.
-  TW_ASSIGN_OR_RETURN(Metas fwd, infer_op(Pool2d{op.kind, op.x, op.kernel, op.stride, op.padding,
-                                                 {}},
-                                          c));
+  TW_ASSIGN_OR_RETURN(Metas fwd,
+                      infer_op(Pool2d{op.kind, op.x, op.kernel, op.stride, op.padding, {}}, c));
   TW_ASSIGN_OR_RETURN(TensorMeta grad, c.input(op.grad, "grad"));
   if (grad.shape != fwd[0].shape || grad.dtype != fwd[0].dtype) {
     return c.error("grad " + meta_str(grad) + " is not the pool's output " + meta_str(fwd[0]));
@@ -1023,8 +1016,8 @@ Result<Metas> infer_op(const Linear& op, const Ctx& c) {
                    shape_str(w.shape));
   }
   if (x.shape[1] != w.shape[1]) {
-    return c.error("x " + shape_str(x.shape) + " has " + num(x.shape[1]) +
-                   " features but w " + shape_str(w.shape) + " takes " + num(w.shape[1]));
+    return c.error("x " + shape_str(x.shape) + " has " + num(x.shape[1]) + " features but w " +
+                   shape_str(w.shape) + " takes " + num(w.shape[1]));
   }
   if (bias && bias->shape != Shape{w.shape[0]}) {
     return c.error("bias " + shape_str(bias->shape) + " must be [" + num(w.shape[0]) + "]");

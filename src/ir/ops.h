@@ -39,11 +39,11 @@ struct Scalar {
   double f = 0.0;
   int64_t i = 0;
   Scalar() = default;
-  Scalar(double v) : is_float(true), f(v), i(saturate(v)) {}  // NOLINT
-  Scalar(float v) : Scalar(static_cast<double>(v)) {}                    // NOLINT
+  Scalar(double v) : is_float(true), f(v), i(saturate(v)) {}               // NOLINT
+  Scalar(float v) : Scalar(static_cast<double>(v)) {}                      // NOLINT
   Scalar(int64_t v) : is_float(false), f(static_cast<double>(v)), i(v) {}  // NOLINT
-  Scalar(int v) : Scalar(static_cast<int64_t>(v)) {}                     // NOLINT
-  Scalar(bool v) : Scalar(static_cast<int64_t>(v)) {}                    // NOLINT
+  Scalar(int v) : Scalar(static_cast<int64_t>(v)) {}                       // NOLINT
+  Scalar(bool v) : Scalar(static_cast<int64_t>(v)) {}                      // NOLINT
   double as_double() const { return is_float ? f : static_cast<double>(i); }
   // The integer view of a float, as Cast converts (float_to_int below).
   static constexpr int64_t saturate(double v);
@@ -148,22 +148,25 @@ constexpr int64_t Scalar::saturate(double v) { return float_to_int<int64_t>(v); 
 #define TW_FE_15(M, x, ...) M(x) TW_FE_14(M, __VA_ARGS__)
 #define TW_FE_16(M, x, ...) M(x) TW_FE_15(M, __VA_ARGS__)
 #define TW_FE_PICK(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, N, ...) N
-#define TW_FOR_EACH(M, ...)                                                                   \
+#define TW_FOR_EACH(M, ...)                                                                     \
   TW_FE_PICK(__VA_ARGS__, TW_FE_16, TW_FE_15, TW_FE_14, TW_FE_13, TW_FE_12, TW_FE_11, TW_FE_10, \
-             TW_FE_9, TW_FE_8, TW_FE_7, TW_FE_6, TW_FE_5, TW_FE_4, TW_FE_3, TW_FE_2,            \
-             TW_FE_1)(M, __VA_ARGS__)
+             TW_FE_9, TW_FE_8, TW_FE_7, TW_FE_6, TW_FE_5, TW_FE_4, TW_FE_3, TW_FE_2, TW_FE_1)   \
+  (M, __VA_ARGS__)
 #define TW_VISIT_FIELD(f) v(#f, f);
-#define TW_FIELDS(...)                                                          \
-  template <class V>                                                            \
-  void fields(V&& v) {                                                          \
-    TW_FOR_EACH(TW_VISIT_FIELD, __VA_ARGS__)                                    \
-  }                                                                             \
-  template <class V>                                                            \
-  void fields(V&& v) const {                                                    \
-    TW_FOR_EACH(TW_VISIT_FIELD, __VA_ARGS__)                                    \
-  }                                                                             \
+#define TW_FIELDS(...)                       \
+  template <class V>                         \
+  void fields(V&& v) {                       \
+    TW_FOR_EACH(TW_VISIT_FIELD, __VA_ARGS__) \
+  }                                          \
+  template <class V>                         \
+  void fields(V&& v) const {                 \
+    TW_FOR_EACH(TW_VISIT_FIELD, __VA_ARGS__) \
+  }                                          \
   auto tie() const { return std::tie(__VA_ARGS__); }
 
+// The ops and their list read as tables, a few fields or entries to a line (clang-format would
+// break them up):
+// clang-format off
 // ================================ the ops ================================
 // Field types allowed: In, Out, std::vector<In>, int64_t, std::vector<int64_t>, double, bool,
 // DType, Scalar, Bytes and the kind enums above.
@@ -419,6 +422,7 @@ struct AdamStep {  // one Adam/AdamW update of a parameter and its two moments (
   X(LayerNorm, 34, 1) X(Conv2dBackwardInput, 35, 1) X(Conv2dBackwardWeight, 36, 1) \
   X(Pool2dBackward, 37, 1) X(AdaptiveAvgPool2dBackward, 38, 1) X(AdamStep, 39, 6) \
   X(Linear, 40, 7)
+// clang-format on
 
 #define TW_OP_VARIANT_ENTRY(Name, code, since) Name,
 using Op = std::variant<TW_OP_LIST(TW_OP_VARIANT_ENTRY) std::monostate>;
@@ -449,12 +453,12 @@ static_assert(detail::op_codes_dense(), "TW_OP_LIST: wire codes must be 1, 2, ..
 
 template <class T>
 struct OpTraits;
-#define TW_OP_TRAITS_ENTRY(Name, code, since)                       \
-  template <>                                                \
-  struct OpTraits<Name> {                                    \
-    static constexpr OpCode kCode = OpCode::k##Name;         \
-    static constexpr const char* kStructName = #Name;        \
-    static constexpr Autograd kAutograd = Name::kAutograd;   \
+#define TW_OP_TRAITS_ENTRY(Name, code, since)              \
+  template <>                                              \
+  struct OpTraits<Name> {                                  \
+    static constexpr OpCode kCode = OpCode::k##Name;       \
+    static constexpr const char* kStructName = #Name;      \
+    static constexpr Autograd kAutograd = Name::kAutograd; \
   };
 TW_OP_LIST(TW_OP_TRAITS_ENTRY)
 #undef TW_OP_TRAITS_ENTRY
@@ -464,8 +468,7 @@ TW_OP_LIST(TW_OP_TRAITS_ENTRY)
 constexpr uint16_t op_since_protocol(OpCode code) {
   switch (code) {
 #define TW_OP_SINCE_CASE(Name, code, since) \
-  case OpCode::k##Name:                     \
-    return since;
+  case OpCode::k##Name: return since;
     TW_OP_LIST(TW_OP_SINCE_CASE)
 #undef TW_OP_SINCE_CASE
   }

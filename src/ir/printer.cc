@@ -49,9 +49,11 @@ struct Printer {
   void operator()(const char* n, bool v) { sep(n), os << (v ? "true" : "false"); }
   void operator()(const char* n, DType v) { sep(n), os << dtype_name(v); }
   void operator()(const char* n, const Scalar& v) { sep(n), os << scalar_str(v); }
-  void operator()(const char* n, const Bytes& v) { sep(n), os << "<" << v.data.size() << " bytes>"; }
+  void operator()(const char* n, const Bytes& v) {
+    sep(n), os << "<" << v.data.size() << " bytes>";
+  }
   template <class E>
-    requires std::is_enum_v<E>
+  requires std::is_enum_v<E>
   void operator()(const char* n, E v) {
     sep(n);
     os << kind_name(v);

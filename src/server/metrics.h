@@ -243,8 +243,7 @@ class OpTimer {
   Status run(const ir::Op& op, Execute&& execute) {
     if (!on_) return m_.count_op(execute());
     const size_t slot = slot_of(op);
-    OpSampling::Kind* kind =
-        sampling_ && slot < kOpCodeSlots ? &sampling_->kinds[slot] : nullptr;
+    OpSampling::Kind* kind = sampling_ && slot < kOpCodeSlots ? &sampling_->kinds[slot] : nullptr;
     if (kind && kind->skip > 0) {
       --kind->skip;
       Status st = execute();

@@ -185,8 +185,8 @@ void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
     bool operator()(proto::OpTask&) { return false; }    // (above)
     bool operator()(proto::DropTask&) { return false; }  // (above)
     bool operator()(proto::ReadTask& t) {
-      proto::encode_read_result(t.request_id,
-                                s.totals_.metrics.counted_read(s.read_for_wire(t.id)), f);
+      proto::encode_read_result(t.request_id, s.totals_.metrics.counted_read(s.read_for_wire(t.id)),
+                                f);
       return true;
     }
     bool operator()(proto::SyncTask& t) {
@@ -212,9 +212,9 @@ void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
       return true;
     }
     bool operator()(proto::MoveLocalTask& t) {
-      s.land(t.id, t.meta,
-             s.totals_.capabilities.redeem(t.source.capability, t.source.session_id,
-                                           t.source.tensor));
+      s.land(
+          t.id, t.meta,
+          s.totals_.capabilities.redeem(t.source.capability, t.source.session_id, t.source.tensor));
       s.settle();
       return false;
     }

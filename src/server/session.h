@@ -72,8 +72,8 @@ struct Batch {
   // ran, and the session reports the error after them.
   Status decoded;
   protocol::BatchDecoder decoder;  // the rest of `frame`'s tasks
-  Buffer frame;     // its bytes may back uploaded tensors until they are dropped
-  size_t next = 0;  // the first task of `tasks` not yet run
+  Buffer frame;                    // its bytes may back uploaded tensors until they are dropped
+  size_t next = 0;                 // the first task of `tasks` not yet run
   // An AttachSegment message (protocol 5) rather than a batch: queued like one, so that it takes
   // effect in order with the tasks around it. The segment was adopted when the frame arrived
   // (its descriptor comes with the frame's bytes), or `adopted` says why not.

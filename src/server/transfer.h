@@ -122,10 +122,10 @@ void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& f
 // Runs one asynchronous step of `s` for at most `stall`; a step that does not complete by then
 // is ended by shutting the stream down, and reports timed_out. `*moved` (when given): the bytes
 // the step moved, all of them or those before it failed.
-asio::error_code step(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
-                      const std::function<void(std::function<void(const asio::error_code&, size_t)>)>&
-                          start,
-                      size_t* moved = nullptr);
+asio::error_code step(
+    asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
+    const std::function<void(std::function<void(const asio::error_code&, size_t)>)>& start,
+    size_t* moved = nullptr);
 // Reads one frame's payload; `max` bounds its length before anything is allocated. The byte at
 // offset `aligned` of the payload lands 64-byte aligned.
 Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,

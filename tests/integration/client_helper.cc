@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
   int64_t mib = std::atoll(argv[2]);
   tw::Tensor t = tw::ones({mib, 256 * 1024}, tw::kF32, dev);
   dev.sync();
-  std::printf("ready %llu\n", static_cast<unsigned long long>(tw::remote_stats(dev).session_bytes_held));
+  std::printf("ready %llu\n",
+              static_cast<unsigned long long>(tw::remote_stats(dev).session_bytes_held));
   std::fflush(stdout);
   for (;;) pause();
 }

@@ -42,7 +42,8 @@ using testing::ServerProcess;
 using Clock = std::chrono::steady_clock;
 
 // Polls `cond` every 10 ms until it holds or `limit` passes; returns its last value.
-bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+bool eventually(const std::function<bool()>& cond,
+                std::chrono::milliseconds limit = std::chrono::seconds(5)) {
   auto deadline = Clock::now() + limit;
   for (;;) {
     if (cond()) return true;
@@ -182,7 +183,8 @@ TEST(Faults, TruncatedFramesThenCloseFreeTheSession) {
     bw.add_op(full_op(2, {1000}, kI64, 6));
     std::vector<uint8_t> payload = testing::flatten(bw.take());
     std::vector<uint8_t> b = testing::le32(static_cast<uint32_t>(payload.size()));
-    b.insert(b.end(), payload.begin(), payload.begin() + static_cast<ptrdiff_t>(payload.size() / 2));
+    b.insert(b.end(), payload.begin(),
+             payload.begin() + static_cast<ptrdiff_t>(payload.size() / 2));
     ASSERT_TRUE(c->send_bytes(b));
     // Only a 4-byte header.
   }
@@ -225,7 +227,8 @@ TEST(Faults, OversizedFrameHeaderGetsAnErrorNamingTheLimitThenClose) {
   Device good = Device::remote(server.url());
   expect_healthy(good, 5);
   for (bool in_session : {false, true}) {
-    std::unique_ptr<RawClient> c = in_session ? raw_session(server.url()) : std::make_unique<RawClient>(server.url());
+    std::unique_ptr<RawClient> c =
+        in_session ? raw_session(server.url()) : std::make_unique<RawClient>(server.url());
     ASSERT_TRUE(c);
     // The header alone: the server must decide before it allocates or reads the payload.
     ASSERT_TRUE(c->send_bytes(testing::le32(65537)));
@@ -234,7 +237,8 @@ TEST(Faults, OversizedFrameHeaderGetsAnErrorNamingTheLimitThenClose) {
     ASSERT_EQ(m->kind, proto::ServerMsg::kSessionError);
     EXPECT_EQ(m->status.code(), StatusCode::kResourceExhausted);
     const std::string& msg = m->status.message();
-    EXPECT_TRUE(contains(msg, "65537") && contains(msg, "65536") && contains(msg, "--max-frame")) << msg;
+    EXPECT_TRUE(contains(msg, "65537") && contains(msg, "65536") && contains(msg, "--max-frame"))
+        << msg;
     EXPECT_TRUE(c->closed_by_peer());
   }
   {
@@ -382,7 +386,8 @@ TEST(Faults, BadDeviceIndexIsRefusedNamingTheRange) {
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->kind, proto::ServerMsg::kRefuse);
   EXPECT_EQ(m->refuse.reason, proto::RefuseReason::kBadDeviceIndex);
-  EXPECT_TRUE(contains(m->refuse.message, "7") && contains(m->refuse.message, "0..1")) << m->refuse.message;
+  EXPECT_TRUE(contains(m->refuse.message, "7") && contains(m->refuse.message, "0..1"))
+      << m->refuse.message;
   EXPECT_TRUE(c.closed_by_peer());
   // Through the API the same refusal is an exception with the server's words.
   try {
@@ -463,10 +468,10 @@ TEST(Faults, OtherMalformedBatchesAreErrorsAndTheSessionGoesOn) {
     // Full{out=1, shape=[1], dtype=250, ...}: the decoder checks the dtype code.
     std::vector<uint8_t>& p = cases.back().payload;
     p = {batch, 1, 0, 0, 0, static_cast<uint8_t>(proto::TaskKind::kOp), 1, 0};
-    for (int i = 0; i < 8; ++i) p.push_back(i == 0 ? 1 : 0);            // out
-    p.insert(p.end(), {1, 0, 0, 0});                                      // shape count
-    for (int i = 0; i < 8; ++i) p.push_back(i == 0 ? 1 : 0);            // shape[0]
-    p.push_back(250);                                                     // dtype
+    for (int i = 0; i < 8; ++i) p.push_back(i == 0 ? 1 : 0);  // out
+    p.insert(p.end(), {1, 0, 0, 0});                          // shape count
+    for (int i = 0; i < 8; ++i) p.push_back(i == 0 ? 1 : 0);  // shape[0]
+    p.push_back(250);                                         // dtype
   }
   uint64_t req = 1;
   for (const Case& k : cases) {
@@ -602,8 +607,9 @@ TEST(Faults, KilledClientsMemoryIsFreed) {
     after = remote_stats(observer);
     return after.sessions == before.sessions && others(after) == others(before);
   });
-  EXPECT_TRUE(freed) << "after SIGKILL of the client: " << after.sessions << " sessions, others hold "
-                     << others(after) << " bytes; before it connected: " << before.sessions << ", "
+  EXPECT_TRUE(freed) << "after SIGKILL of the client: " << after.sessions
+                     << " sessions, others hold " << others(after)
+                     << " bytes; before it connected: " << before.sessions << ", "
                      << others(before);
   expect_healthy(observer, 15);
 }
@@ -695,7 +701,8 @@ TEST(Faults, ClientKeepsItsFramesWithinTheServersLimit) {
     std::vector<int32_t> v(2048, i);  // 8 KiB each, 320 KiB in all
     ts.push_back(from_vector<int32_t>(v, {2048}, d));
   }
-  for (int i = 0; i < 40; ++i) EXPECT_EQ(ts[i].to_vector<int32_t>(), std::vector<int32_t>(2048, i)) << i;
+  for (int i = 0; i < 40; ++i)
+    EXPECT_EQ(ts[i].to_vector<int32_t>(), std::vector<int32_t>(2048, i)) << i;
   expect_healthy(d, 20);
 
   // The smallest limit the server accepts: batches of ops, reads and drops all fit.
@@ -765,7 +772,8 @@ TEST(Faults, GracefulSigtermWithQueuedWork) {
   if (WIFEXITED(status)) {
     EXPECT_EQ(WEXITSTATUS(status), 0);
   }
-  ASSERT_EQ(fut.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "the client hangs";
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "the client hangs";
   std::string r = fut.get();
   EXPECT_TRUE(r == "ok" || (contains(r, url) && contains(r, "closed"))) << r;
   auto t0 = Clock::now();
@@ -818,7 +826,8 @@ TEST(Faults, SigtermWhileAClientKeepsSending) {
     int status = server->stop();
     stop = true;
     sender.join();
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round << ": status " << status;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "round " << round << ": status " << status;
   }
 }
 

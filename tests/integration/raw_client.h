@@ -122,7 +122,8 @@ class RawClient {
   std::optional<std::vector<uint8_t>> read_frame() {
     uint8_t h[4];
     if (!read_exact(h, 4)) return std::nullopt;
-    uint32_t len = uint32_t{h[0]} | uint32_t{h[1]} << 8 | uint32_t{h[2]} << 16 | uint32_t{h[3]} << 24;
+    uint32_t len =
+        uint32_t{h[0]} | uint32_t{h[1]} << 8 | uint32_t{h[2]} << 16 | uint32_t{h[3]} << 24;
     if (len > (256u << 20)) return std::nullopt;
     std::vector<uint8_t> p(len);
     if (!read_exact(p.data(), len)) return std::nullopt;

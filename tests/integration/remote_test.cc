@@ -1,8 +1,10 @@
 // Remote execution against real server processes on 127.0.0.1 (port 0).
-#include <gtest/gtest.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
+#include "tensorwire/remote.h"
+
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -11,7 +13,6 @@
 #include <thread>
 
 #include "support/server_process.h"
-#include "tensorwire/remote.h"
 #include "tensorwire/server.h"
 #include "tensorwire/tensorwire.h"
 
@@ -89,7 +90,8 @@ TEST(Remote, UploadAndReadBack) {
   // An async read completes while others are in flight, in any order.
   std::vector<std::future<std::vector<float>>> futs;
   for (int i = 0; i < 8; ++i) {
-    futs.push_back(std::async(std::launch::async, [&, i] { return (t * static_cast<double>(i)).to_vector<float>(); }));
+    futs.push_back(std::async(std::launch::async,
+                              [&, i] { return (t * static_cast<double>(i)).to_vector<float>(); }));
   }
   for (int i = 0; i < 8; ++i) {
     auto r = futs[i].get();
@@ -179,7 +181,9 @@ TEST(Remote, ShapeErrorsAtTheCallSite) {
     Tensor c = ones({2, 3}, kF32, d).matmul(ones({4, 5}, kF32, d));
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("matmul: inner dimensions differ: [2, 3] x [4, 5]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("matmul: inner dimensions differ: [2, 3] x [4, 5]"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -235,7 +239,8 @@ TEST(Remote, HostingValidation) {
     auto s = serve(Device::remote(server.url()));
     FAIL() << "serving a remote device must fail";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("remote device only forwards ops"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("remote device only forwards ops"), std::string::npos)
+        << e.what();
   }
   ServerOptions bad;
   bad.backend = "quantum";

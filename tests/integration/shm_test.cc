@@ -4,6 +4,8 @@
 // the bytes through the socket, a read result the program holds keeps its bytes, and a bad
 // segment (a pipe, an unsealed memfd, no descriptor, a range outside it, an unknown id) fails
 // that session's request only while the server goes on serving everyone.
+#include "net/shm.h"
+
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -14,7 +16,6 @@
 #include <vector>
 
 #include "client/connection.h"
-#include "net/shm.h"
 #include "raw_client.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"

@@ -138,7 +138,7 @@ int64_t chunk_images(const ConvGeometry& g) {
 
 Result<std::shared_ptr<const ConvPrimitive>> conv_primitive(const ConvGeometry& g, int64_t images,
                                                             int threads, bool has_bias) {
-  const std::vector<int64_t> key = {threads,  images, g.c,  g.h,  g.w,  g.o,  g.cg, g.kh, g.kw,
+  const std::vector<int64_t> key = {threads,  images, g.c,  g.h,  g.w,  g.o,  g.cg, g.kh,    g.kw,
                                     g.groups, g.sh,   g.sw, g.ph, g.pw, g.dh, g.dw, has_bias};
   return conv_cache().get(key, "conv2d", [&] {
     if (threads > 1) return make_conv(g, images, has_bias);
@@ -188,7 +188,9 @@ Status conv_images(const ConvGeometry& g, const ConvPrimitive& p, int64_t images
   // One transpose per (image, block of 16 channels).
   const int64_t blocks = g.o / 16, hw = g.ho * g.wo;
   const float* from = reinterpret_cast<const float*>(dst_buf.data());
-  auto untile = [&](int64_t t) { untile16(from + t * hw * 16, y + t * 16 * hw, hw, hw, streaming); };
+  auto untile = [&](int64_t t) {
+    untile16(from + t * hw * 16, y + t * 16 * hw, hw, hw, streaming);
+  };
   if (untile_on_threads) {
     dnnl_parallel_for(images * blocks, untile);
   } else {
@@ -299,9 +301,9 @@ Status run(const ir::Conv2d& op, KernelContext& ctx) {
       fill_bias<T>(g, b, out.data<T>());
     } else if constexpr (std::is_same_v<T, float>) {
       if (conv_first_layer_fits(g.cg, g.kh, g.kw, g.wo, g.groups, g.sw)) {
-        conv_first_layer({g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.ho, g.wo, g.sh, g.ph, g.dh, g.pw,
-                          g.dw},
-                         x.data<float>(), w.data<float>(), b, out.data<float>());
+        conv_first_layer(
+            {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.ho, g.wo, g.sh, g.ph, g.dh, g.pw, g.dw},
+            x.data<float>(), w.data<float>(), b, out.data<float>());
       } else {
         st = conv_dnnl(g, x, w, bias ? &*bias : nullptr, out);
       }

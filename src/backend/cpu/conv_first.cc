@@ -108,8 +108,8 @@ void row(const FirstLayerConv& g, const float* x, const float* packed, const flo
           taps.weight[k] = (ic * g.kh + ky) * g.kw + kx;
           for (int t = 0; t < 2; ++t) {
             const int64_t base = ix + 16 * t;
-            taps.mask[k][t] = static_cast<uint16_t>(lanes(-base, g.w - base) &
-                                                    lanes(0, g.wo - (ox + 16 * t)));
+            taps.mask[k][t] =
+                static_cast<uint16_t>(lanes(-base, g.w - base) & lanes(0, g.wo - (ox + 16 * t)));
           }
         }
       }
@@ -119,8 +119,8 @@ void row(const FirstLayerConv& g, const float* x, const float* packed, const flo
     for (int64_t oc = 0; oc < g.o; oc += kChannelTile) {
       const int64_t nb = std::min<int64_t>(kChannelTile, g.o - oc);
       float* out = y + (img * g.o + oc) * plane + oy * g.wo + ox;
-      tile_rest<kChannelTile>(nb, taps, image, packed + oc * ntaps, bias ? bias + oc : nullptr,
-                              out, plane, store0, store1, stream);
+      tile_rest<kChannelTile>(nb, taps, image, packed + oc * ntaps, bias ? bias + oc : nullptr, out,
+                              plane, store0, store1, stream);
     }
   }
 }
@@ -152,9 +152,11 @@ void conv_first_layer(const FirstLayerConv& g, const float* x, const float* w, c
   const bool stream = streams_output(g.n * g.o * g.ho * g.wo * int64_t{sizeof(float)}) &&
                       reinterpret_cast<uintptr_t>(y) % 64 == 0 && g.wo % 16 == 0;
   const int64_t row_cost = g.o * g.wo * ntaps;
-  parallel_chunks(rows, std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, row_cost)), [&](int64_t, int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) row(g, x, packed.data(), bias, y, r / g.ho, r % g.ho, stream);
-  });
+  parallel_chunks(rows, std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, row_cost)),
+                  [&](int64_t, int64_t b, int64_t e) {
+                    for (int64_t r = b; r < e; ++r)
+                      row(g, x, packed.data(), bias, y, r / g.ho, r % g.ho, stream);
+                  });
 }
 
 }  // namespace tw::cpu

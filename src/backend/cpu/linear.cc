@@ -69,8 +69,7 @@ Status run(const ir::Linear& op, KernelContext& ctx) {
     return Status::OK();
   }
   const DnnlThreadsFor dnnl_threads(n * k * m);
-  const std::vector<int64_t> key = {dnnl_threads.threads(), n, k, m, xrs, xcs, wrs, wcs,
-                                    has_bias};
+  const std::vector<int64_t> key = {dnnl_threads.threads(), n, k, m, xrs, xcs, wrs, wcs, has_bias};
   using dims = dnnl::memory::dims;
   auto made = linear_cache().get(key, "linear", [&] {
     LinearPrimitive p;
@@ -99,7 +98,8 @@ Status run(const ir::Linear& op, KernelContext& ctx) {
         {DNNL_ARG_SRC, dnnl::memory(p.x_md, dnnl_engine(), x->data<float>())},
         {DNNL_ARG_WEIGHTS, dnnl::memory(p.w_md, dnnl_engine(), w->data<float>())},
         {DNNL_ARG_DST, dnnl::memory(p.y_md, dnnl_engine(), y.data<float>())}};
-    if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias_md, dnnl_engine(), bias->data<float>()));
+    if (bias)
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias_md, dnnl_engine(), bias->data<float>()));
     TW_RETURN_NOT_OK(dnnl_run("linear", p.prim, p.scratchpad, std::move(args)));
   } catch (const std::exception& e) {
     return dnnl_status("linear", e);

@@ -3,15 +3,15 @@
 // (f16 and bf16 included) takes the same path. Copies are pure, so any partition of the work
 // gives the same bytes.
 #include <algorithm>
-#include <cstring>
 #include <array>
+#include <cstring>
 #include <optional>
 
 #include "backend/cpu/kernels.h"
-#include "ir/infer.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/structured_util.h"
 #include "core/thread_pool.h"
+#include "ir/infer.h"
 
 namespace tw::cpu {
 namespace {

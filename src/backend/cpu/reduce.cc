@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "backend/cpu/elementwise.h"
-#include "backend/cpu/tile.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/tile.h"
 
 namespace tw::cpu {
 namespace {
@@ -70,8 +70,7 @@ struct MeanP : SumP<T, A, O> {
     if constexpr (std::is_floating_point_v<A>) {
       return static_cast<O>(a / static_cast<A>(n));  // n = 0 gives NaN
     } else {  // integral sums: exact in 64 bits, divided in double
-      return static_cast<O>(static_cast<double>(static_cast<int64_t>(a)) /
-                            static_cast<double>(n));
+      return static_cast<O>(static_cast<double>(static_cast<int64_t>(a)) / static_cast<double>(n));
     }
   }
 };

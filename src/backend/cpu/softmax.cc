@@ -10,10 +10,10 @@
 #include <cmath>
 #include <limits>
 
-#include "backend/cpu/vec_math.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/structured_util.h"
+#include "backend/cpu/vec_math.h"
 #include "core/thread_pool.h"
 
 namespace tw::cpu {

@@ -29,9 +29,8 @@ void untile16_generic(const float* src, float* dst, int64_t p0, int64_t hw, int6
 
 // Pixels [0, hw - hw % 16) as 16x16 register transposes: 16 loads of one pixel's 16 channels,
 // four shuffle stages, 16 stores of one channel's 16 pixels. Returns the first pixel left over.
-__attribute__((target("avx512f"))) int64_t untile16_avx512(const float* src, float* dst,
-                                                           int64_t hw, int64_t dst_plane,
-                                                           bool streaming) {
+__attribute__((target("avx512f"))) int64_t untile16_avx512(const float* src, float* dst, int64_t hw,
+                                                           int64_t dst_plane, bool streaming) {
   const bool aligned = reinterpret_cast<uintptr_t>(dst) % 64 == 0 && dst_plane % 16 == 0;
   streaming = streaming && aligned;
   int64_t p0 = 0;

@@ -338,8 +338,7 @@ TEST(Graph, AFailingOpPoisonsWhatItReaches) {
   const ir::TensorId outs[] = {100, 101};
   Status st = s->run_graph(*g, ins, outs);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("softmax: over the test's limit"), std::string::npos)
-      << st.message();
+  EXPECT_NE(st.message().find("softmax: over the test's limit"), std::string::npos) << st.message();
   Result<TensorData> r = s->read(100);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), st.message());

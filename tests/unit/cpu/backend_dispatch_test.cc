@@ -170,7 +170,8 @@ TEST(CpuDispatch, PermutedBatchesReadBackExactly) {
       std::vector<int64_t> idx(out_shape.size(), 0);
       for (int64_t o = 0; o < n; ++o) {
         int64_t off = 0;
-        for (size_t k = 0; k < idx.size(); ++k) off += idx[k] * in_strides[static_cast<size_t>(c.dims[k])];
+        for (size_t k = 0; k < idx.size(); ++k)
+          off += idx[k] * in_strides[static_cast<size_t>(c.dims[k])];
         std::memcpy(&want[static_cast<size_t>(o) * es], &src[static_cast<size_t>(off) * es], es);
         for (size_t k = idx.size(); k-- > 0;) {
           if (++idx[k] < out_shape[k]) break;
@@ -178,8 +179,7 @@ TEST(CpuDispatch, PermutedBatchesReadBackExactly) {
         }
       }
       ASSERT_EQ(got->bytes.size(), want.size());
-      EXPECT_EQ(std::memcmp(got->bytes.data(), want.data(), want.size()), 0)
-          << what << " permuted";
+      EXPECT_EQ(std::memcmp(got->bytes.data(), want.data(), want.size()), 0) << what << " permuted";
     }
   }
 }

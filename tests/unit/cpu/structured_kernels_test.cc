@@ -606,7 +606,10 @@ TEST(StructuredKernels, OwnKernelsIdenticalForAnyThreadCount) {
   const CpuTensor cx = random_f32({4, 3, 48, 40}, 75), cw = random_f32({20, 3, 3, 3}, 76);
   auto compute = [&] {
     Harness h;
-    ir::Conv2d cv{.x = h.in(cx), .w = h.in(cw), .bias = {}, .padding = {1, 1},
+    ir::Conv2d cv{.x = h.in(cx),
+                  .w = h.in(cw),
+                  .bias = {},
+                  .padding = {1, 1},
                   .out = h.out({4, 20, 48, 40}, kF32)};
     ir::Softmax s1{.x = h.in(x), .dim = -1, .out = h.out({300, 1000}, kF32)};
     ir::Softmax s2{.x = h.in(x3), .dim = 1, .out = h.out({30, 100, 70}, kF32)};

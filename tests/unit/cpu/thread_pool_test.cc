@@ -5,9 +5,10 @@
 // builds alone (ThreadSanitizer does not see libgomp's own synchronisation):
 //   g++ -std=c++20 -fopenmp -Isrc tests/unit/cpu/thread_pool_test.cc
 //       src/core/thread_pool.cc -lgtest -lgtest_main -pthread
-#include <gtest/gtest.h>
+#include "core/thread_pool.h"
 
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,8 +18,6 @@
 #include <set>
 #include <thread>
 #include <vector>
-
-#include "core/thread_pool.h"
 
 namespace tw {
 namespace {
@@ -117,7 +116,8 @@ TEST(ThreadPool, ChunksOfAHeldUpThreadAreTakenOver) {
       }
       done.fetch_add(1);
     });
-    ASSERT_FALSE(timed_out.load()) << "rep " << rep << ": the held-up worker's chunks were not taken over";
+    ASSERT_FALSE(timed_out.load())
+        << "rep " << rep << ": the held-up worker's chunks were not taken over";
     ASSERT_EQ(done.load(), kChunks);
     held_runs += held.load();
   }
@@ -163,7 +163,9 @@ TEST(ThreadPool, ReleaseIdleThreadsHandsTheThreadsBack) {
       std::erase_if(left, [&](long id) { return !now.count(id); });
       if (!left.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    EXPECT_TRUE(left.empty()) << left.size() << " of the run's OpenMP threads still exist 30 s after release_idle_threads";
+    EXPECT_TRUE(left.empty())
+        << left.size()
+        << " of the run's OpenMP threads still exist 30 s after release_idle_threads";
     sum = 0;
     pool.run(64, [&](int64_t) { sum.fetch_add(1); });
     EXPECT_EQ(sum.load(), 64);

@@ -31,8 +31,14 @@ Bytes bytes_of_size(size_t n) { return Bytes{Buffer::zeros(n)}; }
 class InferTest : public ::testing::Test {
  protected:
   static Op adam_step(In p, In g, In m, In v, In step_size, In bias2_sqrt) {
-    return AdamStep{.param = p, .grad = g, .exp_avg = m, .exp_avg_sq = v, .step_size = step_size,
-                    .bias2_sqrt = bias2_sqrt, .param_out = {996}, .exp_avg_out = {997},
+    return AdamStep{.param = p,
+                    .grad = g,
+                    .exp_avg = m,
+                    .exp_avg_sq = v,
+                    .step_size = step_size,
+                    .bias2_sqrt = bias2_sqrt,
+                    .param_out = {996},
+                    .exp_avg_out = {997},
                     .exp_avg_sq_out = kOut};
   }
   // Registers a tensor and returns it as an input.
@@ -183,9 +189,9 @@ TEST_F(InferTest, AcceptsOneInstanceOfEveryOp) {
     covered.insert(op_code(c.op));
   }
   covered.insert(OpCode::kLinear);
-  EXPECT_TRUE(gives(Linear{.x = t({4, 3}), .w = t({5, 3}), .bias = t({5}), .relu = true,
-                           .out = kOut},
-                    {4, 5}, kF32));
+  EXPECT_TRUE(
+      gives(Linear{.x = t({4, 3}), .w = t({5, 3}), .bias = t({5}), .relu = true, .out = kOut},
+            {4, 5}, kF32));
   // Ops with several outputs.
   const Op adam = adam_step(t({4, 3}), t({4, 3}), t({4, 3}), t({4, 3}), t({}), t({}));
   EXPECT_TRUE(gives(adam, {4, 3}, kF32, 3));
@@ -941,12 +947,17 @@ TEST_F(InferTest, LayerNorm) {
 TEST_F(InferTest, Conv2dBackwardInput) {
   // x [2, 4, 7, 7], w [6, 2, 3, 3], groups 2, stride 2, padding 1 -> grad [2, 6, 4, 4]
   auto op = [](In grad, In w, Shape xs, int64_t groups) {
-    return Conv2dBackwardInput{.grad = grad, .w = w, .x_shape = std::move(xs), .stride = {2, 2},
-                               .padding = {1, 1}, .dilation = {1, 1}, .groups = groups,
+    return Conv2dBackwardInput{.grad = grad,
+                               .w = w,
+                               .x_shape = std::move(xs),
+                               .stride = {2, 2},
+                               .padding = {1, 1},
+                               .dilation = {1, 1},
+                               .groups = groups,
                                .out = kOut};
   };
-  EXPECT_TRUE(gives(op(t({2, 6, 4, 4}, kF64), t({6, 2, 3, 3}, kF64), {2, 4, 7, 7}, 2),
-                    {2, 4, 7, 7}, kF64));
+  EXPECT_TRUE(
+      gives(op(t({2, 6, 4, 4}, kF64), t({6, 2, 3, 3}, kF64), {2, 4, 7, 7}, 2), {2, 4, 7, 7}, kF64));
   // x of 8 columns gives the same output width: both input sizes are valid.
   EXPECT_TRUE(gives(op(t({2, 6, 4, 4}), t({6, 2, 3, 3}), {2, 4, 8, 8}, 2), {2, 4, 8, 8}, kF32));
   EXPECT_TRUE(fails_containing(op(t({2, 6, 4, 4}), t({6, 2, 3, 3}), {2, 4, 9, 9}, 2),
@@ -955,33 +966,44 @@ TEST_F(InferTest, Conv2dBackwardInput) {
                                "groups 3 does not fit"));
   EXPECT_TRUE(fails_containing(op(t({2, 6, 4, 4}), t({6, 2, 3, 3}, kF64), {2, 4, 7, 7}, 2),
                                "w dtype f64 differs from grad dtype f32"));
-  EXPECT_TRUE(fails_containing(op(t({2, 6, 4, 4}), t({6, 2, 3, 3}), {2, 4, 7}, 2),
-                               "x shape must be 4-D"));
+  EXPECT_TRUE(
+      fails_containing(op(t({2, 6, 4, 4}), t({6, 2, 3, 3}), {2, 4, 7}, 2), "x shape must be 4-D"));
   EXPECT_TRUE(fails_containing(op(t({2, 6, 4, 4}, kI32), t({6, 2, 3, 3}, kI32), {2, 4, 7, 7}, 2),
                                "dtype i32 is not supported"));
 }
 
 TEST_F(InferTest, Conv2dBackwardWeight) {
   auto op = [](In grad, In x, Shape ws) {
-    return Conv2dBackwardWeight{.grad = grad, .x = x, .w_shape = std::move(ws), .stride = {1, 1},
-                                .padding = {0, 0}, .dilation = {2, 2}, .groups = 1, .out = kOut};
+    return Conv2dBackwardWeight{.grad = grad,
+                                .x = x,
+                                .w_shape = std::move(ws),
+                                .stride = {1, 1},
+                                .padding = {0, 0},
+                                .dilation = {2, 2},
+                                .groups = 1,
+                                .out = kOut};
   };
   EXPECT_TRUE(gives(op(t({1, 5, 2, 2}), t({1, 3, 6, 6}), {5, 3, 3, 3}), {5, 3, 3, 3}, kF32));
   EXPECT_TRUE(fails_containing(op(t({1, 5, 2, 2}), t({1, 3, 6, 6}), {5, 3, 2, 2}),
                                "is not the conv2d output [1, 5, 4, 4]"));
-  EXPECT_TRUE(fails_containing(op(t({1, 5, 2, 2}), t({1, 3, 6, 6}), {5, 3, 3, -3}),
-                               "negative dimension"));
+  EXPECT_TRUE(
+      fails_containing(op(t({1, 5, 2, 2}), t({1, 3, 6, 6}), {5, 3, 3, -3}), "negative dimension"));
   EXPECT_TRUE(fails_containing(op(t({1, 5, 2, 2}), t({1, 3, 6, 6}, kF64), {5, 3, 3, 3}),
                                "x dtype f64 differs from grad dtype f32"));
 }
 
 TEST_F(InferTest, Pool2dBackward) {
   auto op = [](PoolKind kind, In grad, In x) {
-    return Pool2dBackward{.kind = kind, .grad = grad, .x = x, .kernel = {3, 3}, .stride = {2, 2},
-                          .padding = {1, 1}, .out = kOut};
+    return Pool2dBackward{.kind = kind,
+                          .grad = grad,
+                          .x = x,
+                          .kernel = {3, 3},
+                          .stride = {2, 2},
+                          .padding = {1, 1},
+                          .out = kOut};
   };
-  EXPECT_TRUE(gives(op(PoolKind::kAvg, t({2, 3, 3, 3}, kF64), t({2, 3, 5, 6}, kF64)),
-                    {2, 3, 5, 6}, kF64));
+  EXPECT_TRUE(
+      gives(op(PoolKind::kAvg, t({2, 3, 3, 3}, kF64), t({2, 3, 5, 6}, kF64)), {2, 3, 5, 6}, kF64));
   EXPECT_TRUE(fails_with(op(PoolKind::kMax, t({2, 3, 2, 2}), t({2, 3, 5, 6})),
                          "pool2d_backward: grad f32[2, 3, 2, 2] is not the pool's output "
                          "f32[2, 3, 3, 3]"));
@@ -1005,9 +1027,9 @@ TEST_F(InferTest, Linear) {
 }
 
 TEST_F(InferTest, AdamStep) {
-  EXPECT_TRUE(gives(adam_step(t({5}, kF64), t({5}, kF64), t({5}, kF64), t({5}, kF64), t({}, kF64),
-                              t({}, kF64)),
-                    {5}, kF64, 3));
+  EXPECT_TRUE(gives(
+      adam_step(t({5}, kF64), t({5}, kF64), t({5}, kF64), t({5}, kF64), t({}, kF64), t({}, kF64)),
+      {5}, kF64, 3));
   EXPECT_TRUE(fails_containing(adam_step(t({5}), t({4}), t({5}), t({5}), t({}), t({})),
                                "adam_step: grad f32[4] must match param f32[5]"));
   EXPECT_TRUE(fails_containing(adam_step(t({5}), t({5}), t({5}, kF64), t({5}), t({}), t({})),

@@ -49,7 +49,7 @@ TEST(OpsDoc, EveryDeclaredOpHasARow) {
     }
     return false;
   };
-#define TW_CHECK_OP(Name, code, since)                                         \
+#define TW_CHECK_OP(Name, code, since)                                  \
   EXPECT_TRUE(has_row(#Name)) << "docs/ops.md has no row for op " #Name \
                                  " (a row starting `| " #Name "(`)";
   TW_OP_LIST(TW_CHECK_OP)

@@ -35,6 +35,8 @@ Tensor i64s(std::vector<int64_t> v, const Device& dev) {
 
 std::vector<ErrorCase> error_cases() {
   using D = const Device&;
+  // One case to a line or two (name, call, messages, when) (clang-format would break it up):
+  // clang-format off
   std::vector<ErrorCase> c = {
       // ---- messages spelled out in docs/ops.md ----
       {"matmul_inner", [](D d) { return z({2, 3}, kF32, d).matmul(z({4, 5}, kF32, d)); },
@@ -202,6 +204,7 @@ std::vector<ErrorCase> error_cases() {
       {"gather_error_poisons_dependents",
        [](D d) { return z({3}, kF32, d).gather(0, i64s({0, 9}, d)).add(1).exp(); }, {"gather: ", "9"}, When::kRead},
   };
+  // clang-format on
   return c;
 }
 
@@ -215,7 +218,8 @@ TEST_P(ErrorTable, Throws) {
   const Device device = factory.make();
   auto check_message = [&](const std::string& what) {
     for (const std::string& s : ec.message_has)
-      EXPECT_NE(what.find(s), std::string::npos) << "message \"" << what << "\" lacks \"" << s << "\"";
+      EXPECT_NE(what.find(s), std::string::npos)
+          << "message \"" << what << "\" lacks \"" << s << "\"";
   };
   Tensor out;
   if (ec.when == When::kCall) {
@@ -247,7 +251,8 @@ INSTANTIATE_TEST_SUITE_P(Table, ErrorTable,
                          ::testing::Combine(::testing::ValuesIn(test_devices()),
                                             ::testing::Range(size_t{0}, error_cases().size())),
                          [](const ::testing::TestParamInfo<ErrorParam>& info) {
-                           return std::get<0>(info.param).name + "_" + error_cases()[std::get<1>(info.param)].name;
+                           return std::get<0>(info.param).name + "_" +
+                                  error_cases()[std::get<1>(info.param)].name;
                          });
 
 // item() and to_vector() check what they read.
@@ -271,7 +276,8 @@ TEST(ErrorReads, DeviceUsableAfterError) {
     Device d = f.make();
     Tensor bad = zeros({3}, kF32, d).gather(0, i64s({3}, d));
     EXPECT_THROW((void)bad.to_bytes(), Error);
-    EXPECT_EQ(full({2}, 2.0, kF32, d).add(1.0).to_vector<float>(), (std::vector<float>{3.0f, 3.0f}));
+    EXPECT_EQ(full({2}, 2.0, kF32, d).add(1.0).to_vector<float>(),
+              (std::vector<float>{3.0f, 3.0f}));
   }
 }
 

@@ -1,11 +1,12 @@
 // f16 and bf16 (storage-only dtypes): raw bytes uploaded with from_bytes and cast to f32 agree
 // with core/half.h for every bit pattern; f32 -> f16/bf16 rounds to nearest even as half.h does;
 // representable values survive a round trip exactly; f64 -> f16/bf16 goes through f32.
+#include "core/half.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
 
-#include "core/half.h"
 #include "unit/ops/devices.h"
 #include "unit/ops/op_cases.h"
 
@@ -37,7 +38,9 @@ std::vector<uint16_t> download16(const Tensor& t) {
 }
 
 // Same f32 bits, or both NaN.
-bool same_f32(float a, float b) { return (std::isnan(a) && std::isnan(b)) || f32_to_bits(a) == f32_to_bits(b); }
+bool same_f32(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) || f32_to_bits(a) == f32_to_bits(b);
+}
 
 TEST_P(Half, EveryF16PatternToF32) {
   auto bits = all_patterns();
@@ -46,7 +49,8 @@ TEST_P(Half, EveryF16PatternToF32) {
   int bad = 0;
   for (size_t i = 0; i < bits.size(); ++i) {
     float want = f16_to_f32(bits[i]);
-    if (!same_f32(got[i], want) && ++bad <= 5) ADD_FAILURE() << std::hex << "f16 0x" << bits[i] << ": got " << got[i] << " want " << want;
+    if (!same_f32(got[i], want) && ++bad <= 5)
+      ADD_FAILURE() << std::hex << "f16 0x" << bits[i] << ": got " << got[i] << " want " << want;
   }
   EXPECT_EQ(bad, 0);
 }
@@ -57,7 +61,8 @@ TEST_P(Half, EveryBF16PatternToF32) {
   int bad = 0;
   for (size_t i = 0; i < bits.size(); ++i) {
     float want = bf16_to_f32(bits[i]);
-    if (!same_f32(got[i], want) && ++bad <= 5) ADD_FAILURE() << std::hex << "bf16 0x" << bits[i] << ": got " << got[i] << " want " << want;
+    if (!same_f32(got[i], want) && ++bad <= 5)
+      ADD_FAILURE() << std::hex << "bf16 0x" << bits[i] << ": got " << got[i] << " want " << want;
   }
   EXPECT_EQ(bad, 0);
 }
@@ -92,10 +97,31 @@ TEST_P(Half, RepresentableValuesRoundTripExactly) {
 // Arbitrary f32 values (random bit patterns, halfway points, overflow, subnormals) round to
 // nearest even exactly as half.h does.
 std::vector<float> tricky_f32() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.99f, 65520.0f, 1e6f, -1e6f, 1e-8f, 6e-8f,
-                          3e-8f, 2.98e-8f, 5.96e-8f, 1e-40f, 3.4e38f, -3.4e38f, INFINITY, -INFINITY, NAN,
-                          1.0f + 0x1p-11f, 1.0f + 0x1p-11f + 0x1p-23f, 1.0f + 0x1p-10f + 0x1p-11f,
-                          1.0f + 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-23f, 1.0f + 0x1p-7f + 0x1p-8f};
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          65504.0f,
+                          65519.99f,
+                          65520.0f,
+                          1e6f,
+                          -1e6f,
+                          1e-8f,
+                          6e-8f,
+                          3e-8f,
+                          2.98e-8f,
+                          5.96e-8f,
+                          1e-40f,
+                          3.4e38f,
+                          -3.4e38f,
+                          INFINITY,
+                          -INFINITY,
+                          NAN,
+                          1.0f + 0x1p-11f,
+                          1.0f + 0x1p-11f + 0x1p-23f,
+                          1.0f + 0x1p-10f + 0x1p-11f,
+                          1.0f + 0x1p-8f,
+                          1.0f + 0x1p-8f + 0x1p-23f,
+                          1.0f + 0x1p-7f + 0x1p-8f};
   std::mt19937 rng(12345);
   for (int i = 0; i < 200000; ++i) v.push_back(bits_to_f32(static_cast<uint32_t>(rng())));
   std::uniform_real_distribution<float> small(-70000.0f, 70000.0f);
@@ -117,8 +143,8 @@ TEST_P(Half, F32ToF16AndBF16RoundNearestEven) {
         float back = dt == kF16 ? f16_to_f32(got[i]) : bf16_to_f32(got[i]);
         if (!std::isnan(back) && ++bad <= 5) ADD_FAILURE() << "NaN did not stay NaN";
       } else if (got[i] != want && ++bad <= 5) {
-        ADD_FAILURE() << dtype_name(dt) << std::hex << ": f32 0x" << f32_to_bits(v[i]) << " (" << v[i]
-                      << ") gave 0x" << got[i] << ", want 0x" << want;
+        ADD_FAILURE() << dtype_name(dt) << std::hex << ": f32 0x" << f32_to_bits(v[i]) << " ("
+                      << v[i] << ") gave 0x" << got[i] << ", want 0x" << want;
       }
     }
     EXPECT_EQ(bad, 0) << dtype_name(dt);
@@ -135,18 +161,28 @@ TEST(HalfReference, AgreesWithHalfH) {
   }
   for (uint16_t b : all_patterns()) {
     double f = ref::decode_f16(b), bf = ref::decode_bf16(b);
-    if (std::isnan(f)) ASSERT_TRUE(std::isnan(f16_to_f32(b)));
-    else ASSERT_EQ(f, f16_to_f32(b)) << b;
-    if (std::isnan(bf)) ASSERT_TRUE(std::isnan(bf16_to_f32(b)));
-    else ASSERT_EQ(bf, bf16_to_f32(b)) << b;
+    if (std::isnan(f))
+      ASSERT_TRUE(std::isnan(f16_to_f32(b)));
+    else
+      ASSERT_EQ(f, f16_to_f32(b)) << b;
+    if (std::isnan(bf))
+      ASSERT_TRUE(std::isnan(bf16_to_f32(b)));
+    else
+      ASSERT_EQ(bf, bf16_to_f32(b)) << b;
   }
 }
 
 // f64 -> f16/bf16 rounds to f32 first: 1 + 2^-11 + 2^-40 becomes the tie 1 + 2^-11 in f32, which
 // goes to even (1.0) in f16; rounding the double directly would give 1 + 2^-10.
 TEST_P(Half, F64GoesThroughF32) {
-  std::vector<double> v = {1.0 + 0x1p-11 + 0x1p-40, -(1.0 + 0x1p-11 + 0x1p-40), 1.0 + 0x1p-8 + 0x1p-40,
-                           65519.999999999, 1e300, -1e-300, 0.1, 1.0 / 3.0};
+  std::vector<double> v = {1.0 + 0x1p-11 + 0x1p-40,
+                           -(1.0 + 0x1p-11 + 0x1p-40),
+                           1.0 + 0x1p-8 + 0x1p-40,
+                           65519.999999999,
+                           1e300,
+                           -1e-300,
+                           0.1,
+                           1.0 / 3.0};
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(-1e5, 1e5);
   for (int i = 0; i < 10000; ++i) v.push_back(u(rng));
@@ -173,7 +209,9 @@ TEST_P(Half, MovementCopiesBits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Half, ::testing::ValuesIn(test_devices()),
-                         [](const ::testing::TestParamInfo<DeviceFactory>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<DeviceFactory>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace tw::optest

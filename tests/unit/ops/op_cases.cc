@@ -3,10 +3,10 @@
 // transpose, a strided slice or an expand before the op). Each case is data: op name, inputs
 // (shape, dtype, value generator, layout), attributes and tolerance family (op_cases.h states the
 // tolerances). Seeds derive from the case name, so adding a case changes no other case's inputs.
+#include "unit/ops/op_cases.h"
+
 #include <cmath>
 #include <set>
-
-#include "unit/ops/op_cases.h"
 
 namespace tw::optest {
 namespace {
@@ -23,8 +23,8 @@ Scalar F(double v) { return Scalar(v); }
 
 // A rotating choice of layout, so that the main case of each dtype sees a different one.
 Layout rotate(size_t k) {
-  static const Layout kOrder[] = {Layout::kContig, Layout::kTransposed, Layout::kStrided, Layout::kExpanded,
-                                  Layout::kComposite};
+  static const Layout kOrder[] = {Layout::kContig, Layout::kTransposed, Layout::kStrided,
+                                  Layout::kExpanded, Layout::kComposite};
   return kOrder[k % 5];
 }
 
@@ -38,7 +38,8 @@ class Table {
     if (inputs.empty() && attrs.dtype) name += "_" + std::string(dtype_name(*attrs.dtype));
     std::string unique = name;
     for (int k = 2; !names_.insert(unique).second; ++k) unique = name + "_" + std::to_string(k);
-    cases_.push_back(OpCase{unique, op, std::move(inputs), std::move(attrs), family, fnv1a(unique)});
+    cases_.push_back(
+        OpCase{unique, op, std::move(inputs), std::move(attrs), family, fnv1a(unique)});
   }
   std::vector<OpCase> take() { return std::move(cases_); }
 
@@ -69,11 +70,14 @@ void creation_cases(Table& t) {
   }
   // Value conversion into the dtype follows the Cast rules.
   t.add("full", {}, {.shape = {3}, .s0 = I(300), .dtype = kU8}, Family::kExact, "int_wraps");
-  t.add("full", {}, {.shape = {3}, .s0 = F(300.5), .dtype = kU8}, Family::kExact, "float_saturates");
-  t.add("full", {}, {.shape = {3}, .s0 = F(-1.5), .dtype = kU8}, Family::kExact, "negative_saturates");
+  t.add("full", {}, {.shape = {3}, .s0 = F(300.5), .dtype = kU8}, Family::kExact,
+        "float_saturates");
+  t.add("full", {}, {.shape = {3}, .s0 = F(-1.5), .dtype = kU8}, Family::kExact,
+        "negative_saturates");
   t.add("full", {}, {.shape = {3}, .s0 = F(1e10), .dtype = kI32}, Family::kExact, "saturates");
   t.add("full", {}, {.shape = {3}, .s0 = F(-2.7), .dtype = kI64}, Family::kExact, "truncates");
-  t.add("full", {}, {.shape = {3}, .s0 = I((int64_t{1} << 62) + 1), .dtype = kI64}, Family::kExact, "exact_i64");
+  t.add("full", {}, {.shape = {3}, .s0 = I((int64_t{1} << 62) + 1), .dtype = kI64}, Family::kExact,
+        "exact_i64");
   t.add("full", {}, {.shape = {3}, .s0 = F(0.5), .dtype = kBool}, Family::kExact, "nonzero_true");
   t.add("full", {}, {.shape = {3}, .s0 = F(0.1), .dtype = kF16}, Family::kExact, "rounds");
   t.add("full", {}, {.shape = {3}, .s0 = F(0.1), .dtype = kBF16}, Family::kExact, "rounds");
@@ -93,20 +97,30 @@ void creation_cases(Table& t) {
   t.add("arange", {}, {.s0 = I(5), .s1 = I(0), .s2 = I(-1)}, Family::kExact, "down");
   t.add("arange", {}, {.s0 = I(0), .s1 = I(0), .s2 = I(1)}, Family::kExact, "empty");
   t.add("arange", {}, {.s0 = I(0), .s1 = F(1), .s2 = F(0.3)}, Family::kExact, "default_f32");
-  t.add("arange", {}, {.s0 = I(0), .s1 = I(1), .s2 = F(0.1), .dtype = kF32}, Family::kExact, "tenths");
+  t.add("arange", {}, {.s0 = I(0), .s1 = I(1), .s2 = F(0.1), .dtype = kF32}, Family::kExact,
+        "tenths");
   t.add("arange", {}, {.s0 = F(-1), .s1 = F(1), .s2 = F(0.25), .dtype = kF64});
   t.add("arange", {}, {.s0 = I(2), .s1 = I(8), .s2 = I(2), .dtype = kF32});
-  t.add("arange", {}, {.s0 = I(0), .s1 = I(5), .s2 = F(1.5), .dtype = kI32}, Family::kExact, "float_step_truncates");
-  t.add("arange", {}, {.s0 = I(10), .s1 = I(0), .s2 = I(-3), .dtype = kI32}, Family::kExact, "down");
+  t.add("arange", {}, {.s0 = I(0), .s1 = I(5), .s2 = F(1.5), .dtype = kI32}, Family::kExact,
+        "float_step_truncates");
+  t.add("arange", {}, {.s0 = I(10), .s1 = I(0), .s2 = I(-3), .dtype = kI32}, Family::kExact,
+        "down");
   t.add("arange", {}, {.s0 = I(0), .s1 = I(10), .s2 = I(2), .dtype = kU8});
-  t.add("arange", {}, {.s0 = F(0.5), .s1 = I(3), .s2 = I(1), .dtype = kI64}, Family::kExact, "float_start");
+  t.add("arange", {}, {.s0 = F(0.5), .s1 = I(3), .s2 = I(1), .dtype = kI64}, Family::kExact,
+        "float_start");
   t.add("arange", {}, {.s0 = I(-5), .s1 = I(5), .s2 = I(1), .dtype = kF64});
   // Many elements: start + i * step in double, not an f32 running sum.
-  t.add("arange", {}, {.s0 = F(0.1), .s1 = F(1e5), .s2 = F(0.3), .dtype = kF32}, Family::kExact, "many");
-  t.add("full", {}, {.shape = {2}, .s0 = F(65520.0), .dtype = kF16}, Family::kExact, "overflow_inf");
+  t.add("arange", {}, {.s0 = F(0.1), .s1 = F(1e5), .s2 = F(0.3), .dtype = kF32}, Family::kExact,
+        "many");
+  t.add("full", {}, {.shape = {2}, .s0 = F(65520.0), .dtype = kF16}, Family::kExact,
+        "overflow_inf");
   t.add("full", {}, {.shape = {2}, .s0 = F(1e39), .dtype = kBF16}, Family::kExact, "overflow_inf");
   // 2^60 + 1 has no double: integer start and step must use exact integer arithmetic.
-  t.add("arange", {}, {.s0 = I((int64_t{1} << 60) + 1), .s1 = I((int64_t{1} << 60) + 769), .s2 = I(256), .dtype = kI64},
+  t.add("arange", {},
+        {.s0 = I((int64_t{1} << 60) + 1),
+         .s1 = I((int64_t{1} << 60) + 769),
+         .s2 = I(256),
+         .dtype = kI64},
         Family::kExact, "exact_large");
 }
 
@@ -118,22 +132,26 @@ void unary_cases(Table& t) {
     double lo, hi;   // float input range
   };
   const K kKinds[] = {
-      {"neg", false, -3, 3},   {"abs", false, -3, 3},     {"sign", false, -3, 3},   {"square", false, -3, 3},
-      {"relu", false, -3, 3},  {"floor", false, -4, 4},   {"ceil", false, -4, 4},   {"round", false, -4, 4},
-      {"exp", true, -5, 5},    {"log", true, 0.1, 5},     {"log1p", true, -0.9, 5}, {"sqrt", true, 0, 9},
-      {"rsqrt", true, 0.1, 9}, {"sin", true, -6, 6},      {"cos", true, -6, 6},     {"tanh", true, -4, 4},
-      {"sigmoid", true, -8, 8}, {"gelu", true, -4, 4},    {"erf", true, -3, 3},     {"reciprocal", true, -4, 4},
+      {"neg", false, -3, 3},    {"abs", false, -3, 3},       {"sign", false, -3, 3},
+      {"square", false, -3, 3}, {"relu", false, -3, 3},      {"floor", false, -4, 4},
+      {"ceil", false, -4, 4},   {"round", false, -4, 4},     {"exp", true, -5, 5},
+      {"log", true, 0.1, 5},    {"log1p", true, -0.9, 5},    {"sqrt", true, 0, 9},
+      {"rsqrt", true, 0.1, 9},  {"sin", true, -6, 6},        {"cos", true, -6, 6},
+      {"tanh", true, -4, 4},    {"sigmoid", true, -8, 8},    {"gelu", true, -4, 4},
+      {"erf", true, -3, 3},     {"reciprocal", true, -4, 4},
   };
   for (const K& k : kKinds) {
     const std::string op = k.op;
-    const Family fam = !k.float_out ? Family::kExact
-                       : (op == "sqrt" || op == "reciprocal") ? Family::kArith : Family::kTranscend;
+    const Family fam = !k.float_out                           ? Family::kExact
+                       : (op == "sqrt" || op == "reciprocal") ? Family::kArith
+                                                              : Family::kTranscend;
     const bool positive = op == "log" || op == "sqrt" || op == "rsqrt";
     const std::vector<DType>& dtypes = k.float_out ? kNonStorage : kNumeric;
     for (size_t j = 0; j < dtypes.size(); ++j) {
       DType d = dtypes[j];
       InputSpec x = In({3, 4, 5}, d).range(k.lo, k.hi).as(rotate(j));
-      if (!is_float(d)) x = x.range(positive || op == "log1p" ? (d == kBool ? 0 : 1) : -5, positive ? 9 : 5);
+      if (!is_float(d))
+        x = x.range(positive || op == "log1p" ? (d == kBool ? 0 : 1) : -5, positive ? 9 : 5);
       if (op == "reciprocal") x = x.with(Gen::kNonZero);
       if ((op == "floor" || op == "ceil" || op == "round") && is_float(d)) x = x.with(Gen::kHalves);
       t.add(op, {x}, {}, fam);
@@ -145,10 +163,12 @@ void unary_cases(Table& t) {
     // Edge values: ±0, ±1, ±0.5, ±2.5, ±100, ±inf, NaN (sign, relu and gelu leave NaN/inf out:
     // the spec does not say what sign(NaN), relu(NaN) or gelu(-inf) give).
     const bool finite_only = op == "sign" || op == "relu" || op == "gelu";
-    for (DType d : kFloats) t.add(op, {In({26}, d).with(finite_only ? Gen::kEdgeFinite : Gen::kEdge)}, {}, fam, "edge");
+    for (DType d : kFloats)
+      t.add(op, {In({26}, d).with(finite_only ? Gen::kEdgeFinite : Gen::kEdge)}, {}, fam, "edge");
     if (!k.float_out) {
       // Integral limits: neg/abs/square wrap, u8 neg is modulo 256.
-      for (DType d : {kI32, kI64, kU8}) t.add(op, {In({20}, d).with(Gen::kSpecial)}, {}, fam, "limits");
+      for (DType d : {kI32, kI64, kU8})
+        t.add(op, {In({20}, d).with(Gen::kSpecial)}, {}, fam, "limits");
       for (DType d : {kI32, kI64, kU8}) t.add(op, {In({64}, d).with(Gen::kWrap)}, {}, fam, "wrap");
     }
   }
@@ -182,7 +202,8 @@ void unary_cases(Table& t) {
       {"log1p", Gen::kUniform, -0.999999, 1e6, Family::kTranscend, "wide"},
   };
   for (const R& r : kRanges) {
-    for (DType d : kFloats) t.add(r.op, {In({500}, d).with(r.gen).range(r.lo, r.hi)}, {}, r.fam, r.tag);
+    for (DType d : kFloats)
+      t.add(r.op, {In({500}, d).with(r.gen).range(r.lo, r.hi)}, {}, r.fam, r.tag);
   }
 
   for (size_t j = 0; j < kNonStorage.size(); ++j) {
@@ -197,7 +218,8 @@ void unary_cases(Table& t) {
 
 // ================================ binary ================================
 void binary_cases(Table& t) {
-  const std::vector<std::string> kArith = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder"};
+  const std::vector<std::string> kArith = {"add", "sub",     "mul",     "div",
+                                           "pow", "maximum", "minimum", "remainder"};
   const std::vector<std::string> kCompare = {"eq", "ne", "lt", "le", "gt", "ge"};
   const std::vector<std::string> kLogical = {"logical_and", "logical_or", "logical_xor"};
   auto family = [](const std::string& op) {
@@ -212,7 +234,8 @@ void binary_cases(Table& t) {
     InputSpec x = In(std::move(s), d);
     if (op == "pow") return is_float(d) ? x.range(0.1, 3) : x.range(-3, 5);
     if (op == "remainder") return x.range(-6, 6);
-    if (op == "eq" || op == "ne" || op == "lt" || op == "le" || op == "gt" || op == "ge") return x.with(Gen::kTies);
+    if (op == "eq" || op == "ne" || op == "lt" || op == "le" || op == "gt" || op == "ge")
+      return x.with(Gen::kTies);
     if (op.rfind("logical", 0) == 0) return x.with(Gen::kHalves).range(-1, 1);
     return x.range(-5, 5);
   };
@@ -229,7 +252,8 @@ void binary_cases(Table& t) {
       const std::vector<DType>& dtypes = arith ? kNumeric : kNonStorage;
       for (size_t j = 0; j < dtypes.size(); ++j) {
         DType d = dtypes[j];
-        t.add(op, {lhs(op, {3, 4}, d).as(rotate(j)), rhs(op, {3, 4}, d).as(rotate(j + 1))}, {}, fam);
+        t.add(op, {lhs(op, {3, 4}, d).as(rotate(j)), rhs(op, {3, 4}, d).as(rotate(j + 1))}, {},
+              fam);
       }
       for (DType d : {kF32, kI32}) {
         t.add(op, {lhs(op, {2, 1, 4}, d), rhs(op, {3, 1}, d)}, {}, fam, "bcast");
@@ -237,62 +261,91 @@ void binary_cases(Table& t) {
         t.add(op, {lhs(op, {3, 4}, d), rhs(op, {}, d)}, {}, fam, "scalar0d_rhs");
         t.add(op, {lhs(op, {}, d), rhs(op, {}, d)}, {}, fam, "both0d");
         t.add(op, {lhs(op, {0, 3}, d), rhs(op, {1, 3}, d)}, {}, fam, "empty");
-        t.add(op, {lhs(op, {5, 4}, d).as(Layout::kTransposed), rhs(op, {5, 4}, d).as(Layout::kStrided)}, {}, fam,
-              "noncontig");
+        t.add(op,
+              {lhs(op, {5, 4}, d).as(Layout::kTransposed), rhs(op, {5, 4}, d).as(Layout::kStrided)},
+              {}, fam, "noncontig");
         t.add(op, {lhs(op, {3, 4}, d).as(Layout::kExpanded), rhs(op, {4}, d)}, {}, fam, "expanded");
       }
       // Type promotion: bool < u8 < i32 < i64 < f32 < f64 (at most one bool operand here).
-      const std::pair<DType, DType> kPairs[] = {{kBool, kU8}, {kU8, kBool}, {kU8, kI32}, {kI32, kI64},
-                                                {kI64, kF32}, {kF32, kF64}, {kBool, kF32}, {kU8, kF64},
-                                                {kI32, kF32}, {kBool, kI64}, {kF64, kI32}};
-      for (auto [a, b] : kPairs) t.add(op, {lhs(op, {3, 4}, a), rhs(op, {4}, b)}, {}, fam, "promote");
+      const std::pair<DType, DType> kPairs[] = {
+          {kBool, kU8},  {kU8, kBool}, {kU8, kI32},  {kI32, kI64},  {kI64, kF32}, {kF32, kF64},
+          {kBool, kF32}, {kU8, kF64},  {kI32, kF32}, {kBool, kI64}, {kF64, kI32}};
+      for (auto [a, b] : kPairs)
+        t.add(op, {lhs(op, {3, 4}, a), rhs(op, {4}, b)}, {}, fam, "promote");
       if (!arith) t.add(op, {lhs(op, {2, 3}, kBool), rhs(op, {3}, kBool)}, {}, fam, "bools");
     }
   }
   // Integral overflow wraps (two's complement; u8 modulo 256).
   for (const char* op : {"add", "sub", "mul"}) {
-    for (DType d : {kI32, kI64, kU8}) t.add(op, {In({64}, d).with(Gen::kWrap), In({64}, d).with(Gen::kWrap)}, {}, Family::kExact, "wrap");
+    for (DType d : {kI32, kI64, kU8})
+      t.add(op, {In({64}, d).with(Gen::kWrap), In({64}, d).with(Gen::kWrap)}, {}, Family::kExact,
+            "wrap");
   }
-  t.add("pow", {In({40}, kI32).range(-9, 9), In({40}, kI32).range(0, 25)}, {}, Family::kExact, "wrap");
-  t.add("pow", {In({40}, kI64).range(-9, 9), In({40}, kI64).range(0, 45)}, {}, Family::kExact, "wrap");
+  t.add("pow", {In({40}, kI32).range(-9, 9), In({40}, kI32).range(0, 25)}, {}, Family::kExact,
+        "wrap");
+  t.add("pow", {In({40}, kI64).range(-9, 9), In({40}, kI64).range(0, 45)}, {}, Family::kExact,
+        "wrap");
   t.add("pow", {In({40}, kU8).range(0, 9), In({40}, kU8).range(0, 12)}, {}, Family::kExact, "wrap");
   // Negative integer exponents: 1 for base 1, ±1 for base -1, 0 otherwise (0 ** -1 included).
-  t.add("pow", {In({40}, kI32).range(-2, 2), In({40}, kI32).range(-3, -1)}, {}, Family::kExact, "negative_exponent");
-  t.add("pow", {In({40}, kI64).range(-2, 2), In({40}, kI64).range(-3, -1)}, {}, Family::kExact, "negative_exponent");
+  t.add("pow", {In({40}, kI32).range(-2, 2), In({40}, kI32).range(-3, -1)}, {}, Family::kExact,
+        "negative_exponent");
+  t.add("pow", {In({40}, kI64).range(-2, 2), In({40}, kI64).range(-3, -1)}, {}, Family::kExact,
+        "negative_exponent");
   // Float pow with negative bases and integral exponents (and NaN for fractional ones).
-  t.add("pow", {In({40}, kF32).range(-3, 3), In({40}, kF32).with(Gen::kIntegral).range(-3, 3)}, {}, Family::kTranscend, "negative_base");
-  t.add("pow", {In({40}, kF64).range(-3, 3), In({40}, kF64).with(Gen::kHalves).range(-2, 2)}, {}, Family::kTranscend, "negative_base");
+  t.add("pow", {In({40}, kF32).range(-3, 3), In({40}, kF32).with(Gen::kIntegral).range(-3, 3)}, {},
+        Family::kTranscend, "negative_base");
+  t.add("pow", {In({40}, kF64).range(-3, 3), In({40}, kF64).with(Gen::kHalves).range(-2, 2)}, {},
+        Family::kTranscend, "negative_base");
   // bool / bool is allowed and gives f32 (1/0 = inf, 0/0 = NaN).
   t.add("div", {In({4, 4}, kBool), In({4}, kBool)}, {}, Family::kArith, "bools");
   // More broadcasting: both sides stretch, high rank, a size-1 dim against 0.
   t.add("add", {In({3, 1, 5}, kF32), In({1, 4, 1}, kF32)}, {}, Family::kArith, "bcast_both");
-  t.add("mul", {In({2, 1, 3, 1, 2, 1}, kI64), In({1, 2, 1, 2, 1, 3}, kI64).as(Layout::kTransposed)}, {}, Family::kExact, "bcast_6d");
+  t.add("mul", {In({2, 1, 3, 1, 2, 1}, kI64), In({1, 2, 1, 2, 1, 3}, kI64).as(Layout::kTransposed)},
+        {}, Family::kExact, "bcast_6d");
   t.add("sub", {In({1}, kF64), In({0}, kF64)}, {}, Family::kArith, "bcast_to_empty");
-  t.add("maximum", {In({4, 5}, kU8).as(Layout::kComposite), In({5}, kU8).as(Layout::kStrided)}, {}, Family::kExact, "composite");
+  t.add("maximum", {In({4, 5}, kU8).as(Layout::kComposite), In({5}, kU8).as(Layout::kStrided)}, {},
+        Family::kExact, "composite");
   // INT_MIN % -1 is 0 (and must not trap); every sign of divisor against the limits.
   for (DType d : {kI32, kI64}) {
-    t.add("remainder", {In({20}, d).with(Gen::kSpecial), In({20}, d).with(Gen::kNonZero).range(-1, 1)}, {}, Family::kExact, "limits_by_one");
-    t.add("remainder", {In({20}, d).with(Gen::kSpecial), In({20}, d).with(Gen::kWrap)}, {}, Family::kExact, "limits");
+    t.add("remainder",
+          {In({20}, d).with(Gen::kSpecial), In({20}, d).with(Gen::kNonZero).range(-1, 1)}, {},
+          Family::kExact, "limits_by_one");
+    t.add("remainder", {In({20}, d).with(Gen::kSpecial), In({20}, d).with(Gen::kWrap)}, {},
+          Family::kExact, "limits");
   }
   // Integer pow with exponents up to 2^63 (repeated squaring; wraps) and negative ones.
-  t.add("pow", {In({64}, kI64).range(-3, 3), In({64}, kI64).with(Gen::kWrap)}, {}, Family::kExact, "huge_exponent");
-  t.add("pow", {In({64}, kI32).range(-3, 3), In({64}, kI32).with(Gen::kWrap)}, {}, Family::kExact, "huge_exponent");
+  t.add("pow", {In({64}, kI64).range(-3, 3), In({64}, kI64).with(Gen::kWrap)}, {}, Family::kExact,
+        "huge_exponent");
+  t.add("pow", {In({64}, kI32).range(-3, 3), In({64}, kI32).with(Gen::kWrap)}, {}, Family::kExact,
+        "huge_exponent");
   // Integral true division by zero gives ±inf / NaN in f32; float remainder by zero gives NaN.
-  t.add("div", {In({30}, kI32).range(-2, 2), In({30}, kI32).range(-1, 1)}, {}, Family::kArith, "by_zero");
-  t.add("div", {In({30}, kF32).with(Gen::kHalves).range(-2, 2), In({30}, kF32).with(Gen::kHalves).range(-0.5, 0.5)}, {}, Family::kArith, "by_zero");
-  t.add("remainder", {In({30}, kF32).range(-3, 3), In({30}, kF32).with(Gen::kHalves).range(-0.5, 0.5)}, {}, Family::kRemainder, "by_zero");
+  t.add("div", {In({30}, kI32).range(-2, 2), In({30}, kI32).range(-1, 1)}, {}, Family::kArith,
+        "by_zero");
+  t.add("div",
+        {In({30}, kF32).with(Gen::kHalves).range(-2, 2),
+         In({30}, kF32).with(Gen::kHalves).range(-0.5, 0.5)},
+        {}, Family::kArith, "by_zero");
+  t.add("remainder",
+        {In({30}, kF32).range(-3, 3), In({30}, kF32).with(Gen::kHalves).range(-0.5, 0.5)}, {},
+        Family::kRemainder, "by_zero");
   // Remainder takes the divisor's sign, for every sign combination.
   for (DType d : kNumeric) {
-    t.add("remainder", {In({50}, d).range(-9, 9), In({50}, d).with(Gen::kNonZero).range(-4, 4)}, {}, Family::kRemainder, "signs");
+    t.add("remainder", {In({50}, d).range(-9, 9), In({50}, d).with(Gen::kNonZero).range(-4, 4)}, {},
+          Family::kRemainder, "signs");
   }
-  t.add("remainder", {In({64}, kI64).with(Gen::kWrap), In({64}, kI64).with(Gen::kNonZero).range(-1000, 1000)}, {}, Family::kExact, "large");
+  t.add("remainder",
+        {In({64}, kI64).with(Gen::kWrap), In({64}, kI64).with(Gen::kNonZero).range(-1000, 1000)},
+        {}, Family::kExact, "large");
   // NaN in comparisons: only ne is true.
   for (const std::string& op : kCompare) {
-    t.add(op, {In({32}, kF32).with(Gen::kSpecial), In({32}, kF32).with(Gen::kWithNaN)}, {}, Family::kExact, "nan");
+    t.add(op, {In({32}, kF32).with(Gen::kSpecial), In({32}, kF32).with(Gen::kWithNaN)}, {},
+          Family::kExact, "nan");
   }
-  t.add("logical_and", {In({32}, kF32).with(Gen::kSpecial), In({32}, kF64).with(Gen::kSpecial)}, {}, Family::kExact, "nan_true");
+  t.add("logical_and", {In({32}, kF32).with(Gen::kSpecial), In({32}, kF64).with(Gen::kSpecial)}, {},
+        Family::kExact, "nan_true");
   // i64 beyond 2^53 compares exactly.
-  t.add("lt", {In({64}, kI64).with(Gen::kWrap), In({64}, kI64).with(Gen::kWrap)}, {}, Family::kExact, "large");
+  t.add("lt", {In({64}, kI64).with(Gen::kWrap), In({64}, kI64).with(Gen::kWrap)}, {},
+        Family::kExact, "large");
   // Operators.
   t.add("op_add", {In({2, 3}, kF32), In({3}, kF32)}, {}, Family::kArith);
   t.add("op_add", {In({2, 3}, kI32), In({3}, kU8)}, {}, Family::kExact);
@@ -311,13 +364,16 @@ void scalar_cases(Table& t) {
   const std::vector<std::string> kArith = {"add", "sub", "mul", "div", "pow", "remainder"};
   const std::vector<std::string> kCompare = {"eq", "ne", "lt", "le", "gt", "ge"};
   for (const std::string& op : kArith) {
-    const Family fam = op == "pow" ? Family::kTranscend : op == "remainder" ? Family::kRemainder : Family::kArith;
+    const Family fam = op == "pow"         ? Family::kTranscend
+                       : op == "remainder" ? Family::kRemainder
+                                           : Family::kArith;
     for (size_t j = 0; j < kNonStorage.size(); ++j) {
       DType d = kNonStorage[j];
       InputSpec x = In({3, 4}, d).range(op == "pow" ? 0.1 : -5, 5).as(rotate(j));
       Scalar si = op == "pow" ? I(3) : op == "remainder" ? I(-3) : I(3);
       Scalar sf = op == "pow" ? F(0.5) : op == "remainder" ? F(1.5) : F(2.5);
-      if (op == "pow" && !is_float(d)) x = x.range(0, 3);  // pow 0.5 of a negative is NaN; keep it real
+      if (op == "pow" && !is_float(d))
+        x = x.range(0, 3);  // pow 0.5 of a negative is NaN; keep it real
       // A bool tensor with an integer scalar computes in i64, with a float scalar in f32.
       t.add(op + "_scalar", {x}, {.s0 = si}, fam, "int");
       t.add(op + "_scalar", {x}, {.s0 = sf}, fam, "float");
@@ -339,29 +395,40 @@ void scalar_cases(Table& t) {
       t.add(op + "_scalar", {x}, {.s0 = I(1)}, Family::kExact, "int");
       t.add(op + "_scalar", {x}, {.s0 = F(d == kBool ? 0.0 : 0.5)}, Family::kExact, "float");
     }
-    t.add(op + "_scalar", {In({32}, kF32).with(Gen::kSpecial)}, {.s0 = F(NAN)}, Family::kExact, "nan");
+    t.add(op + "_scalar", {In({32}, kF32).with(Gen::kSpecial)}, {.s0 = F(NAN)}, Family::kExact,
+          "nan");
     // The scalar takes the tensor's dtype: 0.1 becomes f32(0.1), so x == 0.1 is true for f32(0.1).
-    t.add(op + "_scalar", {In({8}, kF32).with(Gen::kIntegral).range(0, 1)}, {.s0 = F(0.1)}, Family::kExact, "f32_rounding");
+    t.add(op + "_scalar", {In({8}, kF32).with(Gen::kIntegral).range(0, 1)}, {.s0 = F(0.1)},
+          Family::kExact, "f32_rounding");
   }
   // The scalar takes the tensor's dtype: f32(0.1), u8(300) = 44, u8(-1) = 255, i32 * 2.5 in f32.
   t.add("add_scalar", {In({3, 4}, kF32)}, {.s0 = F(0.1)}, Family::kArith, "f32_rounding");
   t.add("add_scalar", {In({3, 4}, kF64)}, {.s0 = F(0.1)}, Family::kArith, "f64");
-  t.add("add_scalar", {In({3, 4}, kU8).with(Gen::kWrap)}, {.s0 = I(300)}, Family::kExact, "u8_wraps");
-  t.add("sub_scalar", {In({3, 4}, kU8).with(Gen::kWrap)}, {.s0 = I(-1)}, Family::kExact, "u8_wraps");
-  t.add("lt_scalar", {In({64}, kU8).with(Gen::kWrap)}, {.s0 = I(300)}, Family::kExact, "u8_scalar_wraps");
+  t.add("add_scalar", {In({3, 4}, kU8).with(Gen::kWrap)}, {.s0 = I(300)}, Family::kExact,
+        "u8_wraps");
+  t.add("sub_scalar", {In({3, 4}, kU8).with(Gen::kWrap)}, {.s0 = I(-1)}, Family::kExact,
+        "u8_wraps");
+  t.add("lt_scalar", {In({64}, kU8).with(Gen::kWrap)}, {.s0 = I(300)}, Family::kExact,
+        "u8_scalar_wraps");
   t.add("mul_scalar", {In({3, 4}, kI32).with(Gen::kWrap)}, {.s0 = I(3)}, Family::kExact, "wrap");
   t.add("mul_scalar", {In({3, 4}, kI32)}, {.s0 = F(2.5)}, Family::kArith, "to_f32");
-  t.add("add_scalar", {In({3, 4}, kI64).with(Gen::kWrap)}, {.s0 = I((int64_t{1} << 62) + 1)}, Family::kExact, "i64_exact");
-  t.add("pow_scalar", {In({20}, kI32).range(-2, 2)}, {.s0 = I(-1)}, Family::kExact, "negative_exponent");
+  t.add("add_scalar", {In({3, 4}, kI64).with(Gen::kWrap)}, {.s0 = I((int64_t{1} << 62) + 1)},
+        Family::kExact, "i64_exact");
+  t.add("pow_scalar", {In({20}, kI32).range(-2, 2)}, {.s0 = I(-1)}, Family::kExact,
+        "negative_exponent");
   t.add("pow_scalar", {In({20}, kI32).range(-9, 9)}, {.s0 = I(11)}, Family::kExact, "wrap");
   t.add("div_scalar", {In({20}, kI32).range(-2, 2)}, {.s0 = I(0)}, Family::kArith, "by_zero");
-  t.add("remainder_scalar", {In({20}, kF32).range(-3, 3)}, {.s0 = F(0.0)}, Family::kRemainder, "by_zero");
-  t.add("remainder_scalar", {In({20}, kI32).range(-9, 9)}, {.s0 = I(4)}, Family::kExact, "positive");
+  t.add("remainder_scalar", {In({20}, kF32).range(-3, 3)}, {.s0 = F(0.0)}, Family::kRemainder,
+        "by_zero");
+  t.add("remainder_scalar", {In({20}, kI32).range(-9, 9)}, {.s0 = I(4)}, Family::kExact,
+        "positive");
   t.add("remainder_scalar", {In({20}, kU8).with(Gen::kWrap)}, {.s0 = I(7)}, Family::kExact, "u8");
-  t.add("sub_scalar", {In({3, 4}, kBool)}, {.reverse = true, .s0 = I(1)}, Family::kExact, "bool_to_i64");
+  t.add("sub_scalar", {In({3, 4}, kBool)}, {.reverse = true, .s0 = I(1)}, Family::kExact,
+        "bool_to_i64");
   t.add("add_scalar", {In({}, kF32)}, {.s0 = I(1)}, Family::kArith, "scalar0d");
   t.add("mul_scalar", {In({0, 2}, kI32)}, {.s0 = I(2)}, Family::kExact, "empty");
-  t.add("mul_scalar", {In({4, 5}, kF32).as(Layout::kTransposed)}, {.s0 = F(-2.0)}, Family::kArith, "transposed");
+  t.add("mul_scalar", {In({4, 5}, kF32).as(Layout::kTransposed)}, {.s0 = F(-2.0)}, Family::kArith,
+        "transposed");
 }
 
 // ================================ where, clamp, masked_fill, cast ================================
@@ -370,13 +437,18 @@ void select_cases(Table& t) {
     DType d = kNonStorage[j];
     t.add("where", {In({3, 1}, kBool), In({1, 4}, d), In({3, 4}, d).as(rotate(j))});
   }
-  const std::pair<DType, DType> kPairs[] = {{kI32, kF32}, {kBool, kU8}, {kU8, kI64}, {kF32, kF64}, {kI64, kBool}};
-  for (auto [a, b] : kPairs) t.add("where", {In({2, 3}, kBool), In({2, 3}, a), In({3}, b)}, {}, Family::kExact, "promote");
+  const std::pair<DType, DType> kPairs[] = {
+      {kI32, kF32}, {kBool, kU8}, {kU8, kI64}, {kF32, kF64}, {kI64, kBool}};
+  for (auto [a, b] : kPairs)
+    t.add("where", {In({2, 3}, kBool), In({2, 3}, a), In({3}, b)}, {}, Family::kExact, "promote");
   t.add("where", {In({}, kBool), In({2, 2}, kF32), In({}, kF32)}, {}, Family::kExact, "scalar0d");
-  t.add("where", {In({2, 1, 1, 3}, kBool), In({4, 1}, kI32), In({}, kI64)}, {}, Family::kExact, "cond_widest");
+  t.add("where", {In({2, 1, 1, 3}, kBool), In({4, 1}, kI32), In({}, kI64)}, {}, Family::kExact,
+        "cond_widest");
   t.add("where", {In({0, 4}, kBool), In({4}, kI32), In({1, 4}, kI32)}, {}, Family::kExact, "empty");
-  t.add("where", {In({4, 5}, kBool).as(Layout::kTransposed), In({4, 5}, kF64).as(Layout::kStrided),
-                  In({4, 5}, kF64).as(Layout::kExpanded)}, {}, Family::kExact, "noncontig");
+  t.add("where",
+        {In({4, 5}, kBool).as(Layout::kTransposed), In({4, 5}, kF64).as(Layout::kStrided),
+         In({4, 5}, kF64).as(Layout::kExpanded)},
+        {}, Family::kExact, "noncontig");
 
   for (size_t j = 0; j < kNumeric.size(); ++j) {
     DType d = kNumeric[j];
@@ -387,26 +459,36 @@ void select_cases(Table& t) {
     t.add("clamp", {x}, {.s0 = lo}, Family::kExact, "lo");
     t.add("clamp", {x}, {.s1 = hi}, Family::kExact, "hi");
     // Bounds are converted to x's dtype: float bounds truncate toward zero for integers.
-    t.add("clamp", {x}, {.s0 = F(d == kU8 ? 2.9 : -1.7), .s1 = F(6.2)}, Family::kExact, "float_bounds");
+    t.add("clamp", {x}, {.s0 = F(d == kU8 ? 2.9 : -1.7), .s1 = F(6.2)}, Family::kExact,
+          "float_bounds");
     // lo > hi: min(max(x, lo), hi) is hi everywhere.
     t.add("clamp", {x}, {.s0 = I(3), .s1 = I(1)}, Family::kExact, "crossed");
   }
-  for (DType d : kFloats) t.add("clamp", {In({30}, d).with(Gen::kWithNaN)}, {.s0 = F(-1), .s1 = F(1)}, Family::kExact, "nan");
-  t.add("clamp", {In({20}, kF32).with(Gen::kSpecial)}, {.s0 = F(-1e30), .s1 = F(0.1)}, Family::kExact, "edge");
+  for (DType d : kFloats)
+    t.add("clamp", {In({30}, d).with(Gen::kWithNaN)}, {.s0 = F(-1), .s1 = F(1)}, Family::kExact,
+          "nan");
+  t.add("clamp", {In({20}, kF32).with(Gen::kSpecial)}, {.s0 = F(-1e30), .s1 = F(0.1)},
+        Family::kExact, "edge");
   t.add("clamp", {In({}, kI64)}, {.s0 = I(0)}, Family::kExact, "scalar0d");
   t.add("clamp", {In({0, 2}, kF32)}, {.s0 = I(0), .s1 = I(1)}, Family::kExact, "empty");
 
   for (size_t j = 0; j < kNonStorage.size(); ++j) {
     DType d = kNonStorage[j];
     t.add("masked_fill", {In({3, 4}, d).as(rotate(j)), In({1, 4}, kBool)}, {.s0 = I(5)});
-    t.add("masked_fill", {In({3, 4}, d), In({3, 4}, kBool)}, {.s0 = F(2.5)}, Family::kExact, "float_value");
+    t.add("masked_fill", {In({3, 4}, d), In({3, 4}, kBool)}, {.s0 = F(2.5)}, Family::kExact,
+          "float_value");
   }
   t.add("masked_fill", {In({2, 3}, kF32), In({}, kBool)}, {.s0 = F(NAN)}, Family::kExact, "mask0d");
-  t.add("masked_fill", {In({2, 3}, kU8), In({2, 3}, kBool)}, {.s0 = I(300)}, Family::kExact, "u8_int_wraps");
-  t.add("masked_fill", {In({2, 3}, kU8), In({2, 3}, kBool)}, {.s0 = F(300.7)}, Family::kExact, "u8_float_saturates");
-  t.add("masked_fill", {In({2, 3}, kI32), In({3}, kBool)}, {.s0 = F(-2.7)}, Family::kExact, "truncates");
-  t.add("masked_fill", {In({0, 3}, kF32), In({1, 3}, kBool)}, {.s0 = I(1)}, Family::kExact, "empty");
-  t.add("masked_fill", {In({4, 5}, kF64).as(Layout::kTransposed), In({4, 5}, kBool).as(Layout::kStrided)},
+  t.add("masked_fill", {In({2, 3}, kU8), In({2, 3}, kBool)}, {.s0 = I(300)}, Family::kExact,
+        "u8_int_wraps");
+  t.add("masked_fill", {In({2, 3}, kU8), In({2, 3}, kBool)}, {.s0 = F(300.7)}, Family::kExact,
+        "u8_float_saturates");
+  t.add("masked_fill", {In({2, 3}, kI32), In({3}, kBool)}, {.s0 = F(-2.7)}, Family::kExact,
+        "truncates");
+  t.add("masked_fill", {In({0, 3}, kF32), In({1, 3}, kBool)}, {.s0 = I(1)}, Family::kExact,
+        "empty");
+  t.add("masked_fill",
+        {In({4, 5}, kF64).as(Layout::kTransposed), In({4, 5}, kBool).as(Layout::kStrided)},
         {.s0 = F(-1)}, Family::kExact, "noncontig");
 
   // Cast: every pair of dtypes, on the edge values (NaN, ±inf, out of range, fractions, limits).
@@ -425,9 +507,12 @@ void select_cases(Table& t) {
       }
     }
   }
-  t.add("cast", {In({4, 6}, kF32).range(-300, 300).as(Layout::kTransposed)}, {.dtype = kI32}, Family::kExact, "transposed");
-  t.add("cast", {In({4, 6}, kF16).as(Layout::kStrided)}, {.dtype = kF32}, Family::kExact, "strided");
-  t.add("cast", {In({4, 6}, kBF16).as(Layout::kExpanded)}, {.dtype = kF64}, Family::kExact, "expanded");
+  t.add("cast", {In({4, 6}, kF32).range(-300, 300).as(Layout::kTransposed)}, {.dtype = kI32},
+        Family::kExact, "transposed");
+  t.add("cast", {In({4, 6}, kF16).as(Layout::kStrided)}, {.dtype = kF32}, Family::kExact,
+        "strided");
+  t.add("cast", {In({4, 6}, kBF16).as(Layout::kExpanded)}, {.dtype = kF64}, Family::kExact,
+        "expanded");
   t.add("cast", {In({}, kF64)}, {.dtype = kF16}, Family::kExact, "scalar0d");
   t.add("cast", {In({0, 5}, kI32)}, {.dtype = kF32}, Family::kExact, "empty");
 }
@@ -464,8 +549,10 @@ void reduction_cases(Table& t) {
   // accumulation (docs/ops.md) stays within rounding.
   t.add("sum", {In({100000}, kF32).range(0, 1)}, {}, Family::kReduce, "100k");
   t.add("mean_dim", {In({4, 50000}, kF32).range(0, 1)}, {.dim = 1}, Family::kReduce, "50k");
-  t.add("sum_dims", {In({3, 4, 5, 6}, kF32).as(Layout::kComposite)}, {.dims = {0, 2}, .keepdim = true}, Family::kReduce, "composite");
-  t.add("max_dim", {In({5, 6}, kF32).with(Gen::kDistinct).as(Layout::kComposite)}, {.dim = 0}, Family::kExact, "composite");
+  t.add("sum_dims", {In({3, 4, 5, 6}, kF32).as(Layout::kComposite)},
+        {.dims = {0, 2}, .keepdim = true}, Family::kReduce, "composite");
+  t.add("max_dim", {In({5, 6}, kF32).with(Gen::kDistinct).as(Layout::kComposite)}, {.dim = 0},
+        Family::kExact, "composite");
   t.add("sum_dim", {In({64, 64}, kF32).range(-1, 1)}, {.dim = 0}, Family::kReduce, "long");
   t.add("mean", {In({999}, kF64).range(-1, 1)}, {}, Family::kReduce, "long");
   t.add("sum", {In({64}, kI64).with(Gen::kWrap)}, {}, Family::kExact, "wrap");
@@ -478,7 +565,10 @@ void reduction_cases(Table& t) {
   for (const std::string op : {"max", "min", "argmax", "argmin"}) {
     for (size_t j = 0; j < kNonStorage.size(); ++j) {
       DType d = kNonStorage[j];
-      InputSpec x = In({3, 4, 5}, d).with(d == kBool ? Gen::kUniform : Gen::kDistinct).range(-60, 60).as(rotate(j));
+      InputSpec x = In({3, 4, 5}, d)
+                        .with(d == kBool ? Gen::kUniform : Gen::kDistinct)
+                        .range(-60, 60)
+                        .as(rotate(j));
       if (d == kU8) x = x.range(0, 255);
       t.add(op, {x});
       t.add(op + "_dim", {x}, {.dim = 1});
@@ -489,7 +579,8 @@ void reduction_cases(Table& t) {
       t.add(op + "_dim", {In({4, 6}, d).with(Gen::kTies)}, {.dim = 1}, Family::kExact, "ties");
       t.add(op, {In({}, d)}, {}, Family::kExact, "scalar0d");
       t.add(op + "_dim", {In({}, d)}, {.dim = 0}, Family::kExact, "scalar0d");
-      t.add(op + "_dim", {In({0, 4}, d).with(Gen::kDistinct)}, {.dim = 1}, Family::kExact, "empty_other_dim");
+      t.add(op + "_dim", {In({0, 4}, d).with(Gen::kDistinct)}, {.dim = 1}, Family::kExact,
+            "empty_other_dim");
     }
     // NaN propagates (max/min) and counts as the maximum and the minimum (argmax/argmin).
     for (DType d : kFloats) {
@@ -505,7 +596,8 @@ void reduction_cases(Table& t) {
     const Family fam = is_float(d) ? Family::kReduce : Family::kExact;
     t.add("cumsum", {In({3, 4, 5}, d).range(-9, 9).as(rotate(j))}, {.dim = 1}, fam);
     t.add("cumsum", {In({3, 4, 5}, d).range(-9, 9)}, {.dim = -1}, fam, "last");
-    t.add("cumsum", {In({4, 5}, d).range(-9, 9).as(Layout::kTransposed)}, {.dim = 0}, fam, "transposed");
+    t.add("cumsum", {In({4, 5}, d).range(-9, 9).as(Layout::kTransposed)}, {.dim = 0}, fam,
+          "transposed");
     t.add("cumsum", {In({}, d)}, {.dim = 0}, fam, "scalar0d");
     t.add("cumsum", {In({0, 3}, d)}, {.dim = 1}, fam, "empty");
   }
@@ -529,13 +621,16 @@ void matmul_cases(Table& t) {
     t.add("matmul", {M({3, 0}), M({0, 2})}, {}, fam, "k0");
     t.add("matmul", {M({0, 4}), M({4, 2})}, {}, fam, "n0");
     t.add("matmul", {M({2, 0, 3}), M({3, 2})}, {}, fam, "batch_with_n0");
-    t.add("matmul", {M({4, 6}).as(Layout::kTransposed), M({6, 3}).as(Layout::kStrided)}, {}, fam, "noncontig");
+    t.add("matmul", {M({4, 6}).as(Layout::kTransposed), M({6, 3}).as(Layout::kStrided)}, {}, fam,
+          "noncontig");
     t.add("matmul", {M({3, 4, 5}).as(Layout::kExpanded), M({5, 2})}, {}, fam, "expanded");
     t.add("matmul", {M({33, 17}), M({17, 9})}, {}, fam, "odd");
     t.add("matmul_fn", {M({2, 3}), M({3, 2})}, {}, fam);
   }
-  t.add("matmul", {In({64, 64}, kF32).range(-1, 1), In({64, 64}, kF32).range(-1, 1)}, {}, Family::kMatmul, "square64");
-  t.add("matmul", {In({3, 4}, kI32).with(Gen::kWrap), In({4, 5}, kI32).with(Gen::kWrap)}, {}, Family::kExact, "wrap");
+  t.add("matmul", {In({64, 64}, kF32).range(-1, 1), In({64, 64}, kF32).range(-1, 1)}, {},
+        Family::kMatmul, "square64");
+  t.add("matmul", {In({3, 4}, kI32).with(Gen::kWrap), In({4, 5}, kI32).with(Gen::kWrap)}, {},
+        Family::kExact, "wrap");
 }
 
 // ================================ movement ================================
@@ -553,7 +648,8 @@ void movement_cases(Table& t) {
     t.add("unsqueeze", {x}, {.dim = 1});
     t.add("slice", {In({5, 6}, d).as(rotate(j))}, {.dim = 1, .start = 1, .end = 5, .step = 2});
     t.add("narrow", {In({5, 6}, d).as(rotate(j))}, {.dim = 1, .start = 2, .end = 3});
-    t.add("slice_assign", {In({4, 5}, d).as(rotate(j)), In({4, 2}, d)}, {.dim = 1, .start = 1, .end = 5, .step = 2});
+    t.add("slice_assign", {In({4, 5}, d).as(rotate(j)), In({4, 2}, d)},
+          {.dim = 1, .start = 1, .end = 5, .step = 2});
     t.add("cat", {In({2, 3}, d).as(rotate(j)), In({4, 3}, d), In({1, 3}, d)}, {.dim = 0});
     t.add("stack", {In({2, 3}, d), In({2, 3}, d).as(rotate(j)), In({2, 3}, d)}, {.dim = 0});
     t.add("flip", {x}, {.dims = {0, 2}});
@@ -562,17 +658,21 @@ void movement_cases(Table& t) {
   // reshape / view / flatten
   t.add("reshape", {In({}, kF32)}, {.shape = {1}}, Family::kExact, "scalar0d");
   t.add("reshape", {In({1}, kF32)}, {.shape = {}}, Family::kExact, "to0d");
-  t.add("reshape", {In({2, 3, 4}, kF32).as(Layout::kTransposed)}, {.shape = {24}}, Family::kExact, "transposed");
+  t.add("reshape", {In({2, 3, 4}, kF32).as(Layout::kTransposed)}, {.shape = {24}}, Family::kExact,
+        "transposed");
   t.add("reshape", {In({0, 3}, kF32)}, {.shape = {3, 0}}, Family::kExact, "empty");
-  t.add("reshape", {In({6}, kI32).as(Layout::kStrided)}, {.shape = {2, 3}}, Family::kExact, "strided");
+  t.add("reshape", {In({6}, kI32).as(Layout::kStrided)}, {.shape = {2, 3}}, Family::kExact,
+        "strided");
   t.add("reshape", {In({2, 3, 4}, kI64)}, {.shape = {2, -1, 2}}, Family::kExact, "infer_middle");
   t.add("flatten", {In({2, 3, 4}, kF32)}, {.dim = 0, .dim2 = -1}, Family::kExact, "all");
-  t.add("flatten", {In({2, 3, 4, 5}, kF32).as(Layout::kTransposed)}, {.dim = 1, .dim2 = 2}, Family::kExact, "middle");
+  t.add("flatten", {In({2, 3, 4, 5}, kF32).as(Layout::kTransposed)}, {.dim = 1, .dim2 = 2},
+        Family::kExact, "middle");
   // permute / transpose
   t.add("permute", {In({2, 3, 4}, kF32)}, {.dims = {-1, -3, -2}}, Family::kExact, "negative");
   t.add("permute", {In({}, kF32)}, {.dims = {}}, Family::kExact, "scalar0d");
   t.add("permute", {In({2, 0, 3}, kF32)}, {.dims = {1, 2, 0}}, Family::kExact, "empty");
-  t.add("permute", {In({3, 4, 5}, kF64).as(Layout::kStrided)}, {.dims = {1, 0, 2}}, Family::kExact, "strided");
+  t.add("permute", {In({3, 4, 5}, kF64).as(Layout::kStrided)}, {.dims = {1, 0, 2}}, Family::kExact,
+        "strided");
   t.add("transpose", {In({3, 5}, kI32)}, {.dim = 1, .dim2 = 0}, Family::kExact, "2d");
   t.add("t", {In({3, 5}, kF32)});
   t.add("t", {In({3, 5}, kF16).as(Layout::kTransposed)}, {}, Family::kExact, "transposed");
@@ -581,8 +681,10 @@ void movement_cases(Table& t) {
   t.add("expand", {In({}, kI32)}, {.shape = {2, 2}}, Family::kExact, "scalar0d");
   t.add("expand", {In({3, 1}, kF32)}, {.shape = {-1, 4}}, Family::kExact, "keep");
   t.add("expand", {In({1, 3}, kF32)}, {.shape = {0, 3}}, Family::kExact, "to_empty");
-  t.add("expand", {In({3, 1}, kF64).as(Layout::kTransposed)}, {.shape = {2, 3, 5}}, Family::kExact, "transposed");
-  t.add("expand", {In({3, 1}, kBool).as(Layout::kExpanded)}, {.shape = {3, 3}}, Family::kExact, "expanded");
+  t.add("expand", {In({3, 1}, kF64).as(Layout::kTransposed)}, {.shape = {2, 3, 5}}, Family::kExact,
+        "transposed");
+  t.add("expand", {In({3, 1}, kBool).as(Layout::kExpanded)}, {.shape = {3, 3}}, Family::kExact,
+        "expanded");
   t.add("expand_as", {In({1, 4}, kF32), In({3, 4}, kI32)});
   // squeeze / unsqueeze
   t.add("squeeze_dim", {In({3, 1, 2}, kF32)}, {.dim = 1});
@@ -591,52 +693,78 @@ void movement_cases(Table& t) {
   t.add("unsqueeze", {In({2, 3}, kF32)}, {.dim = -1}, Family::kExact, "last");
   t.add("unsqueeze", {In({2, 3}, kF32)}, {.dim = 0}, Family::kExact, "first");
   t.add("unsqueeze", {In({}, kF32)}, {.dim = 0}, Family::kExact, "scalar0d");
-  t.add("unsqueeze", {In({2, 3}, kI32).as(Layout::kTransposed)}, {.dim = 1}, Family::kExact, "transposed");
+  t.add("unsqueeze", {In({2, 3}, kI32).as(Layout::kTransposed)}, {.dim = 1}, Family::kExact,
+        "transposed");
   // slice (Python semantics: negative bounds count from the end, then clamp)
-  t.add("slice", {In({5, 6}, kF32)}, {.dim = 0, .start = -3, .end = 100, .step = 1}, Family::kExact, "clamp_end");
-  t.add("slice", {In({5, 6}, kF32)}, {.dim = -1, .start = 5, .end = 2, .step = 1}, Family::kExact, "empty");
-  t.add("slice", {In({5, 6}, kF32)}, {.dim = 1, .start = -100, .end = -1, .step = 3}, Family::kExact, "clamp_start");
-  t.add("slice", {In({5, 6}, kF32)}, {.dim = 0, .start = 0, .end = 5, .step = 7}, Family::kExact, "big_step");
-  t.add("slice", {In({5, 6}, kF32)}, {.dim = 1, .start = 6, .end = 10, .step = 1}, Family::kExact, "past_end");
-  t.add("slice", {In({5, 6}, kI64).as(Layout::kTransposed)}, {.dim = 0, .start = 1, .end = 4, .step = 1}, Family::kExact, "transposed");
-  t.add("slice", {In({4, 7}, kU8).as(Layout::kStrided)}, {.dim = 1, .start = 1, .end = -1, .step = 2}, Family::kExact, "strided");
-  t.add("slice", {In({0, 4}, kF32)}, {.dim = 0, .start = 0, .end = 3, .step = 1}, Family::kExact, "from_empty");
-  t.add("narrow", {In({4, 6}, kF32)}, {.dim = 0, .start = 1, .end = 0}, Family::kExact, "zero_length");
+  t.add("slice", {In({5, 6}, kF32)}, {.dim = 0, .start = -3, .end = 100, .step = 1}, Family::kExact,
+        "clamp_end");
+  t.add("slice", {In({5, 6}, kF32)}, {.dim = -1, .start = 5, .end = 2, .step = 1}, Family::kExact,
+        "empty");
+  t.add("slice", {In({5, 6}, kF32)}, {.dim = 1, .start = -100, .end = -1, .step = 3},
+        Family::kExact, "clamp_start");
+  t.add("slice", {In({5, 6}, kF32)}, {.dim = 0, .start = 0, .end = 5, .step = 7}, Family::kExact,
+        "big_step");
+  t.add("slice", {In({5, 6}, kF32)}, {.dim = 1, .start = 6, .end = 10, .step = 1}, Family::kExact,
+        "past_end");
+  t.add("slice", {In({5, 6}, kI64).as(Layout::kTransposed)},
+        {.dim = 0, .start = 1, .end = 4, .step = 1}, Family::kExact, "transposed");
+  t.add("slice", {In({4, 7}, kU8).as(Layout::kStrided)},
+        {.dim = 1, .start = 1, .end = -1, .step = 2}, Family::kExact, "strided");
+  t.add("slice", {In({0, 4}, kF32)}, {.dim = 0, .start = 0, .end = 3, .step = 1}, Family::kExact,
+        "from_empty");
+  t.add("narrow", {In({4, 6}, kF32)}, {.dim = 0, .start = 1, .end = 0}, Family::kExact,
+        "zero_length");
   t.add("narrow", {In({4, 6}, kF32)}, {.dim = -1, .start = 0, .end = 6}, Family::kExact, "whole");
   // slice_assign (src broadcasts to the slice)
-  t.add("slice_assign", {In({4, 5}, kF32), In({1, 2}, kF32)}, {.dim = 1, .start = 1, .end = 5, .step = 2}, Family::kExact, "bcast_row");
-  t.add("slice_assign", {In({4, 5}, kI32), In({2}, kI32)}, {.dim = 1, .start = 1, .end = 5, .step = 2}, Family::kExact, "bcast_1d");
-  t.add("slice_assign", {In({4, 5}, kF64), In({}, kF64)}, {.dim = 0, .start = 1, .end = 3, .step = 1}, Family::kExact, "scalar0d_src");
-  t.add("slice_assign", {In({4, 5}, kF32), In({2, 5}, kF32)}, {.dim = 0, .start = -2, .end = 100, .step = 1}, Family::kExact, "negative_start");
-  t.add("slice_assign", {In({4, 5}, kF32), In({4, 0}, kF32)}, {.dim = 1, .start = 3, .end = 3, .step = 1}, Family::kExact, "empty_slice");
-  t.add("slice_assign", {In({4, 5}, kF32).as(Layout::kTransposed), In({2, 5}, kF32).as(Layout::kTransposed)},
+  t.add("slice_assign", {In({4, 5}, kF32), In({1, 2}, kF32)},
+        {.dim = 1, .start = 1, .end = 5, .step = 2}, Family::kExact, "bcast_row");
+  t.add("slice_assign", {In({4, 5}, kI32), In({2}, kI32)},
+        {.dim = 1, .start = 1, .end = 5, .step = 2}, Family::kExact, "bcast_1d");
+  t.add("slice_assign", {In({4, 5}, kF64), In({}, kF64)},
+        {.dim = 0, .start = 1, .end = 3, .step = 1}, Family::kExact, "scalar0d_src");
+  t.add("slice_assign", {In({4, 5}, kF32), In({2, 5}, kF32)},
+        {.dim = 0, .start = -2, .end = 100, .step = 1}, Family::kExact, "negative_start");
+  t.add("slice_assign", {In({4, 5}, kF32), In({4, 0}, kF32)},
+        {.dim = 1, .start = 3, .end = 3, .step = 1}, Family::kExact, "empty_slice");
+  t.add("slice_assign",
+        {In({4, 5}, kF32).as(Layout::kTransposed), In({2, 5}, kF32).as(Layout::kTransposed)},
         {.dim = 0, .start = 0, .end = 4, .step = 3}, Family::kExact, "noncontig");
-  t.add("slice_assign", {In({2, 3, 4}, kBF16), In({2, 3, 1}, kBF16)}, {.dim = -1, .start = 2, .end = 3, .step = 1}, Family::kExact, "last_dim");
+  t.add("slice_assign", {In({2, 3, 4}, kBF16), In({2, 3, 1}, kBF16)},
+        {.dim = -1, .start = 2, .end = 3, .step = 1}, Family::kExact, "last_dim");
   // cat / stack
-  t.add("cat", {In({2, 3}, kF32), In({2, 0}, kF32), In({2, 2}, kF32)}, {.dim = 1}, Family::kExact, "dim1_with_empty");
-  t.add("cat", {In({2, 3, 2}, kI64), In({2, 3, 1}, kI64).as(Layout::kStrided)}, {.dim = -1}, Family::kExact, "last");
+  t.add("cat", {In({2, 3}, kF32), In({2, 0}, kF32), In({2, 2}, kF32)}, {.dim = 1}, Family::kExact,
+        "dim1_with_empty");
+  t.add("cat", {In({2, 3, 2}, kI64), In({2, 3, 1}, kI64).as(Layout::kStrided)}, {.dim = -1},
+        Family::kExact, "last");
   t.add("cat", {In({3, 4}, kF16)}, {.dim = 0}, Family::kExact, "single");
-  t.add("cat", {In({3, 4}, kF32).as(Layout::kTransposed), In({2, 4}, kF32).as(Layout::kExpanded)}, {.dim = 0}, Family::kExact, "noncontig");
+  t.add("cat", {In({3, 4}, kF32).as(Layout::kTransposed), In({2, 4}, kF32).as(Layout::kExpanded)},
+        {.dim = 0}, Family::kExact, "noncontig");
   t.add("cat", {In({0, 4}, kU8), In({0, 4}, kU8)}, {.dim = 0}, Family::kExact, "all_empty");
   {
     std::vector<InputSpec> many;
-    for (size_t k = 0; k < 12; ++k) many.push_back(In({3, static_cast<int64_t>(k % 4)}, kI32).as(rotate(k)));
+    for (size_t k = 0; k < 12; ++k)
+      many.push_back(In({3, static_cast<int64_t>(k % 4)}, kI32).as(rotate(k)));
     t.add("cat", many, {.dim = 1}, Family::kExact, "twelve");
   }
-  t.add("permute", {In({2, 3, 4, 5}, kF32).as(Layout::kComposite)}, {.dims = {3, 1, 0, 2}}, Family::kExact, "composite");
-  t.add("reshape", {In({4, 6}, kI64).as(Layout::kComposite)}, {.shape = {3, 8}}, Family::kExact, "composite");
+  t.add("permute", {In({2, 3, 4, 5}, kF32).as(Layout::kComposite)}, {.dims = {3, 1, 0, 2}},
+        Family::kExact, "composite");
+  t.add("reshape", {In({4, 6}, kI64).as(Layout::kComposite)}, {.shape = {3, 8}}, Family::kExact,
+        "composite");
   t.add("stack", {In({2, 3}, kF32), In({2, 3}, kF32)}, {.dim = -1}, Family::kExact, "last");
-  t.add("stack", {In({2, 3}, kI32), In({2, 3}, kI32), In({2, 3}, kI32)}, {.dim = 1}, Family::kExact, "middle");
+  t.add("stack", {In({2, 3}, kI32), In({2, 3}, kI32), In({2, 3}, kI32)}, {.dim = 1}, Family::kExact,
+        "middle");
   t.add("stack", {In({}, kF64), In({}, kF64), In({}, kF64)}, {.dim = 0}, Family::kExact, "scalars");
   // flip / repeat
   t.add("flip", {In({3, 4, 5}, kF32)}, {.dims = {-1}}, Family::kExact, "last");
   t.add("flip", {In({3, 4}, kF32)}, {.dims = {}}, Family::kExact, "none");
   t.add("flip", {In({}, kI32)}, {.dims = {0}}, Family::kExact, "scalar0d");
-  t.add("flip", {In({3, 4}, kI64).as(Layout::kTransposed)}, {.dims = {0, 1}}, Family::kExact, "transposed");
+  t.add("flip", {In({3, 4}, kI64).as(Layout::kTransposed)}, {.dims = {0, 1}}, Family::kExact,
+        "transposed");
   t.add("repeat", {In({2, 3}, kF32)}, {.dims = {1, 1}}, Family::kExact, "ones");
   t.add("repeat", {In({2, 3}, kF32)}, {.dims = {0, 2}}, Family::kExact, "zero");
   t.add("repeat", {In({}, kI32)}, {.dims = {3, 2}}, Family::kExact, "scalar0d");
-  t.add("repeat", {In({2, 3}, kF64).as(Layout::kTransposed)}, {.dims = {2, 2}}, Family::kExact, "transposed");
+  t.add("repeat", {In({2, 3}, kF64).as(Layout::kTransposed)}, {.dims = {2, 2}}, Family::kExact,
+        "transposed");
 }
 
 // ================================ indexing ================================
@@ -645,22 +773,32 @@ void indexing_cases(Table& t) {
     DType d = kAnyDtype[j];
     DType id = kIndexDtypes[j % 2];
     t.add("gather", {In({4, 5}, d).as(rotate(j)), In({4, 3}, id).range(0, 4)}, {.dim = 1});
-    t.add("gather", {In({4, 5}, d), In({7, 5}, id).range(0, 3)}, {.dim = 0}, Family::kExact, "longer");
+    t.add("gather", {In({4, 5}, d), In({7, 5}, id).range(0, 3)}, {.dim = 0}, Family::kExact,
+          "longer");
     t.add("index_select", {In({5, 4}, d).as(rotate(j)), In({7}, id).range(0, 4)}, {.dim = 0});
     t.add("embedding", {In({10, 4}, d), In({2, 3}, id).range(0, 9)});
   }
   for (DType id : kIndexDtypes) {
-    t.add("gather", {In({4, 5}, kF32), In({2, 3}, id).range(0, 3)}, {.dim = 0}, Family::kExact, "smaller");
-    t.add("gather", {In({3, 4, 5}, kI64), In({3, 2, 5}, id).range(0, 4)}, {.dim = -1}, Family::kExact, "last_3d");
-    t.add("gather", {In({4, 5}, kF32).as(Layout::kTransposed), In({4, 5}, id).range(0, 3).as(Layout::kTransposed)},
+    t.add("gather", {In({4, 5}, kF32), In({2, 3}, id).range(0, 3)}, {.dim = 0}, Family::kExact,
+          "smaller");
+    t.add("gather", {In({3, 4, 5}, kI64), In({3, 2, 5}, id).range(0, 4)}, {.dim = -1},
+          Family::kExact, "last_3d");
+    t.add("gather",
+          {In({4, 5}, kF32).as(Layout::kTransposed),
+           In({4, 5}, id).range(0, 3).as(Layout::kTransposed)},
           {.dim = 0}, Family::kExact, "noncontig");
     t.add("gather", {In({}, kF32), In({}, id).range(0, 0)}, {.dim = 0}, Family::kExact, "scalar0d");
     t.add("gather", {In({4, 5}, kF32), In({0, 5}, id)}, {.dim = 0}, Family::kExact, "empty");
-    t.add("index_select", {In({3, 5}, kF32), In({4}, id).range(0, 4)}, {.dim = -1}, Family::kExact, "last");
-    t.add("index_select", {In({3, 5}, kI32), In({0}, id)}, {.dim = 1}, Family::kExact, "empty_index");
-    t.add("index_select", {In({}, kF64), In({1}, id).range(0, 0)}, {.dim = 0}, Family::kExact, "scalar0d");
-    t.add("index_select", {In({2, 5, 3}, kF64).as(Layout::kTransposed), In({6}, id).range(0, 4).as(Layout::kStrided)},
-          {.dim = 1}, Family::kExact, "noncontig");
+    t.add("index_select", {In({3, 5}, kF32), In({4}, id).range(0, 4)}, {.dim = -1}, Family::kExact,
+          "last");
+    t.add("index_select", {In({3, 5}, kI32), In({0}, id)}, {.dim = 1}, Family::kExact,
+          "empty_index");
+    t.add("index_select", {In({}, kF64), In({1}, id).range(0, 0)}, {.dim = 0}, Family::kExact,
+          "scalar0d");
+    t.add(
+        "index_select",
+        {In({2, 5, 3}, kF64).as(Layout::kTransposed), In({6}, id).range(0, 4).as(Layout::kStrided)},
+        {.dim = 1}, Family::kExact, "noncontig");
   }
   for (size_t j = 0; j < kNumeric.size(); ++j) {
     DType d = kNumeric[j];
@@ -668,23 +806,32 @@ void indexing_cases(Table& t) {
     const Family fam = is_float(d) ? Family::kReduce : Family::kExact;
     InputSpec x = In({4, 5}, d).range(-9, 9);
     if (d == kU8) x = x.with(Gen::kWrap);  // sums wrap modulo 256
-    t.add("scatter_add", {x.as(rotate(j)), In({6, 5}, id).range(0, 3), In({6, 5}, d).range(-9, 9).as(rotate(j + 1))},
-          {.dim = 0}, fam);
-    t.add("scatter_add", {In({4, 5}, d), In({4, 3}, id).range(0, 4), In({4, 3}, d)}, {.dim = -1}, fam, "last");
-    t.add("scatter_add", {In({4, 5}, d), In({3, 4}, id).range(0, 3), In({7, 6}, d)}, {.dim = 0}, fam, "src_larger");
+    t.add(
+        "scatter_add",
+        {x.as(rotate(j)), In({6, 5}, id).range(0, 3), In({6, 5}, d).range(-9, 9).as(rotate(j + 1))},
+        {.dim = 0}, fam);
+    t.add("scatter_add", {In({4, 5}, d), In({4, 3}, id).range(0, 4), In({4, 3}, d)}, {.dim = -1},
+          fam, "last");
+    t.add("scatter_add", {In({4, 5}, d), In({3, 4}, id).range(0, 3), In({7, 6}, d)}, {.dim = 0},
+          fam, "src_larger");
   }
-  t.add("scatter_add", {In({3}, kF32).range(0, 0), In({500}, kI64).range(0, 2), In({500}, kF32).range(-1, 1)},
+  t.add("scatter_add",
+        {In({3}, kF32).range(0, 0), In({500}, kI64).range(0, 2), In({500}, kF32).range(-1, 1)},
         {.dim = 0}, Family::kReduce, "many_duplicates");
-  t.add("scatter_add", {In({}, kI32), In({}, kI64).range(0, 0), In({}, kI32)}, {.dim = 0}, Family::kExact, "scalar0d");
-  t.add("scatter_add", {In({4, 5}, kF64), In({0, 5}, kI64), In({2, 5}, kF64)}, {.dim = 0}, Family::kExact, "empty_index");
+  t.add("scatter_add", {In({}, kI32), In({}, kI64).range(0, 0), In({}, kI32)}, {.dim = 0},
+        Family::kExact, "scalar0d");
+  t.add("scatter_add", {In({4, 5}, kF64), In({0, 5}, kI64), In({2, 5}, kF64)}, {.dim = 0},
+        Family::kExact, "empty_index");
   for (DType d : {kI32, kI64, kU8}) {
     t.add("one_hot", {In({5}, d).range(0, 5)}, {.n = 6});
     t.add("one_hot", {In({2, 3}, d).range(0, 3)}, {.n = 4}, Family::kExact, "2d");
     t.add("one_hot", {In({}, d).range(0, 2)}, {.n = 3}, Family::kExact, "scalar0d");
   }
   t.add("one_hot", {In({0}, kI64)}, {.n = 2}, Family::kExact, "empty");
-  t.add("one_hot", {In({3, 4}, kI32).range(0, 1).as(Layout::kTransposed)}, {.n = 2}, Family::kExact, "transposed");
-  t.add("embedding", {In({6, 3}, kF32).as(Layout::kTransposed), In({5}, kI64).range(0, 5)}, {}, Family::kExact, "noncontig");
+  t.add("one_hot", {In({3, 4}, kI32).range(0, 1).as(Layout::kTransposed)}, {.n = 2}, Family::kExact,
+        "transposed");
+  t.add("embedding", {In({6, 3}, kF32).as(Layout::kTransposed), In({5}, kI64).range(0, 5)}, {},
+        Family::kExact, "noncontig");
   t.add("embedding", {In({6, 3}, kF32), In({}, kI64).range(0, 5)}, {}, Family::kExact, "scalar0d");
 }
 
@@ -694,7 +841,8 @@ void neural_cases(Table& t) {
     for (const char* op : {"softmax", "log_softmax"}) {
       t.add(op, {In({3, 5}, d).range(-3, 3)}, {.dim = -1}, Family::kNeural);
       t.add(op, {In({3, 5}, d).range(-3, 3)}, {.dim = 0}, Family::kNeural, "dim0");
-      t.add(op, {In({2, 3, 4}, d).range(-3, 3).as(Layout::kTransposed)}, {.dim = 1}, Family::kNeural, "transposed");
+      t.add(op, {In({2, 3, 4}, d).range(-3, 3).as(Layout::kTransposed)}, {.dim = 1},
+            Family::kNeural, "transposed");
       t.add(op, {In({4, 6}, d).range(-80, 80)}, {.dim = 1}, Family::kNeural, "large_values");
       t.add(op, {In({}, d)}, {.dim = 0}, Family::kNeural, "scalar0d");
       t.add(op, {In({0, 4}, d)}, {.dim = 1}, Family::kNeural, "empty");
@@ -702,57 +850,85 @@ void neural_cases(Table& t) {
     }
     // Masked scores: -inf entries give 0 (softmax) / -inf (log_softmax); a row of only -inf
     // gives NaN by the max-subtracted formula (-inf - -inf).
-    t.add("softmax", {In({40, 4}, d).with(Gen::kWithNegInf)}, {.dim = 1}, Family::kNeural, "neg_inf");
-    t.add("log_softmax", {In({40, 4}, d).with(Gen::kWithNegInf)}, {.dim = 1}, Family::kNeural, "neg_inf");
-    t.add("softmax", {In({4, 5, 6}, d).as(Layout::kComposite)}, {.dim = 0}, Family::kNeural, "composite");
-    t.add("layer_norm", {In({6, 8}, d).range(1, 1), In({8}, d), In({8}, d)}, {.shape = {8}}, Family::kNeural, "constant_rows");
+    t.add("softmax", {In({40, 4}, d).with(Gen::kWithNegInf)}, {.dim = 1}, Family::kNeural,
+          "neg_inf");
+    t.add("log_softmax", {In({40, 4}, d).with(Gen::kWithNegInf)}, {.dim = 1}, Family::kNeural,
+          "neg_inf");
+    t.add("softmax", {In({4, 5, 6}, d).as(Layout::kComposite)}, {.dim = 0}, Family::kNeural,
+          "composite");
+    t.add("layer_norm", {In({6, 8}, d).range(1, 1), In({8}, d), In({8}, d)}, {.shape = {8}},
+          Family::kNeural, "constant_rows");
     t.add("conv2d", {In({1, 2, 10, 10}, d).range(-1, 1), In({2, 2, 2, 2}, d).range(-1, 1)},
-          {.stride = {3, 3}, .padding = {1, 1}, .dilation = {2, 2}}, Family::kMatmul, "stride_gt_kernel");
-    t.add("conv2d", {In({3, 2, 6, 6}, d).range(-1, 1).as(Layout::kExpanded), In({2, 2, 3, 3}, d).range(-1, 1)},
-          {.stride = {1, 1}, .padding = {0, 0}, .dilation = {1, 1}}, Family::kMatmul, "expanded");
+          {.stride = {3, 3}, .padding = {1, 1}, .dilation = {2, 2}}, Family::kMatmul,
+          "stride_gt_kernel");
+    t.add(
+        "conv2d",
+        {In({3, 2, 6, 6}, d).range(-1, 1).as(Layout::kExpanded), In({2, 2, 3, 3}, d).range(-1, 1)},
+        {.stride = {1, 1}, .padding = {0, 0}, .dilation = {1, 1}}, Family::kMatmul, "expanded");
     t.add("softmax_fn", {In({2, 7}, d)}, {.dim = 1}, Family::kNeural);
     t.add("log_softmax_fn", {In({2, 7}, d)}, {.dim = -1}, Family::kNeural);
 
     auto X = [&](Shape s) { return In(std::move(s), d).range(-1, 1); };
     const Family fam = Family::kMatmul;
     const std::vector<int64_t> one = {1, 1}, zero = {0, 0};
-    t.add("conv2d", {X({2, 3, 7, 7}), X({4, 3, 3, 3}), X({4})}, {.stride = one, .padding = zero, .dilation = one}, fam);
-    t.add("conv2d", {X({2, 3, 7, 7}), X({4, 3, 3, 3})}, {.stride = one, .padding = zero, .dilation = one}, fam, "no_bias");
-    t.add("conv2d", {X({1, 3, 8, 9}), X({2, 3, 3, 3}), X({2})}, {.stride = {2, 2}, .padding = {1, 1}, .dilation = one}, fam, "stride_pad");
-    t.add("conv2d", {X({1, 2, 9, 9}), X({3, 2, 3, 3})}, {.stride = one, .padding = {2, 2}, .dilation = {2, 2}}, fam, "dilation");
-    t.add("conv2d", {X({1, 6, 6, 6}), X({6, 2, 3, 3}), X({6})}, {.stride = one, .padding = {1, 1}, .dilation = one, .groups = 3}, fam, "groups");
-    t.add("conv2d", {X({2, 4, 5, 5}), X({4, 1, 3, 3})}, {.stride = one, .padding = {1, 1}, .dilation = one, .groups = 4}, fam, "depthwise");
-    t.add("conv2d", {X({1, 3, 6, 7}), X({2, 3, 2, 3}), X({2})}, {.stride = {1, 2}, .padding = {1, 0}, .dilation = {2, 1}}, fam, "rect");
-    t.add("conv2d", {X({2, 3, 4, 4}), X({5, 3, 1, 1})}, {.stride = one, .padding = zero, .dilation = one}, fam, "1x1");
+    t.add("conv2d", {X({2, 3, 7, 7}), X({4, 3, 3, 3}), X({4})},
+          {.stride = one, .padding = zero, .dilation = one}, fam);
+    t.add("conv2d", {X({2, 3, 7, 7}), X({4, 3, 3, 3})},
+          {.stride = one, .padding = zero, .dilation = one}, fam, "no_bias");
+    t.add("conv2d", {X({1, 3, 8, 9}), X({2, 3, 3, 3}), X({2})},
+          {.stride = {2, 2}, .padding = {1, 1}, .dilation = one}, fam, "stride_pad");
+    t.add("conv2d", {X({1, 2, 9, 9}), X({3, 2, 3, 3})},
+          {.stride = one, .padding = {2, 2}, .dilation = {2, 2}}, fam, "dilation");
+    t.add("conv2d", {X({1, 6, 6, 6}), X({6, 2, 3, 3}), X({6})},
+          {.stride = one, .padding = {1, 1}, .dilation = one, .groups = 3}, fam, "groups");
+    t.add("conv2d", {X({2, 4, 5, 5}), X({4, 1, 3, 3})},
+          {.stride = one, .padding = {1, 1}, .dilation = one, .groups = 4}, fam, "depthwise");
+    t.add("conv2d", {X({1, 3, 6, 7}), X({2, 3, 2, 3}), X({2})},
+          {.stride = {1, 2}, .padding = {1, 0}, .dilation = {2, 1}}, fam, "rect");
+    t.add("conv2d", {X({2, 3, 4, 4}), X({5, 3, 1, 1})},
+          {.stride = one, .padding = zero, .dilation = one}, fam, "1x1");
     t.add("conv2d", {X({2, 3, 5, 6}).as(Layout::kTransposed), X({2, 3, 3, 3}).as(Layout::kStrided)},
           {.stride = one, .padding = {1, 1}, .dilation = one}, fam, "noncontig");
-    t.add("conv2d", {X({1, 1, 3, 3}), X({1, 1, 3, 3})}, {.stride = one, .padding = zero, .dilation = one}, fam, "1x1_output");
+    t.add("conv2d", {X({1, 1, 3, 3}), X({1, 1, 3, 3})},
+          {.stride = one, .padding = zero, .dilation = one}, fam, "1x1_output");
     // N, C and O may be 0.
-    t.add("conv2d", {X({0, 3, 5, 5}), X({2, 3, 3, 3}), X({2})}, {.stride = one, .padding = zero, .dilation = one}, fam, "n0");
-    t.add("conv2d", {X({1, 3, 5, 5}), X({0, 3, 3, 3}), X({0})}, {.stride = one, .padding = zero, .dilation = one}, fam, "o0");
-    t.add("conv2d", {X({1, 0, 5, 5}), X({2, 0, 3, 3}), X({2})}, {.stride = one, .padding = zero, .dilation = one}, fam, "c0");
+    t.add("conv2d", {X({0, 3, 5, 5}), X({2, 3, 3, 3}), X({2})},
+          {.stride = one, .padding = zero, .dilation = one}, fam, "n0");
+    t.add("conv2d", {X({1, 3, 5, 5}), X({0, 3, 3, 3}), X({0})},
+          {.stride = one, .padding = zero, .dilation = one}, fam, "o0");
+    t.add("conv2d", {X({1, 0, 5, 5}), X({2, 0, 3, 3}), X({2})},
+          {.stride = one, .padding = zero, .dilation = one}, fam, "c0");
 
     for (const char* op : {"max_pool2d", "avg_pool2d"}) {
       const Family pf = std::string(op) == "max_pool2d" ? Family::kExact : Family::kReduce;
       t.add(op, {X({2, 3, 6, 6}).with(Gen::kDistinct)}, {.kernel = {2, 2}, .padding = zero}, pf);
-      t.add(op, {X({2, 3, 7, 6})}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}, pf, "pad");
-      t.add(op, {X({1, 2, 5, 7})}, {.kernel = {2, 3}, .stride = {1, 2}, .padding = {1, 1}}, pf, "rect");
-      t.add(op, {X({1, 2, 5, 5}).range(-3, -1)}, {.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}}, pf, "negative_pad");
-      t.add(op, {X({2, 3, 6, 5}).as(Layout::kTransposed)}, {.kernel = {2, 2}, .stride = {2, 1}, .padding = zero}, pf, "transposed");
+      t.add(op, {X({2, 3, 7, 6})}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}, pf,
+            "pad");
+      t.add(op, {X({1, 2, 5, 7})}, {.kernel = {2, 3}, .stride = {1, 2}, .padding = {1, 1}}, pf,
+            "rect");
+      t.add(op, {X({1, 2, 5, 5}).range(-3, -1)},
+            {.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}}, pf, "negative_pad");
+      t.add(op, {X({2, 3, 6, 5}).as(Layout::kTransposed)},
+            {.kernel = {2, 2}, .stride = {2, 1}, .padding = zero}, pf, "transposed");
     }
     t.add("adaptive_avg_pool2d", {X({2, 3, 7, 5})}, {.shape = {3, 2}}, Family::kNeural);
     t.add("adaptive_avg_pool2d", {X({2, 3, 7, 5})}, {.shape = {1, 1}}, Family::kNeural, "global");
     t.add("adaptive_avg_pool2d", {X({1, 2, 7, 5})}, {.shape = {7, 5}}, Family::kNeural, "identity");
     t.add("adaptive_avg_pool2d", {X({1, 2, 3, 3})}, {.shape = {5, 4}}, Family::kNeural, "upsample");
-    t.add("adaptive_avg_pool2d", {X({1, 2, 6, 8}).as(Layout::kStrided)}, {.shape = {4, 3}}, Family::kNeural, "strided");
+    t.add("adaptive_avg_pool2d", {X({1, 2, 6, 8}).as(Layout::kStrided)}, {.shape = {4, 3}},
+          Family::kNeural, "strided");
 
     t.add("layer_norm", {X({3, 4, 5}), X({5}), X({5})}, {.shape = {5}}, Family::kNeural);
-    t.add("layer_norm", {X({3, 4, 5}), X({4, 5}), X({4, 5})}, {.shape = {4, 5}}, Family::kNeural, "two_dims");
+    t.add("layer_norm", {X({3, 4, 5}), X({4, 5}), X({4, 5})}, {.shape = {4, 5}}, Family::kNeural,
+          "two_dims");
     t.add("layer_norm", {X({3, 4, 5})}, {.shape = {5}}, Family::kNeural, "no_affine");
     t.add("layer_norm", {X({3, 4, 5}), X({5})}, {.shape = {5}}, Family::kNeural, "weight_only");
-    t.add("layer_norm", {X({3, 4, 5}), X({5})}, {.shape = {5}, .flag = true}, Family::kNeural, "bias_only");
-    t.add("layer_norm", {X({6, 8}), X({8}), X({8})}, {.shape = {8}, .eps = 0.1}, Family::kNeural, "eps");
-    t.add("layer_norm", {X({6, 8}).as(Layout::kTransposed), X({8}), X({8})}, {.shape = {8}}, Family::kNeural, "transposed");
+    t.add("layer_norm", {X({3, 4, 5}), X({5})}, {.shape = {5}, .flag = true}, Family::kNeural,
+          "bias_only");
+    t.add("layer_norm", {X({6, 8}), X({8}), X({8})}, {.shape = {8}, .eps = 0.1}, Family::kNeural,
+          "eps");
+    t.add("layer_norm", {X({6, 8}).as(Layout::kTransposed), X({8}), X({8})}, {.shape = {8}},
+          Family::kNeural, "transposed");
     t.add("layer_norm", {X({2, 3, 4})}, {.shape = {2, 3, 4}}, Family::kNeural, "all_dims");
   }
 }
@@ -810,8 +986,10 @@ std::vector<OpCase> build_large_cases() {
   t.add("matmul", {In({256, 256}, kF32), In({256, 256}, kF32)}, {}, E, "256");
   t.add("matmul", {In({256, 256}, kF64), In({256, 256}, kF64)}, {}, E, "256");
   t.add("matmul", {In({8, 64, 64}, kF32), In({64, 64}, kF32)}, {}, E, "batched");
-  t.add("matmul", {In({256, 256}, kI32).range(-9, 9), In({256, 256}, kI32).range(-9, 9)}, {}, E, "256");
-  t.add("matmul", {In({256, 512}, kF32).as(Layout::kTransposed), In({512, 128}, kF32)}, {}, E, "transposed");
+  t.add("matmul", {In({256, 256}, kI32).range(-9, 9), In({256, 256}, kI32).range(-9, 9)}, {}, E,
+        "256");
+  t.add("matmul", {In({256, 512}, kF32).as(Layout::kTransposed), In({512, 128}, kF32)}, {}, E,
+        "transposed");
   // Large enough that b is first reordered to the kernel's blocked layout (matmul.cc, reorders_b).
   t.add("matmul", {In({256, 512}, kF32), In({512, 1536}, kF32)}, {}, E, "blocked_b");
   t.add("matmul", {In({2, 128, 512}, kF32), In({512, 1536}, kF32)}, {}, E,
@@ -826,10 +1004,12 @@ std::vector<OpCase> build_large_cases() {
   t.add("flip", {In(big, kF32)}, {.dims = {0, 1}}, E);
   t.add("repeat", {In({512, 512}, kF32)}, {.dims = {2, 2}}, E);
   t.add("slice", {In({2048, 1024}, kF32)}, {.dim = 0, .start = 1, .end = 2048, .step = 2}, E);
-  t.add("slice_assign", {In(big, kF32), In({1024, 300}, kF32)}, {.dim = 1, .start = 100, .end = 1000, .step = 3}, E);
+  t.add("slice_assign", {In(big, kF32), In({1024, 300}, kF32)},
+        {.dim = 1, .start = 100, .end = 1000, .step = 3}, E);
   t.add("expand", {In({1024, 1}, kF32)}, {.shape = {1024, 1024}}, E);
   t.add("gather", {In(big, kF32), In(big, kI64).range(0, 1023)}, {.dim = 1}, E);
-  t.add("scatter_add", {In({1024, 64}, kF32), In({16384, 64}, kI64).range(0, 1023), In({16384, 64}, kF32)},
+  t.add("scatter_add",
+        {In({1024, 64}, kF32), In({16384, 64}, kI64).range(0, 1023), In({16384, 64}, kF32)},
         {.dim = 0}, E);
   t.add("index_select", {In(big, kF32), In({2048}, kI32).range(0, 1023)}, {.dim = 0}, E);
   t.add("one_hot", {In({1 << 17}, kI64).range(0, 9)}, {.n = 10}, E);
@@ -840,13 +1020,16 @@ std::vector<OpCase> build_large_cases() {
   const std::vector<int64_t> one = {1, 1};
   t.add("conv2d", {In({8, 16, 32, 32}, kF32), In({16, 16, 3, 3}, kF32), In({16}, kF32)},
         {.stride = one, .padding = one, .dilation = one}, E);
-  t.add("conv2d", {In({8, 16, 32, 32}, kF64), In({16, 16, 3, 3}, kF64)}, {.stride = one, .padding = one, .dilation = one}, E);
+  t.add("conv2d", {In({8, 16, 32, 32}, kF64), In({16, 16, 3, 3}, kF64)},
+        {.stride = one, .padding = one, .dilation = one}, E);
   t.add("conv2d", {In({8, 16, 32, 32}, kF32), In({16, 4, 3, 3}, kF32)},
         {.stride = {2, 2}, .padding = one, .dilation = one, .groups = 4}, E, "groups");
-  t.add("conv2d", {In({1, 512, 8, 8}, kF32), In({8, 512, 3, 3}, kF32)}, {.stride = one, .padding = one, .dilation = one}, E,
-        "many_channels");
-  t.add("max_pool2d", {In({8, 16, 64, 64}, kF32)}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = one}, E);
-  t.add("avg_pool2d", {In({8, 16, 64, 64}, kF32)}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = one}, E);
+  t.add("conv2d", {In({1, 512, 8, 8}, kF32), In({8, 512, 3, 3}, kF32)},
+        {.stride = one, .padding = one, .dilation = one}, E, "many_channels");
+  t.add("max_pool2d", {In({8, 16, 64, 64}, kF32)},
+        {.kernel = {3, 3}, .stride = {2, 2}, .padding = one}, E);
+  t.add("avg_pool2d", {In({8, 16, 64, 64}, kF32)},
+        {.kernel = {3, 3}, .stride = {2, 2}, .padding = one}, E);
   t.add("adaptive_avg_pool2d", {In({8, 16, 64, 64}, kF32)}, {.shape = {7, 7}}, E);
   t.add("full", {}, {.shape = big, .s0 = F(0.5), .dtype = kF32}, E);
   t.add("arange", {}, {.s0 = I(0), .s1 = I(1 << 20), .s2 = F(0.5), .dtype = kF32}, E);

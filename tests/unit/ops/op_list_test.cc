@@ -62,7 +62,7 @@ std::vector<std::string> registry_names(const ir::Op& op) {
 TEST(OpList, EveryDeclaredOpHasAnOpSuiteRegistryEntry) {
   std::set<std::string> registered;
   for (const std::string& name : registered_ops()) registered.insert(name);
-#define TW_CHECK_OP(Name, code, since)                                                                \
+#define TW_CHECK_OP(Name, code, since)                                                         \
   for (const std::string& name : registry_names(ir::Op{ir::Name{}})) {                         \
     if (kNotInRegistry.count(name)) continue;                                                  \
     EXPECT_TRUE(registered.count(name))                                                        \

@@ -51,6 +51,8 @@ std::map<std::string, OpDef> build_registry() {
       throw std::logic_error("op registered twice: " + name);
   };
 
+  // One entry to a line or two (name, device call, reference) (clang-format would break it up):
+  // clang-format off
   // ---- creation ----
   def("full", [](const Ts&, const Attrs& a, const Device& d) { return full(a.shape, *a.s0, *a.dtype, d); },
       [](const Hs&, const Attrs& a) { return ref::full(a.shape, *a.s0, *a.dtype); });
@@ -283,6 +285,7 @@ std::map<std::string, OpDef> build_registry() {
         auto w = a.flag ? std::nullopt : opt(x, 1), b = a.flag ? opt(x, 1) : opt(x, 2);
         return ref::layer_norm(x[0], a.shape, w, b, a.eps);
       });
+  // clang-format on
   return r;
 }
 

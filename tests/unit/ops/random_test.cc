@@ -71,7 +71,8 @@ TEST_P(Random, UniformF32MatchesPhilox) {
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     float want = lo + (hi - lo) * philox_uniform_f32(seed, i);
-    if (std::memcmp(&want, &got[i], 4) != 0 && ++bad <= 5) ADD_FAILURE() << "element " << i << ": " << got[i] << " vs " << want;
+    if (std::memcmp(&want, &got[i], 4) != 0 && ++bad <= 5)
+      ADD_FAILURE() << "element " << i << ": " << got[i] << " vs " << want;
   }
   EXPECT_EQ(bad, 0);
 }
@@ -85,7 +86,8 @@ TEST_P(Random, RandF32IsPhiloxUniform) {
 TEST_P(Random, UniformF64MatchesPhilox) {
   const uint64_t seed = peek_seed(100);
   auto got = uniform({2049}, 0.5, 1.5, kF64, device()).to_vector<double>();
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], 0.5 + (1.5 - 0.5) * philox_uniform_f64(seed, i)) << i;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i], 0.5 + (1.5 - 0.5) * philox_uniform_f64(seed, i)) << i;
 }
 
 // Element i = mean + std * philox_normal(seed, i) in double, then converted.
@@ -104,7 +106,8 @@ TEST_P(Random, BernoulliMatchesPhilox) {
   for (DType dt : {kF32, kF64}) {
     std::vector<double> pv(2000);
     // p from -0.1 to 1.1 (outside [0, 1] the formula gives 0 or 1) and some NaN (never < NaN: 0).
-    for (size_t i = 0; i < pv.size(); ++i) pv[i] = i % 97 == 5 ? NAN : static_cast<double>(i % 13) / 10.0 - 0.1;
+    for (size_t i = 0; i < pv.size(); ++i)
+      pv[i] = i % 97 == 5 ? NAN : static_cast<double>(i % 13) / 10.0 - 0.1;
     Tensor p = from_vector<double>(pv, {40, 50}, device()).to(dt);
     const uint64_t seed = peek_seed(31);
     Tensor b = bernoulli(p);
@@ -113,7 +116,8 @@ TEST_P(Random, BernoulliMatchesPhilox) {
     std::vector<double> got = b.to(kF64).to_vector<double>();
     for (size_t i = 0; i < got.size(); ++i) {
       double pi = dt == kF32 ? static_cast<double>(static_cast<float>(pv[i])) : pv[i];
-      ASSERT_EQ(got[i], philox_uniform_f64(seed, i) < pi ? 1.0 : 0.0) << dtype_name(dt) << " element " << i;
+      ASSERT_EQ(got[i], philox_uniform_f64(seed, i) < pi ? 1.0 : 0.0)
+          << dtype_name(dt) << " element " << i;
     }
   }
 }
@@ -184,7 +188,9 @@ TEST_P(Random, ThreadCountDoesNotMatter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Random, ::testing::ValuesIn(test_devices()),
-                         [](const ::testing::TestParamInfo<DeviceFactory>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<DeviceFactory>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace tw::optest

@@ -20,13 +20,20 @@ void require_not_storage(const std::string& op, DType d) {
   if (is_storage_only(d)) fail(op + ": dtype " + std::string(dtype_name(d)) + " is storage-only");
 }
 void require_compute_float(const std::string& op, DType d) {
-  if (d != kF32 && d != kF64) fail(op + ": dtype " + std::string(dtype_name(d)) + " is not f32/f64");
+  if (d != kF32 && d != kF64)
+    fail(op + ": dtype " + std::string(dtype_name(d)) + " is not f32/f64");
 }
 
 // Wrapping 64-bit arithmetic (two's complement), the base of every integral result.
-int64_t wadd(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
-int64_t wsub(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b)); }
-int64_t wmul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+int64_t wadd(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+int64_t wsub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+int64_t wmul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
 
 Num fnum(double v) { return Num{true, v, 0}; }
 Num inum(int64_t v) { return Num{false, 0.0, v}; }
@@ -34,8 +41,10 @@ bool truthy(Num v) { return v.is_float ? v.f != 0.0 : v.i != 0; }  // NaN is tru
 
 // Copies element `from` of `src` into element `to` of `dst` (same dtype).
 void copy_elem(HostTensor& dst, int64_t to, const HostTensor& src, int64_t from) {
-  if (dst.is_float_dtype()) dst.f[to] = src.f[from];
-  else dst.i[to] = src.i[from];
+  if (dst.is_float_dtype())
+    dst.f[to] = src.f[from];
+  else
+    dst.i[to] = src.i[from];
 }
 
 // out[k] = x[src_of(unravel(k, out_shape))]: every movement op is one such index map.
@@ -92,10 +101,16 @@ Num apply_binary(const std::string& kind, Num x, Num y, DType ct) {
   }
   if (is_comparison_kind(kind)) {
     int c;  // -1, 0, 1, or 2 for unordered (NaN)
-    if (x.is_float) c = x.f < y.f ? -1 : x.f > y.f ? 1 : x.f == y.f ? 0 : 2;
-    else c = x.i < y.i ? -1 : x.i > y.i ? 1 : 0;
-    bool r = kind == "eq" ? c == 0 : kind == "ne" ? c != 0 : kind == "lt" ? c == -1
-           : kind == "le" ? (c == -1 || c == 0) : kind == "gt" ? c == 1 : (c == 1 || c == 0);
+    if (x.is_float)
+      c = x.f < y.f ? -1 : x.f > y.f ? 1 : x.f == y.f ? 0 : 2;
+    else
+      c = x.i < y.i ? -1 : x.i > y.i ? 1 : 0;
+    bool r = kind == "eq"   ? c == 0
+             : kind == "ne" ? c != 0
+             : kind == "lt" ? c == -1
+             : kind == "le" ? (c == -1 || c == 0)
+             : kind == "gt" ? c == 1
+                            : (c == 1 || c == 0);
     return inum(r);
   }
   if (kind == "div") {
@@ -104,28 +119,43 @@ Num apply_binary(const std::string& kind, Num x, Num y, DType ct) {
   }
   if (is_float(ct)) {
     double a = x.f, b = y.f, r;
-    if (kind == "add") r = a + b;
-    else if (kind == "sub") r = a - b;
-    else if (kind == "mul") r = a * b;
-    else if (kind == "pow") r = std::pow(a, b);
-    else if (kind == "maximum") r = std::max(a, b);
-    else if (kind == "minimum") r = std::min(a, b);
-    else if (kind == "remainder") r = a - std::floor(a / b) * b;
-    else fail("binary: unknown kind " + kind);
+    if (kind == "add")
+      r = a + b;
+    else if (kind == "sub")
+      r = a - b;
+    else if (kind == "mul")
+      r = a * b;
+    else if (kind == "pow")
+      r = std::pow(a, b);
+    else if (kind == "maximum")
+      r = std::max(a, b);
+    else if (kind == "minimum")
+      r = std::min(a, b);
+    else if (kind == "remainder")
+      r = a - std::floor(a / b) * b;
+    else
+      fail("binary: unknown kind " + kind);
     return fnum(round_to_float(r, ct));
   }
   if (ct == kBool) fail(kind + ": both operands are bool");
   int64_t a = x.i, b = y.i, r;
-  if (kind == "add") r = wadd(a, b);
-  else if (kind == "sub") r = wsub(a, b);
-  else if (kind == "mul") r = wmul(a, b);
-  else if (kind == "pow") r = int_pow(a, b);
-  else if (kind == "maximum") r = std::max(a, b);
-  else if (kind == "minimum") r = std::min(a, b);
+  if (kind == "add")
+    r = wadd(a, b);
+  else if (kind == "sub")
+    r = wsub(a, b);
+  else if (kind == "mul")
+    r = wmul(a, b);
+  else if (kind == "pow")
+    r = int_pow(a, b);
+  else if (kind == "maximum")
+    r = std::max(a, b);
+  else if (kind == "minimum")
+    r = std::min(a, b);
   else if (kind == "remainder") {
     if (b == 0) fail("remainder: integral remainder by zero");
     r = (b == -1) ? 0 : wsub(a, wmul(floor_div(a, b), b));
-  } else fail("binary: unknown kind " + kind);
+  } else
+    fail("binary: unknown kind " + kind);
   return inum(wrap_int(r, ct));
 }
 
@@ -156,15 +186,19 @@ HostTensor alloc(const Shape& shape, DType dtype) {
   HostTensor t;
   t.shape = shape;
   t.dtype = dtype;
-  if (is_float(dtype)) t.f.assign(numel(shape), 0.0);
-  else t.i.assign(numel(shape), 0);
+  if (is_float(dtype))
+    t.f.assign(numel(shape), 0.0);
+  else
+    t.i.assign(numel(shape), 0);
   return t;
 }
 
 Num get(const HostTensor& t, int64_t k) { return t.is_float_dtype() ? fnum(t.f[k]) : inum(t.i[k]); }
 void set(HostTensor& t, int64_t k, Num v) {
-  if (t.is_float_dtype()) t.f[k] = v.f;
-  else t.i[k] = v.i;
+  if (t.is_float_dtype())
+    t.f[k] = v.f;
+  else
+    t.i[k] = v.i;
 }
 
 // ================================ conversions ================================
@@ -176,9 +210,9 @@ uint16_t encode_f16(float v) {
   // 65520 is halfway between the largest f16 (65504, odd significand) and 2^16: ties go up.
   if (a >= 65520.0) return sign | 0x7c00;
   if (a == 0.0) return sign;
-  int e = std::max(std::ilogb(a), -14);             // f16 normals have exponents -14..15
-  double ulp = std::ldexp(1.0, e - 10);              // 10 stored significand bits
-  double r = std::nearbyint(a / ulp) * ulp;          // round half to even (default mode)
+  int e = std::max(std::ilogb(a), -14);      // f16 normals have exponents -14..15
+  double ulp = std::ldexp(1.0, e - 10);      // 10 stored significand bits
+  double r = std::nearbyint(a / ulp) * ulp;  // round half to even (default mode)
   if (r == 0.0) return sign;
   if (r < std::ldexp(1.0, -14)) return sign | static_cast<uint16_t>(r / std::ldexp(1.0, -24));
   int re = std::ilogb(r);
@@ -257,11 +291,20 @@ Num convert(Num v, DType to) {
   double lo, hi;
   int64_t lo_i, hi_i;
   switch (to) {
-    case kI32: lo_i = std::numeric_limits<int32_t>::min(); hi_i = std::numeric_limits<int32_t>::max(); break;
-    case kU8: lo_i = 0; hi_i = 255; break;
-    default: lo_i = std::numeric_limits<int64_t>::min(); hi_i = std::numeric_limits<int64_t>::max(); break;
+    case kI32:
+      lo_i = std::numeric_limits<int32_t>::min();
+      hi_i = std::numeric_limits<int32_t>::max();
+      break;
+    case kU8:
+      lo_i = 0;
+      hi_i = 255;
+      break;
+    default:
+      lo_i = std::numeric_limits<int64_t>::min();
+      hi_i = std::numeric_limits<int64_t>::max();
+      break;
   }
-  lo = static_cast<double>(lo_i);                                          // exact: -2^k or 0
+  lo = static_cast<double>(lo_i);                                           // exact: -2^k or 0
   hi = to == kI64 ? 9223372036854775808.0 : static_cast<double>(hi_i) + 1;  // first value above
   if (t < lo) return inum(lo_i);
   if (t >= hi) return inum(hi_i);
@@ -297,13 +340,36 @@ std::vector<uint8_t> to_bytes(const HostTensor& t) {
   for (int64_t k = 0; k < t.numel(); ++k) {
     uint8_t* p = out.data() + k * es;
     switch (t.dtype) {
-      case kF32: { float v = static_cast<float>(t.f[k]); std::memcpy(p, &v, 4); break; }
-      case kF64: { std::memcpy(p, &t.f[k], 8); break; }
-      case kF16: { uint16_t v = encode_f16(static_cast<float>(t.f[k])); std::memcpy(p, &v, 2); break; }
-      case kBF16: { uint16_t v = encode_bf16(static_cast<float>(t.f[k])); std::memcpy(p, &v, 2); break; }
-      case kI32: { auto v = static_cast<int32_t>(t.i[k]); std::memcpy(p, &v, 4); break; }
-      case kI64: { std::memcpy(p, &t.i[k], 8); break; }
-      case kU8: case kBool: *p = static_cast<uint8_t>(t.i[k]); break;
+      case kF32: {
+        float v = static_cast<float>(t.f[k]);
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case kF64: {
+        std::memcpy(p, &t.f[k], 8);
+        break;
+      }
+      case kF16: {
+        uint16_t v = encode_f16(static_cast<float>(t.f[k]));
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      case kBF16: {
+        uint16_t v = encode_bf16(static_cast<float>(t.f[k]));
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      case kI32: {
+        auto v = static_cast<int32_t>(t.i[k]);
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case kI64: {
+        std::memcpy(p, &t.i[k], 8);
+        break;
+      }
+      case kU8:
+      case kBool: *p = static_cast<uint8_t>(t.i[k]); break;
     }
   }
   return out;
@@ -316,12 +382,38 @@ HostTensor from_bytes(const std::vector<uint8_t>& bytes, const Shape& shape, DTy
   for (int64_t k = 0; k < t.numel(); ++k) {
     const uint8_t* p = bytes.data() + k * es;
     switch (dtype) {
-      case kF32: { float v; std::memcpy(&v, p, 4); t.f[k] = v; break; }
-      case kF64: { std::memcpy(&t.f[k], p, 8); break; }
-      case kF16: { uint16_t v; std::memcpy(&v, p, 2); t.f[k] = decode_f16(v); break; }
-      case kBF16: { uint16_t v; std::memcpy(&v, p, 2); t.f[k] = decode_bf16(v); break; }
-      case kI32: { int32_t v; std::memcpy(&v, p, 4); t.i[k] = v; break; }
-      case kI64: { std::memcpy(&t.i[k], p, 8); break; }
+      case kF32: {
+        float v;
+        std::memcpy(&v, p, 4);
+        t.f[k] = v;
+        break;
+      }
+      case kF64: {
+        std::memcpy(&t.f[k], p, 8);
+        break;
+      }
+      case kF16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        t.f[k] = decode_f16(v);
+        break;
+      }
+      case kBF16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        t.f[k] = decode_bf16(v);
+        break;
+      }
+      case kI32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        t.i[k] = v;
+        break;
+      }
+      case kI64: {
+        std::memcpy(&t.i[k], p, 8);
+        break;
+      }
       case kU8: t.i[k] = *p; break;
       case kBool: t.i[k] = *p ? 1 : 0; break;
     }
@@ -337,7 +429,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
   for (size_t k = 0; k < r; ++k) {
     int64_t da = k < r - a.size() ? 1 : a[k - (r - a.size())];
     int64_t db = k < r - b.size() ? 1 : b[k - (r - b.size())];
-    if (da != db && da != 1 && db != 1) fail("cannot broadcast " + shape_str(a) + " with " + shape_str(b));
+    if (da != db && da != 1 && db != 1)
+      fail("cannot broadcast " + shape_str(a) + " with " + shape_str(b));
     out[k] = da == 1 ? db : da;
   }
   return out;
@@ -345,7 +438,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
 
 int64_t norm_dim(int64_t dim, int64_t rank) {
   int64_t r = std::max<int64_t>(rank, 1);
-  if (dim < -r || dim >= r) fail("dim " + std::to_string(dim) + " out of range for rank " + std::to_string(rank));
+  if (dim < -r || dim >= r)
+    fail("dim " + std::to_string(dim) + " out of range for rank " + std::to_string(rank));
   return dim < 0 ? dim + r : dim;
 }
 
@@ -413,7 +507,8 @@ HostTensor unary(const std::string& kind, const HostTensor& x) {
     for (int64_t k = 0; k < x.numel(); ++k) out.i[k] = !truthy(get(x, k));
     return out;
   }
-  static const char* kSameDtype[] = {"neg", "abs", "sign", "square", "relu", "floor", "ceil", "round"};
+  static const char* kSameDtype[] = {"neg",  "abs",   "sign", "square",
+                                     "relu", "floor", "ceil", "round"};
   bool same = std::find_if(std::begin(kSameDtype), std::end(kSameDtype),
                            [&](const char* s) { return kind == s; }) != std::end(kSameDtype);
   if (same) {
@@ -422,23 +517,37 @@ HostTensor unary(const std::string& kind, const HostTensor& x) {
     for (int64_t k = 0; k < x.numel(); ++k) {
       if (x.is_float_dtype()) {
         double v = x.f[k], r;
-        if (kind == "neg") r = -v;
-        else if (kind == "abs") r = std::fabs(v);
-        else if (kind == "sign") r = v > 0 ? 1.0 : v < 0 ? -1.0 : 0.0;
-        else if (kind == "square") r = v * v;
-        else if (kind == "relu") r = v > 0 ? v : 0.0;
-        else if (kind == "floor") r = std::floor(v);
-        else if (kind == "ceil") r = std::ceil(v);
-        else r = std::nearbyint(v);  // round half to even in the default rounding mode
+        if (kind == "neg")
+          r = -v;
+        else if (kind == "abs")
+          r = std::fabs(v);
+        else if (kind == "sign")
+          r = v > 0 ? 1.0 : v < 0 ? -1.0 : 0.0;
+        else if (kind == "square")
+          r = v * v;
+        else if (kind == "relu")
+          r = v > 0 ? v : 0.0;
+        else if (kind == "floor")
+          r = std::floor(v);
+        else if (kind == "ceil")
+          r = std::ceil(v);
+        else
+          r = std::nearbyint(v);  // round half to even in the default rounding mode
         out.f[k] = round_to_float(r, x.dtype);
       } else {
         int64_t v = x.i[k], r;
-        if (kind == "neg") r = wsub(0, v);
-        else if (kind == "abs") r = v < 0 ? wsub(0, v) : v;
-        else if (kind == "sign") r = (v > 0) - (v < 0);
-        else if (kind == "square") r = wmul(v, v);
-        else if (kind == "relu") r = std::max<int64_t>(v, 0);
-        else r = v;  // floor, ceil, round are the identity on integers
+        if (kind == "neg")
+          r = wsub(0, v);
+        else if (kind == "abs")
+          r = v < 0 ? wsub(0, v) : v;
+        else if (kind == "sign")
+          r = (v > 0) - (v < 0);
+        else if (kind == "square")
+          r = wmul(v, v);
+        else if (kind == "relu")
+          r = std::max<int64_t>(v, 0);
+        else
+          r = v;  // floor, ceil, round are the identity on integers
         out.i[k] = wrap_int(r, x.dtype);
       }
     }
@@ -448,19 +557,32 @@ HostTensor unary(const std::string& kind, const HostTensor& x) {
   HostTensor out = alloc(x.shape, od);
   for (int64_t k = 0; k < x.numel(); ++k) {
     double v = convert(get(x, k), od).f, r;
-    if (kind == "exp") r = std::exp(v);
-    else if (kind == "log") r = std::log(v);
-    else if (kind == "log1p") r = std::log1p(v);
-    else if (kind == "sqrt") r = std::sqrt(v);
-    else if (kind == "rsqrt") r = 1.0 / std::sqrt(v);
-    else if (kind == "sin") r = std::sin(v);
-    else if (kind == "cos") r = std::cos(v);
-    else if (kind == "tanh") r = std::tanh(v);
-    else if (kind == "sigmoid") r = 1.0 / (1.0 + std::exp(-v));
-    else if (kind == "gelu") r = v * 0.5 * (1.0 + std::erf(v / std::sqrt(2.0)));
-    else if (kind == "erf") r = std::erf(v);
-    else if (kind == "recip") r = 1.0 / v;
-    else fail("unary: unknown kind " + kind);
+    if (kind == "exp")
+      r = std::exp(v);
+    else if (kind == "log")
+      r = std::log(v);
+    else if (kind == "log1p")
+      r = std::log1p(v);
+    else if (kind == "sqrt")
+      r = std::sqrt(v);
+    else if (kind == "rsqrt")
+      r = 1.0 / std::sqrt(v);
+    else if (kind == "sin")
+      r = std::sin(v);
+    else if (kind == "cos")
+      r = std::cos(v);
+    else if (kind == "tanh")
+      r = std::tanh(v);
+    else if (kind == "sigmoid")
+      r = 1.0 / (1.0 + std::exp(-v));
+    else if (kind == "gelu")
+      r = v * 0.5 * (1.0 + std::erf(v / std::sqrt(2.0)));
+    else if (kind == "erf")
+      r = std::erf(v);
+    else if (kind == "recip")
+      r = 1.0 / v;
+    else
+      fail("unary: unknown kind " + kind);
     out.f[k] = round_to_float(r, od);
   }
   return out;
@@ -484,12 +606,15 @@ HostTensor binary(const std::string& kind, const HostTensor& a, const HostTensor
   return out;
 }
 
-HostTensor binary_scalar(const std::string& kind, const HostTensor& a, const Scalar& s, bool reverse) {
+HostTensor binary_scalar(const std::string& kind, const HostTensor& a, const Scalar& s,
+                         bool reverse) {
   require_not_storage(kind, a.dtype);
   bool arith = !is_comparison_kind(kind) && !is_logical_kind(kind);
   DType ct = a.dtype;
-  if (s.is_float && !is_float(a.dtype)) ct = kF32;
-  else if (!s.is_float && a.dtype == kBool && arith) ct = kI64;
+  if (s.is_float && !is_float(a.dtype))
+    ct = kF32;
+  else if (!s.is_float && a.dtype == kBool && arith)
+    ct = kI64;
   Num sv = convert(scalar_num(s), ct);
   HostTensor out = alloc(a.shape, binary_out_dtype(kind, ct));
   for (int64_t k = 0; k < a.numel(); ++k) {
@@ -509,13 +634,15 @@ HostTensor where(const HostTensor& cond, const HostTensor& a, const HostTensor& 
   for (int64_t k = 0; k < out.numel(); ++k) {
     auto idx = unravel(k, shape);
     bool c = cond.i[broadcast_index(idx, cond.shape)] != 0;
-    set(out, k, c ? convert(get(a, broadcast_index(idx, a.shape)), ct)
-                  : convert(get(b, broadcast_index(idx, b.shape)), ct));
+    set(out, k,
+        c ? convert(get(a, broadcast_index(idx, a.shape)), ct)
+          : convert(get(b, broadcast_index(idx, b.shape)), ct));
   }
   return out;
 }
 
-HostTensor clamp(const HostTensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {
+HostTensor clamp(const HostTensor& x, const std::optional<Scalar>& lo,
+                 const std::optional<Scalar>& hi) {
   require_numeric("clamp", x.dtype);
   HostTensor out = x;
   std::optional<Num> l, h;
@@ -541,7 +668,8 @@ HostTensor clamp(const HostTensor& x, const std::optional<Scalar>& lo, const std
 HostTensor masked_fill(const HostTensor& x, const HostTensor& mask, const Scalar& value) {
   require_not_storage("masked_fill", x.dtype);
   if (mask.dtype != kBool) fail("masked_fill: mask must be bool");
-  if (broadcast_shapes(mask.shape, x.shape) != x.shape) fail("masked_fill: mask does not broadcast to x");
+  if (broadcast_shapes(mask.shape, x.shape) != x.shape)
+    fail("masked_fill: mask does not broadcast to x");
   HostTensor out = x;
   Num v = convert(scalar_num(value), x.dtype);
   for (int64_t k = 0; k < x.numel(); ++k) {
@@ -552,7 +680,8 @@ HostTensor masked_fill(const HostTensor& x, const HostTensor& mask, const Scalar
 
 // ================================ reductions ================================
 
-HostTensor reduce(const std::string& kind, const HostTensor& x, std::vector<int64_t> dims, bool keepdim) {
+HostTensor reduce(const std::string& kind, const HostTensor& x, std::vector<int64_t> dims,
+                  bool keepdim) {
   require_not_storage(kind, x.dtype);
   int64_t rank = static_cast<int64_t>(x.shape.size());
   bool all = dims.empty();
@@ -561,11 +690,14 @@ HostTensor reduce(const std::string& kind, const HostTensor& x, std::vector<int6
   if (arg && dims.size() > 1) fail(kind + ": at most one dim");
   if ((kind == "max" || kind == "min" || arg) && x.dtype != kBool) require_numeric(kind, x.dtype);
   std::vector<bool> red(rank, all);
-  for (int64_t d : dims) if (rank > 0) red[d] = true;
+  for (int64_t d : dims)
+    if (rank > 0) red[d] = true;
   Shape oshape;
   for (int64_t d = 0; d < rank; ++d) {
-    if (!red[d]) oshape.push_back(x.shape[d]);
-    else if (keepdim) oshape.push_back(1);
+    if (!red[d])
+      oshape.push_back(x.shape[d]);
+    else if (keepdim)
+      oshape.push_back(1);
   }
   // Each output element's inputs, in row-major order (so a position in the group is the index
   // along the single reduced dim, or the flat index when reducing everything).
@@ -574,18 +706,25 @@ HostTensor reduce(const std::string& kind, const HostTensor& x, std::vector<int6
     auto idx = unravel(k, x.shape);
     std::vector<int64_t> oidx;
     for (int64_t d = 0; d < rank; ++d) {
-      if (!red[d]) oidx.push_back(idx[d]);
-      else if (keepdim) oidx.push_back(0);
+      if (!red[d])
+        oidx.push_back(idx[d]);
+      else if (keepdim)
+        oidx.push_back(0);
     }
     groups[ravel(oidx, oshape)].push_back(k);
   }
   bool fl = x.is_float_dtype();
   DType od;
-  if (kind == "sum" || kind == "prod") od = fl ? x.dtype : kI64;
-  else if (kind == "mean") od = fl ? x.dtype : kF32;
-  else if (kind == "max" || kind == "min") od = x.dtype;
-  else if (arg) od = kI64;
-  else fail("reduce: unknown kind " + kind);
+  if (kind == "sum" || kind == "prod")
+    od = fl ? x.dtype : kI64;
+  else if (kind == "mean")
+    od = fl ? x.dtype : kF32;
+  else if (kind == "max" || kind == "min")
+    od = x.dtype;
+  else if (arg)
+    od = kI64;
+  else
+    fail("reduce: unknown kind " + kind);
   HostTensor out = alloc(oshape, od);
   for (size_t g = 0; g < groups.size(); ++g) {
     const auto& grp = groups[g];
@@ -595,7 +734,8 @@ HostTensor reduce(const std::string& kind, const HostTensor& x, std::vector<int6
       if (fl || kind == "mean") {
         double acc = prod ? 1.0 : 0.0;
         for (int64_t k : grp) acc = prod ? acc * x.as_double(k) : acc + x.as_double(k);
-        if (kind == "mean") acc = grp.empty() ? std::numeric_limits<double>::quiet_NaN() : acc / grp.size();
+        if (kind == "mean")
+          acc = grp.empty() ? std::numeric_limits<double>::quiet_NaN() : acc / grp.size();
         out.f[g] = round_to_float(acc, od);
       } else {
         int64_t acc = prod ? 1 : 0;
@@ -617,8 +757,10 @@ HostTensor reduce(const std::string& kind, const HostTensor& x, std::vector<int6
       size_t best = 0;
       for (size_t j = 1; j < grp.size(); ++j)
         if (better(grp[j], grp[best])) best = j;
-      if (arg) out.i[g] = static_cast<int64_t>(best);
-      else copy_elem(out, g, x, grp[best]);
+      if (arg)
+        out.i[g] = static_cast<int64_t>(best);
+      else
+        copy_elem(out, g, x, grp[best]);
     }
   }
   return out;
@@ -642,8 +784,10 @@ HostTensor cumsum(const HostTensor& x, int64_t dim) {
       int64_t iacc = 0;
       for (int64_t j = 0; j < len; ++j) {
         int64_t k = (o * len + j) * inner + in;
-        if (x.is_float_dtype()) out.f[k] = round_to_float(facc += x.f[k], od);
-        else out.i[k] = iacc = wadd(iacc, x.i[k]);
+        if (x.is_float_dtype())
+          out.f[k] = round_to_float(facc += x.f[k], od);
+        else
+          out.i[k] = iacc = wadd(iacc, x.i[k]);
       }
     }
   }
@@ -677,12 +821,16 @@ HostTensor matmul(const HostTensor& a0, const HostTensor& b0) {
         double facc = 0;
         int64_t iacc = 0;
         for (int64_t p = 0; p < k; ++p) {
-          if (is_float(dt)) facc += a.f[ao + i * k + p] * b.f[bo + p * m + j];
-          else iacc = wadd(iacc, wmul(a.i[ao + i * k + p], b.i[bo + p * m + j]));
+          if (is_float(dt))
+            facc += a.f[ao + i * k + p] * b.f[bo + p * m + j];
+          else
+            iacc = wadd(iacc, wmul(a.i[ao + i * k + p], b.i[bo + p * m + j]));
         }
         int64_t o = (bi * n + i) * m + j;
-        if (is_float(dt)) out.f[o] = round_to_float(facc, dt);
-        else out.i[o] = wrap_int(iacc, dt);
+        if (is_float(dt))
+          out.f[o] = round_to_float(facc, dt);
+        else
+          out.i[o] = wrap_int(iacc, dt);
       }
     }
   }
@@ -763,12 +911,14 @@ HostTensor expand(const HostTensor& x, const Shape& shape) {
       oshape[k] = want;
     }
   }
-  return map_index(x, oshape, [&](const std::vector<int64_t>& oi) { return broadcast_index(oi, x.shape); });
+  return map_index(x, oshape,
+                   [&](const std::vector<int64_t>& oi) { return broadcast_index(oi, x.shape); });
 }
 
 HostTensor squeeze(const HostTensor& x) {
   Shape s;
-  for (int64_t d : x.shape) if (d != 1) s.push_back(d);
+  for (int64_t d : x.shape)
+    if (d != 1) s.push_back(d);
   return reshape(x, s);
 }
 
@@ -851,7 +1001,8 @@ HostTensor cat(const std::vector<HostTensor>& xs, int64_t dim) {
   Shape oshape = xs[0].shape;
   oshape[d] = 0;
   for (const auto& x : xs) {
-    if (x.dtype != xs[0].dtype || static_cast<int64_t>(x.shape.size()) != rank) fail("cat: dtype/rank mismatch");
+    if (x.dtype != xs[0].dtype || static_cast<int64_t>(x.shape.size()) != rank)
+      fail("cat: dtype/rank mismatch");
     for (int64_t k = 0; k < rank; ++k)
       if (k != d && x.shape[k] != xs[0].shape[k]) fail("cat: sizes differ");
     oshape[d] += x.shape[d];
@@ -877,7 +1028,8 @@ HostTensor flip(const HostTensor& x, std::vector<int64_t> dims) {
   int64_t rank = static_cast<int64_t>(x.shape.size());
   dims = norm_dims(dims, rank, "flip");
   return map_index(x, x.shape, [&](std::vector<int64_t> oi) {
-    for (int64_t d : dims) if (rank > 0) oi[d] = x.shape[d] - 1 - oi[d];
+    for (int64_t d : dims)
+      if (rank > 0) oi[d] = x.shape[d] - 1 - oi[d];
     return ravel(oi, x.shape);
   });
 }
@@ -920,19 +1072,23 @@ HostTensor gather(const HostTensor& x, int64_t dim, const HostTensor& index) {
   HostTensor out = alloc(index.shape, x.dtype);
   for (int64_t k = 0; k < index.numel(); ++k) {
     auto idx = unravel(k, index.shape);
-    if (rank > 0) idx[d] = checked_index(index, k, x.shape[d], "gather");
-    else checked_index(index, k, 1, "gather");
+    if (rank > 0)
+      idx[d] = checked_index(index, k, x.shape[d], "gather");
+    else
+      checked_index(index, k, 1, "gather");
     copy_elem(out, k, x, ravel(idx, x.shape));
   }
   return out;
 }
 
-HostTensor scatter_add(const HostTensor& x, int64_t dim, const HostTensor& index, const HostTensor& src) {
+HostTensor scatter_add(const HostTensor& x, int64_t dim, const HostTensor& index,
+                       const HostTensor& src) {
   require_numeric("scatter_add", x.dtype);
   require_index_dtype("scatter_add", index.dtype);
   if (src.dtype != x.dtype) fail("scatter_add: src dtype differs");
   int64_t rank = static_cast<int64_t>(x.shape.size());
-  if (static_cast<int64_t>(index.shape.size()) != rank || static_cast<int64_t>(src.shape.size()) != rank)
+  if (static_cast<int64_t>(index.shape.size()) != rank ||
+      static_cast<int64_t>(src.shape.size()) != rank)
     fail("scatter_add: rank mismatch");
   int64_t d = norm_dim(dim, rank);
   for (int64_t k = 0; k < rank; ++k) {
@@ -945,10 +1101,13 @@ HostTensor scatter_add(const HostTensor& x, int64_t dim, const HostTensor& index
     int64_t s = ravel(idx, src.shape);
     if (rank > 0) idx[d] = checked_index(index, k, x.shape[d], "scatter_add");
     int64_t t = ravel(idx, x.shape);
-    if (x.is_float_dtype()) out.f[t] += src.f[s];  // in double; rounded below
-    else out.i[t] = wrap_int(wadd(out.i[t], src.i[s]), x.dtype);
+    if (x.is_float_dtype())
+      out.f[t] += src.f[s];  // in double; rounded below
+    else
+      out.i[t] = wrap_int(wadd(out.i[t], src.i[s]), x.dtype);
   }
-  if (x.is_float_dtype()) for (auto& v : out.f) v = round_to_float(v, x.dtype);
+  if (x.is_float_dtype())
+    for (auto& v : out.f) v = round_to_float(v, x.dtype);
   return out;
 }
 
@@ -976,7 +1135,8 @@ HostTensor one_hot(const HostTensor& x, int64_t num_classes) {
   Shape oshape = x.shape;
   oshape.push_back(num_classes);
   HostTensor out = alloc(oshape, kI64);
-  for (int64_t k = 0; k < x.numel(); ++k) out.i[k * num_classes + checked_index(x, k, num_classes, "one_hot")] = 1;
+  for (int64_t k = 0; k < x.numel(); ++k)
+    out.i[k * num_classes + checked_index(x, k, num_classes, "one_hot")] = 1;
   return out;
 }
 
@@ -1046,7 +1206,8 @@ HostTensor conv2d(const HostTensor& x, const HostTensor& w, const std::optional<
                 int64_t h = i * stride[0] - padding[0] + a * dilation[0];
                 int64_t ww = j * stride[1] - padding[1] + b * dilation[1];
                 if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
-                acc += x.f[((n * C + g * Cg + c) * H + h) * W + ww] * w.f[((o * Cg + c) * KH + a) * KW + b];
+                acc += x.f[((n * C + g * Cg + c) * H + h) * W + ww] *
+                       w.f[((o * Cg + c) * KH + a) * KW + b];
               }
           out.f[((n * O + o) * Ho + i) * Wo + j] = round_to_float(acc, x.dtype);
         }
@@ -1072,8 +1233,10 @@ HostTensor pool2d(const std::string& kind, const HostTensor& x, std::vector<int6
             int64_t h = i * stride[0] - padding[0] + a, w = j * stride[1] - padding[1] + b;
             if (h < 0 || h >= H || w < 0 || w >= W) continue;  // padding: -inf for max, 0 for avg
             double v = x.f[(nc * H + h) * W + w];
-            if (kind == "max") acc = (std::isnan(v) || std::isnan(acc)) ? NAN : std::max(acc, v);
-            else acc += v;
+            if (kind == "max")
+              acc = (std::isnan(v) || std::isnan(acc)) ? NAN : std::max(acc, v);
+            else
+              acc += v;
           }
         if (kind == "avg") acc /= static_cast<double>(kernel[0] * kernel[1]);
         out.f[(nc * Ho + i) * Wo + j] = round_to_float(acc, x.dtype);
@@ -1087,8 +1250,8 @@ HostTensor adaptive_avg_pool2d(const HostTensor& x, std::vector<int64_t> output_
   int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
   int64_t Ho = output_size[0], Wo = output_size[1];
   HostTensor out = alloc({N, C, Ho, Wo}, x.dtype);
-  auto lo = [](int64_t i, int64_t in, int64_t o) { return (i * in) / o; };                  // floor
-  auto hi = [](int64_t i, int64_t in, int64_t o) { return ((i + 1) * in + o - 1) / o; };    // ceil
+  auto lo = [](int64_t i, int64_t in, int64_t o) { return (i * in) / o; };                // floor
+  auto hi = [](int64_t i, int64_t in, int64_t o) { return ((i + 1) * in + o - 1) / o; };  // ceil
   for (int64_t nc = 0; nc < N * C; ++nc)
     for (int64_t i = 0; i < Ho; ++i)
       for (int64_t j = 0; j < Wo; ++j) {
@@ -1096,14 +1259,15 @@ HostTensor adaptive_avg_pool2d(const HostTensor& x, std::vector<int64_t> output_
         int64_t h0 = lo(i, H, Ho), h1 = hi(i, H, Ho), w0 = lo(j, W, Wo), w1 = hi(j, W, Wo);
         for (int64_t h = h0; h < h1; ++h)
           for (int64_t w = w0; w < w1; ++w) acc += x.f[(nc * H + h) * W + w];
-        out.f[(nc * Ho + i) * Wo + j] = round_to_float(acc / static_cast<double>((h1 - h0) * (w1 - w0)), x.dtype);
+        out.f[(nc * Ho + i) * Wo + j] =
+            round_to_float(acc / static_cast<double>((h1 - h0) * (w1 - w0)), x.dtype);
       }
   return out;
 }
 
 HostTensor layer_norm(const HostTensor& x, const Shape& normalized_shape,
-                      const std::optional<HostTensor>& weight, const std::optional<HostTensor>& bias,
-                      double eps) {
+                      const std::optional<HostTensor>& weight,
+                      const std::optional<HostTensor>& bias, double eps) {
   require_compute_float("layer_norm", x.dtype);
   size_t nd = normalized_shape.size();
   if (nd < 1 || nd > x.shape.size()) fail("layer_norm: normalized dims");
@@ -1118,7 +1282,8 @@ HostTensor layer_norm(const HostTensor& x, const Shape& normalized_shape,
     double mean = 0, var = 0;
     for (int64_t j = 0; j < inner; ++j) mean += x.f[o * inner + j];
     mean /= static_cast<double>(inner);
-    for (int64_t j = 0; j < inner; ++j) var += (x.f[o * inner + j] - mean) * (x.f[o * inner + j] - mean);
+    for (int64_t j = 0; j < inner; ++j)
+      var += (x.f[o * inner + j] - mean) * (x.f[o * inner + j] - mean);
     var /= static_cast<double>(inner);
     for (int64_t j = 0; j < inner; ++j) {
       double y = (x.f[o * inner + j] - mean) / std::sqrt(var + eps);

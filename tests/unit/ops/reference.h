@@ -35,7 +35,7 @@ struct Num {
 };
 
 int64_t numel(const Shape& s);
-std::string shape_str(const Shape& s);  // "[2, 3]"
+std::string shape_str(const Shape& s);              // "[2, 3]"
 HostTensor alloc(const Shape& shape, DType dtype);  // zero-filled
 Num get(const HostTensor& t, int64_t k);
 void set(HostTensor& t, int64_t k, Num v);  // v must already be of t's dtype (see convert)
@@ -78,14 +78,17 @@ HostTensor eye(int64_t n, int64_t m, DType dtype);
 // kind: the op's user name ("exp", "add", "logical_xor", ...).
 HostTensor unary(const std::string& kind, const HostTensor& x);
 HostTensor binary(const std::string& kind, const HostTensor& a, const HostTensor& b);
-HostTensor binary_scalar(const std::string& kind, const HostTensor& a, const Scalar& s, bool reverse);
+HostTensor binary_scalar(const std::string& kind, const HostTensor& a, const Scalar& s,
+                         bool reverse);
 HostTensor where(const HostTensor& cond, const HostTensor& a, const HostTensor& b);
-HostTensor clamp(const HostTensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi);
+HostTensor clamp(const HostTensor& x, const std::optional<Scalar>& lo,
+                 const std::optional<Scalar>& hi);
 HostTensor masked_fill(const HostTensor& x, const HostTensor& mask, const Scalar& value);
 
 // ---- reductions ----
 // kind: sum, mean, prod, max, min, argmax, argmin. dims empty: all dims.
-HostTensor reduce(const std::string& kind, const HostTensor& x, std::vector<int64_t> dims, bool keepdim);
+HostTensor reduce(const std::string& kind, const HostTensor& x, std::vector<int64_t> dims,
+                  bool keepdim);
 HostTensor cumsum(const HostTensor& x, int64_t dim);
 
 // ---- linear algebra: torch.matmul semantics (1-D operands promoted and squeezed) ----
@@ -111,7 +114,8 @@ HostTensor repeat(const HostTensor& x, const std::vector<int64_t>& repeats);
 
 // ---- indexing ----
 HostTensor gather(const HostTensor& x, int64_t dim, const HostTensor& index);
-HostTensor scatter_add(const HostTensor& x, int64_t dim, const HostTensor& index, const HostTensor& src);
+HostTensor scatter_add(const HostTensor& x, int64_t dim, const HostTensor& index,
+                       const HostTensor& src);
 HostTensor index_select(const HostTensor& x, int64_t dim, const HostTensor& index);
 HostTensor one_hot(const HostTensor& x, int64_t num_classes);
 HostTensor embedding(const HostTensor& weight, const HostTensor& indices);
@@ -126,7 +130,7 @@ HostTensor pool2d(const std::string& kind, const HostTensor& x, std::vector<int6
                   std::vector<int64_t> stride, std::vector<int64_t> padding);
 HostTensor adaptive_avg_pool2d(const HostTensor& x, std::vector<int64_t> output_size);
 HostTensor layer_norm(const HostTensor& x, const Shape& normalized_shape,
-                      const std::optional<HostTensor>& weight, const std::optional<HostTensor>& bias,
-                      double eps);
+                      const std::optional<HostTensor>& weight,
+                      const std::optional<HostTensor>& bias, double eps);
 
 }  // namespace tw::ref

@@ -1,11 +1,11 @@
 // Hand-checked values for the reference's subtle rules, so that a mistake in the reference is
 // caught here rather than blamed on a kernel.
-#include <cmath>
-#include <limits>
+#include "unit/ops/reference.h"
 
 #include <gtest/gtest.h>
 
-#include "unit/ops/reference.h"
+#include <cmath>
+#include <limits>
 
 namespace tw::ref {
 namespace {
@@ -24,7 +24,8 @@ HostTensor floats(std::vector<double> v, DType d) {
 TEST(Reference, RemainderTakesTheDivisorsSign) {
   EXPECT_EQ(binary("remainder", ints({7, -7, 7, -7}, kI32), ints({3, 3, -3, -3}, kI32)).i,
             (std::vector<int64_t>{1, 2, -2, -1}));
-  EXPECT_EQ(binary("remainder", floats({7.5, -7.5}, kF64), floats({2, 2}, kF64)).f, (std::vector<double>{1.5, 0.5}));
+  EXPECT_EQ(binary("remainder", floats({7.5, -7.5}, kF64), floats({2, 2}, kF64)).f,
+            (std::vector<double>{1.5, 0.5}));
 }
 
 TEST(Reference, IntegerPow) {
@@ -36,7 +37,8 @@ TEST(Reference, IntegerPow) {
 }
 
 TEST(Reference, WrappingArithmetic) {
-  EXPECT_EQ(binary("add", ints({INT32_MAX}, kI32), ints({1}, kI32)).i, (std::vector<int64_t>{INT32_MIN}));
+  EXPECT_EQ(binary("add", ints({INT32_MAX}, kI32), ints({1}, kI32)).i,
+            (std::vector<int64_t>{INT32_MIN}));
   EXPECT_EQ(binary("sub", ints({3}, kU8), ints({5}, kU8)).i, (std::vector<int64_t>{254}));
   EXPECT_EQ(unary("neg", ints({1}, kU8)).i, (std::vector<int64_t>{255}));
   EXPECT_EQ(binary("mul", ints({INT64_MAX}, kI64), ints({2}, kI64)).i, (std::vector<int64_t>{-2}));
@@ -52,7 +54,8 @@ TEST(Reference, CastRules) {
   EXPECT_EQ(cast(ints({int64_t{1} << 31}, kI64), kI32).i, (std::vector<int64_t>{INT32_MIN}));
   // f64 -> f16 through f32: 1 + 2^-11 + 2^-40 is the f32 tie 1 + 2^-11, which goes to even.
   EXPECT_EQ(cast(floats({1.0 + 0x1p-11 + 0x1p-40}, kF64), kF16).f, (std::vector<double>{1.0}));
-  EXPECT_EQ(cast(floats({65520.0, 65519.0, 0.1}, kF32), kF16).f, (std::vector<double>{INFINITY, 65504.0, 0.0999755859375}));
+  EXPECT_EQ(cast(floats({65520.0, 65519.0, 0.1}, kF32), kF16).f,
+            (std::vector<double>{INFINITY, 65504.0, 0.0999755859375}));
   // i64 -> f32 rounds once: 2^60 + 2^36 + 1 is above the tie 2^60 + 2^36.
   EXPECT_EQ(cast(ints({(int64_t{1} << 60) + (int64_t{1} << 36) + 1}, kI64), kF32).f,
             (std::vector<double>{0x1p60 + 0x1p37}));
@@ -64,19 +67,23 @@ TEST(Reference, RoundHalfToEven) {
 }
 
 TEST(Reference, ScalarTakesTheTensorsDtype) {
-  EXPECT_EQ(binary_scalar("add", ints({10}, kU8), Scalar(300), false).i, (std::vector<int64_t>{54}));
-  EXPECT_EQ(binary_scalar("lt", ints({10, 50}, kU8), Scalar(300), false).i, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(binary_scalar("add", ints({10}, kU8), Scalar(300), false).i,
+            (std::vector<int64_t>{54}));
+  EXPECT_EQ(binary_scalar("lt", ints({10, 50}, kU8), Scalar(300), false).i,
+            (std::vector<int64_t>{1, 0}));
   HostTensor b = binary_scalar("add", ints({1}, kBool), Scalar(2), false);
   EXPECT_EQ(b.dtype, kI64);
   EXPECT_EQ(b.i, (std::vector<int64_t>{3}));
   EXPECT_EQ(binary_scalar("mul", ints({3}, kI32), Scalar(2.5), false).dtype, kF32);
   EXPECT_EQ(binary_scalar("sub", ints({3}, kI32), Scalar(10), true).i, (std::vector<int64_t>{7}));
-  EXPECT_EQ(binary_scalar("eq", floats({static_cast<float>(0.1)}, kF32), Scalar(0.1), false).i, (std::vector<int64_t>{1}));
+  EXPECT_EQ(binary_scalar("eq", floats({static_cast<float>(0.1)}, kF32), Scalar(0.1), false).i,
+            (std::vector<int64_t>{1}));
 }
 
 TEST(Reference, ArgmaxFirstOccurrenceAndNaN) {
   EXPECT_EQ(reduce("argmax", floats({1, 3, 3, 2}, kF32), {}, false).i, (std::vector<int64_t>{1}));
-  EXPECT_EQ(reduce("argmin", floats({1, NAN, 0, NAN}, kF32), {}, false).i, (std::vector<int64_t>{1}));
+  EXPECT_EQ(reduce("argmin", floats({1, NAN, 0, NAN}, kF32), {}, false).i,
+            (std::vector<int64_t>{1}));
   EXPECT_TRUE(std::isnan(reduce("max", floats({1, NAN, 5}, kF64), {}, false).f[0]));
   HostTensor m = alloc({2, 3}, kI32);
   m.i = {5, 1, 5, 0, 9, 9};
@@ -98,7 +105,8 @@ TEST(Reference, SlicePythonSemantics) {
   EXPECT_EQ(slice(x, 0, -3, 100, 1).i, (std::vector<int64_t>{3, 4, 5}));
   EXPECT_EQ(slice(x, 0, -100, -1, 2).i, (std::vector<int64_t>{0, 2, 4}));
   EXPECT_EQ(slice(x, 0, 5, 2, 1).i, (std::vector<int64_t>{}));
-  EXPECT_EQ(slice_assign(x, 0, 1, 6, 2, ints({9}, kI64)).i, (std::vector<int64_t>{0, 9, 2, 9, 4, 9}));
+  EXPECT_EQ(slice_assign(x, 0, 1, 6, 2, ints({9}, kI64)).i,
+            (std::vector<int64_t>{0, 9, 2, 9, 4, 9}));
 }
 
 TEST(Reference, AdaptivePoolBins) {
@@ -111,8 +119,10 @@ TEST(Reference, AdaptivePoolBins) {
 TEST(Reference, PoolPadding) {
   HostTensor x = alloc({1, 1, 2, 2}, kF64);
   x.f = {-1, -2, -3, -4};
-  EXPECT_EQ(pool2d("max", x, {2, 2}, {1, 1}, {1, 1}).f, (std::vector<double>{-1, -1, -2, -1, -1, -2, -3, -3, -4}));
-  EXPECT_EQ(pool2d("avg", x, {2, 2}, {2, 2}, {1, 1}).f, (std::vector<double>{-0.25, -0.5, -0.75, -1.0}));
+  EXPECT_EQ(pool2d("max", x, {2, 2}, {1, 1}, {1, 1}).f,
+            (std::vector<double>{-1, -1, -2, -1, -1, -2, -3, -3, -4}));
+  EXPECT_EQ(pool2d("avg", x, {2, 2}, {2, 2}, {1, 1}).f,
+            (std::vector<double>{-0.25, -0.5, -0.75, -1.0}));
 }
 
 TEST(Reference, RepeatAndArange) {

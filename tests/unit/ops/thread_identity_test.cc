@@ -9,7 +9,8 @@ namespace {
 
 // Runs a case at each thread count (on the same inputs) and compares every result with the
 // first. The count is restored afterwards.
-::testing::AssertionResult same_at(std::vector<int> thread_counts, const OpCase& c, const Device& device) {
+::testing::AssertionResult same_at(std::vector<int> thread_counts, const OpCase& c,
+                                   const Device& device) {
   const int before = get_num_threads();
   struct Restore {
     int n;
@@ -49,10 +50,14 @@ class LargeCase : public ::testing::TestWithParam<size_t> {
 // every large case here, including shapes where it could split the reduction dim (tall-skinny
 // matmul, many input channels), so no op is exempt. A third count, odd, catches partitions that
 // assume an even split.
-TEST_P(LargeCase, SameAtOneTwoAndThreeThreads) { EXPECT_TRUE(same_at({1, 2, 3}, test_case(), cpu())); }
+TEST_P(LargeCase, SameAtOneTwoAndThreeThreads) {
+  EXPECT_TRUE(same_at({1, 2, 3}, test_case(), cpu()));
+}
 
 INSTANTIATE_TEST_SUITE_P(Large, LargeCase, ::testing::Range(size_t{0}, large_op_cases().size()),
-                         [](const ::testing::TestParamInfo<size_t>& info) { return large_op_cases()[info.param].name; });
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return large_op_cases()[info.param].name;
+                         });
 
 }  // namespace
 }  // namespace tw::optest

@@ -81,7 +81,7 @@ TEST(ServerMetrics, FastOpsAreTimedOneRunInSeveralAndAllCounted) {
   EXPECT_EQ(l.count, OpSampling::kEvery);
   EXPECT_LT(l.sum_ns, 1'000'000u) << "the runs after a fast one were timed";
   {
-    OpTimer timer(m, &sampling);  // (the sampling carries over to the next batch)
+    OpTimer timer(m, &sampling);       // (the sampling carries over to the next batch)
     (void)timer.run(fast, sleep_1ms);  // timed again: slow now, so the next is timed too
     (void)timer.run(fast, sleep_1ms);
   }

@@ -221,7 +221,7 @@ TEST(Unsupported, BackendsSupportExactlyTheOpsTheyRun) {
     // The CPU backend has a kernel for every op (docs/ops.md, CONTRIBUTING.md); another backend
     // may decline some, as long as it says so.
     const bool must_run_all = name == "cpu";
-#define TW_CHECK_SUPPORTED(Name, code, since)                                                    \
+#define TW_CHECK_SUPPORTED(Name, code, since)                                             \
   {                                                                                       \
     const bool ran = executed->count(ir::OpCode::k##Name) > 0;                            \
     EXPECT_EQ(backend.supports(ir::OpCode::k##Name), ran)                                 \

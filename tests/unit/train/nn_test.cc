@@ -155,8 +155,8 @@ TEST(Nn, CrossEntropyBackwardIsOneCompositeOfSixOps) {
   nn::cross_entropy(logits, target_cpu).backward();
   std::vector<float> g = logits.grad().to_vector<float>();
   const double e0 = std::exp(2.0) + std::exp(1.0) + 1.0, e1 = 2 + std::exp(3.0);
-  const std::vector<double> want = {std::exp(2.0) / e0 - 1, std::exp(1.0) / e0, 1 / e0,
-                                    1 / e1, 1 / e1, std::exp(3.0) / e1 - 1};
+  const std::vector<double> want = {
+      std::exp(2.0) / e0 - 1, std::exp(1.0) / e0, 1 / e0, 1 / e1, 1 / e1, std::exp(3.0) / e1 - 1};
   ASSERT_EQ(g.size(), want.size());
   for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], want[i] / 2, 1e-6) << i;
 }
@@ -249,7 +249,8 @@ TEST(Nn, FusedLinearReluMatchesTheOps) {
     auto near = [](const Tensor& got, const Tensor& want) {
       ASSERT_EQ(got.shape(), want.shape());
       const std::vector<float> g = got.to_vector<float>(), e = want.to_vector<float>();
-      for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], e[i], 1e-5 * (1 + std::abs(e[i]))) << i;
+      for (size_t i = 0; i < g.size(); ++i)
+        EXPECT_NEAR(g[i], e[i], 1e-5 * (1 + std::abs(e[i]))) << i;
     };
     near(y, y2);
     EXPECT_EQ(y.to_vector<float>(), lin->forward_relu(x).to_vector<float>());

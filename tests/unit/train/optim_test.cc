@@ -193,13 +193,13 @@ TEST(OptimFused, AdamStepEqualsTheComposedOpsBitForBit) {
     for (DType dtype : {kF32, kF64}) {
       for (const bool decoupled : {false, true}) {
         for (const double wd : {0.0, 0.05}) {
-          SCOPED_TRACE(dev.str() + " " + std::string(dtype_name(dtype)) + (decoupled ? " AdamW" : " Adam") +
-                       " wd " + std::to_string(wd));
+          SCOPED_TRACE(dev.str() + " " + std::string(dtype_name(dtype)) +
+                       (decoupled ? " AdamW" : " Adam") + " wd " + std::to_string(wd));
           manual_seed(7);
           const Tensor start = (randn({48, 40}, kF32, dev) * 3.0).to(dtype);
           auto p = std::make_shared<nn::Parameter>(start);
-          const optim::AdamOptions o{.lr = 0.02, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6,
-                                     .weight_decay = wd};
+          const optim::AdamOptions o{
+              .lr = 0.02, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = wd};
           std::unique_ptr<optim::Optimizer> opt =
               decoupled ? std::unique_ptr<optim::Optimizer>(std::make_unique<optim::AdamW>(
                               std::vector<nn::ParameterPtr>{p},
