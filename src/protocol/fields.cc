@@ -79,6 +79,22 @@ Status get_enum(WireReader& r, E& e, uint8_t last, const char* what) {
 }
 }  // namespace
 
+Status FieldReader::get(bool& b) {
+  uint8_t v = 0;
+  TW_RETURN_NOT_OK(r.u8(v));
+  if (v > 1) return data_loss("flag " + std::to_string(v) + " is neither 0 nor 1");
+  b = v == 1;
+  return Status::OK();
+}
+
+Status FieldReader::unknown(const char* what, uint8_t v) {
+  return data_loss(std::string("unknown ") + what + " " + std::to_string(v));
+}
+
+Status FieldReader::in_field(const char* field) const {
+  return Status(status.code(), std::string(what) + "." + field + ": " + status.message());
+}
+
 Status FieldReader::get(ir::CollectiveKind& k) { return get_enum(r, k, 4, "collective kind"); }
 Status FieldReader::get(ir::CollectiveReduce& k) { return get_enum(r, k, 3, "reduction"); }
 

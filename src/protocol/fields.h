@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -25,45 +26,65 @@ inline constexpr size_t kMaxStringBytes = 64 * 1024;
 // and its drops take ~1 byte per id instead of 8.
 using IdList = std::vector<ir::TensorId>;
 
+// Status: u8 code, and the message string unless OK.
+void put_status(WireWriter& w, const Status& s);
+Status get_status(WireReader& r, Status& out);
+
+// A struct that declares its fields (TW_FIELDS) nests: its fields in order, nothing around them.
+template <class T>
+concept Declared = requires(const T& t) {
+  t.tie();
+};
+
+// An enum sent as its u8 wire value. Specialise it beside the enum: values outside
+// [kFirst, kLast] are malformed ("unknown <kWhat> N").
+template <class E>
+struct WireEnum;
+template <class E>
+concept WireEnumType = requires {
+  WireEnum<E>::kFirst;
+  WireEnum<E>::kLast;
+  WireEnum<E>::kWhat;
+};
+
 struct FieldWriter {
   WireWriter& w;
   bool packed = false;  // id lists packed
 
+  void put(bool b) { w.u8(b ? 1 : 0); }
+  void put(uint16_t v) { w.u16(v); }
   void put(uint32_t v) { w.u32(v); }
   void put(uint64_t v) { w.u64(v); }
   void put(const std::string& s) { w.str(s); }
+  void put(const Status& s) { put_status(w, s); }
+  template <WireEnumType E>
+  void put(E e) {
+    w.u8(static_cast<uint8_t>(e));
+  }
   void put(ir::CollectiveKind k) { w.u8(static_cast<uint8_t>(k)); }
   void put(ir::CollectiveReduce k) { w.u8(static_cast<uint8_t>(k)); }
   void put(const TensorMeta& m);  // u8 dtype, u32 rank, rank x i64 dims
   void put(const IdList& ids);
   void put(const ir::Op& op);        // ir/codec.h
   void put(const ir::Graph& graph);  // ir/graph_codec.h
+  template <Declared T>
+  void put(const T& t) {
+    t.fields(*this);
+  }
+  template <class A, class B>
+  void put(const std::pair<A, B>& p) {
+    put(p.first);
+    put(p.second);
+  }
+  // A list of anything but ids (IdList above): a u32 count, then each item.
+  template <class T>
+  void put(const std::vector<T>& items) {
+    w.u32(static_cast<uint32_t>(items.size()));
+    for (const auto& x : items) put(x);
+  }
   template <class T>
   void operator()(const char*, const T& v) {
     put(v);
-  }
-};
-
-// Gets fields in order until one fails; status says why (the fields after it are left alone).
-struct FieldReader {
-  explicit FieldReader(WireReader& reader, bool packed_ids = false)
-      : r(reader), packed(packed_ids) {}
-  WireReader& r;
-  bool packed = false;
-  Status status;
-
-  Status get(uint32_t& v) { return r.u32(v); }
-  Status get(uint64_t& v) { return r.u64(v); }
-  Status get(std::string& s) { return r.str(s, kMaxStringBytes); }
-  Status get(ir::CollectiveKind& k);
-  Status get(ir::CollectiveReduce& k);
-  Status get(TensorMeta& m);
-  Status get(IdList& ids);
-  Status get(ir::Op& op);
-  Status get(ir::Graph& graph);
-  template <class T>
-  void operator()(const char*, T& v) {
-    if (status.ok()) status = get(v);
   }
 };
 
@@ -72,21 +93,107 @@ struct FieldSize {
   bool packed = false;
   uint64_t bytes = 0;
 
+  static constexpr uint64_t of(bool) { return 1; }
+  static constexpr uint64_t of(uint16_t) { return 2; }
   static constexpr uint64_t of(uint32_t) { return 4; }
   static constexpr uint64_t of(uint64_t) { return 8; }
   static uint64_t of(const std::string& s) { return 4 + s.size(); }
+  static uint64_t of(const Status& s) { return s.ok() ? 1 : 1 + 4 + s.message().size(); }
   static constexpr uint64_t of(ir::CollectiveKind) { return 1; }
   static constexpr uint64_t of(ir::CollectiveReduce) { return 1; }
+  template <WireEnumType E>
+  static constexpr uint64_t of(E) {
+    return 1;
+  }
   static uint64_t of(const TensorMeta& m) { return 1 + 4 + 8 * uint64_t{m.shape.size()}; }
   uint64_t of(const IdList& ids) const;
+  template <Declared T>
+  uint64_t of(const T& t) const {
+    FieldSize inner{packed};
+    t.fields(inner);
+    return inner.bytes;
+  }
+  template <class A, class B>
+  uint64_t of(const std::pair<A, B>& p) const {
+    return of(p.first) + of(p.second);
+  }
+  template <class T>
+  uint64_t of(const std::vector<T>& items) const {
+    uint64_t n = 4;
+    for (const auto& x : items) n += of(x);
+    return n;
+  }
   template <class T>
   void operator()(const char*, const T& v) {
     bytes += of(v);
   }
 };
 
-// Status: u8 code, and the message string unless OK.
-void put_status(WireWriter& w, const Status& s);
-Status get_status(WireReader& r, Status& out);
+// Gets fields in order until one fails; status says why (the fields after it are left alone),
+// prefixed "<what>.<field>: " when `what` names the message.
+struct FieldReader {
+  explicit FieldReader(WireReader& reader, bool packed_ids = false, const char* message = nullptr)
+      : r(reader), packed(packed_ids), what(message) {}
+  WireReader& r;
+  bool packed = false;
+  const char* what = nullptr;
+  Status status;
+
+  Status get(bool& b);
+  Status get(uint16_t& v) { return r.u16(v); }
+  Status get(uint32_t& v) { return r.u32(v); }
+  Status get(uint64_t& v) { return r.u64(v); }
+  Status get(std::string& s) { return r.str(s, kMaxStringBytes); }
+  Status get(Status& s) { return get_status(r, s); }
+  Status get(ir::CollectiveKind& k);
+  Status get(ir::CollectiveReduce& k);
+  Status get(TensorMeta& m);
+  Status get(IdList& ids);
+  Status get(ir::Op& op);
+  Status get(ir::Graph& graph);
+  template <WireEnumType E>
+  Status get(E& e) {
+    uint8_t v = 0;
+    TW_RETURN_NOT_OK(r.u8(v));
+    // One unsigned comparison: [0, 255] must not read as an always-false test.
+    if (static_cast<unsigned>(v - WireEnum<E>::kFirst) >
+        0u + WireEnum<E>::kLast - WireEnum<E>::kFirst) {
+      return unknown(WireEnum<E>::kWhat, v);
+    }
+    e = static_cast<E>(v);
+    return Status::OK();
+  }
+  template <Declared T>
+  Status get(T& t) {
+    FieldReader inner(r, packed);
+    t.fields(inner);
+    return inner.status;
+  }
+  template <class A, class B>
+  Status get(std::pair<A, B>& p) {
+    TW_RETURN_NOT_OK(get(p.first));
+    return get(p.second);
+  }
+  // The count is checked against the bytes left (each item takes at least the bytes of a
+  // default one) before anything is allocated.
+  template <class T>
+  Status get(std::vector<T>& items) {
+    uint32_t n = 0;
+    TW_RETURN_NOT_OK(r.count(n, static_cast<size_t>(FieldSize{packed}.of(T{}))));
+    items.resize(n);
+    for (auto& x : items) TW_RETURN_NOT_OK(get(x));
+    return Status::OK();
+  }
+  template <class T>
+  void operator()(const char* field, T& v) {
+    if (!status.ok()) return;
+    status = get(v);
+    if (!status.ok() && what) status = in_field(field);
+  }
+
+ private:
+  static Status unknown(const char* what, uint8_t v);
+  Status in_field(const char* field) const;
+};
 
 }  // namespace tw::protocol

@@ -16,20 +16,6 @@ const char* refuse_reason_name(RefuseReason r) {
 
 namespace {
 
-void put_device(WireWriter& w, const DeviceInfo& d) {
-  w.str(d.name);
-  w.str(d.backend);
-  w.u64(d.memory_bytes);
-  w.u32(d.dtype_mask);
-}
-
-Status get_device(WireReader& r, DeviceInfo& d) {
-  TW_RETURN_NOT_OK(r.str(d.name, kMaxStringBytes));
-  TW_RETURN_NOT_OK(r.str(d.backend, kMaxStringBytes));
-  TW_RETURN_NOT_OK(r.u64(d.memory_bytes));
-  return r.u32(d.dtype_mask);
-}
-
 void put_meta(WireWriter& w, const TensorMeta& m) { FieldWriter{w}.put(m); }
 
 Status get_meta(WireReader& r, TensorMeta& m) { return FieldReader(r).get(m); }
@@ -48,32 +34,15 @@ void encode_hello(const Hello& m, OutFrame& f) {
   WireWriter w(f.head);
   w.u8(static_cast<uint8_t>(ClientMsg::kHello));
   w.u32(kMagic);
-  w.u16(m.min_version);
-  w.u16(m.max_version);
-  w.u32(m.device_index);
-  w.str(m.credential);
+  m.fields(FieldWriter{w});
 }
 
 void encode_welcome(const Welcome& m, OutFrame& f) {
-  WireWriter w(f.head);
-  w.u8(static_cast<uint8_t>(ServerMsg::kWelcome));
-  w.u16(m.version);
-  w.u64(m.session_id);
-  w.str(m.server_id);
-  w.u32(m.device_index);
-  w.u32(static_cast<uint32_t>(m.devices.size()));
-  for (const auto& d : m.devices) put_device(w, d);
-  w.u64(m.limits.max_frame_bytes);
-  w.u64(m.limits.session_memory_bytes);
-  w.u32(m.limits.max_sessions);
-  w.u32(m.limits.session_queue_depth);
+  encode_fields(static_cast<uint8_t>(ServerMsg::kWelcome), m, f);
 }
 
 void encode_refuse(const Refuse& m, OutFrame& f) {
-  WireWriter w(f.head);
-  w.u8(static_cast<uint8_t>(ServerMsg::kRefuse));
-  w.u8(static_cast<uint8_t>(m.reason));
-  w.str(m.message);
+  encode_fields(static_cast<uint8_t>(ServerMsg::kRefuse), m, f);
 }
 
 void encode_session_error(const Status& s, OutFrame& f) {
@@ -119,20 +88,7 @@ void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f)
   WireWriter w(f.head);
   w.u8(static_cast<uint8_t>(ServerMsg::kStatsResult));
   w.u64(request_id);
-  w.u32(s.sessions);
-  w.u64(s.bytes_held);
-  w.u64(s.session_bytes_held);
-  w.u64(s.ops_executed);
-  w.u64(s.frames_in);
-  w.u64(s.frames_out);
-  w.u64(s.bytes_in);
-  w.u64(s.bytes_out);
-  w.u64(s.sessions_opened);
-  w.u32(static_cast<uint32_t>(s.per_session_bytes.size()));
-  for (auto& [id, b] : s.per_session_bytes) {
-    w.u64(id);
-    w.u64(b);
-  }
+  s.fields(FieldWriter{w});
 }
 
 void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutFrame& f) {
@@ -170,21 +126,11 @@ void encode_read_result_in_segment(uint64_t request_id, const TensorMeta& meta, 
 }
 
 void encode_store_request(const StoreRequest& m, OutFrame& f) {
-  WireWriter w(f.head);
-  w.u8(static_cast<uint8_t>(ClientMsg::kStore));
-  w.u64(m.request_id);
-  w.u8(static_cast<uint8_t>(m.op));
-  w.str(m.key);
-  w.str(m.value);
+  encode_fields(static_cast<uint8_t>(ClientMsg::kStore), m, f);
 }
 
 void encode_store_reply(const StoreReply& m, OutFrame& f) {
-  WireWriter w(f.head);
-  w.u8(static_cast<uint8_t>(ServerMsg::kStoreResult));
-  w.u64(m.request_id);
-  put_status(w, m.status);
-  w.u8(m.present ? 1 : 0);
-  w.str(m.value);
+  encode_fields(static_cast<uint8_t>(ServerMsg::kStoreResult), m, f);
 }
 
 Result<ClientMsg> peek_client_msg(const Buffer& payload) {
@@ -214,18 +160,30 @@ Status expect_type(WireReader& r, uint8_t want, const char* expected) {
   return Status::OK();
 }
 
-// A message of fields declared once (TW_FIELDS): its type byte, checked, then exactly its fields.
+// The fields of `m` (declared once, TW_FIELDS) in order; an error names the message and field.
+template <class M>
+Status get_fields(WireReader& r, M& m, const char* name) {
+  FieldReader get(r, false, name);
+  m.fields(get);
+  return get.status;
+}
+
+// The same, and nothing after them.
+template <class M>
+Result<M> get_all_fields(WireReader& r, const char* name) {
+  M m;
+  TW_RETURN_NOT_OK(get_fields(r, m, name));
+  if (!r.done()) return data_loss(std::string("trailing bytes after ") + name);
+  return m;
+}
+
+// A message of fields declared once: its type byte, checked, then exactly its fields.
 template <class M>
 Result<M> decode_fields(const Buffer& payload, uint8_t type, const char* expected,
                         const char* name) {
   WireReader r(payload);
   TW_RETURN_NOT_OK(expect_type(r, type, expected));
-  M m;
-  FieldReader get(r);
-  m.fields(get);
-  TW_RETURN_NOT_OK(get.status);
-  if (!r.done()) return data_loss(std::string("trailing bytes after ") + name);
-  return m;
+  return get_all_fields<M>(r, name);
 }
 
 }  // namespace
@@ -237,13 +195,7 @@ Result<Hello> decode_hello(const Buffer& payload) {
       expect_type(r, static_cast<uint8_t>(ClientMsg::kHello), "a Hello message first"));
   TW_RETURN_NOT_OK(r.u32(magic));
   if (magic != kMagic) return data_loss("bad magic number: not a tensorwire client");
-  Hello h;
-  TW_RETURN_NOT_OK(r.u16(h.min_version));
-  TW_RETURN_NOT_OK(r.u16(h.max_version));
-  TW_RETURN_NOT_OK(r.u32(h.device_index));
-  TW_RETURN_NOT_OK(r.str(h.credential, kMaxStringBytes));
-  if (!r.done()) return data_loss("trailing bytes after Hello");
-  return h;
+  return get_all_fields<Hello>(r, "Hello");
 }
 
 Result<Fetch> decode_fetch(const Buffer& payload) {
@@ -257,36 +209,13 @@ Result<AttachSegment> decode_attach_segment(const Buffer& payload) {
 }
 
 Result<StoreRequest> decode_store_request(const Buffer& payload) {
-  WireReader r(payload);
-  uint8_t op = 0;
-  TW_RETURN_NOT_OK(expect_type(r, static_cast<uint8_t>(ClientMsg::kStore), "a Store message"));
-  StoreRequest m;
-  TW_RETURN_NOT_OK(r.u64(m.request_id));
-  TW_RETURN_NOT_OK(r.u8(op));
-  if (op != static_cast<uint8_t>(StoreOp::kSet) && op != static_cast<uint8_t>(StoreOp::kGet)) {
-    return data_loss("unknown store operation " + std::to_string(op));
-  }
-  m.op = static_cast<StoreOp>(op);
-  TW_RETURN_NOT_OK(r.str(m.key, kMaxStringBytes));
-  TW_RETURN_NOT_OK(r.str(m.value, kMaxStringBytes));
-  if (!r.done()) return data_loss("trailing bytes after Store");
-  return m;
+  return decode_fields<StoreRequest>(payload, static_cast<uint8_t>(ClientMsg::kStore),
+                                     "a Store message", "Store");
 }
 
 Result<StoreReply> decode_store_reply(const Buffer& payload) {
-  WireReader r(payload);
-  uint8_t present = 0;
-  TW_RETURN_NOT_OK(
-      expect_type(r, static_cast<uint8_t>(ServerMsg::kStoreResult), "a StoreResult message"));
-  StoreReply m;
-  TW_RETURN_NOT_OK(r.u64(m.request_id));
-  TW_RETURN_NOT_OK(get_status(r, m.status));
-  TW_RETURN_NOT_OK(r.u8(present));
-  if (present > 1) return data_loss("StoreResult: present flag " + std::to_string(present));
-  m.present = present == 1;
-  TW_RETURN_NOT_OK(r.str(m.value, kMaxStringBytes));
-  if (!r.done()) return data_loss("trailing bytes after StoreResult");
-  return m;
+  return decode_fields<StoreReply>(payload, static_cast<uint8_t>(ServerMsg::kStoreResult),
+                                   "a StoreResult message", "StoreResult");
 }
 
 Result<ServerMessage> decode_server_message(const Buffer& payload) {
@@ -308,29 +237,8 @@ Status decode_server_message(const Buffer& payload, ServerMessage& m) {
   m.data.bytes = Buffer();
   m.in_segment_bytes = 0;
   switch (m.kind) {
-    case ServerMsg::kWelcome: {
-      Welcome& w = m.welcome;
-      TW_RETURN_NOT_OK(r.u16(w.version));
-      TW_RETURN_NOT_OK(r.u64(w.session_id));
-      TW_RETURN_NOT_OK(r.str(w.server_id, kMaxStringBytes));
-      TW_RETURN_NOT_OK(r.u32(w.device_index));
-      uint32_t n = 0;
-      TW_RETURN_NOT_OK(r.count(n, 16));
-      w.devices.resize(n);
-      for (auto& d : w.devices) TW_RETURN_NOT_OK(get_device(r, d));
-      TW_RETURN_NOT_OK(r.u64(w.limits.max_frame_bytes));
-      TW_RETURN_NOT_OK(r.u64(w.limits.session_memory_bytes));
-      TW_RETURN_NOT_OK(r.u32(w.limits.max_sessions));
-      TW_RETURN_NOT_OK(r.u32(w.limits.session_queue_depth));
-      break;
-    }
-    case ServerMsg::kRefuse: {
-      uint8_t reason = 0;
-      TW_RETURN_NOT_OK(r.u8(reason));
-      m.refuse.reason = static_cast<RefuseReason>(reason);
-      TW_RETURN_NOT_OK(r.str(m.refuse.message, kMaxStringBytes));
-      break;
-    }
+    case ServerMsg::kWelcome: TW_RETURN_NOT_OK(get_fields(r, m.welcome, "Welcome")); break;
+    case ServerMsg::kRefuse: TW_RETURN_NOT_OK(get_fields(r, m.refuse, "Refuse")); break;
     case ServerMsg::kReadResult: {
       TW_RETURN_NOT_OK(r.u64(m.request_id));
       TW_RETURN_NOT_OK(get_status(r, m.status));
@@ -351,27 +259,10 @@ Status decode_server_message(const Buffer& payload, ServerMessage& m) {
       TW_RETURN_NOT_OK(r.u64(m.request_id));
       TW_RETURN_NOT_OK(get_status(r, m.status));
       break;
-    case ServerMsg::kStatsResult: {
-      ServerStats& s = m.stats;
+    case ServerMsg::kStatsResult:
       TW_RETURN_NOT_OK(r.u64(m.request_id));
-      TW_RETURN_NOT_OK(r.u32(s.sessions));
-      TW_RETURN_NOT_OK(r.u64(s.bytes_held));
-      TW_RETURN_NOT_OK(r.u64(s.session_bytes_held));
-      TW_RETURN_NOT_OK(r.u64(s.ops_executed));
-      TW_RETURN_NOT_OK(r.u64(s.frames_in));
-      TW_RETURN_NOT_OK(r.u64(s.frames_out));
-      TW_RETURN_NOT_OK(r.u64(s.bytes_in));
-      TW_RETURN_NOT_OK(r.u64(s.bytes_out));
-      TW_RETURN_NOT_OK(r.u64(s.sessions_opened));
-      uint32_t n = 0;
-      TW_RETURN_NOT_OK(r.count(n, 16));
-      s.per_session_bytes.resize(n);
-      for (auto& [id, b] : s.per_session_bytes) {
-        TW_RETURN_NOT_OK(r.u64(id));
-        TW_RETURN_NOT_OK(r.u64(b));
-      }
+      TW_RETURN_NOT_OK(get_fields(r, m.stats, "StatsResult"));
       break;
-    }
     case ServerMsg::kSessionError: TW_RETURN_NOT_OK(get_status(r, m.status)); break;
     case ServerMsg::kGraphResult:
       TW_RETURN_NOT_OK(r.u64(m.request_id));

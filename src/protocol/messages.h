@@ -70,12 +70,23 @@ enum class RefuseReason : uint8_t {
   kCannotHost = 6,
 };
 const char* refuse_reason_name(RefuseReason r);
+// Any reason byte reads: one a newer server adds is still a refusal (refuse_reason_name says
+// "refused").
+template <>
+struct WireEnum<RefuseReason> {
+  static constexpr uint8_t kFirst = 0, kLast = 255;
+  static constexpr const char* kWhat = "refuse reason";
+};
+
+// Each message below lists its wire fields once (TW_FIELDS, in wire order, after the message's
+// type byte; fields.h gives each field's form) and its encoder and decoder walk that list.
 
 struct Hello {
   uint16_t min_version = kMinProtocolVersion;
   uint16_t max_version = kProtocolVersion;
   uint32_t device_index = 0;
   std::string credential;
+  TW_FIELDS(min_version, max_version, device_index, credential)  // after the type and kMagic
 };
 
 struct DeviceInfo {
@@ -83,6 +94,7 @@ struct DeviceInfo {
   std::string backend;        // "cpu"
   uint64_t memory_bytes = 0;  // what a session on it may hold (its quota)
   uint32_t dtype_mask = 0;    // bit i set: DType i supported
+  TW_FIELDS(name, backend, memory_bytes, dtype_mask)
 };
 
 struct Limits {
@@ -90,6 +102,7 @@ struct Limits {
   uint64_t session_memory_bytes = 0;
   uint32_t max_sessions = 0;
   uint32_t session_queue_depth = 0;  // batches queued per session before the server stops reading
+  TW_FIELDS(max_frame_bytes, session_memory_bytes, max_sessions, session_queue_depth)
 };
 
 struct Welcome {
@@ -99,11 +112,13 @@ struct Welcome {
   uint32_t device_index = 0;
   std::vector<DeviceInfo> devices;  // every device the server hosts
   Limits limits;
+  TW_FIELDS(version, session_id, server_id, device_index, devices, limits)
 };
 
 struct Refuse {
   RefuseReason reason = RefuseReason::kMalformed;
   std::string message;
+  TW_FIELDS(reason, message)
 };
 
 // The AttachSegment message: the client's id for the segment and its data bytes (net/shm.h).
@@ -116,17 +131,24 @@ struct AttachSegment {
 
 // A peer's rendezvous request (kStore): set a key, or get it (present = false while absent).
 enum class StoreOp : uint8_t { kSet = 1, kGet = 2 };
+template <>
+struct WireEnum<StoreOp> {
+  static constexpr uint8_t kFirst = 1, kLast = 2;
+  static constexpr const char* kWhat = "store operation";
+};
 struct StoreRequest {
   uint64_t request_id = 0;
   StoreOp op = StoreOp::kSet;
   std::string key;
   std::string value;  // kSet
+  TW_FIELDS(request_id, op, key, value)
 };
 struct StoreReply {
   uint64_t request_id = 0;
   Status status;
   bool present = false;
   std::string value;
+  TW_FIELDS(request_id, status, present, value)
 };
 
 // A peer server's request for the tensor a capability grants (protocol 3), answered with a
@@ -147,6 +169,9 @@ struct ServerStats {
   uint64_t frames_in = 0, frames_out = 0, bytes_in = 0, bytes_out = 0;
   uint64_t sessions_opened = 0;
   std::vector<std::pair<uint64_t, uint64_t>> per_session_bytes;  // (session id, bytes)
+  // After the StatsResult's type byte and request id.
+  TW_FIELDS(sessions, bytes_held, session_bytes_held, ops_executed, frames_in, frames_out, bytes_in,
+            bytes_out, sessions_opened, per_session_bytes)
 };
 
 // ---- encoding: each appends the payload (without the frame header) to an OutFrame ----

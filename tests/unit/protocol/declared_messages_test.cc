@@ -1,0 +1,241 @@
+// Every message declared once (TW_FIELDS, protocol/messages.h) round-trips with every field,
+// nested ones included, set to something other than its default, so a field left out of a
+// declaration, or read into the wrong place, fails here; its size (FieldSize) is what its encoder
+// writes; a count larger than the bytes left fails before anything is allocated; and an error
+// names the message and the field.
+#include <gtest/gtest.h>
+
+#include <tuple>
+#include <utility>
+
+#include "protocol/messages.h"
+#include "support/frames.h"
+
+namespace tw::protocol {
+namespace {
+
+Buffer payload_of(const OutFrame& f) {
+  std::vector<uint8_t> v = testing::flatten(f);
+  return Buffer::copy_of(v.data(), v.size());
+}
+
+bool same(const Status& a, const Status& b) {
+  return a.code() == b.code() && a.message() == b.message();
+}
+template <class T>
+bool same(const T& a, const T& b);
+template <class T>
+bool same(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!same(a[i], b[i])) return false;
+  }
+  return true;
+}
+template <class T>
+bool same(const T& a, const T& b) {
+  if constexpr (Declared<T>) {
+    return std::apply(
+        [&](const auto&... x) {
+          return std::apply([&](const auto&... y) { return (same(x, y) && ...); }, b.tie());
+        },
+        a.tie());
+  } else {
+    return a == b;
+  }
+}
+
+// Every field differs from a default-constructed message's, and so do the fields of every
+// nested message; a list is non-empty and each of its items is set throughout.
+template <class T>
+void expect_every_field_set(const T& m, const std::string& where);
+template <class T>
+void expect_set(const T& v, const T& unset, const std::string& where) {
+  EXPECT_FALSE(same(v, unset)) << where << " is left at its default";
+  if constexpr (Declared<T>) expect_every_field_set(v, where);
+}
+template <class T>
+void expect_set(const std::vector<T>& v, const std::vector<T>&, const std::string& where) {
+  EXPECT_FALSE(v.empty()) << where << " is empty";
+  for (size_t i = 0; i < v.size(); ++i)
+    expect_set(v[i], T{}, where + "[" + std::to_string(i) + "]");
+}
+template <class T>
+void expect_every_field_set(const T& m, const std::string& where) {
+  const T unset{};
+  auto names = std::vector<std::string>{};
+  m.fields([&](const char* name, const auto&) { names.push_back(name); });
+  std::apply(
+      [&](const auto&... x) {
+        std::apply(
+            [&](const auto&... y) {
+              size_t i = 0;
+              (expect_set(x, y, where + "." + names[i++]), ...);
+            },
+            unset.tie());
+      },
+      m.tie());
+}
+
+template <class T>
+uint64_t size_of(const T& m) {
+  FieldSize size;
+  m.fields(size);
+  return size.bytes;
+}
+
+Hello full_hello() { return {3, 6, 7, "s3cret"}; }
+
+Welcome full_welcome() {
+  Welcome w;
+  w.version = 5;
+  w.session_id = 0x0102030405060708;
+  w.server_id = "srv-1";
+  w.device_index = 1;
+  w.devices = {{"cpu:0", "cpu", 1 << 20, 0x3F}, {"cuda:0", "torch", uint64_t{8} << 30, 0x7}};
+  w.limits = {64 << 20, 1 << 30, 12, 9};
+  return w;
+}
+
+ServerStats full_stats() {
+  ServerStats s;
+  s.sessions = 3;
+  s.bytes_held = 4;
+  s.session_bytes_held = 5;
+  s.ops_executed = 6;
+  s.frames_in = 7;
+  s.frames_out = 8;
+  s.bytes_in = 9;
+  s.bytes_out = 10;
+  s.sessions_opened = 11;
+  s.per_session_bytes = {{1, 100}, {2, 200}};
+  return s;
+}
+
+TEST(DeclaredMessages, EveryMessageRoundTripsWithEveryFieldSet) {
+  {
+    const Hello m = full_hello();
+    expect_every_field_set(m, "Hello");
+    OutFrame f;
+    encode_hello(m, f);
+    EXPECT_EQ(testing::flatten(f).size(), 1 + 4 + size_of(m));
+    auto got = decode_hello(payload_of(f));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_TRUE(same(*got, m));
+  }
+  {
+    const Welcome m = full_welcome();
+    expect_every_field_set(m, "Welcome");
+    OutFrame f;
+    encode_welcome(m, f);
+    EXPECT_EQ(testing::flatten(f).size(), 1 + size_of(m));
+    auto got = decode_server_message(payload_of(f));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ASSERT_EQ(got->kind, ServerMsg::kWelcome);
+    EXPECT_TRUE(same(got->welcome, m));
+  }
+  {
+    const Refuse m{RefuseReason::kCannotHost, "no room"};
+    expect_every_field_set(m, "Refuse");
+    OutFrame f;
+    encode_refuse(m, f);
+    EXPECT_EQ(testing::flatten(f).size(), 1 + size_of(m));
+    auto got = decode_server_message(payload_of(f));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ASSERT_EQ(got->kind, ServerMsg::kRefuse);
+    EXPECT_TRUE(same(got->refuse, m));
+  }
+  {
+    const ServerStats m = full_stats();
+    expect_every_field_set(m, "ServerStats");
+    OutFrame f;
+    encode_stats_result(42, m, f);
+    EXPECT_EQ(testing::flatten(f).size(), 1 + 8 + size_of(m));
+    auto got = decode_server_message(payload_of(f));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ASSERT_EQ(got->kind, ServerMsg::kStatsResult);
+    EXPECT_EQ(got->request_id, 42u);
+    EXPECT_TRUE(same(got->stats, m));
+  }
+  {
+    const StoreRequest m{9, StoreOp::kGet, "g1/rank_0", std::string("\0v", 2)};
+    expect_every_field_set(m, "StoreRequest");
+    OutFrame f;
+    encode_store_request(m, f);
+    EXPECT_EQ(testing::flatten(f).size(), 1 + size_of(m));
+    auto got = decode_store_request(payload_of(f));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_TRUE(same(*got, m));
+  }
+  {
+    const StoreReply m{9, not_found("no key"), true, "v"};
+    expect_every_field_set(m, "StoreReply");
+    OutFrame f;
+    encode_store_reply(m, f);
+    EXPECT_EQ(testing::flatten(f).size(), 1 + size_of(m));
+    auto got = decode_store_reply(payload_of(f));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_TRUE(same(*got, m));
+  }
+  {
+    const Fetch m{1, 2, 3, "cap"};
+    expect_every_field_set(m, "Fetch");
+    OutFrame f;
+    encode_fetch(m, f);
+    EXPECT_EQ(testing::flatten(f).size(), 1 + size_of(m));
+    auto got = decode_fetch(payload_of(f));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_TRUE(same(*got, m));
+  }
+  {
+    const AttachSegment m{1, 2, 3};
+    expect_every_field_set(m, "AttachSegment");
+    OutFrame f;
+    encode_attach_segment(m, f);
+    EXPECT_EQ(testing::flatten(f).size(), 1 + size_of(m));
+    auto got = decode_attach_segment(payload_of(f));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_TRUE(same(*got, m));
+  }
+}
+
+TEST(DeclaredMessages, HugeListCountsFailWithoutAllocating) {
+  // Welcome: type, version, session id, empty server id, device index, then 2^32-1 devices.
+  std::vector<uint8_t> welcome = {1, 7, 0, 1, 0, 0, 0, 0,    0,    0,    0,   0,
+                                  0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF};
+  auto w = decode_server_message(Buffer::copy_of(welcome.data(), welcome.size()));
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("Welcome.devices"), std::string::npos)
+      << w.status().message();
+  // StatsResult: type, request id, the counters, then 2^32-1 sessions.
+  std::vector<uint8_t> stats(1 + 8 + 4 + 8 * 8, 0);
+  stats[0] = static_cast<uint8_t>(ServerMsg::kStatsResult);
+  stats.insert(stats.end(), {0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3});
+  auto s = decode_server_message(Buffer::copy_of(stats.data(), stats.size()));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("StatsResult.per_session_bytes"), std::string::npos)
+      << s.status().message();
+}
+
+TEST(DeclaredMessages, ErrorsNameTheMessageAndField) {
+  OutFrame f;
+  encode_store_reply({9, Status::OK(), true, "v"}, f);
+  std::vector<uint8_t> v = testing::flatten(f);
+  v[1 + 8 + 1] = 2;  // the present flag, after the type, request id and OK status
+  auto got = decode_store_reply(Buffer::copy_of(v.data(), v.size()));
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("StoreResult.present"), std::string::npos)
+      << got.status().message();
+
+  OutFrame g;
+  encode_store_request({9, StoreOp::kSet, "k", "v"}, g);
+  v = testing::flatten(g);
+  v[1 + 8] = 3;  // the op
+  auto req = decode_store_request(Buffer::copy_of(v.data(), v.size()));
+  ASSERT_FALSE(req.ok());
+  EXPECT_NE(req.status().message().find("Store.op: unknown store operation 3"), std::string::npos)
+      << req.status().message();
+}
+
+}  // namespace
+}  // namespace tw::protocol
