@@ -274,7 +274,9 @@ void Connection::on_message(const Buffer& payload) {
   proto::ServerMessage& m = reply_;
   struct LetGo {
     proto::ServerMessage& m;
-    ~LetGo() { m.data.bytes = Buffer(); }
+    ~LetGo() {
+      if (m.read.result.ok()) m.read.result->bytes = Buffer();
+    }
   } let_go{m};
   if (Status st = proto::decode_server_message(payload, m); !st.ok()) {
     fail_all(st.with_context("malformed message from " + url_.str()));
@@ -284,44 +286,62 @@ void Connection::on_message(const Buffer& payload) {
   if (m.kind == proto::ServerMsg::kSessionError) {
     // Not tied to a request; surfaced by the next sync().
     std::lock_guard<std::mutex> lock(mu_);
-    session_errors_.push_back(m.status);
+    session_errors_.push_back(m.error.status);
     return;
   }
   PendingMap::node_type node;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (reader_spare_ && !spare_pending_) spare_pending_ = std::move(reader_spare_);
-    auto it = pending_.find(m.request_id);
+    auto it = pending_.find(m.request_id());
     if (it == pending_.end()) return;  // unknown id: a reply to a request already failed
     node = pending_.extract(it);
   }
   Pending* const p = node.mapped().get();
-  if (m.kind == proto::ServerMsg::kReadResultInSegment) {
+  Status status = m.status();
+  const bool answers = [&] {  // a reply of this kind can answer what the request waits for
+    switch (p->kind) {
+      case Pending::kRead:
+        return m.kind == proto::ServerMsg::kReadResult ||
+               m.kind == proto::ServerMsg::kReadResultInSegment;
+      case Pending::kSync: return m.kind == proto::ServerMsg::kSyncResult;
+      case Pending::kStats: return m.kind == proto::ServerMsg::kStatsResult;
+      case Pending::kGraph: return m.kind == proto::ServerMsg::kGraphResult;
+      case Pending::kCapability: return m.kind == proto::ServerMsg::kCapabilityResult;
+    }
+    return false;
+  }();
+  if (!answers) {
+    status = data_loss("the server at " + url_.str() + " answered request " +
+                       std::to_string(m.request_id()) + " with a reply of another kind (" +
+                       std::to_string(static_cast<int>(m.kind)) + ")");
+  } else if (m.kind == proto::ServerMsg::kReadResultInSegment) {
     // The bytes are in the segment the read offered; the result holds it until dropped.
-    if (p->slot && m.in_segment_bytes <= p->slot->seg->capacity()) {
-      m.data.bytes =
-          Buffer::wrap(p->slot->seg->data(), static_cast<size_t>(m.in_segment_bytes), p->lease);
+    const proto::InSegment& in = m.in_segment.tensor;
+    if (p->slot && in.bytes() <= p->slot->seg->capacity()) {
+      m.read.result = TensorData{
+          in.meta, Buffer::wrap(p->slot->seg->data(), static_cast<size_t>(in.bytes()), p->lease)};
     } else {
-      m.status = data_loss("a read result in a segment from " + url_.str() +
-                           " answers a request that offered none, or overflows it");
+      status = data_loss("a read result in a segment from " + url_.str() +
+                         " answers a request that offered none, or overflows it");
     }
   }
-  if (!m.status.ok()) {
-    p->deliver_status(m.status);
+  if (!status.ok()) {
+    p->deliver_status(status);
   } else {
     switch (p->kind) {
-      case Pending::kRead: p->deliver_data(std::move(m.data)); break;
-      case Pending::kSync: p->deliver_status(m.status); break;
+      case Pending::kRead: p->deliver_data(std::move(*m.read.result)); break;
+      case Pending::kSync: p->deliver_status(status); break;
       case Pending::kStats:
-        p->stats().set_value(std::move(m.stats));
+        p->stats().set_value(std::move(m.stats.stats));
         p->mark_done();
         break;
       case Pending::kGraph:
-        p->graph().set_value(m.graph_id);
+        p->graph().set_value(*m.graph.result);
         p->mark_done();
         break;
       case Pending::kCapability:
-        p->exported().set_value(std::move(m.exported));
+        p->exported().set_value(std::move(*m.capability.result));
         p->mark_done();
         break;
     }

@@ -50,6 +50,17 @@ void FieldWriter::put(const TensorMeta& m) {
   for (int64_t x : m.shape) w.i64(x);
 }
 
+void FieldWriter::put(const TensorData& d) {
+  put(d.meta);
+  w.u64(d.bytes.size());
+  w.raw_ref(d.bytes);
+}
+
+void FieldWriter::put(const InSegment& s) {
+  put(s.meta);
+  w.u64(s.bytes());
+}
+
 void FieldWriter::put(const IdList& ids) {
   if (!packed) {
     w.u32(static_cast<uint32_t>(ids.size()));
@@ -108,6 +119,29 @@ Status FieldReader::get(TensorMeta& m) {
   m.shape.resize(rank);
   for (auto& x : m.shape) TW_RETURN_NOT_OK(r.i64(x));
   return validate_shape(m.shape);
+}
+
+Status FieldReader::get(TensorData& d) {
+  TW_RETURN_NOT_OK(get(d.meta));
+  uint64_t n = 0;
+  TW_RETURN_NOT_OK(r.u64(n));
+  const uint64_t expect = InSegment{d.meta}.bytes();
+  if (n != expect || n > r.remaining()) {
+    return data_loss("tensor carries " + std::to_string(n) + " bytes, expected " +
+                     std::to_string(expect));
+  }
+  return r.bytes(static_cast<size_t>(n), d.bytes);
+}
+
+Status FieldReader::get(InSegment& s) {
+  TW_RETURN_NOT_OK(get(s.meta));
+  uint64_t n = 0;
+  TW_RETURN_NOT_OK(r.u64(n));
+  if (n != s.bytes()) {
+    return data_loss("segment says " + std::to_string(n) + " bytes, expected " +
+                     std::to_string(s.bytes()));
+  }
+  return Status::OK();
 }
 
 Status FieldReader::get(IdList& ids) {

@@ -21,6 +21,15 @@ namespace tw::protocol {
 // Strings (names, reasons, credentials) longer than this are malformed.
 inline constexpr size_t kMaxStringBytes = 64 * 1024;
 
+// A tensor whose bytes travel elsewhere (a shared-memory segment): on the wire its meta and the
+// byte count that meta gives, which a reader checks.
+struct InSegment {
+  TensorMeta meta;
+  uint64_t bytes() const {
+    return static_cast<uint64_t>(numel(meta.shape)) * dtype_size(meta.dtype);
+  }
+};
+
 // An id list is a u32 count and each id as a u64, or, packed (protocol 4), a varint count and
 // each id as the zigzag varint of its difference from the one before: a training step's replay
 // and its drops take ~1 byte per id instead of 8.
@@ -64,6 +73,8 @@ struct FieldWriter {
   void put(ir::CollectiveKind k) { w.u8(static_cast<uint8_t>(k)); }
   void put(ir::CollectiveReduce k) { w.u8(static_cast<uint8_t>(k)); }
   void put(const TensorMeta& m);  // u8 dtype, u32 rank, rank x i64 dims
+  void put(const TensorData& d);  // its meta, a u64 byte count, the bytes (a segment when large)
+  void put(const InSegment& s);   // its meta and the u64 byte count of that meta
   void put(const IdList& ids);
   void put(const ir::Op& op);        // ir/codec.h
   void put(const ir::Graph& graph);  // ir/graph_codec.h
@@ -75,6 +86,12 @@ struct FieldWriter {
   void put(const std::pair<A, B>& p) {
     put(p.first);
     put(p.second);
+  }
+  // An outcome: its status, then its value only when OK.
+  template <class T>
+  void put(const Result<T>& r) {
+    put(r.status());
+    if (r.ok()) put(*r);
   }
   // A list of anything but ids (IdList above): a u32 count, then each item.
   template <class T>
@@ -106,6 +123,8 @@ struct FieldSize {
     return 1;
   }
   static uint64_t of(const TensorMeta& m) { return 1 + 4 + 8 * uint64_t{m.shape.size()}; }
+  static uint64_t of(const TensorData& d) { return of(d.meta) + 8 + d.bytes.size(); }
+  static uint64_t of(const InSegment& s) { return of(s.meta) + 8; }
   uint64_t of(const IdList& ids) const;
   template <Declared T>
   uint64_t of(const T& t) const {
@@ -116,6 +135,10 @@ struct FieldSize {
   template <class A, class B>
   uint64_t of(const std::pair<A, B>& p) const {
     return of(p.first) + of(p.second);
+  }
+  template <class T>
+  uint64_t of(const Result<T>& r) const {
+    return of(r.status()) + (r.ok() ? of(*r) : 0);
   }
   template <class T>
   uint64_t of(const std::vector<T>& items) const {
@@ -148,6 +171,10 @@ struct FieldReader {
   Status get(ir::CollectiveKind& k);
   Status get(ir::CollectiveReduce& k);
   Status get(TensorMeta& m);
+  // The byte count must be the meta's (and there must be that many): the bytes are a slice of
+  // the input, not a copy.
+  Status get(TensorData& d);
+  Status get(InSegment& s);
   Status get(IdList& ids);
   Status get(ir::Op& op);
   Status get(ir::Graph& graph);
@@ -174,6 +201,19 @@ struct FieldReader {
     TW_RETURN_NOT_OK(get(p.first));
     return get(p.second);
   }
+  // Into an outcome that may hold an earlier one: an OK value is read in place (a reused
+  // message keeps its allocations).
+  template <class T>
+  Status get(Result<T>& r) {
+    Status s;
+    TW_RETURN_NOT_OK(get(s));
+    if (!s.ok()) {
+      r = Result<T>(std::move(s));
+      return Status::OK();
+    }
+    if (!r.ok()) r = Result<T>(T{});
+    return get(*r);
+  }
   // The count is checked against the bytes left (each item takes at least the bytes of a
   // default one) before anything is allocated.
   template <class T>
@@ -187,6 +227,15 @@ struct FieldReader {
   template <class T>
   void operator()(const char* field, T& v) {
     if (!status.ok()) return;
+    if constexpr (Declared<T>) {
+      if (what) {  // its own fields' errors read "<what>.<field>.<its field>: "
+        const std::string name = std::string(what) + "." + field;
+        FieldReader inner(r, packed, name.c_str());
+        v.fields(inner);
+        status = std::move(inner.status);
+        return;
+      }
+    }
     status = get(v);
     if (!status.ok() && what) status = in_field(field);
   }

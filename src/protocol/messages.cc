@@ -16,15 +16,18 @@ const char* refuse_reason_name(RefuseReason r) {
 
 namespace {
 
-void put_meta(WireWriter& w, const TensorMeta& m) { FieldWriter{w}.put(m); }
-
-Status get_meta(WireReader& r, TensorMeta& m) { return FieldReader(r).get(m); }
-
-// A message of fields declared once (TW_FIELDS) after its type byte.
+// A message of fields declared once (TW_FIELDS) after its type byte; large tensor bytes become
+// the frame's segments.
 template <class M>
-void encode_fields(uint8_t type, const M& m, OutFrame& f) {
+void encode_fields(ServerMsg type, const M& m, OutFrame& f) {
+  WireWriter w(f.head, &f.segments);
+  w.u8(static_cast<uint8_t>(type));
+  m.fields(FieldWriter{w});
+}
+template <class M>
+void encode_fields(ClientMsg type, const M& m, OutFrame& f) {
   WireWriter w(f.head);
-  w.u8(type);
+  w.u8(static_cast<uint8_t>(type));
   m.fields(FieldWriter{w});
 }
 
@@ -37,30 +40,16 @@ void encode_hello(const Hello& m, OutFrame& f) {
   m.fields(FieldWriter{w});
 }
 
-void encode_welcome(const Welcome& m, OutFrame& f) {
-  encode_fields(static_cast<uint8_t>(ServerMsg::kWelcome), m, f);
-}
+void encode_welcome(const Welcome& m, OutFrame& f) { encode_fields(ServerMsg::kWelcome, m, f); }
 
-void encode_refuse(const Refuse& m, OutFrame& f) {
-  encode_fields(static_cast<uint8_t>(ServerMsg::kRefuse), m, f);
-}
+void encode_refuse(const Refuse& m, OutFrame& f) { encode_fields(ServerMsg::kRefuse, m, f); }
 
 void encode_session_error(const Status& s, OutFrame& f) {
-  WireWriter w(f.head);
-  w.u8(static_cast<uint8_t>(ServerMsg::kSessionError));
-  put_status(w, s);
+  encode_fields(ServerMsg::kSessionError, SessionError{s}, f);
 }
 
-void encode_read_result(uint64_t request_id, const Result<TensorData>& r, OutFrame& f) {
-  WireWriter w(f.head, &f.segments);
-  w.u8(static_cast<uint8_t>(ServerMsg::kReadResult));
-  w.u64(request_id);
-  put_status(w, r.status());
-  if (!r.ok()) return;
-  const TensorData& d = *r;
-  put_meta(w, d.meta);
-  w.u64(d.bytes.size());
-  w.raw_ref(d.bytes);
+void encode_read_result(uint64_t request_id, Result<TensorData> r, OutFrame& f) {
+  encode_fields(ServerMsg::kReadResult, ReadResult{request_id, std::move(r)}, f);
 }
 
 size_t read_result_data_offset(const uint8_t* payload, size_t n) {
@@ -78,59 +67,38 @@ size_t read_result_data_offset(const uint8_t* payload, size_t n) {
 }
 
 void encode_sync_result(uint64_t request_id, const Status& s, OutFrame& f) {
-  WireWriter w(f.head);
-  w.u8(static_cast<uint8_t>(ServerMsg::kSyncResult));
-  w.u64(request_id);
-  put_status(w, s);
+  encode_fields(ServerMsg::kSyncResult, SyncResult{request_id, s}, f);
 }
 
 void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f) {
-  WireWriter w(f.head);
-  w.u8(static_cast<uint8_t>(ServerMsg::kStatsResult));
-  w.u64(request_id);
-  s.fields(FieldWriter{w});
+  encode_fields(ServerMsg::kStatsResult, StatsResult{request_id, s}, f);
 }
 
 void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutFrame& f) {
-  WireWriter w(f.head);
-  w.u8(static_cast<uint8_t>(ServerMsg::kGraphResult));
-  w.u64(request_id);
-  put_status(w, r.status());
-  if (r.ok()) w.u64(*r);
+  encode_fields(ServerMsg::kGraphResult, GraphResult{request_id, r}, f);
 }
 
 void encode_capability_result(uint64_t request_id, const Result<Exported>& r, OutFrame& f) {
-  WireWriter w(f.head);
-  w.u8(static_cast<uint8_t>(ServerMsg::kCapabilityResult));
-  w.u64(request_id);
-  put_status(w, r.status());
-  if (!r.ok()) return;
-  w.str(r->capability);
-  put_meta(w, r->meta);
+  encode_fields(ServerMsg::kCapabilityResult, CapabilityResult{request_id, r}, f);
 }
 
-void encode_fetch(const Fetch& m, OutFrame& f) {
-  encode_fields(static_cast<uint8_t>(ClientMsg::kFetch), m, f);
-}
+void encode_fetch(const Fetch& m, OutFrame& f) { encode_fields(ClientMsg::kFetch, m, f); }
 
 void encode_attach_segment(const AttachSegment& m, OutFrame& f) {
-  encode_fields(static_cast<uint8_t>(ClientMsg::kAttachSegment), m, f);
+  encode_fields(ClientMsg::kAttachSegment, m, f);
 }
 
 void encode_read_result_in_segment(uint64_t request_id, const TensorMeta& meta, OutFrame& f) {
-  WireWriter w(f.head);
-  w.u8(static_cast<uint8_t>(ServerMsg::kReadResultInSegment));
-  w.u64(request_id);
-  put_meta(w, meta);
-  w.u64(static_cast<uint64_t>(numel(meta.shape)) * dtype_size(meta.dtype));
+  encode_fields(ServerMsg::kReadResultInSegment, ReadResultInSegment{request_id, InSegment{meta}},
+                f);
 }
 
 void encode_store_request(const StoreRequest& m, OutFrame& f) {
-  encode_fields(static_cast<uint8_t>(ClientMsg::kStore), m, f);
+  encode_fields(ClientMsg::kStore, m, f);
 }
 
 void encode_store_reply(const StoreReply& m, OutFrame& f) {
-  encode_fields(static_cast<uint8_t>(ServerMsg::kStoreResult), m, f);
+  encode_fields(ServerMsg::kStoreResult, m, f);
 }
 
 Result<ClientMsg> peek_client_msg(const Buffer& payload) {
@@ -229,69 +197,64 @@ Status decode_server_message(const Buffer& payload, ServerMessage& m) {
   uint8_t kind = 0;
   TW_RETURN_NOT_OK(r.u8(kind));
   m.kind = static_cast<ServerMsg>(kind);
-  m.request_id = 0;
-  m.status = Status::OK();
-  m.graph_id = 0;
-  m.data.meta.shape.clear();
-  m.data.meta.dtype = TensorMeta{}.dtype;
-  m.data.bytes = Buffer();
-  m.in_segment_bytes = 0;
   switch (m.kind) {
     case ServerMsg::kWelcome: TW_RETURN_NOT_OK(get_fields(r, m.welcome, "Welcome")); break;
     case ServerMsg::kRefuse: TW_RETURN_NOT_OK(get_fields(r, m.refuse, "Refuse")); break;
-    case ServerMsg::kReadResult: {
-      TW_RETURN_NOT_OK(r.u64(m.request_id));
-      TW_RETURN_NOT_OK(get_status(r, m.status));
-      if (!m.status.ok()) break;
-      TW_RETURN_NOT_OK(get_meta(r, m.data.meta));
-      uint64_t nbytes = 0;
-      TW_RETURN_NOT_OK(r.u64(nbytes));
-      uint64_t expect =
-          static_cast<uint64_t>(numel(m.data.meta.shape)) * dtype_size(m.data.meta.dtype);
-      if (nbytes != expect || nbytes > r.remaining()) {
-        return data_loss("read result carries " + std::to_string(nbytes) + " bytes, expected " +
-                         std::to_string(expect));
-      }
-      TW_RETURN_NOT_OK(r.bytes(static_cast<size_t>(nbytes), m.data.bytes));
-      break;
-    }
-    case ServerMsg::kSyncResult:
-      TW_RETURN_NOT_OK(r.u64(m.request_id));
-      TW_RETURN_NOT_OK(get_status(r, m.status));
-      break;
-    case ServerMsg::kStatsResult:
-      TW_RETURN_NOT_OK(r.u64(m.request_id));
-      TW_RETURN_NOT_OK(get_fields(r, m.stats, "StatsResult"));
-      break;
-    case ServerMsg::kSessionError: TW_RETURN_NOT_OK(get_status(r, m.status)); break;
-    case ServerMsg::kGraphResult:
-      TW_RETURN_NOT_OK(r.u64(m.request_id));
-      TW_RETURN_NOT_OK(get_status(r, m.status));
-      if (m.status.ok()) TW_RETURN_NOT_OK(r.u64(m.graph_id));
-      break;
+    case ServerMsg::kReadResult: TW_RETURN_NOT_OK(get_fields(r, m.read, "ReadResult")); break;
+    case ServerMsg::kSyncResult: TW_RETURN_NOT_OK(get_fields(r, m.sync, "SyncResult")); break;
+    case ServerMsg::kStatsResult: TW_RETURN_NOT_OK(get_fields(r, m.stats, "StatsResult")); break;
+    case ServerMsg::kSessionError: TW_RETURN_NOT_OK(get_fields(r, m.error, "SessionError")); break;
+    case ServerMsg::kGraphResult: TW_RETURN_NOT_OK(get_fields(r, m.graph, "GraphResult")); break;
     case ServerMsg::kCapabilityResult:
-      TW_RETURN_NOT_OK(r.u64(m.request_id));
-      TW_RETURN_NOT_OK(get_status(r, m.status));
-      if (!m.status.ok()) break;
-      TW_RETURN_NOT_OK(r.str(m.exported.capability, kMaxStringBytes));
-      TW_RETURN_NOT_OK(get_meta(r, m.exported.meta));
+      TW_RETURN_NOT_OK(get_fields(r, m.capability, "CapabilityResult"));
       break;
-    case ServerMsg::kReadResultInSegment: {
-      TW_RETURN_NOT_OK(r.u64(m.request_id));
-      TW_RETURN_NOT_OK(get_meta(r, m.data.meta));
-      TW_RETURN_NOT_OK(r.u64(m.in_segment_bytes));
-      const uint64_t expect =
-          static_cast<uint64_t>(numel(m.data.meta.shape)) * dtype_size(m.data.meta.dtype);
-      if (m.in_segment_bytes != expect) {
-        return data_loss("read result in segment says " + std::to_string(m.in_segment_bytes) +
-                         " bytes, expected " + std::to_string(expect));
-      }
+    case ServerMsg::kReadResultInSegment:
+      TW_RETURN_NOT_OK(get_fields(r, m.in_segment, "ReadResultInSegment"));
       break;
-    }
     default: return data_loss("unknown server message type " + std::to_string(kind));
   }
   if (!r.done()) return data_loss("trailing bytes after server message");
   return Status::OK();
+}
+
+void encode_server_message(const ServerMessage& m, OutFrame& f) {
+  switch (m.kind) {
+    case ServerMsg::kWelcome: return encode_fields(m.kind, m.welcome, f);
+    case ServerMsg::kRefuse: return encode_fields(m.kind, m.refuse, f);
+    case ServerMsg::kReadResult: return encode_fields(m.kind, m.read, f);
+    case ServerMsg::kSyncResult: return encode_fields(m.kind, m.sync, f);
+    case ServerMsg::kStatsResult: return encode_fields(m.kind, m.stats, f);
+    case ServerMsg::kSessionError: return encode_fields(m.kind, m.error, f);
+    case ServerMsg::kGraphResult: return encode_fields(m.kind, m.graph, f);
+    case ServerMsg::kCapabilityResult: return encode_fields(m.kind, m.capability, f);
+    case ServerMsg::kReadResultInSegment: return encode_fields(m.kind, m.in_segment, f);
+    case ServerMsg::kStoreResult: break;
+  }
+  f.head.push_back(static_cast<uint8_t>(m.kind));  // no such message: its type byte alone
+}
+
+uint64_t ServerMessage::request_id() const {
+  switch (kind) {
+    case ServerMsg::kReadResult: return read.request_id;
+    case ServerMsg::kSyncResult: return sync.request_id;
+    case ServerMsg::kStatsResult: return stats.request_id;
+    case ServerMsg::kGraphResult: return graph.request_id;
+    case ServerMsg::kCapabilityResult: return capability.request_id;
+    case ServerMsg::kReadResultInSegment: return in_segment.request_id;
+    default: return 0;
+  }
+}
+
+const Status& ServerMessage::status() const {
+  static const Status ok;
+  switch (kind) {
+    case ServerMsg::kReadResult: return read.result.status();
+    case ServerMsg::kSyncResult: return sync.status;
+    case ServerMsg::kSessionError: return error.status;
+    case ServerMsg::kGraphResult: return graph.result.status();
+    case ServerMsg::kCapabilityResult: return capability.result.status();
+    default: return ok;
+  }
 }
 
 }  // namespace tw::protocol

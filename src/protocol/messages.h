@@ -174,13 +174,60 @@ struct ServerStats {
             bytes_out, sessions_opened, per_session_bytes)
 };
 
+// ---- the replies, each after its type byte (a request id first where it answers a request) ----
+// A Result field is an outcome: its status, then its value only when OK.
+
+struct ReadResult {  // kReadResult: the tensor a read (or a peer's Fetch) asked for
+  uint64_t request_id = 0;
+  Result<TensorData> result{TensorData{}};
+  TW_FIELDS(request_id, result)
+};
+struct SyncResult {
+  uint64_t request_id = 0;
+  Status status;
+  TW_FIELDS(request_id, status)
+};
+struct StatsResult {
+  uint64_t request_id = 0;
+  ServerStats stats;
+  TW_FIELDS(request_id, stats)
+};
+struct SessionError {  // a problem not tied to a request (a malformed batch, say)
+  Status status;
+  TW_FIELDS(status)
+};
+struct GraphResult {  // the reply to kRegisterGraph: the graph's id or why it was refused
+  uint64_t request_id = 0;
+  Result<ir::GraphId> result{ir::GraphId{0}};
+  TW_FIELDS(request_id, result)
+};
+// An exported tensor's capability and what it holds.
+struct Exported {
+  std::string capability;
+  TensorMeta meta;
+  TW_FIELDS(capability, meta)
+};
+struct CapabilityResult {  // the reply to kExport
+  uint64_t request_id = 0;
+  Result<Exported> result{Exported{}};
+  TW_FIELDS(request_id, result)
+};
+// The reply to kReadToSegment whose bytes the server wrote into the segment (a tensor that does
+// not fit the room offered, or an error, is answered by a plain ReadResult instead).
+struct ReadResultInSegment {
+  uint64_t request_id = 0;
+  InSegment tensor;
+  TW_FIELDS(request_id, tensor)
+};
+
 // ---- encoding: each appends the payload (without the frame header) to an OutFrame ----
 using tw::OutFrame;  // (core/wire.h)
 void encode_hello(const Hello& m, OutFrame& f);
 void encode_welcome(const Welcome& m, OutFrame& f);
 void encode_refuse(const Refuse& m, OutFrame& f);
 void encode_session_error(const Status& s, OutFrame& f);
-void encode_read_result(uint64_t request_id, const Result<TensorData>& r, OutFrame& f);
+// Large tensor bytes become segments of the frame (sent by a gather write, not copied).
+void encode_read_result(uint64_t request_id, Result<TensorData> r, OutFrame& f);
 // Where a ReadResult's tensor bytes start in its payload, from the payload's first `n` bytes: the
 // offset (type, request id, OK status, dtype, rank, dims, length), 0 when the payload is no
 // successful ReadResult, kNeedMoreBytes when `n` bytes are too few to tell. A receiver lands that
@@ -190,17 +237,10 @@ size_t read_result_data_offset(const uint8_t* payload, size_t n);
 void encode_sync_result(uint64_t request_id, const Status& s, OutFrame& f);
 void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f);
 void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutFrame& f);
-// An exported tensor's capability and what it holds.
-struct Exported {
-  std::string capability;
-  TensorMeta meta;
-};
 void encode_capability_result(uint64_t request_id, const Result<Exported>& r, OutFrame& f);
 void encode_fetch(const Fetch& m, OutFrame& f);
 void encode_attach_segment(const AttachSegment& m, OutFrame& f);
 Result<AttachSegment> decode_attach_segment(const Buffer& payload);
-// The reply to kReadToSegment whose bytes the server wrote into the segment (a tensor that does
-// not fit the room offered, or an error, is answered by a plain ReadResult instead).
 void encode_read_result_in_segment(uint64_t request_id, const TensorMeta& meta, OutFrame& f);
 void encode_store_request(const StoreRequest& m, OutFrame& f);
 void encode_store_reply(const StoreReply& m, OutFrame& f);
@@ -211,25 +251,32 @@ Result<StoreReply> decode_store_reply(const Buffer& payload);
 Result<ClientMsg> peek_client_msg(const Buffer& payload);
 Result<Hello> decode_hello(const Buffer& payload);
 Result<Fetch> decode_fetch(const Buffer& payload);
+// Any message a server sends a client: `kind` says which member holds it (the others keep
+// whatever an earlier message left there).
 struct ServerMessage {
   ServerMsg kind = ServerMsg::kSessionError;
   Welcome welcome;
   Refuse refuse;
-  uint64_t request_id = 0;
-  Status status;             // read/sync/graph results, session errors
-  ir::GraphId graph_id = 0;  // graph results that are OK
-  TensorData data;           // read results
-  ServerStats stats;
-  Exported exported;  // capability results that are OK
-  // kReadResultInSegment: data.meta is set, data.bytes empty (they lie in the segment), and
-  // in_segment_bytes says how many.
-  uint64_t in_segment_bytes = 0;
+  ReadResult read;
+  SyncResult sync;
+  StatsResult stats;
+  SessionError error;
+  GraphResult graph;
+  CapabilityResult capability;
+  ReadResultInSegment in_segment;
+  // The request it answers; 0 for Welcome, Refuse and SessionError.
+  uint64_t request_id() const;
+  // The status a result or a session error carries; OK for the other kinds.
+  const Status& status() const;
 };
 Result<ServerMessage> decode_server_message(const Buffer& payload);
-// The same into `m`, which may hold an earlier message: what a message of the decoded kind does
-// not set is reset (kind, request id, status, graph id, data, segment bytes), so one message
-// can be reused for every reply a reader takes (the client's round trip built, moved and
-// destroyed a whole ServerMessage per reply). On failure `m` holds part of the message.
+// The same into `m`, which may hold an earlier message: the member of the decoded kind is read
+// in place, so one message can be reused for every reply a reader takes (it keeps its
+// allocations; the client's round trip built, moved and destroyed a whole ServerMessage per
+// reply). On failure `m` holds part of the message.
 Status decode_server_message(const Buffer& payload, ServerMessage& m);
+// The member `kind` names, encoded as its encoder above would (a kind decode_server_message does
+// not take, such as kStoreResult, gives its type byte alone).
+void encode_server_message(const ServerMessage& m, OutFrame& f);
 
 }  // namespace tw::protocol

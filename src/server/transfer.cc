@@ -392,20 +392,22 @@ Result<TensorData> Puller::pull(const PullRequest& r) {
   const uint64_t nbytes = static_cast<uint64_t>(numel(r.meta.shape)) * dtype_size(r.meta.dtype);
   // The tensor's bytes and its header, or a refusal (a status message within kMaxStringBytes).
   const uint64_t max = nbytes + 64 + 8 * r.meta.shape.size() + proto::kMaxStringBytes;
-  // A ReadResult's bytes follow type, request id, status, dtype, rank, dims and length.
-  const size_t data_at = 1 + 8 + 1 + 1 + 4 + 8 * r.meta.shape.size() + 8;
+  // A ReadResult's bytes follow its type, request id, OK status, meta and length.
+  const size_t data_at =
+      1 + 8 + proto::FieldSize::of(Status::OK()) + proto::FieldSize::of(r.meta) + 8;
   TW_ASSIGN_OR_RETURN(Buffer payload, read_frame(io, *stream, stall, max, "tensor", data_at));
   stream->close();
   TW_ASSIGN_OR_RETURN(proto::ServerMessage m, proto::decode_server_message(payload));
-  if (m.kind != proto::ServerMsg::kReadResult || m.request_id != 1) {
+  if (m.kind != proto::ServerMsg::kReadResult || m.read.request_id != 1) {
     return data_loss("it answered the fetch with something else than the tensor");
   }
-  if (!m.status.ok()) return Status(m.status.code(), "it refused: " + m.status.message());
-  if (!(m.data.meta == r.meta)) {
-    return invalid_argument("it sent a tensor " + meta_str(m.data.meta) + ", the move expects " +
+  const Result<TensorData>& got = m.read.result;
+  if (!got.ok()) return Status(got.status().code(), "it refused: " + got.status().message());
+  if (!(got->meta == r.meta)) {
+    return invalid_argument("it sent a tensor " + meta_str(got->meta) + ", the move expects " +
                             meta_str(r.meta));
   }
-  return std::move(m.data);
+  return std::move(m.read.result);
 }
 
 }  // namespace tw::server

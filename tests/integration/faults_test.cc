@@ -76,8 +76,8 @@ void expect_sync_ok(RawClient& c, uint64_t request_id) {
   auto m = c.read_message();
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->kind, proto::ServerMsg::kSyncResult);
-  EXPECT_EQ(m->request_id, request_id);
-  EXPECT_TRUE(m->status.ok()) << m->status.message();
+  EXPECT_EQ(m->request_id(), request_id);
+  EXPECT_TRUE(m->status().ok()) << m->status().message();
 }
 
 // Creates tensor `id` = full(n, value) and reads it back in one batch.
@@ -89,9 +89,9 @@ void expect_full_roundtrip(RawClient& c, ir::TensorId id, int64_t value, uint64_
   auto m = c.read_message();
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->kind, proto::ServerMsg::kReadResult);
-  EXPECT_EQ(m->request_id, request_id);
-  ASSERT_TRUE(m->status.ok()) << m->status.message();
-  EXPECT_EQ(i64_values(m->data), (std::vector<int64_t>{value, value, value}));
+  EXPECT_EQ(m->request_id(), request_id);
+  ASSERT_TRUE(m->status().ok()) << m->status().message();
+  EXPECT_EQ(i64_values(m->read.result.value()), (std::vector<int64_t>{value, value, value}));
 }
 
 // ---------------------------------------------------------------- frames before the handshake
@@ -108,8 +108,8 @@ TEST(Faults, GarbageBytesAreRefusedAndOthersUnaffected) {
     auto m = c.read_message();
     ASSERT_TRUE(m.ok()) << m.status().message();
     EXPECT_EQ(m->kind, proto::ServerMsg::kSessionError);
-    EXPECT_EQ(m->status.code(), StatusCode::kResourceExhausted);
-    EXPECT_TRUE(contains(m->status.message(), "65536")) << m->status.message();
+    EXPECT_EQ(m->status().code(), StatusCode::kResourceExhausted);
+    EXPECT_TRUE(contains(m->status().message(), "65536")) << m->status().message();
     EXPECT_TRUE(c.closed_by_peer());
   }
   {
@@ -149,7 +149,7 @@ TEST(Faults, EmptyFrameIsAnErrorAndTheConnectionGoesOn) {
   auto m = c.read_message();
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ(m->kind, proto::ServerMsg::kSessionError);
-  EXPECT_TRUE(contains(m->status.message(), "empty frame")) << m->status.message();
+  EXPECT_TRUE(contains(m->status().message(), "empty frame")) << m->status().message();
   auto w = c.hello();
   ASSERT_TRUE(w.ok()) << w.status().message();
   EXPECT_EQ(w->kind, proto::ServerMsg::kWelcome);
@@ -214,10 +214,11 @@ TEST(Faults, FrameBeforeHandshakeIsCappedBelowTheFrameLimit) {
   auto m = c.read_message();
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->kind, proto::ServerMsg::kSessionError);
-  EXPECT_EQ(m->status.code(), StatusCode::kResourceExhausted);
-  EXPECT_TRUE(contains(m->status.message(), "65537") && contains(m->status.message(), "65536") &&
-              contains(m->status.message(), "before the handshake"))
-      << m->status.message();
+  EXPECT_EQ(m->status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(contains(m->status().message(), "65537") &&
+              contains(m->status().message(), "65536") &&
+              contains(m->status().message(), "before the handshake"))
+      << m->status().message();
   EXPECT_TRUE(c.closed_by_peer());
   expect_healthy(good, 12);
 }
@@ -235,8 +236,8 @@ TEST(Faults, OversizedFrameHeaderGetsAnErrorNamingTheLimitThenClose) {
     auto m = c->read_message();
     ASSERT_TRUE(m.ok()) << m.status().message();
     ASSERT_EQ(m->kind, proto::ServerMsg::kSessionError);
-    EXPECT_EQ(m->status.code(), StatusCode::kResourceExhausted);
-    const std::string& msg = m->status.message();
+    EXPECT_EQ(m->status().code(), StatusCode::kResourceExhausted);
+    const std::string& msg = m->status().message();
     EXPECT_TRUE(contains(msg, "65537") && contains(msg, "65536") && contains(msg, "--max-frame"))
         << msg;
     EXPECT_TRUE(c->closed_by_peer());
@@ -420,9 +421,9 @@ TEST(Faults, UnknownOpCodeIsAnErrorAndTheSameSessionGoesOn) {
   auto m = c->read_message();
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->kind, proto::ServerMsg::kSessionError);
-  EXPECT_EQ(m->status.code(), StatusCode::kDataLoss);
-  EXPECT_TRUE(contains(m->status.message(), "unknown op code 999")) << m->status.message();
-  EXPECT_TRUE(contains(m->status.message(), "task 1 of 2")) << m->status.message();
+  EXPECT_EQ(m->status().code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(contains(m->status().message(), "unknown op code 999")) << m->status().message();
+  EXPECT_TRUE(contains(m->status().message(), "task 1 of 2")) << m->status().message();
   expect_healthy(good, 10);
   // The session goes on, and the task before the bad one ran.
   proto::BatchWriter b2;
@@ -433,8 +434,9 @@ TEST(Faults, UnknownOpCodeIsAnErrorAndTheSameSessionGoesOn) {
     m = c->read_message();
     ASSERT_TRUE(m.ok()) << m.status().message();
     ASSERT_EQ(m->kind, proto::ServerMsg::kReadResult);
-    ASSERT_TRUE(m->status.ok()) << m->status.message();
-    EXPECT_EQ(i64_values(m->data), std::vector<int64_t>(3, m->request_id == 101 ? 22 : 11));
+    ASSERT_TRUE(m->status().ok()) << m->status().message();
+    EXPECT_EQ(i64_values(m->read.result.value()),
+              std::vector<int64_t>(3, m->request_id() == 101 ? 22 : 11));
   }
   expect_full_roundtrip(*c, 3, 33, 103);
 }
@@ -479,7 +481,8 @@ TEST(Faults, OtherMalformedBatchesAreErrorsAndTheSessionGoesOn) {
     auto m = c->read_message();
     ASSERT_TRUE(m.ok()) << k.what << ": " << m.status().message();
     ASSERT_EQ(m->kind, proto::ServerMsg::kSessionError) << k.what;
-    EXPECT_TRUE(contains(m->status.message(), k.expect)) << k.what << ": " << m->status.message();
+    EXPECT_TRUE(contains(m->status().message(), k.expect))
+        << k.what << ": " << m->status().message();
     expect_sync_ok(*c, req++);
   }
   expect_full_roundtrip(*c, 1, 5, 1000);
@@ -509,15 +512,15 @@ TEST(Faults, OpWithMissingInputsPoisonsItsOutputAndTheSessionGoesOn) {
   auto m = c->read_message();
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->kind, proto::ServerMsg::kReadResult);
-  EXPECT_EQ(m->request_id, 1u);
-  ASSERT_FALSE(m->status.ok());
-  EXPECT_EQ(m->status.code(), StatusCode::kNotFound);
-  EXPECT_TRUE(contains(m->status.message(), "%100")) << m->status.message();
+  EXPECT_EQ(m->request_id(), 1u);
+  ASSERT_FALSE(m->status().ok());
+  EXPECT_EQ(m->status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(contains(m->status().message(), "%100")) << m->status().message();
   // A fire-and-forget failure is reported through reads of what depends on it, not by sync.
   m = c->read_message();
   ASSERT_TRUE(m.ok());
   ASSERT_EQ(m->kind, proto::ServerMsg::kSyncResult);
-  EXPECT_TRUE(m->status.ok());
+  EXPECT_TRUE(m->status().ok());
   expect_full_roundtrip(*c, 7, 70, 3);
   expect_healthy(good, 12);
 }
@@ -536,11 +539,11 @@ TEST(Faults, UnknownIdsInReadAndDrop) {
     auto m = c->read_message();
     ASSERT_TRUE(m.ok()) << m.status().message();
     ASSERT_EQ(m->kind, proto::ServerMsg::kReadResult);
-    EXPECT_EQ(m->request_id, req);
-    ASSERT_FALSE(m->status.ok());
-    EXPECT_EQ(m->status.code(), StatusCode::kNotFound);
-    EXPECT_TRUE(contains(m->status.message(), req == 1 ? "unknown tensor id %12345" : "%0"))
-        << m->status.message();
+    EXPECT_EQ(m->request_id(), req);
+    ASSERT_FALSE(m->status().ok());
+    EXPECT_EQ(m->status().code(), StatusCode::kNotFound);
+    EXPECT_TRUE(contains(m->status().message(), req == 1 ? "unknown tensor id %12345" : "%0"))
+        << m->status().message();
   }
   expect_sync_ok(*c, 3);
   // Dropping a real tensor twice: the second drop is a no-op; reading it afterwards fails clearly.
@@ -552,7 +555,7 @@ TEST(Faults, UnknownIdsInReadAndDrop) {
   auto m = c->read_message();
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->kind, proto::ServerMsg::kReadResult);
-  EXPECT_TRUE(contains(m->status.message(), "unknown tensor id %8")) << m->status.message();
+  EXPECT_TRUE(contains(m->status().message(), "unknown tensor id %8")) << m->status().message();
   expect_full_roundtrip(*c, 9, 2, 6);
   expect_healthy(good, 13);
 }

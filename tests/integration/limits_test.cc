@@ -68,7 +68,7 @@ TEST(Limits, HandshakeDeadlineDropsASilentPeerAndFreesItsSlot) {
   auto m = c->read_message();
   ASSERT_TRUE(m.ok()) << "an idle session was dropped: " << m.status().message();
   EXPECT_EQ(m->kind, proto::ServerMsg::kSyncResult);
-  EXPECT_EQ(m->request_id, 5u);
+  EXPECT_EQ(m->request_id(), 5u);
 }
 
 TEST(Limits, HandshakeTimeoutFlagIsChecked) {
@@ -184,7 +184,7 @@ TEST(Limits, UploadFrameOverWhatIsLeftFailsThatSessionOnly) {
   auto m = b->read_message();
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->kind, proto::ServerMsg::kSessionError);
-  const std::string e = m->status.message();
+  const std::string e = m->status().message();
   EXPECT_TRUE(contains(e, "frame of 2.0MiB")) << e;
   EXPECT_TRUE(contains(e, "server memory limit")) << e;
   EXPECT_TRUE(contains(e, "4.0MiB")) << e;
@@ -205,15 +205,15 @@ TEST(Limits, UploadFrameOverWhatIsLeftFailsThatSessionOnly) {
   ASSERT_TRUE(c->send_frame(upload(1, 3 * kMiBFloats, 8)));
   m = c->read_message();
   ASSERT_TRUE(m.ok()) << m.status().message();
-  ASSERT_EQ(m->kind, proto::ServerMsg::kSyncResult) << m->status.message();
+  ASSERT_EQ(m->kind, proto::ServerMsg::kSyncResult) << m->status().message();
   proto::BatchWriter r;
   r.add_read(9, 1);
   ASSERT_TRUE(c->send_frame(r.take()));
   m = c->read_message();
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->kind, proto::ServerMsg::kReadResult);
-  ASSERT_TRUE(m->status.ok()) << m->status.message();
-  EXPECT_EQ(m->data.value<float>(3 * kMiBFloats - 1), 0.5f);
+  ASSERT_TRUE(m->status().ok()) << m->status().message();
+  EXPECT_EQ(m->read.result.value().value<float>(3 * kMiBFloats - 1), 0.5f);
 }
 
 TEST(Limits, ExportedBytesCountUntilTheCapabilityExpires) {
@@ -234,7 +234,7 @@ TEST(Limits, ExportedBytesCountUntilTheCapabilityExpires) {
   auto m = a->read_message();
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->kind, proto::ServerMsg::kCapabilityResult);
-  ASSERT_TRUE(m->status.ok()) << m->status.message();
+  ASSERT_TRUE(m->status().ok()) << m->status().message();
   m = a->read_message();
   ASSERT_TRUE(m.ok() && m->kind == proto::ServerMsg::kSyncResult);
 
@@ -275,7 +275,7 @@ TEST(Limits, ExportedBytesCountInTheExportingSessionsQuota) {
   w.add_sync(8);
   ASSERT_TRUE(a->send_frame(w.take()));
   auto m = a->read_message();
-  ASSERT_TRUE(m.ok() && m->kind == proto::ServerMsg::kCapabilityResult && m->status.ok());
+  ASSERT_TRUE(m.ok() && m->kind == proto::ServerMsg::kCapabilityResult && m->status().ok());
   m = a->read_message();
   ASSERT_TRUE(m.ok() && m->kind == proto::ServerMsg::kSyncResult);
   auto try_two_mib = [&](ir::TensorId id) {
@@ -285,7 +285,7 @@ TEST(Limits, ExportedBytesCountInTheExportingSessionsQuota) {
     EXPECT_TRUE(a->send_frame(b.take()));
     auto r = a->read_message();
     EXPECT_TRUE(r.ok() && r->kind == proto::ServerMsg::kReadResult);
-    return r.ok() ? r->status : r.status();
+    return r.ok() ? r->status() : r.status();
   };
   Status over = try_two_mib(2);
   ASSERT_FALSE(over.ok()) << "2 MiB fitted beside 3 MiB exported in a 4 MiB quota";
@@ -350,14 +350,14 @@ TEST(Limits, LightSessionIsServedWhileAHeavyBatchRuns) {
   ASSERT_TRUE(heavy->send_frame(b.take()));
   auto started = heavy->read_message();
   ASSERT_TRUE(started.ok()) << started.status().message();
-  ASSERT_EQ(started->request_id, 1u);
+  ASSERT_EQ(started->request_id(), 1u);
 
   // The heavy session's last reply, timed on its own thread.
   auto heavy_done = std::async(std::launch::async, [&] {
     auto m = heavy->read_message();
     EXPECT_TRUE(m.ok()) << m.status().message();
     if (m.ok()) {
-      EXPECT_EQ(m->request_id, 2u);
+      EXPECT_EQ(m->request_id(), 2u);
     }
     return Clock::now();
   });
@@ -367,7 +367,7 @@ TEST(Limits, LightSessionIsServedWhileAHeavyBatchRuns) {
   auto m = light->read_message();
   Clock::time_point light_done = Clock::now();
   ASSERT_TRUE(m.ok()) << m.status().message();
-  EXPECT_EQ(m->request_id, 3u);
+  EXPECT_EQ(m->request_id(), 3u);
   EXPECT_LT(light_done, heavy_done.get())
       << "the light session's sync waited for the heavy session's whole batch";
 }

@@ -190,7 +190,7 @@ class RawSession {
     proto::encode_attach_segment({++req_, id, capacity}, f);
     bool sent = fd >= 0 ? c_.send_frame_with_fd(f, fd) : c_.send_frame(f);
     if (!sent) return unavailable("send failed");
-    return reply(proto::ServerMsg::kSyncResult).status;
+    return reply(proto::ServerMsg::kSyncResult).status();
   }
   // Sends the batch and returns the reply to its last request.
   proto::ServerMessage run(proto::BatchWriter& b, proto::ServerMsg kind) {
@@ -257,31 +257,31 @@ TEST(Shm, ABadSegmentFailsThatSessionOnlyAndTheServerServesOthers) {
   proto::ServerMessage m11 = raw.reply(proto::ServerMsg::kReadResult);
   proto::ServerMessage m12 = raw.reply(proto::ServerMsg::kReadResult);
   proto::ServerMessage m13 = raw.reply(proto::ServerMsg::kReadResult);
-  EXPECT_EQ(m10.request_id, r10);
-  EXPECT_EQ(m13.request_id, r13);
-  EXPECT_NE(m10.status.message().find("outside segment 1"), std::string::npos)
-      << m10.status.message();
-  EXPECT_NE(m11.status.message().find("15 bytes for a tensor"), std::string::npos)
-      << m11.status.message();
-  EXPECT_EQ(m11.request_id, r11);
-  EXPECT_NE(m12.status.message().find("segment 99 is not attached"), std::string::npos)
-      << m12.status.message();
-  EXPECT_EQ(m12.request_id, r12);
-  EXPECT_NE(m13.status.message().find("outside segment 1"), std::string::npos)
-      << m13.status.message();
+  EXPECT_EQ(m10.request_id(), r10);
+  EXPECT_EQ(m13.request_id(), r13);
+  EXPECT_NE(m10.status().message().find("outside segment 1"), std::string::npos)
+      << m10.status().message();
+  EXPECT_NE(m11.status().message().find("15 bytes for a tensor"), std::string::npos)
+      << m11.status().message();
+  EXPECT_EQ(m11.request_id(), r11);
+  EXPECT_NE(m12.status().message().find("segment 99 is not attached"), std::string::npos)
+      << m12.status().message();
+  EXPECT_EQ(m12.request_id(), r12);
+  EXPECT_NE(m13.status().message().find("outside segment 1"), std::string::npos)
+      << m13.status().message();
   // Reading into an unknown segment or past its end: the read fails, nothing is written.
   std::memset((*seg)->data(), 0xAB, 4096);
   proto::BatchWriter w;
   w.add_op(ir::Full{ir::Out{20}, {8}, kF32, ir::Scalar(1.5)});
   w.add_read_to_segment(raw.next_request(), 20, {1, 4000, 200, 0});
   proto::ServerMessage past = raw.run(w, proto::ServerMsg::kReadResult);
-  EXPECT_FALSE(past.status.ok());
+  EXPECT_FALSE(past.status().ok());
   EXPECT_EQ((*seg)->data()[4000], std::byte{0xAB});
   // A good read into it lands there.
   proto::BatchWriter ok;
   ok.add_read_to_segment(raw.next_request(), 20, {1, 64, 32, 0});
   proto::ServerMessage in = raw.run(ok, proto::ServerMsg::kReadResultInSegment);
-  EXPECT_EQ(in.in_segment_bytes, 32u);
+  EXPECT_EQ(in.in_segment.tensor.bytes(), 32u);
   float first = 0;
   std::memcpy(&first, (*seg)->data() + 64, sizeof first);
   EXPECT_EQ(first, 1.5f);
@@ -309,9 +309,9 @@ TEST(Shm, AnUploadWhoseSegmentIsWrittenAfterwardsKeepsWhatWasCopied) {
   proto::BatchWriter r;
   r.add_read(raw.next_request(), 5);
   proto::ServerMessage m = raw.run(r, proto::ServerMsg::kReadResult);
-  ASSERT_TRUE(m.status.ok()) << m.status.message();
-  ASSERT_EQ(m.data.bytes.size(), v.size());
-  EXPECT_EQ(0, std::memcmp(m.data.bytes.data(), v.data(), v.size()));
+  ASSERT_TRUE(m.status().ok()) << m.status().message();
+  ASSERT_EQ(m.read.result.value().bytes.size(), v.size());
+  EXPECT_EQ(0, std::memcmp(m.read.result.value().bytes.data(), v.data(), v.size()));
 }
 
 }  // namespace

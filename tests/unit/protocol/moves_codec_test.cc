@@ -54,12 +54,12 @@ TEST(MovesCodec, CapabilityResultAndFetchRoundTrip) {
   auto m = decode_server_message(payload_of(ok));
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ(m->kind, ServerMsg::kCapabilityResult);
-  EXPECT_EQ(m->request_id, 9u);
-  EXPECT_EQ(m->exported.capability, "token");
-  EXPECT_EQ(m->exported.meta, (TensorMeta{{3, 4}, kU8}));
+  EXPECT_EQ(m->request_id(), 9u);
+  EXPECT_EQ(m->capability.result.value().capability, "token");
+  EXPECT_EQ(m->capability.result.value().meta, (TensorMeta{{3, 4}, kU8}));
   auto e = decode_server_message(payload_of(err));
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->status.message(), "no such tensor");
+  EXPECT_EQ(e->status().message(), "no such tensor");
   Buffer fb = payload_of(fetch);
   EXPECT_EQ(*peek_client_msg(fb), ClientMsg::kFetch);
   auto f = decode_fetch(fb);

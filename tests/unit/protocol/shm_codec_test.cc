@@ -84,10 +84,11 @@ TEST(ShmCodec, AttachAndReadResultInSegmentRoundTrip) {
   auto m = decode_server_message(payload_of(res));
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ(m->kind, ServerMsg::kReadResultInSegment);
-  EXPECT_EQ(m->request_id, 6u);
-  EXPECT_EQ(m->data.meta, (TensorMeta{{2, 3}, kI32}));
-  EXPECT_EQ(m->in_segment_bytes, 24u) << "2 x 3 i32 elements";
-  EXPECT_TRUE(m->data.bytes.empty()) << "the bytes are in the segment, not the frame";
+  EXPECT_EQ(m->request_id(), 6u);
+  EXPECT_EQ(m->in_segment.tensor.meta, (TensorMeta{{2, 3}, kI32}));
+  EXPECT_EQ(m->in_segment.tensor.bytes(), 24u) << "2 x 3 i32 elements";
+  EXPECT_EQ(res.payload_size(), 1 + 8 + (1 + 4 + 2 * 8) + 8)
+      << "the bytes are in the segment, not the frame";
   EXPECT_FALSE(decode_attach_segment(payload_of(res)).ok()) << "not an AttachSegment";
 }
 

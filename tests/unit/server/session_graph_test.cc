@@ -62,8 +62,8 @@ Result<ir::GraphId> graph_reply(const Replies& r) {
   if (r.got.empty() || r.got.back().kind != proto::ServerMsg::kGraphResult) {
     return internal_error("no graph result");
   }
-  if (!r.got.back().status.ok()) return r.got.back().status;
-  return r.got.back().graph_id;
+  if (!r.got.back().status().ok()) return r.got.back().status();
+  return r.got.back().graph.result.value();
 }
 
 Result<TensorData> read(Session& s, ir::TensorId id) {
@@ -72,8 +72,8 @@ Result<TensorData> read(Session& s, ir::TensorId id) {
   Replies r;
   run(s, b, r);
   if (r.got.size() != 1) return internal_error("no read reply");
-  if (!r.got[0].status.ok()) return r.got[0].status;
-  return r.got[0].data;
+  if (!r.got[0].status().ok()) return r.got[0].status();
+  return r.got[0].read.result.value();
 }
 
 Result<ir::GraphId> register_graph(Session& s, const ir::Graph& g) {
@@ -83,7 +83,7 @@ Result<ir::GraphId> register_graph(Session& s, const ir::Graph& g) {
   run(s, b, r);
   EXPECT_EQ(r.got.size(), 1u);
   if (!r.got.empty()) {
-    EXPECT_EQ(r.got[0].request_id, 5u);
+    EXPECT_EQ(r.got[0].request_id(), 5u);
   }
   return graph_reply(r);
 }

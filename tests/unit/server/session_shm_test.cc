@@ -35,7 +35,7 @@ Status attach(Session& s, uint64_t id, const net::SharedSegment& seg) {
   Replies r;
   EXPECT_TRUE(s.run(b, r, Session::Clock::time_point::max()));
   EXPECT_EQ(r.got.size(), 1u);
-  return r.got.empty() ? internal_error("no reply") : r.got[0].status;
+  return r.got.empty() ? internal_error("no reply") : r.got[0].status();
 }
 
 TEST(SessionShm, SegmentsCountInTheServerBudgetAndTheirOwnAllowance) {
@@ -61,9 +61,9 @@ TEST(SessionShm, SegmentsCountInTheServerBudgetAndTheirOwnAllowance) {
   Replies r;
   s.run(tasks, Status::OK(), r);
   ASSERT_EQ(r.got.size(), 1u);
-  ASSERT_TRUE(r.got[0].status.ok()) << r.got[0].status.message();
-  ASSERT_EQ(r.got[0].data.bytes.size(), 600u << 10);
-  EXPECT_EQ(r.got[0].data.value<uint8_t>(1234), 3);
+  ASSERT_TRUE(r.got[0].status().ok()) << r.got[0].status().message();
+  ASSERT_EQ(r.got[0].read.result.value().bytes.size(), 600u << 10);
+  EXPECT_EQ(r.got[0].read.result.value().value<uint8_t>(1234), 3);
   EXPECT_EQ((*small)->consumed().load(), 1u) << "the server says it copied the upload out";
   // Replacing the id with a smaller segment gives the larger one's bytes back.
   const uint64_t before = totals.memory.used();

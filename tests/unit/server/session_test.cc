@@ -74,14 +74,14 @@ TEST(Session, RunsTasksInOrderAndRepliesToReadsAndSyncs) {
 
   ASSERT_EQ(out.got.size(), 3u);
   EXPECT_EQ(out.got[0].kind, proto::ServerMsg::kReadResult);
-  EXPECT_EQ(out.got[0].request_id, 7u);
-  ASSERT_TRUE(out.got[0].status.ok()) << out.got[0].status.message();
-  EXPECT_EQ(floats(out.got[0].data), (std::vector<float>{4.5f, 4.5f, 4.5f}));
+  EXPECT_EQ(out.got[0].request_id(), 7u);
+  ASSERT_TRUE(out.got[0].status().ok()) << out.got[0].status().message();
+  EXPECT_EQ(floats(out.got[0].read.result.value()), (std::vector<float>{4.5f, 4.5f, 4.5f}));
   EXPECT_EQ(out.got[1].kind, proto::ServerMsg::kSyncResult);
-  EXPECT_EQ(out.got[1].request_id, 8u);
-  EXPECT_TRUE(out.got[1].status.ok());
-  EXPECT_EQ(out.got[2].request_id, 9u);
-  EXPECT_FALSE(out.got[2].status.ok());
+  EXPECT_EQ(out.got[1].request_id(), 8u);
+  EXPECT_TRUE(out.got[1].status().ok());
+  EXPECT_EQ(out.got[2].request_id(), 9u);
+  EXPECT_FALSE(out.got[2].status().ok());
   EXPECT_EQ(totals.ops_executed.load(), 2u);
   EXPECT_EQ(session->id(), 42u);
 }
@@ -100,7 +100,8 @@ TEST(Session, TracksHeldBytesThroughDropsAndItsEnd) {
   EXPECT_EQ(totals.bytes_held.load(), static_cast<int64_t>(session->held()));
   ASSERT_EQ(out.got.size(), 1u);
   EXPECT_EQ(out.got[0].kind, proto::ServerMsg::kStatsResult);
-  EXPECT_EQ(out.got[0].stats.sessions, 7u);  // the output's figures, asked for by this session
+  EXPECT_EQ(out.got[0].stats.stats.sessions,
+            7u);  // the output's figures, asked for by this session
   EXPECT_EQ(out.stats_asked_by, std::vector<uint64_t>{42});
 
   b.add_drop({1});
@@ -125,10 +126,10 @@ TEST(Session, RefusesAnOpPastItsMemoryQuota) {
   Replies out;
   session->run(d.tasks, d.status, out);
   ASSERT_EQ(out.got.size(), 2u);
-  EXPECT_TRUE(out.got[0].status.ok());
-  EXPECT_EQ(out.got[1].status.code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(out.got[1].status.message().find("session memory quota exceeded"), std::string::npos)
-      << out.got[1].status.message();
+  EXPECT_TRUE(out.got[0].status().ok());
+  EXPECT_EQ(out.got[1].status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(out.got[1].status().message().find("session memory quota exceeded"), std::string::npos)
+      << out.got[1].status().message();
   EXPECT_LE(session->held(), 4096u);
 }
 
@@ -147,11 +148,11 @@ TEST(Session, ReportsAMalformedBatchAfterRunningTheTasksBeforeIt) {
   Replies out;
   session->run(d.tasks, d.status, out);
   ASSERT_EQ(out.got.size(), 2u);
-  EXPECT_EQ(out.got[0].request_id, 4u);
-  EXPECT_EQ(floats(out.got[0].data), (std::vector<float>{5, 5}));
+  EXPECT_EQ(out.got[0].request_id(), 4u);
+  EXPECT_EQ(floats(out.got[0].read.result.value()), (std::vector<float>{5, 5}));
   EXPECT_EQ(out.got[1].kind, proto::ServerMsg::kSessionError);
-  EXPECT_NE(out.got[1].status.message().find("malformed batch"), std::string::npos)
-      << out.got[1].status.message();
+  EXPECT_NE(out.got[1].status().message().find("malformed batch"), std::string::npos)
+      << out.got[1].status().message();
 }
 
 // A received batch as the server queues it: undecoded, for run() to decode a window at a time.
@@ -209,9 +210,9 @@ void run_in_slices(int mults) {
   ASSERT_EQ(sliced.got.size(), at_once.got.size());
   for (size_t i = 0; i < sliced.got.size(); ++i) {
     EXPECT_EQ(sliced.got[i].kind, at_once.got[i].kind) << i;
-    EXPECT_EQ(sliced.got[i].request_id, at_once.got[i].request_id) << i;
-    const Buffer& x = sliced.got[i].data.bytes;
-    const Buffer& y = at_once.got[i].data.bytes;
+    EXPECT_EQ(sliced.got[i].request_id(), at_once.got[i].request_id()) << i;
+    const Buffer& x = sliced.got[i].read.result.value().bytes;
+    const Buffer& y = at_once.got[i].read.result.value().bytes;
     ASSERT_EQ(x.size(), y.size()) << i;
     // (a sync's reply carries no data, and memcmp may not be given its null pointer)
     if (x.size() > 0) {
@@ -219,7 +220,7 @@ void run_in_slices(int mults) {
     }
   }
   EXPECT_EQ(sliced.got.back().kind, proto::ServerMsg::kSessionError);  // reported once, at the end
-  EXPECT_EQ(sliced.got.back().status.message(), at_once.got.back().status.message());
+  EXPECT_EQ(sliced.got.back().status().message(), at_once.got.back().status().message());
 
   // With time left a call runs the whole batch: a short batch is never cut.
   Batch fresh = queued(frame_of());
@@ -255,11 +256,11 @@ TEST(Session, SharesTheServerWideMemoryBudget) {
   proto::BatchWriter w;
   w.add_op(full_op(1, {2048}, kF32, 1.0));  // 8 KiB
   w.add_read(1, 1);
-  EXPECT_TRUE(run_one(*a, w).got.at(0).status.ok());
+  EXPECT_TRUE(run_one(*a, w).got.at(0).status().ok());
   EXPECT_EQ(totals.memory.used(), 8192u);
   w.add_op(full_op(1, {3072}, kF32, 1.0));  // 12 KiB more: over the server's 16 KiB
   w.add_read(1, 1);
-  Status refused = run_one(*b, w).got.at(0).status;
+  Status refused = run_one(*b, w).got.at(0).status();
   EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(refused.message().find("server memory limit"), std::string::npos) << refused.message();
   EXPECT_NE(refused.message().find("--max-memory"), std::string::npos) << refused.message();
@@ -276,7 +277,7 @@ TEST(Session, SharesTheServerWideMemoryBudget) {
   EXPECT_EQ(totals.memory.used(), 5000u);
   w.add_op(full_op(2, {2048}, kF32, 1.0));
   w.add_read(2, 2);
-  EXPECT_TRUE(run_one(*b, w).got.at(0).status.ok());
+  EXPECT_TRUE(run_one(*b, w).got.at(0).status().ok());
   EXPECT_EQ(totals.memory.used(), 13192u);
   b.reset();  // its tensors and what it still had reserved
   EXPECT_EQ(totals.memory.used(), 0u);
@@ -326,7 +327,7 @@ TEST(Session, ReadOfAPoisonedHugeTensorReportsItsPoisoningError) {
   Replies out;
   session->run(d.tasks, d.status, out);
   ASSERT_EQ(out.got.size(), 1u);
-  const std::string m = out.got[0].status.message();
+  const std::string m = out.got[0].status().message();
   EXPECT_NE(m.find("session memory quota exceeded"), std::string::npos) << m;
   EXPECT_EQ(m.find("more than one frame"), std::string::npos) << m;
 }

@@ -137,15 +137,16 @@ TEST(Capabilities, FetchIsAnsweredWithTheTensorOrTheRefusal) {
     return std::move(m).value();
   };
   proto::ServerMessage wrong = answer({9, 3, 5, *token});
-  EXPECT_EQ(wrong.request_id, 9u);
-  EXPECT_FALSE(wrong.status.ok());
+  EXPECT_EQ(wrong.request_id(), 9u);
+  EXPECT_FALSE(wrong.status().ok());
   proto::ServerMessage ok = answer({10, 3, 4, *token});
   EXPECT_EQ(ok.kind, proto::ServerMsg::kReadResult);
-  EXPECT_EQ(ok.request_id, 10u);
-  ASSERT_TRUE(ok.status.ok()) << ok.status.message();
-  EXPECT_EQ(std::vector<float>(ok.data.values<float>().begin(), ok.data.values<float>().end()),
+  EXPECT_EQ(ok.request_id(), 10u);
+  ASSERT_TRUE(ok.status().ok()) << ok.status().message();
+  EXPECT_EQ(std::vector<float>(ok.read.result.value().values<float>().begin(),
+                               ok.read.result.value().values<float>().end()),
             (std::vector<float>{1.5f, -2.0f}));
-  EXPECT_FALSE(answer({11, 3, 4, *token}).status.ok()) << "single use";
+  EXPECT_FALSE(answer({11, 3, 4, *token}).status().ok()) << "single use";
   EXPECT_EQ(metrics.transfers(Direction::kOut), 1u) << "refusals are not transfers";
   EXPECT_EQ(metrics.transfer_bytes(Direction::kOut), 8u);
 }
@@ -199,8 +200,8 @@ TEST(SessionMoves, ExportThenMoveLocalSharesTheStorage) {
   }));
   ASSERT_EQ(o1.got.size(), 2u);
   ASSERT_EQ(o1.got[0].kind, proto::ServerMsg::kCapabilityResult);
-  ASSERT_TRUE(o1.got[0].status.ok()) << o1.got[0].status.message();
-  const proto::Exported e = o1.got[0].exported;
+  ASSERT_TRUE(o1.got[0].status().ok()) << o1.got[0].status().message();
+  const proto::Exported e = o1.got[0].capability.result.value();
   EXPECT_EQ(e.meta, (TensorMeta{{8192}, kF32}));
   proto::TensorSource src{1, 1, e.capability, "", ""};
   // The move adds no tensor memory: session 2's tensor is session 1's buffer.
@@ -216,16 +217,16 @@ TEST(SessionMoves, ExportThenMoveLocalSharesTheStorage) {
     w.add_read(10, 6);
   }));
   ASSERT_EQ(o2.got.size(), 2u);
-  ASSERT_TRUE(o2.got[0].status.ok()) << o2.got[0].status.message();
-  EXPECT_EQ(std::vector<float>(o2.got[0].data.values<float>().begin(),
-                               o2.got[0].data.values<float>().end()),
+  ASSERT_TRUE(o2.got[0].status().ok()) << o2.got[0].status().message();
+  EXPECT_EQ(std::vector<float>(o2.got[0].read.result.value().values<float>().begin(),
+                               o2.got[0].read.result.value().values<float>().end()),
             v);
-  EXPECT_FALSE(o2.got[1].status.ok());
-  EXPECT_NE(o2.got[1].status.message().find("used already"), std::string::npos);
+  EXPECT_FALSE(o2.got[1].status().ok());
+  EXPECT_NE(o2.got[1].status().message().find("used already"), std::string::npos);
   // A poisoned or unknown tensor is not exported.
   ASSERT_TRUE(run(**s1, o1, [&](proto::BatchWriter& w) { w.add_export(11, 99); }));
-  EXPECT_FALSE(o1.got.back().status.ok());
-  EXPECT_NE(o1.got.back().status.message().find("export of tensor 99"), std::string::npos);
+  EXPECT_FALSE(o1.got.back().status().ok());
+  EXPECT_NE(o1.got.back().status().message().find("export of tensor 99"), std::string::npos);
 }
 
 TEST(SessionMoves, ImportParksTheSessionUntilThePullEnds) {
@@ -253,8 +254,8 @@ TEST(SessionMoves, ImportParksTheSessionUntilThePullEnds) {
   EXPECT_FALSE((*s)->parked());
   EXPECT_TRUE((*s)->run(batch, out, Session::Clock::time_point::max()));
   ASSERT_EQ(out.got.size(), 1u);
-  ASSERT_TRUE(out.got[0].status.ok());
-  EXPECT_EQ(out.got[0].data.value<float>(2), 3.0f);
+  ASSERT_TRUE(out.got[0].status().ok());
+  EXPECT_EQ(out.got[0].read.result.value().value<float>(2), 3.0f);
   EXPECT_EQ(totals.metrics.transfers(Direction::kIn), 1u);
   EXPECT_EQ(totals.metrics.transfer_bytes(Direction::kIn), 12u);
 
@@ -272,8 +273,8 @@ TEST(SessionMoves, ImportParksTheSessionUntilThePullEnds) {
   (*s)->finish_import(unavailable("the source went away"));
   EXPECT_TRUE((*s)->run(b2, out, Session::Clock::time_point::max()));
   ASSERT_EQ(out.got.size(), 3u);
-  EXPECT_EQ(out.got[1].status.message(), "the source went away");
-  EXPECT_NE(out.got[2].status.message().find("session memory quota exceeded"), std::string::npos);
+  EXPECT_EQ(out.got[1].status().message(), "the source went away");
+  EXPECT_NE(out.got[2].status().message().find("session memory quota exceeded"), std::string::npos);
   EXPECT_EQ(out.imports.size(), 2u);
 }
 
