@@ -82,8 +82,9 @@ install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}
 
 # The test of all of the above (tests/install/install_test.py): installs this build into a
 # temporary prefix and builds and runs examples/cpp against it, with find_package and with
-# pkg-config. It installs what the build made, so it runs after a full build, as ctest does.
-if(TW_BUILD_TESTS)
+# pkg-config. It installs what the build made, so it runs after a full build, as ctest does. Not
+# in a sanitizer build: programs built without the sanitizers cannot load a sanitised library.
+if(TW_BUILD_TESTS AND NOT TW_SANITIZE)
   add_test(NAME install_cmake_pkgconfig
     COMMAND ${TW_PYTHON} ${CMAKE_SOURCE_DIR}/tests/install/install_test.py ${CMAKE_BINARY_DIR}
             ${CMAKE_SOURCE_DIR})
