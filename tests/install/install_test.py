@@ -17,23 +17,10 @@ Exits non-zero, naming the step, on the first failure.
 import concurrent.futures
 import os
 import re
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 
-START_LIMIT_S = 120  # the server's time to print its limits line (as server_process.h)
-
-
-def run(cmd, **kw):
-    """Runs cmd; on failure raises with its output."""
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-    if r.returncode != 0:
-        raise AssertionError(f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout}")
-    return r.stdout
-
+from support import Server, main, run
 
 def check(cond, what):
     if not cond:
@@ -57,121 +44,93 @@ def clean_env(prefix):
     return env
 
 
-class Server:
-    """P's tensorwire-server on 127.0.0.1 port 0; .url is the address it bound."""
-
-    def __init__(self, binary, args, env):
-        self.proc = subprocess.Popen([binary, "--listen", "tcp://127.0.0.1:0", *args],
-                                     stdout=subprocess.PIPE, text=True, env=env)
-        self.url = None
-        deadline = time.monotonic() + START_LIMIT_S
-        for line in self.proc.stdout:  # the server's lines until "limits:"
-            if line.startswith("listening on "):
-                self.url = self.url or line[len("listening on "):].strip()
-            elif line.startswith("limits:"):
-                break
-            check(time.monotonic() < deadline, f"{binary} did not listen within {START_LIMIT_S} s")
-        if self.url is None:
-            raise AssertionError(f"{binary} exited before listening ({self.proc.wait()})")
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
-        check(code == 0, f"tensorwire-server exited with {code} on SIGTERM")
-
-
-def main():
+def test(tmp):
     build, source = (os.path.abspath(p) for p in sys.argv[1:3])
-    tmp = tempfile.mkdtemp(prefix="tw-install-")
+    prefix = os.path.join(tmp, "prefix")
+    env = clean_env(prefix)
+    start = time.monotonic()
+    run(["cmake", "--install", build, "--prefix", prefix])
+
+    # 1. What was installed.
+    lib_dir = os.path.join(prefix, "lib")
+    libs = sorted(f for f in os.listdir(lib_dir) if f.startswith("libtensorwire.so"))
+    check(len(libs) == 3, f"lib/ holds {libs}, not the library, its SONAME link and dev link")
+    real = os.path.realpath(os.path.join(lib_dir, "libtensorwire.so"))
+    soname = dynamic(real)["SONAME"]
+    check(len(soname) == 1 and re.fullmatch(r"libtensorwire\.so\.\d+(\.\d+)?", soname[0]),
+          f"libtensorwire.so's SONAME is {soname}")
+    check(os.path.realpath(os.path.join(lib_dir, soname[0])) == real,
+          f"lib/{soname[0]} does not lead to {real}")
+    for prog in ("tensorwire-server", "tensorwire"):
+        d = dynamic(os.path.join(prefix, "bin", prog))
+        check(d["RUNPATH"] + d["RPATH"] == ["$ORIGIN/../lib"],
+              f"bin/{prog}'s RUNPATH is {d['RUNPATH'] + d['RPATH']}, not $ORIGIN/../lib")
+        check(soname[0] in d["NEEDED"], f"bin/{prog} does not need {soname[0]}")
+    for f in ("lib/cmake/tensorwire/tensorwireConfig.cmake",
+              "lib/cmake/tensorwire/tensorwireConfigVersion.cmake",
+              "lib/pkgconfig/tensorwire.pc", "lib/systemd/system/tensorwire-server.service",
+              "share/tensorwire/tensorwire-server.conf", "include/tensorwire/tensorwire.h"):
+        check(os.path.isfile(os.path.join(prefix, f)), f"{f} was not installed")
+    with open(os.path.join(prefix, "lib/systemd/system/tensorwire-server.service")) as f:
+        unit = f.read()
+    check(f"ExecStart={prefix}/bin/tensorwire-server " in unit,
+          "the unit's ExecStart does not name the prefix's tensorwire-server")
+    check("@" not in unit.replace("@system-service", ""), "the unit has an unfilled @VAR@")
+    check(run(["pkg-config", "--variable=prefix", "tensorwire"], env=env).strip() == prefix,
+          "tensorwire.pc's prefix is not the install prefix")
+    run([os.path.join(prefix, "bin", "tensorwire-server"), "--help"], env=env)
+
+    # 2. Each public header compiles alone against the prefix.
+    include = os.path.join(prefix, "include")
+    headers = sorted(os.path.relpath(os.path.join(d, f), include)
+                     for d, _, fs in os.walk(include) for f in fs if f.endswith(".h"))
+    cxx = os.environ.get("CXX", "c++")
+
+    def compile_header(h):
+        return run([cxx, "-std=c++20", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
+                    "-I", include, "-x", "c++", "-"], input=f"#include <{h}>\n", env=env)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        list(pool.map(compile_header, headers))
+    print(f"{len(headers)} installed headers compile alone: {time.monotonic() - start:.1f} s")
+
+    # 3. The examples, out of tree, with CMake and with pkg-config.
+    examples = os.path.join(source, "examples", "cpp")
+    cmake_out = os.path.join(tmp, "cmake-build")
+    # Unoptimised: the builds check that the examples compile, link and run, and -O0
+    # compiles them in a fraction of the time.
+    run(["cmake", "-S", examples, "-B", cmake_out, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=",
+         f"-DCMAKE_PREFIX_PATH={prefix}"], env=env)
+    run(["cmake", "--build", cmake_out, "-j", "2"], env=env)
+    pc_out = os.path.join(tmp, "pkgconfig-build")
+    run(["make", "-C", examples, f"OUT={pc_out}", "CXXFLAGS=-O0", "-j", "2"], env=env)
+    print(f"examples built: {time.monotonic() - start:.1f} s")
+    outs = {"cmake": cmake_out, "pkg-config": pc_out}
+    for how, out in outs.items():
+        needed = dynamic(os.path.join(out, "hello"))["NEEDED"]
+        check(soname[0] in needed, f"the {how} build of hello does not need {soname[0]}")
+        print(f"{how} hello:", run([os.path.join(out, "hello")], env=env).strip())
+
+    torch_module = os.path.join(lib_dir, "tensorwire", "libtw_backend_torch.so")
+    has_torch = os.path.exists(torch_module)
+    server = Server([os.path.join(prefix, "bin", "tensorwire-server"), "--listen",
+                     "tcp://127.0.0.1:0", *(["--backend", "cpu,torch"] if has_torch else [])],
+                    env=env)
     try:
-        prefix = os.path.join(tmp, "prefix")
-        env = clean_env(prefix)
-        run(["cmake", "--install", build, "--prefix", prefix])
-
-        # 1. What was installed.
-        lib_dir = os.path.join(prefix, "lib")
-        libs = sorted(f for f in os.listdir(lib_dir) if f.startswith("libtensorwire.so"))
-        check(len(libs) == 3, f"lib/ holds {libs}, not the library, its SONAME link and dev link")
-        real = os.path.realpath(os.path.join(lib_dir, "libtensorwire.so"))
-        soname = dynamic(real)["SONAME"]
-        check(len(soname) == 1 and re.fullmatch(r"libtensorwire\.so\.\d+(\.\d+)?", soname[0]),
-              f"libtensorwire.so's SONAME is {soname}")
-        check(os.path.realpath(os.path.join(lib_dir, soname[0])) == real,
-              f"lib/{soname[0]} does not lead to {real}")
-        for prog in ("tensorwire-server", "tensorwire"):
-            d = dynamic(os.path.join(prefix, "bin", prog))
-            check(d["RUNPATH"] + d["RPATH"] == ["$ORIGIN/../lib"],
-                  f"bin/{prog}'s RUNPATH is {d['RUNPATH'] + d['RPATH']}, not $ORIGIN/../lib")
-            check(soname[0] in d["NEEDED"], f"bin/{prog} does not need {soname[0]}")
-        for f in ("lib/cmake/tensorwire/tensorwireConfig.cmake",
-                  "lib/cmake/tensorwire/tensorwireConfigVersion.cmake",
-                  "lib/pkgconfig/tensorwire.pc", "lib/systemd/system/tensorwire-server.service",
-                  "share/tensorwire/tensorwire-server.conf", "include/tensorwire/tensorwire.h"):
-            check(os.path.isfile(os.path.join(prefix, f)), f"{f} was not installed")
-        with open(os.path.join(prefix, "lib/systemd/system/tensorwire-server.service")) as f:
-            unit = f.read()
-        check(f"ExecStart={prefix}/bin/tensorwire-server " in unit,
-              "the unit's ExecStart does not name the prefix's tensorwire-server")
-        check("@" not in unit.replace("@system-service", ""), "the unit has an unfilled @VAR@")
-        check(run(["pkg-config", "--variable=prefix", "tensorwire"], env=env).strip() == prefix,
-              "tensorwire.pc's prefix is not the install prefix")
-        run([os.path.join(prefix, "bin", "tensorwire-server"), "--help"], env=env)
-
-        # 2. Each public header compiles alone against the prefix.
-        include = os.path.join(prefix, "include")
-        headers = sorted(os.path.relpath(os.path.join(d, f), include)
-                         for d, _, fs in os.walk(include) for f in fs if f.endswith(".h"))
-        cxx = os.environ.get("CXX", "c++")
-
-        def compile_header(h):
-            return run([cxx, "-std=c++20", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
-                        "-I", include, "-x", "c++", "-"], input=f"#include <{h}>\n", env=env)
-
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            list(pool.map(compile_header, headers))
-        print(f"{len(headers)} installed headers compile alone")
-
-        # 3. The examples, out of tree, with CMake and with pkg-config.
-        examples = os.path.join(source, "examples", "cpp")
-        cmake_out = os.path.join(tmp, "cmake-build")
-        launcher = ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"] if shutil.which("ccache") else []
-        run(["cmake", "-S", examples, "-B", cmake_out, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-             f"-DCMAKE_PREFIX_PATH={prefix}", *launcher], env=env)
-        run(["cmake", "--build", cmake_out, "-j", "2"], env=env)
-        pc_out = os.path.join(tmp, "pkgconfig-build")
-        run(["make", "-C", examples, f"OUT={pc_out}", "-j", "2"], env=env)
-        outs = {"cmake": cmake_out, "pkg-config": pc_out}
         for how, out in outs.items():
-            needed = dynamic(os.path.join(out, "hello"))["NEEDED"]
-            check(soname[0] in needed, f"the {how} build of hello does not need {soname[0]}")
-            print(f"{how} hello:", run([os.path.join(out, "hello")], env=env).strip())
-
-        torch_module = os.path.join(lib_dir, "tensorwire", "libtw_backend_torch.so")
-        has_torch = os.path.exists(torch_module)
-        server = Server(os.path.join(prefix, "bin", "tensorwire-server"),
-                        ["--backend", "cpu,torch"] if has_torch else [], env)
-        try:
-            for how, out in outs.items():
-                print(f"{how} remote_fit:",
-                      run([os.path.join(out, "remote_fit"), server.url], env=env).strip())
-            print(run([os.path.join(prefix, "bin", "tensorwire"), "info", server.url],
-                      env=env).strip())
-            if has_torch:
-                # The torch device loads its module at start; it must be the installed copy.
-                with open(f"/proc/{server.proc.pid}/maps") as f:
-                    maps = f.read()
-                check(torch_module in maps,
-                      f"the server from {prefix} did not load {torch_module}")
-        finally:
-            server.stop()
-        print("install test passed")
+            print(f"{how} remote_fit:",
+                  run([os.path.join(out, "remote_fit"), server.url], env=env).strip())
+        print(run([os.path.join(prefix, "bin", "tensorwire"), "info", server.url],
+                  env=env).strip())
+        if has_torch:
+            # The torch device loads its module at start; it must be the installed copy.
+            with open(f"/proc/{server.proc.pid}/maps") as f:
+                maps = f.read()
+            check(torch_module in maps,
+                  f"the server from {prefix} did not load {torch_module}")
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        server.stop()
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except AssertionError as e:
-        print(f"install test FAILED: {e}", file=sys.stderr)
-        sys.exit(1)
+    main(test, "install test")

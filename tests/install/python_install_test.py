@@ -11,11 +11,9 @@ SIGTERM (exit status 0). --target rather than the system's site-packages: Debian
 externally managed (PEP 668). Exits non-zero, naming the step, on the first failure.
 """
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
+
+from support import Server, main, run
 
 CLIENT = """
 import sys, tensorwire as tw
@@ -36,59 +34,31 @@ for dev in devices:
 """
 
 
-def run(cmd, **kw):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-    if r.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}")
-    return r.stdout
-
-
-def main():
+def test(tmp):
     build, source = (os.path.abspath(p) for p in sys.argv[1:3])
     python = sys.executable
-    tmp = tempfile.mkdtemp(prefix="tw-pip-")
-    try:
-        target = os.path.join(tmp, "site")
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "TW_SERVER_BINARY")}
-        run([python, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
-             "--no-cache-dir", "--disable-pip-version-check", "--target", target, source],
-            env={**env, "TW_BUILD_DIR": build, "TW_PIP_NO_BUILD": "1"}, cwd=tmp)
-        env["PYTHONPATH"] = target
-        pkg = os.path.join(target, "tensorwire")
-        has_torch = os.path.exists(os.path.join(pkg, "lib", "tensorwire", "libtw_backend_torch.so"))
-        print(run([python, "-c", CLIENT, pkg, "", "1" if has_torch else "0"], env=env, cwd=tmp)
-              .strip())
+    target = os.path.join(tmp, "site")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "TW_SERVER_BINARY")}
+    run([python, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
+         "--no-cache-dir", "--disable-pip-version-check", "--target", target, source],
+        env={**env, "TW_BUILD_DIR": build, "TW_PIP_NO_BUILD": "1"}, cwd=tmp)
+    env["PYTHONPATH"] = target
+    pkg = os.path.join(target, "tensorwire")
+    has_torch = os.path.exists(os.path.join(pkg, "lib", "tensorwire", "libtw_backend_torch.so"))
+    print(run([python, "-c", CLIENT, pkg, "", "1" if has_torch else "0"], env=env, cwd=tmp)
+          .strip())
 
-        server = subprocess.Popen([python, "-m", "tensorwire.server", "--listen",
-                                   "tcp://127.0.0.1:0"], stdout=subprocess.PIPE, text=True,
-                                  env=env, cwd=tmp)
-        try:
-            url = None
-            for line in server.stdout:  # its lines until "limits:"
-                if line.startswith("listening on "):
-                    url = url or line[len("listening on "):].strip()
-                elif line.startswith("limits:"):
-                    break
-            if url is None:
-                raise AssertionError(f"python3 -m tensorwire.server exited ({server.wait()})")
-            exe = os.readlink(f"/proc/{server.pid}/exe")
-            if exe != os.path.join(pkg, "bin", "tensorwire-server"):
-                raise AssertionError(f"python3 -m tensorwire.server runs {exe}, not the package's")
-            print(run([python, "-c", CLIENT, pkg, url, "0"], env=env, cwd=tmp).strip())
-        finally:
-            server.send_signal(signal.SIGTERM)
-            code = server.wait(timeout=60)
-        if code != 0:
-            raise AssertionError(f"python3 -m tensorwire.server exited with {code} on SIGTERM")
-        print("python install test passed")
+    server = Server([python, "-m", "tensorwire.server", "--listen", "tcp://127.0.0.1:0"],
+                    env=env, cwd=tmp)
+    try:
+        exe = os.readlink(f"/proc/{server.proc.pid}/exe")
+        if exe != os.path.join(pkg, "bin", "tensorwire-server"):
+            raise AssertionError(f"python3 -m tensorwire.server runs {exe}, not the package's")
+        print(run([python, "-c", CLIENT, pkg, server.url, "0"], env=env, cwd=tmp).strip())
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        server.stop()
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except AssertionError as e:
-        print(f"python install test FAILED: {e}", file=sys.stderr)
-        sys.exit(1)
+    main(test, "python install test")
