@@ -3,8 +3,9 @@
 # CMakeLists.txt changes), so re-running make goes straight to the incremental build.
 #   make run     make test     make bench     make bench-train     make bench-remote
 #   make asan    make fuzz     make format   make format-check   make clean
-#   make install-python (the Python package into the user's site-packages)   make bench-python
-#   make bench-graph
+#   make install PREFIX=/opt/tw (cmake --install: library, headers, programs, CMake and
+#   pkg-config packages, systemd unit)   make install-python (the Python package into the
+#   user's site-packages)   make bench-python   make bench-graph
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -24,8 +25,11 @@ TEST_TIMEOUT ?= 300
 RUN_APP    ?= apps/train_digits
 # The interpreter the Python module is built and tested for (CMake's TW_PYTHON has the same default).
 PYTHON     ?= /usr/bin/python3
+# Where `make install` installs (DESTDIR, as usual, stages it elsewhere).
+PREFIX     ?= /usr/local
 
-.PHONY: all build run test bench bench-train bench-remote bench-graph bench-python install-python asan fuzz \
+.PHONY: all build run test bench bench-train bench-remote bench-graph bench-python install install-python \
+        asan fuzz \
         format format-check clean bootstrap
 .DEFAULT_GOAL := build
 all: build
@@ -61,12 +65,16 @@ bench-remote: build
 bench-python: build
 	PYTHONPATH=$(BUILD)/python $(PYTHON) bench/python_bench.py --build $(BUILD)
 
-# The package from $(BUILD)/python plus libtensorwire.so beside the extension (which looks there
-# first: its RPATH starts with $$ORIGIN) into the user's site-packages.
+# cmake/install.cmake says what goes where; tests/install checks it.
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The installed Python package (CMake component "python": the extension with the library and
+# tensorwire-server under tensorwire/lib and tensorwire/bin) into the user's site-packages. In a
+# virtual environment, `pip install --no-build-isolation .` does the same (pyproject.toml).
 install-python: build
 	@site="$$($(PYTHON) -m site --user-site)" && mkdir -p "$$site" && rm -rf "$$site/tensorwire" && \
-	  cp -r $(BUILD)/python/tensorwire "$$site/tensorwire" && \
-	  cp -L $(BUILD)/libtensorwire.so "$$site/tensorwire/" && \
+	  cmake --install $(BUILD) --component python --prefix "$$site" >/dev/null && \
 	  echo "install-python: tensorwire installed in $$site (try: $(PYTHON) -c 'import tensorwire')"
 
 bench-graph: build

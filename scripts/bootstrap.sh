@@ -16,9 +16,12 @@ set -euo pipefail
 # prometheus-cpp-dev, libcpp-httplib-dev: the --metrics endpoint; chromium: its dashboard's test
 # (headless), which skips without it. libgloo-dev: collectives across servers
 # (src/server/collective.cc). clang-format: `make format` and `make format-check` (.ci/run).
+# python3-pip, python3-setuptools, python3-wheel: `pip install --no-build-isolation .`
+# (pyproject.toml) and its test (tests/install).
 packages=(build-essential cmake ninja-build g++ pkg-config clang-format libgtest-dev libgmock-dev googletest zlib1g-dev
           libbenchmark-dev libdnnl-dev libasio-dev libssl-dev openssl libtorch-dev python3 clang-16
-          libclang-rt-16-dev python3-dev pybind11-dev python3-numpy python3-pytest
+          libclang-rt-16-dev python3-dev pybind11-dev python3-numpy python3-pytest python3-pip
+          python3-setuptools python3-wheel
           prometheus-cpp-dev libcpp-httplib-dev chromium libgloo-dev "$@")
 
 # One dpkg-query for all of them (it exits non-zero when some are unknown; their lines are absent).

@@ -3,6 +3,7 @@
 // process that never makes a torch backend never pays libtorch's second of startup. Without
 // libtorch (no TW_TORCH_MODULE) this file is empty and make_backend("torch") says why.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -17,16 +18,31 @@ namespace {
 #ifdef TW_TORCH_MODULE
 constexpr const char* kTorchModule = TW_TORCH_MODULE;  // where the build put it
 
+// An installed copy: tensorwire/libtw_backend_torch.so in the directory of the libtensorwire.so
+// this code runs in (lib/tensorwire/ under an install prefix, cmake/install.cmake; the same
+// relative place in the Python package). Empty when there is none, as in the build tree.
+std::string installed_module() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&installed_module), &info) == 0 || !info.dli_fname) return {};
+  std::string lib = info.dli_fname;
+  const size_t slash = lib.rfind('/');
+  if (slash == std::string::npos) return {};
+  std::string path = lib.substr(0, slash) + "/tensorwire/libtw_backend_torch.so";
+  return access(path.c_str(), R_OK) == 0 ? path : std::string();
+}
+
 // Loads the torch backend module once per process (never unloaded: libtorch cannot be). The
-// environment variable TW_TORCH_BACKEND_MODULE names another copy of it.
+// environment variable TW_TORCH_BACKEND_MODULE names another copy of it; otherwise an installed
+// copy beside the library comes before the build's.
 Result<tw::Backend* (*)()> torch_entry() {
   static std::once_flag once;
   static tw::Backend* (*entry)() = nullptr;
   static std::string error;
   std::call_once(once, [] {
-    const char* path = std::getenv("TW_TORCH_BACKEND_MODULE");
-    if (!path || !*path) path = kTorchModule;
-    void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    const char* env = std::getenv("TW_TORCH_BACKEND_MODULE");
+    std::string path = env && *env ? std::string(env) : installed_module();
+    if (path.empty()) path = kTorchModule;
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
       const char* why = dlerror();
       error = std::string("cannot load the torch backend module ") + path + ": " +
