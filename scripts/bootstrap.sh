@@ -16,7 +16,10 @@ set -euo pipefail
 # prometheus-cpp-dev, libcpp-httplib-dev: the --metrics endpoint; chromium: its dashboard's test
 # (headless), which skips without it. libgloo-dev: collectives across servers
 # (src/server/collective.cc). clang-format: `make format` and `make format-check` (.ci/run).
+# libonnx-dev (ONNX's generated protobuf classes, with protobuf): the ONNX importer (src/onnx);
+# libonnx-testdata: ONNX's backend test models that tests/onnx/conformance_test.cc runs.
 packages=(build-essential cmake ninja-build g++ pkg-config clang-format libgtest-dev libgmock-dev googletest zlib1g-dev
+          libonnx-dev libonnx-testdata
           libbenchmark-dev libdnnl-dev libasio-dev libssl-dev openssl libtorch-dev python3 clang-16
           libclang-rt-16-dev python3-dev pybind11-dev python3-numpy python3-pytest
           prometheus-cpp-dev libcpp-httplib-dev chromium libgloo-dev "$@")

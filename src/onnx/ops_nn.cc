@@ -1,0 +1,446 @@
+// Neural-network ONNX ops: MatMul, Gemm, softmaxes, Conv, pooling, normalisations and the two
+// losses, onto MatMul, Softmax, Conv2d, Pool2d, LayerNorm and elementwise ops.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "onnx/importer.h"
+
+namespace tw::onnx_import {
+
+namespace {
+
+using BK = ir::BinaryKind;
+using UK = ir::UnaryKind;
+using RK = ir::ReduceKind;
+
+bool storage_only(DType d) { return d == kF16 || d == kBF16; }
+TensorId computable(Node& n, size_t i) {
+  const TensorId x = n.input(i);
+  return storage_only(n.b.meta(x).dtype) ? n.b.cast(x, kF32) : x;
+}
+
+void matmul_op(Node& n) {
+  n.check_attrs({});
+  Builder& b = n.b;
+  const DType d = n.input_meta(0).dtype;
+  TensorId a = computable(n, 0), c = computable(n, 1);
+  Shape as = b.meta(a).shape, cs = b.meta(c).shape;
+  // numpy matmul: a 1-D left operand is a row, a 1-D right one a column; both dims are dropped.
+  const bool a1 = as.size() == 1, c1 = cs.size() == 1;
+  if (a1) a = b.reshape(a, {1, as[0]});
+  if (c1) c = b.reshape(c, {cs[0], 1});
+  TensorId out = b.matmul(a, c);
+  if (a1 || c1) {
+    Shape os = b.meta(out).shape;
+    if (c1) os.pop_back();
+    if (a1) os.erase(os.end() - 1);
+    out = b.reshape(out, os);
+  }
+  n.set_output(0, b.cast(out, d));
+}
+
+void gemm_op(Node& n) {
+  n.check_attrs({"alpha", "beta", "transA", "transB", "broadcast"});
+  Builder& b = n.b;
+  const DType d = n.input_meta(0).dtype;
+  TensorId a = computable(n, 0), c = computable(n, 1);
+  if (n.rank(0) != 2 || n.rank(1) != 2) n.fail("A and B must be 2-D");
+  if (n.attr_int("transA", 0)) a = b.permute(a, {1, 0});
+  if (n.attr_int("transB", 0)) c = b.permute(c, {1, 0});
+  const double alpha = n.attr_float("alpha", 1.0), beta = n.attr_float("beta", 1.0);
+  TensorId y = b.matmul(a, c);
+  const DType yd = b.meta(y).dtype;
+  auto sc = [&](double v) { return is_float(yd) ? ir::Scalar(v) : ir::Scalar(static_cast<int64_t>(v)); };
+  if (alpha != 1.0) y = b.scalar(BK::kMul, y, sc(alpha));
+  if (n.has_input(2) && beta != 0.0) {
+    TensorId bias = computable(n, 2);
+    if (beta != 1.0) bias = b.scalar(BK::kMul, bias, sc(beta));
+    y = b.binary(BK::kAdd, y, bias);
+  }
+  n.set_output(0, b.cast(y, d));
+}
+
+// Softmax, LogSoftmax, Hardmax: before opset 13 the input is viewed as 2-D [prod(dims < axis),
+// prod(dims >= axis)] and normalised over its second dim; from 13 over `axis` alone.
+void softmax_like(Node& n, int kind /*0 softmax, 1 log, 2 hardmax*/) {
+  n.check_attrs({"axis"});
+  Builder& b = n.b;
+  const DType d = n.input_meta(0).dtype;
+  TensorId x = computable(n, 0);
+  const Shape s = b.meta(x).shape;
+  const int64_t rank = static_cast<int64_t>(s.size());
+  const bool coerced = n.opset < 13;
+  const int64_t axis = n.axis(n.attr_int("axis", coerced ? 1 : -1), std::max<int64_t>(rank, 1));
+  int64_t dim = axis;
+  if (coerced) {
+    int64_t outer = 1, inner = 1;
+    for (int64_t k = 0; k < rank; ++k) (k < axis ? outer : inner) *= s[k];
+    x = b.reshape(x, {outer, inner});
+    dim = 1;
+  }
+  TensorId out;
+  if (kind == 2) {
+    const int64_t size = b.meta(x).shape[dim];
+    TensorId am = b.reduce(RK::kArgmax, x, {dim}, true);
+    Shape rs(b.meta(x).shape.size(), 1);
+    rs[dim] = size;
+    TensorId classes = b.reshape(b.arange(size), rs);
+    out = b.cast(b.binary(BK::kEq, am, classes), b.meta(x).dtype);
+  } else {
+    out = b.softmax(x, dim, kind == 1);
+  }
+  if (coerced) out = b.reshape(out, s);
+  n.set_output(0, b.cast(out, d));
+}
+
+// pads [b0, b1, ..., e0, e1, ...] for the spatial dims, from pads or auto_pad.
+std::vector<int64_t> spatial_pads(Node& n, const Shape& in, const std::vector<int64_t>& kernel,
+                                  const std::vector<int64_t>& strides,
+                                  const std::vector<int64_t>& dilations) {
+  const size_t k = kernel.size();
+  const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  std::vector<int64_t> pads = n.attr_ints("pads");
+  if (auto_pad == "NOTSET") {
+    if (pads.empty()) pads.assign(2 * k, 0);
+    if (pads.size() != 2 * k) n.fail("attribute pads must have 2 entries per spatial dim");
+    return pads;
+  }
+  pads.assign(2 * k, 0);
+  if (auto_pad == "VALID") return pads;
+  if (auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER") {
+    n.fail("attribute auto_pad='" + auto_pad + "' is not supported");
+  }
+  for (size_t i = 0; i < k; ++i) {
+    const int64_t size = in[2 + i];
+    const int64_t out = (size + strides[i] - 1) / strides[i];
+    const int64_t total =
+        std::max<int64_t>(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - size);
+    const int64_t small = total / 2, large = total - small;
+    pads[i] = auto_pad == "SAME_UPPER" ? small : large;
+    pads[i + k] = auto_pad == "SAME_UPPER" ? large : small;
+  }
+  return pads;
+}
+
+std::vector<int64_t> ints_or(Node& n, const char* name, size_t count, int64_t dflt) {
+  std::vector<int64_t> v = n.attr_ints(name);
+  if (v.empty()) v.assign(count, dflt);
+  if (v.size() != count) n.fail(std::string("attribute ") + name + " must have " + std::to_string(count) + " entries");
+  return v;
+}
+
+// Conv and pooling take 2-D windows ([N, C, H, W]); a 1-D one ([N, C, L]) runs as [N, C, 1, L].
+struct Spatial {
+  bool one_d = false;
+  std::vector<int64_t> lift(const std::vector<int64_t>& v, int64_t one) const {
+    if (!one_d) return v;
+    return {one, v[0]};
+  }
+  std::vector<int64_t> lift_pads(const std::vector<int64_t>& p) const {
+    if (!one_d) return p;
+    return {0, p[0], 0, p[1]};
+  }
+};
+
+Spatial spatial_of(Node& n, size_t rank) {
+  if (rank == 3) return Spatial{true};
+  if (rank != 4) n.fail("only 1-D and 2-D windows are supported (input rank " + std::to_string(rank) + ")");
+  return Spatial{false};
+}
+
+void conv_op(Node& n) {
+  n.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  Builder& b = n.b;
+  const DType d = n.input_meta(0).dtype;
+  TensorId x = computable(n, 0), w = computable(n, 1);
+  const Shape xs = b.meta(x).shape, ws = b.meta(w).shape;
+  const Spatial sp = spatial_of(n, xs.size());
+  const size_t k = xs.size() - 2;
+  std::vector<int64_t> kernel(ws.begin() + 2, ws.end());
+  if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != kernel) {
+    n.fail("attribute kernel_shape differs from the weight's shape");
+  }
+  const std::vector<int64_t> strides = ints_or(n, "strides", k, 1);
+  const std::vector<int64_t> dil = ints_or(n, "dilations", k, 1);
+  std::vector<int64_t> pads = sp.lift_pads(spatial_pads(n, xs, kernel, strides, dil));
+  if (sp.one_d) {
+    x = b.reshape(x, {xs[0], xs[1], 1, xs[2]});
+    w = b.reshape(w, {ws[0], ws[1], 1, ws[2]});
+  }
+  // Conv2d pads both sides alike: asymmetric pads are added as zeros first.
+  std::vector<int64_t> sym(2);
+  std::vector<int64_t> before(4, 0), after(4, 0);
+  bool extra = false;
+  for (size_t i = 0; i < 2; ++i) {
+    sym[i] = std::min(pads[i], pads[i + 2]);
+    before[2 + i] = pads[i] - sym[i];
+    after[2 + i] = pads[i + 2] - sym[i];
+    extra = extra || before[2 + i] || after[2 + i];
+  }
+  if (extra) x = b.pad_constant(x, before, after, 0.0);
+  const TensorId bias = n.has_input(2) ? computable(n, 2) : 0;
+  TensorId out = b.new_id();
+  b.append(ir::Conv2d{{x}, {w}, {bias}, sp.lift(strides, 1), sym, sp.lift(dil, 1),
+                      n.attr_int("group", 1), {out}});
+  if (sp.one_d) {
+    Shape os = b.meta(out).shape;
+    out = b.reshape(out, {os[0], os[1], os[3]});
+  }
+  n.set_output(0, b.cast(out, d));
+}
+
+void pool_op(Node& n, ir::PoolKind kind) {
+  const bool avg = kind == ir::PoolKind::kAvg;
+  if (avg) n.check_attrs({"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"});
+  else n.check_attrs({"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"});
+  if (n.wants_output(1)) n.fail("output Indices is not supported");
+  Builder& b = n.b;
+  const DType d = n.input_meta(0).dtype;
+  TensorId x = computable(n, 0);
+  const Shape xs = b.meta(x).shape;
+  const Spatial sp = spatial_of(n, xs.size());
+  const size_t k = xs.size() - 2;
+  const std::vector<int64_t> kernel = n.attr_ints("kernel_shape");
+  if (kernel.size() != k) n.fail("attribute kernel_shape must have " + std::to_string(k) + " entries");
+  const std::vector<int64_t> strides = ints_or(n, "strides", k, 1);
+  const std::vector<int64_t> dil = ints_or(n, "dilations", k, 1);
+  for (int64_t v : dil) {
+    if (v != 1) n.fail("attribute dilations other than 1 are not supported");
+  }
+  std::vector<int64_t> pads = spatial_pads(n, xs, kernel, strides, dil);
+  const bool ceil = n.attr_int("ceil_mode", 0) != 0;
+  const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
+  if (ceil) {
+    // The last window may start past the end (in the right padding or beyond): pad the end so
+    // floor division gives ceil's count, as long as that window starts inside the input or the
+    // left padding (PyTorch's and ONNX's rule).
+    for (size_t i = 0; i < k; ++i) {
+      const int64_t span = xs[2 + i] + pads[i] + pads[i + k] - kernel[i];
+      int64_t out = (span + strides[i] - 1) / strides[i] + 1;
+      if ((out - 1) * strides[i] >= xs[2 + i] + pads[i]) --out;
+      const int64_t need = (out - 1) * strides[i] + kernel[i] - (xs[2 + i] + pads[i] + pads[i + k]);
+      if (need > 0) {
+        if (avg && include_pad) n.fail("ceil_mode=1 with count_include_pad=1 is not supported");
+        pads[i + k] += need;
+      }
+    }
+  }
+  if (sp.one_d) x = b.reshape(x, {xs[0], xs[1], 1, xs[2]});
+  std::vector<int64_t> p4 = sp.lift_pads(pads);
+  std::vector<int64_t> k2 = sp.lift(kernel, 1), s2 = sp.lift(strides, 1);
+  // Pool2d pads both sides alike with at most kernel / 2: otherwise pad explicitly (-inf for
+  // max; for avg zeros, with the count corrected below).
+  bool explicit_pad = avg && !include_pad;
+  for (size_t i = 0; i < 2; ++i) {
+    explicit_pad = explicit_pad || p4[i] != p4[i + 2] || p4[i] > k2[i] / 2;
+  }
+  std::vector<int64_t> pool_pad(2, 0);
+  TensorId ones = 0;
+  if (explicit_pad) {
+    std::vector<int64_t> before{0, 0, p4[0], p4[1]}, after{0, 0, p4[2], p4[3]};
+    const double fill = avg ? 0.0 : -std::numeric_limits<double>::infinity();
+    if (avg && !include_pad) {
+      const Shape os = b.meta(x).shape;
+      ones = b.pad_constant(b.full({1, 1, os[2], os[3]}, b.meta(x).dtype, 1.0), before, after, 0.0);
+    }
+    x = b.pad_constant(x, before, after, fill);
+  } else {
+    pool_pad = {p4[0], p4[1]};
+  }
+  TensorId out = b.new_id();
+  b.append(ir::Pool2d{kind, {x}, k2, s2, pool_pad, {out}});
+  if (ones != 0) {  // the average over in-range elements only: sum / count
+    TensorId count = b.new_id();
+    b.append(ir::Pool2d{kind, {ones}, k2, s2, pool_pad, {count}});
+    out = b.binary(BK::kDiv, out, count);
+  }
+  if (sp.one_d) {
+    Shape os = b.meta(out).shape;
+    out = b.reshape(out, {os[0], os[1], os[3]});
+  }
+  n.set_output(0, b.cast(out, d));
+}
+
+void global_pool_op(Node& n, RK kind) {
+  n.check_attrs({});
+  Builder& b = n.b;
+  const DType d = n.input_meta(0).dtype;
+  TensorId x = computable(n, 0);
+  std::vector<int64_t> dims;
+  for (int64_t i = 2; i < n.rank(0); ++i) dims.push_back(i);
+  n.set_output(0, b.cast(b.reduce(kind, x, dims, true), d));
+}
+
+// [C] -> [1, C, 1, ...] for an input of `rank`.
+TensorId per_channel(Builder& b, TensorId v, int64_t rank) {
+  Shape s(static_cast<size_t>(rank), 1);
+  s[1] = numel(b.meta(v).shape);
+  return b.reshape(v, s);
+}
+
+void batch_norm_op(Node& n) {
+  n.check_attrs({"epsilon", "momentum", "spatial", "training_mode", "is_test", "consumed_inputs"});
+  n.require_attr_int("training_mode", 0);
+  n.require_attr_int("spatial", 1);
+  for (size_t i = 1; i < 5; ++i) {
+    if (n.wants_output(i)) n.fail("training outputs (running mean and var) are not supported");
+  }
+  Builder& b = n.b;
+  const DType d = n.input_meta(0).dtype;
+  TensorId x = computable(n, 0);
+  const int64_t rank = n.rank(0);
+  const double eps = n.attr_float("epsilon", 1e-5);
+  TensorId scale = per_channel(b, computable(n, 1), rank), bias = per_channel(b, computable(n, 2), rank);
+  TensorId mean = per_channel(b, computable(n, 3), rank), var = per_channel(b, computable(n, 4), rank);
+  // (x - mean) / sqrt(var + eps) * scale + bias
+  TensorId den = b.unary(UK::kSqrt, b.scalar(BK::kAdd, var, eps));
+  TensorId y = b.binary(BK::kDiv, b.binary(BK::kSub, x, mean), den);
+  y = b.binary(BK::kAdd, b.binary(BK::kMul, y, scale), bias);
+  n.set_output(0, b.cast(y, d));
+}
+
+// Mean and biased variance over `dims` (kept), and (x - mean) / sqrt(var + eps).
+struct Normalized {
+  TensorId mean, inv_std, y;
+};
+Normalized normalize(Builder& b, TensorId x, const std::vector<int64_t>& dims, double eps) {
+  TensorId mean = b.reduce(RK::kMean, x, dims, true);
+  TensorId centred = b.binary(BK::kSub, x, mean);
+  TensorId var = b.reduce(RK::kMean, b.binary(BK::kMul, centred, centred), dims, true);
+  TensorId inv = b.unary(UK::kRsqrt, b.scalar(BK::kAdd, var, eps));
+  return {mean, inv, b.binary(BK::kMul, centred, inv)};
+}
+
+void layer_norm_op(Node& n) {
+  n.check_attrs({"axis", "epsilon", "stash_type"});
+  Builder& b = n.b;
+  const DType d = n.input_meta(0).dtype;
+  TensorId x = computable(n, 0);
+  const Shape s = b.meta(x).shape;
+  const int64_t rank = static_cast<int64_t>(s.size());
+  const int64_t axis = n.axis(n.attr_int("axis", -1), rank);
+  const double eps = n.attr_float("epsilon", 1e-5);
+  TensorId scale = computable(n, 1);
+  TensorId bias = n.has_input(2) ? computable(n, 2) : 0;
+  const Shape normalized(s.begin() + axis, s.end());
+  const bool fused = b.meta(scale).shape == normalized && (bias == 0 || b.meta(bias).shape == normalized) &&
+                     b.meta(scale).dtype == b.meta(x).dtype && !n.wants_output(1) && !n.wants_output(2);
+  if (fused) {
+    TensorId out = b.new_id();
+    b.append(ir::LayerNorm{{x}, {scale}, {bias}, rank - axis, eps, {out}});
+    n.set_output(0, b.cast(out, d));
+    return;
+  }
+  std::vector<int64_t> dims;
+  for (int64_t i = axis; i < rank; ++i) dims.push_back(i);
+  Normalized z = normalize(b, x, dims, eps);
+  TensorId y = b.binary(BK::kMul, z.y, scale);
+  if (bias) y = b.binary(BK::kAdd, y, bias);
+  n.set_output(0, b.cast(y, d));
+  n.set_output(1, z.mean);
+  n.set_output(2, z.inv_std);
+}
+
+void instance_norm_op(Node& n) {
+  n.check_attrs({"epsilon"});
+  Builder& b = n.b;
+  const DType d = n.input_meta(0).dtype;
+  TensorId x = computable(n, 0);
+  const int64_t rank = n.rank(0);
+  std::vector<int64_t> dims;
+  for (int64_t i = 2; i < rank; ++i) dims.push_back(i);
+  Normalized z = normalize(b, x, dims, n.attr_float("epsilon", 1e-5));
+  TensorId y = b.binary(BK::kMul, z.y, per_channel(b, computable(n, 1), rank));
+  y = b.binary(BK::kAdd, y, per_channel(b, computable(n, 2), rank));
+  n.set_output(0, b.cast(y, d));
+}
+
+void mvn_op(Node& n) {
+  n.check_attrs({"axes"});
+  Builder& b = n.b;
+  const DType d = n.input_meta(0).dtype;
+  TensorId x = computable(n, 0);
+  std::vector<int64_t> axes = n.attr_ints("axes");
+  if (axes.empty()) axes = {0, 2, 3};
+  for (int64_t& a : axes) a = n.axis(a, n.rank(0), "axes entry");
+  // ONNX's definition: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9).
+  TensorId mean = b.reduce(RK::kMean, x, axes, true);
+  TensorId mean_sq = b.reduce(RK::kMean, b.binary(BK::kMul, x, x), axes, true);
+  TensorId var = b.binary(BK::kSub, mean_sq, b.binary(BK::kMul, mean, mean));
+  TensorId den = b.scalar(BK::kAdd, b.unary(UK::kSqrt, var), 1e-9);
+  n.set_output(0, b.cast(b.binary(BK::kDiv, b.binary(BK::kSub, x, mean), den), d));
+}
+
+// NegativeLogLikelihoodLoss over log-probabilities `logp` [N, C, d...] and targets [N, d...].
+TensorId nll(Node& n, TensorId logp, TensorId target, TensorId weight) {
+  Builder& b = n.b;
+  const int64_t ignore = n.attr_int("ignore_index", std::numeric_limits<int64_t>::min());
+  const bool has_ignore = n.has_attr("ignore_index");
+  const std::string reduction = n.attr_string("reduction", "mean");
+  if (reduction != "mean" && reduction != "sum" && reduction != "none") {
+    n.fail("attribute reduction='" + reduction + "' is not supported");
+  }
+  const Shape ls = b.meta(logp).shape;
+  const DType fd = b.meta(logp).dtype;
+  target = b.cast(target, kI64);
+  TensorId keep = has_ignore ? b.scalar(BK::kNe, target, ignore) : 0;
+  TensorId t = keep ? b.where(keep, target, b.full({}, kI64, int64_t{0})) : target;
+  Shape ts = b.meta(t).shape;
+  Shape us = ts;
+  us.insert(us.begin() + 1, 1);
+  TensorId picked = b.reshape(b.gather(logp, 1, b.reshape(t, us)), ts);
+  TensorId w = 0;  // per-element weight, or none (all ones)
+  if (weight) w = b.reshape(b.index_select(weight, 0, b.reshape(t, {numel(ts)})), ts);
+  if (keep) {
+    TensorId kf = b.cast(keep, fd);
+    w = w ? b.binary(BK::kMul, w, kf) : kf;
+  }
+  TensorId loss = b.unary(UK::kNeg, picked);
+  if (w) loss = b.binary(BK::kMul, loss, w);
+  if (reduction == "none") return loss;
+  TensorId sum = b.reduce(RK::kSum, loss, {}, false);
+  if (reduction == "sum") return sum;
+  if (!w) return b.reduce(RK::kMean, loss, {}, false);
+  return b.binary(BK::kDiv, sum, b.reduce(RK::kSum, w, {}, false));
+}
+
+void nll_op(Node& n) {
+  n.check_attrs({"ignore_index", "reduction"});
+  const DType d = n.input_meta(0).dtype;
+  TensorId out = nll(n, computable(n, 0), n.input(1), n.has_input(2) ? computable(n, 2) : 0);
+  n.set_output(0, n.b.cast(out, d));
+}
+
+void softmax_cross_entropy_op(Node& n) {
+  n.check_attrs({"ignore_index", "reduction"});
+  const DType d = n.input_meta(0).dtype;
+  TensorId logp = n.b.softmax(computable(n, 0), 1, true);
+  TensorId out = nll(n, logp, n.input(1), n.has_input(2) ? computable(n, 2) : 0);
+  n.set_output(0, n.b.cast(out, d));
+  if (n.wants_output(1)) n.set_output(1, n.b.cast(logp, d));
+}
+
+}  // namespace
+
+void register_nn_ops() {
+  auto& t = op_table();
+  t["MatMul"] = matmul_op;
+  t["Gemm"] = gemm_op;
+  t["Softmax"] = [](Node& n) { softmax_like(n, 0); };
+  t["LogSoftmax"] = [](Node& n) { softmax_like(n, 1); };
+  t["Hardmax"] = [](Node& n) { softmax_like(n, 2); };
+  t["Conv"] = conv_op;
+  t["MaxPool"] = [](Node& n) { pool_op(n, ir::PoolKind::kMax); };
+  t["AveragePool"] = [](Node& n) { pool_op(n, ir::PoolKind::kAvg); };
+  t["GlobalAveragePool"] = [](Node& n) { global_pool_op(n, RK::kMean); };
+  t["GlobalMaxPool"] = [](Node& n) { global_pool_op(n, RK::kMax); };
+  t["BatchNormalization"] = batch_norm_op;
+  t["LayerNormalization"] = layer_norm_op;
+  t["InstanceNormalization"] = instance_norm_op;
+  t["MeanVarianceNormalization"] = mvn_op;
+  t["NegativeLogLikelihoodLoss"] = nll_op;
+  t["SoftmaxCrossEntropyLoss"] = softmax_cross_entropy_op;
+}
+
+}  // namespace tw::onnx_import
