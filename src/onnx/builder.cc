@@ -293,6 +293,21 @@ TensorId Node::input(size_t i) {
 
 const TensorMeta& Node::input_meta(size_t i) { return value(i).meta; }
 
+TensorId Node::input_broadcast(size_t i, size_t ref) {
+  legacy_broadcast_ = true;
+  const TensorId x = input(i);
+  if (opset >= 7 || attr_int("broadcast", 0) == 0) return x;
+  // Before opset 7, with broadcast=1, B's dims align with A's starting at `axis` (default: B's
+  // trailing alignment, as numpy).
+  const Shape a = input_meta(ref).shape, s = b.meta(x).shape;
+  const int64_t ra = static_cast<int64_t>(a.size()), rb = static_cast<int64_t>(s.size());
+  const int64_t at = has_attr("axis") ? axis(attr_int("axis", 0), ra) : ra - rb;
+  if (at < 0 || at + rb > ra) fail("attribute axis does not place B's shape inside A's");
+  Shape out(static_cast<size_t>(ra), 1);
+  std::copy(s.begin(), s.end(), out.begin() + at);
+  return b.reshape(x, out);
+}
+
 bool Node::has_constant(size_t i) { return has_input(i) && value(i).constant.has_value(); }
 
 const HostTensor& Node::constant(size_t i, const char* what) {
@@ -322,7 +337,6 @@ void Node::set_constant_output(size_t i, HostTensor h) {
 void Node::forward(size_t out, size_t in) {
   if (!wants_output(out)) return;
   Builder::Value v = value(in);
-  v.frozen_input = false;
   values_[proto.output(static_cast<int>(out))] = std::move(v);
 }
 
@@ -367,6 +381,10 @@ void Node::require_attr_int(const std::string& name, int64_t ok) const {
 
 void Node::check_attrs(std::initializer_list<const char*> known) const {
   for (const auto& a : proto.attribute()) {
+    // A memory-reuse hint of opsets before 6, without effect on values.
+    if (a.name() == "consumed_inputs") continue;
+    // Binary ops before opset 7: legacy broadcasting (input_broadcast reads these).
+    if (opset < 7 && (a.name() == "broadcast" || a.name() == "axis") && legacy_broadcast_) continue;
     bool found = false;
     for (const char* k : known) found = found || a.name() == k;
     if (!found) fail("attribute '" + a.name() + "' is not supported");

@@ -115,6 +115,9 @@ class Node {
   size_t num_inputs() const { return static_cast<size_t>(proto.input_size()); }
   bool has_input(size_t i) const { return i < num_inputs() && !proto.input(i).empty(); }
   TensorId input(size_t i);                    // as a tensor; fails when absent
+  // Input i of a binary op whose other operand is input `ref`: before opset 7 with attribute
+  // broadcast=1, reshaped so that numpy broadcasting gives the legacy (axis-aligned) one.
+  TensorId input_broadcast(size_t i, size_t ref);
   const TensorMeta& input_meta(size_t i);      // without making it a tensor
   const HostTensor& constant(size_t i, const char* what);  // fails unless known at load
   bool has_constant(size_t i);
@@ -146,6 +149,7 @@ class Node {
 
  private:
   Builder::Value& value(size_t i);
+  bool legacy_broadcast_ = false;
   std::unordered_map<std::string, Builder::Value>& values_;
 };
 

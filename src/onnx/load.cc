@@ -19,9 +19,10 @@ using onnx_import::Builder;
 using onnx_import::HostTensor;
 using ir::TensorId;
 
-// ONNX's node tests and exporters use opsets 7 to 17 (ONNX 1.12); a newer opset may change an
-// op's meaning, so it is refused rather than guessed.
-constexpr int64_t kMinOpset = 7, kMaxOpset = 17;
+// ONNX 1.12 defines opsets up to 17; a newer opset may change an op's meaning, so it is refused
+// rather than guessed. Older opsets (exporters used 6 and below until 2017) are read with their
+// attribute forms (legacy broadcasting, Cast's named type, Pad's paddings, ...).
+constexpr int64_t kMinOpset = 1, kMaxOpset = 17;
 
 void register_all() {
   static std::once_flag once;
@@ -31,6 +32,78 @@ void register_all() {
     onnx_import::register_reduce_ops();
     onnx_import::register_nn_ops();
   });
+}
+
+// Nodes whose inputs are all constants (initializers, Constant nodes, Shape results, earlier
+// folds; not inputs given by value) run at load, on cpu, with the IR ops their mapping emits:
+// exporters compute shapes this way (Shape -> Gather -> Concat -> Reshape), and a later node may
+// need the result as a constant. Only small ones: a large result would sit in the trace as bytes.
+constexpr int64_t kFoldLimit = int64_t{1} << 16;  // elements in, and out
+
+HostTensor host_of(const Tensor& t);
+
+// Runs node `n` at load; false (nothing changed) when its outputs are too large to keep.
+bool fold(const ::onnx::NodeProto& n, int64_t opset, const onnx_import::OpFn& fn,
+          const std::string& context, std::unordered_map<std::string, Builder::Value>& values) {
+  Builder fb;
+  fb.context = context;
+  std::unordered_map<std::string, Builder::Value> fv;
+  for (const std::string& in : n.input()) {
+    if (in.empty()) continue;
+    Builder::Value v;
+    v.meta = values.at(in).meta;
+    v.constant = values.at(in).constant;
+    fv[in] = std::move(v);
+  }
+  onnx_import::Node node(fb, n, opset, fv);
+  fn(node);
+  std::vector<std::pair<std::string, TensorId>> tensors;
+  std::vector<std::pair<std::string, Builder::Value>> done;
+  for (const std::string& out : n.output()) {
+    if (out.empty()) continue;
+    auto it = fv.find(out);
+    if (it == fv.end()) return false;  // the caller reports the missing output
+    if (numel(it->second.meta.shape) > kFoldLimit) return false;
+    if (it->second.constant) {
+      Builder::Value v;
+      v.meta = it->second.meta;
+      v.constant = it->second.constant;
+      done.emplace_back(out, std::move(v));
+    } else {
+      tensors.emplace_back(out, it->second.id);
+    }
+  }
+  if (!tensors.empty()) {
+    std::set<TensorId> seen;
+    for (auto& [name, id] : tensors) {
+      const TensorId out = seen.count(id) ? fb.copy(id) : id;
+      seen.insert(out);
+      fb.graph().output_ids.push_back(out);
+    }
+    const graph::Trace t = graph::Trace::from_bytes(ir::encode_trace_file(fb.graph()));
+    const std::vector<Tensor> outs = t.replay(Device::cpu(), {});
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      Builder::Value v;
+      v.constant = host_of(outs[i]);
+      v.meta = v.constant->meta;
+      done.emplace_back(tensors[i].first, std::move(v));
+    }
+  }
+  for (auto& [name, v] : done) values[name] = std::move(v);
+  return true;
+}
+
+bool foldable(const ::onnx::NodeProto& n,
+              const std::unordered_map<std::string, Builder::Value>& values) {
+  int64_t total = 0, count = 0;
+  for (const std::string& in : n.input()) {
+    if (in.empty()) continue;
+    auto it = values.find(in);
+    if (it == values.end() || !it->second.constant || it->second.frozen_input) return false;
+    total += numel(it->second.meta.shape);
+    ++count;
+  }
+  return count > 0 && total <= kFoldLimit;
 }
 
 HostTensor host_of(const Tensor& t) {
@@ -135,6 +208,7 @@ Model load_bytes(const std::string& bytes, const LoadOptions& options, const std
     }
     auto it = table.find(n.op_type());
     if (it == table.end()) b.fail("op type " + n.op_type() + " is not supported");
+    if (foldable(n, values) && fold(n, model.opset, it->second, b.context, values)) continue;
     onnx_import::Node node(b, n, model.opset, values);
     it->second(node);
     for (int k = 0; k < n.output_size(); ++k) {

@@ -21,6 +21,14 @@ TensorId computable(Node& n, size_t i) {
   return storage_only(n.b.meta(x).dtype) ? n.b.cast(x, kF32) : x;
 }
 
+// The operands of a binary op (legacy broadcasting before opset 7 applied to B), computable.
+std::pair<TensorId, TensorId> operands(Node& n) {
+  const TensorId a = computable(n, 0);
+  TensorId c = n.input_broadcast(1, 0);
+  if (storage_only(n.b.meta(c).dtype)) c = n.b.cast(c, kF32);
+  return {a, c};
+}
+
 // A scalar of tensor dtype d's kind (an integer scalar keeps integer arithmetic).
 ir::Scalar scalar_for(DType d, double v) {
   if (is_float(d)) return ir::Scalar(v);
@@ -52,9 +60,10 @@ void composed_unary(const char* name, std::initializer_list<const char*> attrs,
 
 void binary_op(const char* name, BK kind, bool keep_dtype) {
   op_table()[name] = [kind, keep_dtype](Node& n) {
+    const auto [a, c] = operands(n);
     n.check_attrs({});
     const DType d = n.input_meta(0).dtype;
-    const TensorId out = n.b.binary(kind, computable(n, 0), computable(n, 1));
+    const TensorId out = n.b.binary(kind, a, c);
     n.set_output(0, keep_dtype ? n.b.cast(out, d) : out);
   };
 }
@@ -218,9 +227,9 @@ void register_elementwise_ops() {
   variadic_op("Max", BK::kMaximum, false);
 
   op_table()["Div"] = [](Node& n) {
+    auto [a, c] = operands(n);
     n.check_attrs({});
     const DType d = n.input_meta(0).dtype;
-    TensorId a = computable(n, 0), c = computable(n, 1);
     if (!is_float(d)) {  // integer division truncates toward zero: exact through f64
       a = n.b.cast(a, kF64);
       c = n.b.cast(c, kF64);
@@ -282,7 +291,13 @@ void register_elementwise_ops() {
   };
   op_table()["Cast"] = [](Node& n) {
     n.check_attrs({"to", "saturate"});
-    const int64_t to = n.attr_int("to", 0);
+    int64_t to = n.attr_int("to", 0);
+    if (n.opset < 6) {  // `to` was the type's name
+      ::onnx::TensorProto_DataType t;
+      const std::string name = n.attr_string("to", "");
+      if (!::onnx::TensorProto_DataType_Parse(name, &t)) n.fail("attribute to='" + name + "' is not a type");
+      to = t;
+    }
     std::optional<DType> d = dtype_of(static_cast<int32_t>(to));
     if (!d) n.fail(std::string("attribute to=") + onnx_type_name(static_cast<int32_t>(to)) + " is not supported");
     const TensorId x = n.input(0);

@@ -198,6 +198,8 @@ void pool_op(Node& n, ir::PoolKind kind) {
   Builder& b = n.b;
   const DType d = n.input_meta(0).dtype;
   TensorId x = computable(n, 0);
+  // Pool2d takes floats: integer max pooling runs in f64, exact for every u8 and i32 value.
+  if (!avg && !is_float(d)) x = b.cast(x, kF64);
   const Shape xs = b.meta(x).shape;
   const Spatial sp = spatial_of(n, xs.size());
   const size_t k = xs.size() - 2;

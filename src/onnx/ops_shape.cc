@@ -126,8 +126,9 @@ void slice_op(Node& n) {
 
 void concat_op(Node& n) {
   n.check_attrs({"axis"});
-  if (!n.has_attr("axis")) n.fail("attribute axis is required");
-  const int64_t axis = n.axis(n.attr_int("axis", 0), n.rank(0));
+  // Opsets before 4 default axis to 1; from 4 it is required.
+  if (!n.has_attr("axis") && n.opset >= 4) n.fail("attribute axis is required");
+  const int64_t axis = n.axis(n.attr_int("axis", 1), n.rank(0));
   std::vector<TensorId> xs;
   for (size_t i = 0; i < n.num_inputs(); ++i) {
     if (n.has_input(i)) xs.push_back(n.input(i));
@@ -238,6 +239,7 @@ void constant_of_shape_op(Node& n) {
 
 void tile_op(Node& n) {
   n.check_attrs({});
+  if (n.opset < 6) n.fail("opset " + std::to_string(n.opset) + " Tile (tiles and axis inputs) is not supported");
   const std::vector<int64_t> reps = n.ints_input(1, "repeats");
   if (static_cast<int64_t>(reps.size()) != n.rank(0)) n.fail("repeats must have one entry per dim");
   const TensorId x = n.input(0);
@@ -394,8 +396,8 @@ void pad_op(Node& n) {
   std::vector<int64_t> pads;
   double value = 0;
   if (n.opset < 11) {
-    n.check_attrs({"mode", "pads", "value"});
-    pads = n.attr_ints("pads");
+    n.check_attrs({"mode", "pads", "paddings", "value"});
+    pads = n.attr_ints(n.opset < 2 ? "paddings" : "pads");
     value = n.attr_float("value", 0);
   } else {
     n.check_attrs({"mode"});
@@ -508,8 +510,10 @@ void dropout_op(Node& n) {
     n.check_attrs({"ratio", "is_test", "seed"});
   } else {
     n.check_attrs({"seed"});
-    if (n.has_input(2) && n.constant(2, "training_mode").ints().at(0) != 0) {
-      n.fail("input training_mode=true is not supported (inference only)");
+    const double ratio = n.has_input(1) ? n.constant(1, "ratio").doubles().at(0) : 0.5;
+    if (n.has_input(2) && n.constant(2, "training_mode").ints().at(0) != 0 && ratio != 0) {
+      n.fail("input training_mode=true with ratio " + std::to_string(ratio) +
+             " is not supported (random; only ratio 0 is the identity)");
     }
   }
   const TensorId x = n.input(0);
