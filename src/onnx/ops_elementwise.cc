@@ -189,6 +189,12 @@ void register_elementwise_ops() {
     n.check_attrs({});
     const DType d = n.input_meta(0).dtype;
     TensorId x = computable(n, 0), slope = computable(n, 1);
+    const Shape xs = n.b.meta(x).shape, ss = n.b.meta(slope).shape;
+    if (n.opset < 7 && ss.size() == 1 && xs.size() > 2 && ss[0] == xs[1] && ss[0] != 1) {
+      Shape per_channel(xs.size() - 1, 1);  // before opset 7 a 1-D slope is per channel (dim 1)
+      per_channel[0] = ss[0];
+      slope = n.b.reshape(slope, per_channel);
+    }
     TensorId out = where_neg(n.b, x, n.b.binary(BK::kMul, x, slope), x);
     n.set_output(0, n.b.cast(n.b.expand(out, n.b.meta(x).shape), d));
   };

@@ -190,6 +190,43 @@ void conv_op(Node& n) {
   n.set_output(0, b.cast(out, d));
 }
 
+// Pooling by visiting the window's taps, for what Pool2d lacks (dilations, 3-D windows): x is
+// already padded; each tap is a strided slice of it, combined by maximum, or summed and divided by
+// `count` (a tensor: the in-range elements of each window) or by the window size.
+TensorId pool_taps(Builder& b, TensorId x, bool avg, const std::vector<int64_t>& kernel,
+                   const std::vector<int64_t>& strides, const std::vector<int64_t>& dil,
+                   TensorId count) {
+  const Shape xs = b.meta(x).shape;
+  const size_t k = kernel.size();
+  std::vector<int64_t> out(k);
+  int64_t taps = 1;
+  for (size_t i = 0; i < k; ++i) {
+    out[i] = (xs[2 + i] - dil[i] * (kernel[i] - 1) - 1) / strides[i] + 1;
+    if (out[i] < 1) b.fail("the window does not fit the padded input");
+    taps *= kernel[i];
+  }
+  auto sum_taps = [&](TensorId src, bool max) {
+    TensorId acc = 0;
+    for (int64_t t = 0; t < taps; ++t) {
+      std::vector<int64_t> starts(xs.size(), 0), ends(xs), steps(xs.size(), 1);
+      for (size_t i = k, rest = static_cast<size_t>(t); i-- > 0;) {
+        const int64_t tap = static_cast<int64_t>(rest % kernel[i]);
+        rest /= kernel[i];
+        starts[2 + i] = tap * dil[i];
+        ends[2 + i] = starts[2 + i] + (out[i] - 1) * strides[i] + 1;
+        steps[2 + i] = strides[i];
+      }
+      TensorId v = b.slice(src, starts, ends, steps);
+      acc = acc == 0 ? v : b.binary(max ? BK::kMaximum : BK::kAdd, acc, v);
+    }
+    return acc;
+  };
+  if (!avg) return sum_taps(x, true);
+  const TensorId sum = sum_taps(x, false);
+  if (count != 0) return b.binary(BK::kDiv, sum, sum_taps(count, false));
+  return b.scalar(BK::kDiv, sum, static_cast<double>(taps));
+}
+
 void pool_op(Node& n, ir::PoolKind kind) {
   const bool avg = kind == ir::PoolKind::kAvg;
   if (avg) n.check_attrs({"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"});
@@ -201,15 +238,12 @@ void pool_op(Node& n, ir::PoolKind kind) {
   // Pool2d takes floats: integer max pooling runs in f64, exact for every u8 and i32 value.
   if (!avg && !is_float(d)) x = b.cast(x, kF64);
   const Shape xs = b.meta(x).shape;
-  const Spatial sp = spatial_of(n, xs.size());
+  if (xs.size() < 3) n.fail("input must have rank >= 3");
   const size_t k = xs.size() - 2;
   const std::vector<int64_t> kernel = n.attr_ints("kernel_shape");
   if (kernel.size() != k) n.fail("attribute kernel_shape must have " + std::to_string(k) + " entries");
   const std::vector<int64_t> strides = ints_or(n, "strides", k, 1);
   const std::vector<int64_t> dil = ints_or(n, "dilations", k, 1);
-  for (int64_t v : dil) {
-    if (v != 1) n.fail("attribute dilations other than 1 are not supported");
-  }
   std::vector<int64_t> pads = spatial_pads(n, xs, kernel, strides, dil);
   const bool ceil = n.attr_int("ceil_mode", 0) != 0;
   const bool include_pad = n.attr_int("count_include_pad", 0) != 0;
@@ -218,46 +252,66 @@ void pool_op(Node& n, ir::PoolKind kind) {
     // floor division gives ceil's count, as long as that window starts inside the input or the
     // left padding (PyTorch's and ONNX's rule).
     for (size_t i = 0; i < k; ++i) {
-      const int64_t span = xs[2 + i] + pads[i] + pads[i + k] - kernel[i];
+      const int64_t window = dil[i] * (kernel[i] - 1) + 1;
+      const int64_t span = xs[2 + i] + pads[i] + pads[i + k] - window;
       int64_t out = (span + strides[i] - 1) / strides[i] + 1;
       if ((out - 1) * strides[i] >= xs[2 + i] + pads[i]) --out;
-      const int64_t need = (out - 1) * strides[i] + kernel[i] - (xs[2 + i] + pads[i] + pads[i + k]);
+      const int64_t need = (out - 1) * strides[i] + window - (xs[2 + i] + pads[i] + pads[i + k]);
       if (need > 0) {
         if (avg && include_pad) n.fail("ceil_mode=1 with count_include_pad=1 is not supported");
         pads[i + k] += need;
       }
     }
   }
-  if (sp.one_d) x = b.reshape(x, {xs[0], xs[1], 1, xs[2]});
-  std::vector<int64_t> p4 = sp.lift_pads(pads);
-  std::vector<int64_t> k2 = sp.lift(kernel, 1), s2 = sp.lift(strides, 1);
+  bool dilated = false;
+  for (int64_t v : dil) dilated = dilated || v != 1;
+  const bool taps = dilated || k > 2;
+  const bool one_d = !taps && k == 1;
+  if (one_d) {
+    x = b.reshape(x, {xs[0], xs[1], 1, xs[2]});
+    pads = {0, pads[0], 0, pads[1]};
+  }
+  const size_t kk = one_d ? 2 : k;
+  const std::vector<int64_t> kw = one_d ? std::vector<int64_t>{1, kernel[0]} : kernel;
+  const std::vector<int64_t> sw = one_d ? std::vector<int64_t>{1, strides[0]} : strides;
   // Pool2d pads both sides alike with at most kernel / 2: otherwise pad explicitly (-inf for
   // max; for avg zeros, with the count corrected below).
-  bool explicit_pad = avg && !include_pad;
-  for (size_t i = 0; i < 2; ++i) {
-    explicit_pad = explicit_pad || p4[i] != p4[i + 2] || p4[i] > k2[i] / 2;
+  bool explicit_pad = taps || (avg && !include_pad);
+  for (size_t i = 0; i < kk; ++i) {
+    explicit_pad = explicit_pad || pads[i] != pads[i + kk] || pads[i] > kw[i] / 2;
   }
-  std::vector<int64_t> pool_pad(2, 0);
+  std::vector<int64_t> pool_pad(kk, 0);
   TensorId ones = 0;
   if (explicit_pad) {
-    std::vector<int64_t> before{0, 0, p4[0], p4[1]}, after{0, 0, p4[2], p4[3]};
+    const size_t rank = kk + 2;
+    std::vector<int64_t> before(rank, 0), after(rank, 0);
+    for (size_t i = 0; i < kk; ++i) {
+      before[2 + i] = pads[i];
+      after[2 + i] = pads[i + kk];
+    }
     const double fill = avg ? 0.0 : -std::numeric_limits<double>::infinity();
     if (avg && !include_pad) {
-      const Shape os = b.meta(x).shape;
-      ones = b.pad_constant(b.full({1, 1, os[2], os[3]}, b.meta(x).dtype, 1.0), before, after, 0.0);
+      Shape os = b.meta(x).shape;
+      os[0] = os[1] = 1;
+      ones = b.pad_constant(b.full(os, b.meta(x).dtype, 1.0), before, after, 0.0);
     }
     x = b.pad_constant(x, before, after, fill);
   } else {
-    pool_pad = {p4[0], p4[1]};
+    for (size_t i = 0; i < kk; ++i) pool_pad[i] = pads[i];
   }
-  TensorId out = b.new_id();
-  b.append(ir::Pool2d{kind, {x}, k2, s2, pool_pad, {out}});
-  if (ones != 0) {  // the average over in-range elements only: sum / count
-    TensorId count = b.new_id();
-    b.append(ir::Pool2d{kind, {ones}, k2, s2, pool_pad, {count}});
-    out = b.binary(BK::kDiv, out, count);
+  TensorId out;
+  if (taps) {
+    out = pool_taps(b, x, avg, kernel, strides, dil, ones);
+  } else {
+    out = b.new_id();
+    b.append(ir::Pool2d{kind, {x}, kw, sw, pool_pad, {out}});
+    if (ones != 0) {  // the average over in-range elements only: sum / count
+      TensorId count = b.new_id();
+      b.append(ir::Pool2d{kind, {ones}, kw, sw, pool_pad, {count}});
+      out = b.binary(BK::kDiv, out, count);
+    }
   }
-  if (sp.one_d) {
+  if (one_d) {
     Shape os = b.meta(out).shape;
     out = b.reshape(out, {os[0], os[1], os[3]});
   }
@@ -282,11 +336,18 @@ TensorId per_channel(Builder& b, TensorId v, int64_t rank) {
 }
 
 void batch_norm_op(Node& n) {
-  n.check_attrs({"epsilon", "momentum", "spatial", "training_mode", "is_test", "consumed_inputs"});
-  n.require_attr_int("training_mode", 0);
+  n.check_attrs({"epsilon", "momentum", "spatial", "training_mode", "is_test"});
   n.require_attr_int("spatial", 1);
-  for (size_t i = 1; i < 5; ++i) {
-    if (n.wants_output(i)) n.fail("training outputs (running mean and var) are not supported");
+  if (n.opset < 7 && n.attr_int("is_test", 0) == 0) {
+    n.fail("attribute is_test=0 (training) is not supported before opset 7");
+  }
+  // Training (opset 14's training_mode=1): normalise with the batch's statistics and output the
+  // updated running mean and (population) variance. Before 14, extra outputs meant training.
+  const bool training = n.attr_int("training_mode", 0) != 0;
+  if (!training) {
+    for (size_t i = 1; i < 5; ++i) {
+      if (n.wants_output(i)) n.fail("output " + std::to_string(i) + " (training statistics) is not supported");
+    }
   }
   Builder& b = n.b;
   const DType d = n.input_meta(0).dtype;
@@ -295,6 +356,23 @@ void batch_norm_op(Node& n) {
   const double eps = n.attr_float("epsilon", 1e-5);
   TensorId scale = per_channel(b, computable(n, 1), rank), bias = per_channel(b, computable(n, 2), rank);
   TensorId mean = per_channel(b, computable(n, 3), rank), var = per_channel(b, computable(n, 4), rank);
+  if (training) {
+    const double momentum = n.attr_float("momentum", 0.9);
+    std::vector<int64_t> dims{0};
+    for (int64_t i = 2; i < rank; ++i) dims.push_back(i);
+    TensorId bmean = b.reduce(RK::kMean, x, dims, true);
+    TensorId centred = b.binary(BK::kSub, x, bmean);
+    TensorId bvar = b.reduce(RK::kMean, b.binary(BK::kMul, centred, centred), dims, true);
+    auto running = [&](TensorId old, TensorId now) {
+      TensorId r = b.binary(BK::kAdd, b.scalar(BK::kMul, old, momentum),
+                            b.scalar(BK::kMul, now, 1.0 - momentum));
+      return b.cast(b.reshape(r, {numel(b.meta(r).shape)}), d);
+    };
+    n.set_output(1, running(mean, bmean));
+    n.set_output(2, running(var, bvar));
+    mean = bmean;
+    var = bvar;
+  }
   // (x - mean) / sqrt(var + eps) * scale + bias
   TensorId den = b.unary(UK::kSqrt, b.scalar(BK::kAdd, var, eps));
   TensorId y = b.binary(BK::kDiv, b.binary(BK::kSub, x, mean), den);
