@@ -130,60 +130,82 @@ std::vector<int64_t> ints_or(Node& n, const char* name, size_t count, int64_t df
   return v;
 }
 
-// Conv and pooling take 2-D windows ([N, C, H, W]); a 1-D one ([N, C, L]) runs as [N, C, 1, L].
-struct Spatial {
-  bool one_d = false;
-  std::vector<int64_t> lift(const std::vector<int64_t>& v, int64_t one) const {
-    if (!one_d) return v;
-    return {one, v[0]};
-  }
-  std::vector<int64_t> lift_pads(const std::vector<int64_t>& p) const {
-    if (!one_d) return p;
-    return {0, p[0], 0, p[1]};
-  }
-};
-
-Spatial spatial_of(Node& n, size_t rank) {
-  if (rank == 3) return Spatial{true};
-  if (rank != 4) n.fail("only 1-D and 2-D windows are supported (input rank " + std::to_string(rank) + ")");
-  return Spatial{false};
-}
-
 void conv_op(Node& n) {
   n.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
   Builder& b = n.b;
   const DType d = n.input_meta(0).dtype;
   TensorId x = computable(n, 0), w = computable(n, 1);
   const Shape xs = b.meta(x).shape, ws = b.meta(w).shape;
-  const Spatial sp = spatial_of(n, xs.size());
-  const size_t k = xs.size() - 2;
+  if (xs.size() < 3 || xs.size() > 5) {
+    n.fail("only 1-D, 2-D and 3-D convolutions are supported (input rank " + std::to_string(xs.size()) + ")");
+  }
+  size_t k = xs.size() - 2;
   std::vector<int64_t> kernel(ws.begin() + 2, ws.end());
   if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != kernel) {
     n.fail("attribute kernel_shape differs from the weight's shape");
   }
-  const std::vector<int64_t> strides = ints_or(n, "strides", k, 1);
-  const std::vector<int64_t> dil = ints_or(n, "dilations", k, 1);
-  std::vector<int64_t> pads = sp.lift_pads(spatial_pads(n, xs, kernel, strides, dil));
-  if (sp.one_d) {
+  std::vector<int64_t> strides = ints_or(n, "strides", k, 1);
+  std::vector<int64_t> dil = ints_or(n, "dilations", k, 1);
+  std::vector<int64_t> pads = spatial_pads(n, xs, kernel, strides, dil);
+  const bool one_d = k == 1;
+  if (one_d) {  // as 2-D with a height of 1
     x = b.reshape(x, {xs[0], xs[1], 1, xs[2]});
     w = b.reshape(w, {ws[0], ws[1], 1, ws[2]});
+    kernel = {1, kernel[0]};
+    strides = {1, strides[0]};
+    dil = {1, dil[0]};
+    pads = {0, pads[0], 0, pads[1]};
+    k = 2;
   }
-  // Conv2d pads both sides alike: asymmetric pads are added as zeros first.
-  std::vector<int64_t> sym(2);
-  std::vector<int64_t> before(4, 0), after(4, 0);
-  bool extra = false;
-  for (size_t i = 0; i < 2; ++i) {
-    sym[i] = std::min(pads[i], pads[i + 2]);
-    before[2 + i] = pads[i] - sym[i];
-    after[2 + i] = pads[i + 2] - sym[i];
-    extra = extra || before[2 + i] || after[2 + i];
+  // Conv2d pads height and width alike: asymmetric pads are added as zeros first, as are a 3-D
+  // convolution's depth pads.
+  std::vector<int64_t> sym(2), before(k + 2, 0), after(k + 2, 0);
+  for (size_t i = 0; i < k; ++i) {
+    if (k == 3 && i == 0) {
+      before[2] = pads[0];
+      after[2] = pads[k];
+      continue;
+    }
+    const size_t j = i - (k - 2);
+    sym[j] = std::min(pads[i], pads[i + k]);
+    before[2 + i] = pads[i] - sym[j];
+    after[2 + i] = pads[i + k] - sym[j];
   }
-  if (extra) x = b.pad_constant(x, before, after, 0.0);
+  x = b.pad_constant(x, before, after, 0.0);
   const TensorId bias = n.has_input(2) ? computable(n, 2) : 0;
-  TensorId out = b.new_id();
-  b.append(ir::Conv2d{{x}, {w}, {bias}, sp.lift(strides, 1), sym, sp.lift(dil, 1),
-                      n.attr_int("group", 1), {out}});
-  if (sp.one_d) {
+  const int64_t group = n.attr_int("group", 1);
+  const std::vector<int64_t> s2(strides.end() - 2, strides.end()), d2(dil.end() - 2, dil.end());
+  auto conv2d = [&](TensorId in, TensorId weight, TensorId with_bias) {
+    const TensorId out = b.new_id();
+    b.append(ir::Conv2d{{in}, {weight}, {with_bias}, s2, sym, d2, group, {out}});
+    return out;
+  };
+  TensorId out;
+  if (k == 2) {
+    out = conv2d(x, w, bias);
+  } else {
+    // 3-D: one Conv2d per depth tap over the depth positions it reaches (folded into the batch),
+    // summed in tap order.
+    const Shape ps = b.meta(x).shape;
+    const int64_t depth = (ps[2] - dil[0] * (kernel[0] - 1) - 1) / strides[0] + 1;
+    if (depth < 1) n.fail("the kernel does not fit the padded input's depth");
+    TensorId acc = 0;
+    for (int64_t t = 0; t < kernel[0]; ++t) {
+      std::vector<int64_t> st(5, 0), en(ps), sp(5, 1);
+      st[2] = t * dil[0];
+      en[2] = st[2] + (depth - 1) * strides[0] + 1;
+      sp[2] = strides[0];
+      TensorId xt = b.permute(b.slice(x, st, en, sp), {0, 2, 1, 3, 4});
+      xt = b.reshape(xt, {ps[0] * depth, ps[1], ps[3], ps[4]});
+      TensorId wt = b.reshape(b.narrow(w, 2, t, t + 1), {ws[0], ws[1], ws[3], ws[4]});
+      TensorId yt = conv2d(xt, wt, 0);
+      acc = acc == 0 ? yt : b.binary(BK::kAdd, acc, yt);
+    }
+    const Shape ys = b.meta(acc).shape;
+    out = b.permute(b.reshape(acc, {ps[0], depth, ys[1], ys[2], ys[3]}), {0, 2, 1, 3, 4});
+    if (bias) out = b.binary(BK::kAdd, out, b.reshape(bias, {1, ws[0], 1, 1, 1}));
+  }
+  if (one_d) {
     Shape os = b.meta(out).shape;
     out = b.reshape(out, {os[0], os[1], os[3]});
   }
