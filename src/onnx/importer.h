@@ -160,5 +160,6 @@ void register_elementwise_ops();
 void register_shape_ops();
 void register_reduce_ops();
 void register_nn_ops();
+void register_resize_ops();
 
 }  // namespace tw::onnx_import

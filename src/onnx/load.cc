@@ -31,6 +31,7 @@ void register_all() {
     onnx_import::register_shape_ops();
     onnx_import::register_reduce_ops();
     onnx_import::register_nn_ops();
+    onnx_import::register_resize_ops();
   });
 }
 

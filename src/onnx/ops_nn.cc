@@ -20,6 +20,8 @@ TensorId computable(Node& n, size_t i) {
   return storage_only(n.b.meta(x).dtype) ? n.b.cast(x, kF32) : x;
 }
 
+TensorId per_channel(Builder& b, TensorId v, int64_t rank);
+
 void matmul_op(Node& n) {
   n.check_attrs({});
   Builder& b = n.b;
@@ -207,6 +209,87 @@ void conv_op(Node& n) {
   }
   if (one_d) {
     Shape os = b.meta(out).shape;
+    out = b.reshape(out, {os[0], os[1], os[3]});
+  }
+  n.set_output(0, b.cast(out, d));
+}
+
+// ConvTranspose is Conv2d's gradient with respect to its input (Conv2dBackwardInput): X plays
+// the gradient, W [C_in, C_out / group, kH, kW] the convolution's weight. Asymmetric pads are
+// taken as the smaller pad on both sides, then the excess cropped.
+void conv_transpose_op(Node& n) {
+  n.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "output_padding",
+                 "output_shape", "pads", "strides"});
+  Builder& b = n.b;
+  const DType d = n.input_meta(0).dtype;
+  TensorId x = computable(n, 0), w = computable(n, 1);
+  Shape xs = b.meta(x).shape, ws = b.meta(w).shape;
+  if (xs.size() != 3 && xs.size() != 4) {
+    n.fail("only 1-D and 2-D transposed convolutions are supported (input rank " + std::to_string(xs.size()) + ")");
+  }
+  const size_t k = xs.size() - 2;
+  std::vector<int64_t> kernel(ws.begin() + 2, ws.end());
+  if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != kernel) {
+    n.fail("attribute kernel_shape differs from the weight's shape");
+  }
+  std::vector<int64_t> strides = ints_or(n, "strides", k, 1);
+  std::vector<int64_t> dil = ints_or(n, "dilations", k, 1);
+  std::vector<int64_t> out_pad = ints_or(n, "output_padding", k, 0);
+  const int64_t group = n.attr_int("group", 1);
+  std::vector<int64_t> pads = n.attr_ints("pads");
+  if (pads.empty()) pads.assign(2 * k, 0);
+  if (pads.size() != 2 * k) n.fail("attribute pads must have 2 entries per spatial dim");
+  std::vector<int64_t> out_shape = n.attr_ints("output_shape");
+  if (out_shape.size() == k + 2) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
+  const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  std::vector<int64_t> full(k);
+  for (size_t i = 0; i < k; ++i) {
+    full[i] = strides[i] * (xs[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1;
+    if (out_pad[i] >= strides[i] && out_pad[i] >= dil[i]) n.fail("output_padding must be smaller than the stride or the dilation");
+  }
+  if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    if (out_shape.empty()) {
+      for (size_t i = 0; i < k; ++i) out_shape.push_back(xs[2 + i] * strides[i]);
+    }
+    if (out_shape.size() != k) n.fail("attribute output_shape must have one entry per spatial dim");
+    for (size_t i = 0; i < k; ++i) {
+      const int64_t total = full[i] - out_shape[i];
+      if (total < 0) n.fail("attribute output_shape is larger than the full output");
+      const bool lower = auto_pad == "SAME_LOWER";
+      pads[i] = lower ? total - total / 2 : total / 2;
+      pads[i + k] = lower ? total / 2 : total - total / 2;
+    }
+  } else if (auto_pad != "NOTSET" && auto_pad != "VALID") {
+    n.fail("attribute auto_pad='" + auto_pad + "' is not supported");
+  } else if (auto_pad == "VALID") {
+    pads.assign(2 * k, 0);
+  }
+  if (k == 1) {  // as 2-D with a height of 1
+    x = b.reshape(x, {xs[0], xs[1], 1, xs[2]});
+    w = b.reshape(w, {ws[0], ws[1], 1, ws[2]});
+    xs = b.meta(x).shape;
+    kernel.insert(kernel.begin(), 1);
+    strides.insert(strides.begin(), 1);
+    dil.insert(dil.begin(), 1);
+    full.insert(full.begin(), 1);
+    pads = {0, pads[0], 0, pads[1]};
+  }
+  std::vector<int64_t> sym(2);
+  Shape target{xs[0], ws[1] * group, 0, 0};
+  for (size_t i = 0; i < 2; ++i) {
+    sym[i] = std::min(pads[i], pads[i + 2]);
+    if (sym[i] < 0) n.fail("negative pads are not supported");
+    target[2 + i] = full[i] - 2 * sym[i];
+  }
+  TensorId out = b.new_id();
+  b.append(ir::Conv2dBackwardInput{{x}, {w}, target, strides, sym, dil, group, {out}});
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t begin = pads[i] - sym[i], end = pads[i + 2] - sym[i];
+    if (begin || end) out = b.narrow(out, static_cast<int64_t>(2 + i), begin, target[2 + i] - end);
+  }
+  if (n.has_input(2)) out = b.binary(BK::kAdd, out, per_channel(b, computable(n, 2), 4));
+  if (k == 1) {
+    const Shape os = b.meta(out).shape;
     out = b.reshape(out, {os[0], os[1], os[3]});
   }
   n.set_output(0, b.cast(out, d));
@@ -533,6 +616,7 @@ void register_nn_ops() {
   t["LogSoftmax"] = [](Node& n) { softmax_like(n, 1); };
   t["Hardmax"] = [](Node& n) { softmax_like(n, 2); };
   t["Conv"] = conv_op;
+  t["ConvTranspose"] = conv_transpose_op;
   t["MaxPool"] = [](Node& n) { pool_op(n, ir::PoolKind::kMax); };
   t["AveragePool"] = [](Node& n) { pool_op(n, ir::PoolKind::kAvg); };
   t["GlobalAveragePool"] = [](Node& n) { global_pool_op(n, RK::kMean); };

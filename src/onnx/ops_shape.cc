@@ -273,6 +273,102 @@ void gather_elements_op(Node& n) {
   n.set_output(0, n.b.gather(n.input(0), axis, idx));
 }
 
+// ScatterElements (and the older Scatter): reduction none writes src where index points (as
+// x + scatter_add(src - x) would not be exact, it selects: where a position received a write,
+// the written value; ONNX leaves duplicate indices undefined for none); add is ScatterAdd.
+void scatter_elements_op(Node& n) {
+  n.check_attrs({"axis", "reduction"});
+  const std::string reduction = n.attr_string("reduction", "none");
+  Builder& b = n.b;
+  TensorId x = n.input(0);
+  const Shape s = b.meta(x).shape;
+  const DType d = b.meta(x).dtype;
+  const int64_t axis = n.axis(n.attr_int("axis", 0), static_cast<int64_t>(s.size()));
+  TensorId idx = wrap_negative(b, n.input(1), s[axis]);
+  TensorId src = n.input(2);
+  auto scatter_add = [&](TensorId into, TensorId what) {
+    const TensorId out = b.new_id();
+    b.append(ir::ScatterAdd{{into}, axis, {idx}, {what}, {out}});
+    return out;
+  };
+  if (reduction == "add") {
+    n.set_output(0, scatter_add(x, src));
+    return;
+  }
+  if (reduction != "none") n.fail("attribute reduction='" + reduction + "' is not supported");
+  const DType cd = d == kBool ? kU8 : d;  // ScatterAdd takes numbers
+  TensorId hits = scatter_add(b.full(s, kI32, int64_t{0}), b.full(b.meta(src).shape, kI32, int64_t{1}));
+  TensorId written = scatter_add(b.full(s, cd, int64_t{0}), b.cast(src, cd));
+  TensorId out = b.where(b.scalar(BK::kGt, hits, int64_t{0}), b.cast(written, d), x);
+  n.set_output(0, b.cast(out, d));
+}
+
+// GatherND: each index row (the last dim of indices, k entries) picks a slice of data after the
+// batch dims; computed as one IndexSelect over data's leading dims flattened.
+void gather_nd_op(Node& n) {
+  n.check_attrs({"batch_dims"});
+  Builder& b = n.b;
+  const Shape ds = n.input_meta(0).shape, is = n.input_meta(1).shape;
+  const int64_t bd = n.attr_int("batch_dims", 0);
+  if (is.empty()) n.fail("indices must have rank >= 1");
+  const int64_t k = is.back();
+  const int64_t rank = static_cast<int64_t>(ds.size());
+  if (bd < 0 || bd + k > rank || bd >= static_cast<int64_t>(is.size())) n.fail("batch_dims and the index depth do not fit data");
+  for (int64_t i = 0; i < bd; ++i) {
+    if (ds[i] != is[i]) n.fail("data and indices differ in batch dim " + std::to_string(i));
+  }
+  TensorId idx = b.cast(n.input(1), kI64);
+  // linear = ((batch * d[bd]) + i0) * d[bd + 1] + i1 ..., with negative entries wrapped.
+  const Shape rows(is.begin(), is.end() - 1);
+  TensorId linear = 0;
+  if (bd > 0) {
+    int64_t batches = 1;
+    for (int64_t i = 0; i < bd; ++i) batches *= ds[i];
+    Shape bs(rows.size(), 1);
+    std::copy(ds.begin(), ds.begin() + bd, bs.begin());
+    Shape flat_b(is.begin(), is.begin() + bd);
+    linear = b.reshape(b.arange(batches), flat_b);
+    linear = b.expand(b.reshape(linear, bs), rows);
+  }
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t dim = ds[bd + j];
+    TensorId c = b.reshape(b.narrow(idx, static_cast<int64_t>(is.size()) - 1, j, j + 1), rows);
+    c = wrap_negative(b, c, dim);
+    linear = linear == 0 ? c : b.binary(BK::kAdd, b.scalar(BK::kMul, linear, dim), c);
+  }
+  int64_t lead = 1;
+  for (int64_t i = 0; i < bd + k; ++i) lead *= ds[i];
+  Shape flat{lead};
+  flat.insert(flat.end(), ds.begin() + bd + k, ds.end());
+  TensorId data = b.reshape(n.input(0), flat);
+  TensorId picked = b.index_select(data, 0, b.reshape(linear, {numel(rows)}));
+  Shape out = rows;
+  out.insert(out.end(), ds.begin() + bd + k, ds.end());
+  n.set_output(0, b.reshape(picked, out));
+}
+
+// Compress with its condition known at load: an IndexSelect of the selected positions.
+void compress_op(Node& n) {
+  n.check_attrs({"axis"});
+  Builder& b = n.b;
+  const std::vector<int64_t> cond = n.ints_input(1, "condition");
+  TensorId x = n.input(0);
+  int64_t axis = 0;
+  if (n.has_attr("axis")) {
+    axis = n.axis(n.attr_int("axis", 0), n.rank(0));
+  } else {
+    x = b.reshape(x, {numel(b.meta(x).shape)});
+  }
+  const int64_t size = b.meta(x).shape[axis];
+  std::vector<int64_t> keep;
+  for (int64_t i = 0; i < static_cast<int64_t>(cond.size()) && i < size; ++i) {
+    if (cond[i] != 0) keep.push_back(i);
+  }
+  if (static_cast<int64_t>(cond.size()) > size) n.fail("condition is longer than the axis");
+  TensorId idx = b.constant_id(HostTensor::of_ints(keep, {static_cast<int64_t>(keep.size())}));
+  n.set_output(0, b.index_select(x, axis, idx));
+}
+
 void range_op(Node& n) {
   n.check_attrs({});
   const HostTensor& start = n.constant(0, "start");
@@ -543,6 +639,10 @@ void register_shape_ops() {
   t["Tile"] = tile_op;
   t["Gather"] = gather_op;
   t["GatherElements"] = gather_elements_op;
+  t["GatherND"] = gather_nd_op;
+  t["ScatterElements"] = scatter_elements_op;
+  t["Scatter"] = scatter_elements_op;
+  t["Compress"] = compress_op;
   t["Range"] = range_op;
   t["OneHot"] = one_hot_op;
   t["Trilu"] = trilu_op;
