@@ -242,7 +242,7 @@ void conv_transpose_op(Node& n) {
   std::vector<int64_t> out_shape = n.attr_ints("output_shape");
   if (out_shape.size() == k + 2) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
   const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
-  std::vector<int64_t> full(k);
+  std::vector<int64_t> full(k), extra(k, 0);
   for (size_t i = 0; i < k; ++i) {
     full[i] = strides[i] * (xs[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1;
     if (out_pad[i] >= strides[i] && out_pad[i] >= dil[i]) n.fail("output_padding must be smaller than the stride or the dilation");
@@ -253,8 +253,13 @@ void conv_transpose_op(Node& n) {
     }
     if (out_shape.size() != k) n.fail("attribute output_shape must have one entry per spatial dim");
     for (size_t i = 0; i < k; ++i) {
-      const int64_t total = full[i] - out_shape[i];
-      if (total < 0) n.fail("attribute output_shape is larger than the full output");
+      int64_t total = full[i] - out_shape[i];
+      // An output_shape beyond the full output extends it at the end; nothing reaches those
+      // positions (as output_padding): zeros, then the bias.
+      if (total < 0) {
+        extra[i] = -total;
+        total = 0;
+      }
       const bool lower = auto_pad == "SAME_LOWER";
       pads[i] = lower ? total - total / 2 : total / 2;
       pads[i + k] = lower ? total / 2 : total - total / 2;
@@ -272,6 +277,7 @@ void conv_transpose_op(Node& n) {
     strides.insert(strides.begin(), 1);
     dil.insert(dil.begin(), 1);
     full.insert(full.begin(), 1);
+    extra.insert(extra.begin(), 0);
     pads = {0, pads[0], 0, pads[1]};
   }
   std::vector<int64_t> sym(2);
@@ -287,6 +293,7 @@ void conv_transpose_op(Node& n) {
     const int64_t begin = pads[i] - sym[i], end = pads[i + 2] - sym[i];
     if (begin || end) out = b.narrow(out, static_cast<int64_t>(2 + i), begin, target[2 + i] - end);
   }
+  out = b.pad_constant(out, {0, 0, 0, 0}, {0, 0, extra[0], extra[1]}, 0.0);
   if (n.has_input(2)) out = b.binary(BK::kAdd, out, per_channel(b, computable(n, 2), 4));
   if (k == 1) {
     const Shape os = b.meta(out).shape;
