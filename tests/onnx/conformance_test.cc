@@ -4,9 +4,9 @@
 // compared with ONNX's tolerance (rtol 1e-3, atol 1e-7; integers and bools exact). A wrong value
 // or a run error of such a test fails this test. A test whose ops are all claimed but which the
 // importer refuses at load (an unsupported dtype or attribute value: the error names it) is
-// counted and listed as "refused", never run. A sample of the passing tests also runs on a real
-// server process; its outputs must equal cpu's bit for bit. The table goes to TW_ONNX_REPORT
-// (bench/results/onnx.md).
+// counted and listed as "refused", never run. Every passing test also runs on a real server
+// process, whose outputs must equal cpu's bit for bit, and on the torch device (when built),
+// compared with the reference. The table goes to TW_ONNX_REPORT (bench/results/onnx.md).
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -30,8 +30,6 @@ namespace tw::testing {
 namespace {
 
 constexpr double kRtol = 1e-3, kAtol = 1e-7;
-// Every kRemoteEvery-th passing test also runs remotely (about 70 of them).
-constexpr int kRemoteEvery = 10;
 const char* const kFolders[] = {"node", "pytorch-converted", "pytorch-operator", "simple"};
 // node/ tests that pass today (of 932): fewer means a mapping started refusing what it took.
 constexpr int kMinNodePassed = 726;
@@ -110,7 +108,8 @@ TEST_F(Conformance, ClaimedOpsMatchOnnxReferenceOutputs) {
   ServerProcess server;
   const Device remote = Device::remote(server.url());
   std::vector<Result> results;
-  int passed_so_far = 0, remote_checked = 0;
+  int remote_checked = 0, torch_checked = 0;
+  const bool torch = Device::torch_available();
 
   for (const char* folder : kFolders) {
     std::vector<fs::path> dirs;
@@ -186,11 +185,23 @@ TEST_F(Conformance, ClaimedOpsMatchOnnxReferenceOutputs) {
                          model.output_names[i] + "'): " + diff;
             }
           }
-          if (r.outcome == Outcome::kPassed && set == sets.front() && passed_so_far++ % kRemoteEvery == 0) {
+          // Passing on cpu, the data set runs on torch (compared with the reference) and on the
+          // server (compared with cpu, bit for bit).
+          if (r.outcome == Outcome::kPassed && torch) {
+            std::vector<Tensor> tin;
+            for (const Tensor& t : inputs) tin.push_back(t.to(Device::torch()));
+            const std::vector<Tensor> tout = model.run(Device::torch(), tin);
+            torch_checked += set == sets.front();
+            for (size_t i = 0; i < out.size(); ++i) {
+              const std::string diff = compare(tout[i].to(Device::cpu()), data.outputs[i]);
+              EXPECT_EQ(diff, "") << folder << "/" << r.name << " output " << i << " on torch";
+            }
+          }
+          if (r.outcome == Outcome::kPassed) {
             std::vector<Tensor> rin;
             for (const Tensor& t : inputs) rin.push_back(t.to(remote));
             const std::vector<Tensor> rout = model.run(remote, rin);
-            ++remote_checked;
+            remote_checked += set == sets.front();
             for (size_t i = 0; i < out.size(); ++i) {
               EXPECT_EQ(rout[i].to_bytes(), out[i].to_bytes())
                   << folder << "/" << r.name << " output " << i << ": remote differs from cpu";
@@ -227,9 +238,9 @@ TEST_F(Conformance, ClaimedOpsMatchOnnxReferenceOutputs) {
     md << "| " << folder << " | " << c[0] << " | " << c[1] << " | " << c[2] << " | " << c[3]
        << " | " << (c[0] + c[1] + c[2] + c[3]) << " |\n";
   }
-  md << "\nRemote check: " << remote_checked
-     << " passing tests (every " << kRemoteEvery << "th) also ran on a tensorwire-server over tcp; "
-        "outputs bit-identical to cpu.\n";
+  md << "\nEvery passing test also ran on a tensorwire-server over tcp (" << remote_checked
+     << " tests; outputs bit-identical to cpu) and on the torch device (" << torch_checked
+     << " tests; within the same tolerance of the reference).\n";
   md << "\n## Claimed ops (" << claimed_.size() << ")\n\n";
   {
     std::string line;
