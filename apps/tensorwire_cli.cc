@@ -214,7 +214,8 @@ int trace_run(const std::string& path, const std::vector<std::string>& flags) {
   tw::manual_seed(seed);
   std::vector<std::string> names;
   for (size_t i = 0; i < trace.inputs().size(); ++i) names.push_back("input" + std::to_string(i));
-  const std::vector<tw::Tensor> inputs = make_inputs(trace.inputs(), names, given, inputs_path, dev);
+  const std::vector<tw::Tensor> inputs =
+      make_inputs(trace.inputs(), names, given, inputs_path, dev);
   dev.sync();
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<tw::Tensor> out = trace.replay(dev, inputs);

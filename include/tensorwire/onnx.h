@@ -35,9 +35,9 @@ struct Model {
   // constants inside the trace (FromHost ops), not inputs.
   std::vector<std::string> input_names, output_names;
   std::vector<std::string> initializer_names;
-  int64_t opset = 0;          // of the default domain
-  std::string producer;       // producer_name and producer_version
-  size_t num_nodes = 0;       // ONNX nodes (the trace has num_ops() IR ops)
+  int64_t opset = 0;     // of the default domain
+  std::string producer;  // producer_name and producer_version
+  size_t num_nodes = 0;  // ONNX nodes (the trace has num_ops() IR ops)
 
   // trace.replay(device, inputs): inputs in input_names' order, on `device`.
   std::vector<Tensor> run(const Device& device, const std::vector<Tensor>& inputs) const;

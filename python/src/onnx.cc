@@ -1,9 +1,9 @@
 // tensorwire._tensorwire.onnx: ONNX import (tensorwire/onnx.h), bound in a file of its own so that
 // the module's other bindings do not depend on libtensorwire_onnx's header.
+#include "tensorwire/onnx.h"
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include "tensorwire/onnx.h"
 
 namespace py = pybind11;
 

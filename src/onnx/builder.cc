@@ -119,7 +119,8 @@ HostTensor host_tensor(const ::onnx::TensorProto& t, const std::string& what) {
   };
   if (t.has_raw_data()) {
     count(t.raw_data().size() / es);
-    if (t.raw_data().size() % es != 0) throw Error(what + ": raw_data size is not a whole element count");
+    if (t.raw_data().size() % es != 0)
+      throw Error(what + ": raw_data size is not a whole element count");
     std::memcpy(h.bytes.data(), t.raw_data().data(), h.bytes.size());
     return h;
   }
@@ -143,7 +144,8 @@ HostTensor host_tensor(const ::onnx::TensorProto& t, const std::string& what) {
     case kU8:
     case kBool:
       count(t.int32_data_size());
-      for (size_t i = 0; i < n; ++i) h.bytes[i] = static_cast<uint8_t>(t.int32_data(static_cast<int>(i)));
+      for (size_t i = 0; i < n; ++i)
+        h.bytes[i] = static_cast<uint8_t>(t.int32_data(static_cast<int>(i)));
       break;
     case kF16:
     case kBF16:  // the 16 bits of each value in an int32
@@ -182,7 +184,9 @@ void Builder::append(ir::Op op) {
 
 TensorId Builder::constant_id(const HostTensor& h) {
   const TensorId id = new_id();
-  append(ir::FromHost{{id}, h.meta.shape, h.meta.dtype,
+  append(ir::FromHost{{id},
+                      h.meta.shape,
+                      h.meta.dtype,
                       ir::Bytes{Buffer::copy_of(h.bytes.data(), h.bytes.size())}});
   return id;
 }
@@ -206,7 +210,9 @@ TensorId Builder::cast(TensorId x, DType d) {
 TensorId Builder::reduce(ir::ReduceKind k, TensorId x, std::vector<int64_t> dims, bool keepdim) {
   TW_EMIT(ir::Reduce{k, {x}, std::move(dims), keepdim, {id}});
 }
-TensorId Builder::reshape(TensorId x, Shape shape) { TW_EMIT(ir::Reshape{{x}, std::move(shape), {id}}); }
+TensorId Builder::reshape(TensorId x, Shape shape) {
+  TW_EMIT(ir::Reshape{{x}, std::move(shape), {id}});
+}
 TensorId Builder::permute(TensorId x, std::vector<int64_t> dims) {
   TW_EMIT(ir::Permute{{x}, std::move(dims), {id}});
 }
@@ -231,8 +237,12 @@ TensorId Builder::cat(std::vector<TensorId> xs, int64_t dim) {
   for (TensorId x : xs) in.push_back({x});
   TW_EMIT(ir::Cat{std::move(in), dim, {id}});
 }
-TensorId Builder::flip(TensorId x, std::vector<int64_t> dims) { TW_EMIT(ir::Flip{{x}, std::move(dims), {id}}); }
-TensorId Builder::where(TensorId c, TensorId a, TensorId b) { TW_EMIT(ir::Where{{c}, {a}, {b}, {id}}); }
+TensorId Builder::flip(TensorId x, std::vector<int64_t> dims) {
+  TW_EMIT(ir::Flip{{x}, std::move(dims), {id}});
+}
+TensorId Builder::where(TensorId c, TensorId a, TensorId b) {
+  TW_EMIT(ir::Where{{c}, {a}, {b}, {id}});
+}
 TensorId Builder::full(Shape shape, DType d, ir::Scalar v) {
   TW_EMIT(ir::Full{{id}, std::move(shape), d, v});
 }
@@ -241,7 +251,9 @@ TensorId Builder::arange(int64_t n) {
   TW_EMIT(ir::Arange{{id}, int64_t{0}, n, int64_t{1}, kI64});
 }
 TensorId Builder::matmul(TensorId a, TensorId b) { TW_EMIT(ir::MatMul{{a}, {b}, {id}}); }
-TensorId Builder::softmax(TensorId x, int64_t dim, bool log) { TW_EMIT(ir::Softmax{{x}, dim, log, {id}}); }
+TensorId Builder::softmax(TensorId x, int64_t dim, bool log) {
+  TW_EMIT(ir::Softmax{{x}, dim, log, {id}});
+}
 TensorId Builder::index_select(TensorId x, int64_t dim, TensorId index) {
   TW_EMIT(ir::IndexSelect{{x}, dim, {index}, {id}});
 }
@@ -249,8 +261,12 @@ TensorId Builder::gather(TensorId x, int64_t dim, TensorId index) {
   TW_EMIT(ir::Gather{{x}, dim, {index}, {id}});
 }
 TensorId Builder::clamp(TensorId x, std::optional<ir::Scalar> lo, std::optional<ir::Scalar> hi) {
-  TW_EMIT(ir::Clamp{{x}, lo.has_value(), lo.value_or(ir::Scalar()), hi.has_value(),
-                    hi.value_or(ir::Scalar()), {id}});
+  TW_EMIT(ir::Clamp{{x},
+                    lo.has_value(),
+                    lo.value_or(ir::Scalar()),
+                    hi.has_value(),
+                    hi.value_or(ir::Scalar()),
+                    {id}});
 }
 #undef TW_EMIT
 
@@ -280,7 +296,8 @@ TensorId Builder::pad_constant(TensorId x, const std::vector<int64_t>& before,
 Builder::Value& Node::value(size_t i) {
   if (!has_input(i)) fail("input " + std::to_string(i) + " is required");
   auto it = values_.find(proto.input(static_cast<int>(i)));
-  if (it == values_.end()) fail("input '" + proto.input(static_cast<int>(i)) + "' is not defined before this node");
+  if (it == values_.end())
+    fail("input '" + proto.input(static_cast<int>(i)) + "' is not defined before this node");
   return it->second;
 }
 
@@ -343,7 +360,8 @@ void Node::forward(size_t out, size_t in) {
 const ::onnx::AttributeProto* Node::attr(const std::string& name) const {
   for (const auto& a : proto.attribute()) {
     if (a.name() == name) {
-      if (!a.ref_attr_name().empty()) fail("attribute '" + name + "' refers to a function attribute");
+      if (!a.ref_attr_name().empty())
+        fail("attribute '" + name + "' refers to a function attribute");
       return &a;
     }
   }

@@ -26,8 +26,8 @@ struct HostTensor {
   TensorMeta meta;
   std::vector<uint8_t> bytes;
   int64_t numel() const { return tw::numel(meta.shape); }
-  std::vector<int64_t> ints() const;     // any numeric dtype, converted (floats truncated)
-  std::vector<double> doubles() const;   // any numeric dtype
+  std::vector<int64_t> ints() const;    // any numeric dtype, converted (floats truncated)
+  std::vector<double> doubles() const;  // any numeric dtype
   static HostTensor of_ints(const std::vector<int64_t>& v, Shape shape, DType dtype = kI64);
 };
 
@@ -114,11 +114,11 @@ class Node {
   // Inputs: absent optional inputs are "" in ONNX.
   size_t num_inputs() const { return static_cast<size_t>(proto.input_size()); }
   bool has_input(size_t i) const { return i < num_inputs() && !proto.input(i).empty(); }
-  TensorId input(size_t i);                    // as a tensor; fails when absent
+  TensorId input(size_t i);  // as a tensor; fails when absent
   // Input i of a binary op whose other operand is input `ref`: before opset 7 with attribute
   // broadcast=1, reshaped so that numpy broadcasting gives the legacy (axis-aligned) one.
   TensorId input_broadcast(size_t i, size_t ref);
-  const TensorMeta& input_meta(size_t i);      // without making it a tensor
+  const TensorMeta& input_meta(size_t i);                  // without making it a tensor
   const HostTensor& constant(size_t i, const char* what);  // fails unless known at load
   bool has_constant(size_t i);
   std::vector<int64_t> ints_input(size_t i, const char* what) { return constant(i, what).ints(); }
@@ -144,7 +144,8 @@ class Node {
   void check_attrs(std::initializer_list<const char*> known) const;
 
   int64_t rank(size_t i) { return static_cast<int64_t>(input_meta(i).shape.size()); }
-  // Normalises an axis (negative counts from the end) for a tensor of `rank`; fails if out of range.
+  // Normalises an axis (negative counts from the end) for a tensor of `rank`; fails if out of
+  // range.
   int64_t axis(int64_t a, int64_t rank, const char* what = "axis") const;
 
  private:
@@ -152,6 +153,14 @@ class Node {
   bool legacy_broadcast_ = false;
   std::unordered_map<std::string, Builder::Value>& values_;
 };
+
+// float16 and bfloat16 are storage-only (docs/ops.md): ops compute them in f32.
+inline bool storage_only(DType d) { return d == kF16 || d == kBF16; }
+// Input i as a tensor, cast to f32 when its dtype is storage-only.
+inline TensorId computable(Node& n, size_t i) {
+  const TensorId x = n.input(i);
+  return storage_only(n.b.meta(x).dtype) ? n.b.cast(x, kF32) : x;
+}
 
 using OpFn = std::function<void(Node&)>;
 // Registry of op mappings (ops_*.cc add theirs through register_ops_*).

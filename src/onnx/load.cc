@@ -15,9 +15,9 @@ namespace tw::onnx {
 
 namespace {
 
+using ir::TensorId;
 using onnx_import::Builder;
 using onnx_import::HostTensor;
-using ir::TensorId;
 
 // ONNX 1.12 defines opsets up to 17; a newer opset may change an op's meaning, so it is refused
 // rather than guessed. Older opsets (exporters used 6 and below until 2017) are read with their
@@ -180,8 +180,8 @@ Model load_bytes(const std::string& bytes, const LoadOptions& options, const std
       if (given != options.input_values.end()) {
         v.constant = host_of(given->second);
         if (v.constant->meta != v.meta) {
-          throw Error("input '" + vi.name() + "' is " + meta_str(v.meta) + " but its given value is " +
-                      meta_str(v.constant->meta));
+          throw Error("input '" + vi.name() + "' is " + meta_str(v.meta) +
+                      " but its given value is " + meta_str(v.constant->meta));
         }
         v.frozen_input = true;
       }

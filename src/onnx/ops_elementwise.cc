@@ -13,14 +13,6 @@ namespace {
 using UK = ir::UnaryKind;
 using BK = ir::BinaryKind;
 
-bool storage_only(DType d) { return d == kF16 || d == kBF16; }
-
-// Input i, cast to f32 when its dtype is storage-only.
-TensorId computable(Node& n, size_t i) {
-  const TensorId x = n.input(i);
-  return storage_only(n.b.meta(x).dtype) ? n.b.cast(x, kF32) : x;
-}
-
 // The operands of a binary op (legacy broadcasting before opset 7 applied to B), computable.
 std::pair<TensorId, TensorId> operands(Node& n) {
   const TensorId a = computable(n, 0);
@@ -150,9 +142,8 @@ void register_elementwise_ops() {
     // max(0, x) + min(0, alpha * (exp(x / alpha) - 1))
     const double alpha = n.attr_float("alpha", 1.0);
     Builder& b = n.b;
-    TensorId e = b.scalar(BK::kMul,
-                          b.scalar(BK::kSub, b.unary(UK::kExp, b.scalar(BK::kDiv, x, alpha)), 1.0),
-                          alpha);
+    TensorId e = b.scalar(
+        BK::kMul, b.scalar(BK::kSub, b.unary(UK::kExp, b.scalar(BK::kDiv, x, alpha)), 1.0), alpha);
     return b.binary(BK::kAdd, b.clamp(x, ir::Scalar(0.0), std::nullopt),
                     b.clamp(e, std::nullopt, ir::Scalar(0.0)));
   });
@@ -204,7 +195,8 @@ void register_elementwise_ops() {
   };
   op_table()["IsInf"] = [](Node& n) {
     n.check_attrs({"detect_negative", "detect_positive"});
-    const bool neg = n.attr_int("detect_negative", 1) != 0, pos = n.attr_int("detect_positive", 1) != 0;
+    const bool neg = n.attr_int("detect_negative", 1) != 0,
+               pos = n.attr_int("detect_positive", 1) != 0;
     TensorId x = computable(n, 0);
     const double inf = std::numeric_limits<double>::infinity();
     TensorId p = n.b.scalar(BK::kEq, x, inf), m = n.b.scalar(BK::kEq, x, -inf);
@@ -283,16 +275,20 @@ void register_elementwise_ops() {
       if (!n.has_input(i)) return;
       if (n.has_constant(i)) {
         const double v = n.constant(i, "bound").doubles().at(0);
-        if (kind == BK::kMaximum) lo = scalar_for(b.meta(x).dtype, v);
-        else hi = scalar_for(b.meta(x).dtype, v);
+        if (kind == BK::kMaximum)
+          lo = scalar_for(b.meta(x).dtype, v);
+        else
+          hi = scalar_for(b.meta(x).dtype, v);
       } else {
         x = b.binary(kind, x, computable(n, i));
       }
     };
     bound(1, BK::kMaximum);
     bound(2, BK::kMinimum);
-    if (lo || hi) x = b.clamp(x, lo, hi);
-    else if (!n.has_input(1) && !n.has_input(2)) x = b.copy(x);
+    if (lo || hi)
+      x = b.clamp(x, lo, hi);
+    else if (!n.has_input(1) && !n.has_input(2))
+      x = b.copy(x);
     n.set_output(0, b.cast(x, d));
   };
   op_table()["Cast"] = [](Node& n) {
@@ -301,11 +297,14 @@ void register_elementwise_ops() {
     if (n.opset < 6) {  // `to` was the type's name
       ::onnx::TensorProto_DataType t;
       const std::string name = n.attr_string("to", "");
-      if (!::onnx::TensorProto_DataType_Parse(name, &t)) n.fail("attribute to='" + name + "' is not a type");
+      if (!::onnx::TensorProto_DataType_Parse(name, &t))
+        n.fail("attribute to='" + name + "' is not a type");
       to = t;
     }
     std::optional<DType> d = dtype_of(static_cast<int32_t>(to));
-    if (!d) n.fail(std::string("attribute to=") + onnx_type_name(static_cast<int32_t>(to)) + " is not supported");
+    if (!d)
+      n.fail(std::string("attribute to=") + onnx_type_name(static_cast<int32_t>(to)) +
+             " is not supported");
     const TensorId x = n.input(0);
     n.set_output(0, n.b.meta(x).dtype == *d ? n.b.copy(x) : n.b.cast(x, *d));
   };

@@ -14,12 +14,6 @@ using BK = ir::BinaryKind;
 using UK = ir::UnaryKind;
 using RK = ir::ReduceKind;
 
-bool storage_only(DType d) { return d == kF16 || d == kBF16; }
-TensorId computable(Node& n, size_t i) {
-  const TensorId x = n.input(i);
-  return storage_only(n.b.meta(x).dtype) ? n.b.cast(x, kF32) : x;
-}
-
 TensorId per_channel(Builder& b, TensorId v, int64_t rank);
 
 void matmul_op(Node& n) {
@@ -53,7 +47,9 @@ void gemm_op(Node& n) {
   const double alpha = n.attr_float("alpha", 1.0), beta = n.attr_float("beta", 1.0);
   TensorId y = b.matmul(a, c);
   const DType yd = b.meta(y).dtype;
-  auto sc = [&](double v) { return is_float(yd) ? ir::Scalar(v) : ir::Scalar(static_cast<int64_t>(v)); };
+  auto sc = [&](double v) {
+    return is_float(yd) ? ir::Scalar(v) : ir::Scalar(static_cast<int64_t>(v));
+  };
   if (alpha != 1.0) y = b.scalar(BK::kMul, y, sc(alpha));
   if (n.has_input(2) && beta != 0.0) {
     TensorId bias = computable(n, 2);
@@ -128,7 +124,8 @@ std::vector<int64_t> spatial_pads(Node& n, const Shape& in, const std::vector<in
 std::vector<int64_t> ints_or(Node& n, const char* name, size_t count, int64_t dflt) {
   std::vector<int64_t> v = n.attr_ints(name);
   if (v.empty()) v.assign(count, dflt);
-  if (v.size() != count) n.fail(std::string("attribute ") + name + " must have " + std::to_string(count) + " entries");
+  if (v.size() != count)
+    n.fail(std::string("attribute ") + name + " must have " + std::to_string(count) + " entries");
   return v;
 }
 
@@ -139,7 +136,8 @@ void conv_op(Node& n) {
   TensorId x = computable(n, 0), w = computable(n, 1);
   const Shape xs = b.meta(x).shape, ws = b.meta(w).shape;
   if (xs.size() < 3 || xs.size() > 5) {
-    n.fail("only 1-D, 2-D and 3-D convolutions are supported (input rank " + std::to_string(xs.size()) + ")");
+    n.fail("only 1-D, 2-D and 3-D convolutions are supported (input rank " +
+           std::to_string(xs.size()) + ")");
   }
   size_t k = xs.size() - 2;
   std::vector<int64_t> kernel(ws.begin() + 2, ws.end());
@@ -218,14 +216,15 @@ void conv_op(Node& n) {
 // the gradient, W [C_in, C_out / group, kH, kW] the convolution's weight. Asymmetric pads are
 // taken as the smaller pad on both sides, then the excess cropped.
 void conv_transpose_op(Node& n) {
-  n.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "output_padding",
-                 "output_shape", "pads", "strides"});
+  n.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape",
+                 "pads", "strides"});
   Builder& b = n.b;
   const DType d = n.input_meta(0).dtype;
   TensorId x = computable(n, 0), w = computable(n, 1);
   Shape xs = b.meta(x).shape, ws = b.meta(w).shape;
   if (xs.size() != 3 && xs.size() != 4) {
-    n.fail("only 1-D and 2-D transposed convolutions are supported (input rank " + std::to_string(xs.size()) + ")");
+    n.fail("only 1-D and 2-D transposed convolutions are supported (input rank " +
+           std::to_string(xs.size()) + ")");
   }
   const size_t k = xs.size() - 2;
   std::vector<int64_t> kernel(ws.begin() + 2, ws.end());
@@ -245,7 +244,8 @@ void conv_transpose_op(Node& n) {
   std::vector<int64_t> full(k), extra(k, 0);
   for (size_t i = 0; i < k; ++i) {
     full[i] = strides[i] * (xs[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1;
-    if (out_pad[i] >= strides[i] && out_pad[i] >= dil[i]) n.fail("output_padding must be smaller than the stride or the dilation");
+    if (out_pad[i] >= strides[i] && out_pad[i] >= dil[i])
+      n.fail("output_padding must be smaller than the stride or the dilation");
   }
   if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
     if (out_shape.empty()) {
@@ -341,8 +341,12 @@ TensorId pool_taps(Builder& b, TensorId x, bool avg, const std::vector<int64_t>&
 
 void pool_op(Node& n, ir::PoolKind kind) {
   const bool avg = kind == ir::PoolKind::kAvg;
-  if (avg) n.check_attrs({"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"});
-  else n.check_attrs({"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"});
+  if (avg)
+    n.check_attrs(
+        {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"});
+  else
+    n.check_attrs(
+        {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"});
   if (n.wants_output(1)) n.fail("output Indices is not supported");
   Builder& b = n.b;
   const DType d = n.input_meta(0).dtype;
@@ -353,7 +357,8 @@ void pool_op(Node& n, ir::PoolKind kind) {
   if (xs.size() < 3) n.fail("input must have rank >= 3");
   const size_t k = xs.size() - 2;
   const std::vector<int64_t> kernel = n.attr_ints("kernel_shape");
-  if (kernel.size() != k) n.fail("attribute kernel_shape must have " + std::to_string(k) + " entries");
+  if (kernel.size() != k)
+    n.fail("attribute kernel_shape must have " + std::to_string(k) + " entries");
   const std::vector<int64_t> strides = ints_or(n, "strides", k, 1);
   const std::vector<int64_t> dil = ints_or(n, "dilations", k, 1);
   std::vector<int64_t> pads = spatial_pads(n, xs, kernel, strides, dil);
@@ -458,7 +463,8 @@ void batch_norm_op(Node& n) {
   const bool training = n.attr_int("training_mode", 0) != 0;
   if (!training) {
     for (size_t i = 1; i < 5; ++i) {
-      if (n.wants_output(i)) n.fail("output " + std::to_string(i) + " (training statistics) is not supported");
+      if (n.wants_output(i))
+        n.fail("output " + std::to_string(i) + " (training statistics) is not supported");
     }
   }
   Builder& b = n.b;
@@ -466,8 +472,10 @@ void batch_norm_op(Node& n) {
   TensorId x = computable(n, 0);
   const int64_t rank = n.rank(0);
   const double eps = n.attr_float("epsilon", 1e-5);
-  TensorId scale = per_channel(b, computable(n, 1), rank), bias = per_channel(b, computable(n, 2), rank);
-  TensorId mean = per_channel(b, computable(n, 3), rank), var = per_channel(b, computable(n, 4), rank);
+  TensorId scale = per_channel(b, computable(n, 1), rank),
+           bias = per_channel(b, computable(n, 2), rank);
+  TensorId mean = per_channel(b, computable(n, 3), rank),
+           var = per_channel(b, computable(n, 4), rank);
   if (training) {
     const double momentum = n.attr_float("momentum", 0.9);
     std::vector<int64_t> dims{0};
@@ -516,8 +524,9 @@ void layer_norm_op(Node& n) {
   TensorId scale = computable(n, 1);
   TensorId bias = n.has_input(2) ? computable(n, 2) : 0;
   const Shape normalized(s.begin() + axis, s.end());
-  const bool fused = b.meta(scale).shape == normalized && (bias == 0 || b.meta(bias).shape == normalized) &&
-                     b.meta(scale).dtype == b.meta(x).dtype && !n.wants_output(1) && !n.wants_output(2);
+  const bool fused =
+      b.meta(scale).shape == normalized && (bias == 0 || b.meta(bias).shape == normalized) &&
+      b.meta(scale).dtype == b.meta(x).dtype && !n.wants_output(1) && !n.wants_output(2);
   if (fused) {
     TensorId out = b.new_id();
     b.append(ir::LayerNorm{{x}, {scale}, {bias}, rank - axis, eps, {out}});

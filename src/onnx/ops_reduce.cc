@@ -17,11 +17,14 @@ void reduce_op(const char* name, RK kind, Pre pre, Post post) {
   op_table()[name] = [kind, pre, post](Node& n) {
     // Axes: an attribute, or (ReduceSum from opset 13) an optional input.
     const bool axes_input = std::string(n.proto.op_type()) == "ReduceSum" && n.opset >= 13;
-    if (axes_input) n.check_attrs({"keepdims", "noop_with_empty_axes"});
-    else n.check_attrs({"axes", "keepdims"});
+    if (axes_input)
+      n.check_attrs({"keepdims", "noop_with_empty_axes"});
+    else
+      n.check_attrs({"axes", "keepdims"});
     const bool keep = n.attr_int("keepdims", 1) != 0;
-    std::vector<int64_t> axes = axes_input ? (n.has_input(1) ? n.ints_input(1, "axes") : std::vector<int64_t>{})
-                                           : n.attr_ints("axes");
+    std::vector<int64_t> axes =
+        axes_input ? (n.has_input(1) ? n.ints_input(1, "axes") : std::vector<int64_t>{})
+                   : n.attr_ints("axes");
     Builder& b = n.b;
     TensorId x = n.input(0);
     const DType d = b.meta(x).dtype;
@@ -34,7 +37,7 @@ void reduce_op(const char* name, RK kind, Pre pre, Post post) {
     if (axes.empty()) {  // all dims (Reduce's empty dims means the same, but keepdim wants them)
       for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
     }
-    if (d == kF16 || d == kBF16) x = b.cast(x, kF32);
+    if (storage_only(d)) x = b.cast(x, kF32);
     if (pre == Pre::kSquare) x = b.binary(BK::kMul, x, x);
     if (pre == Pre::kAbs) x = b.unary(UK::kAbs, x);
     if (pre == Pre::kExp) x = b.unary(UK::kExp, x);
@@ -54,7 +57,7 @@ void arg_op(const char* name, RK kind) {
     const int64_t axis = n.axis(n.attr_int("axis", 0), static_cast<int64_t>(s.size()));
     const bool keep = n.attr_int("keepdims", 1) != 0;
     const bool last = n.attr_int("select_last_index", 0) != 0;
-    if (b.meta(x).dtype == kF16 || b.meta(x).dtype == kBF16) x = b.cast(x, kF32);
+    if (storage_only(b.meta(x).dtype)) x = b.cast(x, kF32);
     if (last) x = b.flip(x, {axis});  // the last occurrence is the first of the flipped dim
     TensorId out = b.reduce(kind, x, {axis}, keep);
     if (last) out = b.scalar(BK::kSub, out, s[axis] - 1, /*reverse=*/true);

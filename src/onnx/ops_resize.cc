@@ -26,7 +26,8 @@ double source_coordinate(const ResizeAttrs& a, double o, double scale, int64_t L
                          double roi_start, double roi_end) {
   const std::string& t = a.transform;
   // ONNX's reference divides by scale * L - 1, the unrounded output size.
-  if (t == "align_corners") return M == 1 ? 0 : o * static_cast<double>(L - 1) / (scale * static_cast<double>(L) - 1);
+  if (t == "align_corners")
+    return M == 1 ? 0 : o * static_cast<double>(L - 1) / (scale * static_cast<double>(L) - 1);
   if (t == "asymmetric") return o / scale;
   if (t == "pytorch_half_pixel") return M != 1 ? (o + 0.5) / scale - 0.5 : -0.5;
   if (t == "tf_half_pixel_for_nn") return (o + 0.5) / scale;
@@ -52,8 +53,7 @@ std::vector<double> coefficients(const ResizeAttrs& a, double ratio, bool integr
   if (a.mode == "linear") return {1 - ratio, ratio};
   const double A = a.cubic_a, r1 = ratio + 1, q = 1 - ratio, q1 = q + 1;
   return {((A * r1 - 5 * A) * r1 + 8 * A) * r1 - 4 * A,
-          ((A + 2) * ratio - (A + 3)) * ratio * ratio + 1,
-          ((A + 2) * q - (A + 3)) * q * q + 1,
+          ((A + 2) * ratio - (A + 3)) * ratio * ratio + 1, ((A + 2) * q - (A + 3)) * q * q + 1,
           ((A * q1 - 5 * A) * q1 + 8 * A) * q1 - 4 * A};
 }
 
@@ -175,9 +175,9 @@ void resize_op(Node& n) {
     if (n.has_input(2)) scales = n.constant(2, "scales").doubles();
     if (n.has_input(3)) sizes = n.ints_input(3, "sizes");
   }
-  static const char* kTransforms[] = {"half_pixel", "asymmetric", "align_corners",
-                                      "pytorch_half_pixel", "tf_half_pixel_for_nn",
-                                      "tf_crop_and_resize"};
+  static const char* kTransforms[] = {"half_pixel",           "asymmetric",
+                                      "align_corners",        "pytorch_half_pixel",
+                                      "tf_half_pixel_for_nn", "tf_crop_and_resize"};
   if (std::find_if(std::begin(kTransforms), std::end(kTransforms),
                    [&](const char* t) { return a.transform == t; }) == std::end(kTransforms)) {
     n.fail("attribute coordinate_transformation_mode='" + a.transform + "' is not supported");
@@ -186,7 +186,8 @@ void resize_op(Node& n) {
     n.fail("attribute mode='" + a.mode + "' is not supported");
   }
   if (a.mode == "nearest" && a.nearest_mode != "round_prefer_floor" &&
-      a.nearest_mode != "round_prefer_ceil" && a.nearest_mode != "floor" && a.nearest_mode != "ceil") {
+      a.nearest_mode != "round_prefer_ceil" && a.nearest_mode != "floor" &&
+      a.nearest_mode != "ceil") {
     n.fail("attribute nearest_mode='" + a.nearest_mode + "' is not supported");
   }
   if (scales.empty() == sizes.empty()) n.fail("exactly one of scales and sizes must be given");
@@ -198,8 +199,9 @@ void resize_op(Node& n) {
   Builder& b = n.b;
   const DType d = n.input_meta(0).dtype;
   TensorId x = n.input(0);
-  if (a.mode != "nearest" && !is_float(d)) n.fail(a.mode + " resizing of " + std::string(dtype_name(d)) + " is not supported");
-  if (d == kF16 || d == kBF16) x = b.cast(x, kF32);
+  if (a.mode != "nearest" && !is_float(d))
+    n.fail(a.mode + " resizing of " + std::string(dtype_name(d)) + " is not supported");
+  if (storage_only(d)) x = b.cast(x, kF32);
   for (size_t i = rank; i-- > 0;) {
     const int64_t L = xs[i];
     double scale;

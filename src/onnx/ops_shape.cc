@@ -26,7 +26,7 @@ TensorId wrap_negative(Builder& b, TensorId idx, int64_t size) {
 
 // Axes from attribute `name` (opsets before `input_since`) or from input `i`; nullopt: absent.
 std::optional<std::vector<int64_t>> axes_of(Node& n, const char* name, int64_t input_since,
-                                             size_t i) {
+                                            size_t i) {
   if (n.opset < input_since) {
     if (!n.has_attr(name)) return std::nullopt;
     return n.attr_ints(name);
@@ -38,12 +38,13 @@ std::optional<std::vector<int64_t>> axes_of(Node& n, const char* name, int64_t i
 void reshape_op(Node& n) {
   n.check_attrs({"allowzero", "shape"});
   const Shape in = shape_of(n, 0);
-  std::vector<int64_t> shape =
-      n.opset < 5 ? n.attr_ints("shape") : n.ints_input(1, "shape");
+  std::vector<int64_t> shape = n.opset < 5 ? n.attr_ints("shape") : n.ints_input(1, "shape");
   const bool allowzero = n.attr_int("allowzero", 0) != 0;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 0 && !allowzero) {
-      if (d >= in.size()) n.fail("shape entry " + std::to_string(d) + " is 0 but the input has rank " + std::to_string(in.size()));
+      if (d >= in.size())
+        n.fail("shape entry " + std::to_string(d) + " is 0 but the input has rank " +
+               std::to_string(in.size()));
       shape[d] = in[d];
     }
   }
@@ -88,7 +89,8 @@ void slice_op(Node& n) {
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
   }
   if (steps.empty()) steps.assign(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size()) {
     n.fail("starts, ends, axes and steps differ in length");
   }
   std::vector<int64_t> st(s.size(), 0), en(s), sp(s.size(), 1);
@@ -115,7 +117,8 @@ void slice_op(Node& n) {
       st[a] = dim - 1 - b;
       en[a] = std::max<int64_t>(dim - 1 - e, st[a]);
       if (dim == 0) st[a] = en[a] = 0;
-      sp[a] = step == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -step;
+      sp[a] =
+          step == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -step;
       flips.push_back(a);
     }
   }
@@ -142,7 +145,9 @@ void flatten_op(Node& n) {
   const int64_t rank = static_cast<int64_t>(s.size());
   int64_t axis = n.attr_int("axis", 1);
   if (axis < 0) axis += rank;
-  if (axis < 0 || axis > rank) n.fail("axis " + std::to_string(n.attr_int("axis", 1)) + " is out of range for rank " + std::to_string(rank));
+  if (axis < 0 || axis > rank)
+    n.fail("axis " + std::to_string(n.attr_int("axis", 1)) + " is out of range for rank " +
+           std::to_string(rank));
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < rank; ++d) (d < axis ? outer : inner) *= s[d];
   n.set_output(0, n.b.reshape(n.input(0), {outer, inner}));
@@ -157,7 +162,8 @@ void squeeze_op(Node& n) {
   if (axes) {
     for (int64_t a : *axes) {
       const int64_t d = n.axis(a, rank, "axes entry");
-      if (s[d] != 1) n.fail("cannot squeeze dim " + std::to_string(d) + " of size " + std::to_string(s[d]));
+      if (s[d] != 1)
+        n.fail("cannot squeeze dim " + std::to_string(d) + " of size " + std::to_string(s[d]));
       drop[d] = true;
     }
   } else {
@@ -195,8 +201,9 @@ void constant_op(Node& n) {
   if (name == "value") {
     n.set_constant_output(0, host_tensor(a.t(), n.b.context + "attribute value"));
   } else if (name == "value_float" || name == "value_floats") {
-    std::vector<float> v = name == "value_float" ? std::vector<float>{a.f()}
-                                                 : std::vector<float>(a.floats().begin(), a.floats().end());
+    std::vector<float> v = name == "value_float"
+                               ? std::vector<float>{a.f()}
+                               : std::vector<float>(a.floats().begin(), a.floats().end());
     HostTensor h;
     h.meta = {name == "value_float" ? Shape{} : Shape{static_cast<int64_t>(v.size())}, kF32};
     h.bytes.resize(v.size() * 4);
@@ -239,7 +246,8 @@ void constant_of_shape_op(Node& n) {
 
 void tile_op(Node& n) {
   n.check_attrs({});
-  if (n.opset < 6) n.fail("opset " + std::to_string(n.opset) + " Tile (tiles and axis inputs) is not supported");
+  if (n.opset < 6)
+    n.fail("opset " + std::to_string(n.opset) + " Tile (tiles and axis inputs) is not supported");
   const std::vector<int64_t> reps = n.ints_input(1, "repeats");
   if (static_cast<int64_t>(reps.size()) != n.rank(0)) n.fail("repeats must have one entry per dim");
   const TensorId x = n.input(0);
@@ -297,7 +305,8 @@ void scatter_elements_op(Node& n) {
   }
   if (reduction != "none") n.fail("attribute reduction='" + reduction + "' is not supported");
   const DType cd = d == kBool ? kU8 : d;  // ScatterAdd takes numbers
-  TensorId hits = scatter_add(b.full(s, kI32, int64_t{0}), b.full(b.meta(src).shape, kI32, int64_t{1}));
+  TensorId hits =
+      scatter_add(b.full(s, kI32, int64_t{0}), b.full(b.meta(src).shape, kI32, int64_t{1}));
   TensorId written = scatter_add(b.full(s, cd, int64_t{0}), b.cast(src, cd));
   TensorId out = b.where(b.scalar(BK::kGt, hits, int64_t{0}), b.cast(written, d), x);
   n.set_output(0, b.cast(out, d));
@@ -313,7 +322,8 @@ void gather_nd_op(Node& n) {
   if (is.empty()) n.fail("indices must have rank >= 1");
   const int64_t k = is.back();
   const int64_t rank = static_cast<int64_t>(ds.size());
-  if (bd < 0 || bd + k > rank || bd >= static_cast<int64_t>(is.size())) n.fail("batch_dims and the index depth do not fit data");
+  if (bd < 0 || bd + k > rank || bd >= static_cast<int64_t>(is.size()))
+    n.fail("batch_dims and the index depth do not fit data");
   for (int64_t i = 0; i < bd; ++i) {
     if (ds[i] != is[i]) n.fail("data and indices differ in batch dim " + std::to_string(i));
   }
@@ -473,7 +483,7 @@ void cumsum_op(Node& n) {
   Builder& b = n.b;
   TensorId x = n.input(0);
   const DType d = b.meta(x).dtype;
-  if (d == kF16 || d == kBF16) x = b.cast(x, kF32);
+  if (storage_only(d)) x = b.cast(x, kF32);
   if (reverse) x = b.flip(x, {axis});
   if (exclusive) {  // shift by one along axis: a zero first, the last element dropped
     const Shape s = b.meta(x).shape;
@@ -519,8 +529,9 @@ void pad_op(Node& n) {
     after[i] = std::max<int64_t>(pads[i + rank], 0);
   }
   if (mode == "constant") {
-    n.set_output(0, b.pad_constant(x, before, after, is_float(d) ? ir::Scalar(value)
-                                                                 : ir::Scalar(static_cast<int64_t>(value))));
+    n.set_output(0, b.pad_constant(
+                        x, before, after,
+                        is_float(d) ? ir::Scalar(value) : ir::Scalar(static_cast<int64_t>(value))));
     return;
   }
   if (mode != "edge" && mode != "reflect") n.fail("attribute mode='" + mode + "' is not supported");
@@ -541,10 +552,12 @@ void pad_op(Node& n) {
         parts.push_back(b.expand(b.narrow(x, dim, size - 1, size), es));
       }
     } else {
-      if (before[i] >= size || after[i] >= size) n.fail("reflect pads must be smaller than the dim");
+      if (before[i] >= size || after[i] >= size)
+        n.fail("reflect pads must be smaller than the dim");
       if (before[i] > 0) parts.push_back(b.flip(b.narrow(x, dim, 1, before[i] + 1), {dim}));
       parts.push_back(x);
-      if (after[i] > 0) parts.push_back(b.flip(b.narrow(x, dim, size - 1 - after[i], size - 1), {dim}));
+      if (after[i] > 0)
+        parts.push_back(b.flip(b.narrow(x, dim, size - 1 - after[i], size - 1), {dim}));
     }
     x = b.cat(parts, dim);
   }
@@ -556,13 +569,16 @@ void split_op(Node& n) {
   const Shape s = shape_of(n, 0);
   const int64_t axis = n.axis(n.attr_int("axis", 0), static_cast<int64_t>(s.size()));
   std::vector<int64_t> sizes =
-      n.opset < 13 ? n.attr_ints("split") : (n.has_input(1) ? n.ints_input(1, "split") : std::vector<int64_t>{});
+      n.opset < 13 ? n.attr_ints("split")
+                   : (n.has_input(1) ? n.ints_input(1, "split") : std::vector<int64_t>{});
   const int64_t parts = static_cast<int64_t>(n.num_outputs());
   if (sizes.empty()) {
     const int64_t each = (s[axis] + parts - 1) / parts;
-    for (int64_t k = 0, left = s[axis]; k < parts; ++k, left -= each) sizes.push_back(std::min(each, left));
+    for (int64_t k = 0, left = s[axis]; k < parts; ++k, left -= each)
+      sizes.push_back(std::min(each, left));
   }
-  if (static_cast<int64_t>(sizes.size()) != parts) n.fail("split has a different count than the outputs");
+  if (static_cast<int64_t>(sizes.size()) != parts)
+    n.fail("split has a different count than the outputs");
   const TensorId x = n.input(0);
   int64_t at = 0;
   for (int64_t k = 0; k < parts; ++k) {
@@ -615,7 +631,8 @@ void dropout_op(Node& n) {
   const TensorId x = n.input(0);
   n.set_output(0, n.b.copy(x));
   if (n.wants_output(1)) {
-    n.set_output(1, n.b.full(n.b.meta(x).shape, n.opset < 10 ? n.b.meta(x).dtype : kBool, int64_t{1}));
+    n.set_output(1,
+                 n.b.full(n.b.meta(x).shape, n.opset < 10 ? n.b.meta(x).dtype : kBool, int64_t{1}));
   }
 }
 
@@ -634,7 +651,9 @@ void register_shape_ops() {
   t["Identity"] = [](Node& n) { n.forward(0, 0); };
   t["Constant"] = constant_op;
   t["Shape"] = shape_op;
-  t["Size"] = [](Node& n) { n.set_constant_output(0, HostTensor::of_ints({numel(shape_of(n, 0))}, {})); };
+  t["Size"] = [](Node& n) {
+    n.set_constant_output(0, HostTensor::of_ints({numel(shape_of(n, 0))}, {}));
+  };
   t["ConstantOfShape"] = constant_of_shape_op;
   t["Tile"] = tile_op;
   t["Gather"] = gather_op;

@@ -7,6 +7,7 @@
 // counted and listed as "refused", never run. Every passing test also runs on a real server
 // process, whose outputs must equal cpu's bit for bit, and on the torch device (when built),
 // compared with the reference. The table goes to TW_ONNX_REPORT (bench/results/onnx.md).
+#include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -17,8 +18,6 @@
 #include <map>
 #include <set>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "support/server_process.h"
 #include "tensorwire/onnx.h"
@@ -94,8 +93,10 @@ std::string unclaimed_ops(const ::onnx::ModelProto& m, const std::set<std::strin
   std::set<std::string> missing;
   for (const auto& n : m.graph().node()) {
     const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
-    if (!default_domain) missing.insert(n.domain() + "." + n.op_type());
-    else if (!claimed.count(n.op_type())) missing.insert(n.op_type());
+    if (!default_domain)
+      missing.insert(n.domain() + "." + n.op_type());
+    else if (!claimed.count(n.op_type()))
+      missing.insert(n.op_type());
   }
   std::string s;
   for (const std::string& op : missing) s += (s.empty() ? "" : " ") + op;
@@ -170,11 +171,13 @@ TEST_F(Conformance, ClaimedOpsMatchOnnxReferenceOutputs) {
         }
         try {
           std::vector<Tensor> inputs;
-          for (const std::string& name : model.input_names) inputs.push_back(options.input_values.at(name));
+          for (const std::string& name : model.input_names)
+            inputs.push_back(options.input_values.at(name));
           const std::vector<Tensor> out = model.run(Device::cpu(), inputs);
           if (out.size() != data.outputs.size()) {
             r.outcome = Outcome::kFailed;
-            r.detail = std::to_string(out.size()) + " outputs, want " + std::to_string(data.outputs.size());
+            r.detail = std::to_string(out.size()) + " outputs, want " +
+                       std::to_string(data.outputs.size());
             break;
           }
           for (size_t i = 0; i < out.size() && r.outcome == Outcome::kPassed; ++i) {

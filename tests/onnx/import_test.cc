@@ -1,8 +1,7 @@
 // The importer's own behaviour on models built here: names, initializers as constants, shapes
 // fixed at load, and refusals that name the node, op type and attribute.
-#include <onnx/onnx_pb.h>
-
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 
 #include "tensorwire/onnx.h"
 #include "tensorwire/tensorwire.h"
