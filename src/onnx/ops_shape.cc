@@ -620,6 +620,10 @@ void dropout_op(Node& n) {
   // Inference: the identity, with an all-true mask. Training mode (random) is refused.
   if (n.opset < 12) {
     n.check_attrs({"ratio", "is_test", "seed"});
+    // Before opset 7, is_test=0 (the default) meant training: random.
+    if (n.opset < 7 && n.attr_int("is_test", 0) == 0 && n.attr_float("ratio", 0.5) != 0) {
+      n.fail("attribute is_test=0 (training, random) is not supported");
+    }
   } else {
     n.check_attrs({"seed"});
     const double ratio = n.has_input(1) ? n.constant(1, "ratio").doubles().at(0) : 0.5;
