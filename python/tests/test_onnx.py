@@ -43,7 +43,7 @@ def onnx_models(source_dir):
     return torch, mod
 
 
-@pytest.mark.parametrize("name", ["digits_cnn", "transformer_lm"])
+@pytest.mark.parametrize("name", ["digits_cnn", "resnet", "transformer_lm"])
 def test_torch_exported_model_matches_torch(onnx_models, name, tmp_path, device):
     torch, mod = onnx_models
     model, example = next((m, x) for n, m, x in mod.models() if n == name)
