@@ -4,10 +4,10 @@
 //   tw::onnx::Model m = tw::onnx::load("model.onnx");
 //   std::vector<tw::Tensor> out = m.run(tw::Device::cpu(), {x});
 //
-// This is a separate library, libtensorwire_onnx (it links Debian's libonnx_proto and protobuf,
-// which libtensorwire itself does not need). Each supported ONNX op (opset 7 to 17) maps onto
-// existing IR ops; a model using anything else is refused at load with an error naming the node,
-// its op type and the attribute or input concerned.
+// This is a separate (static) library, libtensorwire_onnx.a, CMake target tensorwire_onnx: it
+// links Debian's libonnx_proto and protobuf, which libtensorwire itself does not need. Each
+// supported ONNX op (opsets 1 to 17) maps onto existing IR ops; a model using anything else is
+// refused at load with an error naming the node, its op type and the attribute or input.
 #pragma once
 #include <cstdint>
 #include <map>
