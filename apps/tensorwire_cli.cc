@@ -5,6 +5,12 @@
 //   tensorwire trace run FILE [--device URL|cpu|torch] [--inputs F.safetensors] [--seed N]
 //                                      replays it (inputs from the file, named input0, input1,
 //                                      ..., else random floats and zero integers)
+//   tensorwire onnx show MODEL.onnx [--shape NAME=D0,D1,...]
+//                                      the imported model: names, specs and its IR ops
+//   tensorwire onnx run MODEL.onnx [--device URL|cpu|torch] [--inputs F.safetensors]
+//                      [--shape NAME=D0,D1,...] [--seed N] [--repeat N]
+//                                      runs it (inputs from the file by their ONNX names, else
+//                                      random floats and zero integers)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +20,7 @@
 #include <vector>
 
 #include "tensorwire/graph.h"
+#include "tensorwire/onnx.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
 
@@ -86,6 +93,103 @@ int trace_show(const std::string& path) {
   return 0;
 }
 
+// The inputs a run takes: `given` by name when a file was given, else random floats and zero
+// integers (seeded).
+std::vector<tw::Tensor> make_inputs(const std::vector<tw::graph::TensorSpec>& specs,
+                                    const std::vector<std::string>& names,
+                                    const std::map<std::string, tw::Tensor>& given,
+                                    const std::string& file, const tw::Device& dev) {
+  std::vector<tw::Tensor> inputs;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const tw::graph::TensorSpec& s = specs[i];
+    if (!file.empty()) {
+      auto it = given.find(names[i]);
+      if (it == given.end()) throw tw::Error(file + " has no tensor " + names[i]);
+      inputs.push_back(it->second);
+    } else if (tw::is_float(s.dtype)) {
+      inputs.push_back(tw::randn(s.shape, tw::kF32, dev).to(s.dtype));
+    } else {
+      inputs.push_back(tw::zeros(s.shape, s.dtype, dev));
+    }
+  }
+  return inputs;
+}
+
+// --shape NAME=D0,D1,... (repeatable) into `shapes`.
+void parse_shape(const std::string& v, std::map<std::string, tw::Shape>& shapes) {
+  const size_t eq = v.find('=');
+  if (eq == std::string::npos) throw tw::Error("--shape wants NAME=D0,D1,..., not " + v);
+  tw::Shape s;
+  for (size_t at = eq + 1; at < v.size();) {
+    size_t comma = v.find(',', at);
+    if (comma == std::string::npos) comma = v.size();
+    s.push_back(std::strtoll(v.substr(at, comma - at).c_str(), nullptr, 10));
+    at = comma + 1;
+  }
+  shapes[v.substr(0, eq)] = s;
+}
+
+int onnx_show(const std::string& path, const std::vector<std::string>& flags) {
+  tw::onnx::LoadOptions options;
+  for (size_t i = 0; i < flags.size(); i += 2) {
+    if (flags[i] != "--shape" || i + 1 >= flags.size())
+      throw tw::Error("onnx show: unknown flag " + flags[i] + " (--shape NAME=D0,D1,...)");
+    parse_shape(flags[i + 1], options.input_shapes);
+  }
+  std::fputs(tw::onnx::load(path, options).str().c_str(), stdout);
+  return 0;
+}
+
+int onnx_run(const std::string& path, const std::vector<std::string>& flags) {
+  std::string device = "cpu", inputs_path;
+  uint64_t seed = 0;
+  int repeat = 1;
+  tw::onnx::LoadOptions options;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    const std::string& f = flags[i];
+    if (i + 1 >= flags.size()) throw tw::Error("onnx run: " + f + " needs a value");
+    const std::string& v = flags[++i];
+    if (f == "--device") {
+      device = v;
+    } else if (f == "--inputs") {
+      inputs_path = v;
+    } else if (f == "--shape") {
+      parse_shape(v, options.input_shapes);
+    } else if (f == "--seed") {
+      seed = std::strtoull(v.c_str(), nullptr, 10);
+    } else if (f == "--repeat") {
+      repeat = std::max(1, std::atoi(v.c_str()));
+    } else {
+      throw tw::Error("onnx run: unknown flag " + f +
+                      " (--device, --inputs, --shape, --seed, --repeat)");
+    }
+  }
+  const tw::Device dev = device_named(device);
+  std::map<std::string, tw::Tensor> given;
+  if (!inputs_path.empty()) given = tw::load_safetensors(inputs_path, dev);
+  const tw::onnx::Model model = tw::onnx::load(path, options);
+  tw::manual_seed(seed);
+  const std::vector<tw::Tensor> inputs =
+      make_inputs(model.trace.inputs(), model.input_names, given, inputs_path, dev);
+  std::vector<tw::Tensor> out;
+  dev.sync();  // the inputs are there before the clock starts
+  for (int r = 0; r < repeat; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    out = model.run(dev, inputs);
+    dev.sync();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("ran %zu ONNX nodes (%zu ops) on %s in %.3f ms%s\n", model.num_nodes,
+                model.trace.num_ops(), dev.str().c_str(), ms,
+                model.trace.runs_as_graph(dev) ? " as one graph" : "");
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::printf("output %zu '%s': %s %s\n", i, model.output_names[i].c_str(),
+                model.trace.outputs()[i].str().c_str(), out[i].to_string().c_str());
+  }
+  return 0;
+}
+
 int trace_run(const std::string& path, const std::vector<std::string>& flags) {
   std::string device = "cpu", inputs_path;
   uint64_t seed = 0;
@@ -108,21 +212,10 @@ int trace_run(const std::string& path, const std::vector<std::string>& flags) {
   std::map<std::string, tw::Tensor> given;
   if (!inputs_path.empty()) given = tw::load_safetensors(inputs_path, dev);
   tw::manual_seed(seed);
-  std::vector<tw::Tensor> inputs;
-  for (size_t i = 0; i < trace.inputs().size(); ++i) {
-    const tw::graph::TensorSpec& s = trace.inputs()[i];
-    const std::string name = "input" + std::to_string(i);
-    if (!inputs_path.empty()) {
-      auto it = given.find(name);
-      if (it == given.end())
-        throw tw::Error("trace run: " + inputs_path + " has no tensor " + name);
-      inputs.push_back(it->second);
-    } else if (tw::is_float(s.dtype)) {
-      inputs.push_back(tw::randn(s.shape, tw::kF32, dev).to(s.dtype));
-    } else {
-      inputs.push_back(tw::zeros(s.shape, s.dtype, dev));
-    }
-  }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < trace.inputs().size(); ++i) names.push_back("input" + std::to_string(i));
+  const std::vector<tw::Tensor> inputs =
+      make_inputs(trace.inputs(), names, given, inputs_path, dev);
   dev.sync();
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<tw::Tensor> out = trace.replay(dev, inputs);
@@ -145,7 +238,7 @@ int main(int argc, char** argv) {
         stderr,
         "usage: tensorwire info URL | tensorwire ping URL [COUNT] | tensorwire trace show FILE"
         " | tensorwire trace run FILE [--device URL|cpu|torch] [--inputs F.safetensors] [--seed "
-        "N]\n");
+        "N] | tensorwire onnx show|run MODEL.onnx [flags]\n");
     return 2;
   }
   std::string cmd = argv[1], url = argv[2];
@@ -161,7 +254,19 @@ int main(int argc, char** argv) {
                    "usage: tensorwire trace show FILE | tensorwire trace run FILE [flags]\n");
       return 2;
     }
-    std::fprintf(stderr, "tensorwire: unknown command '%s' (info, ping, trace)\n", cmd.c_str());
+    if (cmd == "onnx" && argc >= 4 && (url == "show" || url == "run")) {
+      const std::vector<std::string> flags(argv + 4, argv + argc);
+      return url == "show" ? onnx_show(argv[3], flags) : onnx_run(argv[3], flags);
+    }
+    if (cmd == "onnx") {
+      std::fprintf(stderr,
+                   "usage: tensorwire onnx show MODEL.onnx [--shape NAME=D0,D1,...] | tensorwire "
+                   "onnx run MODEL.onnx [--device URL|cpu|torch] [--inputs F.safetensors] [--shape "
+                   "NAME=D0,...] [--seed N] [--repeat N]\n");
+      return 2;
+    }
+    std::fprintf(stderr, "tensorwire: unknown command '%s' (info, ping, trace, onnx)\n",
+                 cmd.c_str());
     return 2;
   } catch (const tw::Error& e) {
     std::fprintf(stderr, "tensorwire: %s\n", e.what());

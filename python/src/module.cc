@@ -1549,6 +1549,8 @@ void bind_graph(py::module_& m) {
 }
 
 }  // namespace
+
+void bind_onnx(py::module_& m);  // onnx.cc
 }  // namespace tw::python
 
 PYBIND11_MODULE(_tensorwire, m) {
@@ -1563,4 +1565,5 @@ PYBIND11_MODULE(_tensorwire, m) {
   bind_io_and_server(m);
   bind_dist(m);
   bind_graph(m);
+  bind_onnx(m);
 }

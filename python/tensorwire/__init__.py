@@ -334,6 +334,6 @@ def serve(device=None, listen=None, devices=1, backend=None, worker_threads=0,
                      max_sessions, max_frame_bytes, session_memory_bytes, session_queue_depth)
 
 
-from . import dist, graph, nn, optim  # noqa: E402,F401
+from . import dist, graph, nn, onnx, optim  # noqa: E402,F401
 
 __all__ = [n for n in dir() if not n.startswith("_")]

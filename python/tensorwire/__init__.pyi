@@ -7,6 +7,7 @@ import numpy as np
 
 from . import dist as dist
 from . import graph as graph
+from . import onnx as onnx
 from . import nn as nn
 from . import optim as optim
 

@@ -1,0 +1,426 @@
+// The graph under construction (importer.h): host values, TensorProto decoding and the emitters.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/half.h"
+#include "ir/infer.h"
+#include "onnx/importer.h"
+
+namespace tw::onnx_import {
+
+namespace {
+
+template <class T>
+T load_le(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);  // the hosts we build for are little-endian, as the bytes are
+  return v;
+}
+
+double element(const HostTensor& h, int64_t i) {
+  const uint8_t* p = h.bytes.data() + i * static_cast<int64_t>(dtype_size(h.meta.dtype));
+  switch (h.meta.dtype) {
+    case kF32: return load_le<float>(p);
+    case kF64: return load_le<double>(p);
+    case kI32: return load_le<int32_t>(p);
+    case kI64: return static_cast<double>(load_le<int64_t>(p));
+    case kU8: return *p;
+    case kBool: return *p != 0;
+    case kF16: return f16_to_f32(load_le<uint16_t>(p));
+    case kBF16: return bf16_to_f32(load_le<uint16_t>(p));
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::vector<int64_t> HostTensor::ints() const {
+  std::vector<int64_t> out(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) {
+    if (meta.dtype == kI64) {
+      out[i] = load_le<int64_t>(bytes.data() + i * 8);
+    } else {
+      out[i] = ir::float_to_int<int64_t>(element(*this, i));
+    }
+  }
+  return out;
+}
+
+std::vector<double> HostTensor::doubles() const {
+  std::vector<double> out(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) out[i] = element(*this, i);
+  return out;
+}
+
+HostTensor HostTensor::of_ints(const std::vector<int64_t>& v, Shape shape, DType dtype) {
+  HostTensor h;
+  h.meta = {std::move(shape), dtype};
+  h.bytes.resize(v.size() * dtype_size(dtype));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == kI64) {
+      std::memcpy(h.bytes.data() + i * 8, &v[i], 8);
+    } else if (dtype == kI32) {
+      const int32_t x = static_cast<int32_t>(v[i]);
+      std::memcpy(h.bytes.data() + i * 4, &x, 4);
+    } else {
+      throw Error("internal: HostTensor::of_ints for " + std::string(dtype_name(dtype)));
+    }
+  }
+  return h;
+}
+
+std::optional<DType> dtype_of(int32_t t) {
+  using P = ::onnx::TensorProto;
+  switch (t) {
+    case P::FLOAT: return kF32;
+    case P::DOUBLE: return kF64;
+    case P::INT32: return kI32;
+    case P::INT64: return kI64;
+    case P::UINT8: return kU8;
+    case P::BOOL: return kBool;
+    case P::FLOAT16: return kF16;
+    case P::BFLOAT16: return kBF16;
+    default: return std::nullopt;
+  }
+}
+
+const char* onnx_type_name(int32_t t) {
+  if (::onnx::TensorProto_DataType_IsValid(t)) {
+    return ::onnx::TensorProto_DataType_Name(static_cast<::onnx::TensorProto_DataType>(t)).c_str();
+  }
+  return "unknown";
+}
+
+HostTensor host_tensor(const ::onnx::TensorProto& t, const std::string& what) {
+  using P = ::onnx::TensorProto;
+  std::optional<DType> d = dtype_of(t.data_type());
+  if (!d) {
+    throw Error(what + ": data type " + onnx_type_name(t.data_type()) +
+                " has no tensorwire dtype (supported: FLOAT, DOUBLE, INT32, INT64, UINT8, BOOL, "
+                "FLOAT16, BFLOAT16)");
+  }
+  if (t.data_location() == P::EXTERNAL) throw Error(what + ": external data is not supported");
+  HostTensor h;
+  h.meta.dtype = *d;
+  for (int64_t dim : t.dims()) {
+    if (dim < 0) throw Error(what + ": negative dim " + std::to_string(dim));
+    h.meta.shape.push_back(dim);
+  }
+  Status st = validate_shape(h.meta.shape);
+  if (!st.ok()) throw Error(what + ": " + st.message());
+  const size_t n = static_cast<size_t>(h.numel()), es = dtype_size(*d);
+  h.bytes.resize(n * es);
+  auto count = [&](size_t have) {
+    if (have != n) {
+      throw Error(what + ": " + std::to_string(have) + " values for shape " +
+                  shape_str(h.meta.shape));
+    }
+  };
+  if (t.has_raw_data()) {
+    count(t.raw_data().size() / es);
+    if (t.raw_data().size() % es != 0)
+      throw Error(what + ": raw_data size is not a whole element count");
+    std::memcpy(h.bytes.data(), t.raw_data().data(), h.bytes.size());
+    return h;
+  }
+  switch (*d) {
+    case kF32:
+      count(t.float_data_size());
+      std::memcpy(h.bytes.data(), t.float_data().data(), h.bytes.size());
+      break;
+    case kF64:
+      count(t.double_data_size());
+      std::memcpy(h.bytes.data(), t.double_data().data(), h.bytes.size());
+      break;
+    case kI64:
+      count(t.int64_data_size());
+      std::memcpy(h.bytes.data(), t.int64_data().data(), h.bytes.size());
+      break;
+    case kI32:
+      count(t.int32_data_size());
+      std::memcpy(h.bytes.data(), t.int32_data().data(), h.bytes.size());
+      break;
+    case kU8:
+    case kBool:
+      count(t.int32_data_size());
+      for (size_t i = 0; i < n; ++i)
+        h.bytes[i] = static_cast<uint8_t>(t.int32_data(static_cast<int>(i)));
+      break;
+    case kF16:
+    case kBF16:  // the 16 bits of each value in an int32
+      count(t.int32_data_size());
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t bits = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
+        std::memcpy(h.bytes.data() + 2 * i, &bits, 2);
+      }
+      break;
+  }
+  return h;
+}
+
+// ---- Builder ----
+
+TensorId Builder::add_input(const TensorMeta& meta) {
+  const TensorId id = new_id();
+  graph_.input_ids.push_back(id);
+  graph_.inputs.push_back(meta);
+  metas_.emplace(id, meta);
+  return id;
+}
+
+void Builder::append(ir::Op op) {
+  const ir::MetaLookup lookup = [&](TensorId id) -> Result<TensorMeta> {
+    auto it = metas_.find(id);
+    if (it == metas_.end()) return not_found("unknown tensor");
+    return it->second;
+  };
+  Result<std::vector<TensorMeta>> out = ir::infer(op, lookup);
+  if (!out.ok()) fail(out.status().message());
+  const std::vector<TensorId> ids = ir::op_outputs(op);
+  for (size_t k = 0; k < ids.size(); ++k) metas_.emplace(ids[k], out->at(k));
+  graph_.ops.push_back(std::move(op));
+}
+
+TensorId Builder::constant_id(const HostTensor& h) {
+  const TensorId id = new_id();
+  append(ir::FromHost{{id},
+                      h.meta.shape,
+                      h.meta.dtype,
+                      ir::Bytes{Buffer::copy_of(h.bytes.data(), h.bytes.size())}});
+  return id;
+}
+
+#define TW_EMIT(...)            \
+  const TensorId id = new_id(); \
+  append(__VA_ARGS__);          \
+  return id
+
+TensorId Builder::unary(ir::UnaryKind k, TensorId x) { TW_EMIT(ir::Unary{k, {x}, {id}}); }
+TensorId Builder::binary(ir::BinaryKind k, TensorId a, TensorId b) {
+  TW_EMIT(ir::Binary{k, {a}, {b}, {id}});
+}
+TensorId Builder::scalar(ir::BinaryKind k, TensorId a, ir::Scalar s, bool reverse) {
+  TW_EMIT(ir::BinaryScalar{k, {a}, s, reverse, {id}});
+}
+TensorId Builder::cast(TensorId x, DType d) {
+  if (meta(x).dtype == d) return x;
+  TW_EMIT(ir::Cast{{x}, d, {id}});
+}
+TensorId Builder::reduce(ir::ReduceKind k, TensorId x, std::vector<int64_t> dims, bool keepdim) {
+  TW_EMIT(ir::Reduce{k, {x}, std::move(dims), keepdim, {id}});
+}
+TensorId Builder::reshape(TensorId x, Shape shape) {
+  TW_EMIT(ir::Reshape{{x}, std::move(shape), {id}});
+}
+TensorId Builder::permute(TensorId x, std::vector<int64_t> dims) {
+  TW_EMIT(ir::Permute{{x}, std::move(dims), {id}});
+}
+TensorId Builder::expand(TensorId x, Shape shape) {
+  if (meta(x).shape == shape) return x;
+  TW_EMIT(ir::Expand{{x}, std::move(shape), {id}});
+}
+TensorId Builder::slice(TensorId x, std::vector<int64_t> starts, std::vector<int64_t> ends,
+                        std::vector<int64_t> steps) {
+  TW_EMIT(ir::Slice{{x}, std::move(starts), std::move(ends), std::move(steps), {id}});
+}
+TensorId Builder::narrow(TensorId x, int64_t dim, int64_t begin, int64_t end) {
+  const Shape& s = meta(x).shape;
+  std::vector<int64_t> starts(s.size(), 0), ends(s), steps(s.size(), 1);
+  starts[dim] = std::clamp<int64_t>(begin, 0, s[dim]);
+  ends[dim] = std::clamp<int64_t>(end, 0, s[dim]);
+  return slice(x, starts, ends, steps);
+}
+TensorId Builder::cat(std::vector<TensorId> xs, int64_t dim) {
+  if (xs.size() == 1) return xs[0];
+  std::vector<ir::In> in;
+  for (TensorId x : xs) in.push_back({x});
+  TW_EMIT(ir::Cat{std::move(in), dim, {id}});
+}
+TensorId Builder::flip(TensorId x, std::vector<int64_t> dims) {
+  TW_EMIT(ir::Flip{{x}, std::move(dims), {id}});
+}
+TensorId Builder::where(TensorId c, TensorId a, TensorId b) {
+  TW_EMIT(ir::Where{{c}, {a}, {b}, {id}});
+}
+TensorId Builder::full(Shape shape, DType d, ir::Scalar v) {
+  TW_EMIT(ir::Full{{id}, std::move(shape), d, v});
+}
+TensorId Builder::arange(int64_t n) {
+  if (n == 0) return full({0}, kI64, int64_t{0});
+  TW_EMIT(ir::Arange{{id}, int64_t{0}, n, int64_t{1}, kI64});
+}
+TensorId Builder::matmul(TensorId a, TensorId b) { TW_EMIT(ir::MatMul{{a}, {b}, {id}}); }
+TensorId Builder::softmax(TensorId x, int64_t dim, bool log) {
+  TW_EMIT(ir::Softmax{{x}, dim, log, {id}});
+}
+TensorId Builder::index_select(TensorId x, int64_t dim, TensorId index) {
+  TW_EMIT(ir::IndexSelect{{x}, dim, {index}, {id}});
+}
+TensorId Builder::gather(TensorId x, int64_t dim, TensorId index) {
+  TW_EMIT(ir::Gather{{x}, dim, {index}, {id}});
+}
+TensorId Builder::clamp(TensorId x, std::optional<ir::Scalar> lo, std::optional<ir::Scalar> hi) {
+  TW_EMIT(ir::Clamp{{x},
+                    lo.has_value(),
+                    lo.value_or(ir::Scalar()),
+                    hi.has_value(),
+                    hi.value_or(ir::Scalar()),
+                    {id}});
+}
+#undef TW_EMIT
+
+TensorId Builder::pad_constant(TensorId x, const std::vector<int64_t>& before,
+                               const std::vector<int64_t>& after, ir::Scalar value) {
+  for (size_t d = 0; d < before.size(); ++d) {
+    if (before[d] == 0 && after[d] == 0) continue;
+    const TensorMeta m = meta(x);
+    std::vector<TensorId> parts;
+    Shape s = m.shape;
+    if (before[d] > 0) {
+      s[d] = before[d];
+      parts.push_back(full(s, m.dtype, value));
+    }
+    parts.push_back(x);
+    if (after[d] > 0) {
+      s[d] = after[d];
+      parts.push_back(full(s, m.dtype, value));
+    }
+    x = cat(parts, static_cast<int64_t>(d));
+  }
+  return x;
+}
+
+// ---- Node ----
+
+Builder::Value& Node::value(size_t i) {
+  if (!has_input(i)) fail("input " + std::to_string(i) + " is required");
+  auto it = values_.find(proto.input(static_cast<int>(i)));
+  if (it == values_.end())
+    fail("input '" + proto.input(static_cast<int>(i)) + "' is not defined before this node");
+  return it->second;
+}
+
+TensorId Node::input(size_t i) {
+  Builder::Value& v = value(i);
+  v.used_as_tensor = true;
+  if (v.id == 0) v.id = b.constant_id(*v.constant);
+  return v.id;
+}
+
+const TensorMeta& Node::input_meta(size_t i) { return value(i).meta; }
+
+TensorId Node::input_broadcast(size_t i, size_t ref) {
+  legacy_broadcast_ = true;
+  const TensorId x = input(i);
+  if (opset >= 7 || attr_int("broadcast", 0) == 0) return x;
+  // Before opset 7, with broadcast=1, B's dims align with A's starting at `axis` (default: B's
+  // trailing alignment, as numpy).
+  const Shape a = input_meta(ref).shape, s = b.meta(x).shape;
+  const int64_t ra = static_cast<int64_t>(a.size()), rb = static_cast<int64_t>(s.size());
+  const int64_t at = has_attr("axis") ? axis(attr_int("axis", 0), ra) : ra - rb;
+  if (at < 0 || at + rb > ra) fail("attribute axis does not place B's shape inside A's");
+  Shape out(static_cast<size_t>(ra), 1);
+  std::copy(s.begin(), s.end(), out.begin() + at);
+  return b.reshape(x, out);
+}
+
+bool Node::has_constant(size_t i) { return has_input(i) && value(i).constant.has_value(); }
+
+const HostTensor& Node::constant(size_t i, const char* what) {
+  Builder::Value& v = value(i);
+  if (!v.constant) {
+    fail("input " + std::to_string(i) + " ('" + proto.input(static_cast<int>(i)) + "', " + what +
+         ") must be known at load: an initializer, a Constant, or a graph input given by value "
+         "(LoadOptions::input_values)");
+  }
+  v.constant_used = true;
+  return *v.constant;
+}
+
+void Node::set_output(size_t i, TensorId id) {
+  if (!wants_output(i)) return;
+  values_[proto.output(static_cast<int>(i))] = Builder::Value{id, b.meta(id), std::nullopt};
+}
+
+void Node::set_constant_output(size_t i, HostTensor h) {
+  if (!wants_output(i)) return;
+  Builder::Value v;
+  v.meta = h.meta;
+  v.constant = std::move(h);
+  values_[proto.output(static_cast<int>(i))] = std::move(v);
+}
+
+void Node::forward(size_t out, size_t in) {
+  if (!wants_output(out)) return;
+  Builder::Value v = value(in);
+  values_[proto.output(static_cast<int>(out))] = std::move(v);
+}
+
+const ::onnx::AttributeProto* Node::attr(const std::string& name) const {
+  for (const auto& a : proto.attribute()) {
+    if (a.name() == name) {
+      if (!a.ref_attr_name().empty())
+        fail("attribute '" + name + "' refers to a function attribute");
+      return &a;
+    }
+  }
+  return nullptr;
+}
+
+int64_t Node::attr_int(const std::string& name, int64_t dflt) const {
+  const auto* a = attr(name);
+  return a ? a->i() : dflt;
+}
+double Node::attr_float(const std::string& name, double dflt) const {
+  const auto* a = attr(name);
+  return a ? a->f() : dflt;
+}
+std::string Node::attr_string(const std::string& name, const std::string& dflt) const {
+  const auto* a = attr(name);
+  return a ? a->s() : dflt;
+}
+std::vector<int64_t> Node::attr_ints(const std::string& name) const {
+  const auto* a = attr(name);
+  return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : std::vector<int64_t>{};
+}
+std::vector<float> Node::attr_floats(const std::string& name) const {
+  const auto* a = attr(name);
+  return a ? std::vector<float>(a->floats().begin(), a->floats().end()) : std::vector<float>{};
+}
+
+void Node::require_attr_int(const std::string& name, int64_t ok) const {
+  const auto* a = attr(name);
+  if (a && a->i() != ok) {
+    fail("attribute " + name + "=" + std::to_string(a->i()) + " is not supported (only " +
+         std::to_string(ok) + ")");
+  }
+}
+
+void Node::check_attrs(std::initializer_list<const char*> known) const {
+  for (const auto& a : proto.attribute()) {
+    // A memory-reuse hint of opsets before 6, without effect on values.
+    if (a.name() == "consumed_inputs") continue;
+    // Binary ops before opset 7: legacy broadcasting (input_broadcast reads these).
+    if (opset < 7 && (a.name() == "broadcast" || a.name() == "axis") && legacy_broadcast_) continue;
+    bool found = false;
+    for (const char* k : known) found = found || a.name() == k;
+    if (!found) fail("attribute '" + a.name() + "' is not supported");
+  }
+}
+
+int64_t Node::axis(int64_t a, int64_t rank, const char* what) const {
+  const int64_t n = a < 0 ? a + rank : a;
+  if (n < 0 || n >= rank) {
+    fail(std::string(what) + " " + std::to_string(a) + " is out of range for rank " +
+         std::to_string(rank));
+  }
+  return n;
+}
+
+std::map<std::string, OpFn>& op_table() {
+  static std::map<std::string, OpFn> table;
+  return table;
+}
+
+}  // namespace tw::onnx_import

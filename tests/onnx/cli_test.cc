@@ -1,0 +1,57 @@
+// `tensorwire onnx show` and `tensorwire onnx run` on models of ONNX's test data: show prints the
+// names and the IR ops, run executes on cpu and on a real server process, and a model with an op
+// the importer does not map is an error naming the node and op (exit status 1).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "support/server_process.h"
+
+namespace tw::testing {
+namespace {
+
+const std::string kData = TW_ONNX_TESTDATA;
+
+std::pair<int, std::string> cli(const std::string& args) {
+  std::string out;
+  FILE* p = ::popen((std::string(TW_CLI_BINARY) + " " + args + " 2>&1").c_str(), "r");
+  if (!p) return {-1, out};
+  std::array<char, 4096> buf{};
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
+  const int st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(OnnxCli, ShowNamesInputsOutputsAndOps) {
+  const auto [status, out] =
+      cli("onnx show " + kData + "/pytorch-converted/test_Conv2d/model.onnx");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("opset 6, producer 'pytorch 0.3', 1 nodes, 2 initializers"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("input 0 '0': f32[2, 3, 7, 5]"), std::string::npos) << out;
+  EXPECT_NE(out.find("conv2d("), std::string::npos) << out;
+}
+
+TEST(OnnxCli, RunsOnCpuAndRemotelyAsOneGraph) {
+  const std::string model = kData + "/node/test_gemm_default_single_elem_vector_bias/model.onnx";
+  auto [status, out] = cli("onnx run " + model);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("on cpu in"), std::string::npos) << out;
+  ServerProcess server;
+  std::tie(status, out) = cli("onnx run " + model + " --device " + server.url() + " --repeat 2");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("as one graph"), std::string::npos) << out;
+  EXPECT_NE(out.find("output 0 'y': f32[3, 3]"), std::string::npos) << out;
+}
+
+TEST(OnnxCli, UnsupportedOpIsAnErrorNamingNodeAndOp) {
+  const auto [status, out] = cli("onnx show " + kData + "/node/test_nonzero_example/model.onnx");
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("(NonZero): op type NonZero is not supported"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tw::testing
