@@ -13,7 +13,10 @@
 #pragma once
 #include <vector>
 
+#include "tensorwire/export.h"
 #include "tensorwire/tensor.h"
+
+TW_API_BEGIN
 
 namespace tw {
 
@@ -39,3 +42,4 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
               bool retain_graph = false);
 
 }  // namespace tw
+TW_API_END

@@ -5,6 +5,9 @@
 #include <string>
 
 #include "tensorwire/device_kind.h"
+#include "tensorwire/export.h"
+
+TW_API_BEGIN
 
 namespace tw {
 
@@ -59,3 +62,4 @@ class Device {
 };
 
 }  // namespace tw
+TW_API_END

@@ -3,8 +3,13 @@
 #pragma once
 #include <cstdint>
 
+#include "tensorwire/export.h"
+
+TW_API_BEGIN
+
 namespace tw {
 
 enum class DeviceKind : uint8_t { kCpu = 0, kRemote = 1, kCapture = 2, kTorch = 3 };
 
 }  // namespace tw
+TW_API_END

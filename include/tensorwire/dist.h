@@ -20,7 +20,10 @@
 #include <vector>
 
 #include "tensorwire/device.h"
+#include "tensorwire/export.h"
 #include "tensorwire/tensor.h"
+
+TW_API_BEGIN
 
 namespace tw::dist {
 
@@ -60,3 +63,4 @@ void reduce_scatter(std::vector<Tensor>& tensors, ReduceOp op, const Group& grou
 void reduce_scatter(std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::kSum);
 
 }  // namespace tw::dist
+TW_API_END

@@ -4,6 +4,10 @@
 #include <cstdint>
 #include <string_view>
 
+#include "tensorwire/export.h"
+
+TW_API_BEGIN
+
 namespace tw {
 
 enum class DType : uint8_t {
@@ -86,3 +90,4 @@ constexpr DType promote(DType a, DType b) {
 }
 
 }  // namespace tw
+TW_API_END

@@ -3,6 +3,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "tensorwire/export.h"
+
+TW_API_BEGIN
+
 namespace tw {
 
 class Error : public std::runtime_error {
@@ -11,3 +15,4 @@ class Error : public std::runtime_error {
 };
 
 }  // namespace tw
+TW_API_END

@@ -22,8 +22,11 @@
 #include <vector>
 
 #include "tensorwire/device.h"
+#include "tensorwire/export.h"
 #include "tensorwire/optim.h"
 #include "tensorwire/tensor.h"
+
+TW_API_BEGIN
 
 namespace tw::graph {
 
@@ -141,3 +144,4 @@ inline Step compile(Step::Fn fn, std::vector<Slot> state = {}) {
 }
 
 }  // namespace tw::graph
+TW_API_END

@@ -19,7 +19,10 @@
 #include <vector>
 
 #include "tensorwire/autograd.h"
+#include "tensorwire/export.h"
 #include "tensorwire/tensor.h"
+
+TW_API_BEGIN
 
 namespace tw::nn {
 
@@ -263,3 +266,4 @@ Tensor kaiming_uniform(const Shape& shape, double a, int64_t fan_in, const Place
 }  // namespace init
 
 }  // namespace tw::nn
+TW_API_END

@@ -14,8 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "tensorwire/export.h"
 #include "tensorwire/graph.h"
 #include "tensorwire/tensor.h"
+
+TW_API_BEGIN
 
 namespace tw::onnx {
 
@@ -60,3 +63,4 @@ Tensor read_tensor(const std::string& path, const Device& device = Device::cpu()
 std::vector<std::string> supported_ops();
 
 }  // namespace tw::onnx
+TW_API_END

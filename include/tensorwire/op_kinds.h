@@ -2,6 +2,9 @@
 // makes its enums and traits from these lists, and the Tensor API (tensorwire/tensor.h) and the
 // Python module its methods. Kinds are serialised by their position: append only.
 #pragma once
+#include "tensorwire/export.h"
+
+TW_API_BEGIN
 
 // Each kind is declared once here, with its traits; everything that lists kinds (the Tensor
 // methods of tensorwire/tensor.h and their Python bindings, kind_name, inference, the kernels'
@@ -68,3 +71,4 @@
   X(Argmin, argmin, argmin, kNoGrad, kOneDim)
 #define TW_POOL_KINDS(X) X(Max, max_pool2d, max_pool2d) X(Avg, avg_pool2d, avg_pool2d)
 // clang-format on
+TW_API_END

@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "tensorwire/export.h"
 #include "tensorwire/nn.h"
+
+TW_API_BEGIN
 
 namespace tw::optim {
 
@@ -116,3 +119,4 @@ class AdamW : public Adam {
 };
 
 }  // namespace tw::optim
+TW_API_END

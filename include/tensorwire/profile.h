@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "tensorwire/export.h"
+
+TW_API_BEGIN
+
 namespace tw::profile {
 
 struct DeviceProfile {
@@ -23,3 +27,4 @@ std::vector<DeviceProfile> devices();
 std::string report();
 
 }  // namespace tw::profile
+TW_API_END

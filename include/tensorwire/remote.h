@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "tensorwire/device.h"
+#include "tensorwire/export.h"
+
+TW_API_BEGIN
 
 namespace tw {
 
@@ -71,3 +74,4 @@ struct RemoteHandshake {
 RemoteHandshake remote_handshake(const Device& device);
 
 }  // namespace tw
+TW_API_END

@@ -16,8 +16,11 @@
 #include <utility>
 #include <vector>
 
+#include "tensorwire/export.h"
 #include "tensorwire/nn.h"
 #include "tensorwire/tensor.h"
+
+TW_API_BEGIN
 
 namespace tw {
 
@@ -49,3 +52,4 @@ void save_safetensors(const std::string& path, const nn::Module& module,
 void load_safetensors(const std::string& path, nn::Module& module, bool strict = true);
 
 }  // namespace tw
+TW_API_END

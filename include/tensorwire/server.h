@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "tensorwire/device.h"
+#include "tensorwire/export.h"
+
+TW_API_BEGIN
 
 namespace tw {
 
@@ -128,3 +131,4 @@ std::unique_ptr<Server> serve(const Device& device, ServerOptions options = {});
 std::unique_ptr<Server> serve(ServerOptions options = {});
 
 }  // namespace tw
+TW_API_END

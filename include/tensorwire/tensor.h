@@ -19,7 +19,10 @@
 #include "tensorwire/device.h"
 #include "tensorwire/dtype.h"
 #include "tensorwire/error.h"
+#include "tensorwire/export.h"
 #include "tensorwire/op_kinds.h"
+
+TW_API_BEGIN
 
 namespace tw {
 
@@ -328,3 +331,4 @@ void set_num_threads(int n);
 int get_num_threads();
 
 }  // namespace tw
+TW_API_END

@@ -5,7 +5,11 @@
 #include "tensorwire/dist.h"
 #include "tensorwire/dtype.h"
 #include "tensorwire/error.h"
+#include "tensorwire/export.h"
 #include "tensorwire/nn.h"
 #include "tensorwire/optim.h"
 #include "tensorwire/serialize.h"
 #include "tensorwire/tensor.h"
+
+TW_API_BEGIN
+TW_API_END

@@ -14,7 +14,10 @@
 
 #include "core/shape.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
 #include "tensorwire/tensor.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::autograd {
 
@@ -84,3 +87,4 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
                   bool retain_graph);
 
 }  // namespace tw::autograd
+TW_INTERNAL_END

@@ -11,7 +11,10 @@
 
 #include "api/sink.h"
 #include "ir/graph.h"
+#include "tensorwire/export.h"
 #include "tensorwire/tensor.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::detail {
 
@@ -70,3 +73,4 @@ class CaptureBackend final : public Backend {
 };
 
 }  // namespace tw::detail
+TW_INTERNAL_END

@@ -8,7 +8,10 @@
 
 #include "api/sink.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
 #include "tensorwire/tensor.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::detail {
 
@@ -30,3 +33,4 @@ std::vector<Tensor> emit_all(const std::shared_ptr<Sink>& sink, ir::Op op,
 inline ir::In in(const Tensor& t) { return ir::In{t.defined() ? t.impl()->id : 0}; }
 
 }  // namespace tw::detail
+TW_INTERNAL_END

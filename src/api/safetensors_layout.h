@@ -12,6 +12,9 @@
 
 #include "core/shape.h"
 #include "tensorwire/dtype.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::safetensors {
 
@@ -54,3 +57,4 @@ std::vector<uint8_t> write_file(const std::vector<Named>& tensors,
 Layout parse_layout(std::span<const uint8_t> bytes, const std::string& what);
 
 }  // namespace tw::safetensors
+TW_INTERNAL_END

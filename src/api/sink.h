@@ -17,6 +17,9 @@
 #include "ir/graph.h"
 #include "ir/ops.h"
 #include "tensorwire/device.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::autograd {
 struct AutogradMeta;
@@ -143,3 +146,4 @@ struct TensorImpl {
 };
 
 }  // namespace tw::detail
+TW_INTERNAL_END

@@ -516,12 +516,12 @@ Tensor from_vector(std::span<const T> values, const Shape& shape, const Device& 
                       shape, detail::dtype_of_v<T>, device);
   }
 }
-template Tensor from_vector<float>(std::span<const float>, const Shape&, const Device&);
-template Tensor from_vector<double>(std::span<const double>, const Shape&, const Device&);
-template Tensor from_vector<int32_t>(std::span<const int32_t>, const Shape&, const Device&);
-template Tensor from_vector<int64_t>(std::span<const int64_t>, const Shape&, const Device&);
-template Tensor from_vector<uint8_t>(std::span<const uint8_t>, const Shape&, const Device&);
-template Tensor from_vector<bool>(std::span<const bool>, const Shape&, const Device&);
+template TW_API Tensor from_vector<float>(std::span<const float>, const Shape&, const Device&);
+template TW_API Tensor from_vector<double>(std::span<const double>, const Shape&, const Device&);
+template TW_API Tensor from_vector<int32_t>(std::span<const int32_t>, const Shape&, const Device&);
+template TW_API Tensor from_vector<int64_t>(std::span<const int64_t>, const Shape&, const Device&);
+template TW_API Tensor from_vector<uint8_t>(std::span<const uint8_t>, const Shape&, const Device&);
+template TW_API Tensor from_vector<bool>(std::span<const bool>, const Shape&, const Device&);
 
 // ---- random ----
 namespace {

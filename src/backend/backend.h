@@ -23,6 +23,9 @@
 #include "ir/graph.h"
 #include "ir/ops.h"
 #include "tensorwire/device_kind.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw {
 
@@ -193,3 +196,4 @@ class Backend {
 };
 
 }  // namespace tw
+TW_INTERNAL_END

@@ -36,6 +36,9 @@
 #include "ir/graph.h"
 #include "ir/infer.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw {
 
@@ -218,3 +221,4 @@ inline Status plan_arena(GraphProgram& g, uint64_t held, uint64_t limit,
 }
 
 }  // namespace tw
+TW_INTERNAL_END

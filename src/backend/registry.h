@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw {
 
@@ -29,3 +32,4 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& name);
 std::unique_ptr<Backend> make_cpu_backend();
 
 }  // namespace tw
+TW_INTERNAL_END

@@ -29,6 +29,9 @@
 #include "backend/graph_program.h"
 #include "core/buffer.h"
 #include "ir/infer.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw {
 
@@ -371,3 +374,4 @@ Status TableBackend<T>::run_guarded(const ir::Op& op, const OpIo& io, T* done) {
 }  // namespace tw
 
 #include "backend/table_backend_graphs.h"  // the graph members' definitions
+TW_INTERNAL_END

@@ -18,6 +18,9 @@
 
 #include "backend/graph_program.h"
 #include "backend/table_backend.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw {
 
@@ -183,3 +186,4 @@ Status TableBackend<T>::run_graph_op(RegisteredGraph& g, const GraphOp& op) {
 }
 
 }  // namespace tw
+TW_INTERNAL_END

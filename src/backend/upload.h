@@ -9,6 +9,9 @@
 #include "core/shape.h"
 #include "core/tensor_data.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw {
 
@@ -32,3 +35,4 @@ inline ir::Op from_host_of(TensorData data, ir::TensorId id) {
 }
 
 }  // namespace tw
+TW_INTERNAL_END

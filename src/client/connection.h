@@ -24,6 +24,9 @@
 #include "net/stream.h"
 #include "net/url.h"
 #include "protocol/messages.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::client {
 
@@ -347,3 +350,4 @@ void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
 }
 
 }  // namespace tw::client
+TW_INTERNAL_END

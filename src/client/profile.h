@@ -3,6 +3,9 @@
 // whose connections have closed. Touched once per connection, never per op.
 #pragma once
 #include "client/connection.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::client::profile {
 
@@ -10,3 +13,4 @@ void enrol(const Connection* c);
 void leave(const Connection* c, const Counters& final_counters);
 
 }  // namespace tw::client::profile
+TW_INTERNAL_END

@@ -8,6 +8,9 @@
 
 #include "backend/backend.h"
 #include "client/connection.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::client {
 
@@ -90,3 +93,4 @@ class RemoteBackend final : public Backend {
 };
 
 }  // namespace tw::client
+TW_INTERNAL_END

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw {
 
@@ -112,3 +115,4 @@ class BufferPool {
 };
 
 }  // namespace tw
+TW_INTERNAL_END

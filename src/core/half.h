@@ -3,6 +3,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
+
 namespace tw {
 
 inline float bits_to_f32(uint32_t b) {
@@ -63,3 +67,4 @@ inline uint16_t f32_to_f16(float f) {
 }
 
 }  // namespace tw
+TW_INTERNAL_END

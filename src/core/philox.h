@@ -6,6 +6,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
+
 namespace tw {
 
 inline std::array<uint32_t, 4> philox4x32(uint64_t counter, uint64_t key_in) {
@@ -49,3 +53,4 @@ inline double philox_normal(uint64_t seed, uint64_t i) {
 }
 
 }  // namespace tw
+TW_INTERNAL_END

@@ -7,6 +7,9 @@
 
 #include "core/status.h"
 #include "tensorwire/dtype.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw {
 
@@ -39,3 +42,4 @@ struct TensorMeta {
 std::string meta_str(const TensorMeta& m);  // "f32[2, 3]"
 
 }  // namespace tw
+TW_INTERNAL_END

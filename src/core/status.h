@@ -6,6 +6,10 @@
 #include <string>
 #include <utility>
 
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
+
 namespace tw {
 
 enum class StatusCode : uint8_t {  // serialised in responses: append only
@@ -108,3 +112,4 @@ class [[nodiscard]] Result {
   do {                                                   \
     if (!(cond)) return ::tw::invalid_argument(message); \
   } while (0)
+TW_INTERNAL_END

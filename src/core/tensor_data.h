@@ -7,6 +7,9 @@
 
 #include "core/buffer.h"
 #include "core/shape.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw {
 
@@ -66,3 +69,4 @@ struct TensorData {
 };
 
 }  // namespace tw
+TW_INTERNAL_END

@@ -9,6 +9,10 @@
 #include <mutex>
 #include <vector>
 
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
+
 namespace tw {
 
 class ThreadPool {
@@ -83,3 +87,4 @@ void parallel_chunks(int64_t total, int64_t grain, F&& fn) {
 }
 
 }  // namespace tw
+TW_INTERNAL_END

@@ -8,6 +8,9 @@
 
 #include "core/buffer.h"
 #include "core/status.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw {
 
@@ -159,3 +162,4 @@ class WireReader {
 };
 
 }  // namespace tw
+TW_INTERNAL_END

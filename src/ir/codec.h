@@ -7,6 +7,9 @@
 
 #include "core/wire.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::ir {
 
@@ -17,3 +20,4 @@ Result<Op> decode_op(WireReader& r);
 Result<Op> decode_op(const uint8_t* data, size_t size);
 
 }  // namespace tw::ir
+TW_INTERNAL_END

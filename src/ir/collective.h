@@ -8,6 +8,9 @@
 
 #include "core/tensor_data.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::ir {
 
@@ -37,3 +40,4 @@ struct CollectiveSpec {
 };
 
 }  // namespace tw::ir
+TW_INTERNAL_END

@@ -11,6 +11,9 @@
 
 #include "core/half.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::ir {
 
@@ -63,3 +66,4 @@ T clamp_bound(const Scalar& s) {
 }
 
 }  // namespace tw::ir
+TW_INTERNAL_END

@@ -10,6 +10,9 @@
 #include "core/shape.h"
 #include "core/status.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::ir {
 
@@ -46,3 +49,4 @@ Result<GraphPlan> validate_graph(const Graph& graph);
 void remap_op(Op& op, const std::function<TensorId(TensorId)>& map);
 
 }  // namespace tw::ir
+TW_INTERNAL_END

@@ -8,6 +8,9 @@
 #pragma once
 #include "core/wire.h"
 #include "ir/graph.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::ir {
 
@@ -15,3 +18,4 @@ void encode_graph(const Graph& graph, WireWriter& w);
 Result<Graph> decode_graph(WireReader& r);
 
 }  // namespace tw::ir
+TW_INTERNAL_END

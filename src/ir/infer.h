@@ -8,6 +8,9 @@
 
 #include "core/shape.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::ir {
 
@@ -42,3 +45,4 @@ int64_t window_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padd
                         int64_t dilation);
 
 }  // namespace tw::ir
+TW_INTERNAL_END

@@ -18,7 +18,10 @@
 #include "core/buffer.h"
 #include "core/shape.h"
 #include "tensorwire/dtype.h"
+#include "tensorwire/export.h"
 #include "tensorwire/op_kinds.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::ir {
 
@@ -491,3 +494,4 @@ bool operator==(const Op& a, const Op& b);
 size_t op_hash(const Op& op);
 
 }  // namespace tw::ir
+TW_INTERNAL_END

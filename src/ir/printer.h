@@ -5,6 +5,9 @@
 #include <string>
 
 #include "ir/ops.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::ir {
 
@@ -12,3 +15,4 @@ std::string to_string(const Op& op);
 std::ostream& operator<<(std::ostream& os, const Op& op);
 
 }  // namespace tw::ir
+TW_INTERNAL_END

@@ -8,6 +8,9 @@
 #include "core/wire.h"
 #include "ir/graph.h"
 #include "ir/graph_codec.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::ir {
 
@@ -25,3 +28,4 @@ std::vector<uint8_t> encode_trace_file(const Graph& graph);
 Result<Graph> decode_trace_file(const uint8_t* data, size_t size);
 
 }  // namespace tw::ir
+TW_INTERNAL_END

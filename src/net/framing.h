@@ -10,6 +10,9 @@
 #include "core/buffer.h"
 #include "core/wire.h"
 #include "net/stream.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::net {
 
@@ -133,3 +136,4 @@ inline uint32_t frame_length(const uint8_t (&header)[4]) {
 }
 
 }  // namespace tw::net
+TW_INTERNAL_END

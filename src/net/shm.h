@@ -19,6 +19,9 @@
 #include <memory>
 
 #include "core/status.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::net {
 
@@ -60,3 +63,4 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free,
 void parallel_copy(void* dst, const void* src, size_t n);
 
 }  // namespace tw::net
+TW_INTERNAL_END

@@ -6,6 +6,9 @@
 #include <memory>
 
 #include "net/stream.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::net {
 
@@ -26,3 +29,4 @@ void wait_fd(int fd, short events);
 Result<std::unique_ptr<Stream>> adopt_socket(asio::io_context& io, int fd);
 
 }  // namespace tw::net
+TW_INTERNAL_END

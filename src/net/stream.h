@@ -36,6 +36,9 @@
 
 #include "core/status.h"
 #include "net/url.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::net {
 
@@ -144,3 +147,4 @@ asio::error_code read_exact(Stream& s, asio::mutable_buffer into);
 void consume(std::vector<asio::const_buffer>& bufs, size_t n);
 
 }  // namespace tw::net
+TW_INTERNAL_END

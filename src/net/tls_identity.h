@@ -12,6 +12,9 @@
 #include <string>
 
 #include "net/stream.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::net {
 
@@ -39,3 +42,4 @@ Status check_pinned(const Url& url, const SSL* ssl, const std::string& pinned);
 Status handshake_failure(SSL* ssl, const Url& url, const TlsOptions& tls, int err);
 
 }  // namespace tw::net
+TW_INTERNAL_END

@@ -11,6 +11,9 @@
 #include <string>
 
 #include "net/stream.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::net {
 
@@ -42,3 +45,4 @@ bool looks_like_tls(const uint8_t* bytes, size_t n);
 std::string tls_cipher(const Stream& s);
 
 }  // namespace tw::net
+TW_INTERNAL_END

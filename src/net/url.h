@@ -6,6 +6,9 @@
 #include <string>
 
 #include "core/status.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::net {
 
@@ -30,3 +33,4 @@ Status check_exposure(const Url& url, bool has_credential, bool insecure);
 std::string supported_schemes();
 
 }  // namespace tw::net
+TW_INTERNAL_END

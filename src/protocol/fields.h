@@ -15,6 +15,9 @@
 #include "ir/collective.h"
 #include "ir/graph.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::protocol {
 
@@ -246,3 +249,4 @@ struct FieldReader {
 };
 
 }  // namespace tw::protocol
+TW_INTERNAL_END

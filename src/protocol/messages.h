@@ -14,6 +14,9 @@
 #include "ir/ops.h"
 #include "protocol/fields.h"
 #include "protocol/tasks.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::protocol {
 
@@ -280,3 +283,4 @@ Status decode_server_message(const Buffer& payload, ServerMessage& m);
 void encode_server_message(const ServerMessage& m, OutFrame& f);
 
 }  // namespace tw::protocol
+TW_INTERNAL_END

@@ -18,6 +18,9 @@
 #include "ir/graph.h"
 #include "ir/ops.h"
 #include "protocol/fields.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::protocol {
 
@@ -295,3 +298,4 @@ class BatchDecoder {
 };
 
 }  // namespace tw::protocol
+TW_INTERNAL_END

@@ -23,6 +23,9 @@
 #include "core/status.h"
 #include "core/tensor_data.h"
 #include "protocol/messages.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace gloo {
 class Context;
@@ -111,3 +114,4 @@ class Collectives {
 };
 
 }  // namespace tw::server
+TW_INTERNAL_END

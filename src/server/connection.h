@@ -20,6 +20,9 @@
 #include "protocol/messages.h"
 #include "server/server_impl.h"
 #include "server/session.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::server {
 
@@ -128,3 +131,4 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
 };
 
 }  // namespace tw::server
+TW_INTERNAL_END

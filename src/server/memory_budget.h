@@ -11,6 +11,9 @@
 #include <functional>
 
 #include "core/buffer.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::server {
 
@@ -74,3 +77,4 @@ class MemoryBudget {
 uint64_t default_max_memory();
 
 }  // namespace tw::server
+TW_INTERNAL_END

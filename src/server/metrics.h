@@ -14,6 +14,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "tensorwire/export.h"
 #if defined(__x86_64__)
 #include <x86intrin.h>
 #endif
@@ -21,6 +23,8 @@
 #include "core/status.h"
 #include "ir/ops.h"
 #include "protocol/messages.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::server {
 
@@ -365,3 +369,4 @@ class MetricsEndpoint {
 };
 
 }  // namespace tw::server
+TW_INTERNAL_END

@@ -20,7 +20,10 @@
 #include "server/session.h"
 #include "server/spin_budget.h"
 #include "server/transfer.h"
+#include "tensorwire/export.h"
 #include "tensorwire/server.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw {
 
@@ -127,3 +130,4 @@ std::string collective_host(const ServerOptions& opts,
 
 }  // namespace server
 }  // namespace tw
+TW_INTERNAL_END

@@ -21,6 +21,9 @@
 #include "server/memory_budget.h"
 #include "server/metrics.h"
 #include "server/transfer.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::server {
 
@@ -264,3 +267,4 @@ class Session {
 std::string human_bytes(uint64_t b);
 
 }  // namespace tw::server
+TW_INTERNAL_END

@@ -7,6 +7,10 @@
 #include <atomic>
 #include <cstdint>
 
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
+
 namespace tw::server {
 
 class SpinBudget {
@@ -64,3 +68,4 @@ class SpinBudget {
 };
 
 }  // namespace tw::server
+TW_INTERNAL_END

@@ -26,6 +26,9 @@
 #include "ir/ops.h"
 #include "protocol/messages.h"
 #include "server/metrics.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace asio {
 class io_context;
@@ -172,3 +175,4 @@ class Puller {
 };
 
 }  // namespace tw::server
+TW_INTERNAL_END

@@ -6,6 +6,10 @@
 #pragma once
 #include <cstdint>
 
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
+
 namespace tw::cpu {
 
 struct FirstLayerConv {
@@ -26,3 +30,4 @@ void conv_first_layer(const FirstLayerConv& g, const float* x, const float* w, c
                       float* y);
 
 }  // namespace tw::cpu
+TW_INTERNAL_END

@@ -3,6 +3,9 @@
 #pragma once
 #include "backend/cpu/cpu_tensor.h"
 #include "backend/table_backend.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw {
 template <>
@@ -47,3 +50,4 @@ class CpuBackend final : public TableBackend<CpuTensor> {
 };
 
 }  // namespace tw::cpu
+TW_INTERNAL_END

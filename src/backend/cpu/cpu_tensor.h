@@ -9,6 +9,9 @@
 #include "core/shape.h"
 #include "core/status.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::cpu {
 
@@ -124,3 +127,4 @@ class KernelContext {
 };
 
 }  // namespace tw::cpu
+TW_INTERNAL_END

@@ -18,6 +18,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::cpu {
 
@@ -162,3 +165,4 @@ class DnnlCache {
 };
 
 }  // namespace tw::cpu
+TW_INTERNAL_END

@@ -17,6 +17,9 @@
 #include "core/thread_pool.h"
 #include "ir/convert.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::cpu {
 
@@ -338,3 +341,4 @@ inline T wrap_mul(T a, T b) {
 }
 
 }  // namespace tw::cpu
+TW_INTERNAL_END

@@ -5,6 +5,9 @@
 #pragma once
 #include "backend/cpu/cpu_tensor.h"
 #include "ir/ops.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::cpu {
 
@@ -13,3 +16,4 @@ TW_OP_LIST(TW_DECLARE_KERNEL)
 #undef TW_DECLARE_KERNEL
 
 }  // namespace tw::cpu
+TW_INTERNAL_END

@@ -3,6 +3,9 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_tensor.h"
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::cpu {
 
@@ -75,3 +78,4 @@ struct StridedIter {
 };
 
 }  // namespace tw::cpu
+TW_INTERNAL_END

@@ -3,12 +3,16 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+
+#include "tensorwire/export.h"
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
 #include <vector>
 
 #include "backend/cpu/cpu_tensor.h"
+
+TW_INTERNAL_BEGIN
 
 namespace tw::cpu {
 
@@ -109,3 +113,4 @@ inline void max_pool_2x2_pair(__m128 top, __m128 bottom, __m128& best, __m128i& 
 #endif
 
 }  // namespace tw::cpu
+TW_INTERNAL_END

@@ -6,6 +6,10 @@
 #pragma once
 #include <cstdint>
 
+#include "tensorwire/export.h"
+
+TW_INTERNAL_BEGIN
+
 namespace tw::cpu {
 
 // One image's channel block: src holds `hw` pixels of 16 channels each ([hw][16], oneDNN's
@@ -26,3 +30,4 @@ constexpr int64_t kStreamingStoreBytes = int64_t{4} << 20;
 inline bool streams_output(int64_t bytes) { return bytes >= kStreamingStoreBytes; }
 
 }  // namespace tw::cpu
+TW_INTERNAL_END

@@ -13,8 +13,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "tensorwire/export.h"
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+
+TW_INTERNAL_BEGIN
 #define TW_VEC_MATH_AVX2 1
 #endif
 
@@ -259,3 +263,4 @@ inline void map_f32(const float* in, float* out, int64_t n, F f) {
 }
 
 }  // namespace tw::cpu::vm
+TW_INTERNAL_END
