@@ -1,7 +1,8 @@
 # What `cmake --install` (and `make install PREFIX=...`) puts under the prefix: the public
-# headers, libtensorwire.so (SONAME-versioned), tensorwire-server, the tensorwire CLI, the torch
-# backend module, a CMake package (find_package(tensorwire CONFIG), target tensorwire::tensorwire),
-# tensorwire.pc, and a systemd unit with an example server configuration. The Python package's
+# headers, libtensorwire.so (SONAME-versioned), libtensorwire_onnx.a (ONNX import),
+# tensorwire-server, the tensorwire CLI, the torch backend module, a CMake package
+# (find_package(tensorwire CONFIG), targets tensorwire::tensorwire and tensorwire::onnx),
+# tensorwire.pc and tensorwire-onnx.pc, and a systemd unit with an example server configuration. The Python package's
 # rules are in python/CMakeLists.txt (component "python", not part of a plain install).
 # Included by the root CMakeLists.txt once every target exists; tests/install checks the result.
 include(GNUInstallDirs)
@@ -30,6 +31,16 @@ install(TARGETS tensorwire LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS tensorwire-server tensorwire-cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/tensorwire
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
+# ONNX import (tensorwire/onnx.h): libtensorwire_onnx.a, static as in the build (the root
+# CMakeLists.txt says why), so a consumer links it with libtensorwire.so, libonnx_proto and
+# protobuf (target tensorwire::onnx, tensorwire-onnx.pc). Nothing else to version: its ABI is
+# libtensorwire's, checked by the same package version.
+if(TARGET tensorwire_onnx)
+  set(TW_INSTALL_ONNX ON)
+  install(TARGETS tensorwire_onnx ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+else()
+  set(TW_INSTALL_ONNX OFF)
+endif()
 if(TW_TORCH_FOUND)
   # Where backend/torch_loader.cc looks first: tensorwire/ beside the loaded libtensorwire.so.
   # INSTALL_RPATH_USE_LINK_PATH keeps a libtorch found outside the system's directories.
@@ -42,12 +53,16 @@ endif()
 # library links the layers' object libraries PUBLIC, whose usage requirements (src/ includes,
 # OpenSSL, oneDNN, Gloo, prometheus-cpp) are for the tests and must not reach a consumer; the
 # installed interface is the headers, the library and C++20. The public headers include only the
-# standard library, so the one dependency is the thread library.
+# standard library, so the one dependency is the thread library. tensorwire::onnx (where
+# libtensorwire_onnx.a was installed) adds ONNX's libonnx_proto and protobuf, found in the
+# consumer as the build finds them (find_package(ONNX CONFIG), find_package(Protobuf)).
 set(TW_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/tensorwire)
 set(TW_LIBRARY_FILE
   ${CMAKE_SHARED_LIBRARY_PREFIX}tensorwire${CMAKE_SHARED_LIBRARY_SUFFIX}.${PROJECT_VERSION})
 set(TW_LIBRARY_SONAME
   ${CMAKE_SHARED_LIBRARY_PREFIX}tensorwire${CMAKE_SHARED_LIBRARY_SUFFIX}.${TW_SOVERSION})
+set(TW_ONNX_LIBRARY_FILE
+  ${CMAKE_STATIC_LIBRARY_PREFIX}tensorwire_onnx${CMAKE_STATIC_LIBRARY_SUFFIX})
 configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/tensorwireConfig.cmake.in
   ${CMAKE_BINARY_DIR}/install/tensorwireConfig.cmake
   INSTALL_DESTINATION ${TW_CMAKE_DIR}
@@ -63,13 +78,29 @@ install(FILES ${CMAKE_BINARY_DIR}/install/tensorwireConfig.cmake
 # Configuring here fills everything else and turns @TW_PREFIX@ into @CMAKE_INSTALL_PREFIX@, which
 # the install step then replaces.
 set(TW_PREFIX "@CMAKE_INSTALL_PREFIX@")
-foreach(f tensorwire.pc tensorwire-server.service)
+set(tw_configured tensorwire.pc tensorwire-server.service)
+if(TW_INSTALL_ONNX)
+  # tensorwire-onnx.pc: Requires tensorwire and protobuf (both have a .pc); ONNX ships none, so
+  # libonnx_proto is named in Libs, with its directory where that is not the linker's own.
+  get_target_property(tw_onnx_proto onnx_proto LOCATION)
+  get_filename_component(tw_onnx_proto_dir "${tw_onnx_proto}" DIRECTORY)
+  set(TW_ONNX_PROTO_LIBS "-lonnx_proto")
+  if(NOT tw_onnx_proto_dir IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES)
+    set(TW_ONNX_PROTO_LIBS "-L${tw_onnx_proto_dir} -lonnx_proto")
+  endif()
+  list(APPEND tw_configured tensorwire-onnx.pc)
+endif()
+foreach(f ${tw_configured})
   configure_file(${CMAKE_SOURCE_DIR}/packaging/${f}.in ${CMAKE_BINARY_DIR}/install/${f}.in @ONLY)
   install(CODE "configure_file(\"${CMAKE_BINARY_DIR}/install/${f}.in\" \
 \"${CMAKE_BINARY_DIR}/install/${f}\" @ONLY)")
 endforeach()
 install(FILES ${CMAKE_BINARY_DIR}/install/tensorwire.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+if(TW_INSTALL_ONNX)
+  install(FILES ${CMAKE_BINARY_DIR}/install/tensorwire-onnx.pc
+    DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
 # systemd reads units from <prefix>/lib/systemd/system for /usr and /usr/local (not a multiarch
 # directory); the example configuration goes to share/tensorwire, to be copied to /etc/tensorwire.
 install(FILES ${CMAKE_BINARY_DIR}/install/tensorwire-server.service

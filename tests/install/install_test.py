@@ -3,12 +3,15 @@
     install_test.py BUILD_DIR SOURCE_DIR
 
 1. `cmake --install BUILD_DIR --prefix P`, then checks what was installed: the versioned
-   library and its SONAME, the programs' RPATH, the CMake package, tensorwire.pc, the systemd
-   unit (naming P's server) and the example configuration.
+   library and its SONAME, the programs' RPATH, the CMake package, tensorwire.pc, the ONNX
+   library libtensorwire_onnx.a with tensorwire-onnx.pc, the systemd unit (naming P's server)
+   and the example configuration.
 2. Compiles each installed public header alone against P (nothing of the source tree on the
    include path), so a header that includes something not installed fails.
 3. Builds examples/cpp out of tree twice, with find_package(tensorwire) and with pkg-config
-   (examples/cpp/Makefile), and runs both builds' programs; remote_fit against P's
+   (examples/cpp/Makefile), and runs both builds' programs; onnx_run (tensorwire::onnx,
+   tensorwire-onnx) on a convolution model of ONNX's test data, checking the output's shape and
+   sum; remote_fit against P's
    tensorwire-server, started on 127.0.0.1 port 0 (the address read back from its output, as
    tests/support/server_process.h does). Where the build has the torch backend the server hosts
    a torch device too, and must have loaded P's copy of the module.
@@ -21,6 +24,12 @@ import sys
 import time
 
 from support import Server, main, run
+
+# A node test of Debian's libonnx-testdata (scripts/bootstrap.sh installs it): a 3x3 convolution,
+# stride 2, padding 1, of x[1, 1, 7, 5] by W[1, 1, 3, 3], both inputs. With ones for both, each
+# output is the number of the window's positions inside x: rows 2 3 3 2 times columns 2 3 2.
+ONNX_MODEL = "/usr/share/libonnx-testdata/data/node/test_conv_with_strides_padding/model.onnx"
+ONNX_OUTPUT = "output 0 'y': f32[1, 1, 4, 3] sum 70"
 
 def check(cond, what):
     if not cond:
@@ -68,7 +77,9 @@ def test(tmp):
         check(soname[0] in d["NEEDED"], f"bin/{prog} does not need {soname[0]}")
     for f in ("lib/cmake/tensorwire/tensorwireConfig.cmake",
               "lib/cmake/tensorwire/tensorwireConfigVersion.cmake",
-              "lib/pkgconfig/tensorwire.pc", "lib/systemd/system/tensorwire-server.service",
+              "lib/pkgconfig/tensorwire.pc", "lib/libtensorwire_onnx.a",
+              "lib/pkgconfig/tensorwire-onnx.pc", "include/tensorwire/onnx.h",
+              "lib/systemd/system/tensorwire-server.service",
               "share/tensorwire/tensorwire-server.conf", "include/tensorwire/tensorwire.h"):
         check(os.path.isfile(os.path.join(prefix, f)), f"{f} was not installed")
     with open(os.path.join(prefix, "lib/systemd/system/tensorwire-server.service")) as f:
@@ -78,6 +89,11 @@ def test(tmp):
     check("@" not in unit.replace("@system-service", ""), "the unit has an unfilled @VAR@")
     check(run(["pkg-config", "--variable=prefix", "tensorwire"], env=env).strip() == prefix,
           "tensorwire.pc's prefix is not the install prefix")
+    onnx_libs = run(["pkg-config", "--libs", "tensorwire-onnx"], env=env).split()
+    for flag in ("-ltensorwire_onnx", "-lonnx_proto", "-ltensorwire", "-lprotobuf"):
+        check(flag in onnx_libs, f"pkg-config --libs tensorwire-onnx gives {onnx_libs}, no {flag}")
+    check(onnx_libs.index("-ltensorwire_onnx") < onnx_libs.index("-ltensorwire"),
+          f"pkg-config --libs tensorwire-onnx gives {onnx_libs}: the archive after its library")
     run([os.path.join(prefix, "bin", "tensorwire-server"), "--help"], env=env)
 
     # 2. Each public header compiles alone against the prefix.
@@ -110,6 +126,14 @@ def test(tmp):
         needed = dynamic(os.path.join(out, "hello"))["NEEDED"]
         check(soname[0] in needed, f"the {how} build of hello does not need {soname[0]}")
         print(f"{how} hello:", run([os.path.join(out, "hello")], env=env).strip())
+        onnx_run = os.path.join(out, "onnx_run")
+        check(os.path.isfile(onnx_run), f"the {how} build made no onnx_run")
+        check(soname[0] in dynamic(onnx_run)["NEEDED"],
+              f"the {how} build of onnx_run does not need {soname[0]}")
+        printed = run([onnx_run, ONNX_MODEL], env=env)
+        check(ONNX_OUTPUT in printed.splitlines(),
+              f"the {how} build of onnx_run printed\n{printed}not {ONNX_OUTPUT!r}")
+        print(f"{how} onnx_run:", printed.strip().replace("\n", "; "))
 
     torch_module = os.path.join(lib_dir, "tensorwire", "libtw_backend_torch.so")
     has_torch = os.path.exists(torch_module)
