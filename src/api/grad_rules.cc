@@ -541,6 +541,26 @@ struct Rules {
     };
   }
 
+  BackwardFn operator()(const ir::ScaledDotProductAttention& op) const {
+    // One backward kernel gives all three gradients (it recomputes the probabilities); the mask
+    // takes none.
+    const Tensor q = r.in[0], k = r.in[1], v = r.in[2];
+    const Tensor mask = r.in.size() > 3 ? r.in[3] : Tensor();
+    const std::vector<bool> needs = r.needs;
+    return [=](const Tensor& g) -> Grads {
+      std::vector<Tensor> d = detail::emit_all(
+          g.impl()->sink,
+          ir::ScaledDotProductAttentionBackward{detail::in(g), detail::in(q), detail::in(k),
+                                                detail::in(v), detail::in(mask), op.causal,
+                                                op.scale, {}, {}, {}},
+          {&g, &q, &k, &v, &mask});
+      Grads out(4);
+      for (size_t i = 0; i < 3; ++i)
+        if (needs[i]) out[i] = std::move(d[i]);
+      return out;
+    };
+  }
+
   BackwardFn operator()(const ir::LayerNorm& op) const {
     // Recomputes the normalised input from x (cheaper to keep than the statistics' handles);
     // with xhat = (x - mean) * rstd and gh = g * weight:

@@ -930,6 +930,49 @@ void neural_cases(Table& t) {
     t.add("layer_norm", {X({6, 8}).as(Layout::kTransposed), X({8}), X({8})}, {.shape = {8}},
           Family::kNeural, "transposed");
     t.add("layer_norm", {X({2, 3, 4})}, {.shape = {2, 3, 4}}, Family::kNeural, "all_dims");
+
+    // Attention: query, key, value (then the upstream gradient for the backward), then the mask;
+    // flag causal, s0 the scale. Tq 70 and Tk 300 cross the CPU kernel's query (64) and key (256)
+    // blocks without filling them; a 3-key mask leaves some rows with no key (zeros).
+    for (const char* op : {"scaled_dot_product_attention", "scaled_dot_product_attention_backward"}) {
+      const bool bw = std::string(op) != "scaled_dot_product_attention";
+      auto qkv = [&](Shape q, Shape k, Shape v) {
+        std::vector<InputSpec> in = {X(q), X(k), X(v)};
+        if (bw) {
+          q.back() = v.back();
+          in.push_back(X(q));
+        }
+        return in;
+      };
+      auto with = [](std::vector<InputSpec> in, InputSpec extra) {
+        in.push_back(std::move(extra));
+        return in;
+      };
+      const Family fam = Family::kMatmul;
+      t.add(op, qkv({2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 6}), {}, fam);
+      t.add(op, qkv({2, 9, 4}, {2, 9, 4}, {2, 9, 3}), {.flag = true}, fam, "causal");
+      t.add(op, qkv({1, 4, 6}, {1, 7, 6}, {1, 7, 6}), {.flag = true}, fam, "causal_rect");
+      t.add(op, qkv({5, 4}, {7, 4}, {7, 2}), {.s0 = Scalar(0.3)}, fam, "rank2_scale");
+      t.add(op, with(qkv({2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 4}), In({5, 7}, kBool)), {}, fam,
+            "mask");
+      t.add(op, with(qkv({2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 4}), In({2, 1, 5, 7}, kBool)),
+            {.flag = true}, fam, "mask_causal");
+      t.add(op, with(qkv({2, 6, 4}, {2, 3, 4}, {2, 3, 5}), In({6, 3}, kBool)), {}, fam,
+            "mask_empty_rows");
+      t.add(op, with(qkv({1, 2, 70, 8}, {1, 2, 300, 8}, {1, 2, 300, 8}), In({2, 1, 300}, kBool)),
+            {.flag = true}, fam, "blocks_mask_causal");
+      t.add(op, qkv({1, 70, 8}, {1, 300, 8}, {1, 300, 8}), {}, fam, "blocks");
+      t.add(op, qkv({130, 8}, {130, 8}, {130, 8}), {.flag = true}, fam, "blocks_causal");
+      // Upstream gradient of a [2, 5, 3] output, for the two cases below that list their inputs.
+      auto grad = [&](std::vector<InputSpec> in) { return bw ? with(std::move(in), X({2, 5, 3})) : in; };
+      t.add(op, grad({In({2, 5, 4}, d).range(-30, 30), In({2, 6, 4}, d).range(-30, 30), X({2, 6, 3})}),
+            {}, fam, "large_scores");
+      t.add(op, grad({X({2, 5, 4}).as(Layout::kTransposed), X({2, 6, 4}).as(Layout::kStrided),
+                 X({2, 6, 3}).as(Layout::kExpanded)}), {}, fam, "layouts");
+      t.add(op, qkv({2, 5, 4}, {2, 0, 4}, {2, 0, 3}), {}, fam, "no_keys");
+      t.add(op, qkv({2, 0, 4}, {2, 6, 4}, {2, 6, 3}), {}, fam, "no_queries");
+      t.add(op, qkv({2, 5, 0}, {2, 6, 0}, {2, 6, 3}), {}, fam, "d0");
+    }
   }
 }
 
@@ -1026,6 +1069,14 @@ std::vector<OpCase> build_large_cases() {
         {.stride = {2, 2}, .padding = one, .dilation = one, .groups = 4}, E, "groups");
   t.add("conv2d", {In({1, 512, 8, 8}, kF32), In({8, 512, 3, 3}, kF32)},
         {.stride = one, .padding = one, .dilation = one}, E, "many_channels");
+  // Attention: past the thresholds where oneDNN's threads split the work (and 8 batch-heads for
+  // the backward's tasks), with a causal mask and an explicit one.
+  const Shape qkv = {2, 4, 300, 64};
+  t.add("scaled_dot_product_attention", {In(qkv, kF32), In(qkv, kF32), In(qkv, kF32)},
+        {.flag = true}, E);
+  t.add("scaled_dot_product_attention_backward",
+        {In(qkv, kF32), In(qkv, kF32), In(qkv, kF32), In(qkv, kF32), In({300, 300}, kBool)},
+        {.flag = true}, E);
   t.add("max_pool2d", {In({8, 16, 64, 64}, kF32)},
         {.kernel = {3, 3}, .stride = {2, 2}, .padding = one}, E);
   t.add("avg_pool2d", {In({8, 16, 64, 64}, kF32)},
