@@ -5,6 +5,7 @@
 // prints the peak RSS before and after the forward and their difference, in MiB.
 #include <sys/resource.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -52,10 +53,10 @@ int main(int argc, char** argv) {
   }
   out.device().sync();
   const double after = peak_rss_mib();
-  std::printf("%s T=%lld heads=%lld d=%lld: peak RSS %.1f MiB before, %.1f MiB after, +%.1f MiB "
-              "(q, k, v and out are %.1f MiB each)\n",
-              mode.c_str(), static_cast<long long>(t), static_cast<long long>(h),
-              static_cast<long long>(d), before, after, after - before,
-              static_cast<double>(h * t * d * 4) / (1 << 20));
+  std::printf(
+      "%s T=%lld heads=%lld d=%lld: peak RSS %.1f MiB before, %.1f MiB after, +%.1f MiB "
+      "(q, k, v and out are %.1f MiB each)\n",
+      mode.c_str(), static_cast<long long>(t), static_cast<long long>(h), static_cast<long long>(d),
+      before, after, after - before, static_cast<double>(h * t * d * 4) / (1 << 20));
   return 0;
 }

@@ -335,8 +335,7 @@ void bm_attention(benchmark::State& state, bool causal) {
       s = s.masked_fill(tw::arange(kT, device()).reshape({1, kT}) > i, -INFINITY);
     }
     s.softmax(-1).matmul(v).backward(g);
-    const std::vector<float> composed[] = {q.grad().to_vector<float>(),
-                                           k.grad().to_vector<float>(),
+    const std::vector<float> composed[] = {q.grad().to_vector<float>(), k.grad().to_vector<float>(),
                                            v.grad().to_vector<float>()};
     const char* names[] = {"d q", "d k", "d v"};
     for (int t = 0; t < 3; ++t) {

@@ -89,10 +89,11 @@ def workloads():
             def run():
                 for t in (q, k, v):
                     t.grad = None
-                s = q @ k.transpose(-2, -1) * (1.0 / 8.0)
-                if causal:
-                    s = s.masked_fill(above, float("-inf"))
-                (torch.softmax(s, dim=-1) @ v).backward(g)
+                with torch.enable_grad():  # main() runs the workloads under no_grad
+                    s = q @ k.transpose(-2, -1) * (1.0 / 8.0)
+                    if causal:
+                        s = s.masked_fill(above, float("-inf"))
+                    (torch.softmax(s, dim=-1) @ v).backward(g)
                 return v.grad
             return run
         return setup

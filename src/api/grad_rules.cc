@@ -548,12 +548,19 @@ struct Rules {
     const Tensor mask = r.in.size() > 3 ? r.in[3] : Tensor();
     const std::vector<bool> needs = r.needs;
     return [=](const Tensor& g) -> Grads {
-      std::vector<Tensor> d = detail::emit_all(
-          g.impl()->sink,
-          ir::ScaledDotProductAttentionBackward{detail::in(g), detail::in(q), detail::in(k),
-                                                detail::in(v), detail::in(mask), op.causal,
-                                                op.scale, {}, {}, {}},
-          {&g, &q, &k, &v, &mask});
+      std::vector<Tensor> d =
+          detail::emit_all(g.impl()->sink,
+                           ir::ScaledDotProductAttentionBackward{detail::in(g),
+                                                                 detail::in(q),
+                                                                 detail::in(k),
+                                                                 detail::in(v),
+                                                                 detail::in(mask),
+                                                                 op.causal,
+                                                                 op.scale,
+                                                                 {},
+                                                                 {},
+                                                                 {}},
+                           {&g, &q, &k, &v, &mask});
       Grads out(4);
       for (size_t i = 0; i < 3; ++i)
         if (needs[i]) out[i] = std::move(d[i]);

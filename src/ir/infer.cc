@@ -1039,9 +1039,10 @@ Result<TensorMeta> check_attention(const Ctx& c, const TensorMeta& q, const Tens
   }
   const size_t r = q.shape.size();
   if (r < 2 || k.shape.size() != r || v.shape.size() != r) {
-    return c.error("q [..., Tq, D], k [..., Tk, D] and v [..., Tk, Dv] must have one rank >= 2, "
-                   "got " + shape_str(q.shape) + ", " + shape_str(k.shape) + " and " +
-                   shape_str(v.shape));
+    return c.error(
+        "q [..., Tq, D], k [..., Tk, D] and v [..., Tk, Dv] must have one rank >= 2, "
+        "got " +
+        shape_str(q.shape) + ", " + shape_str(k.shape) + " and " + shape_str(v.shape));
   }
   const bool batch_equal = std::equal(q.shape.begin(), q.shape.end() - 2, k.shape.begin()) &&
                            std::equal(q.shape.begin(), q.shape.end() - 2, v.shape.begin());
@@ -1085,8 +1086,7 @@ Result<Metas> infer_op(const ScaledDotProductAttentionBackward& op, const Ctx& c
   TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> mask, c.optional_input(op.mask, "mask"));
   TW_ASSIGN_OR_RETURN(TensorMeta out, check_attention(c, q, k, v, mask, op.scale));
   if (grad.shape != out.shape || grad.dtype != out.dtype) {
-    return c.error("grad " + meta_str(grad) + " must match the attention output " +
-                   meta_str(out));
+    return c.error("grad " + meta_str(grad) + " must match the attention output " + meta_str(out));
   }
   return Metas{std::move(q), std::move(k), std::move(v)};
 }

@@ -74,7 +74,8 @@ float exp_sub_sum(float* x, int64_t n, float m) {
   }
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, acc);
-  sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+  sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+        ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
 #endif
   for (; i < n; ++i) {
     x[i] = vm::exp_f32(x[i] - m);
@@ -95,7 +96,7 @@ double exp_sub_sum(double* x, int64_t n, double m) {
 // Which scores a query row attends: the mask (broadcast to the scores [..., Tq, Tk]) and the
 // causal rule (key j <= query i).
 struct Attends {
-  const uint8_t* mask = nullptr;  // null: no mask
+  const uint8_t* mask = nullptr;      // null: no mask
   std::vector<int64_t> batch_offset;  // the mask's offset per batch-head
   int64_t si = 0, sj = 0;             // the mask's strides along queries and keys
   bool causal = false;

@@ -337,7 +337,9 @@ at::Tensor attention_probs(const at::Tensor& q, const at::Tensor& k, const at::T
   return at::where(allowed.any(-1, true), p, at::zeros({}, p.options()));
 }
 
-at::Tensor optional_in(const Ctx& ctx, ir::In in) { return ctx.has(in) ? ctx.in(in) : at::Tensor(); }
+at::Tensor optional_in(const Ctx& ctx, ir::In in) {
+  return ctx.has(in) ? ctx.in(in) : at::Tensor();
+}
 
 }  // namespace
 
@@ -367,8 +369,7 @@ Result<std::vector<at::Tensor>> run(const ir::ScaledDotProductAttentionBackward&
   const at::Tensor dp = at::matmul(g, v.transpose(-2, -1));
   const at::Tensor ds = p.mul(dp.sub(p.mul(dp).sum(-1, true))).mul(op.scale);
   return std::vector<at::Tensor>{at::matmul(ds, k).contiguous(),
-                                 at::matmul(ds.transpose(-2, -1), q).contiguous(),
-                                 dv.contiguous()};
+                                 at::matmul(ds.transpose(-2, -1), q).contiguous(), dv.contiguous()};
 }
 
 }  // namespace tw::torch

@@ -934,7 +934,8 @@ void neural_cases(Table& t) {
     // Attention: query, key, value (then the upstream gradient for the backward), then the mask;
     // flag causal, s0 the scale. Tq 70 and Tk 300 cross the CPU kernel's query (64) and key (256)
     // blocks without filling them; a 3-key mask leaves some rows with no key (zeros).
-    for (const char* op : {"scaled_dot_product_attention", "scaled_dot_product_attention_backward"}) {
+    for (const char* op :
+         {"scaled_dot_product_attention", "scaled_dot_product_attention_backward"}) {
       const bool bw = std::string(op) != "scaled_dot_product_attention";
       auto qkv = [&](Shape q, Shape k, Shape v) {
         std::vector<InputSpec> in = {X(q), X(k), X(v)};
@@ -964,11 +965,16 @@ void neural_cases(Table& t) {
       t.add(op, qkv({1, 70, 8}, {1, 300, 8}, {1, 300, 8}), {}, fam, "blocks");
       t.add(op, qkv({130, 8}, {130, 8}, {130, 8}), {.flag = true}, fam, "blocks_causal");
       // Upstream gradient of a [2, 5, 3] output, for the two cases below that list their inputs.
-      auto grad = [&](std::vector<InputSpec> in) { return bw ? with(std::move(in), X({2, 5, 3})) : in; };
-      t.add(op, grad({In({2, 5, 4}, d).range(-30, 30), In({2, 6, 4}, d).range(-30, 30), X({2, 6, 3})}),
+      auto grad = [&](std::vector<InputSpec> in) {
+        return bw ? with(std::move(in), X({2, 5, 3})) : in;
+      };
+      t.add(op,
+            grad({In({2, 5, 4}, d).range(-30, 30), In({2, 6, 4}, d).range(-30, 30), X({2, 6, 3})}),
             {}, fam, "large_scores");
-      t.add(op, grad({X({2, 5, 4}).as(Layout::kTransposed), X({2, 6, 4}).as(Layout::kStrided),
-                 X({2, 6, 3}).as(Layout::kExpanded)}), {}, fam, "layouts");
+      t.add(op,
+            grad({X({2, 5, 4}).as(Layout::kTransposed), X({2, 6, 4}).as(Layout::kStrided),
+                  X({2, 6, 3}).as(Layout::kExpanded)}),
+            {}, fam, "layouts");
       t.add(op, qkv({2, 5, 4}, {2, 0, 4}, {2, 0, 3}), {}, fam, "no_keys");
       t.add(op, qkv({2, 0, 4}, {2, 6, 4}, {2, 6, 3}), {}, fam, "no_queries");
       t.add(op, qkv({2, 5, 0}, {2, 6, 0}, {2, 6, 3}), {}, fam, "d0");

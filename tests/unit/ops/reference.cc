@@ -1330,7 +1330,8 @@ struct Attention {
     bool any = false;
     for (int64_t j = 0; j < tk; ++j) {
       bool a = !causal || j <= i;
-      if (a && mask) a = mask->i[broadcast_index(unravel((b * tq + i) * tk + j, scores), mask->shape)];
+      if (a && mask)
+        a = mask->i[broadcast_index(unravel((b * tq + i) * tk + j, scores), mask->shape)];
       if (!a) continue;
       double dot = 0;
       for (int64_t c = 0; c < d; ++c) dot += q.f[(b * tq + i) * d + c] * k.f[(b * tk + j) * d + c];
@@ -1372,8 +1373,8 @@ HostTensor scaled_dot_product_attention(const HostTensor& q, const HostTensor& k
 
 HostTensor scaled_dot_product_attention_backward(const HostTensor& grad, const HostTensor& q,
                                                  const HostTensor& k, const HostTensor& v,
-                                                 const std::optional<HostTensor>& mask,
-                                                 bool causal, std::optional<double> scale) {
+                                                 const std::optional<HostTensor>& mask, bool causal,
+                                                 std::optional<double> scale) {
   const Attention a(q, k, v, mask, causal, scale);
   std::vector<double> dq(q.f.size(), 0.0), dk(k.f.size(), 0.0), dv(v.f.size(), 0.0);
   for (int64_t b = 0; b < a.batch; ++b) {

@@ -139,7 +139,7 @@ HostTensor scaled_dot_product_attention(const HostTensor& q, const HostTensor& k
 // The gradients of query, key and value for the upstream `grad`, flattened and concatenated.
 HostTensor scaled_dot_product_attention_backward(const HostTensor& grad, const HostTensor& q,
                                                  const HostTensor& k, const HostTensor& v,
-                                                 const std::optional<HostTensor>& mask,
-                                                 bool causal, std::optional<double> scale);
+                                                 const std::optional<HostTensor>& mask, bool causal,
+                                                 std::optional<double> scale);
 
 }  // namespace tw::ref

@@ -678,9 +678,9 @@ TEST(CpuVsTorch, Neural) {
         if (d.chance(0.4)) in.push_back(InputSpec{{tq, tk}, kBool});
         for (InputSpec& i : in) i.layout = d.layout();
         a.flag = d.chance(0.5);
-        return make_case(backward ? "scaled_dot_product_attention_backward"
-                                  : "scaled_dot_product_attention",
-                         in, a, Family::kMatmul);
+        return make_case(
+            backward ? "scaled_dot_product_attention_backward" : "scaled_dot_product_attention", in,
+            a, Family::kMatmul);
       }
       default: {
         InputSpec x = d.input(d.shape(1, 3, 6), dt, false);
