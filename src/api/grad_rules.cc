@@ -471,7 +471,14 @@ struct Rules {
     if (rank == 0) return [](const Tensor& g) -> Grads { return {g, Tensor()}; };
     const int64_t d = norm(op.dim, rank);
     return [=](const Tensor& g) -> Grads {
-      // Scatter-add the selected slices back: the index broadcast along the other dims.
+      // The selected slices added back in one kernel where the device has it (protocol 8).
+      if (g.impl()->sink->supports(ir::OpCode::kIndexSelectBackward)) {
+        return {
+            emit_like(g, ir::IndexSelectBackward{detail::in(g), detail::in(index), d, xm.shape, {}},
+                      {&g, &index}),
+            Tensor()};
+      }
+      // Else scatter-add them: the index broadcast along the other dims.
       Shape ishape(static_cast<size_t>(rank), 1);
       ishape[static_cast<size_t>(d)] = index.numel();
       Tensor idx = index.reshape(ishape).expand(g.shape());

@@ -809,6 +809,7 @@ Result<Metas> infer_op(const AdamStep& op, const Ctx& c);
 Result<Metas> infer_op(const Linear& op, const Ctx& c);
 Result<Metas> infer_op(const ScaledDotProductAttention& op, const Ctx& c);
 Result<Metas> infer_op(const ScaledDotProductAttentionBackward& op, const Ctx& c);
+Result<Metas> infer_op(const IndexSelectBackward& op, const Ctx& c);
 
 }  // namespace
 
@@ -1089,6 +1090,32 @@ Result<Metas> infer_op(const ScaledDotProductAttentionBackward& op, const Ctx& c
     return c.error("grad " + meta_str(grad) + " must match the attention output " + meta_str(out));
   }
   return Metas{std::move(q), std::move(k), std::move(v)};
+}
+
+Result<Metas> infer_op(const IndexSelectBackward& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta grad, c.input(op.grad, "grad"));
+  TW_ASSIGN_OR_RETURN(TensorMeta index, c.input(op.index, "index"));
+  TW_RETURN_NOT_OK(c.floating(grad.dtype));
+  TW_RETURN_NOT_OK(c.index_dtype(index.dtype, "index"));
+  if (index.shape.size() != 1) return c.error("index must be 1-D, got " + shape_str(index.shape));
+  TW_RETURN_NOT_OK(c.shape_attr(op.x_shape));
+  TW_ASSIGN_OR_RETURN(int64_t dim, c.dim(op.dim, rank_of(op.x_shape)));
+  // The shape IndexSelect gives for x_shape and this index (a 0-d x: 0-d, with one index).
+  Shape want = op.x_shape;
+  if (want.empty()) {
+    if (index.shape[0] != 1) {
+      return c.error("a 0-d x takes an index of exactly one element, got " +
+                     shape_str(index.shape));
+    }
+  } else {
+    want[static_cast<size_t>(dim)] = index.shape[0];
+  }
+  if (grad.shape != want) {
+    return c.error("grad " + shape_str(grad.shape) + " is not the index_select output " +
+                   shape_str(want) + " of x " + shape_str(op.x_shape) + " and index " +
+                   shape_str(index.shape));
+  }
+  return one(op.x_shape, grad.dtype);
 }
 
 }  // namespace

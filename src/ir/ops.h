@@ -384,6 +384,11 @@ struct Pool2dBackward {  // d loss / d x of Pool2d: grad has the pool's output s
   Out out;
   TW_FIELDS(kind, grad, x, kernel, stride, padding, out)
 };
+struct IndexSelectBackward {  // d loss / d x of IndexSelect: grad's slices added at index
+  static constexpr Autograd kAutograd = Autograd::kNone;
+  In grad, index; int64_t dim = 0; Shape x_shape; Out out;
+  TW_FIELDS(grad, index, dim, x_shape, out)
+};
 struct AdaptiveAvgPool2dBackward {  // grad [N, C, Ho, Wo] -> [N, C, input_size[0], input_size[1]]
   static constexpr Autograd kAutograd = Autograd::kNone;
   In grad; std::vector<int64_t> input_size; Out out;
@@ -434,7 +439,8 @@ struct AdamStep {  // one Adam/AdamW update of a parameter and its two moments (
   X(Softmax, 30, 1) X(Conv2d, 31, 1) X(Pool2d, 32, 1) X(AdaptiveAvgPool2d, 33, 1) \
   X(LayerNorm, 34, 1) X(Conv2dBackwardInput, 35, 1) X(Conv2dBackwardWeight, 36, 1) \
   X(Pool2dBackward, 37, 1) X(AdaptiveAvgPool2dBackward, 38, 1) X(AdamStep, 39, 6) \
-  X(Linear, 40, 7) X(ScaledDotProductAttention, 41, 8) X(ScaledDotProductAttentionBackward, 42, 8)
+  X(Linear, 40, 7) X(ScaledDotProductAttention, 41, 8) X(ScaledDotProductAttentionBackward, 42, 8) \
+  X(IndexSelectBackward, 43, 8)
 // clang-format on
 
 #define TW_OP_VARIANT_ENTRY(Name, code, since) Name,

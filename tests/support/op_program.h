@@ -162,6 +162,8 @@ inline std::vector<ir::Op> every_op_program() {
                                         .grad_query = {62},
                                         .grad_key = {63},
                                         .grad_value = {64}},
+      // -- index_select's gradient: the f64 [4, 4] eye as rows 1..4 (id 2) of a [5, 4] x --
+      IndexSelectBackward{.grad = {3}, .index = {2}, .dim = -2, .x_shape = {5, 4}, .out = {65}},
   };
 }
 

@@ -193,6 +193,19 @@ Result<at::Tensor> run(const ir::IndexSelect& op, const Ctx& ctx) {
   return at::index_select(x, dim, index);
 }
 
+Result<at::Tensor> run(const ir::IndexSelectBackward& op, const Ctx& ctx) {
+  const at::Tensor& grad = ctx.in(op.grad);
+  const at::Tensor& index = ctx.in(op.index);
+  const TensorMeta& out = ctx.out();
+  const int64_t rank = static_cast<int64_t>(op.x_shape.size());
+  const int64_t dim = rank == 0 ? 0 : norm_dim(op.dim, rank);
+  const int64_t size = rank == 0 ? 1 : op.x_shape[static_cast<size_t>(dim)];
+  const BadIndex bad = find_bad_index(index, size);
+  if (bad.pos >= 0) return index_error("index_select_backward", bad, dim, size);
+  if (rank == 0) return grad.clone();
+  return at::zeros(sizes(out.shape), options(out.dtype)).index_add_(dim, index.to(at::kLong), grad);
+}
+
 Result<at::Tensor> run(const ir::OneHot& op, const Ctx& ctx) {
   const at::Tensor& x = ctx.in(op.x);
   const BadIndex bad = find_bad_index(x, op.num_classes);

@@ -212,6 +212,15 @@ TEST_F(InferTest, AcceptsOneInstanceOfEveryOp) {
       .query = t({2, 4, 3}), .key = t({2, 5, 3}), .value = t({2, 5, 6}), .mask = {}, .out = kOut};
   EXPECT_TRUE(gives(attention, {2, 4, 6}, kF32));
   covered.insert(op_code(attention));
+  const Op index_grad = IndexSelectBackward{
+      .grad = t({2, 6}), .index = t({6}, kI32), .dim = 1, .x_shape = {2, 3}, .out = kOut};
+  EXPECT_TRUE(gives(index_grad, {2, 3}, kF32));
+  covered.insert(op_code(index_grad));
+  EXPECT_TRUE(fails_containing(
+      IndexSelectBackward{
+          .grad = t({2, 5}), .index = t({6}, kI64), .dim = 1, .x_shape = {2, 3}, .out = kOut},
+      "index_select_backward: grad [2, 5] is not the index_select output [2, 6] of x [2, 3] and "
+      "index [6]"));
   // A new op added to TW_OP_LIST must get a case here.
   EXPECT_EQ(static_cast<int>(covered.size()), kNumOps);
 }

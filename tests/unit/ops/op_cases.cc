@@ -800,6 +800,23 @@ void indexing_cases(Table& t) {
         {In({2, 5, 3}, kF64).as(Layout::kTransposed), In({6}, id).range(0, 4).as(Layout::kStrided)},
         {.dim = 1}, Family::kExact, "noncontig");
   }
+  // index_select's gradient (inputs x, index, upstream gradient): repeated indices add up.
+  for (DType d : kFloats) {
+    for (DType id : kIndexDtypes) {
+      t.add("index_select_backward", {In({5, 4}, d), In({9}, id).range(0, 4), In({9, 4}, d)},
+            {.dim = 0}, Family::kReduce);
+      t.add("index_select_backward",
+            {In({2, 5, 3}, d), In({6}, id).range(0, 4).as(Layout::kStrided),
+             In({2, 6, 3}, d).as(Layout::kTransposed)},
+            {.dim = 1}, Family::kReduce, "dim1");
+      t.add("index_select_backward", {In({3, 5}, d), In({7}, id).range(0, 4), In({3, 7}, d)},
+            {.dim = -1}, Family::kReduce, "last");
+      t.add("index_select_backward", {In({3, 5}, d), In({0}, id), In({0, 5}, d)}, {.dim = 0},
+            Family::kReduce, "empty_index");
+      t.add("index_select_backward", {In({}, d), In({1}, id).range(0, 0), In({}, d)}, {.dim = 0},
+            Family::kReduce, "scalar0d");
+    }
+  }
   for (size_t j = 0; j < kNumeric.size(); ++j) {
     DType d = kNumeric[j];
     DType id = kIndexDtypes[j % 2];
@@ -1061,6 +1078,9 @@ std::vector<OpCase> build_large_cases() {
         {In({1024, 64}, kF32), In({16384, 64}, kI64).range(0, 1023), In({16384, 64}, kF32)},
         {.dim = 0}, E);
   t.add("index_select", {In(big, kF32), In({2048}, kI32).range(0, 1023)}, {.dim = 0}, E);
+  t.add("index_select_backward",
+        {In({1000, 64}, kF32), In({20000}, kI64).range(0, 999), In({20000, 64}, kF32)}, {.dim = 0},
+        E);
   t.add("one_hot", {In({1 << 17}, kI64).range(0, 9)}, {.n = 10}, E);
   t.add("softmax", {In(big, kF32)}, {.dim = -1}, E);
   t.add("softmax", {In(big, kF32)}, {.dim = 0}, E, "dim0");

@@ -247,6 +247,15 @@ std::map<std::string, OpDef> build_registry() {
       [](const Hs& x, const Attrs& a) { return ref::scatter_add(x[0], a.dim, x[1], x[2]); });
   def("index_select", [](const Ts& x, const Attrs& a, const Device&) { return x[0].index_select(a.dim, x[1]); },
       [](const Hs& x, const Attrs& a) { return ref::index_select(x[0], a.dim, x[1]); });
+  // Through autograd: inputs x (its shape), index, the upstream gradient; x's gradient.
+  def("index_select_backward",
+      [](const Ts& x, const Attrs& a, const Device&) {
+        Tensor leaf = x[0].detach();
+        leaf.set_requires_grad();
+        leaf.index_select(a.dim, x[1]).backward(x[2]);
+        return leaf.grad();
+      },
+      [](const Hs& x, const Attrs& a) { return ref::index_select_backward(x[2], a.dim, x[1], x[0].shape); });
   def("one_hot", [](const Ts& x, const Attrs& a, const Device&) { return one_hot(x[0], a.n); },
       [](const Hs& x, const Attrs& a) { return ref::one_hot(x[0], a.n); });
   def("embedding", [](const Ts& x, const Attrs&, const Device&) { return embedding(x[0], x[1]); },

@@ -1406,4 +1406,28 @@ HostTensor scaled_dot_product_attention_backward(const HostTensor& grad, const H
   return out;
 }
 
+HostTensor index_select_backward(const HostTensor& grad, int64_t dim, const HostTensor& index,
+                                 const Shape& x_shape) {
+  require_compute_float("index_select_backward", grad.dtype);
+  HostTensor out = alloc(x_shape, grad.dtype);
+  if (x_shape.empty()) {
+    out.f[0] = grad.f[0];
+    return out;
+  }
+  const int64_t rank = static_cast<int64_t>(x_shape.size());
+  if (dim < 0) dim += rank;
+  std::vector<double> acc(out.f.size(), 0.0);
+  for (int64_t k = 0; k < grad.numel(); ++k) {
+    std::vector<int64_t> idx = unravel(k, grad.shape);
+    const int64_t v = index.i[idx[dim]];
+    if (v < 0 || v >= x_shape[dim]) fail("index_select_backward: index out of range");
+    idx[dim] = v;
+    int64_t flat = 0;
+    for (int64_t d = 0; d < rank; ++d) flat = flat * x_shape[d] + idx[d];
+    acc[flat] += grad.f[k];
+  }
+  for (size_t k = 0; k < acc.size(); ++k) out.f[k] = round_to_float(acc[k], grad.dtype);
+  return out;
+}
+
 }  // namespace tw::ref

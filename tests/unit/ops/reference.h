@@ -117,6 +117,9 @@ HostTensor gather(const HostTensor& x, int64_t dim, const HostTensor& index);
 HostTensor scatter_add(const HostTensor& x, int64_t dim, const HostTensor& index,
                        const HostTensor& src);
 HostTensor index_select(const HostTensor& x, int64_t dim, const HostTensor& index);
+// d loss / d x of index_select: zeros of x_shape, grad's slices added at their index.
+HostTensor index_select_backward(const HostTensor& grad, int64_t dim, const HostTensor& index,
+                                 const Shape& x_shape);
 HostTensor one_hot(const HostTensor& x, int64_t num_classes);
 HostTensor embedding(const HostTensor& weight, const HostTensor& indices);
 

@@ -186,6 +186,13 @@ void run_every_op(const Device& d) {
   loss.backward();
   r.push_back(img.grad());
   r.push_back(w.grad());
+  // IndexSelectBackward, through index_select's gradient.
+  {
+    Tensor leaf = x.detach();
+    leaf.set_requires_grad();
+    leaf.index_select(0, idx).sum().backward();
+    r.push_back(leaf.grad());
+  }
   // ScaledDotProductAttention and its backward.
   {
     Tensor q = (x.reshape({1, 3, 4}) * 0.1).detach();
