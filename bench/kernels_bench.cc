@@ -309,6 +309,48 @@ void bm_linear_relu(benchmark::State& state) {
   });
 }
 
+// ---- attention forward + backward: q, k, v [4, 8, 512, 64] f32 (batch 4, 8 heads) ----
+// The fused op (ScaledDotProductAttention and its backward kernel) against PyTorch composing
+// matmul, softmax and matmul (torch 1.13 has no fused attention), as bench/torch_kernels.py does.
+void bm_attention(benchmark::State& state, bool causal) {
+  constexpr int64_t kB = 4, kH = 8, kT = 512, kD = 64;
+  tw::manual_seed(kSeed);
+  tw::Tensor q = tw::randn({kB, kH, kT, kD}, tw::kF32, device()).set_requires_grad();
+  tw::Tensor k = tw::randn({kB, kH, kT, kD}, tw::kF32, device()).set_requires_grad();
+  tw::Tensor v = tw::randn({kB, kH, kT, kD}, tw::kF32, device()).set_requires_grad();
+  tw::Tensor g = tw::randn({kB, kH, kT, kD}, tw::kF32, device());
+  auto step = [&] {
+    for (tw::Tensor* t : {&q, &k, &v}) t->zero_grad();
+    tw::scaled_dot_product_attention(q, k, v, {}, causal).backward(g);
+  };
+  // The fused op's output and gradients against tensorwire's composed matmul + softmax.
+  auto check = [&] {
+    step();
+    const std::vector<float> fused[] = {q.grad().to_vector<float>(), k.grad().to_vector<float>(),
+                                        v.grad().to_vector<float>()};
+    for (tw::Tensor* t : {&q, &k, &v}) t->zero_grad();
+    tw::Tensor s = q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(double{kD}));
+    if (causal) {
+      tw::Tensor i = tw::arange(kT, device()).reshape({kT, 1});
+      s = s.masked_fill(tw::arange(kT, device()).reshape({1, kT}) > i, -INFINITY);
+    }
+    s.softmax(-1).matmul(v).backward(g);
+    const std::vector<float> composed[] = {q.grad().to_vector<float>(), k.grad().to_vector<float>(),
+                                           v.grad().to_vector<float>()};
+    const char* names[] = {"d q", "d k", "d v"};
+    for (int t = 0; t < 3; ++t) {
+      for (int64_t i : sample_positions(kB * kH * kT * kD, 33)) {
+        expect_near(fused[t][i], composed[t][i], 1e-3 * (1 + std::abs(composed[t][i])),
+                    std::string("attention ") + names[t] + " [" + std::to_string(i) + "]");
+      }
+    }
+  };
+  run_checked(state, check, [&] {
+    step();
+    v.grad().device().sync();
+  });
+}
+
 template <class F>
 void add_benchmark(const char* name, F f) {
   benchmark::RegisterBenchmark(name, guarded(f))
@@ -344,6 +386,10 @@ int main(int argc, char** argv) {
   add_benchmark("sum_f32_16M", bm_sum);
   add_benchmark("softmax_f32_4096x4096", bm_softmax);
   add_benchmark("linear_relu_f32_256x512x512", bm_linear_relu);
+  add_benchmark("attention_fwd_bwd_f32_4x8x512x64",
+                [](benchmark::State& s) { bm_attention(s, false); });
+  add_benchmark("attention_causal_fwd_bwd_f32_4x8x512x64",
+                [](benchmark::State& s) { bm_attention(s, true); });
 
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

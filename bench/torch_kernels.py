@@ -78,6 +78,26 @@ def workloads():
                 return F.relu(layer(x))
         return run
 
+    def attention(causal):
+        # Composed as a PyTorch 1.13 user writes it (no fused attention there): forward and
+        # backward of softmax(q k^T / sqrt(d)) v, the gradients of q, k and v.
+        def setup():
+            q, k, v = (torch.randn(4, 8, 512, 64, requires_grad=True) for _ in range(3))
+            g = torch.randn(4, 8, 512, 64)
+            above = torch.ones(512, 512, dtype=torch.bool).triu(1)
+
+            def run():
+                for t in (q, k, v):
+                    t.grad = None
+                with torch.enable_grad():  # main() runs the workloads under no_grad
+                    s = q @ k.transpose(-2, -1) * (1.0 / 8.0)
+                    if causal:
+                        s = s.masked_fill(above, float("-inf"))
+                    (torch.softmax(s, dim=-1) @ v).backward(g)
+                return v.grad
+            return run
+        return setup
+
     return [
         ("matmul_f32_1024", matmul(1024)),
         ("matmul_f32_2048", matmul(2048)),
@@ -90,6 +110,8 @@ def workloads():
         ("sum_f32_16M", sum_),
         ("softmax_f32_4096x4096", softmax),
         ("linear_relu_f32_256x512x512", linear_relu),
+        ("attention_fwd_bwd_f32_4x8x512x64", attention(False)),
+        ("attention_causal_fwd_bwd_f32_4x8x512x64", attention(True)),
     ]
 
 

@@ -325,6 +325,14 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                   const Tensor& bias = {}, double eps = 1e-5);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+// Attention: softmax(scale q k^T) v over the keys each query attends, without materialising the
+// [..., Tq, Tk] scores. q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (equal batch dims, f32
+// or f64) -> [..., Tq, Dv]. `mask` (bool, broadcast to [..., Tq, Tk]; true attends) and
+// `causal` (query i attends keys j <= i) restrict the keys; a query attending none gives zeros.
+// `scale` defaults to 1 / sqrt(D).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& mask = {}, bool causal = false,
+                                    std::optional<double> scale = std::nullopt);
 
 // Intra-op threads used by the local CPU kernels (default: TW_NUM_THREADS or all cores).
 void set_num_threads(int n);

@@ -1097,6 +1097,18 @@ void bind_functions(py::module_& m) {
       py::arg("x"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
       py::arg("bias") = py::none(), py::arg("eps") = 1e-5,
       doc("layer_norm", "Normalised over the last dims, then scaled and shifted."));
+  m.def(
+      "scaled_dot_product_attention",
+      [](T q, T k, T v, const py::object& mask, bool causal, std::optional<double> scale) {
+        Tensor mt = mask.is_none() ? Tensor() : mask.cast<Tensor>();
+        py::gil_scoped_release r;
+        return scaled_dot_product_attention(q, k, v, mt, causal, scale);
+      },
+      py::arg("query"), py::arg("key"), py::arg("value"), py::arg("mask") = py::none(),
+      py::arg("causal") = false, py::arg("scale") = py::none(),
+      doc("scaled_dot_product_attention",
+          "softmax(scale q k^T) v over the attended keys (mask: bool, true attends; causal: key "
+          "<= query), without materialising the scores. scale defaults to 1/sqrt(D)."));
   m.def("softmax", py::overload_cast<const Tensor&, int64_t>(&softmax), py::arg("x"),
         py::arg("dim"), Release(), doc("softmax", "Softmax along dim."));
   m.def("log_softmax", py::overload_cast<const Tensor&, int64_t>(&log_softmax), py::arg("x"),

@@ -32,8 +32,9 @@ from ._tensorwire import (  # noqa: F401,E402  (re-exported)
     Device, Error, RemoteDeviceInfo, Server, Tensor, WireCounters, adaptive_avg_pool2d,
     avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes, from_dlpack,
     from_numpy, full_like, get_num_threads, is_grad_enabled, layer_norm, log_softmax,
-    manual_seed, matmul, max_pool2d, one_hot, ones_like, remote_devices, set_grad_enabled,
-    set_num_threads, softmax, stack, where, wire_counters, zeros_like,
+    manual_seed, matmul, max_pool2d, one_hot, ones_like, remote_devices,
+    scaled_dot_product_attention, set_grad_enabled, set_num_threads, softmax, stack, where,
+    wire_counters, zeros_like,
 )
 
 float32 = dtype.f32

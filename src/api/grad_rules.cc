@@ -471,7 +471,14 @@ struct Rules {
     if (rank == 0) return [](const Tensor& g) -> Grads { return {g, Tensor()}; };
     const int64_t d = norm(op.dim, rank);
     return [=](const Tensor& g) -> Grads {
-      // Scatter-add the selected slices back: the index broadcast along the other dims.
+      // The selected slices added back in one kernel where the device has it (protocol 8).
+      if (g.impl()->sink->supports(ir::OpCode::kIndexSelectBackward)) {
+        return {
+            emit_like(g, ir::IndexSelectBackward{detail::in(g), detail::in(index), d, xm.shape, {}},
+                      {&g, &index}),
+            Tensor()};
+      }
+      // Else scatter-add them: the index broadcast along the other dims.
       Shape ishape(static_cast<size_t>(rank), 1);
       ishape[static_cast<size_t>(d)] = index.numel();
       Tensor idx = index.reshape(ishape).expand(g.shape());
@@ -538,6 +545,33 @@ struct Rules {
     const Shape xs = r.in[0].shape();
     return [xs](const Tensor& g) -> Grads {
       return {emit_like(g, ir::AdaptiveAvgPool2dBackward{detail::in(g), {xs[2], xs[3]}, {}}, {&g})};
+    };
+  }
+
+  BackwardFn operator()(const ir::ScaledDotProductAttention& op) const {
+    // One backward kernel gives all three gradients (it recomputes the probabilities); the mask
+    // takes none.
+    const Tensor q = r.in[0], k = r.in[1], v = r.in[2];
+    const Tensor mask = r.in.size() > 3 ? r.in[3] : Tensor();
+    const std::vector<bool> needs = r.needs;
+    return [=](const Tensor& g) -> Grads {
+      std::vector<Tensor> d =
+          detail::emit_all(g.impl()->sink,
+                           ir::ScaledDotProductAttentionBackward{detail::in(g),
+                                                                 detail::in(q),
+                                                                 detail::in(k),
+                                                                 detail::in(v),
+                                                                 detail::in(mask),
+                                                                 op.causal,
+                                                                 op.scale,
+                                                                 {},
+                                                                 {},
+                                                                 {}},
+                           {&g, &q, &k, &v, &mask});
+      Grads out(4);
+      for (size_t i = 0; i < 3; ++i)
+        if (needs[i]) out[i] = std::move(d[i]);
+      return out;
     };
   }
 

@@ -653,6 +653,14 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                {&x, &weight, &bias});
 }
 
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& mask, bool causal, std::optional<double> scale) {
+  const Shape& qs = impl_of(q, "scaled_dot_product_attention").meta.shape;
+  const double d = qs.empty() ? 1.0 : static_cast<double>(qs.back());
+  const double s = scale ? *scale : (d > 0 ? 1.0 / std::sqrt(d) : 1.0);
+  return emit1(q, ir::ScaledDotProductAttention{in(q), in(k), in(v), in(mask), causal, s, {}},
+               {&q, &k, &v, &mask});
+}
 Tensor softmax(const Tensor& x, int64_t dim) { return x.softmax(dim); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return x.log_softmax(dim); }
 

@@ -807,6 +807,9 @@ Result<Metas> infer_op(const Pool2dBackward& op, const Ctx& c);
 Result<Metas> infer_op(const AdaptiveAvgPool2dBackward& op, const Ctx& c);
 Result<Metas> infer_op(const AdamStep& op, const Ctx& c);
 Result<Metas> infer_op(const Linear& op, const Ctx& c);
+Result<Metas> infer_op(const ScaledDotProductAttention& op, const Ctx& c);
+Result<Metas> infer_op(const ScaledDotProductAttentionBackward& op, const Ctx& c);
+Result<Metas> infer_op(const IndexSelectBackward& op, const Ctx& c);
 
 }  // namespace
 
@@ -1023,6 +1026,96 @@ Result<Metas> infer_op(const Linear& op, const Ctx& c) {
     return c.error("bias " + shape_str(bias->shape) + " must be [" + num(w.shape[0]) + "]");
   }
   return one({x.shape[0], w.shape[0]}, kF32);
+}
+
+// q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] with equal batch dims, one float dtype, and a
+// bool mask broadcastable to the scores [..., Tq, Tk]; the output meta [..., Tq, Dv].
+Result<TensorMeta> check_attention(const Ctx& c, const TensorMeta& q, const TensorMeta& k,
+                                   const TensorMeta& v, const std::optional<TensorMeta>& mask,
+                                   double scale) {
+  TW_RETURN_NOT_OK(c.floating(q.dtype));
+  if (k.dtype != q.dtype || v.dtype != q.dtype) {
+    return c.error("q " + meta_str(q) + ", k " + meta_str(k) + " and v " + meta_str(v) +
+                   " must have one dtype");
+  }
+  const size_t r = q.shape.size();
+  if (r < 2 || k.shape.size() != r || v.shape.size() != r) {
+    return c.error(
+        "q [..., Tq, D], k [..., Tk, D] and v [..., Tk, Dv] must have one rank >= 2, "
+        "got " +
+        shape_str(q.shape) + ", " + shape_str(k.shape) + " and " + shape_str(v.shape));
+  }
+  const bool batch_equal = std::equal(q.shape.begin(), q.shape.end() - 2, k.shape.begin()) &&
+                           std::equal(q.shape.begin(), q.shape.end() - 2, v.shape.begin());
+  if (!batch_equal || k.shape[r - 1] != q.shape[r - 1] || v.shape[r - 2] != k.shape[r - 2]) {
+    return c.error("q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + " and v " +
+                   shape_str(v.shape) +
+                   " do not fit [..., Tq, D], [..., Tk, D], [..., Tk, Dv] (equal batch dims)");
+  }
+  if (!std::isfinite(scale)) return c.error("scale " + num(scale) + " must be finite");
+  if (mask) {
+    Shape scores(q.shape.begin(), q.shape.end() - 1);
+    scores.push_back(k.shape[r - 2]);
+    if (mask->dtype != kBool) {
+      return c.error("mask dtype " + dt(mask->dtype) + " is not supported (expected bool)");
+    }
+    Result<Shape> b = broadcast_shapes(mask->shape, scores, "");
+    if (!b.ok() || *b != scores) {
+      return c.error("mask " + shape_str(mask->shape) + " does not broadcast to the scores " +
+                     shape_str(scores));
+    }
+  }
+  Shape out = q.shape;
+  out[r - 1] = v.shape[r - 1];
+  return TensorMeta{std::move(out), q.dtype};
+}
+
+Result<Metas> infer_op(const ScaledDotProductAttention& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta q, c.input(op.query, "query"));
+  TW_ASSIGN_OR_RETURN(TensorMeta k, c.input(op.key, "key"));
+  TW_ASSIGN_OR_RETURN(TensorMeta v, c.input(op.value, "value"));
+  TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> mask, c.optional_input(op.mask, "mask"));
+  TW_ASSIGN_OR_RETURN(TensorMeta out, check_attention(c, q, k, v, mask, op.scale));
+  return one(std::move(out));
+}
+
+Result<Metas> infer_op(const ScaledDotProductAttentionBackward& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta grad, c.input(op.grad, "grad"));
+  TW_ASSIGN_OR_RETURN(TensorMeta q, c.input(op.query, "query"));
+  TW_ASSIGN_OR_RETURN(TensorMeta k, c.input(op.key, "key"));
+  TW_ASSIGN_OR_RETURN(TensorMeta v, c.input(op.value, "value"));
+  TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> mask, c.optional_input(op.mask, "mask"));
+  TW_ASSIGN_OR_RETURN(TensorMeta out, check_attention(c, q, k, v, mask, op.scale));
+  if (grad.shape != out.shape || grad.dtype != out.dtype) {
+    return c.error("grad " + meta_str(grad) + " must match the attention output " + meta_str(out));
+  }
+  return Metas{std::move(q), std::move(k), std::move(v)};
+}
+
+Result<Metas> infer_op(const IndexSelectBackward& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta grad, c.input(op.grad, "grad"));
+  TW_ASSIGN_OR_RETURN(TensorMeta index, c.input(op.index, "index"));
+  TW_RETURN_NOT_OK(c.floating(grad.dtype));
+  TW_RETURN_NOT_OK(c.index_dtype(index.dtype, "index"));
+  if (index.shape.size() != 1) return c.error("index must be 1-D, got " + shape_str(index.shape));
+  TW_RETURN_NOT_OK(c.shape_attr(op.x_shape));
+  TW_ASSIGN_OR_RETURN(int64_t dim, c.dim(op.dim, rank_of(op.x_shape)));
+  // The shape IndexSelect gives for x_shape and this index (a 0-d x: 0-d, with one index).
+  Shape want = op.x_shape;
+  if (want.empty()) {
+    if (index.shape[0] != 1) {
+      return c.error("a 0-d x takes an index of exactly one element, got " +
+                     shape_str(index.shape));
+    }
+  } else {
+    want[static_cast<size_t>(dim)] = index.shape[0];
+  }
+  if (grad.shape != want) {
+    return c.error("grad " + shape_str(grad.shape) + " is not the index_select output " +
+                   shape_str(want) + " of x " + shape_str(op.x_shape) + " and index " +
+                   shape_str(index.shape));
+  }
+  return one(op.x_shape, grad.dtype);
 }
 
 }  // namespace

@@ -387,6 +387,11 @@ struct Pool2dBackward {  // d loss / d x of Pool2d: grad has the pool's output s
   Out out;
   TW_FIELDS(kind, grad, x, kernel, stride, padding, out)
 };
+struct IndexSelectBackward {  // d loss / d x of IndexSelect: grad's slices added at index
+  static constexpr Autograd kAutograd = Autograd::kNone;
+  In grad, index; int64_t dim = 0; Shape x_shape; Out out;
+  TW_FIELDS(grad, index, dim, x_shape, out)
+};
 struct AdaptiveAvgPool2dBackward {  // grad [N, C, Ho, Wo] -> [N, C, input_size[0], input_size[1]]
   static constexpr Autograd kAutograd = Autograd::kNone;
   In grad; std::vector<int64_t> input_size; Out out;
@@ -398,6 +403,19 @@ struct Linear {  // relu?(x w^T + bias): x [N, in], w [out, in], bias [out] or a
   static constexpr Autograd kAutograd = Autograd::kNone;  // nn::Linear records its own node
   In x, w, bias; bool relu = false; Out out;
   TW_FIELDS(x, w, bias, relu, out)
+};
+
+// -- attention --
+struct ScaledDotProductAttention {  // softmax(scale q k^T, masked) v without the [Tq, Tk] scores
+  static constexpr Autograd kAutograd = Autograd::kRule;
+  In query, key, value, mask; bool causal = false; double scale = 1; Out out;
+  TW_FIELDS(query, key, value, mask, causal, scale, out)
+};
+struct ScaledDotProductAttentionBackward {  // d loss / d q, k, v of ScaledDotProductAttention
+  static constexpr Autograd kAutograd = Autograd::kNone;
+  In grad, query, key, value, mask; bool causal = false; double scale = 1;
+  Out grad_query, grad_key, grad_value;
+  TW_FIELDS(grad, query, key, value, mask, causal, scale, grad_query, grad_key, grad_value)
 };
 
 // -- optimizer steps --
@@ -424,7 +442,8 @@ struct AdamStep {  // one Adam/AdamW update of a parameter and its two moments (
   X(Softmax, 30, 1) X(Conv2d, 31, 1) X(Pool2d, 32, 1) X(AdaptiveAvgPool2d, 33, 1) \
   X(LayerNorm, 34, 1) X(Conv2dBackwardInput, 35, 1) X(Conv2dBackwardWeight, 36, 1) \
   X(Pool2dBackward, 37, 1) X(AdaptiveAvgPool2dBackward, 38, 1) X(AdamStep, 39, 6) \
-  X(Linear, 40, 7)
+  X(Linear, 40, 7) X(ScaledDotProductAttention, 41, 8) X(ScaledDotProductAttentionBackward, 42, 8) \
+  X(IndexSelectBackward, 43, 8)
 // clang-format on
 
 #define TW_OP_VARIANT_ENTRY(Name, code, since) Name,

@@ -143,6 +143,27 @@ inline std::vector<ir::Op> every_op_program() {
                .exp_avg_sq_out = {57}},
       Full{.out = {58}, .shape = {6}, .value = 0.25},
       Linear{.x = {53}, .w = {55}, .bias = {58}, .relu = true, .out = {59}},
+      // -- attention (f32 [6, 6] as [Tq, D] and [Tk, D], a bool mask over the keys) --
+      Full{.out = {60}, .shape = {6}, .dtype = kBool, .value = 1},
+      ScaledDotProductAttention{.query = {53},
+                                .key = {55},
+                                .value = {59},
+                                .mask = {60},
+                                .causal = true,
+                                .scale = 0.25,
+                                .out = {61}},
+      ScaledDotProductAttentionBackward{.grad = {61},
+                                        .query = {53},
+                                        .key = {55},
+                                        .value = {59},
+                                        .mask = {60},
+                                        .causal = true,
+                                        .scale = 0.25,
+                                        .grad_query = {62},
+                                        .grad_key = {63},
+                                        .grad_value = {64}},
+      // -- index_select's gradient: the f64 [4, 4] eye as rows 1..4 (id 2) of a [5, 4] x --
+      IndexSelectBackward{.grad = {3}, .index = {2}, .dim = -2, .x_shape = {5, 4}, .out = {65}},
   };
 }
 

@@ -194,6 +194,46 @@ Status run(const ir::IndexSelect& op, KernelContext& ctx) {
   return Status::OK();
 }
 
+// out = zeros(x_shape); out[o, index[j], c] += grad[o, j, c]. Tasks own ranges of destination
+// rows (o, v) and scan the index in order, adding the rows that land in their range: each output
+// element sums its terms in index order, whatever the thread count, with no index tensor the size
+// of grad (as scatter_add of the broadcast index would need) and contiguous row adds.
+Status run(const ir::IndexSelectBackward& op, KernelContext& ctx) {
+  const CpuTensor grad = contiguous(ctx.in(op.grad));
+  const CpuTensor index = contiguous(ctx.in(op.index));
+  CpuTensor& out = ctx.alloc(op.out);
+  const int64_t rank = out.rank();
+  const int64_t dim = norm_dim(op.dim, rank);
+  const int64_t size = rank == 0 ? 1 : out.shape[dim];
+  const BadIndex bad = find_bad_index(index, size);
+  if (bad.pos >= 0) return index_error("index_select_backward", bad.value, dim, size);
+  std::memset(out.bytes(), 0, static_cast<size_t>(out.numel()) * dtype_size(out.dtype));
+  if (out.numel() == 0 || grad.numel() == 0) return Status::OK();
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= out.shape[d];
+  for (int64_t d = dim + 1; d < rank; ++d) inner *= out.shape[d];
+  const int64_t len = index.numel();
+  dispatch_index(index.dtype, [&]<class I>() {
+    dispatch_float(out.dtype, [&]<class T>() {
+      const I* iv = index.data<I>();
+      const T* g = grad.data<T>();
+      T* o = out.data<T>();
+      parallel_chunks(outer * size, rows_per_chunk(inner), [&](int64_t, int64_t b, int64_t e) {
+        for (int64_t ob = b / size; ob <= (e - 1) / size; ++ob) {
+          for (int64_t j = 0; j < len; ++j) {
+            const int64_t row = ob * size + static_cast<int64_t>(iv[j]);
+            if (row < b || row >= e) continue;
+            T* dst = o + row * inner;
+            const T* src = g + (ob * len + j) * inner;
+            for (int64_t c = 0; c < inner; ++c) dst[c] += src[c];
+          }
+        }
+      });
+    });
+  });
+  return Status::OK();
+}
+
 Status run(const ir::OneHot& op, KernelContext& ctx) {
   const CpuTensor x = contiguous(ctx.in(op.x));
   CpuTensor& out = ctx.alloc(op.out);

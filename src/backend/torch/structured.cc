@@ -5,6 +5,7 @@
 // gather and scatter take i64 only), empty inputs (ATen's pooling refuses them; its convolution
 // with no input channels gives a wrong shape) and layer_norm (composed; see there).
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "backend/torch/torch_ops.h"
@@ -192,6 +193,19 @@ Result<at::Tensor> run(const ir::IndexSelect& op, const Ctx& ctx) {
   return at::index_select(x, dim, index);
 }
 
+Result<at::Tensor> run(const ir::IndexSelectBackward& op, const Ctx& ctx) {
+  const at::Tensor& grad = ctx.in(op.grad);
+  const at::Tensor& index = ctx.in(op.index);
+  const TensorMeta& out = ctx.out();
+  const int64_t rank = static_cast<int64_t>(op.x_shape.size());
+  const int64_t dim = rank == 0 ? 0 : norm_dim(op.dim, rank);
+  const int64_t size = rank == 0 ? 1 : op.x_shape[static_cast<size_t>(dim)];
+  const BadIndex bad = find_bad_index(index, size);
+  if (bad.pos >= 0) return index_error("index_select_backward", bad, dim, size);
+  if (rank == 0) return grad.clone();
+  return at::zeros(sizes(out.shape), options(out.dtype)).index_add_(dim, index.to(at::kLong), grad);
+}
+
 Result<at::Tensor> run(const ir::OneHot& op, const Ctx& ctx) {
   const at::Tensor& x = ctx.in(op.x);
   const BadIndex bad = find_bad_index(x, op.num_classes);
@@ -314,6 +328,61 @@ Result<at::Tensor> run(const ir::AdaptiveAvgPool2dBackward& op, const Ctx& ctx) 
   // ATen takes the forward input; only its shape matters for this gradient.
   const at::Tensor x = at::empty(sizes(out.shape), grad.options());
   return at::_adaptive_avg_pool2d_backward(grad, x);
+}
+
+// ---- attention ----
+// Composed from ATen (torch 1.13 has no fused attention): the [..., Tq, Tk] probabilities are
+// materialised. A row with no attended key gives zeros (softmax over only -inf would give NaN).
+
+namespace {
+
+// softmax(scale q k^T) over the attended keys, zero rows where none is attended.
+at::Tensor attention_probs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask,
+                           bool causal, double scale) {
+  at::Tensor s = at::matmul(q, k.transpose(-2, -1)).mul(scale);
+  const int64_t tq = q.size(-2), tk = k.size(-2);
+  at::Tensor allowed = at::ones({tq, tk}, q.options().dtype(at::kBool));
+  if (causal) allowed = at::tril(allowed);
+  if (mask.defined()) allowed = at::logical_and(allowed, mask);
+  allowed = allowed.expand(s.sizes());
+  s = s.masked_fill(at::logical_not(allowed), -std::numeric_limits<double>::infinity());
+  at::Tensor p = at::softmax(s, -1);
+  return at::where(allowed.any(-1, true), p, at::zeros({}, p.options()));
+}
+
+at::Tensor optional_in(const Ctx& ctx, ir::In in) {
+  return ctx.has(in) ? ctx.in(in) : at::Tensor();
+}
+
+}  // namespace
+
+Result<at::Tensor> run(const ir::ScaledDotProductAttention& op, const Ctx& ctx) {
+  const at::Tensor& q = ctx.in(op.query);
+  const at::Tensor& v = ctx.in(op.value);
+  const TensorMeta& out = ctx.out();
+  if (v.numel() == 0 || ctx.in(op.key).size(-2) == 0) {
+    return at::zeros(sizes(out.shape), options(out.dtype));
+  }
+  const at::Tensor p =
+      attention_probs(q, ctx.in(op.key), optional_in(ctx, op.mask), op.causal, op.scale);
+  return at::matmul(p, v).contiguous();
+}
+
+Result<std::vector<at::Tensor>> run(const ir::ScaledDotProductAttentionBackward& op,
+                                    const Ctx& ctx) {
+  const at::Tensor& g = ctx.in(op.grad);
+  const at::Tensor& q = ctx.in(op.query);
+  const at::Tensor& k = ctx.in(op.key);
+  const at::Tensor& v = ctx.in(op.value);
+  if (g.numel() == 0 || k.size(-2) == 0) {
+    return std::vector<at::Tensor>{at::zeros_like(q), at::zeros_like(k), at::zeros_like(v)};
+  }
+  const at::Tensor p = attention_probs(q, k, optional_in(ctx, op.mask), op.causal, op.scale);
+  const at::Tensor dv = at::matmul(p.transpose(-2, -1), g);
+  const at::Tensor dp = at::matmul(g, v.transpose(-2, -1));
+  const at::Tensor ds = p.mul(dp.sub(p.mul(dp).sum(-1, true))).mul(op.scale);
+  return std::vector<at::Tensor>{at::matmul(ds, k).contiguous(),
+                                 at::matmul(ds.transpose(-2, -1), q).contiguous(), dv.contiguous()};
 }
 
 }  // namespace tw::torch

@@ -360,6 +360,23 @@ std::vector<Case> neural_cases() {
   cs.push_back({"softmax dim 0", {normal({3, 4})}, [](V x) { return softmax(x[0], 0); }});
   cs.push_back({"log_softmax", {normal({3, 4})}, [](V x) { return x[0].log_softmax(1); }});
   cs.push_back({"log_softmax 3-d", {normal({2, 3, 4})}, [](V x) { return log_softmax(x[0], 1); }});
+  cs.push_back({"attention", {normal({2, 3, 4}), normal({2, 5, 4}), normal({2, 5, 3})}, [](V x) {
+                  return scaled_dot_product_attention(x[0], x[1], x[2]);
+                }});
+  cs.push_back({"attention causal",
+                {normal({2, 5, 3}), normal({2, 5, 3}), normal({2, 5, 2})},
+                [](V x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, true); }});
+  cs.push_back(
+      {"attention mask scale",
+       {normal({2, 3, 4}), normal({2, 5, 4}), normal({2, 5, 3}), mask({3, 5})},
+       [](V x) { return scaled_dot_product_attention(x[0], x[1], x[2], x[3], false, 0.7); }});
+  // 66 queries: two query blocks of the CPU kernel, the second partial.
+  cs.push_back({"attention causal blocks",
+                {normal({66, 1}), normal({66, 1}), normal({66, 2})},
+                [](V x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, true); }});
+  cs.push_back({"attention value only",
+                {constant({3, 2}), constant({4, 2}), normal({4, 3})},
+                [](V x) { return scaled_dot_product_attention(x[0], x[1], x[2]); }});
   cs.push_back({"conv2d", {normal({2, 3, 5, 5}), normal({4, 3, 3, 3}), normal({4})}, [](V x) {
                   return conv2d(x[0], x[1], x[2]);
                 }});

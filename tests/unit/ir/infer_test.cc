@@ -196,6 +196,31 @@ TEST_F(InferTest, AcceptsOneInstanceOfEveryOp) {
   const Op adam = adam_step(t({4, 3}), t({4, 3}), t({4, 3}), t({4, 3}), t({}), t({}));
   EXPECT_TRUE(gives(adam, {4, 3}, kF32, 3));
   covered.insert(op_code(adam));
+  const Op attention_grad = ScaledDotProductAttentionBackward{.grad = t({2, 4, 3}),
+                                                              .query = t({2, 4, 3}),
+                                                              .key = t({2, 4, 3}),
+                                                              .value = t({2, 4, 3}),
+                                                              .mask = {},
+                                                              .causal = true,
+                                                              .scale = 0.5,
+                                                              .grad_query = {997},
+                                                              .grad_key = {998},
+                                                              .grad_value = kOut};
+  EXPECT_TRUE(gives(attention_grad, {2, 4, 3}, kF32, 3));
+  covered.insert(op_code(attention_grad));
+  const Op attention = ScaledDotProductAttention{
+      .query = t({2, 4, 3}), .key = t({2, 5, 3}), .value = t({2, 5, 6}), .mask = {}, .out = kOut};
+  EXPECT_TRUE(gives(attention, {2, 4, 6}, kF32));
+  covered.insert(op_code(attention));
+  const Op index_grad = IndexSelectBackward{
+      .grad = t({2, 6}), .index = t({6}, kI32), .dim = 1, .x_shape = {2, 3}, .out = kOut};
+  EXPECT_TRUE(gives(index_grad, {2, 3}, kF32));
+  covered.insert(op_code(index_grad));
+  EXPECT_TRUE(fails_containing(
+      IndexSelectBackward{
+          .grad = t({2, 5}), .index = t({6}, kI64), .dim = 1, .x_shape = {2, 3}, .out = kOut},
+      "index_select_backward: grad [2, 5] is not the index_select output [2, 6] of x [2, 3] and "
+      "index [6]"));
   // A new op added to TW_OP_LIST must get a case here.
   EXPECT_EQ(static_cast<int>(covered.size()), kNumOps);
 }
@@ -1024,6 +1049,35 @@ TEST_F(InferTest, Linear) {
   EXPECT_TRUE(fails_containing(op(t({4, 3}), t({5, 3}), t({4})), "bias [4] must be [5]"));
   EXPECT_TRUE(fails_containing(op(t({2, 4, 3}), t({5, 3}), In{}), "x must be [N, in]"));
   EXPECT_TRUE(fails_containing(op(t({4, 3}, kF64), t({5, 3}, kF64), In{}), "all must be f32"));
+}
+
+TEST_F(InferTest, ScaledDotProductAttention) {
+  auto op = [](In q, In k, In v, In mask) {
+    return ScaledDotProductAttention{
+        .query = q, .key = k, .value = v, .mask = mask, .causal = false, .scale = 1, .out = kOut};
+  };
+  EXPECT_TRUE(
+      gives(op(t({3, 4}, kF64), t({5, 4}, kF64), t({5, 2}, kF64), t({1, 5}, kBool)), {3, 2}, kF64));
+  EXPECT_TRUE(gives(op(t({2, 0, 4}), t({2, 5, 4}), t({2, 5, 2}), In{}), {2, 0, 2}, kF32));
+  EXPECT_TRUE(fails_containing(op(t({4}), t({4}), t({4}), In{}), "one rank >= 2"));
+  EXPECT_TRUE(
+      fails_containing(op(t({2, 3, 4}), t({3, 5, 4}), t({3, 5, 4}), In{}), "equal batch dims"));
+  EXPECT_TRUE(fails_containing(op(t({3, 4}), t({5, 4}), t({6, 4}), In{}), "[5, 4] and v [6, 4]"));
+  EXPECT_TRUE(fails_containing(op(t({3, 4}), t({5, 4}, kF64), t({5, 4}), In{}), "one dtype"));
+  EXPECT_TRUE(fails_containing(op(t({3, 4}), t({5, 4}), t({5, 4}), t({2, 3, 5}, kBool)),
+                               "mask [2, 3, 5] does not broadcast to the scores [3, 5]"));
+  ScaledDotProductAttention bad = op(t({3, 4}), t({5, 4}), t({5, 4}), In{});
+  bad.scale = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(fails_containing(bad, "scale inf must be finite"));
+  EXPECT_TRUE(fails_containing(ScaledDotProductAttentionBackward{.grad = t({3, 3}),
+                                                                 .query = t({3, 4}),
+                                                                 .key = t({5, 4}),
+                                                                 .value = t({5, 2}),
+                                                                 .mask = {},
+                                                                 .grad_query = {997},
+                                                                 .grad_key = {998},
+                                                                 .grad_value = kOut},
+                               "grad f32[3, 3] must match the attention output f32[3, 2]"));
 }
 
 TEST_F(InferTest, AdamStep) {

@@ -54,6 +54,15 @@ std::vector<ErrorCase> error_cases() {
       {"max_empty_dim", [](D d) { return z({2, 0}, kF32, d).max(1); },
        {"max: cannot reduce over dim 1 of size 0 in [2, 0]"}},
 
+      {"attention_shapes", [](D d) { return scaled_dot_product_attention(z({2, 5, 4}, kF32, d), z({2, 6, 3}, kF32, d), z({2, 6, 3}, kF32, d)); },
+       {"scaled_dot_product_attention: ", "[2, 5, 4]", "[2, 6, 3]"}},
+      {"attention_mask_dtype", [](D d) { return scaled_dot_product_attention(z({5, 4}, kF32, d), z({6, 4}, kF32, d), z({6, 3}, kF32, d), z({5, 6}, kF32, d)); },
+       {"scaled_dot_product_attention: mask dtype f32 is not supported (expected bool)"}},
+      {"attention_mask_shape", [](D d) { return scaled_dot_product_attention(z({5, 4}, kF32, d), z({6, 4}, kF32, d), z({6, 3}, kF32, d), z({6, 5}, kBool, d)); },
+       {"scaled_dot_product_attention: mask [6, 5] does not broadcast to the scores [5, 6]"}},
+      {"attention_int", [](D d) { return scaled_dot_product_attention(z({5, 4}, kI32, d), z({6, 4}, kI32, d), z({6, 3}, kI32, d)); },
+       {"scaled_dot_product_attention: dtype i32 is not supported (expected f32 or f64)"}},
+
       // ---- broadcasting ----
       {"broadcast_add", [](D d) { return z({2, 3}, kF32, d) + z({4}, kF32, d); }, {"add: ", "[2, 3]", "[4]"}},
       {"broadcast_eq", [](D d) { return z({2, 3}, kI32, d).eq(z({2, 2}, kI32, d)); }, {"eq: ", "[2, 3]", "[2, 2]"}},

@@ -800,6 +800,23 @@ void indexing_cases(Table& t) {
         {In({2, 5, 3}, kF64).as(Layout::kTransposed), In({6}, id).range(0, 4).as(Layout::kStrided)},
         {.dim = 1}, Family::kExact, "noncontig");
   }
+  // index_select's gradient (inputs x, index, upstream gradient): repeated indices add up.
+  for (DType d : kFloats) {
+    for (DType id : kIndexDtypes) {
+      t.add("index_select_backward", {In({5, 4}, d), In({9}, id).range(0, 4), In({9, 4}, d)},
+            {.dim = 0}, Family::kReduce);
+      t.add("index_select_backward",
+            {In({2, 5, 3}, d), In({6}, id).range(0, 4).as(Layout::kStrided),
+             In({2, 6, 3}, d).as(Layout::kTransposed)},
+            {.dim = 1}, Family::kReduce, "dim1");
+      t.add("index_select_backward", {In({3, 5}, d), In({7}, id).range(0, 4), In({3, 7}, d)},
+            {.dim = -1}, Family::kReduce, "last");
+      t.add("index_select_backward", {In({3, 5}, d), In({0}, id), In({0, 5}, d)}, {.dim = 0},
+            Family::kReduce, "empty_index");
+      t.add("index_select_backward", {In({}, d), In({1}, id).range(0, 0), In({}, d)}, {.dim = 0},
+            Family::kReduce, "scalar0d");
+    }
+  }
   for (size_t j = 0; j < kNumeric.size(); ++j) {
     DType d = kNumeric[j];
     DType id = kIndexDtypes[j % 2];
@@ -930,6 +947,55 @@ void neural_cases(Table& t) {
     t.add("layer_norm", {X({6, 8}).as(Layout::kTransposed), X({8}), X({8})}, {.shape = {8}},
           Family::kNeural, "transposed");
     t.add("layer_norm", {X({2, 3, 4})}, {.shape = {2, 3, 4}}, Family::kNeural, "all_dims");
+
+    // Attention: query, key, value (then the upstream gradient for the backward), then the mask;
+    // flag causal, s0 the scale. Tq 70 and Tk 300 cross the CPU kernel's query (64) and key (256)
+    // blocks without filling them; a 3-key mask leaves some rows with no key (zeros).
+    for (const char* op :
+         {"scaled_dot_product_attention", "scaled_dot_product_attention_backward"}) {
+      const bool bw = std::string(op) != "scaled_dot_product_attention";
+      auto qkv = [&](Shape q, Shape k, Shape v) {
+        std::vector<InputSpec> in = {X(q), X(k), X(v)};
+        if (bw) {
+          q.back() = v.back();
+          in.push_back(X(q));
+        }
+        return in;
+      };
+      auto with = [](std::vector<InputSpec> in, InputSpec extra) {
+        in.push_back(std::move(extra));
+        return in;
+      };
+      const Family fam = Family::kMatmul;
+      t.add(op, qkv({2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 6}), {}, fam);
+      t.add(op, qkv({2, 9, 4}, {2, 9, 4}, {2, 9, 3}), {.flag = true}, fam, "causal");
+      t.add(op, qkv({1, 4, 6}, {1, 7, 6}, {1, 7, 6}), {.flag = true}, fam, "causal_rect");
+      t.add(op, qkv({5, 4}, {7, 4}, {7, 2}), {.s0 = Scalar(0.3)}, fam, "rank2_scale");
+      t.add(op, with(qkv({2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 4}), In({5, 7}, kBool)), {}, fam,
+            "mask");
+      t.add(op, with(qkv({2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 4}), In({2, 1, 5, 7}, kBool)),
+            {.flag = true}, fam, "mask_causal");
+      t.add(op, with(qkv({2, 6, 4}, {2, 3, 4}, {2, 3, 5}), In({6, 3}, kBool)), {}, fam,
+            "mask_empty_rows");
+      t.add(op, with(qkv({1, 2, 70, 8}, {1, 2, 300, 8}, {1, 2, 300, 8}), In({2, 1, 300}, kBool)),
+            {.flag = true}, fam, "blocks_mask_causal");
+      t.add(op, qkv({1, 70, 8}, {1, 300, 8}, {1, 300, 8}), {}, fam, "blocks");
+      t.add(op, qkv({130, 8}, {130, 8}, {130, 8}), {.flag = true}, fam, "blocks_causal");
+      // Upstream gradient of a [2, 5, 3] output, for the two cases below that list their inputs.
+      auto grad = [&](std::vector<InputSpec> in) {
+        return bw ? with(std::move(in), X({2, 5, 3})) : in;
+      };
+      t.add(op,
+            grad({In({2, 5, 4}, d).range(-30, 30), In({2, 6, 4}, d).range(-30, 30), X({2, 6, 3})}),
+            {}, fam, "large_scores");
+      t.add(op,
+            grad({X({2, 5, 4}).as(Layout::kTransposed), X({2, 6, 4}).as(Layout::kStrided),
+                  X({2, 6, 3}).as(Layout::kExpanded)}),
+            {}, fam, "layouts");
+      t.add(op, qkv({2, 5, 4}, {2, 0, 4}, {2, 0, 3}), {}, fam, "no_keys");
+      t.add(op, qkv({2, 0, 4}, {2, 6, 4}, {2, 6, 3}), {}, fam, "no_queries");
+      t.add(op, qkv({2, 5, 0}, {2, 6, 0}, {2, 6, 3}), {}, fam, "d0");
+    }
   }
 }
 
@@ -1012,6 +1078,9 @@ std::vector<OpCase> build_large_cases() {
         {In({1024, 64}, kF32), In({16384, 64}, kI64).range(0, 1023), In({16384, 64}, kF32)},
         {.dim = 0}, E);
   t.add("index_select", {In(big, kF32), In({2048}, kI32).range(0, 1023)}, {.dim = 0}, E);
+  t.add("index_select_backward",
+        {In({1000, 64}, kF32), In({20000}, kI64).range(0, 999), In({20000, 64}, kF32)}, {.dim = 0},
+        E);
   t.add("one_hot", {In({1 << 17}, kI64).range(0, 9)}, {.n = 10}, E);
   t.add("softmax", {In(big, kF32)}, {.dim = -1}, E);
   t.add("softmax", {In(big, kF32)}, {.dim = 0}, E, "dim0");
@@ -1026,6 +1095,14 @@ std::vector<OpCase> build_large_cases() {
         {.stride = {2, 2}, .padding = one, .dilation = one, .groups = 4}, E, "groups");
   t.add("conv2d", {In({1, 512, 8, 8}, kF32), In({8, 512, 3, 3}, kF32)},
         {.stride = one, .padding = one, .dilation = one}, E, "many_channels");
+  // Attention: past the thresholds where oneDNN's threads split the work (and 8 batch-heads for
+  // the backward's tasks), with a causal mask and an explicit one.
+  const Shape qkv = {2, 4, 300, 64};
+  t.add("scaled_dot_product_attention", {In(qkv, kF32), In(qkv, kF32), In(qkv, kF32)},
+        {.flag = true}, E);
+  t.add("scaled_dot_product_attention_backward",
+        {In(qkv, kF32), In(qkv, kF32), In(qkv, kF32), In(qkv, kF32), In({300, 300}, kBool)},
+        {.flag = true}, E);
   t.add("max_pool2d", {In({8, 16, 64, 64}, kF32)},
         {.kernel = {3, 3}, .stride = {2, 2}, .padding = one}, E);
   t.add("avg_pool2d", {In({8, 16, 64, 64}, kF32)},

@@ -247,6 +247,15 @@ std::map<std::string, OpDef> build_registry() {
       [](const Hs& x, const Attrs& a) { return ref::scatter_add(x[0], a.dim, x[1], x[2]); });
   def("index_select", [](const Ts& x, const Attrs& a, const Device&) { return x[0].index_select(a.dim, x[1]); },
       [](const Hs& x, const Attrs& a) { return ref::index_select(x[0], a.dim, x[1]); });
+  // Through autograd: inputs x (its shape), index, the upstream gradient; x's gradient.
+  def("index_select_backward",
+      [](const Ts& x, const Attrs& a, const Device&) {
+        Tensor leaf = x[0].detach();
+        leaf.set_requires_grad();
+        leaf.index_select(a.dim, x[1]).backward(x[2]);
+        return leaf.grad();
+      },
+      [](const Hs& x, const Attrs& a) { return ref::index_select_backward(x[2], a.dim, x[1], x[0].shape); });
   def("one_hot", [](const Ts& x, const Attrs& a, const Device&) { return one_hot(x[0], a.n); },
       [](const Hs& x, const Attrs& a) { return ref::one_hot(x[0], a.n); });
   def("embedding", [](const Ts& x, const Attrs&, const Device&) { return embedding(x[0], x[1]); },
@@ -284,6 +293,34 @@ std::map<std::string, OpDef> build_registry() {
       [](const Hs& x, const Attrs& a) {
         auto w = a.flag ? std::nullopt : opt(x, 1), b = a.flag ? opt(x, 1) : opt(x, 2);
         return ref::layer_norm(x[0], a.shape, w, b, a.eps);
+      });
+  // inputs: query, key, value, then the mask; flag: causal; s0: the scale (absent: 1/sqrt(D)).
+  def("scaled_dot_product_attention",
+      [](const Ts& x, const Attrs& a, const Device&) {
+        std::optional<double> scale;
+        if (a.s0) scale = a.s0->f;
+        return scaled_dot_product_attention(x[0], x[1], x[2], opt(x, 3), a.flag, scale);
+      },
+      [](const Hs& x, const Attrs& a) {
+        std::optional<double> scale;
+        if (a.s0) scale = a.s0->f;
+        return ref::scaled_dot_product_attention(x[0], x[1], x[2], opt(x, 3), a.flag, scale);
+      });
+  // Through autograd: inputs query, key, value, the upstream gradient, then the mask; the
+  // gradients of query, key and value flattened and concatenated.
+  def("scaled_dot_product_attention_backward",
+      [](const Ts& x, const Attrs& a, const Device&) {
+        std::optional<double> scale;
+        if (a.s0) scale = a.s0->f;
+        Tensor q = x[0].detach(), k = x[1].detach(), v = x[2].detach();
+        for (Tensor* t : {&q, &k, &v}) t->set_requires_grad();
+        scaled_dot_product_attention(q, k, v, opt(x, 4), a.flag, scale).backward(x[3]);
+        return cat({q.grad().reshape({-1}), k.grad().reshape({-1}), v.grad().reshape({-1})});
+      },
+      [](const Hs& x, const Attrs& a) {
+        std::optional<double> scale;
+        if (a.s0) scale = a.s0->f;
+        return ref::scaled_dot_product_attention_backward(x[3], x[0], x[1], x[2], opt(x, 4), a.flag, scale);
       });
   // clang-format on
   return r;

@@ -1295,4 +1295,139 @@ HostTensor layer_norm(const HostTensor& x, const Shape& normalized_shape,
   return out;
 }
 
+namespace {
+
+// Attention's sizes and the probabilities of one query row (zeros where not attended, all zeros
+// when no key is attended).
+struct Attention {
+  const HostTensor &q, &k, &v;
+  const std::optional<HostTensor>& mask;
+  bool causal;
+  int64_t tq, d, tk, dv, batch;
+  double scale;
+  Shape scores;
+
+  Attention(const HostTensor& q_, const HostTensor& k_, const HostTensor& v_,
+            const std::optional<HostTensor>& mask_, bool causal_, std::optional<double> s)
+      : q(q_), k(k_), v(v_), mask(mask_), causal(causal_) {
+    require_compute_float("scaled_dot_product_attention", q.dtype);
+    const size_t r = q.shape.size();
+    if (r < 2 || k.shape.size() != r || v.shape.size() != r)
+      fail("scaled_dot_product_attention: ranks");
+    tq = q.shape[r - 2], d = q.shape[r - 1], tk = k.shape[r - 2], dv = v.shape[r - 1];
+    scale = s ? *s : (d > 0 ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0);
+    scores.assign(q.shape.begin(), q.shape.end() - 1);
+    scores.push_back(tk);
+    if (mask && broadcast_shapes(mask->shape, scores) != scores)
+      fail("scaled_dot_product_attention: mask does not broadcast to the scores");
+    batch = numel(scores) == 0 ? 0 : numel(scores) / (tq * tk);
+  }
+
+  std::vector<double> probs(int64_t b, int64_t i) const {
+    std::vector<double> w(static_cast<size_t>(tk), 0.0);
+    std::vector<bool> att(static_cast<size_t>(tk), false);
+    double mx = -std::numeric_limits<double>::infinity();
+    bool any = false;
+    for (int64_t j = 0; j < tk; ++j) {
+      bool a = !causal || j <= i;
+      if (a && mask)
+        a = mask->i[broadcast_index(unravel((b * tq + i) * tk + j, scores), mask->shape)];
+      if (!a) continue;
+      double dot = 0;
+      for (int64_t c = 0; c < d; ++c) dot += q.f[(b * tq + i) * d + c] * k.f[(b * tk + j) * d + c];
+      w[j] = scale * dot;
+      att[j] = true;
+      mx = std::max(mx, w[j]);
+      any = true;
+    }
+    if (!any) return std::vector<double>(static_cast<size_t>(tk), 0.0);
+    double sum = 0;
+    for (int64_t j = 0; j < tk; ++j)
+      if (att[j]) sum += (w[j] = std::exp(w[j] - mx));
+    for (int64_t j = 0; j < tk; ++j) w[j] = att[j] ? w[j] / sum : 0.0;
+    return w;
+  }
+};
+
+}  // namespace
+
+HostTensor scaled_dot_product_attention(const HostTensor& q, const HostTensor& k,
+                                        const HostTensor& v, const std::optional<HostTensor>& mask,
+                                        bool causal, std::optional<double> scale) {
+  const Attention a(q, k, v, mask, causal, scale);
+  Shape out_shape = q.shape;
+  out_shape.back() = a.dv;
+  HostTensor out = alloc(out_shape, q.dtype);
+  for (int64_t b = 0; b < a.batch; ++b) {
+    for (int64_t i = 0; i < a.tq; ++i) {
+      const std::vector<double> p = a.probs(b, i);
+      for (int64_t c = 0; c < a.dv; ++c) {
+        double acc = 0;
+        for (int64_t j = 0; j < a.tk; ++j) acc += p[j] * v.f[(b * a.tk + j) * a.dv + c];
+        out.f[(b * a.tq + i) * a.dv + c] = round_to_float(acc, q.dtype);
+      }
+    }
+  }
+  return out;
+}
+
+HostTensor scaled_dot_product_attention_backward(const HostTensor& grad, const HostTensor& q,
+                                                 const HostTensor& k, const HostTensor& v,
+                                                 const std::optional<HostTensor>& mask, bool causal,
+                                                 std::optional<double> scale) {
+  const Attention a(q, k, v, mask, causal, scale);
+  std::vector<double> dq(q.f.size(), 0.0), dk(k.f.size(), 0.0), dv(v.f.size(), 0.0);
+  for (int64_t b = 0; b < a.batch; ++b) {
+    for (int64_t i = 0; i < a.tq; ++i) {
+      const std::vector<double> p = a.probs(b, i);
+      const double* g = grad.f.data() + (b * a.tq + i) * a.dv;
+      std::vector<double> dp(static_cast<size_t>(a.tk), 0.0);
+      double delta = 0;
+      for (int64_t j = 0; j < a.tk; ++j) {
+        for (int64_t c = 0; c < a.dv; ++c) {
+          dv[(b * a.tk + j) * a.dv + c] += p[j] * g[c];
+          dp[j] += g[c] * v.f[(b * a.tk + j) * a.dv + c];
+        }
+        delta += p[j] * dp[j];
+      }
+      for (int64_t j = 0; j < a.tk; ++j) {
+        const double ds = p[j] * (dp[j] - delta) * a.scale;
+        for (int64_t c = 0; c < a.d; ++c) {
+          dq[(b * a.tq + i) * a.d + c] += ds * k.f[(b * a.tk + j) * a.d + c];
+          dk[(b * a.tk + j) * a.d + c] += ds * q.f[(b * a.tq + i) * a.d + c];
+        }
+      }
+    }
+  }
+  HostTensor out = alloc({static_cast<int64_t>(dq.size() + dk.size() + dv.size())}, q.dtype);
+  size_t o = 0;
+  for (const std::vector<double>* part : {&dq, &dk, &dv})
+    for (double x : *part) out.f[o++] = round_to_float(x, q.dtype);
+  return out;
+}
+
+HostTensor index_select_backward(const HostTensor& grad, int64_t dim, const HostTensor& index,
+                                 const Shape& x_shape) {
+  require_compute_float("index_select_backward", grad.dtype);
+  HostTensor out = alloc(x_shape, grad.dtype);
+  if (x_shape.empty()) {
+    out.f[0] = grad.f[0];
+    return out;
+  }
+  const int64_t rank = static_cast<int64_t>(x_shape.size());
+  if (dim < 0) dim += rank;
+  std::vector<double> acc(out.f.size(), 0.0);
+  for (int64_t k = 0; k < grad.numel(); ++k) {
+    std::vector<int64_t> idx = unravel(k, grad.shape);
+    const int64_t v = index.i[idx[dim]];
+    if (v < 0 || v >= x_shape[dim]) fail("index_select_backward: index out of range");
+    idx[dim] = v;
+    int64_t flat = 0;
+    for (int64_t d = 0; d < rank; ++d) flat = flat * x_shape[d] + idx[d];
+    acc[flat] += grad.f[k];
+  }
+  for (size_t k = 0; k < acc.size(); ++k) out.f[k] = round_to_float(acc[k], grad.dtype);
+  return out;
+}
+
 }  // namespace tw::ref

@@ -117,6 +117,9 @@ HostTensor gather(const HostTensor& x, int64_t dim, const HostTensor& index);
 HostTensor scatter_add(const HostTensor& x, int64_t dim, const HostTensor& index,
                        const HostTensor& src);
 HostTensor index_select(const HostTensor& x, int64_t dim, const HostTensor& index);
+// d loss / d x of index_select: zeros of x_shape, grad's slices added at their index.
+HostTensor index_select_backward(const HostTensor& grad, int64_t dim, const HostTensor& index,
+                                 const Shape& x_shape);
 HostTensor one_hot(const HostTensor& x, int64_t num_classes);
 HostTensor embedding(const HostTensor& weight, const HostTensor& indices);
 
@@ -132,5 +135,14 @@ HostTensor adaptive_avg_pool2d(const HostTensor& x, std::vector<int64_t> output_
 HostTensor layer_norm(const HostTensor& x, const Shape& normalized_shape,
                       const std::optional<HostTensor>& weight,
                       const std::optional<HostTensor>& bias, double eps);
+// scale defaults to 1 / sqrt(D) when absent (the API's default).
+HostTensor scaled_dot_product_attention(const HostTensor& q, const HostTensor& k,
+                                        const HostTensor& v, const std::optional<HostTensor>& mask,
+                                        bool causal, std::optional<double> scale);
+// The gradients of query, key and value for the upstream `grad`, flattened and concatenated.
+HostTensor scaled_dot_product_attention_backward(const HostTensor& grad, const HostTensor& q,
+                                                 const HostTensor& k, const HostTensor& v,
+                                                 const std::optional<HostTensor>& mask, bool causal,
+                                                 std::optional<double> scale);
 
 }  // namespace tw::ref

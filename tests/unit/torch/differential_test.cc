@@ -616,7 +616,7 @@ TEST(CpuVsTorch, Neural) {
   run_family("neural", [&](Draw& d) {
     const DType dt = d.pick(kFloats);
     Attrs a;
-    switch (d.between(0, 5)) {
+    switch (d.between(0, 6)) {
       case 0: {
         InputSpec x = d.input(d.shape(0, 3, 7), dt);
         x.gen = d.chance(0.3) ? Gen::kWithNegInf : Gen::kUniform;
@@ -660,6 +660,27 @@ TEST(CpuVsTorch, Neural) {
         InputSpec x = d.input({d.between(0, 2), d.between(1, 3), d.between(1, 7), d.between(1, 7)},
                               dt, false);
         return make_case("adaptive_avg_pool2d", {x}, a, Family::kNeural);
+      }
+      case 5: {  // attention or its gradients (op registry: inputs q, k, v, [grad], [mask])
+        Shape batch;
+        for (int64_t i = d.between(0, 2); i > 0; --i) batch.push_back(d.between(1, 3));
+        const int64_t tq = d.between(0, 70), tk = d.between(0, 70), dh = d.between(1, 8),
+                      dv = d.between(1, 8);
+        auto with = [&](int64_t rows, int64_t cols) {
+          Shape s = batch;
+          s.push_back(rows);
+          s.push_back(cols);
+          return InputSpec{s, dt};
+        };
+        const bool backward = d.chance(0.5);
+        std::vector<InputSpec> in = {with(tq, dh), with(tk, dh), with(tk, dv)};
+        if (backward) in.push_back(with(tq, dv));
+        if (d.chance(0.4)) in.push_back(InputSpec{{tq, tk}, kBool});
+        for (InputSpec& i : in) i.layout = d.layout();
+        a.flag = d.chance(0.5);
+        return make_case(
+            backward ? "scaled_dot_product_attention_backward" : "scaled_dot_product_attention", in,
+            a, Family::kMatmul);
       }
       default: {
         InputSpec x = d.input(d.shape(1, 3, 6), dt, false);

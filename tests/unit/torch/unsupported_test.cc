@@ -186,6 +186,22 @@ void run_every_op(const Device& d) {
   loss.backward();
   r.push_back(img.grad());
   r.push_back(w.grad());
+  // IndexSelectBackward, through index_select's gradient.
+  {
+    Tensor leaf = x.detach();
+    leaf.set_requires_grad();
+    leaf.index_select(0, idx).sum().backward();
+    r.push_back(leaf.grad());
+  }
+  // ScaledDotProductAttention and its backward.
+  {
+    Tensor q = (x.reshape({1, 3, 4}) * 0.1).detach();
+    q.set_requires_grad();
+    Tensor a = scaled_dot_product_attention(q, q, q, {}, true);
+    a.sum().backward();
+    r.push_back(a);
+    r.push_back(q.grad());
+  }
   // Linear, through nn::Linear (which issues it for f32 rows where the device supports it).
   nn::Linear layer(4, 2, true, {d, kF32});
   r.push_back(layer.forward_relu(x));
