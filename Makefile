@@ -28,7 +28,7 @@ PYTHON     ?= /usr/bin/python3
 # Where `make install` installs (DESTDIR, as usual, stages it elsewhere).
 PREFIX     ?= /usr/local
 
-.PHONY: all build run test bench bench-train bench-remote bench-graph bench-python install install-python \
+.PHONY: all build run test bench bench-train bench-remote bench-graph bench-python bench-onnx install install-python \
         asan fuzz \
         format format-check clean bootstrap
 .DEFAULT_GOAL := build
@@ -62,6 +62,10 @@ bench-remote: build
 	./$(BUILD)/bench/tw_bench_remote
 
 # Python vs C++ on remote devices (bench/python_bench.py runs the C++ rows itself).
+# Imported ONNX models remote against local (bench/results/onnx_remote.md).
+bench-onnx:
+	bash bench/onnx_remote.sh
+
 bench-python: build
 	PYTHONPATH=$(BUILD)/python $(PYTHON) bench/python_bench.py --build $(BUILD)
 
