@@ -317,10 +317,11 @@ void Connection::on_message(const Buffer& payload) {
                        std::to_string(static_cast<int>(m.kind)) + ")");
   } else if (m.kind == proto::ServerMsg::kReadResultInSegment) {
     // The bytes are in the segment the read offered; the result holds it until dropped.
-    const proto::InSegment& in = m.in_segment.tensor;
-    if (p->slot && in.bytes() <= p->slot->seg->capacity()) {
+    proto::InSegment& in = m.in_segment.tensor;
+    const uint64_t n = in.bytes();
+    if (p->slot && n <= p->slot->seg->capacity()) {
       m.read.result = TensorData{
-          in.meta, Buffer::wrap(p->slot->seg->data(), static_cast<size_t>(in.bytes()), p->lease)};
+          std::move(in.meta), Buffer::wrap(p->slot->seg->data(), static_cast<size_t>(n), p->lease)};
     } else {
       status = data_loss("a read result in a segment from " + url_.str() +
                          " answers a request that offered none, or overflows it");

@@ -125,7 +125,7 @@ Status FieldReader::get(TensorData& d) {
   TW_RETURN_NOT_OK(get(d.meta));
   uint64_t n = 0;
   TW_RETURN_NOT_OK(r.u64(n));
-  const uint64_t expect = InSegment{d.meta}.bytes();
+  const uint64_t expect = meta_bytes(d.meta);
   if (n != expect || n > r.remaining()) {
     return data_loss("tensor carries " + std::to_string(n) + " bytes, expected " +
                      std::to_string(expect));

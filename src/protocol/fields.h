@@ -24,13 +24,16 @@ namespace tw::protocol {
 // Strings (names, reasons, credentials) longer than this are malformed.
 inline constexpr size_t kMaxStringBytes = 64 * 1024;
 
+// The bytes of a tensor of this meta (what a tensor field's byte count must say).
+inline uint64_t meta_bytes(const TensorMeta& m) {
+  return static_cast<uint64_t>(numel(m.shape)) * dtype_size(m.dtype);
+}
+
 // A tensor whose bytes travel elsewhere (a shared-memory segment): on the wire its meta and the
 // byte count that meta gives, which a reader checks.
 struct InSegment {
   TensorMeta meta;
-  uint64_t bytes() const {
-    return static_cast<uint64_t>(numel(meta.shape)) * dtype_size(meta.dtype);
-  }
+  uint64_t bytes() const { return meta_bytes(meta); }
 };
 
 // An id list is a u32 count and each id as a u64, or, packed (protocol 4), a varint count and

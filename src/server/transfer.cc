@@ -226,7 +226,7 @@ void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& f
                            " bytes, more than one frame can carry (4 GiB); move it in slices");
   }
   if (d.ok()) metrics.transfer(Direction::kOut, d->bytes.size());
-  proto::encode_read_result(m->request_id, d, reply);
+  proto::encode_read_result(m->request_id, std::move(d), reply);
 }
 
 // ---- pulling ----
@@ -389,7 +389,7 @@ Result<TensorData> Puller::pull(const PullRequest& r) {
   }
   if (w.kind != proto::ServerMsg::kWelcome) return data_loss("it sent no Welcome");
 
-  const uint64_t nbytes = static_cast<uint64_t>(numel(r.meta.shape)) * dtype_size(r.meta.dtype);
+  const uint64_t nbytes = proto::meta_bytes(r.meta);
   // The tensor's bytes and its header, or a refusal (a status message within kMaxStringBytes).
   const uint64_t max = nbytes + 64 + 8 * r.meta.shape.size() + proto::kMaxStringBytes;
   // A ReadResult's bytes follow its type, request id, OK status, meta and length.

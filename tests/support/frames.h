@@ -8,6 +8,22 @@
 
 namespace tw::testing {
 
+// Server statistics with every field set (none at its default), the list non-empty.
+inline protocol::ServerStats sample_stats() {
+  protocol::ServerStats s;
+  s.sessions = 3;
+  s.bytes_held = 1234567;
+  s.session_bytes_held = 4567;
+  s.ops_executed = 99;
+  s.frames_in = 10;
+  s.frames_out = 11;
+  s.bytes_in = 12;
+  s.bytes_out = 13;
+  s.sessions_opened = 14;
+  s.per_session_bytes = {{1, 4567}, {7, 1230000}};
+  return s;
+}
+
 // The payload bytes of a frame: head with its zero-copy segments put back at their offsets.
 inline std::vector<uint8_t> flatten(const protocol::OutFrame& f) {
   std::vector<uint8_t> out;

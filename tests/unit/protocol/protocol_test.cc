@@ -116,21 +116,6 @@ Welcome sample_welcome() {
   return w;
 }
 
-ServerStats sample_stats() {
-  ServerStats s;
-  s.sessions = 3;
-  s.bytes_held = 1234567;
-  s.session_bytes_held = 4567;
-  s.ops_executed = 99;
-  s.frames_in = 10;
-  s.frames_out = 11;
-  s.bytes_in = 12;
-  s.bytes_out = 13;
-  s.sessions_opened = 14;
-  s.per_session_bytes = {{1, 4567}, {7, 1230000}};
-  return s;
-}
-
 TensorData sample_data(size_t numel) {
   std::vector<float> v(numel);
   for (size_t i = 0; i < numel; ++i) v[i] = static_cast<float>(i) * 0.5f - 3.0f;
@@ -186,7 +171,7 @@ std::vector<Encoded> every_message(size_t data_numel, size_t op_bytes) {
   encode_sync_result(44, Status::OK(), f);
   out.push_back({"sync result", flatten(f), Encoded::kServer});
   f = {};
-  encode_stats_result(45, sample_stats(), f);
+  encode_stats_result(45, testing::sample_stats(), f);
   out.push_back({"stats result", flatten(f), Encoded::kServer});
   f = {};
   encode_graph_result(49, ir::GraphId{3}, f);
@@ -379,12 +364,12 @@ TEST(Protocol, SyncAndStatsResultRoundTrip) {
     EXPECT_EQ(m->status().code(), s.code());
   }
   OutFrame f;
-  encode_stats_result(6, sample_stats(), f);
+  encode_stats_result(6, testing::sample_stats(), f);
   auto m = decode_server_message(payload_of(f));
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->kind, ServerMsg::kStatsResult);
   EXPECT_EQ(m->request_id(), 6u);
-  ServerStats e = sample_stats();
+  ServerStats e = testing::sample_stats();
   const ServerStats& s = m->stats.stats;
   EXPECT_EQ(s.sessions, e.sessions);
   EXPECT_EQ(s.bytes_held, e.bytes_held);
