@@ -10,6 +10,7 @@
 #include "tensorwire/optim.h"
 #include "tensorwire/serialize.h"
 #include "tensorwire/tensor.h"
+#include "tensorwire/transformer.h"
 
 TW_API_BEGIN
 TW_API_END

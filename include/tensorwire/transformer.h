@@ -1,0 +1,165 @@
+// Transformer modules over tw::Tensor and autograd (tensorwire/nn.h): causal multi-head
+// self-attention, a pre-norm block, a small GPT, and token generation with a key/value cache that
+// runs as one registered graph per model.
+//
+//   tw::manual_seed(0);
+//   tw::nn::GPT model({.vocab_size = 62, .context = 128, .n_layer = 4, .n_head = 4, .n_embd = 192});
+//   tw::Tensor loss = model.loss(x, y);        // x, y: i64 [B, T]
+//   tw::nn::Generator gen(model);
+//   std::vector<int64_t> out = gen.generate({prompt...}, 100, {.temperature = 0.8, .top_k = 10});
+//
+// Parameter names follow this PyTorch module (bench/lm_torch.py holds it), so that a safetensors
+// file saved from one loads into the other with strict names:
+//   wte.weight [V, E], wpe.weight [C, E],
+//   blocks.{i}.ln1.{weight,bias}, blocks.{i}.attn.qkv.{weight,bias} [3E, E] (rows: q, k, v; within
+//   each, head h holds rows h*D .. h*D+D-1), blocks.{i}.attn.proj.{weight,bias},
+//   blocks.{i}.ln2.{weight,bias}, blocks.{i}.mlp.0.{weight,bias} [4E, E],
+//   blocks.{i}.mlp.2.{weight,bias} [E, 4E], ln_f.{weight,bias}, head.weight [V, E] (untied only).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorwire/export.h"
+#include "tensorwire/graph.h"
+#include "tensorwire/nn.h"
+#include "tensorwire/tensor.h"
+
+TW_API_BEGIN
+
+namespace tw::nn {
+
+// The keys and values one attention layer has seen: k, v [B, H, capacity, D]; slot p holds
+// position p's (slots past the current position hold zeros or stale values, never attended).
+struct KVCache {
+  Tensor k, v;
+};
+
+// Causal multi-head self-attention with one fused q/k/v projection ("qkv") and an output
+// projection ("proj"), through the fused scaled_dot_product_attention op. Dropout, when p > 0, is
+// applied to the output (the fused op has no dropout on the attention weights).
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
+                     const Placement& at = {});
+  // x [B, T, E] -> [B, T, E]; position t attends to positions <= t.
+  Tensor forward(const Tensor& x) override;
+  // The same over rows x [B*T, E] of B sequences of length T -> [B*T, E].
+  Tensor forward_rows(const Tensor& x, int64_t batch, int64_t len);
+  // One new position per row: x [B, E] at position pos (i64 [1], on x's device). Writes the
+  // row's key and value into slot pos of `cache` (rebinding cache.k and cache.v) and attends to
+  // slots 0..pos. -> [B, E]. The position is a tensor, so a captured step serves every position.
+  Tensor forward_step(const Tensor& x, const Tensor& pos, KVCache& cache);
+  // A zero cache for `batch` rows and `capacity` positions on `device`.
+  KVCache empty_cache(int64_t batch, int64_t capacity, const Device& device) const;
+  std::string name() const override;
+  int64_t embed_dim() const { return e_; }
+  int64_t num_heads() const { return h_; }
+
+ private:
+  int64_t e_, h_;
+  double p_;
+  std::shared_ptr<Linear> qkv_, proj_;
+};
+
+// Pre-norm block: x + drop(attn(ln1(x))), then x + drop(mlp(ln2(x))) with mlp =
+// Linear(E, 4E), GELU, Linear(4E, E) (a Sequential: "mlp.0", "mlp.2").
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
+                   const Placement& at = {});
+  Tensor forward(const Tensor& x) override;  // [B, T, E] -> [B, T, E]
+  Tensor forward_rows(const Tensor& x, int64_t batch, int64_t len);  // rows [B*T, E]
+  // x [B, E] at position pos (i64 [1]); see MultiheadAttention::forward_step.
+  Tensor forward_step(const Tensor& x, const Tensor& pos, KVCache& cache);
+  std::string name() const override { return "TransformerBlock"; }
+  MultiheadAttention& attn() { return *attn_; }
+
+ private:
+  Tensor mlp_rows(const Tensor& x);  // drop(mlp(ln2(x))) over rows [N, E]
+  int64_t e_;
+  double p_;
+  std::shared_ptr<LayerNorm> ln1_, ln2_;
+  std::shared_ptr<MultiheadAttention> attn_;
+  std::shared_ptr<Sequential> mlp_;
+};
+
+struct GPTConfig {
+  int64_t vocab_size = 0;
+  int64_t context = 128;  // positions: the size of wpe and of a generation's cache
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 192;
+  double dropout = 0.0;
+  bool bias = true;   // biases in the Linear layers
+  bool tied = false;  // the head reuses wte.weight (no head.weight parameter)
+};
+
+// Token and position embeddings, n_layer blocks, a final LayerNorm and a linear head. Weights are
+// initialised N(0, 0.02) (as GPT-2), the residual projections' N(0, 0.02 / sqrt(2 n_layer)),
+// biases zero, LayerNorms one and zero; all from the global seeded generator.
+class GPT : public Module {
+ public:
+  explicit GPT(const GPTConfig& config, const Placement& at = {});
+  // tokens i64 [B, T] (T <= context) -> logits [B, T, V].
+  Tensor forward(const Tensor& tokens) override;
+  // Mean cross-entropy of forward(tokens) against targets i64 [B, T].
+  Tensor loss(const Tensor& tokens, const Tensor& targets);
+  // Next-token logits [B, V] for tokens i64 [B] at position pos (i64 [1]), updating `cache`
+  // (one KVCache per block, from empty_cache()).
+  Tensor forward_step(const Tensor& tokens, const Tensor& pos, std::vector<KVCache>& cache);
+  std::vector<KVCache> empty_cache(int64_t batch, const Device& device) const;
+  std::string name() const override { return "GPT"; }
+  const GPTConfig& config() const { return c_; }
+
+ private:
+  Tensor head_rows(const Tensor& x);      // final norm and head over rows [N, E] -> [N, V]
+  Tensor logits_rows(const Tensor& tokens);  // [B, T] -> [B*T, V]
+  GPTConfig c_;
+  std::shared_ptr<Embedding> wte_, wpe_;
+  std::shared_ptr<Sequential> blocks_;  // named "blocks" (children "0", "1", ...)
+  std::vector<std::shared_ptr<TransformerBlock>> block_list_;  // the same blocks
+  std::shared_ptr<LayerNorm> ln_f_;
+  std::shared_ptr<Linear> head_;
+};
+
+struct SampleOptions {
+  double temperature = 1.0;  // <= 0: greedy (argmax)
+  int64_t top_k = 0;         // > 0: sample among the k most likely tokens only
+  uint64_t seed = 0;         // the sampler's own generator (splitmix64 on the host)
+};
+
+// Picks a token from one row of logits: greedy, or a draw from softmax(logits / temperature)
+// restricted to the top_k, with `state` the sampler's generator (advanced by one draw).
+int64_t sample_token(const std::vector<float>& logits, const SampleOptions& o, uint64_t& state);
+
+// Generation with a key/value cache, one sequence (batch 1) at a time. Each token runs the
+// model's forward_step; with use_graph that step is a tw::graph::Step over the parameters and
+// the caches, so from the third token on it replays one registered graph: a token then costs
+// one upload of the token and the position, the graph run and one read of the logits. Sampling
+// runs on the host from the logits read back, so it is the same on every device.
+class Generator {
+ public:
+  explicit Generator(GPT& model, bool use_graph = true);
+  // Clears the cache: the next token is at position 0.
+  void reset();
+  // Feeds `token` at the next position; returns the next-token logits [V].
+  std::vector<float> step(int64_t token);
+  // reset(), feeds the prompt, then samples `new_tokens` tokens (prompt + new <= context).
+  // Returns the new tokens.
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t new_tokens,
+                                const SampleOptions& options = {});
+  int64_t position() const { return pos_; }
+  const graph::Step* graph_step() const { return step_.get(); }
+
+ private:
+  GPT& model_;
+  Device device_;
+  std::vector<KVCache> cache_;
+  std::unique_ptr<graph::Step> step_;
+  int64_t pos_ = 0;
+};
+
+}  // namespace tw::nn
+TW_API_END

@@ -1,0 +1,347 @@
+// Transformer modules and cached generation (tensorwire/transformer.h), composed from the Tensor
+// API and the fused attention op, so they run on any device and autograd differentiates them.
+// The modules work on rows [B*T, E] inside, so every Linear is the fused row op.
+#include "tensorwire/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/shape.h"
+#include "tensorwire/autograd.h"
+
+namespace tw::nn {
+
+namespace {
+// Dropout in training mode with probability p (the same mask rule as nn::Dropout).
+Tensor dropout(const Tensor& x, double p, bool training) {
+  if (!training || p == 0) return x;
+  if (p == 1) return x * 0.0;
+  const Tensor keep = bernoulli(full(x.shape(), 1.0 - p, x.dtype(), x.device()));
+  return x * (keep * (1.0 / (1.0 - p)));
+}
+
+void check_dropout(double p, const char* who) {
+  if (!(p >= 0 && p <= 1))
+    throw Error(std::string(who) + ": dropout must lie in [0, 1], got " + std::to_string(p));
+}
+
+// Rows [N, E] of an i64 [1] position's check: a step's position must be one i64.
+void check_pos(const Tensor& pos, const char* who) {
+  if (pos.dtype() != kI64 || pos.numel() != 1) {
+    throw Error(std::string(who) + ": pos must be an i64 tensor of one element, got " +
+                std::string(dtype_name(pos.dtype())) + shape_str(pos.shape()));
+  }
+}
+}  // namespace
+
+// ---- MultiheadAttention ----
+MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout,
+                                       bool bias, const Placement& at)
+    : e_(embed_dim), h_(num_heads), p_(dropout) {
+  if (embed_dim < 1 || num_heads < 1 || embed_dim % num_heads != 0) {
+    throw Error("MultiheadAttention: embed_dim " + std::to_string(embed_dim) +
+                " must be a positive multiple of num_heads " + std::to_string(num_heads));
+  }
+  check_dropout(dropout, "MultiheadAttention");
+  qkv_ = register_module("qkv", std::make_shared<Linear>(e_, 3 * e_, bias, at));
+  proj_ = register_module("proj", std::make_shared<Linear>(e_, e_, bias, at));
+}
+
+Tensor MultiheadAttention::forward_rows(const Tensor& x, int64_t batch, int64_t len) {
+  const int64_t d = e_ / h_;
+  const Tensor qkv = (*qkv_)(x);  // [B*T, 3E]
+  auto heads = [&](int64_t i) {   // [B, H, T, D]
+    return qkv.slice(1, i * e_, (i + 1) * e_).reshape({batch, len, h_, d}).transpose(1, 2);
+  };
+  const Tensor y = scaled_dot_product_attention(heads(0), heads(1), heads(2), {}, true);
+  const Tensor rows = y.transpose(1, 2).reshape({batch * len, e_});
+  return dropout((*proj_)(rows), p_, is_training());
+}
+
+Tensor MultiheadAttention::forward(const Tensor& x) {
+  if (x.dim() != 3 || x.size(2) != e_) {
+    throw Error("MultiheadAttention: x must be [B, T, " + std::to_string(e_) + "], got " +
+                shape_str(x.shape()));
+  }
+  const int64_t b = x.size(0), t = x.size(1);
+  return forward_rows(x.reshape({b * t, e_}), b, t).reshape({b, t, e_});
+}
+
+Tensor MultiheadAttention::forward_step(const Tensor& x, const Tensor& pos, KVCache& cache) {
+  check_pos(pos, "MultiheadAttention::forward_step");
+  if (x.dim() != 2 || x.size(1) != e_) {
+    throw Error("MultiheadAttention::forward_step: x must be [B, " + std::to_string(e_) +
+                "], got " + shape_str(x.shape()));
+  }
+  const int64_t b = x.size(0), d = e_ / h_;
+  if (!cache.k.defined() || cache.k.dim() != 4 || cache.k.size(0) != b || cache.k.size(1) != h_ ||
+      cache.k.size(3) != d || !cache.v.defined() || cache.v.shape() != cache.k.shape()) {
+    throw Error("MultiheadAttention::forward_step: the cache must hold k and v [" +
+                std::to_string(b) + ", " + std::to_string(h_) + ", capacity, " +
+                std::to_string(d) + "] (empty_cache makes one)");
+  }
+  const int64_t cap = cache.k.size(2);
+  const Tensor qkv = (*qkv_)(x);  // [B, 3E]
+  auto heads = [&](int64_t i) { return qkv.slice(1, i * e_, (i + 1) * e_).reshape({b, h_, 1, d}); };
+  // Slot pos takes the new key and value; slots 0..pos are attended. Both come from comparing
+  // the slot numbers with the position tensor, so no host value enters the step.
+  const Tensor slots = arange(0, cap, 1, kI64, x.device());
+  const Tensor here = slots.eq(pos).reshape({1, 1, cap, 1});
+  cache.k = where(here, heads(1), cache.k);
+  cache.v = where(here, heads(2), cache.v);
+  const Tensor seen = slots.le(pos).reshape({1, 1, 1, cap});
+  const Tensor y = scaled_dot_product_attention(heads(0), cache.k, cache.v, seen);
+  return dropout((*proj_)(y.reshape({b, e_})), p_, is_training());
+}
+
+KVCache MultiheadAttention::empty_cache(int64_t batch, int64_t capacity,
+                                        const Device& device) const {
+  const DType dt = qkv_->weight()->value().dtype();
+  const Shape s = {batch, h_, capacity, e_ / h_};
+  return {zeros(s, dt, device), zeros(s, dt, device)};
+}
+
+std::string MultiheadAttention::name() const {
+  return "MultiheadAttention(embed_dim=" + std::to_string(e_) +
+         ", num_heads=" + std::to_string(h_) + ", causal=true)";
+}
+
+// ---- TransformerBlock ----
+TransformerBlock::TransformerBlock(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
+                                   const Placement& at)
+    : e_(embed_dim), p_(dropout) {
+  check_dropout(dropout, "TransformerBlock");
+  ln1_ = register_module("ln1", std::make_shared<LayerNorm>(Shape{e_}, 1e-5, true, at));
+  attn_ = register_module("attn",
+                          std::make_shared<MultiheadAttention>(e_, num_heads, dropout, bias, at));
+  ln2_ = register_module("ln2", std::make_shared<LayerNorm>(Shape{e_}, 1e-5, true, at));
+  auto mlp = std::make_shared<Sequential>();
+  mlp->push_back(std::make_shared<Linear>(e_, 4 * e_, bias, at));
+  mlp->push_back(std::make_shared<GELU>());
+  mlp->push_back(std::make_shared<Linear>(4 * e_, e_, bias, at));
+  mlp_ = register_module("mlp", mlp);
+}
+
+Tensor TransformerBlock::mlp_rows(const Tensor& x) {
+  return dropout((*mlp_)((*ln2_)(x)), p_, is_training());
+}
+
+Tensor TransformerBlock::forward_rows(const Tensor& x, int64_t batch, int64_t len) {
+  const Tensor h = x + attn_->forward_rows((*ln1_)(x), batch, len);
+  return h + mlp_rows(h);
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  if (x.dim() != 3 || x.size(2) != e_) {
+    throw Error("TransformerBlock: x must be [B, T, " + std::to_string(e_) + "], got " +
+                shape_str(x.shape()));
+  }
+  const int64_t b = x.size(0), t = x.size(1);
+  return forward_rows(x.reshape({b * t, e_}), b, t).reshape({b, t, e_});
+}
+
+Tensor TransformerBlock::forward_step(const Tensor& x, const Tensor& pos, KVCache& cache) {
+  const Tensor h = x + attn_->forward_step((*ln1_)(x), pos, cache);
+  return h + mlp_rows(h);
+}
+
+// ---- GPT ----
+GPT::GPT(const GPTConfig& config, const Placement& at) : c_(config) {
+  if (c_.vocab_size < 1 || c_.context < 1 || c_.n_layer < 0) {
+    throw Error("GPT: vocab_size and context must be >= 1 and n_layer >= 0, got " +
+                std::to_string(c_.vocab_size) + ", " + std::to_string(c_.context) + ", " +
+                std::to_string(c_.n_layer));
+  }
+  check_dropout(c_.dropout, "GPT");
+  const int64_t e = c_.n_embd;
+  wte_ = register_module("wte", std::make_shared<Embedding>(c_.vocab_size, e, at));
+  wpe_ = register_module("wpe", std::make_shared<Embedding>(c_.context, e, at));
+  blocks_ = register_module("blocks", std::make_shared<Sequential>());
+  for (int64_t i = 0; i < c_.n_layer; ++i) {
+    block_list_.push_back(
+        std::make_shared<TransformerBlock>(e, c_.n_head, c_.dropout, c_.bias, at));
+    blocks_->push_back(block_list_.back());
+  }
+  ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(Shape{e}, 1e-5, true, at));
+  if (!c_.tied) head_ = register_module("head", std::make_shared<Linear>(e, c_.vocab_size, false, at));
+  // GPT-2's initialisation, in named_parameters order.
+  const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(c_.n_layer, 1)));
+  auto ends_with = [](const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  for (auto& [name, p] : named_parameters()) {
+    const Shape& s = p->value().shape();
+    if (name.find(".ln") != std::string::npos || name.rfind("ln_f.", 0) == 0) continue;
+    if (ends_with(name, ".bias")) {
+      p->set(zeros(s, at.dtype, at.device));
+    } else {
+      const bool resid = ends_with(name, "attn.proj.weight") || ends_with(name, "mlp.2.weight");
+      p->set(normal(s, 0.0, resid ? resid_std : 0.02, at.dtype, at.device));
+    }
+  }
+}
+
+Tensor GPT::head_rows(const Tensor& x) {
+  const Tensor h = (*ln_f_)(x);
+  return head_ ? (*head_)(h) : h.matmul(wte_->weight()->value().t());
+}
+
+Tensor GPT::logits_rows(const Tensor& tokens) {
+  if (tokens.dim() != 2 || tokens.dtype() != kI64 || tokens.size(1) > c_.context) {
+    throw Error("GPT: tokens must be i64 [B, T] with T <= " + std::to_string(c_.context) +
+                ", got " + std::string(dtype_name(tokens.dtype())) + shape_str(tokens.shape()));
+  }
+  const int64_t b = tokens.size(0), t = tokens.size(1), e = c_.n_embd;
+  const Tensor tok = (*wte_)(tokens);                       // [B, T, E]
+  const Tensor pos = wpe_->weight()->value().slice(0, 0, t);  // [T, E]
+  Tensor x = dropout((tok + pos).reshape({b * t, e}), c_.dropout, is_training());
+  for (const auto& blk : block_list_) x = blk->forward_rows(x, b, t);
+  return head_rows(x);
+}
+
+Tensor GPT::forward(const Tensor& tokens) {
+  const Tensor rows = logits_rows(tokens);
+  return rows.reshape({tokens.size(0), tokens.size(1), c_.vocab_size});
+}
+
+Tensor GPT::loss(const Tensor& tokens, const Tensor& targets) {
+  if (targets.shape() != tokens.shape()) {
+    throw Error("GPT::loss: targets " + shape_str(targets.shape()) + " must match tokens " +
+                shape_str(tokens.shape()));
+  }
+  return cross_entropy(logits_rows(tokens), targets.reshape({-1}));
+}
+
+Tensor GPT::forward_step(const Tensor& tokens, const Tensor& pos, std::vector<KVCache>& cache) {
+  check_pos(pos, "GPT::forward_step");
+  if (tokens.dim() != 1 || tokens.dtype() != kI64) {
+    throw Error("GPT::forward_step: tokens must be i64 [B], got " +
+                std::string(dtype_name(tokens.dtype())) + shape_str(tokens.shape()));
+  }
+  if (cache.size() != block_list_.size()) {
+    throw Error("GPT::forward_step: the cache has " + std::to_string(cache.size()) +
+                " layers, the model " + std::to_string(block_list_.size()));
+  }
+  Tensor x = (*wte_)(tokens) + (*wpe_)(pos.reshape({1}));  // [B, E] + [1, E]
+  for (size_t i = 0; i < block_list_.size(); ++i) x = block_list_[i]->forward_step(x, pos, cache[i]);
+  return head_rows(x);
+}
+
+std::vector<KVCache> GPT::empty_cache(int64_t batch, const Device& device) const {
+  std::vector<KVCache> out;
+  for (const auto& blk : block_list_) out.push_back(blk->attn().empty_cache(batch, c_.context, device));
+  return out;
+}
+
+// ---- sampling ----
+namespace {
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+int64_t sample_token(const std::vector<float>& logits, const SampleOptions& o, uint64_t& state) {
+  if (logits.empty()) throw Error("sample_token: no logits");
+  const auto n = static_cast<int64_t>(logits.size());
+  if (o.temperature <= 0) {
+    return std::max_element(logits.begin(), logits.end()) - logits.begin();
+  }
+  // Candidates by logit, highest first (ties: lower index first), cut to top_k.
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  if (o.top_k > 0 && o.top_k < n) idx.resize(static_cast<size_t>(o.top_k));
+  const double top = logits[idx[0]];
+  std::vector<double> w(idx.size());
+  double sum = 0;
+  for (size_t i = 0; i < idx.size(); ++i) {
+    w[i] = std::exp((static_cast<double>(logits[idx[i]]) - top) / o.temperature);
+    sum += w[i];
+  }
+  const double u = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53 * sum;
+  double acc = 0;
+  for (size_t i = 0; i < idx.size(); ++i) {
+    acc += w[i];
+    if (u < acc) return idx[i];
+  }
+  return idx.back();
+}
+
+// ---- Generator ----
+Generator::Generator(GPT& model, bool use_graph)
+    : model_(model), device_(model.parameters().at(0)->value().device()) {
+  cache_ = model_.empty_cache(1, device_);
+  if (!use_graph) return;
+  std::vector<graph::Slot> slots;
+  for (const ParameterPtr& p : model_.parameters())
+    slots.push_back({[p] { return p->value(); }, [p](Tensor t) { p->set(std::move(t)); }});
+  for (size_t i = 0; i < cache_.size(); ++i) {
+    slots.push_back({[this, i] { return cache_[i].k; }, [this, i](Tensor t) { cache_[i].k = std::move(t); }});
+    slots.push_back({[this, i] { return cache_[i].v; }, [this, i](Tensor t) { cache_[i].v = std::move(t); }});
+  }
+  step_ = std::make_unique<graph::Step>(
+      [this](const std::vector<Tensor>& a) {
+        return std::vector<Tensor>{model_.forward_step(a[0], a[1], cache_)};
+      },
+      std::move(slots));
+}
+
+void Generator::reset() {
+  cache_ = model_.empty_cache(1, device_);
+  pos_ = 0;
+}
+
+std::vector<float> Generator::step(int64_t token) {
+  if (pos_ >= model_.config().context) {
+    throw Error("Generator: the cache holds " + std::to_string(model_.config().context) +
+                " positions, all used (reset() starts again)");
+  }
+  if (token < 0 || token >= model_.config().vocab_size) {
+    throw Error("Generator: token " + std::to_string(token) + " is outside the vocabulary of " +
+                std::to_string(model_.config().vocab_size));
+  }
+  NoGradGuard no_grad;
+  const bool was_training = model_.is_training();
+  model_.eval();
+  const Tensor tok = from_vector<int64_t>(std::vector<int64_t>{token}, {1}, device_);
+  const Tensor pos = from_vector<int64_t>(std::vector<int64_t>{pos_}, {1}, device_);
+  Tensor logits;
+  try {
+    logits = step_ ? (*step_)({tok, pos})[0] : model_.forward_step(tok, pos, cache_);
+  } catch (...) {
+    model_.train(was_training);
+    throw;
+  }
+  model_.train(was_training);
+  ++pos_;
+  if (logits.dtype() != kF32) logits = logits.to(kF32);
+  return logits.to_vector<float>();
+}
+
+std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int64_t new_tokens,
+                                         const SampleOptions& options) {
+  if (prompt.empty()) throw Error("Generator::generate: the prompt is empty");
+  const int64_t total = static_cast<int64_t>(prompt.size()) + new_tokens;
+  if (new_tokens < 0 || total > model_.config().context) {
+    throw Error("Generator::generate: prompt " + std::to_string(prompt.size()) + " + " +
+                std::to_string(new_tokens) + " new tokens exceed the context of " +
+                std::to_string(model_.config().context));
+  }
+  reset();
+  uint64_t state = options.seed;
+  std::vector<float> logits;
+  for (int64_t t : prompt) logits = step(t);
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < new_tokens; ++i) {
+    out.push_back(sample_token(logits, options, state));
+    if (i + 1 < new_tokens) logits = step(out.back());
+  }
+  return out;
+}
+
+}  // namespace tw::nn
