@@ -6,6 +6,7 @@
 #   make install PREFIX=/opt/tw (cmake --install: library, headers, programs, CMake and
 #   pkg-config packages, systemd unit)   make install-python (the Python package into the
 #   user's site-packages)   make bench-python   make bench-graph
+#   make bench-lm
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -28,7 +29,7 @@ PYTHON     ?= /usr/bin/python3
 # Where `make install` installs (DESTDIR, as usual, stages it elsewhere).
 PREFIX     ?= /usr/local
 
-.PHONY: all build run test bench bench-train bench-remote bench-graph bench-python bench-onnx install install-python \
+.PHONY: all build run test bench bench-train bench-remote bench-graph bench-python bench-onnx bench-lm install install-python \
         asan fuzz \
         format format-check clean bootstrap
 .DEFAULT_GOAL := build
@@ -65,6 +66,10 @@ bench-remote: build
 # Imported ONNX models remote against local (bench/results/onnx_remote.md).
 bench-onnx:
 	bash bench/onnx_remote.sh
+
+# The character-level GPT against PyTorch: step time, generation, loss agreement (bench/lm_bench.sh).
+bench-lm:
+	bash bench/lm_bench.sh
 
 bench-python: build
 	PYTHONPATH=$(BUILD)/python $(PYTHON) bench/python_bench.py --build $(BUILD)

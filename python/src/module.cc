@@ -1242,6 +1242,69 @@ void bind_nn(py::module_& m) {
         for (const auto& mod : mods) s->push_back(mod);
         return s;
       }));
+  // Transformers (tensorwire/transformer.h).
+  py::class_<nn::MultiheadAttention, nn::Module, std::shared_ptr<nn::MultiheadAttention>>(
+      nn, "MultiheadAttention", "Causal multi-head self-attention: x [B, T, E] -> [B, T, E].")
+      .def(py::init([placement](int64_t e, int64_t h, double p, bool bias, std::optional<Device> d,
+                                DType dt) {
+             return std::make_shared<nn::MultiheadAttention>(e, h, p, bias, placement(d, dt));
+           }),
+           py::arg("embed_dim"), py::arg("num_heads"), py::arg("dropout") = 0.0,
+           py::arg("bias") = true, py::arg("device") = py::none(), py::arg("dtype") = kF32);
+  py::class_<nn::TransformerBlock, nn::Module, std::shared_ptr<nn::TransformerBlock>>(
+      nn, "TransformerBlock", "Pre-norm block: attention and a GELU MLP, each residual.")
+      .def(py::init([placement](int64_t e, int64_t h, double p, bool bias, std::optional<Device> d,
+                                DType dt) {
+             return std::make_shared<nn::TransformerBlock>(e, h, p, bias, placement(d, dt));
+           }),
+           py::arg("embed_dim"), py::arg("num_heads"), py::arg("dropout") = 0.0,
+           py::arg("bias") = true, py::arg("device") = py::none(), py::arg("dtype") = kF32);
+  py::class_<nn::GPT, nn::Module, std::shared_ptr<nn::GPT>>(
+      nn, "GPT", "Token and position embeddings, n_layer blocks, a final LayerNorm and a head.")
+      .def(py::init([placement](int64_t vocab, int64_t context, int64_t n_layer, int64_t n_head,
+                                int64_t n_embd, double dropout, bool bias, bool tied,
+                                std::optional<Device> d, DType dt) {
+             return std::make_shared<nn::GPT>(
+                 nn::GPTConfig{.vocab_size = vocab,
+                               .context = context,
+                               .n_layer = n_layer,
+                               .n_head = n_head,
+                               .n_embd = n_embd,
+                               .dropout = dropout,
+                               .bias = bias,
+                               .tied = tied},
+                 placement(d, dt));
+           }),
+           py::arg("vocab_size"), py::arg("context") = 128, py::arg("n_layer") = 4,
+           py::arg("n_head") = 4, py::arg("n_embd") = 192, py::arg("dropout") = 0.0,
+           py::arg("bias") = true, py::arg("tied") = false, py::arg("device") = py::none(),
+           py::arg("dtype") = kF32)
+      .def("loss", &nn::GPT::loss, py::arg("tokens"), py::arg("targets"), Release(),
+           "Mean cross-entropy of the logits of tokens [B, T] against targets [B, T].")
+      .def_property_readonly("vocab_size", [](const nn::GPT& g) { return g.config().vocab_size; })
+      .def_property_readonly("context", [](const nn::GPT& g) { return g.config().context; });
+  py::class_<nn::Generator>(nn, "Generator",
+                            "Generation with a key/value cache; each token one replayed graph.")
+      .def(py::init([](const std::shared_ptr<nn::GPT>& model, bool use_graph) {
+             // The model outlives the generator: it is kept alive with it (keep_alive below).
+             return std::make_unique<nn::Generator>(*model, use_graph);
+           }),
+           py::arg("model"), py::arg("use_graph") = true, py::keep_alive<1, 2>())
+      .def("reset", &nn::Generator::reset, Release())
+      .def("step", &nn::Generator::step, py::arg("token"), Release(),
+           "Feeds token at the next position; returns the next-token logits.")
+      .def(
+          "generate",
+          [](nn::Generator& g, const std::vector<int64_t>& prompt, int64_t new_tokens,
+             double temperature, int64_t top_k, uint64_t seed) {
+            return g.generate(prompt, new_tokens,
+                              {.temperature = temperature, .top_k = top_k, .seed = seed});
+          },
+          py::arg("prompt"), py::arg("new_tokens"), py::arg("temperature") = 1.0,
+          py::arg("top_k") = 0, py::arg("seed") = 0, Release(),
+          "Feeds the prompt from position 0, then samples new_tokens tokens (temperature <= 0: "
+          "greedy).")
+      .def_property_readonly("position", &nn::Generator::position);
   nn.def("cross_entropy", &nn::cross_entropy, py::arg("logits"), py::arg("target"), Release(),
          "Mean over the batch of -log softmax(logits)[target]: logits [N, C] float, target [N] "
          "i64.");

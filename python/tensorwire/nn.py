@@ -20,6 +20,10 @@ Dropout = _cnn.Dropout
 LayerNorm = _cnn.LayerNorm
 Embedding = _cnn.Embedding
 Flatten = _cnn.Flatten
+MultiheadAttention = _cnn.MultiheadAttention
+TransformerBlock = _cnn.TransformerBlock
+GPT = _cnn.GPT
+Generator = _cnn.Generator
 cross_entropy = _cnn.cross_entropy
 mse_loss = _cnn.mse_loss
 

@@ -1,0 +1,383 @@
+// A character-level GPT trained on Genesis and Exodus (King James Version), on a remote device
+// served by a compute server this process hosts on an ephemeral loopback port (or on an external
+// server, or locally), then sampled with a key/value cache.
+//
+//   train_lm [--device remote|cpu] [--server tcp://host:port] [--steps N] [--batch N]
+//            [--context N] [--layers N] [--heads N] [--embd N] [--dropout P] [--lr X] [--seed N]
+//            [--report-every N] [--data PATH] [--no-graph] [--save PATH]
+//            [--sample N] [--temperature X] [--top-k N] [--prompt TEXT]
+//   train_lm --servers N [--server URL]...   (data-parallel over N servers)
+//
+// Each step uploads the batch's window offsets only (the text stays on the device) and, unless
+// --no-graph, runs as one replayed graph (tw::graph::Step). With --servers N (or --server given
+// more than once) it trains data-parallel: one replica per server, each batch split over them,
+// gradients summed with tw::dist::all_reduce; the replicas' parameters are then checked
+// bit-identical. The exit status is 0 when the loss fell below 2.0 nats per character.
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "lm/lm.h"
+#include "tensorwire/remote.h"
+#include "tensorwire/server.h"
+
+namespace {
+
+struct Args {
+  std::string device = "remote";
+  std::vector<std::string> servers;  // every --server, in order
+  int parallel = 0;                  // --servers N
+  int64_t steps = 600, batch = 16, context = 128, layers = 4, heads = 4, embd = 192;
+  double dropout = 0, lr = 2e-3;
+  uint64_t seed = 1;
+  int64_t report_every = 10;
+  std::string data, save, prompt = "And God said";
+  bool graph = true;
+  int64_t sample = -1;  // -1: fill the context
+  double temperature = 0.8;
+  int64_t top_k = 10;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "train_lm: %s\n"
+               "usage: train_lm [--device remote|cpu] [--server tcp://host:port] [--steps N] "
+               "[--batch N]\n"
+               "                [--context N] [--layers N] [--heads N] [--embd N] [--dropout P] "
+               "[--lr X]\n"
+               "                [--seed N] [--report-every N] [--data PATH] [--no-graph] [--save "
+               "PATH]\n"
+               "                [--sample N] [--temperature X] [--top-k N] [--prompt TEXT]\n"
+               "       train_lm --servers N [--server URL]... [--steps N] ...\n",
+               problem.c_str());
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(flag + " needs a value");
+      return argv[++i];
+    };
+    auto number = [&]() {
+      const std::string v = value();
+      char* end = nullptr;
+      const double d = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0') usage(flag + ": '" + v + "' is not a number");
+      return d;
+    };
+    auto count = [&](int64_t lo) {
+      const double d = number();
+      if (d < static_cast<double>(lo) || d != std::floor(d))
+        usage(flag + " takes an integer >= " + std::to_string(lo));
+      return static_cast<int64_t>(d);
+    };
+    if (flag == "--device") {
+      a.device = value();
+      if (a.device != "remote" && a.device != "cpu")
+        usage("--device takes remote or cpu, got '" + a.device + "'");
+    } else if (flag == "--server") {
+      a.servers.push_back(value());
+    } else if (flag == "--servers") {
+      a.parallel = static_cast<int>(count(1));
+      if (a.parallel > 64) usage("--servers takes 1 to 64");
+    } else if (flag == "--steps") {
+      a.steps = count(1);
+    } else if (flag == "--batch") {
+      a.batch = count(1);
+    } else if (flag == "--context") {
+      a.context = count(2);
+    } else if (flag == "--layers") {
+      a.layers = count(0);
+    } else if (flag == "--heads") {
+      a.heads = count(1);
+    } else if (flag == "--embd") {
+      a.embd = count(1);
+    } else if (flag == "--dropout") {
+      a.dropout = number();
+      if (!(a.dropout >= 0 && a.dropout < 1)) usage("--dropout takes a value in [0, 1)");
+    } else if (flag == "--lr") {
+      a.lr = number();
+      if (!(a.lr > 0)) usage("--lr must be > 0");
+    } else if (flag == "--seed") {
+      a.seed = static_cast<uint64_t>(count(0));
+    } else if (flag == "--report-every") {
+      a.report_every = count(1);
+    } else if (flag == "--data") {
+      a.data = value();
+    } else if (flag == "--save") {
+      a.save = value();
+    } else if (flag == "--no-graph") {
+      a.graph = false;
+    } else if (flag == "--sample") {
+      a.sample = count(0);
+    } else if (flag == "--temperature") {
+      a.temperature = number();
+    } else if (flag == "--top-k") {
+      a.top_k = count(0);
+    } else if (flag == "--prompt") {
+      a.prompt = value();
+    } else if (flag == "--help" || flag == "-h") {
+      usage("trains a character-level language model on a remote device");
+    } else {
+      usage("unknown flag " + flag);
+    }
+  }
+  if (a.embd % a.heads != 0) usage("--embd must be a multiple of --heads");
+  if (!a.servers.empty() && a.device == "cpu")
+    usage("--server names a remote device; drop --device cpu");
+  if (a.servers.size() > 1 && a.parallel == 0) a.parallel = static_cast<int>(a.servers.size());
+  if (a.parallel > 0 && !a.servers.empty() && a.servers.size() != static_cast<size_t>(a.parallel))
+    usage("--servers N with --server URLs: give N URLs, or none to host N servers here");
+  if (a.parallel > 0 && a.device == "cpu")
+    usage("--servers trains on remote devices; drop --device cpu");
+  if (a.parallel > a.batch) usage("--batch must be at least the number of servers");
+  if (a.prompt.empty()) a.prompt = "\n";
+  if (static_cast<int64_t>(a.prompt.size()) >= a.context)
+    usage("--prompt must be shorter than --context");
+  // Dropout draws its masks on the host, which a replayed graph would freeze.
+  if (a.dropout > 0 && a.graph) {
+    std::printf("note: --dropout > 0 trains without the graph (a replay would reuse one mask)\n");
+    a.graph = false;
+  }
+  return a;
+}
+
+void print_progress(int64_t step, int64_t steps, double loss, double tokens_per_s) {
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(kWidth * step / std::max<int64_t>(steps, 1));
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(kWidth, '.');
+  std::printf("\rstep %5" PRId64 "/%" PRId64 " [%s] loss %.4f  %8.0f tokens/s", step, steps,
+              bar.c_str(), loss, tokens_per_s);
+  if (step == steps) std::printf("\n");
+  std::fflush(stdout);
+}
+
+// One replica of data-parallel training.
+struct Replica {
+  std::unique_ptr<tw::nn::GPT> model;
+  std::unique_ptr<tw::optim::Adam> opt;
+  tw::Tensor text;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  try {
+    const std::string path = a.data.empty() ? tw::lm::default_path() : a.data;
+    const std::string text = tw::lm::load_text(path);
+    const tw::lm::Vocab vocab(text);
+    const std::vector<int64_t> tokens = vocab.encode(text);
+    const std::vector<int64_t> prompt = vocab.encode(a.prompt);
+    std::printf("tensorwire: training a character-level GPT\n");
+    std::printf("data:   %s: %zu characters, %" PRId64 " distinct\n", path.c_str(), text.size(),
+                vocab.size());
+    std::printf("        %s\n", tw::lm::kAttribution);
+
+    // The devices: N servers (data-parallel), one remote device, or the local CPU.
+    std::vector<std::unique_ptr<tw::Server>> hosted;
+    std::vector<tw::Device> devices;
+    const int n_remote = a.device == "cpu" ? 0 : std::max(a.parallel, 1);
+    std::vector<std::string> urls = a.servers;
+    while (static_cast<int>(urls.size()) < n_remote) {
+      hosted.push_back(tw::serve(tw::Device::cpu()));
+      urls.push_back(hosted.back()->url());
+    }
+    for (const std::string& u : urls) {
+      devices.push_back(tw::Device::remote(u));
+      devices.back().connect();
+      std::printf("device: %s%s\n", devices.back().str().c_str(),
+                  hosted.empty() ? ""
+                                 : (", served in-process (" + hosted[0]->limits_summary() + ")")
+                                       .c_str());
+    }
+    if (devices.empty()) {
+      devices.push_back(tw::Device::cpu());
+      std::printf("device: cpu (local, %d intra-op threads)\n", tw::get_num_threads());
+    }
+
+    const tw::nn::GPTConfig cfg{.vocab_size = vocab.size(),
+                                .context = a.context,
+                                .n_layer = a.layers,
+                                .n_head = a.heads,
+                                .n_embd = a.embd,
+                                .dropout = a.dropout};
+    std::vector<Replica> reps;
+    for (const tw::Device& d : devices) {
+      tw::manual_seed(a.seed);  // the same initial parameters on every replica
+      Replica r;
+      r.model = std::make_unique<tw::nn::GPT>(cfg, tw::nn::Placement{d, tw::kF32});
+      reps.push_back(std::move(r));
+    }
+    int64_t n_params = 0;
+    for (const auto& p : reps[0].model->parameters()) n_params += p->value().numel();
+    std::printf("model:  GPT, %" PRId64 " layers, %" PRId64 " heads, d=%" PRId64
+                ", context %" PRId64 ", vocab %" PRId64 ", %" PRId64
+                " parameters; Adam lr %g, batch %" PRId64 " x %" PRId64 " tokens\n",
+                a.layers, a.heads, a.embd, a.context, vocab.size(), n_params, a.lr, a.batch,
+                a.context);
+    std::printf("        loss at chance: ln(%" PRId64 ") = %.3f nats/char\n", vocab.size(),
+                std::log(static_cast<double>(vocab.size())));
+
+    std::unique_ptr<tw::lm::Trainer> single;
+    std::unique_ptr<tw::dist::Group> group;
+    if (reps.size() == 1) {
+      single = std::make_unique<tw::lm::Trainer>(*reps[0].model, a.lr, tokens, a.batch, a.seed,
+                                                 a.graph);
+    } else {
+      for (size_t i = 0; i < reps.size(); ++i) {
+        reps[i].opt = std::make_unique<tw::optim::Adam>(reps[i].model->parameters(),
+                                                        tw::optim::AdamOptions{.lr = a.lr});
+        reps[i].text = tw::from_vector<int64_t>(tokens, {static_cast<int64_t>(tokens.size())},
+                                                devices[i]);
+      }
+      group = std::make_unique<tw::dist::Group>(devices);
+      std::printf("data-parallel over %zu servers: each batch split in %zu shards, gradients "
+                  "summed with all_reduce\n",
+                  reps.size(), reps.size());
+    }
+
+    // One data-parallel step: every replica's weighted shard loss (summing to the batch's mean).
+    auto parallel_step = [&](int64_t s) {
+      const std::vector<int64_t> offs = tw::lm::batch_offsets(
+          static_cast<int64_t>(tokens.size()), a.context, a.batch, a.seed, s);
+      const size_t k = reps.size();
+      std::vector<tw::Tensor> flat(k), losses(k);
+      for (size_t i = 0; i < k; ++i) {
+        const int64_t lo = a.batch * static_cast<int64_t>(i) / static_cast<int64_t>(k);
+        const int64_t hi = a.batch * static_cast<int64_t>(i + 1) / static_cast<int64_t>(k);
+        Replica& r = reps[i];
+        const tw::Tensor o = tw::from_vector<int64_t>(
+            std::vector<int64_t>(offs.begin() + lo, offs.begin() + hi), {hi - lo}, devices[i]);
+        const auto [x, y] = tw::lm::windows(r.text, o, a.context);
+        const tw::Tensor loss = r.model->loss(x, y) *
+                                (static_cast<double>(hi - lo) / static_cast<double>(a.batch));
+        r.opt->zero_grad();
+        loss.backward();
+        tw::NoGradGuard no_grad;
+        std::vector<tw::Tensor> grads;
+        for (const auto& p : r.model->parameters()) grads.push_back(p->grad().reshape({-1}));
+        flat[i] = tw::cat(grads, 0);
+        losses[i] = loss.detach();
+      }
+      tw::dist::all_reduce(flat, tw::dist::ReduceOp::kSum, *group);
+      for (size_t i = 0; i < k; ++i) {
+        tw::NoGradGuard no_grad;
+        int64_t at = 0;
+        for (const auto& p : reps[i].model->parameters()) {
+          const int64_t m = p->value().numel();
+          tw::Tensor v = p->value();
+          v.set_grad(flat[i].narrow(0, at, m).reshape(p->value().shape()));
+          at += m;
+        }
+        reps[i].opt->step();
+      }
+      return losses;
+    };
+
+    const tw::WireCounters wire0 =
+        n_remote ? tw::wire_counters(devices[0]) : tw::WireCounters{};
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    std::vector<tw::Tensor> window(reps.size());  // per replica: the window's loss sum
+    double first = 0, last = 0;
+    int64_t in_window = 0;
+    for (int64_t s = 0; s < a.steps; ++s) {
+      const std::vector<tw::Tensor> l =
+          single ? std::vector<tw::Tensor>{single->step(s)} : parallel_step(s);
+      {
+        tw::NoGradGuard no_grad;
+        for (size_t i = 0; i < l.size(); ++i) window[i] = window[i].defined() ? window[i] + l[i] : l[i];
+      }
+      ++in_window;
+      if (s == 0) {
+        for (const tw::Tensor& t : l) first += t.item<float>();
+      }
+      if ((s + 1) % a.report_every == 0 || s + 1 == a.steps) {
+        double sum = 0;
+        for (const tw::Tensor& w : window) sum += w.item<float>();
+        last = sum / static_cast<double>(in_window);
+        window.assign(reps.size(), tw::Tensor());
+        in_window = 0;
+        const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+        print_progress(s + 1, a.steps, last,
+                       static_cast<double>((s + 1) * a.batch * a.context) / secs);
+      }
+    }
+    for (const tw::Device& d : devices) d.sync();
+    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf("time per step: %.1f ms (%" PRId64 " steps in %.1f s, %.0f tokens/s)\n",
+                1e3 * secs / static_cast<double>(a.steps), a.steps, secs,
+                static_cast<double>(a.steps * a.batch * a.context) / secs);
+    if (single && single->graph_step()) {
+      const tw::graph::Step& g = *single->graph_step();
+      std::printf("graph:  training step: %" PRId64 " eager, %" PRId64 " recorded, %" PRId64
+                  " replayed (--no-graph: every op of every step)\n",
+                  g.eager_calls(), g.recordings(), g.replays());
+    }
+    if (n_remote) {
+      const tw::WireCounters w = tw::wire_counters(devices[0]);
+      const double n = static_cast<double>(a.steps);
+      std::printf("wire:   per step %.1f ops, %.2f frames out (%.0f B), %.2f frames in, %.2f "
+                  "round trips (the text and parameters stay on the server)\n",
+                  static_cast<double>(w.ops - wire0.ops) / n,
+                  static_cast<double>(w.frames_out - wire0.frames_out) / n,
+                  static_cast<double>(w.bytes_out - wire0.bytes_out) / n,
+                  static_cast<double>(w.frames_in - wire0.frames_in) / n,
+                  static_cast<double>(w.round_trips - wire0.round_trips) / n);
+    }
+    constexpr double kTarget = 2.0;
+    std::printf("loss:   %.3f at the first step, %.3f over the last %" PRId64
+                " steps; target < %.1f nats/char: %s\n",
+                first, last, std::min(a.report_every, a.steps), kTarget,
+                last < kTarget ? "met" : "MISSED");
+
+    bool identical = true;
+    if (reps.size() > 1) {
+      const auto p0 = reps[0].model->named_parameters();
+      int same = 0;
+      for (size_t j = 0; j < p0.size(); ++j) {
+        bool ok = true;
+        for (size_t i = 1; i < reps.size(); ++i) {
+          ok = ok && reps[i].model->named_parameters()[j].second->value().to_bytes() ==
+                         p0[j].second->value().to_bytes();
+        }
+        if (!ok) std::printf("        %s differs between replicas\n", p0[j].first.c_str());
+        same += ok;
+        identical = identical && ok;
+      }
+      std::printf("replicas: %zu, %d/%zu parameters bit-identical on all of them: %s\n",
+                  reps.size(), same, p0.size(), identical ? "OK" : "FAILED");
+    }
+    if (!a.save.empty()) {
+      tw::save_safetensors(a.save, *reps[0].model, {{"vocab", vocab.chars}});
+      std::printf("saved:  %s\n", a.save.c_str());
+    }
+
+    // A sample with the key/value cache: one graph step per character.
+    const int64_t room = a.context - static_cast<int64_t>(prompt.size());
+    const int64_t n_new = a.sample < 0 ? room : std::min(a.sample, room);
+    tw::nn::Generator gen(*reps[0].model);
+    const auto g0 = Clock::now();
+    const std::vector<int64_t> out = gen.generate(
+        prompt, n_new, {.temperature = a.temperature, .top_k = a.top_k, .seed = a.seed});
+    const double gs = std::chrono::duration<double>(Clock::now() - g0).count();
+    std::printf("sample (temperature %g, top-k %" PRId64 ", %.0f tokens/s with the KV cache):\n",
+                a.temperature, a.top_k,
+                static_cast<double>(prompt.size() + out.size()) / std::max(gs, 1e-9));
+    std::printf("------\n%s%s\n------\n", a.prompt.c_str(), vocab.decode(out).c_str());
+    return last < kTarget && identical ? 0 : 1;
+  } catch (const tw::Error& e) {
+    std::fprintf(stderr, "\ntrain_lm: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,251 @@
+"""The PyTorch side of `make bench-lm` (bench/lm_bench.sh): the GPT of tensorwire/transformer.h
+as a torch.nn.Module with the same parameter names, initialised from the safetensors file
+tensorwire wrote, trained on the same batches (bench/lm_bench.cc's offsets, recomputed here with
+the same splitmix64), and sampled with its own key/value-cache loop. With --tw RESULTS.json it
+prints both sides as one table with the targets of issue 33.
+
+    /usr/bin/python3 bench/lm_torch.py --init init.safetensors --tw tw.json [--threads N]
+"""
+import argparse
+import gzip
+import json
+import math
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(state):
+    state = (state + 0x9E3779B97F4A7C15) & MASK64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return state, z ^ (z >> 31)
+
+
+def batch_offsets(n_tokens, context, batch, seed, step):
+    """apps/lm/lm.cc's batch_offsets."""
+    span = n_tokens - context
+    s = (seed * 0x100000001B3 + step) & MASK64
+    out = []
+    for _ in range(batch):
+        s, z = splitmix64(s)
+        out.append(z % span)
+    return out
+
+
+def load_text(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    chars = sorted(set(data))
+    index = {c: i for i, c in enumerate(chars)}
+    return np.array([index[c] for c in data], dtype=np.int64), bytes(chars)
+
+
+def load_safetensors(path):
+    dtypes = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = info["data_offsets"]
+        a = np.frombuffer(raw[base + lo:base + hi], dtype=dtypes[info["dtype"]])
+        out[name] = torch.from_numpy(a.reshape(info["shape"]).copy())
+    return out
+
+
+class Attention(nn.Module):
+    def __init__(self, e, h):
+        super().__init__()
+        self.e, self.h = e, h
+        self.qkv = nn.Linear(e, 3 * e)
+        self.proj = nn.Linear(e, e)
+
+    def forward(self, x):  # [B, T, E], causal
+        b, t, e = x.shape
+        d = e // self.h
+        q, k, v = self.qkv(x).split(e, dim=2)
+        q = q.view(b, t, self.h, d).transpose(1, 2)
+        k = k.view(b, t, self.h, d).transpose(1, 2)
+        v = v.view(b, t, self.h, d).transpose(1, 2)
+        s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        y = s.masked_fill(mask, float("-inf")).softmax(-1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, e))
+
+    def step(self, x, pos, cache):  # x [B, E] at position pos; cache (k, v) [B, H, C, D]
+        b, e = x.shape
+        d = e // self.h
+        q, k, v = self.qkv(x).split(e, dim=1)
+        kc, vc = cache
+        kc[:, :, pos] = k.view(b, self.h, d)
+        vc[:, :, pos] = v.view(b, self.h, d)
+        q = q.view(b, self.h, 1, d)
+        s = (q @ kc[:, :, :pos + 1].transpose(-2, -1)) * (1.0 / math.sqrt(d))
+        y = s.softmax(-1) @ vc[:, :, :pos + 1]
+        return self.proj(y.reshape(b, e))
+
+
+class Block(nn.Module):
+    def __init__(self, e, h):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(e)
+        self.attn = Attention(e, h)
+        self.ln2 = nn.LayerNorm(e)
+        self.mlp = nn.Sequential(nn.Linear(e, 4 * e), nn.GELU(), nn.Linear(4 * e, e))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+    def step(self, x, pos, cache):
+        x = x + self.attn.step(self.ln1(x), pos, cache)
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, context, n_layer, n_head, n_embd, tied=False):
+        super().__init__()
+        self.context, self.tied = context, tied
+        self.wte = nn.Embedding(vocab, n_embd)
+        self.wpe = nn.Embedding(context, n_embd)
+        self.blocks = nn.ModuleList([Block(n_embd, n_head) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(n_embd)
+        if not tied:
+            self.head = nn.Linear(n_embd, vocab, bias=False)
+
+    def logits(self, h):
+        h = self.ln_f(h)
+        return h @ self.wte.weight.t() if self.tied else self.head(h)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.wte(idx) + self.wpe.weight[:t]
+        for blk in self.blocks:
+            x = blk(x)
+        return self.logits(x)
+
+    def step(self, tok, pos, caches):  # tok [B] at position pos -> [B, V]
+        x = self.wte(tok) + self.wpe.weight[pos]
+        for blk, c in zip(self.blocks, caches):
+            x = blk.step(x, pos, c)
+        return self.logits(x)
+
+
+def train(model, text, cfg, steps, lr, seed):
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses, times = [], []
+    ar = torch.arange(cfg["context"] + 1)
+    data = torch.from_numpy(text)
+    for s in range(steps):
+        t0 = time.perf_counter()
+        offs = torch.tensor(batch_offsets(len(text), cfg["context"], cfg["batch"], seed, s))
+        w = data[offs.view(-1, 1) + ar.view(1, -1)]
+        x, y = w[:, :-1], w[:, 1:]
+        logits = model(x)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
+    return losses, times
+
+
+@torch.no_grad()
+def generate_tps(model, cfg, tokens, repeats):
+    """Tokens per second of greedy generation with the key/value cache: `tokens` positions from
+    position 0, `repeats` times; the best run."""
+    model.eval()
+    h, e = cfg["n_head"], cfg["n_embd"]
+    best = 0.0
+    for _ in range(repeats):
+        caches = [(torch.zeros(1, h, cfg["context"], e // h), torch.zeros(1, h, cfg["context"], e // h))
+                  for _ in range(cfg["n_layer"])]
+        tok = torch.tensor([1])
+        t0 = time.perf_counter()
+        for pos in range(tokens):
+            logits = model.step(tok, pos, caches)
+            tok = torch.tensor([int(logits[0].argmax())])
+        best = max(best, tokens / (time.perf_counter() - t0))
+    return best
+
+
+def yes(ok):
+    return "YES" if ok else "NO"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--init", required=True, help="the initial parameters tensorwire saved")
+    ap.add_argument("--tw", required=True, help="bench/lm_bench.cc's results (JSON)")
+    ap.add_argument("--threads", type=int, default=0)
+    a = ap.parse_args()
+    with open(a.tw) as f:
+        tw = json.load(f)
+    cfg = tw["config"]
+    threads = a.threads or tw["threads"]
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    text, _ = load_text(tw["data"])
+    model = GPT(cfg["vocab"], cfg["context"], cfg["n_layer"], cfg["n_head"], cfg["n_embd"],
+                cfg["tied"])
+    model.load_state_dict(load_safetensors(a.init), strict=True)
+    steps = tw["steps"]
+    losses, times = train(model, text, cfg, steps, tw["lr"], tw["seed"])
+    skip = tw["timed_from"]
+    torch_step = 1e3 * sorted(times[skip:])[len(times[skip:]) // 2]
+    torch_tps = generate_tps(model, cfg, tw["gen_tokens"], tw["gen_repeats"])
+
+    tw_loss, th_loss = tw["losses"][-1], losses[-1]
+    rel = abs(tw_loss - th_loss) / abs(th_loss)
+    rows = []
+
+    def row(what, tw_v, th_v, ratio, target, ok):
+        rows.append((what, tw_v, th_v, ratio, target, yes(ok)))
+
+    r = tw["step_ms_local"] / torch_step
+    row("training step, local (ms)", f"{tw['step_ms_local']:.1f}", f"{torch_step:.1f}",
+        f"{r:.2f}", "local/torch <= 0.8", r <= 0.8)
+    r = tw["step_ms_remote"] / tw["step_ms_local"]
+    row("training step, remote graph (ms)", f"{tw['step_ms_remote']:.1f}", "", f"{r:.3f}",
+        "remote/local <= 1.02", r <= 1.02)
+    r = tw["gen_tps_local"] / torch_tps
+    row("generation, KV cache, local (tokens/s)", f"{tw['gen_tps_local']:.0f}", f"{torch_tps:.0f}",
+        f"{r:.2f}", "local/torch >= 1.5", r >= 1.5)
+    r = tw["gen_tps_remote"] / tw["gen_tps_local"]
+    row("generation, KV cache, remote graph (tokens/s)", f"{tw['gen_tps_remote']:.0f}", "",
+        f"{r:.2f}", "remote/local >= 0.9", r >= 0.9)
+    row(f"loss after {steps} steps, same init and batches", f"{tw_loss:.6f}", f"{th_loss:.6f}",
+        f"{rel:.1e}", "relative difference <= 1e-3", rel <= 1e-3)
+    row("parameters after training, local vs remote", tw["bit_identical"] and "identical" or "differ",
+        "", "", "bit-identical", tw["bit_identical"])
+
+    print(f"bench-lm: GPT {cfg['n_layer']} layers, d={cfg['n_embd']}, {cfg['n_head']} heads, "
+          f"context {cfg['context']}, vocab {cfg['vocab']}, batch {cfg['batch']}; "
+          f"{threads} threads each; torch {torch.__version__}")
+    print(f"          step time: median of steps {skip}..{steps - 1}; generation: "
+          f"{tw['gen_tokens']} tokens from position 0, best of {tw['gen_repeats']}")
+    head = ("", "tensorwire", "PyTorch", "ratio", "target", "met")
+    widths = [max(len(str(x[i])) for x in rows + [head]) for i in range(6)]
+    for x in [head] + rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(x, widths)).rstrip())
+    print(f"loss curve (every 10 steps), tensorwire: "
+          + " ".join(f"{v:.4f}" for v in tw["losses"][::10]))
+    print(f"                            PyTorch:    " + " ".join(f"{v:.4f}" for v in losses[::10]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
