@@ -32,8 +32,8 @@ struct Args {
   std::string device = "remote";
   std::vector<std::string> servers;  // every --server, in order
   int parallel = 0;                  // --servers N
-  int64_t steps = 600, batch = 16, context = 128, layers = 4, heads = 4, embd = 192;
-  double dropout = 0, lr = 2e-3;
+  int64_t steps = 400, batch = 16, context = 128, layers = 4, heads = 4, embd = 192;
+  double dropout = 0, lr = 1e-3;
   uint64_t seed = 1;
   int64_t report_every = 10;
   std::string data, save, prompt = "And God said";
@@ -196,9 +196,9 @@ int main(int argc, char** argv) {
       devices.push_back(tw::Device::remote(u));
       devices.back().connect();
       std::printf("device: %s%s\n", devices.back().str().c_str(),
-                  hosted.empty() ? ""
-                                 : (", served in-process (" + hosted[0]->limits_summary() + ")")
-                                       .c_str());
+                  hosted.empty()
+                      ? ""
+                      : (", served in-process (" + hosted[0]->limits_summary() + ")").c_str());
     }
     if (devices.empty()) {
       devices.push_back(tw::Device::cpu());
@@ -231,25 +231,26 @@ int main(int argc, char** argv) {
     std::unique_ptr<tw::lm::Trainer> single;
     std::unique_ptr<tw::dist::Group> group;
     if (reps.size() == 1) {
-      single = std::make_unique<tw::lm::Trainer>(*reps[0].model, a.lr, tokens, a.batch, a.seed,
-                                                 a.graph);
+      single =
+          std::make_unique<tw::lm::Trainer>(*reps[0].model, a.lr, tokens, a.batch, a.seed, a.graph);
     } else {
       for (size_t i = 0; i < reps.size(); ++i) {
         reps[i].opt = std::make_unique<tw::optim::Adam>(reps[i].model->parameters(),
                                                         tw::optim::AdamOptions{.lr = a.lr});
-        reps[i].text = tw::from_vector<int64_t>(tokens, {static_cast<int64_t>(tokens.size())},
-                                                devices[i]);
+        reps[i].text =
+            tw::from_vector<int64_t>(tokens, {static_cast<int64_t>(tokens.size())}, devices[i]);
       }
       group = std::make_unique<tw::dist::Group>(devices);
-      std::printf("data-parallel over %zu servers: each batch split in %zu shards, gradients "
-                  "summed with all_reduce\n",
-                  reps.size(), reps.size());
+      std::printf(
+          "data-parallel over %zu servers: each batch split in %zu shards, gradients "
+          "summed with all_reduce\n",
+          reps.size(), reps.size());
     }
 
     // One data-parallel step: every replica's weighted shard loss (summing to the batch's mean).
     auto parallel_step = [&](int64_t s) {
-      const std::vector<int64_t> offs = tw::lm::batch_offsets(
-          static_cast<int64_t>(tokens.size()), a.context, a.batch, a.seed, s);
+      const std::vector<int64_t> offs =
+          tw::lm::batch_offsets(static_cast<int64_t>(tokens.size()), a.context, a.batch, a.seed, s);
       const size_t k = reps.size();
       std::vector<tw::Tensor> flat(k), losses(k);
       for (size_t i = 0; i < k; ++i) {
@@ -259,8 +260,8 @@ int main(int argc, char** argv) {
         const tw::Tensor o = tw::from_vector<int64_t>(
             std::vector<int64_t>(offs.begin() + lo, offs.begin() + hi), {hi - lo}, devices[i]);
         const auto [x, y] = tw::lm::windows(r.text, o, a.context);
-        const tw::Tensor loss = r.model->loss(x, y) *
-                                (static_cast<double>(hi - lo) / static_cast<double>(a.batch));
+        const tw::Tensor loss =
+            r.model->loss(x, y) * (static_cast<double>(hi - lo) / static_cast<double>(a.batch));
         r.opt->zero_grad();
         loss.backward();
         tw::NoGradGuard no_grad;
@@ -284,8 +285,7 @@ int main(int argc, char** argv) {
       return losses;
     };
 
-    const tw::WireCounters wire0 =
-        n_remote ? tw::wire_counters(devices[0]) : tw::WireCounters{};
+    const tw::WireCounters wire0 = n_remote ? tw::wire_counters(devices[0]) : tw::WireCounters{};
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     std::vector<tw::Tensor> window(reps.size());  // per replica: the window's loss sum
@@ -296,7 +296,8 @@ int main(int argc, char** argv) {
           single ? std::vector<tw::Tensor>{single->step(s)} : parallel_step(s);
       {
         tw::NoGradGuard no_grad;
-        for (size_t i = 0; i < l.size(); ++i) window[i] = window[i].defined() ? window[i] + l[i] : l[i];
+        for (size_t i = 0; i < l.size(); ++i)
+          window[i] = window[i].defined() ? window[i] + l[i] : l[i];
       }
       ++in_window;
       if (s == 0) {
@@ -327,13 +328,14 @@ int main(int argc, char** argv) {
     if (n_remote) {
       const tw::WireCounters w = tw::wire_counters(devices[0]);
       const double n = static_cast<double>(a.steps);
-      std::printf("wire:   per step %.1f ops, %.2f frames out (%.0f B), %.2f frames in, %.2f "
-                  "round trips (the text and parameters stay on the server)\n",
-                  static_cast<double>(w.ops - wire0.ops) / n,
-                  static_cast<double>(w.frames_out - wire0.frames_out) / n,
-                  static_cast<double>(w.bytes_out - wire0.bytes_out) / n,
-                  static_cast<double>(w.frames_in - wire0.frames_in) / n,
-                  static_cast<double>(w.round_trips - wire0.round_trips) / n);
+      std::printf(
+          "wire:   per step %.1f ops, %.2f frames out (%.0f B), %.2f frames in, %.2f "
+          "round trips (the text and parameters stay on the server)\n",
+          static_cast<double>(w.ops - wire0.ops) / n,
+          static_cast<double>(w.frames_out - wire0.frames_out) / n,
+          static_cast<double>(w.bytes_out - wire0.bytes_out) / n,
+          static_cast<double>(w.frames_in - wire0.frames_in) / n,
+          static_cast<double>(w.round_trips - wire0.round_trips) / n);
     }
     constexpr double kTarget = 2.0;
     std::printf("loss:   %.3f at the first step, %.3f over the last %" PRId64

@@ -37,7 +37,7 @@ struct Setup {
   int64_t steps = 50, batch = 16, profile_steps = 4;
   int64_t timed_from = 5;  // steps before this one are warm-up (eager, recording)
   int64_t gen_tokens = 127, gen_repeats = 3;
-  double lr = 2e-3;
+  double lr = 1e-3;
   uint64_t seed = 1;
   tw::nn::GPTConfig cfg;
 };
@@ -120,8 +120,8 @@ std::map<std::string, std::pair<double, double>> op_latencies(const std::string&
   std::map<std::string, std::pair<double, double>> out;
   std::istringstream in(text);
   std::string line;
-  for (const std::string stem : {"tensorwire_op_latency_seconds_sum{op=\"",
-                                 "tensorwire_op_latency_seconds_count{op=\""}) {
+  for (const std::string stem :
+       {"tensorwire_op_latency_seconds_sum{op=\"", "tensorwire_op_latency_seconds_count{op=\""}) {
     in.clear();
     in.seekg(0);
     while (std::getline(in, line)) {
@@ -149,7 +149,8 @@ std::string json_list(const std::vector<double>& v) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: tw_bench_lm OUT_DIR [--steps N] [--batch N] [--profile-steps N]\n");
+    std::fprintf(stderr,
+                 "usage: tw_bench_lm OUT_DIR [--steps N] [--batch N] [--profile-steps N]\n");
     return 2;
   }
   const std::string out_dir = argv[1];
@@ -157,9 +158,12 @@ int main(int argc, char** argv) {
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string f = argv[i];
     const int64_t v = std::atoll(argv[i + 1]);
-    if (f == "--steps") s.steps = std::max<int64_t>(v, s.timed_from + 1);
-    else if (f == "--batch") s.batch = v;
-    else if (f == "--profile-steps") s.profile_steps = v;
+    if (f == "--steps")
+      s.steps = std::max<int64_t>(v, s.timed_from + 1);
+    else if (f == "--batch")
+      s.batch = v;
+    else if (f == "--profile-steps")
+      s.profile_steps = v;
   }
   try {
     const std::string data = tw::lm::default_path();
@@ -246,7 +250,8 @@ int main(int argc, char** argv) {
         "{\"config\": {\"vocab\": %" PRId64 ", \"context\": %" PRId64 ", \"n_layer\": %" PRId64
         ", \"n_head\": %" PRId64 ", \"n_embd\": %" PRId64 ", \"tied\": %s, \"batch\": %" PRId64
         "},\n \"data\": \"%s\", \"threads\": %d, \"steps\": %" PRId64 ", \"timed_from\": %" PRId64
-        ", \"lr\": %g, \"seed\": %" PRIu64 ",\n \"step_ms_local\": %.3f, \"step_ms_remote\": %.3f,\n"
+        ", \"lr\": %g, \"seed\": %" PRIu64
+        ",\n \"step_ms_local\": %.3f, \"step_ms_remote\": %.3f,\n"
         " \"gen_tokens\": %" PRId64 ", \"gen_repeats\": %" PRId64
         ", \"gen_tps_local\": %.1f, \"gen_tps_remote\": %.1f,\n"
         " \"gen_tps_local_eager\": %.1f, \"gen_tps_remote_eager\": %.1f,\n"

@@ -58,13 +58,13 @@ def progress_bar(step, steps, loss, tokens_per_s, width=30):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server", help="a running tensorwire-server (default: start one here)")
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--embd", type=int, default=192)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--report-every", type=int, default=10)
     ap.add_argument("--data", default=default_data_path())
@@ -100,10 +100,12 @@ def main(argv=None):
               f"{n_params} parameters; Adam lr {a.lr:g}, batch {a.batch} x {a.context} tokens")
         print(f"        loss at chance: ln({len(chars)}) = {math.log(len(chars)):.3f} nats/char")
         data = tw.tensor(tokens, dtype=tw.int64, device=device)
-        span = tw.arange(0, a.context + 1, 1, dtype=tw.int64, device=device).reshape([1, -1])
 
         def train_step(args):
             text_t, offs = args
+            # Made from the arguments' device: while recording, that is the capture device.
+            span = tw.arange(0, a.context + 1, 1, dtype=tw.int64, device=offs.device)
+            span = span.reshape([1, -1])
             w = text_t.index_select(0, (offs.reshape([-1, 1]) + span).reshape([-1]))
             w = w.reshape([a.batch, a.context + 1])
             loss = model.loss(w[:, :a.context], w[:, 1:])

@@ -48,7 +48,8 @@ std::vector<int64_t> Vocab::encode(const std::string& s) const {
   std::vector<int64_t> out;
   out.reserve(s.size());
   for (unsigned char c : s) {
-    if (index_[c] < 0) throw Error("lm: character " + std::to_string(c) + " is not in the vocabulary");
+    if (index_[c] < 0)
+      throw Error("lm: character " + std::to_string(c) + " is not in the vocabulary");
     out.push_back(index_[c]);
   }
   return out;
@@ -56,7 +57,8 @@ std::vector<int64_t> Vocab::encode(const std::string& s) const {
 
 std::string Vocab::decode(const std::vector<int64_t>& tokens) const {
   std::string out;
-  for (int64_t t : tokens) out.push_back(t >= 0 && t < size() ? chars[static_cast<size_t>(t)] : '?');
+  for (int64_t t : tokens)
+    out.push_back(t >= 0 && t < size() ? chars[static_cast<size_t>(t)] : '?');
   return out;
 }
 
@@ -72,7 +74,8 @@ uint64_t splitmix64(uint64_t& s) {
 std::vector<int64_t> batch_offsets(int64_t n_tokens, int64_t context, int64_t batch, uint64_t seed,
                                    int64_t step) {
   const int64_t span = n_tokens - context;  // offsets 0 .. span - 1 leave room for the targets
-  if (span < 1) throw Error("lm: the text is shorter than one window of " + std::to_string(context + 1));
+  if (span < 1)
+    throw Error("lm: the text is shorter than one window of " + std::to_string(context + 1));
   uint64_t s = seed * 0x100000001B3ull + static_cast<uint64_t>(step);
   std::vector<int64_t> out(static_cast<size_t>(batch));
   for (int64_t& o : out) o = static_cast<int64_t>(splitmix64(s) % static_cast<uint64_t>(span));
@@ -81,18 +84,15 @@ std::vector<int64_t> batch_offsets(int64_t n_tokens, int64_t context, int64_t ba
 
 std::pair<Tensor, Tensor> windows(const Tensor& text, const Tensor& offsets, int64_t context) {
   const int64_t b = offsets.size(0);
-  const Tensor idx =
-      offsets.reshape({b, 1}) + arange(0, context + 1, 1, kI64, offsets.device()).reshape({1, context + 1});
+  const Tensor idx = offsets.reshape({b, 1}) +
+                     arange(0, context + 1, 1, kI64, offsets.device()).reshape({1, context + 1});
   const Tensor w = text.index_select(0, idx.reshape({-1})).reshape({b, context + 1});
   return {w.slice(1, 0, context), w.slice(1, 1, context + 1)};
 }
 
 Trainer::Trainer(nn::GPT& model, double lr, const std::vector<int64_t>& tokens, int64_t batch,
                  uint64_t seed, bool use_graph)
-    : model_(model),
-      n_(static_cast<int64_t>(tokens.size())),
-      batch_(batch),
-      seed_(seed) {
+    : model_(model), n_(static_cast<int64_t>(tokens.size())), batch_(batch), seed_(seed) {
   const Device dev = model.parameters().at(0)->value().device();
   opt_ = std::make_unique<optim::Adam>(model.parameters(), optim::AdamOptions{.lr = lr});
   text_ = from_vector<int64_t>(tokens, {n_}, dev);

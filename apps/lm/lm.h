@@ -54,7 +54,8 @@ class Trainer {
  public:
   Trainer(nn::GPT& model, double lr, const std::vector<int64_t>& tokens, int64_t batch,
           uint64_t seed, bool use_graph = true);
-  // Runs step number `step` (its batch is batch_offsets(.., step)); returns its loss (on the device).
+  // Runs step number `step` (its batch is batch_offsets(.., step)); returns its loss (on the
+  // device).
   Tensor step(int64_t step);
   const graph::Step* graph_step() const { return graph_.get(); }
   optim::Adam& optimizer() { return *opt_; }

@@ -3,10 +3,10 @@
 // runs as one registered graph per model.
 //
 //   tw::manual_seed(0);
-//   tw::nn::GPT model({.vocab_size = 62, .context = 128, .n_layer = 4, .n_head = 4, .n_embd = 192});
-//   tw::Tensor loss = model.loss(x, y);        // x, y: i64 [B, T]
-//   tw::nn::Generator gen(model);
-//   std::vector<int64_t> out = gen.generate({prompt...}, 100, {.temperature = 0.8, .top_k = 10});
+//   tw::nn::GPT model({.vocab_size = 62, .context = 128, .n_layer = 4, .n_head = 4, .n_embd =
+//   192}); tw::Tensor loss = model.loss(x, y);        // x, y: i64 [B, T] tw::nn::Generator
+//   gen(model); std::vector<int64_t> out = gen.generate({prompt...}, 100, {.temperature = 0.8,
+//   .top_k = 10});
 //
 // Parameter names follow this PyTorch module (bench/lm_torch.py holds it), so that a safetensors
 // file saved from one loads into the other with strict names:
@@ -69,7 +69,7 @@ class TransformerBlock : public Module {
  public:
   TransformerBlock(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
                    const Placement& at = {});
-  Tensor forward(const Tensor& x) override;  // [B, T, E] -> [B, T, E]
+  Tensor forward(const Tensor& x) override;                          // [B, T, E] -> [B, T, E]
   Tensor forward_rows(const Tensor& x, int64_t batch, int64_t len);  // rows [B*T, E]
   // x [B, E] at position pos (i64 [1]); see MultiheadAttention::forward_step.
   Tensor forward_step(const Tensor& x, const Tensor& pos, KVCache& cache);
@@ -114,7 +114,7 @@ class GPT : public Module {
   const GPTConfig& config() const { return c_; }
 
  private:
-  Tensor head_rows(const Tensor& x);      // final norm and head over rows [N, E] -> [N, V]
+  Tensor head_rows(const Tensor& x);         // final norm and head over rows [N, E] -> [N, V]
   Tensor logits_rows(const Tensor& tokens);  // [B, T] -> [B*T, V]
   GPTConfig c_;
   std::shared_ptr<Embedding> wte_, wpe_;

@@ -1264,16 +1264,15 @@ void bind_nn(py::module_& m) {
       .def(py::init([placement](int64_t vocab, int64_t context, int64_t n_layer, int64_t n_head,
                                 int64_t n_embd, double dropout, bool bias, bool tied,
                                 std::optional<Device> d, DType dt) {
-             return std::make_shared<nn::GPT>(
-                 nn::GPTConfig{.vocab_size = vocab,
-                               .context = context,
-                               .n_layer = n_layer,
-                               .n_head = n_head,
-                               .n_embd = n_embd,
-                               .dropout = dropout,
-                               .bias = bias,
-                               .tied = tied},
-                 placement(d, dt));
+             return std::make_shared<nn::GPT>(nn::GPTConfig{.vocab_size = vocab,
+                                                            .context = context,
+                                                            .n_layer = n_layer,
+                                                            .n_head = n_head,
+                                                            .n_embd = n_embd,
+                                                            .dropout = dropout,
+                                                            .bias = bias,
+                                                            .tied = tied},
+                                              placement(d, dt));
            }),
            py::arg("vocab_size"), py::arg("context") = 128, py::arg("n_layer") = 4,
            py::arg("n_head") = 4, py::arg("n_embd") = 192, py::arg("dropout") = 0.0,

@@ -26,7 +26,7 @@ void check_dropout(double p, const char* who) {
     throw Error(std::string(who) + ": dropout must lie in [0, 1], got " + std::to_string(p));
 }
 
-// Rows [N, E] of an i64 [1] position's check: a step's position must be one i64.
+// A step's position: one i64, as a tensor on the step's device.
 void check_pos(const Tensor& pos, const char* who) {
   if (pos.dtype() != kI64 || pos.numel() != 1) {
     throw Error(std::string(who) + ": pos must be an i64 tensor of one element, got " +
@@ -78,8 +78,8 @@ Tensor MultiheadAttention::forward_step(const Tensor& x, const Tensor& pos, KVCa
   if (!cache.k.defined() || cache.k.dim() != 4 || cache.k.size(0) != b || cache.k.size(1) != h_ ||
       cache.k.size(3) != d || !cache.v.defined() || cache.v.shape() != cache.k.shape()) {
     throw Error("MultiheadAttention::forward_step: the cache must hold k and v [" +
-                std::to_string(b) + ", " + std::to_string(h_) + ", capacity, " +
-                std::to_string(d) + "] (empty_cache makes one)");
+                std::to_string(b) + ", " + std::to_string(h_) + ", capacity, " + std::to_string(d) +
+                "] (empty_cache makes one)");
   }
   const int64_t cap = cache.k.size(2);
   const Tensor qkv = (*qkv_)(x);  // [B, 3E]
@@ -164,11 +164,14 @@ GPT::GPT(const GPTConfig& config, const Placement& at) : c_(config) {
     blocks_->push_back(block_list_.back());
   }
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(Shape{e}, 1e-5, true, at));
-  if (!c_.tied) head_ = register_module("head", std::make_shared<Linear>(e, c_.vocab_size, false, at));
+  if (!c_.tied)
+    head_ = register_module("head", std::make_shared<Linear>(e, c_.vocab_size, false, at));
   // GPT-2's initialisation, in named_parameters order.
-  const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(c_.n_layer, 1)));
+  const double resid_std =
+      0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(c_.n_layer, 1)));
   auto ends_with = [](const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return s.size() >= suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   for (auto& [name, p] : named_parameters()) {
     const Shape& s = p->value().shape();
@@ -193,7 +196,7 @@ Tensor GPT::logits_rows(const Tensor& tokens) {
                 ", got " + std::string(dtype_name(tokens.dtype())) + shape_str(tokens.shape()));
   }
   const int64_t b = tokens.size(0), t = tokens.size(1), e = c_.n_embd;
-  const Tensor tok = (*wte_)(tokens);                       // [B, T, E]
+  const Tensor tok = (*wte_)(tokens);                         // [B, T, E]
   const Tensor pos = wpe_->weight()->value().slice(0, 0, t);  // [T, E]
   Tensor x = dropout((tok + pos).reshape({b * t, e}), c_.dropout, is_training());
   for (const auto& blk : block_list_) x = blk->forward_rows(x, b, t);
@@ -224,13 +227,15 @@ Tensor GPT::forward_step(const Tensor& tokens, const Tensor& pos, std::vector<KV
                 " layers, the model " + std::to_string(block_list_.size()));
   }
   Tensor x = (*wte_)(tokens) + (*wpe_)(pos.reshape({1}));  // [B, E] + [1, E]
-  for (size_t i = 0; i < block_list_.size(); ++i) x = block_list_[i]->forward_step(x, pos, cache[i]);
+  for (size_t i = 0; i < block_list_.size(); ++i)
+    x = block_list_[i]->forward_step(x, pos, cache[i]);
   return head_rows(x);
 }
 
 std::vector<KVCache> GPT::empty_cache(int64_t batch, const Device& device) const {
   std::vector<KVCache> out;
-  for (const auto& blk : block_list_) out.push_back(blk->attn().empty_cache(batch, c_.context, device));
+  for (const auto& blk : block_list_)
+    out.push_back(blk->attn().empty_cache(batch, c_.context, device));
   return out;
 }
 
@@ -281,8 +286,10 @@ Generator::Generator(GPT& model, bool use_graph)
   for (const ParameterPtr& p : model_.parameters())
     slots.push_back({[p] { return p->value(); }, [p](Tensor t) { p->set(std::move(t)); }});
   for (size_t i = 0; i < cache_.size(); ++i) {
-    slots.push_back({[this, i] { return cache_[i].k; }, [this, i](Tensor t) { cache_[i].k = std::move(t); }});
-    slots.push_back({[this, i] { return cache_[i].v; }, [this, i](Tensor t) { cache_[i].v = std::move(t); }});
+    slots.push_back(
+        {[this, i] { return cache_[i].k; }, [this, i](Tensor t) { cache_[i].k = std::move(t); }});
+    slots.push_back(
+        {[this, i] { return cache_[i].v; }, [this, i](Tensor t) { cache_[i].v = std::move(t); }});
   }
   step_ = std::make_unique<graph::Step>(
       [this](const std::vector<Tensor>& a) {

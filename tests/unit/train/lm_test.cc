@@ -15,8 +15,14 @@ namespace tw {
 namespace {
 
 nn::GPTConfig tiny(bool tied = false) {
-  return {.vocab_size = 11, .context = 12, .n_layer = 2, .n_head = 2, .n_embd = 16,
-          .dropout = 0.0, .bias = true, .tied = tied};
+  return {.vocab_size = 11,
+          .context = 12,
+          .n_layer = 2,
+          .n_head = 2,
+          .n_embd = 16,
+          .dropout = 0.0,
+          .bias = true,
+          .tied = tied};
 }
 
 std::vector<std::string> names(const nn::Module& m) {
@@ -83,7 +89,8 @@ TEST(Transformer, AttentionEqualsTheComposedFormula) {
     return qkv.slice(1, 8 * i, 8 * (i + 1)).reshape({2, 5, 2, 4}).transpose(1, 2);
   };
   const Tensor s = heads(0).matmul(heads(1).transpose(2, 3)) * (1 / std::sqrt(4.0));
-  const Tensor upper = arange(0, 5, 1, kI64).reshape({5, 1}).lt(arange(0, 5, 1, kI64).reshape({1, 5}));
+  const Tensor upper =
+      arange(0, 5, 1, kI64).reshape({5, 1}).lt(arange(0, 5, 1, kI64).reshape({1, 5}));
   const Tensor att = s.masked_fill(upper, -1e30).softmax(3).matmul(heads(2));
   const Tensor rows = att.transpose(1, 2).reshape({10, 8});
   const Tensor want = (rows.matmul(mha.named_parameters()[2].second->value().t()) +
@@ -99,8 +106,7 @@ std::vector<std::vector<float>> full_logits(nn::GPT& gpt, const std::vector<int6
   NoGradGuard no_grad;
   gpt.eval();
   const auto t = static_cast<int64_t>(seq.size());
-  const std::vector<float> all =
-      gpt(from_vector<int64_t>(seq, {1, t}, dev)).to_vector<float>();
+  const std::vector<float> all = gpt(from_vector<int64_t>(seq, {1, t}, dev)).to_vector<float>();
   const int64_t v = gpt.config().vocab_size;
   std::vector<std::vector<float>> out;
   for (int64_t i = 0; i < t; ++i) out.emplace_back(all.begin() + i * v, all.begin() + (i + 1) * v);

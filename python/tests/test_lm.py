@@ -1,0 +1,82 @@
+"""tw.nn's transformer modules: PyTorch's parameter names, cached generation against the full
+forward, a few training steps bit-identical on the CPU device and on a remote device, and the
+examples/train_lm.py example's first steps."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import tensorwire as tw
+from tensorwire import graph, nn, optim
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                       "train_lm.py")
+
+
+def tiny(device=None, tied=False):
+    return nn.GPT(11, context=12, n_layer=2, n_head=2, n_embd=16, tied=tied, device=device)
+
+
+def test_names_and_shapes():
+    tw.manual_seed(0)
+    names = [n for n, _ in tiny().named_parameters()]
+    assert names[:6] == ["wte.weight", "wpe.weight", "blocks.0.ln1.weight", "blocks.0.ln1.bias",
+                         "blocks.0.attn.qkv.weight", "blocks.0.attn.qkv.bias"]
+    assert names[-3:] == ["ln_f.weight", "ln_f.bias", "head.weight"]
+    assert "head.weight" not in [n for n, _ in tiny(tied=True).named_parameters()]
+    x = tw.zeros([2, 5, 16])
+    assert nn.MultiheadAttention(16, 4)(x).shape == (2, 5, 16)
+    assert nn.TransformerBlock(16, 4)(x).shape == (2, 5, 16)
+
+
+def test_cached_generation_equals_full_forward(device):
+    tw.manual_seed(1)
+    model = tiny(device)
+    seq = [3, 1, 4, 1, 5, 9, 2, 6]
+    with tw.no_grad():
+        model.eval()
+        full = model(tw.tensor([seq], dtype=tw.int64, device=device)).numpy()[0]
+        model.train()
+    gen = nn.Generator(model)
+    for i, t in enumerate(seq):
+        np.testing.assert_allclose(gen.step(t), full[i], atol=1e-5)
+    assert gen.position == len(seq)
+    greedy = gen.generate([3, 1], 5, temperature=0)
+    assert len(greedy) == 5
+    assert gen.generate([2], 6, temperature=0.9, top_k=4, seed=5) == \
+        gen.generate([2], 6, temperature=0.9, top_k=4, seed=5)
+
+
+def train_bytes(device):
+    tw.manual_seed(2)
+    model = tiny(device)
+    opt = optim.Adam(model.parameters(), lr=1e-2)
+    data = tw.tensor([[(i * 7 + j) % 11 for j in range(13)] for i in range(3)], dtype=tw.int64,
+                     device=device)
+
+    def fn(args):
+        loss = model.loss(args[0][:, :12], args[0][:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return [loss.detach()]
+
+    step = graph.compile(fn, graph.state_slots(opt))
+    losses = [step([data])[0].item() for _ in range(4)]
+    assert losses[-1] < losses[0]
+    return [p.data.numpy().tobytes() for p in model.parameters()]
+
+
+def test_training_is_bit_identical_local_and_remote(remote):
+    assert train_bytes(tw.Device.cpu()) == train_bytes(remote)
+
+
+def test_example_runs():
+    r = subprocess.run([sys.executable, EXAMPLE, "--steps", "4", "--report-every", "2",
+                        "--layers", "1", "--embd", "32", "--context", "16", "--max-loss", "10"],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "served in-process" in r.stdout
+    assert "step     4/4 [##############################]" in r.stdout
+    assert "target < 10.0: met" in r.stdout and "sample:" in r.stdout
