@@ -48,45 +48,50 @@ struct Trained {
   double step_ms = 0;  // median over steps timed_from..
 };
 
-// `s.steps` steps from the seed on `dev`; every step's time waits for its loss (a read), so the
-// steps' times are whole.
-Trained train(const Setup& s, const std::vector<int64_t>& tokens, const tw::Device& dev) {
-  tw::manual_seed(s.seed);
-  Trained t;
-  t.model = std::make_unique<tw::nn::GPT>(s.cfg, tw::nn::Placement{dev, tw::kF32});
-  tw::lm::Trainer trainer(*t.model, s.lr, tokens, s.batch, s.seed, true);
-  std::vector<double> ms;
-  for (int64_t i = 0; i < s.steps; ++i) {
-    const auto t0 = Clock::now();
-    t.losses.push_back(trainer.step(i).item<float>());
-    ms.push_back(1e3 * since(t0));
+// `s.steps` steps from the seed on each of `devs`, in lockstep (step i on every device, then
+// step i + 1), so that a drift in the machine's speed weighs on all of them alike; every step's
+// time waits for its loss (a read), so the steps' times are whole.
+std::vector<Trained> train(const Setup& s, const std::vector<int64_t>& tokens,
+                           const std::vector<tw::Device>& devs) {
+  std::vector<Trained> out(devs.size());
+  std::vector<std::unique_ptr<tw::lm::Trainer>> trainers;
+  for (size_t d = 0; d < devs.size(); ++d) {
+    tw::manual_seed(s.seed);
+    out[d].model = std::make_unique<tw::nn::GPT>(s.cfg, tw::nn::Placement{devs[d], tw::kF32});
+    trainers.push_back(
+        std::make_unique<tw::lm::Trainer>(*out[d].model, s.lr, tokens, s.batch, s.seed, true));
   }
-  std::vector<double> timed(ms.begin() + s.timed_from, ms.end());
-  std::sort(timed.begin(), timed.end());
-  t.step_ms = timed[timed.size() / 2];
-  return t;
+  std::vector<std::vector<double>> ms(devs.size());
+  for (int64_t i = 0; i < s.steps; ++i) {
+    for (size_t d = 0; d < devs.size(); ++d) {
+      const auto t0 = Clock::now();
+      out[d].losses.push_back(trainers[d]->step(i).item<float>());
+      ms[d].push_back(1e3 * since(t0));
+    }
+  }
+  for (size_t d = 0; d < devs.size(); ++d) {
+    std::vector<double> timed(ms[d].begin() + s.timed_from, ms[d].end());
+    std::sort(timed.begin(), timed.end());
+    out[d].step_ms = timed[timed.size() / 2];
+  }
+  return out;
 }
 
-// Tokens per second of greedy generation with the cache from position 0, best of the repeats;
-// `wire` (for a remote device) gets the wire counters of the last repeat.
+// Tokens per second of greedy generation with the cache (Generator::generate: the draw on the
+// device) of s.gen_tokens tokens after a one-token prompt, best of the repeats; `wire` (for a
+// remote device) gets the wire counters of the last repeat. use_graph false: every op of every
+// token.
 double generation(const Setup& s, tw::nn::GPT& model, bool use_graph,
                   std::pair<tw::WireCounters, tw::WireCounters>* wire = nullptr) {
   tw::nn::Generator gen(model, use_graph);
   const tw::Device dev = model.parameters()[0]->value().device();
   double best = 0;
   for (int64_t r = 0; r < s.gen_repeats; ++r) {
-    gen.reset();
-    if (wire && r + 1 == s.gen_repeats) {
-      dev.sync();
-      wire->first = tw::wire_counters(dev);
-    }
-    int64_t tok = 1;
+    dev.sync();
+    if (wire && r + 1 == s.gen_repeats) wire->first = tw::wire_counters(dev);
     const auto t0 = Clock::now();
-    for (int64_t i = 0; i < s.gen_tokens; ++i) {
-      const std::vector<float> l = gen.step(tok);
-      tok = std::max_element(l.begin(), l.end()) - l.begin();
-    }
-    best = std::max(best, static_cast<double>(s.gen_tokens) / since(t0));
+    const std::vector<int64_t> out = gen.generate({1}, s.gen_tokens, {.temperature = 0});
+    best = std::max(best, static_cast<double>(out.size()) / since(t0));
   }
   if (wire) wire->second = tw::wire_counters(dev);
   return best;
@@ -175,15 +180,16 @@ int main(int argc, char** argv) {
     tw::manual_seed(s.seed);
     tw::save_safetensors(out_dir + "/init.safetensors", tw::nn::GPT(s.cfg));
 
-    std::fprintf(stderr, "tw_bench_lm: %" PRId64 " steps local ...\n", s.steps);
-    Trained local = train(s, tokens, tw::Device::cpu());
     std::unique_ptr<tw::Server> server = tw::serve(tw::Device::cpu());
     const tw::Device remote = tw::Device::remote(server->url());
     remote.connect();
-    std::fprintf(stderr, "tw_bench_lm: %" PRId64 " steps remote ...\n", s.steps);
+    std::fprintf(stderr, "tw_bench_lm: %" PRId64 " steps, local and remote in lockstep ...\n",
+                 s.steps);
     const tw::WireCounters w0 = tw::wire_counters(remote);
-    Trained far = train(s, tokens, remote);
+    std::vector<Trained> both = train(s, tokens, {tw::Device::cpu(), remote});
     const tw::WireCounters w1 = tw::wire_counters(remote);
+    Trained& local = both[0];
+    Trained& far = both[1];
     bool identical = local.losses == far.losses;
     const auto lp = local.model->parameters(), rp = far.model->parameters();
     for (size_t i = 0; i < lp.size(); ++i)

@@ -136,9 +136,16 @@ int64_t sample_token(const std::vector<float>& logits, const SampleOptions& o, u
 
 // Generation with a key/value cache, one sequence (batch 1) at a time. Each token runs the
 // model's forward_step; with use_graph that step is a tw::graph::Step over the parameters and
-// the caches, so from the third token on it replays one registered graph: a token then costs
-// one upload of the token and the position, the graph run and one read of the logits. Sampling
-// runs on the host from the logits read back, so it is the same on every device.
+// the caches, so from the third token on it replays one registered graph.
+//  - step(token) returns the logits: a token costs one frame up (the token, the position and the
+//    graph run) and one read of the logits.
+//  - generate() draws each token on the device inside the step (argmax of logits / temperature
+//    plus Gumbel noise drawn on the host from `seed`, over the top_k logits: a sample from the
+//    tempered softmax over the top k; greedy without noise), and feeds it to the next step there:
+//    a token costs one frame up (the position, the noise and the graph run) and one read, and
+//    the program sends the next token's step without waiting for that read. The same seed gives
+//    the same tokens on every device. Vocabularies over kDeviceSampleMaxVocab (where the top-k
+//    rank, a [V, V] comparison, would cost too much) draw on the host with sample_token.
 class Generator {
  public:
   explicit Generator(GPT& model, bool use_graph = true);
@@ -151,13 +158,19 @@ class Generator {
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t new_tokens,
                                 const SampleOptions& options = {});
   int64_t position() const { return pos_; }
+  // The step of step() and that of generate() (null until used, and without use_graph).
   const graph::Step* graph_step() const { return step_.get(); }
+  const graph::Step* sample_step() const { return sample_step_.get(); }
+  static constexpr int64_t kDeviceSampleMaxVocab = 4096;
 
  private:
+  std::vector<graph::Slot> slots();  // the parameters, then each layer's k and v
+  Tensor sample_on_device(const std::vector<Tensor>& args);
   GPT& model_;
   Device device_;
+  bool use_graph_;
   std::vector<KVCache> cache_;
-  std::unique_ptr<graph::Step> step_;
+  std::unique_ptr<graph::Step> step_, sample_step_;
   int64_t pos_ = 0;
 };
 

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <numeric>
 
 #include "core/shape.h"
@@ -279,23 +281,41 @@ int64_t sample_token(const std::vector<float>& logits, const SampleOptions& o, u
 
 // ---- Generator ----
 Generator::Generator(GPT& model, bool use_graph)
-    : model_(model), device_(model.parameters().at(0)->value().device()) {
+    : model_(model), device_(model.parameters().at(0)->value().device()), use_graph_(use_graph) {
   cache_ = model_.empty_cache(1, device_);
   if (!use_graph) return;
-  std::vector<graph::Slot> slots;
-  for (const ParameterPtr& p : model_.parameters())
-    slots.push_back({[p] { return p->value(); }, [p](Tensor t) { p->set(std::move(t)); }});
-  for (size_t i = 0; i < cache_.size(); ++i) {
-    slots.push_back(
-        {[this, i] { return cache_[i].k; }, [this, i](Tensor t) { cache_[i].k = std::move(t); }});
-    slots.push_back(
-        {[this, i] { return cache_[i].v; }, [this, i](Tensor t) { cache_[i].v = std::move(t); }});
-  }
   step_ = std::make_unique<graph::Step>(
       [this](const std::vector<Tensor>& a) {
         return std::vector<Tensor>{model_.forward_step(a[0], a[1], cache_)};
       },
-      std::move(slots));
+      slots());
+}
+
+std::vector<graph::Slot> Generator::slots() {
+  std::vector<graph::Slot> out;
+  for (const ParameterPtr& p : model_.parameters())
+    out.push_back({[p] { return p->value(); }, [p](Tensor t) { p->set(std::move(t)); }});
+  for (size_t i = 0; i < cache_.size(); ++i) {
+    out.push_back(
+        {[this, i] { return cache_[i].k; }, [this, i](Tensor t) { cache_[i].k = std::move(t); }});
+    out.push_back(
+        {[this, i] { return cache_[i].v; }, [this, i](Tensor t) { cache_[i].v = std::move(t); }});
+  }
+  return out;
+}
+
+// One position, then the next token drawn on the device: a = {token [1], pos [1], 1/temperature
+// [1], k [1] (f32), gumbel noise [V]}. The draw is argmax(logits / temperature + noise) over the
+// k tokens of highest logits: with Gumbel noise a sample from softmax(logits / temperature)
+// restricted to the top k (the Gumbel-max trick), with zero noise the argmax.
+Tensor Generator::sample_on_device(const std::vector<Tensor>& a) {
+  const int64_t v = model_.config().vocab_size;
+  const Tensor z = model_.forward_step(a[0], a[1], cache_).reshape({v}) * a[2];
+  // rank[i]: how many logits exceed logit i (the [V, V] comparison: generate() keeps the draw on
+  // the host beyond kDeviceSampleMaxVocab).
+  const Tensor rank = z.reshape({1, v}).gt(z.reshape({v, 1})).to(z.dtype()).sum(1);
+  const Tensor kept = z.masked_fill(rank.ge(a[3]), -std::numeric_limits<double>::infinity());
+  return (kept + a[4]).argmax(0).reshape({1});
 }
 
 void Generator::reset() {
@@ -334,19 +354,80 @@ std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int
                                          const SampleOptions& options) {
   if (prompt.empty()) throw Error("Generator::generate: the prompt is empty");
   const int64_t total = static_cast<int64_t>(prompt.size()) + new_tokens;
+  const int64_t v = model_.config().vocab_size;
   if (new_tokens < 0 || total > model_.config().context) {
     throw Error("Generator::generate: prompt " + std::to_string(prompt.size()) + " + " +
                 std::to_string(new_tokens) + " new tokens exceed the context of " +
                 std::to_string(model_.config().context));
   }
+  for (int64_t t : prompt) {
+    if (t < 0 || t >= v) {
+      throw Error("Generator::generate: token " + std::to_string(t) +
+                  " is outside the vocabulary of " + std::to_string(v));
+    }
+  }
   reset();
   uint64_t state = options.seed;
-  std::vector<float> logits;
-  for (int64_t t : prompt) logits = step(t);
+  if (v > kDeviceSampleMaxVocab) {  // the draw on the host, from the logits read back
+    std::vector<float> logits;
+    for (int64_t t : prompt) logits = step(t);
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i < new_tokens; ++i) {
+      out.push_back(sample_token(logits, options, state));
+      if (i + 1 < new_tokens) logits = step(out.back());
+    }
+    return out;
+  }
+  // The draw on the device: each token's step takes the previous step's token tensor, so the
+  // program never waits for a token before sending the next step, and the reads (one per token)
+  // come back while the device works on.
+  NoGradGuard no_grad;
+  const bool was_training = model_.is_training();
+  model_.eval();
+  const bool greedy = options.temperature <= 0;
+  const DType dt = kF32;
+  const Tensor inv_temp = full({1}, greedy ? 1.0 : 1.0 / options.temperature, dt, device_);
+  const double k =
+      options.top_k > 0 && !greedy ? static_cast<double>(options.top_k) : static_cast<double>(v);
+  const Tensor top_k = full({1}, k, dt, device_);
+  const Tensor no_noise = zeros({v}, dt, device_);
+  if (use_graph_ && !sample_step_) {
+    sample_step_ = std::make_unique<graph::Step>(
+        [this](const std::vector<Tensor>& a) { return std::vector<Tensor>{sample_on_device(a)}; },
+        slots());
+  }
+  std::vector<std::function<detail::HostValues()>> reads;
+  try {
+    Tensor token;
+    for (int64_t i = 0; i + 1 < total; ++i) {
+      const bool fed = i < static_cast<int64_t>(prompt.size());
+      const Tensor in =
+          fed ? from_vector<int64_t>(std::vector<int64_t>{prompt[i]}, {1}, device_) : token;
+      const Tensor pos = from_vector<int64_t>(std::vector<int64_t>{pos_}, {1}, device_);
+      // Noise only where a token is drawn (the prompt's own positions ignore theirs).
+      Tensor noise = no_noise;
+      if (!greedy && i + 1 >= static_cast<int64_t>(prompt.size())) {
+        std::vector<float> g(static_cast<size_t>(v));
+        for (float& x : g) {
+          const double u = (static_cast<double>(splitmix64(state) >> 11) + 0.5) * 0x1.0p-53;
+          x = static_cast<float>(-std::log(-std::log(u)));
+        }
+        noise = from_vector<float>(g, {v}, device_);
+      }
+      const std::vector<Tensor> args = {in, pos, inv_temp, top_k, noise};
+      token = sample_step_ ? (*sample_step_)(args)[0] : sample_on_device(args);
+      ++pos_;
+      if (i + 1 >= static_cast<int64_t>(prompt.size())) reads.push_back(token.host_values_async());
+    }
+  } catch (...) {
+    model_.train(was_training);
+    throw;
+  }
+  model_.train(was_training);
   std::vector<int64_t> out;
-  for (int64_t i = 0; i < new_tokens; ++i) {
-    out.push_back(sample_token(logits, options, state));
-    if (i + 1 < new_tokens) logits = step(out.back());
+  for (auto& r : reads) {
+    const detail::HostValues hv = r();
+    out.push_back(*static_cast<const int64_t*>(hv.data));
   }
   return out;
 }

@@ -138,6 +138,14 @@ TEST(Transformer, CachedStepsEqualFullRecomputation) {
   // Sampling is seeded: the same seed, the same tokens.
   const nn::SampleOptions s{.temperature = 0.9, .top_k = 5, .seed = 42};
   EXPECT_EQ(graphed.generate({2}, 8, s), eager.generate({2}, 8, s));
+  ASSERT_NE(graphed.sample_step(), nullptr);
+  EXPECT_GT(graphed.sample_step()->replays(), 0);
+  // Top-1 sampling is the argmax, whatever the noise.
+  EXPECT_EQ(graphed.generate({2}, 8, {.temperature = 1.0, .top_k = 1, .seed = 3}),
+            graphed.generate({2}, 8, {.temperature = 0}));
+  // The host sampler (for step() users): top-1 is the argmax too.
+  uint64_t st = 1;
+  EXPECT_EQ(nn::sample_token({0.1f, 2.0f, -1.0f}, {.temperature = 1.0, .top_k = 1}, st), 1);
   EXPECT_THROW(graphed.generate({1}, 12), Error);  // past the context
 }
 
