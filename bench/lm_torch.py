@@ -241,6 +241,12 @@ def main():
     widths = [max(len(str(x[i])) for x in rows + [head]) for i in range(6)]
     for x in [head] + rows:
         print("  ".join(str(v).ljust(w) for v, w in zip(x, widths)).rstrip())
+    print(f"remote wire per generated token: {tw['gen_frames_out_per_token']:.2f} frames out "
+          f"({tw['gen_bytes_out_per_token']:.0f} B), {tw['gen_frames_in_per_token']:.2f} frames in; "
+          f"per training step: {tw['train_frames_out_per_step']:.2f} frames out "
+          f"({tw['train_bytes_out_per_step']:.0f} B, the registration included)")
+    print(f"generation without the graph (every op of every token): local "
+          f"{tw['gen_tps_local_eager']:.0f}, remote {tw['gen_tps_remote_eager']:.0f} tokens/s")
     print(f"loss curve (every 10 steps), tensorwire: "
           + " ".join(f"{v:.4f}" for v in tw["losses"][::10]))
     print(f"                            PyTorch:    " + " ".join(f"{v:.4f}" for v in losses[::10]))
