@@ -80,3 +80,41 @@ def test_example_runs():
     assert "served in-process" in r.stdout
     assert "step     4/4 [##############################]" in r.stdout
     assert "target < 10.0: met" in r.stdout and "sample:" in r.stdout
+
+
+def test_state_dict_round_trips_with_pytorch(tmp_path, source_dir):
+    """tensorwire's safetensors file loads into bench/lm_torch.py's module with strict names and
+    gives the same logits; PyTorch's state_dict loads back into tw.nn.GPT strictly."""
+    torch = __import__("pytest").importorskip("torch")
+    sys.path.insert(0, os.path.join(source_dir, "bench"))
+    try:
+        import lm_torch
+    finally:
+        sys.path.pop(0)
+    tw.manual_seed(3)
+    model = tiny()
+    path = str(tmp_path / "tw.safetensors")
+    tw.save_safetensors(path, model)
+    ref = lm_torch.GPT(11, 12, 2, 2, 16)
+    ref.load_state_dict(lm_torch.load_safetensors(path), strict=True)
+    seq = [[1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1]]
+    with tw.no_grad():
+        model.eval()
+        ours = model(tw.tensor(seq, dtype=tw.int64)).numpy()
+    with torch.no_grad():
+        theirs = ref(torch.tensor(seq)).numpy()
+    np.testing.assert_allclose(ours, theirs, atol=2e-5)
+    # Back: PyTorch's parameters (perturbed) into a fresh tensorwire model.
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.01)
+    back = {k: tw.tensor(v.numpy()) for k, v in ref.state_dict().items()}
+    tw.save_safetensors(str(tmp_path / "torch.safetensors"), back)
+    fresh = tiny()
+    tw.load_safetensors_into(str(tmp_path / "torch.safetensors"), fresh, strict=True)
+    with tw.no_grad():
+        fresh.eval()
+        ours = fresh(tw.tensor(seq, dtype=tw.int64)).numpy()
+    with torch.no_grad():
+        theirs = ref(torch.tensor(seq)).numpy()
+    np.testing.assert_allclose(ours, theirs, atol=2e-5)
