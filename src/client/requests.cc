@@ -283,6 +283,12 @@ void Connection::on_message(const Buffer& payload) {
     stream_->shutdown();  // safe from a reading caller's thread
     return;
   }
+  if (m.kind == proto::ServerMsg::kDraining) {
+    // The server is going away (protocol 9): every waiter and every later call fails now, so
+    // that the program can move elsewhere (tw::run_with_failover) without waiting for it.
+    fail_all(unavailable(m.draining.message));
+    return;
+  }
   if (m.kind == proto::ServerMsg::kSessionError) {
     // Not tied to a request; surfaced by the next sync().
     std::lock_guard<std::mutex> lock(mu_);

@@ -44,6 +44,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
             queued_.load(std::memory_order_relaxed)};
   }
   void close_when_flushed();
+  // Tells the client the server is draining (drain.cc), when its protocol has the message.
+  void notify_draining(const protocol::Draining& notice);
 
  private:
   // ---- closing (connection.cc) ----

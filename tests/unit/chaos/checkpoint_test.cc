@@ -195,6 +195,7 @@ TEST(CheckpointCrash, KilledWriterNeverLeavesABadCheckpoint) {
   std::mt19937_64 rng(20261206);
   constexpr int kKills = 12;
   int64_t newest = 0;
+  int mid_write = 0;  // kills that left a temporary file: the writer was inside a write
   // The child's environment and arguments, made before fork (the child of a multithreaded
   // process may only make async-signal-safe calls).
   std::vector<std::string> env_strings = {"TW_CKPT_WRITER_DIR=" + dir};
@@ -229,6 +230,8 @@ TEST(CheckpointCrash, KilledWriterNeverLeavesABadCheckpoint) {
     int status = 0;
     ::waitpid(pid, &status, 0);
     ASSERT_TRUE(WIFSIGNALED(status)) << "the writer ended on its own";
+    for (const fs::directory_entry& e : fs::directory_iterator(dir))
+      mid_write += e.path().filename().string().rfind(".ckpt-tmp-", 0) == 0;
     Checkpoint ckpt(dir, 2);
     const std::optional<CheckpointInfo> latest = ckpt.latest();
     if (!latest) continue;  // killed before its first commit
@@ -241,6 +244,7 @@ TEST(CheckpointCrash, KilledWriterNeverLeavesABadCheckpoint) {
     for (float x : v) ASSERT_EQ(x, static_cast<float>(latest->step));
   }
   EXPECT_GT(newest, 0) << "no checkpoint was ever committed";
+  EXPECT_GT(mid_write, 0) << "no kill landed inside a write";
   fs::remove_all(dir);
 }
 
