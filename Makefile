@@ -28,7 +28,7 @@ PYTHON     ?= /usr/bin/python3
 # Where `make install` installs (DESTDIR, as usual, stages it elsewhere).
 PREFIX     ?= /usr/local
 
-.PHONY: all build run test bench bench-train bench-remote bench-graph bench-python bench-onnx install install-python \
+.PHONY: all build run test bench bench-train chaos bench-remote bench-graph bench-python bench-onnx install install-python \
         asan fuzz \
         format format-check clean bootstrap
 .DEFAULT_GOAL := build
@@ -56,6 +56,11 @@ bench:
 
 bench-train:
 	bash bench/compare_train.sh
+
+# Cuts, kill -9 with failover, checkpoint cost, crash safety (bench/chaos.cc; issue 35's table).
+chaos: build
+	cmake --build $(BUILD) --target tw_bench_chaos -j $(JOBS)
+	./$(BUILD)/bench/tw_bench_chaos
 
 bench-remote: build
 	cmake --build $(BUILD) --target tw_bench_remote -j $(JOBS)

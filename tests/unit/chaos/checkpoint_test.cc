@@ -225,7 +225,7 @@ TEST(CheckpointCrash, KilledWriterNeverLeavesABadCheckpoint) {
     }
     ::close(out[0]);
     ASSERT_NE(seen.find("writing\n"), std::string::npos) << "the writer did not start: " << seen;
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 150000));
     ::kill(pid, SIGKILL);
     int status = 0;
     ::waitpid(pid, &status, 0);
