@@ -248,6 +248,7 @@ ResumableRun train_resumable(const Dataset& train, const Device& device,
       r.resumed_from = info->step;
     }
   }
+  if (o.on_ready) o.on_ready(r.resumed_from);
   for (int e = static_cast<int>(r.resumed_from / per_epoch) + 1; e <= o.epochs; ++e) {
     const int64_t first = e == r.resumed_from / per_epoch + 1 ? r.resumed_from % per_epoch : 0;
     trainer.run_epoch(e, o.epochs, o.seed, o.report_every, o.on_progress, first, [&](int64_t s) {

@@ -138,6 +138,9 @@ struct ResumableOptions {
   std::function<void(const Progress&)> on_progress;
   // After each step (counted from 1 over the whole run) and its checkpoint, if any.
   std::function<void(int64_t step)> after_step;
+  // Once the model, optimizer and data are ready to train (restored from the checkpoint at
+  // `step`, or 0 when starting fresh), before the first step.
+  std::function<void(int64_t step)> on_ready;
 };
 struct ResumableRun {
   std::shared_ptr<nn::Sequential> model;

@@ -45,6 +45,9 @@ struct CheckpointInfo {
   uint64_t bytes = 0;                        // the data file's size
 };
 
+// A model's parameters under their dotted names (nn::Module::named_parameters()).
+using NamedParameters = std::vector<std::pair<std::string, nn::ParameterPtr>>;
+
 class Checkpoint {
  public:
   // `dir` is created when missing. keep >= 1.
@@ -55,6 +58,8 @@ class Checkpoint {
   // all reads in flight at once, each written as it arrives) and removes all but the newest
   // `keep`. Extra keys and values must be free of newlines. Returns what a load will see.
   CheckpointInfo save(int64_t step, const nn::Module& model, optim::Optimizer* opt = nullptr,
+                      const std::map<std::string, std::string>& extra = {});
+  CheckpointInfo save(int64_t step, const NamedParameters& params, optim::Optimizer* opt = nullptr,
                       const std::map<std::string, std::string>& extra = {});
 
   // Every checkpoint in the directory whose files agree with its manifest, oldest first. Each
@@ -70,8 +75,14 @@ class Checkpoint {
   // files do not match the manifest or the model.
   void load(const CheckpointInfo& info, nn::Module& model, optim::Optimizer* opt = nullptr,
             bool restore_rng = true, std::optional<Device> state_device = std::nullopt) const;
+  void load(const CheckpointInfo& info, const NamedParameters& params,
+            optim::Optimizer* opt = nullptr, bool restore_rng = true,
+            std::optional<Device> state_device = std::nullopt) const;
   // latest(), loaded; nullopt (and nothing changed) when the directory holds none.
   std::optional<CheckpointInfo> restore(nn::Module& model, optim::Optimizer* opt = nullptr,
+                                        bool restore_rng = true) const;
+  std::optional<CheckpointInfo> restore(const NamedParameters& params,
+                                        optim::Optimizer* opt = nullptr,
                                         bool restore_rng = true) const;
 
  private:

