@@ -251,10 +251,10 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&set, &sig);
-  std::printf("received %s, draining: no new sessions, clients told, finishing in-flight work "
-              "(at most %.1f s; a second signal exits now)\n",
-              sig == SIGINT ? "SIGINT" : "SIGTERM",
-              static_cast<double>(drain_timeout.count()) / 1000);
+  std::printf(
+      "received %s, draining: no new sessions, clients told, finishing in-flight work "
+      "(at most %.1f s; a second signal exits now)\n",
+      sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<double>(drain_timeout.count()) / 1000);
   std::fflush(stdout);
   std::atomic<int> drained{-1};  // 1: finished, 0: the timeout passed with work running
   std::thread drainer([&] { drained = server->drain(drain_timeout) ? 1 : 0; });

@@ -111,18 +111,32 @@ tw::digits::ResumableOptions base(const Args& a) {
   return o;
 }
 
-void row_cuts(const Args& a, const std::vector<std::vector<uint8_t>>& whole) {
-  ServerProcess server;
+// tls: the client speaks TLS through the relay to the server's tls:// address (the certificate
+// pinned by its fingerprint, TW_TLS_FINGERPRINT); the relay cuts the encrypted stream.
+void row_cuts(const Args& a, const std::vector<std::vector<uint8_t>>& whole, bool tls) {
+  ServerProcess server(tls ? std::vector<std::string>{"--listen", "tls://127.0.0.1:0"}
+                           : std::vector<std::string>{});
+  std::string target = server.url();
+  if (tls) {
+    for (const std::string& u : server.urls())
+      if (u.rfind("tls://", 0) == 0) target = u;
+    const std::string prefix = "tls certificate sha256 ";
+    for (const std::string& l : server.lines())
+      if (l.rfind(prefix, 0) == 0)
+        ::setenv("TW_TLS_FINGERPRINT", l.substr(prefix.size(), 95).c_str(), 1);
+  }
+  const int cuts = tls ? std::max(1, a.cuts / 4) : a.cuts;
+  const std::string name = tls ? "cuts (tls://)" : "cuts";
   tw::testing::FaultOptions fo;
   fo.seed = a.seed;
-  fo.max_cuts = a.cuts;
+  fo.max_cuts = cuts;
   // Small enough that the cuts all come within the run (a session needs about 600 KB to
   // reconnect: the data set and the checkpoint), large enough that most sessions then progress.
   fo.cut_min_bytes = 128 << 10;
   fo.cut_max_bytes = 1 << 20;
   if (const char* piece = std::getenv("TW_CHAOS_PIECE")) fo.max_piece = std::stoul(piece);
   if (const char* r = std::getenv("TW_CHAOS_RESET")) fo.reset_fraction = std::stod(r);
-  tw::testing::FaultRelay relay(port_of(server.url()), fo);
+  tw::testing::FaultRelay relay(port_of(target), fo);
   tw::digits::ResumableOptions o = base(a);
   o.checkpoint_dir = fresh_dir("cuts");
   o.checkpoint_every = 1;
@@ -152,7 +166,7 @@ void row_cuts(const Args& a, const std::vector<std::vector<uint8_t>>& whole) {
   tw::digits::ResumableRun run;
   const auto t0 = Clock::now();
   tw::run_with_failover(
-      {relay.url()},
+      {relay.url(tls ? "tls" : "tcp")},
       [&](const tw::Device& d) {
         current = d;
         run = tw::digits::train_resumable(train_set(), d, o);
@@ -160,26 +174,31 @@ void row_cuts(const Args& a, const std::vector<std::vector<uint8_t>>& whole) {
       f);
   const double total_s = since_ms(t0) / 1000;
   const bool same = param_bytes(*run.model) == whole;
-  rows.push_back({"cuts: final parameters", "bit-identical to the uncut run, " +
-                                                std::to_string(a.cuts) + " cuts",
+  rows.push_back({name + ": final parameters",
+                  "bit-identical to the uncut run, " + std::to_string(cuts) + " cuts",
                   (same ? "identical" : "DIFFER") + std::string(", ") +
                       std::to_string(relay.cuts()) + " cuts, " + std::to_string(failovers) +
                       " recoveries, " + std::to_string(relay.connections()) + " connections, " +
                       fmt("%.1f s", total_s),
-                  true, same && relay.cuts() == a.cuts});
-  rows.push_back({"cuts: ops lost or doubled", "0 (server counters; resumable sessions)",
-                  "not measured: resumable sessions are not built; recovery redoes " +
-                      std::to_string(redone) + " steps from checkpoints (every step)",
-                  false, false});
+                  true, same && relay.cuts() == cuts});
+  if (tls) {
+    ::unsetenv("TW_TLS_FINGERPRINT");
+  } else {
+    rows.push_back({"cuts: ops lost or doubled", "0 (server counters; resumable sessions)",
+                    "not measured: resumable sessions are not built; recovery redoes " +
+                        std::to_string(redone) + " steps from checkpoints (every step)",
+                    false, false});
+  }
   const double p99 = percentile(resume_ms, 0.99);
-  const auto slow = std::count_if(resume_ms.begin(), resume_ms.end(), [](double v) { return v > 50; });
+  const auto slow =
+      std::count_if(resume_ms.begin(), resume_ms.end(), [](double v) { return v > 50; });
   if (std::getenv("TW_CHAOS_VERBOSE")) {
     std::vector<double> s = resume_ms;
     std::sort(s.begin(), s.end());
     for (double v : s) std::fprintf(stderr, "%.1f ", v);
     std::fprintf(stderr, "\n");
   }
-  rows.push_back({"cuts: resume time p99", "<= 50 ms on loopback",
+  rows.push_back({name + ": resume time p99", "<= 50 ms on loopback",
                   fmt("p50 %.1f ms, p99 %.1f ms, max %.1f ms", percentile(resume_ms, 0.5), p99,
                       percentile(resume_ms, 1.0)) +
                       " (" + std::to_string(resume_ms.size()) + " resumes, " +
@@ -227,15 +246,14 @@ void row_kills(const Args& a, const std::vector<std::vector<uint8_t>>& whole) {
   };
   tw::digits::ResumableRun run;
   tw::run_with_failover(
-      urls, [&](const tw::Device& d) { run = tw::digits::train_resumable(train_set(), d, o); },
-      f);
+      urls, [&](const tw::Device& d) { run = tw::digits::train_resumable(train_set(), d, o); }, f);
   const bool same = param_bytes(*run.model) == whole;
   std::string steps;
   for (int64_t s : at) steps += (steps.empty() ? "" : ",") + std::to_string(s);
   rows.push_back({"kill -9: final parameters",
                   "bit-identical, " + std::to_string(a.kills) + " kills with failover",
-                  std::string(same ? "identical" : "DIFFER") + ", killed at steps " + steps +
-                      ", " + std::to_string(current) + " failovers",
+                  std::string(same ? "identical" : "DIFFER") + ", killed at steps " + steps + ", " +
+                      std::to_string(current) + " failovers",
                   true, same && current == at.size()});
   rows.push_back({"kill -9: work redone per kill",
                   "<= checkpoint interval (" + std::to_string(o.checkpoint_every) + " steps)",
@@ -260,8 +278,7 @@ double disk_ms(const std::string& dir, const std::vector<uint8_t>& bytes) {
   return ms;
 }
 
-void row_checkpoint(const Args& a, const std::string& root, const std::string& where,
-                    bool judged) {
+void row_checkpoint(const Args& a, const std::string& root, const std::string& where, bool judged) {
   ServerProcess server;
   const tw::Device d = tw::Device::remote(server.url());
   const int64_t floats = a.ckpt_mib << 18;  // MiB * 2^20 / 4
@@ -294,12 +311,12 @@ void row_checkpoint(const Args& a, const std::string& root, const std::string& w
     disk = std::min(disk, disk_ms(dir, b));
   }
   const double ratio = save / down;
-  rows.push_back({"checkpoint " + std::to_string(a.ckpt_mib) + " MiB from a remote device (" +
-                      where + ")",
-                  "<= 1.5x downloading them",
-            fmt("%.2fx: save %.0f ms (fsync'd), download %.0f ms", ratio, save, down) +
-                      fmt("; the disk alone (write + fsync) %.0f ms; best of 3", disk),
-                  judged && !a.short_form, ratio <= 1.5});
+  rows.push_back(
+      {"checkpoint " + std::to_string(a.ckpt_mib) + " MiB from a remote device (" + where + ")",
+       "<= 1.5x downloading them",
+       fmt("%.2fx: save %.0f ms (fsync'd), download %.0f ms", ratio, save, down) +
+           fmt("; the disk alone (write + fsync) %.0f ms; best of 3", disk),
+       judged && !a.short_form, ratio <= 1.5});
   fs::remove_all(dir);
 }
 
@@ -413,10 +430,11 @@ int main(int argc, char** argv) {
     // The reference: the same run, uncut, on the CPU device (remote runs equal it bit for bit).
     const std::vector<std::vector<uint8_t>> whole =
         param_bytes(*tw::digits::train_resumable(train_set(), tw::Device::cpu(), base(a)).model);
-    row_cuts(a, whole);
+    row_cuts(a, whole, false);
+    row_cuts(a, whole, true);
     row_kills(a, whole);
-    row_checkpoint(a, fs::temp_directory_path().string(), "disk, " +
-                   fs::temp_directory_path().string(), true);
+    row_checkpoint(a, fs::temp_directory_path().string(),
+                   "disk, " + fs::temp_directory_path().string(), true);
     // The same into memory (tmpfs: fsync costs nothing), for what the checkpoint costs beside
     // the disk. Not a target row.
     if (fs::is_directory("/dev/shm")) row_checkpoint(a, "/dev/shm", "tmpfs, /dev/shm", false);

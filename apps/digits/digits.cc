@@ -3,8 +3,8 @@
 #include <zlib.h>
 
 #include <chrono>
-#include <optional>
 #include <cstdlib>
+#include <optional>
 
 namespace tw::digits {
 

@@ -79,8 +79,7 @@ class Trainer {
   // after_step(s) runs after step s (0-based within the epoch) has been issued.
   Progress run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
                      const std::function<void(const Progress&)>& on_progress = {},
-                     int64_t first_step = 0,
-                     const std::function<void(int64_t)>& after_step = {});
+                     int64_t first_step = 0, const std::function<void(int64_t)>& after_step = {});
 
  private:
   nn::Module& model_;

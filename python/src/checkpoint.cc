@@ -1,11 +1,12 @@
 // tw.Checkpoint and tw.run_with_failover: bindings of tensorwire/checkpoint.h and failover.h.
 // Python modules pass their named_parameters() (Parameters are the C++ nn::Parameter), so a
 // checkpoint of a Python model and of a C++ one are the same files.
+#include "tensorwire/checkpoint.h"
+
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "tensorwire/checkpoint.h"
 #include "tensorwire/failover.h"
 
 namespace py = pybind11;

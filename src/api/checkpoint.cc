@@ -268,8 +268,7 @@ CheckpointInfo Checkpoint::save(int64_t step, const nn::Module& model, optim::Op
   return save(step, model.named_parameters(), opt, extra);
 }
 
-CheckpointInfo Checkpoint::save(int64_t step, const NamedParameters& params,
-                                optim::Optimizer* opt,
+CheckpointInfo Checkpoint::save(int64_t step, const NamedParameters& params, optim::Optimizer* opt,
                                 const std::map<std::string, std::string>& extra) {
   if (step < 0) throw Error("Checkpoint: step must be >= 0, got " + std::to_string(step));
   for (const auto& [k, v] : extra) {
@@ -296,8 +295,8 @@ CheckpointInfo Checkpoint::save(int64_t step, const NamedParameters& params,
   info.step = step;
   info.rng = rng_state();
   info.extra = extra;
-  const std::map<std::string, std::string> meta = {
-      {"format", kFormat}, {"step", std::to_string(step)}};
+  const std::map<std::string, std::string> meta = {{"format", kFormat},
+                                                   {"step", std::to_string(step)}};
   const std::vector<uint8_t> header = safetensors::write_header(named, meta);
 
   // Leftovers of a writer that died: temporaries, and data files no manifest names.
@@ -306,9 +305,9 @@ CheckpointInfo Checkpoint::save(int64_t step, const NamedParameters& params,
   for (const Candidate& c : candidates(dir_)) named_files.push_back(c.info.data);
   for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
-    const bool orphan = name.rfind("ckpt-", 0) == 0 && e.path().extension() == ".safetensors" &&
-                        std::find(named_files.begin(), named_files.end(), e.path().string()) ==
-                            named_files.end();
+    const bool orphan =
+        name.rfind("ckpt-", 0) == 0 && e.path().extension() == ".safetensors" &&
+        std::find(named_files.begin(), named_files.end(), e.path().string()) == named_files.end();
     if (name.rfind(kTempPrefix, 0) == 0 || orphan) fs::remove(e.path(), ec);
   }
 
@@ -414,8 +413,8 @@ void Checkpoint::load(const CheckpointInfo& info, const NamedParameters& params,
       throw Error("Checkpoint: " + m->data + " has no parameter " + name + " of the model");
     const Tensor& v = p->value();
     if (v.defined() && (it->second->shape != v.shape() || it->second->dtype != v.dtype())) {
-      throw Error("Checkpoint: parameter " + name + " is " + shape_str(it->second->shape) +
-                  " in " + m->data + " but " + shape_str(v.shape()) + " in the model");
+      throw Error("Checkpoint: parameter " + name + " is " + shape_str(it->second->shape) + " in " +
+                  m->data + " but " + shape_str(v.shape()) + " in the model");
     }
     ++n_params;
   }

@@ -9,10 +9,9 @@ namespace tw {
 bool server_gone(const std::string& url, const std::string& error) {
   // The client's words for a connection that ended under it (client/reader.cc, connection.cc)
   // and the drain notice's (docs/protocol.md, kDraining).
-  for (const char* words :
-       {"closed the connection", "was closed", "server draining", "Connection refused",
-        "Connection reset", "reset by peer", "Broken pipe", "End of file", "failed: handshake",
-        "handshake with"}) {
+  for (const char* words : {"closed the connection", "was closed", "server draining",
+                            "Connection refused", "Connection reset", "reset by peer",
+                            "Broken pipe", "End of file", "failed: handshake", "handshake with"}) {
     if (error.find(words) != std::string::npos) return true;
   }
   try {

@@ -30,7 +30,7 @@ struct FaultOptions {
   uint64_t seed = 1;
   // Each connection is cut after a byte count drawn uniformly from [min_bytes, max_bytes].
   uint64_t cut_min_bytes = 64 << 10, cut_max_bytes = 4 << 20;
-  int max_cuts = 200;         // after this many, connections run uncut
+  int max_cuts = 200;           // after this many, connections run uncut
   double reset_fraction = 0.5;  // of cuts: RST rather than FIN
   double stall_chance = 0.01;   // per forwarded chunk: a stall of up to stall_max_ms
   int stall_max_ms = 3;
@@ -109,8 +109,8 @@ class FaultRelay {
       Conn conn;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        conn.budget = std::uniform_int_distribution<uint64_t>(o_.cut_min_bytes,
-                                                              o_.cut_max_bytes)(rng_);
+        conn.budget =
+            std::uniform_int_distribution<uint64_t>(o_.cut_min_bytes, o_.cut_max_bytes)(rng_);
         conn.reset = std::uniform_real_distribution<double>(0, 1)(rng_) < o_.reset_fraction;
         conn.seed = rng_();
         ++connections_;
@@ -151,9 +151,9 @@ class FaultRelay {
         }
         size_t at = 0;
         while (at < static_cast<size_t>(n)) {
-          const size_t piece = std::min<size_t>(
-              static_cast<size_t>(n) - at,
-              std::uniform_int_distribution<size_t>(1, o_.max_piece)(rng));
+          const size_t piece =
+              std::min<size_t>(static_cast<size_t>(n) - at,
+                               std::uniform_int_distribution<size_t>(1, o_.max_piece)(rng));
           const ssize_t w = ::send(to, buf.data() + at, piece, MSG_NOSIGNAL);
           if (w <= 0) {
             ended = true;

@@ -24,8 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() /
-                     ("tw_ckpt_" + name + "_" + std::to_string(::getpid()));
+  const fs::path p =
+      fs::temp_directory_path() / ("tw_ckpt_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   return p.string();
 }

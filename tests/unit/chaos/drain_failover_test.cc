@@ -126,10 +126,10 @@ TEST_P(Failover, ResumesOnTheNextServerBitIdentical) {
       param_bytes(*digits::train_resumable(train_set(), Device::cpu(), o).model);
 
   ServerProcess a({"--drain-timeout", "5"}), b;
-  o.checkpoint_dir = (fs::temp_directory_path() /
-                      ("tw_failover_" + std::to_string(::getpid()) + "_" +
-                       std::to_string(static_cast<int>(GetParam()))))
-                         .string();
+  o.checkpoint_dir =
+      (fs::temp_directory_path() / ("tw_failover_" + std::to_string(::getpid()) + "_" +
+                                    std::to_string(static_cast<int>(GetParam()))))
+          .string();
   fs::remove_all(o.checkpoint_dir);
   o.checkpoint_every = 4;
   bool faulted = false;
