@@ -114,7 +114,15 @@ std::vector<std::vector<uint8_t>> param_bytes(const nn::Module& m) {
   return out;
 }
 
-enum class Fault { kKill, kDrain };
+enum class Fault { kKill, kDrain, kKillUnix };  // kKillUnix: kill -9, servers on unix://
+
+// The server's address of the scheme the fault's case uses.
+std::string url_for(const ServerProcess& s, Fault f) {
+  const std::string scheme = f == Fault::kKillUnix ? "unix://" : "tcp://";
+  for (const std::string& u : s.urls())
+    if (u.rfind(scheme, 0) == 0) return u;
+  return s.url();
+}
 
 class Failover : public ::testing::TestWithParam<Fault> {};
 
@@ -125,7 +133,16 @@ TEST_P(Failover, ResumesOnTheNextServerBitIdentical) {
   const std::vector<std::vector<uint8_t>> whole =
       param_bytes(*digits::train_resumable(train_set(), Device::cpu(), o).model);
 
-  ServerProcess a({"--drain-timeout", "5"}), b;
+  const std::string sock = "/tmp/tw_failover_" + std::to_string(::getpid());
+  struct Unlink {  // a killed server leaves its socket file behind
+    std::string base;
+    ~Unlink() {
+      ::unlink((base + "_a").c_str());
+      ::unlink((base + "_b").c_str());
+    }
+  } unlink_after{sock};
+  ServerProcess a({"--drain-timeout", "5", "--listen", "unix://" + sock + "_a"}),
+      b({"--listen", "unix://" + sock + "_b"});
   o.checkpoint_dir =
       (fs::temp_directory_path() / ("tw_failover_" + std::to_string(::getpid()) + "_" +
                                     std::to_string(static_cast<int>(GetParam()))))
@@ -136,7 +153,7 @@ TEST_P(Failover, ResumesOnTheNextServerBitIdentical) {
   o.after_step = [&](int64_t step) {
     if (step != 10 || faulted) return;
     faulted = true;
-    if (GetParam() == Fault::kKill) {
+    if (GetParam() != Fault::kDrain) {
       a.kill_hard();
     } else {
       ::kill(a.pid(), SIGTERM);
@@ -149,7 +166,7 @@ TEST_P(Failover, ResumesOnTheNextServerBitIdentical) {
     moves.push_back(from + " -> " + to + ": " + why);
   };
   const size_t on = run_with_failover(
-      {a.url(), b.url()},
+      {url_for(a, GetParam()), url_for(b, GetParam())},
       [&](const Device& d) { run = digits::train_resumable(train_set(), d, o); }, f);
   EXPECT_EQ(on, 1u);
   ASSERT_EQ(moves.size(), 1u);
@@ -161,10 +178,12 @@ TEST_P(Failover, ResumesOnTheNextServerBitIdentical) {
   fs::remove_all(o.checkpoint_dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Faults, Failover, ::testing::Values(Fault::kKill, Fault::kDrain),
+INSTANTIATE_TEST_SUITE_P(Faults, Failover,
+                         ::testing::Values(Fault::kKill, Fault::kDrain, Fault::kKillUnix),
                          [](const auto& info) {
-                           return info.param == Fault::kKill ? std::string("kill9")
-                                                             : std::string("sigterm");
+                           return info.param == Fault::kKill    ? std::string("kill9")
+                                  : info.param == Fault::kDrain ? std::string("sigterm")
+                                                                : std::string("kill9_unix");
                          });
 
 }  // namespace
