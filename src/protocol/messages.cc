@@ -233,7 +233,8 @@ void encode_server_message(const ServerMessage& m, OutFrame& f) {
     case ServerMsg::kCapabilityResult: return encode_fields(m.kind, m.capability, f);
     case ServerMsg::kReadResultInSegment: return encode_fields(m.kind, m.in_segment, f);
     case ServerMsg::kDraining: return encode_fields(m.kind, m.draining, f);
-    case ServerMsg::kStoreResult: break;
+    case ServerMsg::kStoreResult:
+    case ServerMsg::kCompressed: break;  // (a wrapper: protocol/compress.h)
   }
   f.head.push_back(static_cast<uint8_t>(m.kind));  // no such message: its type byte alone
 }

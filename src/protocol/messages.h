@@ -27,8 +27,9 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // upload from a segment, read into a segment; docs/protocol.md §8.11); version 6 the AdamStep op
 // (code 39); version 7 the Linear op (code 40); version 8 the attention ops (codes 41, 42) and
 // IndexSelectBackward (43); version 9 the drain notice (kDraining, sent only to a client that
-// speaks 9) and the draining refusal. An older client never sends them, so the server still
-// speaks 1.
+// speaks 9) and the draining refusal, compressed frames (kCompressed, protocol/compress.h) and
+// deduplicated uploads (the UploadByHash task). An older client never sends them, so the server
+// still speaks 1.
 inline constexpr uint16_t kProtocolVersion = 9;
 // Which version brought each op is the op list's `since` column (ir::op_since_protocol): an op
 // appended to the list with a new version bumps kProtocolVersion with it.
@@ -53,6 +54,8 @@ enum class ClientMsg : uint8_t {
   // Protocol 5, unix:// only: a shared-memory segment (net/shm.h) whose descriptor travels with
   // the frame (SCM_RIGHTS), answered by a SyncResult of its request id.
   kAttachSegment = 5,
+  // Protocol 9: another message, zstd-compressed (protocol/compress.h, docs/protocol.md §1.1).
+  kCompressed = 6,
 };
 enum class ServerMsg : uint8_t {
   kWelcome = 1,
@@ -66,6 +69,7 @@ enum class ServerMsg : uint8_t {
   kStoreResult = 9,           // the reply to a peer's kStore
   kReadResultInSegment = 10,  // protocol 5: the reply to kReadToSegment, the bytes in the segment
   kDraining = 11,             // protocol 9: the server is shutting down (SIGTERM); see Draining
+  kCompressed = 12,           // protocol 9: another message, zstd-compressed (protocol/compress.h)
 };
 enum class RefuseReason : uint8_t {
   kBadVersion = 1,
