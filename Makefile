@@ -1,7 +1,7 @@
 # Developer entry points. CMake + Ninja do the real work; this file only strings the steps
 # together. Configuring happens once per build folder (Ninja re-runs CMake by itself when a
 # CMakeLists.txt changes), so re-running make goes straight to the incremental build.
-#   make run     make test     make bench     make bench-train     make bench-remote
+#   make run     make test     make bench     make bench-train     make bench-remote  make bench-net
 #   make asan    make fuzz     make format   make format-check   make clean
 #   make install PREFIX=/opt/tw (cmake --install: library, headers, programs, CMake and
 #   pkg-config packages, systemd unit)   make install-python (the Python package into the
@@ -29,7 +29,7 @@ PYTHON     ?= /usr/bin/python3
 # Where `make install` installs (DESTDIR, as usual, stages it elsewhere).
 PREFIX     ?= /usr/local
 
-.PHONY: all build run test bench bench-train bench-remote bench-graph bench-python bench-onnx bench-lm install install-python \
+.PHONY: all build run test bench bench-train chaos bench-remote bench-graph bench-python bench-onnx bench-net bench-lm install install-python \
         asan fuzz \
         format format-check clean bootstrap
 .DEFAULT_GOAL := build
@@ -58,9 +58,22 @@ bench:
 bench-train:
 	bash bench/compare_train.sh
 
+# Cuts, kill -9 with failover, checkpoint cost, crash safety (bench/chaos.cc; issue 35's table).
+chaos: build
+	cmake --build $(BUILD) --target tw_bench_chaos -j $(JOBS)
+	./$(BUILD)/bench/tw_bench_chaos
+
 bench-remote: build
 	cmake --build $(BUILD) --target tw_bench_remote -j $(JOBS)
 	./$(BUILD)/bench/tw_bench_remote
+
+# Over a shaped link (network namespaces, tc tbf, a delaying relay; needs root): uploads at
+# 100 Mbit/s, compressed and deduplicated, against issue 34's targets (docs/remote.md).
+NET_RTT_US ?= 2000
+NET_RATE   ?= 100mbit
+bench-net: build
+	cmake --build $(BUILD) --target tw_bench_net -j $(JOBS)
+	./$(BUILD)/bench/tw_bench_net --rtt-us $(NET_RTT_US) --rate $(NET_RATE)
 
 # Python vs C++ on remote devices (bench/python_bench.py runs the C++ rows itself).
 # Imported ONNX models remote against local (bench/results/onnx_remote.md).

@@ -4,8 +4,11 @@
 //   tensorwire-server --listen tls://0.0.0.0:7070 --credential-file key.txt
 // Prints "listening on <url>" for every bound address (with the real port when 0 was asked),
 // the TLS certificate's fingerprint when an address is tls://, "metrics on <url>" for the
-// --metrics endpoint, then one line with its limits; stops cleanly on SIGINT/SIGTERM.
+// --metrics endpoint, then one line with its limits. SIGINT or SIGTERM drains it (Server::drain):
+// no new sessions, a "server draining" notice to every client, the work already received run for
+// up to --drain-timeout, then exit 0; a second signal during the drain exits at once (also 0).
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -15,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "tensorwire/server.h"
 #include "tensorwire/tensorwire.h"
@@ -48,6 +52,8 @@ void usage(FILE* to) {
       "                        (BYTES: a number, or with K, M, G or T: 512M, 4G, 1.5T)\n"
       "  --handshake-timeout SECONDS  drop a peer that has not completed its handshake\n"
       "                        within this (default 10; fractions allowed)\n"
+      "  --drain-timeout SECONDS  on SIGTERM, how long the work already received may\n"
+      "                        run before the server exits anyway (default 30)\n"
       "  --capability-ttl SECONDS  how long a capability this server signs for a tensor\n"
       "                        move stays valid (default 60)\n"
       "  --transfer-timeout SECONDS  fail an import from another server that makes no\n"
@@ -102,6 +108,7 @@ bool parse_bytes(const char* s, uint64_t& out) {
 
 int main(int argc, char** argv) {
   tw::ServerOptions opts;
+  std::chrono::milliseconds drain_timeout{30000};
   opts.listen.clear();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -170,6 +177,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--handshake-timeout")
       opts.handshake_timeout = seconds("--handshake-timeout");
+    else if (a == "--drain-timeout")
+      drain_timeout = seconds("--drain-timeout");
     else if (a == "--capability-ttl")
       opts.capability_ttl = seconds("--capability-ttl");
     else if (a == "--transfer-timeout")
@@ -242,10 +251,28 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&set, &sig);
-  std::printf("received %s, finishing in-flight work and closing sessions\n",
-              sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::printf(
+      "received %s, draining: no new sessions, clients told, finishing in-flight work "
+      "(at most %.1f s; a second signal exits now)\n",
+      sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<double>(drain_timeout.count()) / 1000);
   std::fflush(stdout);
-  server->stop();
+  std::atomic<int> drained{-1};  // 1: finished, 0: the timeout passed with work running
+  std::thread drainer([&] { drained = server->drain(drain_timeout) ? 1 : 0; });
+  while (drained.load() < 0) {
+    const timespec poll{0, 20 * 1000 * 1000};
+    const int again = sigtimedwait(&set, nullptr, &poll);
+    if (again == SIGINT || again == SIGTERM) {
+      std::printf("received a second signal: exiting now\n");
+      std::fflush(stdout);
+      std::_Exit(0);
+    }
+  }
+  drainer.join();
+  if (drained.load() == 0) {
+    std::printf("drain timeout passed with work still running: exiting now\n");
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
   tw::ServerStatsSnapshot s = server->stats();
   std::printf("stopped: %llu sessions served, %llu ops executed\n",
               static_cast<unsigned long long>(s.sessions_opened),

@@ -7,6 +7,13 @@
 //                [--epochs N] [--batch N] [--lr X] [--seed N] [--report-every N] [--data PATH]
 //                [--no-graph]
 //   train_digits --servers N [--server URL]...   (data-parallel over N servers)
+//   train_digits --checkpoint DIR --checkpoint-every N [--server A [--server B ... --failover]]
+//
+// With --checkpoint it saves a tw::Checkpoint every N steps into DIR and, when DIR already holds
+// one, resumes from the newest (the same final parameters as an uninterrupted run, bit for bit).
+// With --failover too, when a server dies or drains, training moves to the next --server and
+// resumes there from the last checkpoint (tw::run_with_failover). Either way it prints the
+// final parameters' hash, for comparing runs.
 //
 // With --servers N (or --server given more than once) it trains data-parallel: one replica per
 // server (N servers it hosts itself on loopback ports when no --server is given), each batch
@@ -46,6 +53,9 @@ struct Args {
   int64_t report_every = 4;
   std::string data;
   bool graph = true;
+  std::string checkpoint;  // --checkpoint DIR
+  int64_t checkpoint_every = 0;
+  bool failover = false;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -55,7 +65,9 @@ struct Args {
       "usage: train_digits [--model cnn|mlp] [--device remote|cpu] [--server tcp://host:port]\n"
       "                    [--epochs N] [--batch N] [--lr X] [--seed N] [--report-every N] [--data "
       "PATH]\n"
-      "                    [--no-graph]\n"
+      "                    [--no-graph] [--checkpoint DIR --checkpoint-every N]\n"
+      "       train_digits --checkpoint DIR --checkpoint-every N --server A --server B "
+      "--failover\n"
       "       train_digits --servers N [--server URL]... [--model ...] [--epochs N] ...\n",
       problem.c_str());
   std::exit(2);
@@ -111,6 +123,13 @@ Args parse(int argc, char** argv) {
       a.data = value();
     } else if (flag == "--no-graph") {
       a.graph = false;
+    } else if (flag == "--checkpoint") {
+      a.checkpoint = value();
+    } else if (flag == "--checkpoint-every") {
+      a.checkpoint_every = static_cast<int64_t>(number(value()));
+      if (a.checkpoint_every < 1) usage("--checkpoint-every must be >= 1");
+    } else if (flag == "--failover") {
+      a.failover = true;
     } else if (flag == "--help" || flag == "-h") {
       usage("trains a digit classifier on a remote device");
     } else {
@@ -121,6 +140,14 @@ Args parse(int argc, char** argv) {
   if (a.lr == 0) a.lr = a.model == ModelKind::kCnn ? 3e-3 : 2e-3;
   if (!a.server.empty() && a.device == "cpu")
     usage("--server names a remote device; drop --device cpu");
+  if (a.failover && a.checkpoint.empty())
+    usage("--failover resumes from checkpoints: give --checkpoint DIR");
+  if (a.checkpoint_every > 0 && a.checkpoint.empty())
+    usage("--checkpoint-every needs --checkpoint DIR");
+  if (!a.checkpoint.empty() && a.checkpoint_every == 0) a.checkpoint_every = 20;
+  if (!a.checkpoint.empty() && a.parallel > 0)
+    usage("--checkpoint trains on one device; drop --servers");
+  if (a.failover) return a;  // every --server is a failover target, not a replica
   if (a.servers.size() > 1 && a.parallel == 0) a.parallel = static_cast<int>(a.servers.size());
   if (a.parallel > 0 && !a.servers.empty() && a.servers.size() != static_cast<size_t>(a.parallel)) {
     usage("--servers " + std::to_string(a.parallel) + " with " + std::to_string(a.servers.size()) +
@@ -243,6 +270,72 @@ int main_parallel(const Args& a, const tw::digits::Dataset& train_set,
   return acc >= kTarget && differ.empty() ? 0 : 1;
 }
 
+// A 64-bit FNV-1a hash of every parameter's bytes, in order: equal hashes, equal parameters.
+uint64_t params_hash(const tw::nn::Module& model) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const auto& [name, p] : model.named_parameters())
+    for (uint8_t b : p->value().to_bytes()) h = (h ^ b) * 0x100000001b3ull;
+  return h;
+}
+
+// --checkpoint (and --failover): checkpointed training, resumed when DIR holds a checkpoint.
+int main_checkpointed(const Args& a, const tw::digits::Dataset& train_set,
+                      const tw::digits::Dataset& test_set) {
+  tw::digits::ResumableOptions o;
+  o.kind = a.model;
+  o.epochs = a.epochs;
+  o.batch = a.batch;
+  o.lr = a.lr;
+  o.seed = a.seed;
+  o.graph = a.graph;
+  o.checkpoint_dir = a.checkpoint;
+  o.checkpoint_every = a.checkpoint_every;
+  o.report_every = a.report_every;
+  o.on_progress = print_progress;
+  std::unique_ptr<tw::Server> hosted;
+  std::vector<std::string> urls = a.servers;
+  if (a.device == "remote" && urls.empty()) {
+    hosted = tw::serve(tw::Device::cpu());
+    urls.push_back(hosted->url());
+  }
+  tw::digits::ResumableRun run;
+  double accuracy = 0;
+  auto work = [&](const tw::Device& device) {
+    std::printf("device: %s\n", device.str().c_str());
+    run = tw::digits::train_resumable(train_set, device, o);
+    if (run.resumed_from > 0)
+      std::printf("resumed from the checkpoint at step %" PRId64 "\n", run.resumed_from);
+    accuracy = tw::digits::accuracy(*run.model, tw::digits::upload(test_set, a.model, device));
+  };
+  int64_t redone = 0;
+  if (a.device == "cpu") {
+    work(tw::Device::cpu());
+  } else if (a.failover) {
+    tw::FailoverOptions f;
+    int64_t last_step = 0;
+    o.after_step = [&](int64_t step) { last_step = step; };
+    f.on_failover = [&](const std::string& from, const std::string& to, const std::string& why) {
+      std::printf("\nfailover: %s is gone (%s); resuming on %s\n", from.c_str(), why.c_str(),
+                  to.c_str());
+      const auto latest = tw::Checkpoint(a.checkpoint).latest();
+      redone += last_step - (latest ? latest->step : 0);
+    };
+    tw::run_with_failover(urls, work, f);
+  } else {
+    work(tw::Device::remote(urls.front()));
+  }
+  std::printf("steps: %" PRId64 " run here of %" PRId64 ", %" PRId64
+              " checkpoints saved into %s every %" PRId64 " steps\n",
+              run.steps_run, run.total_steps, run.checkpoints, a.checkpoint.c_str(),
+              a.checkpoint_every);
+  if (a.failover) std::printf("failover: %" PRId64 " steps redone\n", redone);
+  constexpr double kTarget = 0.95;
+  std::printf("test accuracy: %.1f%%, target >= %.0f%%: %s\n", 100 * accuracy, 100 * kTarget,
+              accuracy >= kTarget ? "met" : "MISSED");
+  std::printf("final parameters: hash %016" PRIx64 "\n", params_hash(*run.model));
+  return accuracy >= kTarget ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -259,6 +352,7 @@ int main(int argc, char** argv) {
                 path.c_str(), all.n, train_set.n, test_set.n);
     std::printf("        %s\n", tw::digits::kAttribution);
     if (a.parallel > 0) return main_parallel(a, train_set, test_set);
+    if (!a.checkpoint.empty()) return main_checkpointed(a, train_set, test_set);
 
     std::unique_ptr<tw::Server> server;
     std::optional<tw::Device> remote;

@@ -21,12 +21,16 @@ set -euo pipefail
 # libonnx-dev (ONNX's generated protobuf classes, with protobuf): the ONNX importer (src/onnx);
 # libonnx-testdata: ONNX's backend test models that tests/onnx/conformance_test.cc runs;
 # python3-torch: python/tests/test_onnx.py exports PyTorch models with torch.onnx.export.
+# libzstd-dev: compressed frames (src/protocol/compress.cc); libxxhash-dev: the content hash of
+# deduplicated uploads (src/protocol/content_hash.cc); iproute2: the shaped link of
+# tests/support/shaped_link.h (ip, tc).
 packages=(build-essential cmake ninja-build g++ pkg-config clang-format libgtest-dev libgmock-dev googletest zlib1g-dev
           libonnx-dev libonnx-testdata
           libbenchmark-dev libdnnl-dev libasio-dev libssl-dev openssl libtorch-dev python3 clang-16
           libclang-rt-16-dev python3-dev pybind11-dev python3-numpy python3-pytest python3-pip
           python3-setuptools python3-wheel
-          prometheus-cpp-dev libcpp-httplib-dev chromium libgloo-dev python3-torch "$@")
+          prometheus-cpp-dev libcpp-httplib-dev chromium libgloo-dev python3-torch
+          libzstd-dev libxxhash-dev iproute2 "$@")
 
 # One dpkg-query for all of them (it exits non-zero when some are unknown; their lines are absent).
 installed=" $(dpkg-query -W -f='${Package}=${Status}\n' "${packages[@]}" 2>/dev/null |

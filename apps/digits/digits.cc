@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 
 namespace tw::digits {
 
@@ -191,7 +192,8 @@ void maybe_report(Progress& p, int64_t s, int64_t report_every, const Tensor& lo
 }  // namespace
 
 Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
-                            const std::function<void(const Progress&)>& on_progress) {
+                            const std::function<void(const Progress&)>& on_progress,
+                            int64_t first_step, const std::function<void(int64_t)>& after_step) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   model_.train();
@@ -205,7 +207,7 @@ Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report
   p.epochs = epochs;
   p.steps = steps_per_epoch();
   int64_t seen = 0;
-  for (int64_t s = 0; s < p.steps; ++s) {
+  for (int64_t s = first_step; s < p.steps; ++s) {
     const int64_t begin = s * batch_, end = std::min(train_.n, begin + batch_);
     const Tensor idx = order.slice(0, begin, end);
     const Tensor xb = train_.x.index_select(0, idx), yb = train_.y.index_select(0, idx);
@@ -219,8 +221,47 @@ Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report
       correct = correct.defined() ? correct + hits : hits;
     }
     maybe_report(p, s, report_every, loss_sum, correct, seen, start, on_progress);
+    if (after_step) after_step(s);
   }
   return p;
+}
+
+ResumableRun train_resumable(const Dataset& train, const Device& device,
+                             const ResumableOptions& o) {
+  manual_seed(o.seed);
+  ResumableRun r;
+  r.model = make_model(o.kind, {device, kF32});
+  optim::Adam opt(r.model->parameters(), {.lr = o.lr});
+  const DeviceData data = upload(train, o.kind, device);
+  Trainer trainer(*r.model, opt, data, o.batch, o.graph);
+  const int64_t per_epoch = trainer.steps_per_epoch();
+  r.total_steps = per_epoch * o.epochs;
+  std::optional<Checkpoint> ckpt;
+  if (!o.checkpoint_dir.empty()) {
+    ckpt.emplace(o.checkpoint_dir);
+    if (std::optional<CheckpointInfo> info = ckpt->restore(*r.model, &opt)) {
+      if (info->step > r.total_steps) {
+        throw Error("train_resumable: the checkpoint " + info->manifest + " is at step " +
+                    std::to_string(info->step) + ", past this run's " +
+                    std::to_string(r.total_steps) + " steps");
+      }
+      r.resumed_from = info->step;
+    }
+  }
+  if (o.on_ready) o.on_ready(r.resumed_from);
+  for (int e = static_cast<int>(r.resumed_from / per_epoch) + 1; e <= o.epochs; ++e) {
+    const int64_t first = e == r.resumed_from / per_epoch + 1 ? r.resumed_from % per_epoch : 0;
+    trainer.run_epoch(e, o.epochs, o.seed, o.report_every, o.on_progress, first, [&](int64_t s) {
+      const int64_t step = (e - 1) * per_epoch + s + 1;
+      ++r.steps_run;
+      if (ckpt && o.checkpoint_every > 0 && step % o.checkpoint_every == 0) {
+        ckpt->save(step, *r.model, &opt);
+        ++r.checkpoints;
+      }
+      if (o.after_step) o.after_step(step);
+    });
+  }
+  return r;
 }
 
 DataParallelTrainer::DataParallelTrainer(ModelKind kind, const std::vector<Device>& devices,

@@ -75,8 +75,11 @@ class Trainer {
   int64_t steps_per_epoch() const { return (train_.n + batch_ - 1) / batch_; }
   // Runs one epoch; calls on_progress every `report_every` steps and after the last one (each
   // call reads two numbers from the device: a round trip). Returns the epoch's final progress.
+  // first_step skips the epoch's first steps (resuming from a checkpoint taken within it);
+  // after_step(s) runs after step s (0-based within the epoch) has been issued.
   Progress run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
-                     const std::function<void(const Progress&)>& on_progress = {});
+                     const std::function<void(const Progress&)>& on_progress = {},
+                     int64_t first_step = 0, const std::function<void(int64_t)>& after_step = {});
 
  private:
   nn::Module& model_;
@@ -115,6 +118,38 @@ class DataParallelTrainer {
   std::unique_ptr<dist::Group> group_;
   int64_t batch_, n_;
 };
+
+// Training that checkpoints every `checkpoint_every` steps into `checkpoint_dir` (tw::Checkpoint)
+// and, when that directory holds a checkpoint, resumes from its newest: the model is made from
+// the seed as always, then its parameters, Adam's state, the random generator and the step
+// counter are loaded, and training goes on at the next step of the same epoch. Every op being
+// deterministic, the final parameters equal an uninterrupted run's bit for bit.
+struct ResumableOptions {
+  ModelKind kind = ModelKind::kMlp;
+  int epochs = 1;
+  int64_t batch = 64;
+  double lr = 2e-3;
+  uint64_t seed = 7;
+  bool graph = true;
+  std::string checkpoint_dir;  // empty: no checkpoints, no resuming
+  int64_t checkpoint_every = 0;
+  int64_t report_every = 0;
+  std::function<void(const Progress&)> on_progress;
+  // After each step (counted from 1 over the whole run) and its checkpoint, if any.
+  std::function<void(int64_t step)> after_step;
+  // Once the model, optimizer and data are ready to train (restored from the checkpoint at
+  // `step`, or 0 when starting fresh), before the first step.
+  std::function<void(int64_t step)> on_ready;
+};
+struct ResumableRun {
+  std::shared_ptr<nn::Sequential> model;
+  int64_t resumed_from = 0;  // the checkpoint's step (0: started fresh)
+  int64_t steps_run = 0;     // steps this call ran
+  int64_t total_steps = 0;
+  int64_t checkpoints = 0;  // saved by this call
+};
+ResumableRun train_resumable(const Dataset& train, const Device& device,
+                             const ResumableOptions& options);
 
 // Fraction of `data` the model classifies right (eval mode, no grad, one read).
 double accuracy(nn::Module& model, const DeviceData& data);

@@ -32,6 +32,9 @@ class Optimizer {
   // the first step() that makes them. A step recorded by tw::graph::Capture takes them as trace
   // inputs and gives their new values as outputs; replaying it rebinds them through these.
   virtual std::vector<Tensor*> state() = 0;
+  // Called after the tensors behind state() were replaced (tw::Checkpoint::load), so that the
+  // optimizer re-derives what it keeps beside them.
+  virtual void state_restored() {}
 
  protected:
   std::vector<nn::ParameterPtr> params_;
@@ -79,6 +82,7 @@ class Adam : public Optimizer {
   double lr() const override { return o_.lr; }
   void set_lr(double lr) override { o_.lr = lr; }
   std::vector<Tensor*> state() override;
+  void state_restored() override;
 
  protected:
   Adam(std::vector<nn::ParameterPtr> params, AdamOptions options, bool decoupled);

@@ -22,6 +22,11 @@ struct DeviceProfile {
 
 // Every remote device this process has connected to, in the order of first connection.
 std::vector<DeviceProfile> devices();
+// Marks the end of one training step (each call of a tw::graph::Step marks one itself), so that
+// the report also gives round trips, time waited and bytes sent per step.
+void step();
+// Steps marked so far.
+uint64_t steps();
 // The same as a table, with the time since the first connection, and a hint when waiting
 // dominates ("" when no remote device was used).
 std::string report();

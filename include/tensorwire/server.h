@@ -112,6 +112,13 @@ class Server {
   ServerStatsSnapshot stats() const;
   // Stops accepting, lets queued work finish, closes every session. Idempotent.
   void stop();
+  // Graceful shutdown (tensorwire-server on SIGTERM): stops taking sessions (the listeners close;
+  // a handshake under way is refused as draining), tells every client whose protocol has it
+  // (9+) that the server is draining, so that it fails its waiters at once and can fail over,
+  // lets the work already received run for up to `timeout`, then stops as stop() does. Returns
+  // whether that work finished within the timeout (false: batches were still running; stop()
+  // was not called, and the caller should exit without waiting for them).
+  bool drain(std::chrono::milliseconds timeout);
   // Blocks until stop() has completed (from another thread or a signal handler's thread).
   void wait();
 

@@ -297,6 +297,14 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype,
 // any thread count.
 void manual_seed(uint64_t seed);
 uint64_t next_seed();
+// The generator's whole state (the seed and how many seeds were drawn since), for checkpoints:
+// set_rng_state(rng_state()) later makes the same tensors as going on now would.
+struct RngState {
+  uint64_t seed = 0;
+  uint64_t counter = 0;
+};
+RngState rng_state();
+void set_rng_state(const RngState& state);
 Tensor rand(const Shape& shape, DType dtype = kF32, const Device& device = Device::cpu());
 Tensor randn(const Shape& shape, DType dtype = kF32, const Device& device = Device::cpu());
 Tensor uniform(const Shape& shape, double low, double high, DType dtype = kF32,

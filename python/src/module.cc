@@ -1624,7 +1624,8 @@ void bind_graph(py::module_& m) {
 
 }  // namespace
 
-void bind_onnx(py::module_& m);  // onnx.cc
+void bind_onnx(py::module_& m);        // onnx.cc
+void bind_checkpoint(py::module_& m);  // checkpoint.cc
 }  // namespace tw::python
 
 PYBIND11_MODULE(_tensorwire, m) {
@@ -1640,4 +1641,5 @@ PYBIND11_MODULE(_tensorwire, m) {
   bind_dist(m);
   bind_graph(m);
   bind_onnx(m);
+  bind_checkpoint(m);
 }

@@ -29,7 +29,8 @@ import numpy as _np  # noqa: E402
 
 from . import _tensorwire as _C  # noqa: E402
 from ._tensorwire import (  # noqa: F401,E402  (re-exported)
-    Device, Error, RemoteDeviceInfo, Server, Tensor, WireCounters, adaptive_avg_pool2d,
+    Checkpoint, CheckpointInfo, Device, Error, RemoteDeviceInfo, RngState, rng_state,
+    run_with_failover, set_rng_state, Server, Tensor, WireCounters, adaptive_avg_pool2d,
     avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes, from_dlpack,
     from_numpy, full_like, get_num_threads, is_grad_enabled, layer_norm, log_softmax,
     manual_seed, matmul, max_pool2d, one_hot, ones_like, remote_devices,

@@ -229,6 +229,36 @@ class RemoteDeviceInfo:
     backend: str
     memory_bytes: int
 
+class RngState:
+    seed: int
+    counter: int
+    def __init__(self) -> None: ...
+
+class CheckpointInfo:
+    step: int
+    rng: RngState
+    extra: dict[str, str]
+    manifest: str
+    data: str
+    bytes: int
+
+class Checkpoint:
+    dir: str
+    def __init__(self, dir: str, keep: int = 2) -> None: ...
+    def save(self, step: int, model: Any, optimizer: Any = None,
+             extra: Optional[dict[str, str]] = None) -> CheckpointInfo: ...
+    def list(self, validate: bool = True) -> list[CheckpointInfo]: ...
+    def latest(self) -> Optional[CheckpointInfo]: ...
+    def load(self, info: CheckpointInfo, model: Any, optimizer: Any = None,
+             restore_rng: bool = True) -> None: ...
+    def restore(self, model: Any, optimizer: Any = None,
+                restore_rng: bool = True) -> Optional[CheckpointInfo]: ...
+
+def rng_state() -> RngState: ...
+def set_rng_state(state: RngState) -> None: ...
+def run_with_failover(urls: list[str], work: Callable[[Device], None], max_failovers: int = 8,
+                      device_index: int = 0) -> int: ...
+
 class WireCounters:
     frames_out: int
     bytes_out: int

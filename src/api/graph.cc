@@ -12,6 +12,7 @@
 #include "ir/infer.h"
 #include "ir/printer.h"
 #include "ir/trace.h"
+#include "tensorwire/profile.h"
 
 namespace tw::graph {
 
@@ -261,6 +262,7 @@ std::string key_of(const std::vector<Tensor>& args, const std::vector<Slot>& sta
 }  // namespace
 
 std::vector<Tensor> Step::operator()(const std::vector<Tensor>& args) {
+  profile::step();  // TW_PROFILE's per-step figures
   for (size_t i = 0; i < args.size(); ++i) {
     if (!args[i].defined())
       throw Error("graph::Step: argument " + std::to_string(i) + " is undefined");

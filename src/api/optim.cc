@@ -213,6 +213,11 @@ std::vector<Tensor*> Adam::state() {
   return out;
 }
 
+void Adam::state_restored() {
+  // A parameter has a clock of its own exactly when its own pair was made (see step()).
+  for (State& s : state_) s.own_clock = s.beta1_pow.defined();
+}
+
 AdamW::AdamW(std::vector<nn::ParameterPtr> params, AdamWOptions options)
     : Adam(std::move(params),
            AdamOptions{options.lr, options.beta1, options.beta2, options.eps, options.weight_decay},

@@ -408,8 +408,8 @@ Layout parse_layout(std::span<const uint8_t> bytes, const std::string& what) {
   return out;
 }
 
-std::vector<uint8_t> write_file(const std::vector<Named>& tensors,
-                                const std::map<std::string, std::string>& metadata) {
+std::vector<uint8_t> write_header(const std::vector<Named>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
   std::string header = "{";
   std::set<std::string> names;
   uint64_t offset = 0;
@@ -422,27 +422,45 @@ std::vector<uint8_t> write_file(const std::vector<Named>& tensors,
     }
     header += "}";
   }
-  for (const auto& [name, dtype, shape_of, bytes] : tensors) {
-    if (name == "__metadata__")
+  for (const Named& t : tensors) {
+    if (t.name == "__metadata__")
       throw Error("save_safetensors: a tensor may not be named __metadata__");
-    if (!names.insert(name).second)
-      throw Error("save_safetensors: the name " + name + " appears twice");
+    if (!names.insert(t.name).second)
+      throw Error("save_safetensors: the name " + t.name + " appears twice");
     std::string shape;
-    for (int64_t d : shape_of) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    const uint64_t end = offset + bytes.size();
-    header += std::string(header.size() > 1 ? "," : "") + json_escape(name) + ":{\"dtype\":\"" +
-              format_name(dtype) + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+    for (int64_t d : t.shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    const uint64_t end = offset + byte_size(t);
+    header += std::string(header.size() > 1 ? "," : "") + json_escape(t.name) + ":{\"dtype\":\"" +
+              format_name(t.dtype) + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
               std::to_string(offset) + "," + std::to_string(end) + "]}";
     offset = end;
   }
   header += "}";
   // Pad with spaces so that the data starts 8-byte aligned (as the reference writer does).
   while ((8 + header.size()) % 8 != 0) header += ' ';
-  std::vector<uint8_t> out(8 + header.size() + offset);
+  std::vector<uint8_t> out(8 + header.size());
   uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>(n >> (8 * i));
   std::memcpy(out.data() + 8, header.data(), header.size());
-  size_t at = 8 + header.size();
+  return out;
+}
+
+uint64_t byte_size(const Named& t) {
+  return static_cast<uint64_t>(numel(t.shape)) * dtype_size(t.dtype);
+}
+
+std::vector<uint8_t> write_file(const std::vector<Named>& tensors,
+                                const std::map<std::string, std::string>& metadata) {
+  std::vector<uint8_t> out = write_header(tensors, metadata);
+  size_t at = out.size();
+  uint64_t total = 0;
+  for (const Named& t : tensors) {
+    if (t.bytes.size() != byte_size(t))
+      throw Error("save_safetensors: tensor " + t.name + " has " + std::to_string(t.bytes.size()) +
+                  " bytes, its shape and dtype say " + std::to_string(byte_size(t)));
+    total += t.bytes.size();
+  }
+  out.resize(at + total);
   for (const Named& t : tensors) {
     if (!t.bytes.empty()) std::memcpy(out.data() + at, t.bytes.data(), t.bytes.size());
     at += t.bytes.size();

@@ -51,6 +51,12 @@ struct Named {
 // (the data section 8-byte aligned); throws tw::Error for a duplicate or reserved name.
 std::vector<uint8_t> write_file(const std::vector<Named>& tensors,
                                 const std::map<std::string, std::string>& metadata);
+// Its first part: the 8-byte header length and the header, the data section following it. Only
+// the tensors' names, dtypes and shapes are read (not `bytes`), so a writer may stream the data.
+std::vector<uint8_t> write_header(const std::vector<Named>& tensors,
+                                  const std::map<std::string, std::string>& metadata);
+// numel(shape) * dtype_size(dtype).
+uint64_t byte_size(const Named& t);
 
 // Parses and checks `bytes` as a whole safetensors file; throws tw::Error starting with `what`
 // saying what is wrong.

@@ -539,6 +539,11 @@ void manual_seed(uint64_t seed) {
   g_seed_base.store(seed);
   g_seed_counter.store(0);
 }
+RngState rng_state() { return {g_seed_base.load(), g_seed_counter.load()}; }
+void set_rng_state(const RngState& state) {
+  g_seed_base.store(state.seed);
+  g_seed_counter.store(state.counter);
+}
 uint64_t next_seed() {
   return splitmix64(g_seed_base.load() ^ splitmix64(g_seed_counter.fetch_add(1)));
 }

@@ -10,6 +10,11 @@ namespace tw::client {
 namespace proto = protocol;
 
 Status Connection::submit_op(const ir::Op& op) {
+  if (const auto* up = std::get_if<ir::FromHost>(&op);
+      up && options_.dedup && up->data.data.size() >= Options::kDedupMinBytes) {
+    TW_ASSIGN_OR_RETURN(bool sent, upload_by_hash(*up));
+    if (sent) return Status::OK();
+  }
   if (const auto* up = std::get_if<ir::FromHost>(&op); up && up->data.data.size() >= kShmMinBytes) {
     if (std::shared_ptr<ShmSlot> slot = staged_slot(up->data.data)) {
       return submit_from_segment(*up, *slot);
@@ -145,11 +150,14 @@ void Connection::queue_drops_locked() {
 void Connection::send_batch_locked() {
   if (batch_.empty()) return;
   proto::OutFrame f = batch_.take();
+  if (compress_) f = proto::maybe_compress(std::move(f), proto::kCompressedClientType);
   batch_ops_ = 0;
   ++counters_.frames_out;
   counters_.bytes_out += f.payload_size() + 4;
   writer_.push(std::move(f));
   if (!writer_.writing()) pump_locked();
+  if (options_.window_bytes && writer_.queued_bytes() > options_.window_bytes)
+    wait_for_window_locked();
 }
 
 void Connection::pump_locked() {
@@ -162,7 +170,9 @@ void Connection::pump_locked() {
         std::unique_lock<std::mutex> lock(mu_);
         if (!ec) {
           writer_.async_done();
-          return pump_locked();
+          pump_locked();
+          window_cv_.notify_all();
+          return;
         }
         lock.unlock();
         fail_all(send_failed(ec));

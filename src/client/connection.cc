@@ -26,6 +26,10 @@ Options Options::from_env() {
   if (const char* e = std::getenv("TW_SPIN_US"))
     o.spin_us = static_cast<uint32_t>(std::clamp(std::atol(e), 0L, 10'000L));
   if (const char* e = std::getenv("TW_SHM")) o.shm = std::string(e) != "0";
+  o.compress = proto::compress_mode_from_env();
+  if (const char* e = std::getenv("TW_DEDUP")) o.dedup = std::string(e) != "0";
+  if (const char* e = std::getenv("TW_WINDOW_BYTES"))
+    o.window_bytes = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("TW_CREDENTIAL")) o.credential = e;
   if (const char* e = std::getenv("TW_TLS_CA")) o.tls.ca_file = e;
   if (const char* e = std::getenv("TW_TLS_FINGERPRINT")) o.tls.fingerprint = e;
@@ -121,6 +125,8 @@ Status Connection::connect_locked() {
   batch_.set_packed_ids(welcome_.version >= 4);
   // A server always sends its limit (>= 1024); the floor only guards against a broken peer.
   frame_limit_ = std::clamp<uint64_t>(welcome_.limits.max_frame_bytes, 1024, 0xFFFFFFFFu);
+  compress_ = welcome_.version >= 9 && url_.scheme != net::Url::Scheme::kUnix &&
+              proto::compress_link(options_.compress, url_.host);
   timer_.emplace(io_);
   check_timer_.emplace(io_);
   work_.emplace(io_.get_executor());
@@ -144,6 +150,7 @@ void Connection::close() {
     if (state_ == State::kConnected) flush_locked();
     closing_ = true;
     kick_io_locked();
+    window_cv_.notify_all();
   }
   if (io_thread_.joinable()) {
     // Let queued writes go out, then close the stream so the read loop ends.

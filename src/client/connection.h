@@ -23,6 +23,7 @@
 #include "net/shm.h"
 #include "net/stream.h"
 #include "net/url.h"
+#include "protocol/compress.h"
 #include "protocol/messages.h"
 #include "tensorwire/export.h"
 
@@ -50,6 +51,20 @@ struct Options {
   // The same-host shared-memory path (protocol 5, unix:// only; see Connection): on unless
   // TW_SHM=0, which sends every tensor through the socket.
   bool shm = true;
+  // Compressed frames (protocol 9, protocol/compress.h): TW_COMPRESS=0 never, 1 whenever a
+  // frame's sample pays, unset (auto) the same but only to another host over TCP or TLS.
+  protocol::CompressMode compress = protocol::CompressMode::kAuto;
+  // Deduplicated uploads (protocol 9, client/dedup.cc): an upload of at least kDedupMinBytes
+  // first asks the server, by content hash, whether it holds the bytes (one round trip); on
+  // unless TW_DEDUP=0.
+  bool dedup = true;
+  static constexpr uint64_t kDedupMinBytes = uint64_t{4} << 20;
+  // Flow control (client/flow_control.cc): a thread that queues frames while this many bytes of
+  // earlier ones are still unwritten (the server stopped reading: it runs ops slower than they
+  // come) blocks until half of them are out (TW_WINDOW_BYTES; 0: never blocks). Beside it only
+  // the kernel's socket buffers and the server's bounded queue (session_queue_depth batches)
+  // hold ops not yet run, so memory stays bounded on both sides however fast a program issues.
+  uint64_t window_bytes = uint64_t{8} << 20;
   std::string credential;  // TW_CREDENTIAL
   // How a tls:// server is verified: tls.ca_file (TW_TLS_CA) and/or tls.fingerprint
   // (TW_TLS_FINGERPRINT); the suites offered, tls.cipher_suites (TW_TLS_CIPHERS); see
@@ -65,6 +80,8 @@ struct Counters {
   // Callers that read the stream for their reply, and those of them that spun first (Options::
   // spin_us; none after waits that keep outlasting it, wait_until).
   uint64_t reading_waits = 0, spun_waits = 0;
+  // Times a thread waited for the flow-control window (Options::window_bytes), and how long.
+  uint64_t window_waits = 0, window_wait_ns = 0;
 };
 
 class Connection {
@@ -191,6 +208,12 @@ class Connection {
     std::atomic<bool>* done = nullptr;
   };
   Status connect_locked();
+  // Flow control: blocks (mu_ held, released while waiting) while the unwritten frames exceed
+  // Options::window_bytes; never on the I/O thread, which completes the writes.
+  void wait_for_window_locked();
+  // Deduplicated upload (client/dedup.cc): true when the server made the tensor from bytes it
+  // holds; false when the bytes must be sent.
+  Result<bool> upload_by_hash(const ir::FromHost& up);
   // Connects unless connected; the error of a dead connection.
   Status ready_locked();
   // After a task was added to the batch: counts it as an op and flushes as submit_op does.
@@ -287,6 +310,7 @@ class Connection {
   // The largest frame payload the server accepts (its --max-frame, at most what the u32 length
   // prefix can express); no batch is allowed to grow past it.
   uint64_t frame_limit_ = 0xFFFFFFFFu;
+  bool compress_ = false;  // send frames compressed when they pay (Options::compress, protocol 9)
   std::vector<ir::TensorId> drops_;
   uint64_t next_request_ = 1;
   using PendingMap = std::unordered_map<uint64_t, std::unique_ptr<Pending>>;
@@ -301,6 +325,7 @@ class Connection {
   Counters counters_;
   std::vector<Status> session_errors_;  // unsolicited errors, reported by the next sync()
   net::FrameWriter writer_;
+  std::condition_variable_any window_cv_;  // writes completed, or the connection ended
 
   asio::io_context io_;
   std::unique_ptr<net::Stream> stream_;

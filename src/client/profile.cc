@@ -1,6 +1,7 @@
 #include "client/profile.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -85,6 +86,13 @@ void leave(const Connection* c, const Counters& final_counters) {
 
 namespace tw::profile {
 
+namespace {
+std::atomic<uint64_t> steps_marked{0};
+}  // namespace
+
+void step() { steps_marked.fetch_add(1, std::memory_order_relaxed); }
+uint64_t steps() { return steps_marked.load(std::memory_order_relaxed); }
+
 std::vector<DeviceProfile> devices() {
   client::profile::Registry& r = client::profile::registry();
   std::lock_guard<std::mutex> lock(r.mu);
@@ -143,6 +151,16 @@ std::string report() {
                       "read less often, or batch the reads"
                     : "");
     os << line;
+    if (const uint64_t n = steps(); n > 0) {
+      const double per = 1.0 / static_cast<double>(n);
+      std::snprintf(line, sizeof line,
+                    "  per step (%llu steps): %.2f round trips, waited %.3f ms, %s out, %s in\n",
+                    static_cast<unsigned long long>(n), static_cast<double>(d.round_trips) * per,
+                    d.wait_seconds * per * 1e3,
+                    human(static_cast<double>(d.bytes_out) * per, "B").c_str(),
+                    human(static_cast<double>(d.bytes_in) * per, "B").c_str());
+      os << line;
+    }
   }
   return os.str();
 }

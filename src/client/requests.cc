@@ -261,6 +261,7 @@ void Connection::fail_all(const Status& why) {
     }
     pending.swap(pending_);
     kick_io_locked();
+    window_cv_.notify_all();
   }
   for (auto& [id, p] : pending) p->deliver_status(dead_);
   std::lock_guard<std::mutex> lock(mu_);
@@ -271,6 +272,13 @@ void Connection::on_message(const Buffer& payload) {
   // Decoded into the one message kept for it: a single reader at a time calls this. Whatever
   // bytes the reply carried and nobody took (an unknown id, a failure) are let go on the way
   // out, not held until the next reply (they may be a large result or a segment's lease).
+  if (welcome_.version >= 9 && proto::is_compressed(payload, proto::kCompressedServerType)) {
+    Result<Buffer> raw = proto::decompress(payload, ~uint64_t{0}, proto::read_result_data_offset);
+    if (raw.ok()) return on_message(*raw);
+    fail_all(raw.status().with_context("malformed message from " + url_.str()));
+    stream_->shutdown();
+    return;
+  }
   proto::ServerMessage& m = reply_;
   struct LetGo {
     proto::ServerMessage& m;
@@ -281,6 +289,12 @@ void Connection::on_message(const Buffer& payload) {
   if (Status st = proto::decode_server_message(payload, m); !st.ok()) {
     fail_all(st.with_context("malformed message from " + url_.str()));
     stream_->shutdown();  // safe from a reading caller's thread
+    return;
+  }
+  if (m.kind == proto::ServerMsg::kDraining) {
+    // The server is going away (protocol 9): every waiter and every later call fails now, so
+    // that the program can move elsewhere (tw::run_with_failover) without waiting for it.
+    fail_all(unavailable(m.draining.message));
     return;
   }
   if (m.kind == proto::ServerMsg::kSessionError) {

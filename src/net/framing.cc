@@ -18,6 +18,7 @@ FrameWriter::Step FrameWriter::pump(Stream& s) {
       }
       consume(bufs_, r.bytes);
     }
+    queued_bytes_ -= queue_.front().payload_size() + 4;
     queue_.pop_front();
   }
   return Step::kIdle;
@@ -122,7 +123,10 @@ asio::mutable_buffer FrameReader::space() {
 void FrameWriter::async_done() {
   writing_ = false;
   bufs_.clear();
-  if (!queue_.empty()) queue_.pop_front();
+  if (!queue_.empty()) {
+    queued_bytes_ -= queue_.front().payload_size() + 4;
+    queue_.pop_front();
+  }
 }
 
 }  // namespace tw::net

@@ -46,7 +46,13 @@ class FrameWriter {
     kAsync,  // the stream would block: start async_write(pending()) and call async_done()
     kError,  // the stream failed; error() says how
   };
-  void push(OutFrame f) { queue_.push_back(std::move(f)); }
+  void push(OutFrame f) {
+    queued_bytes_ += f.payload_size() + 4;
+    queue_.push_back(std::move(f));
+  }
+  // Bytes (headers included) of the frames queued and not yet all written: what a producer
+  // that outpaces the stream holds (the client's flow-control window, client/flow_control.cc).
+  uint64_t queued_bytes() const { return queued_bytes_; }
   // Writes queued frames without blocking. Call after push() unless writing() is true (an
   // async write is under way and will continue with the rest).
   Step pump(Stream& s);
@@ -64,6 +70,7 @@ class FrameWriter {
   std::vector<asio::const_buffer> bufs_;  // what is left of the front frame; empty: not started
   uint8_t header_[4] = {};
   bool writing_ = false;
+  uint64_t queued_bytes_ = 0;
   asio::error_code error_;
 };
 

@@ -18,6 +18,8 @@
 #include <iterator>
 #include <mutex>
 
+#include "net/keepalive.h"
+
 namespace tw::net {
 
 namespace {
@@ -244,9 +246,11 @@ class SocketStream final : public Stream {
   std::vector<int> held_fds_;  // received, not yet taken
 };
 
+// Every TCP socket's options: no Nagle delay, and a silent peer detected (net/keepalive.h).
 void set_nodelay(Proto::socket& sock) {
   int one = 1;
   ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  detect_dead_peer(sock.native_handle(), dead_peer_deadline());
 }
 
 class SocketListener final : public Listener {

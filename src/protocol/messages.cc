@@ -10,6 +10,7 @@ const char* refuse_reason_name(RefuseReason r) {
     case RefuseReason::kServerBusy: return "server busy";
     case RefuseReason::kMalformed: return "malformed handshake";
     case RefuseReason::kCannotHost: return "device cannot be hosted";
+    case RefuseReason::kDraining: return "server draining";
   }
   return "refused";
 }
@@ -47,6 +48,8 @@ void encode_refuse(const Refuse& m, OutFrame& f) { encode_fields(ServerMsg::kRef
 void encode_session_error(const Status& s, OutFrame& f) {
   encode_fields(ServerMsg::kSessionError, SessionError{s}, f);
 }
+
+void encode_draining(const Draining& m, OutFrame& f) { encode_fields(ServerMsg::kDraining, m, f); }
 
 void encode_read_result(uint64_t request_id, Result<TensorData> r, OutFrame& f) {
   encode_fields(ServerMsg::kReadResult, ReadResult{request_id, std::move(r)}, f);
@@ -211,6 +214,7 @@ Status decode_server_message(const Buffer& payload, ServerMessage& m) {
     case ServerMsg::kReadResultInSegment:
       TW_RETURN_NOT_OK(get_fields(r, m.in_segment, "ReadResultInSegment"));
       break;
+    case ServerMsg::kDraining: TW_RETURN_NOT_OK(get_fields(r, m.draining, "Draining")); break;
     default: return data_loss("unknown server message type " + std::to_string(kind));
   }
   if (!r.done()) return data_loss("trailing bytes after server message");
@@ -228,7 +232,9 @@ void encode_server_message(const ServerMessage& m, OutFrame& f) {
     case ServerMsg::kGraphResult: return encode_fields(m.kind, m.graph, f);
     case ServerMsg::kCapabilityResult: return encode_fields(m.kind, m.capability, f);
     case ServerMsg::kReadResultInSegment: return encode_fields(m.kind, m.in_segment, f);
-    case ServerMsg::kStoreResult: break;
+    case ServerMsg::kDraining: return encode_fields(m.kind, m.draining, f);
+    case ServerMsg::kStoreResult:
+    case ServerMsg::kCompressed: break;  // (a wrapper: protocol/compress.h)
   }
   f.head.push_back(static_cast<uint8_t>(m.kind));  // no such message: its type byte alone
 }

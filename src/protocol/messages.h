@@ -26,8 +26,11 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // the packed drop and graph-run tasks; version 5 the same-host shared-memory segments (attach,
 // upload from a segment, read into a segment; docs/protocol.md §8.11); version 6 the AdamStep op
 // (code 39); version 7 the Linear op (code 40); version 8 the attention ops (codes 41, 42) and
-// IndexSelectBackward (43). An older client never sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 8;
+// IndexSelectBackward (43); version 9 the drain notice (kDraining, sent only to a client that
+// speaks 9) and the draining refusal, compressed frames (kCompressed, protocol/compress.h) and
+// deduplicated uploads (the UploadByHash task). An older client never sends them, so the server
+// still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 9;
 // Which version brought each op is the op list's `since` column (ir::op_since_protocol): an op
 // appended to the list with a new version bumps kProtocolVersion with it.
 #define TW_SINCE_AT_MOST_CURRENT(Name, code, since)      \
@@ -51,6 +54,8 @@ enum class ClientMsg : uint8_t {
   // Protocol 5, unix:// only: a shared-memory segment (net/shm.h) whose descriptor travels with
   // the frame (SCM_RIGHTS), answered by a SyncResult of its request id.
   kAttachSegment = 5,
+  // Protocol 9: another message, zstd-compressed (protocol/compress.h, docs/protocol.md §1.1).
+  kCompressed = 6,
 };
 enum class ServerMsg : uint8_t {
   kWelcome = 1,
@@ -63,6 +68,8 @@ enum class ServerMsg : uint8_t {
   kCapabilityResult = 8,      // the reply to kExport: the capability or why there is none
   kStoreResult = 9,           // the reply to a peer's kStore
   kReadResultInSegment = 10,  // protocol 5: the reply to kReadToSegment, the bytes in the segment
+  kDraining = 11,             // protocol 9: the server is shutting down (SIGTERM); see Draining
+  kCompressed = 12,           // protocol 9: another message, zstd-compressed (protocol/compress.h)
 };
 enum class RefuseReason : uint8_t {
   kBadVersion = 1,
@@ -71,6 +78,7 @@ enum class RefuseReason : uint8_t {
   kServerBusy = 4,
   kMalformed = 5,
   kCannotHost = 6,
+  kDraining = 7,  // protocol 9 servers: shutting down, taking no new sessions
 };
 const char* refuse_reason_name(RefuseReason r);
 // Any reason byte reads: one a newer server adds is still a refusal (refuse_reason_name says
@@ -223,12 +231,24 @@ struct ReadResultInSegment {
   TW_FIELDS(request_id, tensor)
 };
 
+// kDraining (protocol 9): the server stopped taking sessions and will close this one once the
+// work it already received has run, or after `timeout_ms` at most. The client fails every
+// waiter and every later call at once with `message` (which says "server draining"), so that
+// failover can start; the session's tensors are lost with the server.
+struct Draining {
+  uint32_t timeout_ms = 0;
+  std::string message;
+  TW_FIELDS(timeout_ms, message)
+};
+inline constexpr uint16_t kDrainingSince = 9;
+
 // ---- encoding: each appends the payload (without the frame header) to an OutFrame ----
 using tw::OutFrame;  // (core/wire.h)
 void encode_hello(const Hello& m, OutFrame& f);
 void encode_welcome(const Welcome& m, OutFrame& f);
 void encode_refuse(const Refuse& m, OutFrame& f);
 void encode_session_error(const Status& s, OutFrame& f);
+void encode_draining(const Draining& m, OutFrame& f);
 // Large tensor bytes become segments of the frame (sent by a gather write, not copied).
 void encode_read_result(uint64_t request_id, Result<TensorData> r, OutFrame& f);
 // Where a ReadResult's tensor bytes start in its payload, from the payload's first `n` bytes: the
@@ -267,6 +287,7 @@ struct ServerMessage {
   GraphResult graph;
   CapabilityResult capability;
   ReadResultInSegment in_segment;
+  Draining draining;
   // The request it answers; 0 for Welcome, Refuse and SessionError.
   uint64_t request_id() const;
   // The status a result or a session error carries; OK for the other kinds.

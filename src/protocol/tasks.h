@@ -44,6 +44,8 @@ enum class TaskKind : uint8_t {
   // the server before use), and a read whose bytes the server writes into a segment.
   kFromSegment = 12,
   kReadToSegment = 15,
+  // Protocol 9: a tensor made from bytes the server holds already (a deduplicated upload).
+  kUploadByHash = 16,
 };
 
 // Where an import (kImport) or a same-server move (kMoveLocal) takes its tensor from: a tensor
@@ -161,10 +163,23 @@ struct ReadToSegmentTask {  // tensor `id` into `range` (range.sequence unused)
   TW_FIELDS(request_id, id, range.segment, range.offset, range.length)
 };
 
+// Tensor `id` of `meta` from bytes the server holds whose XXH3-128 hash is (hash_hi, hash_lo)
+// (protocol 9, server/dedup.h), answered by a SyncResult: OK, the tensor is made (as an upload of
+// those bytes would make it); kNotFound, the server does not hold them and nothing was made (the
+// client then uploads the bytes).
+struct UploadByHashTask {
+  static constexpr TaskKind kKind = TaskKind::kUploadByHash;
+  uint64_t request_id = 0;
+  ir::TensorId id = 0;
+  TensorMeta meta;
+  uint64_t hash_lo = 0, hash_hi = 0;
+  TW_FIELDS(request_id, id, meta, hash_lo, hash_hi)
+};
+
 // One task of a batch. A kind is added by appending a struct above and its type here.
 using Task = std::variant<OpTask, ReadTask, SyncTask, DropTask, StatsTask, RegisterGraphTask,
                           RunGraphTask, ExportTask, ImportTask, MoveLocalTask, CollectiveTask,
-                          FromSegmentTask, ReadToSegmentTask>;
+                          FromSegmentTask, ReadToSegmentTask, UploadByHashTask>;
 
 // A task's kind (kDrop and kRunGraph for packed ones too: see their packed_ids).
 inline TaskKind task_kind(const Task& t) {

@@ -11,6 +11,7 @@
 
 #include "core/buffer.h"
 #include "net/shm.h"
+#include "protocol/compress.h"
 
 namespace tw::server {
 
@@ -290,6 +291,14 @@ Connection::Queued Connection::on_frame(Buffer frame) {
     on_fetch(frame);
     return {};
   }
+  if (version_ >= 9 && proto::is_compressed(frame, proto::kCompressedClientType)) {
+    Status st = decompress_frame(frame);
+    if (!st.ok()) {
+      send_error(st);
+      close_when_flushed();
+      return {};
+    }
+  }
   server::Batch batch;
   if (version_ >= 5 &&
       frame.as<const uint8_t>()[0] == static_cast<uint8_t>(proto::ClientMsg::kAttachSegment)) {
@@ -308,6 +317,22 @@ Connection::Queued Connection::on_frame(Buffer frame) {
   if (++queued_ >= srv_.opts.session_queue_depth) q.paused = read_paused_ = true;
   if (!executing_) q.run_here = executing_ = true;
   return q;
+}
+
+// A Compressed frame (protocol 9) becomes the frame it holds, within --max-frame, its bytes
+// reserved in the server's budget as a received frame's are (in place of the compressed ones').
+Status Connection::decompress_frame(Buffer& frame) {
+  const uint8_t* p = frame.as<const uint8_t>();
+  uint64_t raw = 0;
+  for (size_t i = 0; i < 8 && 1 + i < frame.size(); ++i) raw |= uint64_t{p[1 + i]} << (8 * i);
+  if (raw <= srv_.opts.max_frame_bytes && raw > 0 && session_) {
+    const uint64_t bytes = BufferPool::size_class(static_cast<size_t>(raw));
+    TW_RETURN_NOT_OK(session_->reserve(
+        bytes, "a compressed frame of " + server::human_bytes(raw) + " being decompressed"));
+    session_->release(std::exchange(frame_reserved_, bytes));
+  }
+  TW_ASSIGN_OR_RETURN(frame, proto::decompress(frame, srv_.opts.max_frame_bytes));
+  return Status::OK();
 }
 
 // An AttachSegment (protocol 5): its descriptor came with the frame's bytes, so it is held by
@@ -427,6 +452,12 @@ void Connection::send_error(const Status& s) {
 }
 
 void Connection::send(proto::OutFrame f) {
+  // Replies go compressed (protocol 9) only when the server runs with TW_COMPRESS=1: whether the
+  // link is slow enough to pay is the client's to know (its TW_COMPRESS governs its uploads).
+  static const bool compress_replies =
+      proto::compress_mode_from_env() == proto::CompressMode::kMeasure;
+  if (compress_replies && version_ >= 9 && f.payload_size() >= proto::kCompressMinBytes)
+    f = proto::maybe_compress(std::move(f), proto::kCompressedServerType);
   std::lock_guard<std::mutex> lock(write_mu_);
   if (closed_) return;
   srv_.frames_out.fetch_add(1, std::memory_order_relaxed);

@@ -44,6 +44,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
             queued_.load(std::memory_order_relaxed)};
   }
   void close_when_flushed();
+  // Tells the client the server is draining (drain.cc), when its protocol has the message.
+  void notify_draining(const protocol::Draining& notice);
 
  private:
   // ---- closing (connection.cc) ----
@@ -63,6 +65,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
   void process(bool run_here = false);
   Status reserve_frame();
   Queued on_frame(Buffer frame);
+  Status decompress_frame(Buffer& frame);  // a Compressed frame (protocol 9) in place
   void attach_segment(const Buffer& frame, Batch& batch);
   void drain();
   void yield();

@@ -46,6 +46,10 @@ void Connection::on_hello(const Buffer& frame) {
   if (!srv_.opts.credential.empty() && !same_secret(h.credential, srv_.opts.credential)) {
     return refuse(proto::RefuseReason::kUnauthorized, "bad or missing credential");
   }
+  if (srv_.draining.load()) {
+    return refuse(proto::RefuseReason::kDraining,
+                  "server draining (shutting down): connect to another server");
+  }
   proto::Welcome w;
   w.version = hi;
   w.server_id = srv_.server_id;

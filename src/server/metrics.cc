@@ -86,7 +86,8 @@ ErrorKind error_kind_of(protocol::RefuseReason r) {
     case R::kBadVersion: return ErrorKind::kRefusedBadVersion;
     case R::kBadDeviceIndex: return ErrorKind::kRefusedBadDevice;
     case R::kUnauthorized: return ErrorKind::kRefusedUnauthorized;
-    case R::kServerBusy: return ErrorKind::kRefusedBusy;
+    case R::kServerBusy:
+    case R::kDraining: return ErrorKind::kRefusedBusy;  // not taking sessions now
     case R::kMalformed: return ErrorKind::kRefusedMalformed;
     case R::kCannotHost: return ErrorKind::kRefusedCannotHost;
   }

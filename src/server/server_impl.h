@@ -110,6 +110,9 @@ struct Server::Impl {
   std::vector<protocol::DeviceInfo> device_infos() const;
   server::ServerView view();  // what a metrics scrape reads
   void do_stop();
+  // Graceful shutdown (drain.cc): set once a drain starts; new handshakes are then refused.
+  std::atomic<bool> draining{false};
+  bool do_drain(std::chrono::milliseconds timeout);
   void wait_for_batches() const {
     while (batches_in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

@@ -1,7 +1,10 @@
 #include "server/session.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <sstream>
+#include <thread>
 #include <variant>
 
 #include "backend/registry.h"
@@ -155,13 +158,28 @@ void Session::settle() {
   totals_.bytes_held.fetch_add(static_cast<int64_t>(holds) - static_cast<int64_t>(before));
 }
 
+// Test-only: TW_TEST_OP_DELAY_US in the server's environment makes every op take that much
+// longer, a slow server for the flow-control bench (bench/net_bench.cc row F).
+static std::chrono::microseconds test_op_delay() {
+  static const std::chrono::microseconds d{[] {
+    const char* e = std::getenv("TW_TEST_OP_DELAY_US");
+    return e ? std::atol(e) : 0L;
+  }()};
+  return d;
+}
+
 void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
   // The common case first, without a visit: an op neither replies nor interrupts the timer.
   if (proto::OpTask* t = std::get_if<proto::OpTask>(&task)) {
+    if (const auto delay = test_op_delay(); delay.count() > 0) std::this_thread::sleep_for(delay);
     totals_.ops_executed.fetch_add(1, std::memory_order_relaxed);
     ops_.store(ops_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // A failure (over a limit too) is recorded in the op's outputs; the metrics count it.
-    (void)timer.run(t->op, [&] { return backend_->execute(t->op); });
+    const Status st = timer.run(t->op, [&] { return backend_->execute(t->op); });
+    if (const auto* up = std::get_if<ir::FromHost>(&t->op);
+        up && st.ok() && up->data.data.size() >= ContentCache::kMinBytes) {
+      totals_.content.remember(up->data.data);  // for a later UploadByHash (protocol 9)
+    }
     settle();
     return;
   }
@@ -231,6 +249,10 @@ void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
       s.from_segment(t);
       s.settle();
       return false;
+    }
+    bool operator()(proto::UploadByHashTask& t) {
+      proto::encode_sync_result(t.request_id, s.upload_by_hash(t), f);
+      return true;
     }
     bool operator()(proto::ReadToSegmentTask& t) {
       s.read_to_segment(t, f);
@@ -559,6 +581,22 @@ Result<TensorData> Session::read_for_wire(ir::TensorId id) {
                               ", more than one frame can carry (4 GiB); read it in slices");
   }
   return backend_->read(id);
+}
+
+// A deduplicated upload (protocol 9): the tensor from the bytes the server's cache holds, made
+// as an upload of them would be (its quota admitted, a failure recorded in the tensor).
+Status Session::upload_by_hash(const proto::UploadByHashTask& t) {
+  const uint64_t want = static_cast<uint64_t>(numel(t.meta.shape)) * dtype_size(t.meta.dtype);
+  Buffer bytes = totals_.content.find({t.hash_lo, t.hash_hi}, want);
+  if (bytes.size() == 0) {
+    return not_found("upload of tensor " + std::to_string(t.id) +
+                     " by hash: this server holds no such bytes; send them");
+  }
+  totals_.ops_executed.fetch_add(1, std::memory_order_relaxed);
+  (void)backend_->execute(
+      ir::FromHost{ir::Out{t.id}, t.meta.shape, t.meta.dtype, ir::Bytes{std::move(bytes)}});
+  settle();
+  return Status::OK();
 }
 
 }  // namespace tw::server

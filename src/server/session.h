@@ -18,6 +18,7 @@
 #include "core/status.h"
 #include "net/shm.h"
 #include "protocol/messages.h"
+#include "server/dedup.h"
 #include "server/memory_budget.h"
 #include "server/metrics.h"
 #include "server/transfer.h"
@@ -35,6 +36,7 @@ struct SessionTotals {
   ServerMetrics metrics;               // latency, errors, graphs, transfers (--metrics; metrics.h)
   MemoryBudget memory;                 // no limit unless the server sets one
   CapabilityTable capabilities;        // tensors exported and not yet moved (transfer.h)
+  ContentCache content;                // large uploads by content hash (dedup.h, protocol 9)
 };
 
 // Where a session's replies go, and what it asks of its server.
@@ -212,6 +214,7 @@ class Session {
   // room offered).
   Status attach_segment(Batch::Attach& a);
   void from_segment(const protocol::FromSegmentTask& t);
+  Status upload_by_hash(const protocol::UploadByHashTask& t);  // protocol 9 (dedup.h)
   void read_to_segment(const protocol::ReadToSegmentTask& t, protocol::OutFrame& f);
   // The segment a task names and its range checked against it, or the error.
   Result<net::SharedSegment*> segment_range(const protocol::SegmentRange& r, const char* what);

@@ -17,6 +17,7 @@
 #include "ir/graph.h"
 #include "ir/printer.h"
 #include "ir/trace.h"
+#include "protocol/compress.h"
 #include "support/op_program.h"
 
 namespace tw::fuzz {
@@ -278,6 +279,14 @@ int run(const fs::path& dir) {
   f = {};
   encode_read_result_in_segment(13, {{4, 4}, kF32}, f);
   c.add("server_msg", "read_result_in_segment", f);
+
+  // Protocol 9: a deduplicated upload, and a compressed batch.
+  BatchWriter by_hash;
+  by_hash.add(UploadByHashTask{14, 11, {{1024, 1024}, kF32}, 0x0123456789abcdefULL, 42});
+  c.add("batch", "upload_by_hash", by_hash.take());
+  BatchWriter zeros;
+  zeros.add_op(ir::FromHost{ir::Out{15}, {1 << 16}, kU8, ir::Bytes{Buffer::zeros(1 << 16)}});
+  c.add("compressed", "zeros", maybe_compress(zeros.take(), kCompressedClientType));
 
   const std::vector<uint8_t> hello_bytes = testing::flatten(hello);
   c.add("frame", "hello_batch", stream(255, 255, {hello_bytes, other_tasks}));

@@ -167,6 +167,7 @@ std::string kinds(const std::vector<proto::Task>& tasks) {
       case proto::TaskKind::kCollective: s += 'c'; break;
       case proto::TaskKind::kFromSegment: s += 'u'; break;
       case proto::TaskKind::kReadToSegment: s += 'R'; break;
+      case proto::TaskKind::kUploadByHash: s += 'h'; break;
     }
   }
   return s;

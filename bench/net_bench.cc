@@ -1,0 +1,398 @@
+// tensorwire over a shaped link (tests/support/shaped_link.h: client and server in their own
+// network namespaces, a veth pair limited by tc tbf, latency from a delaying relay), each row
+// against its target from issue 34, in one run, printed as one table:
+//   (L) the link itself: raw TCP streaming through it (what "the link rate" means below)
+//   (U) 256 MiB random upload at 100 Mbit/s: >= 0.9x the link rate
+//   (Z) 256 MiB compressible upload (int64 labels, one-hot f32, zeros) at 100 Mbit/s: >= 3x the
+//       link rate (zstd frames, protocol 9; TW_COMPRESS)
+//   (D) re-upload of the same 64 MiB (deduplicated, protocol 9): <= 1 KiB on the wire, < 5 ms
+//   (F) 1M tiny ops (1-element adds) to a server slowed to ~10k ops/s (TW_TEST_OP_DELAY_US=100):
+//       client and server RSS growth <= 64 MiB each (flow control, TW_WINDOW_BYTES)
+//   (T) digits CNN training (batch 64, Adam, graph replay), 2 epochs after one of warm-up, at
+//       1 Gbit/s and 2 ms and 20 ms RTT against loopback: with the loss read every 20 steps,
+//       steps/s >= 0.9x loopback's; read every step, step time <= loopback's + 1.1 RTT
+//   (K) a black-holed link (every packet dropped, no RST) under a waiting read, with
+//       TW_DEAD_PEER_MS=2000: the read fails within the deadline + 1 s
+// Usage: tw_bench_net [--quick] [--only LUZDFTK] [--rtt-us N] [--rate 100mbit] [--server PATH].
+// Needs root (network namespaces); measures, never asserts. `make bench-net` runs it.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "digits/digits.h"
+#include "support/server_process.h"
+#include "support/shaped_link.h"
+#include "tensorwire/profile.h"
+#include "tensorwire/tensorwire.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+std::string fmt(const char* f, double a) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, a);
+  return b;
+}
+
+struct Row {
+  std::string id, what, measured, target;
+  bool ok;
+};
+std::vector<Row> rows;
+
+struct Args {
+  bool quick = false;
+  std::string only = "LUZDFTK";
+  uint32_t rtt_us = 2000;
+  std::string rate = "100mbit";
+  std::string server = TW_SERVER_BINARY;
+};
+
+// "100mbit" in bytes per second.
+double rate_bytes(const std::string& r) {
+  double v = std::atof(r.c_str());
+  if (r.find("gbit") != std::string::npos) return v * 1e9 / 8;
+  if (r.find("mbit") != std::string::npos) return v * 1e6 / 8;
+  if (r.find("kbit") != std::string::npos) return v * 1e3 / 8;
+  return v;
+}
+
+uint16_t port_of(const std::string& url) {
+  return static_cast<uint16_t>(std::stoi(url.substr(url.rfind(':') + 1)));
+}
+
+// A server in the link's server namespace with the relay in front of it.
+struct Served {
+  std::unique_ptr<tw::testing::ServerProcess> server;
+  std::string url;
+};
+Served serve(tw::testing::ShapedLink& link, const Args& a, std::vector<std::string> extra = {}) {
+  Served s;
+  s.server =
+      link.in_server([&] { return std::make_unique<tw::testing::ServerProcess>(extra, a.server); });
+  s.url = link.relay_to(port_of(s.server->url()));
+  return s;
+}
+
+// (L) raw TCP through the link: a sink in the server namespace, a sender in the client's.
+double raw_stream_bytes_per_s(tw::testing::ShapedLink& link, size_t bytes) {
+  int lfd = link.in_server([] { return ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); });
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  ::inet_pton(AF_INET, tw::testing::ShapedLink::kServerAddr, &a.sin_addr);
+  ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::listen(lfd, 1);
+  socklen_t n = sizeof a;
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &n);
+  std::thread sink([&] {
+    int c = ::accept(lfd, nullptr, nullptr);
+    std::vector<char> buf(1 << 20);
+    size_t got = 0;
+    while (got < bytes) {
+      ssize_t r = ::recv(c, buf.data(), buf.size(), 0);
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    char ack = 1;
+    (void)::send(c, &ack, 1, 0);
+    ::close(c);
+  });
+  int c = link.in_client([] { return ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); });
+  ::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  std::vector<char> buf(1 << 20, 7);
+  auto t0 = Clock::now();
+  size_t sent = 0;
+  while (sent < bytes) {
+    ssize_t w = ::send(c, buf.data(), std::min(buf.size(), bytes - sent), MSG_NOSIGNAL);
+    if (w <= 0) break;
+    sent += static_cast<size_t>(w);
+  }
+  char ack;
+  (void)::recv(c, &ack, 1, 0);
+  double s = seconds_since(t0);
+  sink.join();
+  ::close(c);
+  ::close(lfd);
+  return static_cast<double>(bytes) / s;
+}
+
+uint64_t bytes_out(const std::string& url) {
+  for (const auto& d : tw::profile::devices())
+    if (d.device.find(url) != std::string::npos) return d.bytes_out;
+  return 0;
+}
+
+// Seconds for one upload of `host` (from_bytes + sync); the tensor dropped after.
+double upload_seconds(const tw::Device& d, const std::vector<uint8_t>& host) {
+  auto t0 = Clock::now();
+  {
+    tw::Tensor t = tw::from_bytes(host, {static_cast<int64_t>(host.size())}, tw::kU8, d);
+    d.sync();
+  }
+  double s = seconds_since(t0);
+  d.sync();
+  return s;
+}
+
+// int64 labels in [0, 10), their one-hot f32 rows, and zeros: a data set's typical bytes.
+std::vector<uint8_t> compressible(size_t bytes) {
+  std::vector<uint8_t> v(bytes, 0);
+  std::mt19937_64 rng(7);
+  const size_t third = bytes / 3 / 8 * 8;
+  for (size_t i = 0; i + 8 <= third; i += 8) {
+    int64_t label = static_cast<int64_t>(rng() % 10);
+    std::memcpy(v.data() + i, &label, 8);
+  }
+  for (size_t i = third; i + 40 <= 2 * third; i += 40) {
+    float one = 1.0f;
+    std::memcpy(v.data() + i + 4 * (rng() % 10), &one, 4);
+  }
+  return v;  // the last third: zeros
+}
+
+std::vector<uint8_t> random_bytes(size_t bytes) {
+  std::vector<uint8_t> v(bytes);
+  std::mt19937_64 rng(11);
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    uint64_t x = rng();
+    std::memcpy(v.data() + i, &x, 8);
+  }
+  return v;
+}
+
+void bench_uploads(tw::testing::ShapedLink& link, const Args& a, double link_rate) {
+  Served s = serve(link, a);
+  tw::Device d = tw::Device::remote(s.url);
+  link.in_client([&] { d.connect(); });
+  const size_t bytes = (a.quick ? 32u : 256u) << 20;
+  const std::string mib = std::to_string(bytes >> 20) + " MiB";
+  if (a.only.find('U') != std::string::npos) {
+    std::vector<uint8_t> host = random_bytes(bytes);
+    double rate = static_cast<double>(bytes) / upload_seconds(d, host);
+    double ratio = rate / link_rate;
+    rows.push_back({"U", "upload " + mib + " random at " + a.rate,
+                    fmt("%.2f MB/s", rate / 1e6) + fmt(" (%.2fx link)", ratio), ">= 0.9x link",
+                    ratio >= 0.9});
+  }
+  if (a.only.find('Z') != std::string::npos) {
+    std::vector<uint8_t> host = compressible(bytes);
+    const uint64_t before = bytes_out(s.url);
+    double rate = static_cast<double>(bytes) / upload_seconds(d, host);
+    const uint64_t wire = bytes_out(s.url) - before;
+    double ratio = rate / link_rate;
+    rows.push_back({"Z",
+                    "upload " + mib + " compressible (int64 labels, one-hot, zeros) at " + a.rate,
+                    fmt("%.2f MB/s", rate / 1e6) + fmt(" (%.2fx link", ratio) +
+                        fmt(", %.1f MiB on the wire)", static_cast<double>(wire) / 1048576.0),
+                    ">= 3x link", ratio >= 3});
+  }
+  if (a.only.find('D') != std::string::npos) {
+    const size_t n = 64u << 20;
+    std::vector<uint8_t> host = random_bytes(n);
+    tw::Tensor keep = tw::from_bytes(host, {static_cast<int64_t>(n)}, tw::kU8, d);
+    d.sync();
+    // The same bytes again, on a new connection (a client's reconnect): the server still holds
+    // them (the first session keeps its tensor).
+    tw::Device again = tw::Device::remote(s.url);
+    link.in_client([&] { again.connect(); });
+    again.sync();
+    // Timed to the upload's return: a deduplicated upload returns once the server has answered
+    // that it made the tensor (one round trip), so nothing is left in flight.
+    const uint64_t before = bytes_out(s.url);
+    auto t0 = Clock::now();
+    tw::Tensor t = tw::from_bytes(host, {static_cast<int64_t>(n)}, tw::kU8, again);
+    double secs = seconds_since(t0);
+    again.sync();
+    const uint64_t wire = bytes_out(s.url) - before;
+    rows.push_back(
+        {"D", "re-upload of the same 64 MiB, new connection, at " + a.rate,
+         fmt("%.0f B on the wire, ", static_cast<double>(wire)) + fmt("%.2f ms", secs * 1e3),
+         "<= 1 KiB and < 5 ms", wire <= 1024 && secs < 0.005});
+  }
+}
+
+uint64_t rss_bytes(pid_t pid) {
+  std::ifstream f("/proc/" + (pid ? std::to_string(pid) : std::string("self")) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+void bench_flow_control(tw::testing::ShapedLink& link, const Args& a) {
+  ::setenv("TW_TEST_OP_DELAY_US", "100", 1);
+  Served s = serve(link, a);
+  ::unsetenv("TW_TEST_OP_DELAY_US");
+  tw::Device d = tw::Device::remote(s.url);
+  link.in_client([&] { d.connect(); });
+  const int n = a.quick ? 100000 : 1000000;
+  const pid_t server_pid = s.server->pid();
+  const uint64_t client0 = rss_bytes(0), server0 = rss_bytes(server_pid);
+  std::atomic<bool> done{false};
+  uint64_t client_max = client0, server_max = server0;
+  std::thread sampler([&] {
+    while (!done.load()) {
+      client_max = std::max(client_max, rss_bytes(0));
+      server_max = std::max(server_max, rss_bytes(server_pid));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  auto t0 = Clock::now();
+  tw::Tensor x = tw::from_vector<float>({0}, {1}, d);
+  for (int i = 0; i < n; ++i) x = x + 1.0f;
+  const float got = x.item<float>();
+  const double secs = seconds_since(t0);
+  done.store(true);
+  sampler.join();
+  const double cg = static_cast<double>(client_max - client0) / 1048576.0;
+  const double sg = static_cast<double>(server_max - server0) / 1048576.0;
+  rows.push_back({"F",
+                  std::to_string(n) + " 1-element adds to a server slowed to ~10k ops/s (" +
+                      fmt("%.0f ops/s", n / secs) +
+                      (got == static_cast<float>(n) ? "" : ", WRONG SUM") + ")",
+                  fmt("client RSS +%.1f MiB, ", cg) + fmt("server +%.1f MiB", sg), "<= 64 MiB each",
+                  cg <= 64 && sg <= 64 && got == static_cast<float>(n)});
+}
+
+// Seconds per step of digits CNN training on `d`, reading loss and accuracy every `every` steps.
+double digits_step_seconds(const tw::Device& d, const tw::digits::Dataset& train, int64_t every,
+                           int epochs) {
+  tw::manual_seed(7);
+  auto model = tw::digits::make_model(tw::digits::ModelKind::kCnn, {d, tw::kF32});
+  tw::optim::Adam opt(model->parameters(), {.lr = 3e-3});
+  const tw::digits::DeviceData data = tw::digits::upload(train, tw::digits::ModelKind::kCnn, d);
+  tw::digits::Trainer trainer(*model, opt, data, 64, true);
+  auto noop = [](const tw::digits::Progress&) {};
+  trainer.run_epoch(1, epochs + 1, 7, every, noop);  // warm-up: recording, first replays
+  d.sync();
+  auto t0 = Clock::now();
+  for (int e = 2; e <= epochs + 1; ++e) trainer.run_epoch(e, epochs + 1, 7, every, noop);
+  d.sync();
+  return seconds_since(t0) / static_cast<double>(epochs * trainer.steps_per_epoch());
+}
+
+void bench_digits(const Args& a) {
+  const auto all = tw::digits::load(tw::digits::default_path());
+  const auto train = tw::digits::split(all, 297, 7).first;
+  const int epochs = a.quick ? 1 : 3;
+  double base[2];
+  {
+    tw::testing::ServerProcess server({}, a.server);
+    tw::Device d = tw::Device::remote(server.url());
+    base[0] = digits_step_seconds(d, train, 20, epochs);
+    base[1] = digits_step_seconds(d, train, 1, epochs);
+  }
+  for (uint32_t rtt_us : {2000u, 20000u}) {
+    std::string why;
+    auto link = tw::testing::ShapedLink::open({rtt_us, "1gbit"}, &why);
+    Served s = serve(*link, a);
+    tw::Device d = tw::Device::remote(s.url);
+    link->in_client([&] { d.connect(); });
+    const double every20 = digits_step_seconds(d, train, 20, epochs);
+    const double every1 = digits_step_seconds(d, train, 1, epochs);
+    const double rtt = rtt_us / 1e6;
+    const std::string at = fmt("%.0f ms RTT, 1 Gbit/s", rtt * 1e3);
+    rows.push_back({"T", "digits CNN, loss read every 20 steps, " + at,
+                    fmt("%.1f steps/s", 1 / every20) + fmt(" vs loopback %.1f", 1 / base[0]) +
+                        fmt(" (%.2fx)", base[0] / every20),
+                    ">= 0.9x loopback", base[0] / every20 >= 0.9});
+    rows.push_back({"T", "digits CNN, loss read every step, " + at,
+                    fmt("%.2f ms/step", every1 * 1e3) + fmt(" vs loopback %.2f", base[1] * 1e3) +
+                        fmt(" + RTT = %.2f ms", (base[1] + rtt) * 1e3),
+                    "<= loopback + 1.1 RTT", every1 <= base[1] + 1.1 * rtt});
+  }
+}
+
+void bench_dead_link(const Args& a) {
+  const double deadline_s = 2.0;
+  ::setenv("TW_DEAD_PEER_MS", "2000", 1);  // read as each socket is made
+  std::string why;
+  auto link = tw::testing::ShapedLink::open({a.rtt_us, a.rate}, &why);
+  Served s = serve(*link, a);
+  tw::Device d = tw::Device::remote(s.url);
+  link->in_client([&] { d.connect(); });
+  ::unsetenv("TW_DEAD_PEER_MS");
+  tw::Tensor x = tw::from_vector<float>({1, 2, 3}, {3}, d);
+  d.sync();
+  link->blackhole(true);
+  auto t0 = Clock::now();
+  std::string error;
+  try {
+    (void)(x + 1.0f).to_vector<float>();
+  } catch (const tw::Error& e) {
+    error = e.what();
+  }
+  const double secs = seconds_since(t0);
+  rows.push_back({"K", "black-holed link, TW_DEAD_PEER_MS=2000: a waiting read fails after",
+                  fmt("%.2f s", secs) + (error.empty() ? " (no error!)" : ""),
+                  fmt("<= %.1f s (deadline + 1 s)", deadline_s + 1),
+                  !error.empty() && secs <= deadline_s + 1});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (s == "--quick")
+      a.quick = true;
+    else if (s == "--only")
+      a.only = next();
+    else if (s == "--rtt-us")
+      a.rtt_us = static_cast<uint32_t>(std::stoul(next()));
+    else if (s == "--rate")
+      a.rate = next();
+    else if (s == "--server")
+      a.server = next();
+    else {
+      std::fprintf(stderr,
+                   "usage: tw_bench_net [--quick] [--only LUZDFTK] [--rtt-us N] [--rate R] "
+                   "[--server PATH]\n");
+      return 2;
+    }
+  }
+  std::string why;
+  auto link = tw::testing::ShapedLink::open({a.rtt_us, a.rate}, &why);
+  if (!link) {
+    std::printf("%s\n", why.c_str());
+    return 1;
+  }
+  std::printf("shaped link: rtt %u us (relay), rate %s (tbf), client %s, server %s\n", a.rtt_us,
+              a.rate.c_str(), tw::testing::ShapedLink::kClientAddr,
+              tw::testing::ShapedLink::kServerAddr);
+  const double nominal = rate_bytes(a.rate);
+  double link_rate = nominal;
+  {
+    link_rate = raw_stream_bytes_per_s(*link, a.quick ? (8u << 20) : (64u << 20));
+    rows.push_back({"L", "raw TCP through the link (the link rate below)",
+                    fmt("%.2f MB/s", link_rate / 1e6), fmt("nominal %.2f MB/s", nominal / 1e6),
+                    link_rate <= nominal * 1.05});
+  }
+  bench_uploads(*link, a, link_rate);
+  if (a.only.find('F') != std::string::npos) bench_flow_control(*link, a);
+  if (a.only.find('T') != std::string::npos) bench_digits(a);
+  if (a.only.find('K') != std::string::npos) bench_dead_link(a);
+  std::printf("\n| row | what | measured | target | met |\n|---|---|---|---|---|\n");
+  for (const Row& r : rows)
+    std::printf("| %s | %s | %s | %s | %s |\n", r.id.c_str(), r.what.c_str(), r.measured.c_str(),
+                r.target.c_str(), r.ok ? "YES" : "NO");
+  return 0;
+}

@@ -1,0 +1,94 @@
+// Training checkpoints: a model's parameters, its optimizer's state, the random generator's state
+// and the step counter, saved atomically into a directory and loaded back bit for bit, from and
+// onto any device (cpu, remote).
+//
+//   tw::Checkpoint ckpt("runs/a");
+//   int64_t step = 0;
+//   if (auto info = ckpt.restore(model, &opt)) step = info->step;   // resume, when there is one
+//   for (; step < steps; ++step) {
+//     train_step();
+//     if ((step + 1) % 50 == 0) ckpt.save(step + 1, model, &opt);
+//   }
+//
+// On disk, checkpoint N is two files:
+//   ckpt-<N, 12 digits>.safetensors  tensors "param.<dotted name>" (named_parameters order) and
+//                                    "optim.<i>" (optimizer state()[i]; absent: undefined)
+//   ckpt-<N, 12 digits>.manifest     text, one "key value" per line: format, file, bytes, hash,
+//                                    step, rng_seed, rng_counter, optim_slots, then "extra.<key>"
+// The data file is written to a temporary name, fsync'd and renamed; then the manifest the same
+// way; then the directory is fsync'd. The manifest is the commit point: it names the data file's
+// size and a 64-bit hash of its bytes, and a checkpoint counts only if its manifest parses and
+// its data file matches it, so a writer killed at any moment leaves the previous checkpoint the
+// newest valid one. The newest `keep` checkpoints are kept. One writer per directory.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensorwire/export.h"
+#include "tensorwire/nn.h"
+#include "tensorwire/optim.h"
+#include "tensorwire/tensor.h"
+
+TW_API_BEGIN
+
+namespace tw {
+
+struct CheckpointInfo {
+  int64_t step = 0;
+  RngState rng;
+  std::map<std::string, std::string> extra;  // what save() was given
+  std::string manifest;                      // the manifest's path
+  std::string data;                          // the safetensors file's path
+  uint64_t bytes = 0;                        // the data file's size
+};
+
+// A model's parameters under their dotted names (nn::Module::named_parameters()).
+using NamedParameters = std::vector<std::pair<std::string, nn::ParameterPtr>>;
+
+class Checkpoint {
+ public:
+  // `dir` is created when missing. keep >= 1.
+  explicit Checkpoint(std::string dir, int keep = 2);
+  const std::string& dir() const { return dir_; }
+
+  // Saves checkpoint `step` (the parameters' and state's values are read from their devices,
+  // all reads in flight at once, each written as it arrives) and removes all but the newest
+  // `keep`. Extra keys and values must be free of newlines. Returns what a load will see.
+  CheckpointInfo save(int64_t step, const nn::Module& model, optim::Optimizer* opt = nullptr,
+                      const std::map<std::string, std::string>& extra = {});
+  CheckpointInfo save(int64_t step, const NamedParameters& params, optim::Optimizer* opt = nullptr,
+                      const std::map<std::string, std::string>& extra = {});
+
+  // Every checkpoint in the directory whose files agree with its manifest, oldest first. Each
+  // candidate's data file is read and hashed (validate = false: only its manifest and size are
+  // checked).
+  std::vector<CheckpointInfo> list(bool validate = true) const;
+  // The newest valid checkpoint, if any.
+  std::optional<CheckpointInfo> latest() const;
+
+  // Loads `info` into `model` (each parameter onto its current device, strictly: the names and
+  // shapes must match) and `opt` (state onto `state_device`, default the first parameter's
+  // device), and sets the random generator's state when restore_rng. Throws tw::Error when the
+  // files do not match the manifest or the model.
+  void load(const CheckpointInfo& info, nn::Module& model, optim::Optimizer* opt = nullptr,
+            bool restore_rng = true, std::optional<Device> state_device = std::nullopt) const;
+  void load(const CheckpointInfo& info, const NamedParameters& params,
+            optim::Optimizer* opt = nullptr, bool restore_rng = true,
+            std::optional<Device> state_device = std::nullopt) const;
+  // latest(), loaded; nullopt (and nothing changed) when the directory holds none.
+  std::optional<CheckpointInfo> restore(nn::Module& model, optim::Optimizer* opt = nullptr,
+                                        bool restore_rng = true) const;
+  std::optional<CheckpointInfo> restore(const NamedParameters& params,
+                                        optim::Optimizer* opt = nullptr,
+                                        bool restore_rng = true) const;
+
+ private:
+  std::string dir_;
+  int keep_;
+};
+
+}  // namespace tw
+TW_API_END

@@ -1,0 +1,25 @@
+// Flow control (issue 34): back-pressure on a program that issues ops faster than the server runs
+// them. The server stops reading a session whose queue is full (session_queue_depth batches);
+// the socket's buffers then fill, and the frames the program goes on making would pile up in the
+// connection's writer without bound. Past Options::window_bytes of them the producing thread
+// waits here for the writes to drain to half the window (hysteresis: one wake-up per half
+// window, not one per frame).
+#include "client/connection.h"
+
+namespace tw::client {
+
+void Connection::wait_for_window_locked() {
+  // The I/O thread completes the writes (and flushes on the idle timer): it must never wait.
+  if (std::this_thread::get_id() == io_thread_.get_id()) return;
+  const uint64_t resume_at = options_.window_bytes / 2;
+  ++counters_.window_waits;
+  const auto t0 = std::chrono::steady_clock::now();
+  window_cv_.wait(mu_, [&] {
+    return writer_.queued_bytes() <= resume_at || state_ != State::kConnected || closing_;
+  });
+  counters_.window_wait_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+}
+
+}  // namespace tw::client

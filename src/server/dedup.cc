@@ -1,0 +1,38 @@
+#include "server/dedup.h"
+
+#include <cstdlib>
+
+namespace tw::server {
+
+ContentCache::ContentCache() : capacity_(uint64_t{2} << 30) {
+  if (const char* e = std::getenv("TW_DEDUP_CACHE_BYTES"))
+    capacity_ = std::strtoull(e, nullptr, 10);
+}
+
+void ContentCache::remember(const Buffer& bytes) {
+  if (bytes.size() < kMinBytes || bytes.size() > capacity_) return;
+  const ContentHash h = protocol::content_hash(bytes.data(), bytes.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = index_.find(h); it != index_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return;
+  }
+  while (held_ + bytes.size() > capacity_ && !lru_.empty()) {
+    held_ -= lru_.back().bytes.size();
+    index_.erase(lru_.back().hash);
+    lru_.pop_back();
+  }
+  lru_.push_front({h, bytes});
+  index_[h] = lru_.begin();
+  held_ += bytes.size();
+}
+
+Buffer ContentCache::find(const ContentHash& h, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(h);
+  if (it == index_.end() || it->second->bytes.size() != size) return Buffer();
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->bytes;
+}
+
+}  // namespace tw::server
