@@ -317,6 +317,20 @@ void bench_digits(const Args& a) {
     std::sort(rt.begin(), rt.end());
     rows.push_back({"R", "sync round trip through the link, " + fmt("%.0f ms RTT", rtt_us / 1e3),
                     fmt("%.2f ms (median of 21)", rt[10] * 1e3), "~ the RTT", true});
+    // A read after a few ops: one round trip too.
+    {
+      tw::Tensor x = tw::from_vector<float>({0}, {1}, d);
+      std::vector<double> it;
+      for (int i = 0; i < 21; ++i) {
+        auto t0 = Clock::now();
+        x = x * 0.5f + 1.0f;
+        (void)x.item<float>();
+        it.push_back(seconds_since(t0));
+      }
+      std::sort(it.begin(), it.end());
+      rows.push_back({"R", "2 ops then a read, " + fmt("%.0f ms RTT", rtt_us / 1e3),
+                      fmt("%.2f ms (median of 21)", it[10] * 1e3), "~ the RTT", true});
+    }
     const double every20 = digits_step_seconds(d, train, 20, epochs);
     const double every1 = digits_step_seconds(d, train, 1, epochs);
     const double rtt = rtt_us / 1e6;
