@@ -6,14 +6,16 @@
 //   (Z) 256 MiB compressible upload (int64 labels, one-hot f32, zeros) at 100 Mbit/s: >= 3x the
 //       link rate (zstd frames, protocol 9; TW_COMPRESS)
 //   (D) re-upload of the same 64 MiB (deduplicated, protocol 9): <= 1 KiB on the wire, < 5 ms
-//   (F) 1M tiny ops (1-element adds) to a server slowed to ~10k ops/s (TW_TEST_OP_DELAY_US=100):
-//       client and server RSS growth <= 64 MiB each (flow control, TW_WINDOW_BYTES)
-//   (T) digits CNN training (batch 64, Adam, graph replay), 2 epochs after one of warm-up, at
+//   (F) 1M tiny ops (1-element adds) to a server slowed to ~10k ops/s (TW_TEST_OP_DELAY_US=50,
+//       a sleep of ~100 us): client and server RSS growth <= 64 MiB each (flow control,
+//       TW_WINDOW_BYTES)
+//   (T) digits CNN training (batch 64, Adam, graph replay), 3 epochs after one of warm-up, at
 //       1 Gbit/s and 2 ms and 20 ms RTT against loopback: with the loss read every 20 steps,
 //       steps/s >= 0.9x loopback's; read every step, step time <= loopback's + 1.1 RTT
 //   (K) a black-holed link (every packet dropped, no RST) under a waiting read, with
 //       TW_DEAD_PEER_MS=2000: the read fails within the deadline + 1 s
-// Usage: tw_bench_net [--quick] [--only LUZDFTK] [--rtt-us N] [--rate 100mbit] [--server PATH].
+// Usage: tw_bench_net [--quick] [--only LUZDFTK] [--rtt-us N] [--rate 100mbit] [--server PATH]
+//        [--t-rtt-us 2000,20000].
 // Needs root (network namespaces); measures, never asserts. `make bench-net` runs it.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -62,6 +64,7 @@ struct Args {
   uint32_t rtt_us = 2000;
   std::string rate = "100mbit";
   std::string server = TW_SERVER_BINARY;
+  std::vector<uint32_t> t_rtts_us = {2000, 20000};  // row T's links (--t-rtt-us 0,2000,20000)
 };
 
 // "100mbit" in bytes per second.
@@ -236,7 +239,7 @@ uint64_t rss_bytes(pid_t pid) {
 }
 
 void bench_flow_control(tw::testing::ShapedLink& link, const Args& a) {
-  ::setenv("TW_TEST_OP_DELAY_US", "100", 1);
+  ::setenv("TW_TEST_OP_DELAY_US", "50", 1);  // ~100 us a sleep: ~10k ops/s
   Served s = serve(link, a);
   ::unsetenv("TW_TEST_OP_DELAY_US");
   tw::Device d = tw::Device::remote(s.url);
@@ -298,12 +301,36 @@ void bench_digits(const Args& a) {
     base[0] = digits_step_seconds(d, train, 20, epochs);
     base[1] = digits_step_seconds(d, train, 1, epochs);
   }
-  for (uint32_t rtt_us : {2000u, 20000u}) {
+  for (uint32_t rtt_us : a.t_rtts_us) {
     std::string why;
     auto link = tw::testing::ShapedLink::open({rtt_us, "1gbit"}, &why);
     Served s = serve(*link, a);
     tw::Device d = tw::Device::remote(s.url);
     link->in_client([&] { d.connect(); });
+    // The round trip a read costs through the link (median of 21 syncs), for reference.
+    std::vector<double> rt;
+    for (int i = 0; i < 21; ++i) {
+      auto t0 = Clock::now();
+      d.sync();
+      rt.push_back(seconds_since(t0));
+    }
+    std::sort(rt.begin(), rt.end());
+    rows.push_back({"R", "sync round trip through the link, " + fmt("%.0f ms RTT", rtt_us / 1e3),
+                    fmt("%.2f ms (median of 21)", rt[10] * 1e3), "~ the RTT", true});
+    // A read after a few ops: one round trip too.
+    {
+      tw::Tensor x = tw::from_vector<float>({0}, {1}, d);
+      std::vector<double> it;
+      for (int i = 0; i < 21; ++i) {
+        auto t0 = Clock::now();
+        x = x * 0.5f + 1.0f;
+        (void)x.item<float>();
+        it.push_back(seconds_since(t0));
+      }
+      std::sort(it.begin(), it.end());
+      rows.push_back({"R", "2 ops then a read, " + fmt("%.0f ms RTT", rtt_us / 1e3),
+                      fmt("%.2f ms (median of 21)", it[10] * 1e3), "~ the RTT", true});
+    }
     const double every20 = digits_step_seconds(d, train, 20, epochs);
     const double every1 = digits_step_seconds(d, train, 1, epochs);
     const double rtt = rtt_us / 1e6;
@@ -362,10 +389,19 @@ int main(int argc, char** argv) {
       a.rate = next();
     else if (s == "--server")
       a.server = next();
-    else {
+    else if (s == "--t-rtt-us") {
+      a.t_rtts_us.clear();
+      std::string list = next();
+      for (size_t at = 0; at < list.size();) {
+        size_t comma = list.find(',', at);
+        if (comma == std::string::npos) comma = list.size();
+        a.t_rtts_us.push_back(static_cast<uint32_t>(std::stoul(list.substr(at, comma - at))));
+        at = comma + 1;
+      }
+    } else {
       std::fprintf(stderr,
                    "usage: tw_bench_net [--quick] [--only LUZDFTK] [--rtt-us N] [--rate R] "
-                   "[--server PATH]\n");
+                   "[--server PATH] [--t-rtt-us LIST]\n");
       return 2;
     }
   }

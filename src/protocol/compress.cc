@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "protocol/messages.h"
@@ -18,6 +19,8 @@ namespace {
 
 // zstd's fastest level that still finds runs and small alphabets: ~0.5-2 GB/s on one core.
 constexpr int kLevel = 1;
+// Frames at least this large are compressed on several threads.
+constexpr uint64_t kParallelBytes = uint64_t{8} << 20;
 
 // The payload's bytes as runs (head pieces and segments, in order), without copying.
 template <class F>
@@ -74,11 +77,16 @@ OutFrame maybe_compress(OutFrame f, uint8_t type) {
   if (cctx == nullptr) return f;
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, kLevel);
   ZSTD_CCtx_setPledgedSrcSize(cctx, raw);
-  OutFrame out;
-  out.head.resize(9 + ZSTD_compressBound(raw));
-  out.head[0] = type;
-  for (int i = 0; i < 8; ++i) out.head[1 + i] = static_cast<uint8_t>(raw >> (8 * i));
-  ZSTD_outBuffer ob{out.head.data() + 9, out.head.size() - 9, 0};
+  // A large frame is compressed by zstd's worker threads, in parallel (ignored by a libzstd
+  // built without them).
+  if (raw >= kParallelBytes) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_nbWorkers, static_cast<int>(std::min(cores, 4u)));
+  }
+  // The compressed bytes go in a Buffer of their own (not zero-filled, unlike a vector's),
+  // spliced in as the frame's one segment.
+  Buffer body = Buffer::allocate(ZSTD_compressBound(raw));
+  ZSTD_outBuffer ob{body.data(), body.size(), 0};
   bool ok = true;
   for_each_run(f, [&](const uint8_t* p, size_t n) {
     ZSTD_inBuffer ib{p, n, 0};
@@ -95,8 +103,11 @@ OutFrame maybe_compress(OutFrame f, uint8_t type) {
   ZSTD_freeCCtx(cctx);
   // Kept raw when the whole did worse than the sample promised.
   if (!ok || 9 + ob.pos >= raw) return f;
-  out.head.resize(9 + ob.pos);
-  out.head.shrink_to_fit();
+  OutFrame out;
+  out.head.resize(9);
+  out.head[0] = type;
+  for (int i = 0; i < 8; ++i) out.head[1 + i] = static_cast<uint8_t>(raw >> (8 * i));
+  out.segments.push_back({9, body.slice(0, ob.pos)});
   return out;
 }
 

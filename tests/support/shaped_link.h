@@ -24,6 +24,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -52,9 +53,10 @@ class ShapedLink {
   static constexpr const char* kClientAddr = "10.77.0.1";
   static constexpr const char* kServerAddr = "10.77.0.2";
   // Bytes the relay holds per direction before it stops reading (TCP's flow control then
-  // slows the sender): more than any bandwidth-delay product the benches use (1 Gbit/s x 20 ms
-  // is 2.5 MB).
-  static constexpr size_t kRelayQueueBytes = 32u << 20;
+  // slows the sender), as a router's buffer would: more than the largest bandwidth-delay product
+  // the benches use (1 Gbit/s x 20 ms is 2.5 MB), small enough that a bench measuring the
+  // client's memory (the relay runs in its process) is not measuring the relay's.
+  static constexpr size_t kRelayQueueBytes = 4u << 20;
 
   // The link, or null with *why set (not root, no veth, no tc).
   static std::unique_ptr<ShapedLink> open(const LinkShape& shape, std::string* why) {
@@ -219,11 +221,23 @@ class ShapedLink {
       fds_.push_back(up);
       fds_.push_back(down);
       auto a2b = std::make_shared<Pipe>(), b2a = std::make_shared<Pipe>();
-      threads_.emplace_back([this, down, up, a2b] { read_side(down, *a2b); });
-      threads_.emplace_back([this, down, up, a2b] { write_side(up, *a2b); });
-      threads_.emplace_back([this, down, up, b2a] { read_side(up, *b2a); });
-      threads_.emplace_back([this, down, up, b2a] { write_side(down, *b2a); });
+      threads_.emplace_back([this, down, a2b] { link_thread([&] { read_side(down, *a2b); }); });
+      threads_.emplace_back([this, up, a2b] { link_thread([&] { write_side(up, *a2b); }); });
+      threads_.emplace_back([this, up, b2a] { link_thread([&] { read_side(up, *b2a); }); });
+      threads_.emplace_back([this, down, b2a] { link_thread([&] { write_side(down, *b2a); }); });
     }
+  }
+
+  // The relay stands for the network, not for work of the machine under test: its threads run
+  // real-time (SCHED_FIFO, when allowed), so a server's compute threads spinning on every core
+  // (OpenMP waits by spinning) do not delay its packets by milliseconds. They never spin: each
+  // waits in poll(), a condition variable or a sleep.
+  template <class F>
+  static void link_thread(F&& body) {
+    sched_param p{};
+    p.sched_priority = 10;
+    (void)::pthread_setschedparam(::pthread_self(), SCHED_FIFO, &p);
+    body();
   }
 
   struct Chunk {
