@@ -26,8 +26,9 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // the packed drop and graph-run tasks; version 5 the same-host shared-memory segments (attach,
 // upload from a segment, read into a segment; docs/protocol.md §8.11); version 6 the AdamStep op
 // (code 39); version 7 the Linear op (code 40); version 8 the attention ops (codes 41, 42) and
-// IndexSelectBackward (43). An older client never sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 8;
+// IndexSelectBackward (43); version 9 LayerNormBackward (44) and GeluBackward (45). An older
+// client never sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 9;
 // Which version brought each op is the op list's `since` column (ir::op_since_protocol): an op
 // appended to the list with a new version bumps kProtocolVersion with it.
 #define TW_SINCE_AT_MOST_CURRENT(Name, code, since)      \

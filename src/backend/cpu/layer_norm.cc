@@ -2,7 +2,13 @@
 // the biased variance. Mean and variance are two passes in double (for f32 too: the f32 result
 // then differs from the exact one by the final rounding only), each summed in 8 fixed partial
 // sums that vectorise. One row per task: results do not depend on the thread count.
+//
+// LayerNormBackward recomputes a row's statistics the same way and works in double from there,
+// rounding each output once: dx per row; dweight and dbias as one partial sum per fixed chunk of
+// rows (rows in order), the chunks' partials then added in chunk order.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
@@ -46,16 +52,26 @@ double row_sq_dev(const T* x, int64_t n, double mean) {
   return combine(acc);
 }
 
+struct RowStats {
+  double mean, rstd;
+};
+
+template <class T>
+RowStats row_stats(const T* x, int64_t n, double eps) {
+  const double mean = row_sum(x, n) / static_cast<double>(n);
+  const double var = row_sq_dev(x, n, mean) / static_cast<double>(n);
+  return {mean, 1.0 / std::sqrt(var + eps)};
+}
+
 template <class T>
 void layer_norm(const T* x, const T* w, const T* b, T* y, int64_t rows, int64_t n, double eps) {
   parallel_chunks(rows, rows_per_chunk(n), [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = x + r * n;
       T* yr = y + r * n;
-      const double mean = row_sum(xr, n) / static_cast<double>(n);
-      const double var = row_sq_dev(xr, n, mean) / static_cast<double>(n);
-      const T m = static_cast<T>(mean);
-      const T rstd = static_cast<T>(1.0 / std::sqrt(var + eps));
+      const RowStats st = row_stats(xr, n, eps);
+      const T m = static_cast<T>(st.mean);
+      const T rstd = static_cast<T>(st.rstd);
       if (w && b) {
         for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rstd * w[i] + b[i];
       } else if (w) {
@@ -65,6 +81,81 @@ void layer_norm(const T* x, const T* w, const T* b, T* y, int64_t rows, int64_t 
       } else {
         for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rstd;
       }
+    }
+  });
+}
+
+// The sums of a and a * b over n elements in 8 fixed partial sums each (as row_sum).
+void row_sums2(const double* __restrict a, const double* __restrict b, int64_t n, double& sa,
+               double& sab) {
+  double acc_a[kPartials] = {}, acc_ab[kPartials] = {};
+  const int64_t body = n / kPartials * kPartials;
+  for (int64_t i = 0; i < body; i += kPartials) {
+    for (int j = 0; j < kPartials; ++j) {
+      acc_a[j] += a[i + j];
+      acc_ab[j] += a[i + j] * b[i + j];
+    }
+  }
+  for (int64_t i = body; i < n; ++i) {
+    acc_a[i - body] += a[i];
+    acc_ab[i - body] += a[i] * b[i];
+  }
+  sa = combine(acc_a);
+  sab = combine(acc_ab);
+}
+
+// At most this many chunks of rows, each with its own dweight/dbias partials (2 n doubles): the
+// scratch stays under 64 n doubles whatever the row count.
+constexpr int64_t kMaxBackwardChunks = 32;
+
+// Per row, with xhat = (x - mean) * rstd and gh = g * w (g without a weight):
+//   dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat));
+// dw = sum over rows of g * xhat, db = sum over rows of g.
+template <class T>
+void layer_norm_backward(const T* g, const T* x, const T* w, T* dx, T* dw, T* db, int64_t rows,
+                         int64_t n, double eps) {
+  const int64_t per_chunk =
+      std::max(rows_per_chunk(3 * n), (rows + kMaxBackwardChunks - 1) / kMaxBackwardChunks);
+  const int64_t chunks = (rows + per_chunk - 1) / per_chunk;
+  std::vector<double> partials(static_cast<size_t>(chunks * 2 * n), 0.0);
+  const double inv_n = 1.0 / static_cast<double>(n);
+  parallel_chunks(rows, per_chunk, [&](int64_t c, int64_t begin, int64_t end) {
+    std::vector<double> scratch(static_cast<size_t>(2 * n));
+    double* __restrict xhat = scratch.data();
+    double* __restrict gh = xhat + n;
+    double* __restrict pw = partials.data() + c * 2 * n;
+    double* __restrict pb = pw + n;
+    for (int64_t r = begin; r < end; ++r) {
+      const T* __restrict gr = g + r * n;
+      const T* __restrict xr = x + r * n;
+      T* __restrict dxr = dx + r * n;
+      const RowStats st = row_stats(xr, n, eps);
+      for (int64_t i = 0; i < n; ++i) {
+        xhat[i] = (static_cast<double>(xr[i]) - st.mean) * st.rstd;
+        const double gv = static_cast<double>(gr[i]);
+        pw[i] += gv * xhat[i];
+        pb[i] += gv;
+      }
+      if (w) {
+        for (int64_t i = 0; i < n; ++i) gh[i] = static_cast<double>(gr[i]) * w[i];
+      } else {
+        for (int64_t i = 0; i < n; ++i) gh[i] = static_cast<double>(gr[i]);
+      }
+      double sum_gh, sum_ghx;
+      row_sums2(gh, xhat, n, sum_gh, sum_ghx);
+      const double a = sum_gh * inv_n, b = sum_ghx * inv_n;
+      for (int64_t i = 0; i < n; ++i) dxr[i] = static_cast<T>(st.rstd * (gh[i] - a - xhat[i] * b));
+    }
+  });
+  parallel_chunks(n, rows_per_chunk(chunks), [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      double sw = 0, sb = 0;
+      for (int64_t c = 0; c < chunks; ++c) {
+        sw += partials[static_cast<size_t>(c * 2 * n + i)];
+        sb += partials[static_cast<size_t>(c * 2 * n + n + i)];
+      }
+      dw[i] = static_cast<T>(sw);
+      db[i] = static_cast<T>(sb);
     }
   });
 }
@@ -83,6 +174,23 @@ Status run(const ir::LayerNorm& op, KernelContext& ctx) {
   dispatch_float(x.dtype, [&]<class T>() {
     layer_norm<T>(x.data<T>(), ctx.has(op.weight) ? w.data<T>() : nullptr,
                   ctx.has(op.bias) ? b.data<T>() : nullptr, out.data<T>(), rows, n, op.eps);
+  });
+  return Status::OK();
+}
+
+Status run(const ir::LayerNormBackward& op, KernelContext& ctx) {
+  const CpuTensor g = contiguous(ctx.in(op.grad));
+  const CpuTensor x = contiguous(ctx.in(op.x));
+  CpuTensor& dx = ctx.alloc(op.grad_x);
+  CpuTensor& dw = ctx.alloc(op.grad_weight);
+  CpuTensor& db = ctx.alloc(op.grad_bias);
+  const int64_t n = dw.numel();
+  if (n == 0) return Status::OK();
+  const int64_t rows = x.numel() / n;
+  const CpuTensor w = ctx.has(op.weight) ? contiguous(ctx.in(op.weight)) : CpuTensor{};
+  dispatch_float(x.dtype, [&]<class T>() {
+    layer_norm_backward<T>(g.data<T>(), x.data<T>(), ctx.has(op.weight) ? w.data<T>() : nullptr,
+                           dx.data<T>(), dw.data<T>(), db.data<T>(), rows, n, op.eps);
   });
   return Status::OK();
 }
