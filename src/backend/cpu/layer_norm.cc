@@ -85,28 +85,114 @@ void layer_norm(const T* x, const T* w, const T* b, T* y, int64_t rows, int64_t 
   });
 }
 
-// The sums of a and a * b over n elements in 8 fixed partial sums each (as row_sum).
-void row_sums2(const double* __restrict a, const double* __restrict b, int64_t n, double& sa,
-               double& sab) {
-  double acc_a[kPartials] = {}, acc_ab[kPartials] = {};
+// The statistics of R rows at once (row r at x + r * n), each summed as row_stats sums it: R
+// rows' partial sums are independent chains that keep the adders busy where one row's would
+// wait on each other.
+template <int R, class T>
+void rows_stats(const T* x, int64_t n, double eps, RowStats* st) {
   const int64_t body = n / kPartials * kPartials;
+  double acc[R][kPartials] = {};
   for (int64_t i = 0; i < body; i += kPartials) {
-    for (int j = 0; j < kPartials; ++j) {
-      acc_a[j] += a[i + j];
-      acc_ab[j] += a[i + j] * b[i + j];
+    for (int r = 0; r < R; ++r) {
+      for (int j = 0; j < kPartials; ++j) acc[r][j] += static_cast<double>(x[r * n + i + j]);
     }
   }
   for (int64_t i = body; i < n; ++i) {
-    acc_a[i - body] += a[i];
-    acc_ab[i - body] += a[i] * b[i];
+    for (int r = 0; r < R; ++r) acc[r][i - body] += static_cast<double>(x[r * n + i]);
   }
-  sa = combine(acc_a);
-  sab = combine(acc_ab);
+  double mean[R];
+  for (int r = 0; r < R; ++r) {
+    mean[r] = combine(acc[r]) / static_cast<double>(n);
+    for (int j = 0; j < kPartials; ++j) acc[r][j] = 0;
+  }
+  for (int64_t i = 0; i < body; i += kPartials) {
+    for (int r = 0; r < R; ++r) {
+      for (int j = 0; j < kPartials; ++j) {
+        const double d = static_cast<double>(x[r * n + i + j]) - mean[r];
+        acc[r][j] += d * d;
+      }
+    }
+  }
+  for (int64_t i = body; i < n; ++i) {
+    for (int r = 0; r < R; ++r) {
+      const double d = static_cast<double>(x[r * n + i]) - mean[r];
+      acc[r][i - body] += d * d;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    st[r] = {mean[r], 1.0 / std::sqrt(combine(acc[r]) / static_cast<double>(n) + eps)};
+  }
+}
+
+// For R rows of a and b (row r at a + r * n, b + r * n): the sums of a and of a * b, each in 8
+// fixed partial sums (as row_sum).
+template <int R>
+void rows_sums2(const double* __restrict a, const double* __restrict b, int64_t n, double* sa,
+                double* sab) {
+  double acc_a[R][kPartials] = {}, acc_ab[R][kPartials] = {};
+  const int64_t body = n / kPartials * kPartials;
+  for (int64_t i = 0; i < body; i += kPartials) {
+    for (int r = 0; r < R; ++r) {
+      for (int j = 0; j < kPartials; ++j) {
+        acc_a[r][j] += a[r * n + i + j];
+        acc_ab[r][j] += a[r * n + i + j] * b[r * n + i + j];
+      }
+    }
+  }
+  for (int64_t i = body; i < n; ++i) {
+    for (int r = 0; r < R; ++r) {
+      acc_a[r][i - body] += a[r * n + i];
+      acc_ab[r][i - body] += a[r * n + i] * b[r * n + i];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    sa[r] = combine(acc_a[r]);
+    sab[r] = combine(acc_ab[r]);
+  }
 }
 
 // At most this many chunks of rows, each with its own dweight/dbias partials (2 n doubles): the
 // scratch stays under 64 n doubles whatever the row count.
 constexpr int64_t kMaxBackwardChunks = 32;
+// Rows whose reductions run interleaved (rows_stats, rows_sums2).
+constexpr int kRowBlock = 4;
+
+// R rows from row r0 of the backward below; pw, pb: the chunk's dweight/dbias partials, xhat and
+// gh: scratch for R rows.
+template <int R, class T>
+void layer_norm_backward_rows(const T* g, const T* x, const T* w, T* dx, int64_t r0, int64_t n,
+                              double eps, double* __restrict pw, double* __restrict pb,
+                              double* __restrict xhat, double* __restrict gh) {
+  RowStats st[R];
+  rows_stats<R>(x + r0 * n, n, eps, st);
+  for (int r = 0; r < R; ++r) {  // rows in order: each partial adds its rows in row order
+    const T* __restrict gr = g + (r0 + r) * n;
+    const T* __restrict xr = x + (r0 + r) * n;
+    double* __restrict xh = xhat + r * n;
+    double* __restrict ghr = gh + r * n;
+    for (int64_t i = 0; i < n; ++i) {
+      xh[i] = (static_cast<double>(xr[i]) - st[r].mean) * st[r].rstd;
+      const double gv = static_cast<double>(gr[i]);
+      pw[i] += gv * xh[i];
+      pb[i] += gv;
+    }
+    if (w) {
+      for (int64_t i = 0; i < n; ++i) ghr[i] = static_cast<double>(gr[i]) * w[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) ghr[i] = static_cast<double>(gr[i]);
+    }
+  }
+  double sum_gh[R], sum_ghx[R];
+  rows_sums2<R>(gh, xhat, n, sum_gh, sum_ghx);
+  const double inv_n = 1.0 / static_cast<double>(n);
+  for (int r = 0; r < R; ++r) {
+    const double a = sum_gh[r] * inv_n, b = sum_ghx[r] * inv_n, rstd = st[r].rstd;
+    const double* __restrict xh = xhat + r * n;
+    const double* __restrict ghr = gh + r * n;
+    T* __restrict dxr = dx + (r0 + r) * n;
+    for (int64_t i = 0; i < n; ++i) dxr[i] = static_cast<T>(rstd * (ghr[i] - a - xh[i] * b));
+  }
+}
 
 // Per row, with xhat = (x - mean) * rstd and gh = g * w (g without a weight):
 //   dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat));
@@ -118,34 +204,16 @@ void layer_norm_backward(const T* g, const T* x, const T* w, T* dx, T* dw, T* db
       std::max(rows_per_chunk(3 * n), (rows + kMaxBackwardChunks - 1) / kMaxBackwardChunks);
   const int64_t chunks = (rows + per_chunk - 1) / per_chunk;
   std::vector<double> partials(static_cast<size_t>(chunks * 2 * n), 0.0);
-  const double inv_n = 1.0 / static_cast<double>(n);
   parallel_chunks(rows, per_chunk, [&](int64_t c, int64_t begin, int64_t end) {
-    std::vector<double> scratch(static_cast<size_t>(2 * n));
-    double* __restrict xhat = scratch.data();
-    double* __restrict gh = xhat + n;
-    double* __restrict pw = partials.data() + c * 2 * n;
-    double* __restrict pb = pw + n;
-    for (int64_t r = begin; r < end; ++r) {
-      const T* __restrict gr = g + r * n;
-      const T* __restrict xr = x + r * n;
-      T* __restrict dxr = dx + r * n;
-      const RowStats st = row_stats(xr, n, eps);
-      for (int64_t i = 0; i < n; ++i) {
-        xhat[i] = (static_cast<double>(xr[i]) - st.mean) * st.rstd;
-        const double gv = static_cast<double>(gr[i]);
-        pw[i] += gv * xhat[i];
-        pb[i] += gv;
-      }
-      if (w) {
-        for (int64_t i = 0; i < n; ++i) gh[i] = static_cast<double>(gr[i]) * w[i];
-      } else {
-        for (int64_t i = 0; i < n; ++i) gh[i] = static_cast<double>(gr[i]);
-      }
-      double sum_gh, sum_ghx;
-      row_sums2(gh, xhat, n, sum_gh, sum_ghx);
-      const double a = sum_gh * inv_n, b = sum_ghx * inv_n;
-      for (int64_t i = 0; i < n; ++i) dxr[i] = static_cast<T>(st.rstd * (gh[i] - a - xhat[i] * b));
-    }
+    std::vector<double> scratch(static_cast<size_t>(2 * kRowBlock * n));
+    double* pw = partials.data() + c * 2 * n;
+    double* pb = pw + n;
+    double* xhat = scratch.data();
+    double* gh = xhat + kRowBlock * n;
+    int64_t r = begin;
+    for (; r + kRowBlock <= end; r += kRowBlock)
+      layer_norm_backward_rows<kRowBlock>(g, x, w, dx, r, n, eps, pw, pb, xhat, gh);
+    for (; r < end; ++r) layer_norm_backward_rows<1>(g, x, w, dx, r, n, eps, pw, pb, xhat, gh);
   });
   parallel_chunks(n, rows_per_chunk(chunks), [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
