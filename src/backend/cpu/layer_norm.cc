@@ -124,37 +124,10 @@ void rows_stats(const T* x, int64_t n, double eps, RowStats* st) {
   }
 }
 
-// For R rows of a and b (row r at a + r * n, b + r * n): the sums of a and of a * b, each in 8
-// fixed partial sums (as row_sum).
-template <int R>
-void rows_sums2(const double* __restrict a, const double* __restrict b, int64_t n, double* sa,
-                double* sab) {
-  double acc_a[R][kPartials] = {}, acc_ab[R][kPartials] = {};
-  const int64_t body = n / kPartials * kPartials;
-  for (int64_t i = 0; i < body; i += kPartials) {
-    for (int r = 0; r < R; ++r) {
-      for (int j = 0; j < kPartials; ++j) {
-        acc_a[r][j] += a[r * n + i + j];
-        acc_ab[r][j] += a[r * n + i + j] * b[r * n + i + j];
-      }
-    }
-  }
-  for (int64_t i = body; i < n; ++i) {
-    for (int r = 0; r < R; ++r) {
-      acc_a[r][i - body] += a[r * n + i];
-      acc_ab[r][i - body] += a[r * n + i] * b[r * n + i];
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    sa[r] = combine(acc_a[r]);
-    sab[r] = combine(acc_ab[r]);
-  }
-}
-
 // At most this many chunks of rows, each with its own dweight/dbias partials (2 n doubles): the
 // scratch stays under 64 n doubles whatever the row count.
 constexpr int64_t kMaxBackwardChunks = 32;
-// Rows whose reductions run interleaved (rows_stats, rows_sums2).
+// Rows whose statistics are summed interleaved (rows_stats).
 constexpr int kRowBlock = 4;
 
 // R rows from row r0 of the backward below; pw, pb: the chunk's dweight/dbias partials, xhat and
@@ -165,25 +138,40 @@ void layer_norm_backward_rows(const T* g, const T* x, const T* w, T* dx, int64_t
                               double* __restrict xhat, double* __restrict gh) {
   RowStats st[R];
   rows_stats<R>(x + r0 * n, n, eps, st);
+  double sum_gh[R], sum_ghx[R];
+  const int64_t body = n / kPartials * kPartials;
   for (int r = 0; r < R; ++r) {  // rows in order: each partial adds its rows in row order
     const T* __restrict gr = g + (r0 + r) * n;
     const T* __restrict xr = x + (r0 + r) * n;
     double* __restrict xh = xhat + r * n;
     double* __restrict ghr = gh + r * n;
-    for (int64_t i = 0; i < n; ++i) {
-      xh[i] = (static_cast<double>(xr[i]) - st[r].mean) * st[r].rstd;
-      const double gv = static_cast<double>(gr[i]);
-      pw[i] += gv * xh[i];
-      pb[i] += gv;
-    }
+    const double mean = st[r].mean, rstd = st[r].rstd;
+    // One pass per row, the sums of gh and gh * xhat in 8 fixed partial sums (as row_sum); the
+    // weight a template argument so that the loop has no branch.
+    double acc_a[kPartials] = {}, acc_ab[kPartials] = {};
+    auto pass = [&](auto weight) {
+      auto one = [&](int64_t i, int j) {
+        xh[i] = (static_cast<double>(xr[i]) - mean) * rstd;
+        const double gv = static_cast<double>(gr[i]);
+        pw[i] += gv * xh[i];
+        pb[i] += gv;
+        ghr[i] = gv * weight(i);
+        acc_a[j] += ghr[i];
+        acc_ab[j] += ghr[i] * xh[i];
+      };
+      for (int64_t i = 0; i < body; i += kPartials) {
+        for (int j = 0; j < kPartials; ++j) one(i + j, j);
+      }
+      for (int64_t i = body; i < n; ++i) one(i, static_cast<int>(i - body));
+    };
     if (w) {
-      for (int64_t i = 0; i < n; ++i) ghr[i] = static_cast<double>(gr[i]) * w[i];
+      pass([w](int64_t i) { return static_cast<double>(w[i]); });
     } else {
-      for (int64_t i = 0; i < n; ++i) ghr[i] = static_cast<double>(gr[i]);
+      pass([](int64_t) { return 1.0; });
     }
+    sum_gh[r] = combine(acc_a);
+    sum_ghx[r] = combine(acc_ab);
   }
-  double sum_gh[R], sum_ghx[R];
-  rows_sums2<R>(gh, xhat, n, sum_gh, sum_ghx);
   const double inv_n = 1.0 / static_cast<double>(n);
   for (int r = 0; r < R; ++r) {
     const double a = sum_gh[r] * inv_n, b = sum_ghx[r] * inv_n, rstd = st[r].rstd;
