@@ -24,70 +24,14 @@ double combine(const double (&acc)[kPartials]) {
   return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
-template <class T>
-double row_sum(const T* x, int64_t n) {
-  double acc[kPartials] = {};
-  const int64_t body = n / kPartials * kPartials;
-  for (int64_t i = 0; i < body; i += kPartials) {
-    for (int j = 0; j < kPartials; ++j) acc[j] += static_cast<double>(x[i + j]);
-  }
-  for (int64_t i = body; i < n; ++i) acc[i - body] += static_cast<double>(x[i]);
-  return combine(acc);
-}
-
-template <class T>
-double row_sq_dev(const T* x, int64_t n, double mean) {
-  double acc[kPartials] = {};
-  const int64_t body = n / kPartials * kPartials;
-  for (int64_t i = 0; i < body; i += kPartials) {
-    for (int j = 0; j < kPartials; ++j) {
-      const double d = static_cast<double>(x[i + j]) - mean;
-      acc[j] += d * d;
-    }
-  }
-  for (int64_t i = body; i < n; ++i) {
-    const double d = static_cast<double>(x[i]) - mean;
-    acc[i - body] += d * d;
-  }
-  return combine(acc);
-}
-
 struct RowStats {
   double mean, rstd;
 };
 
-template <class T>
-RowStats row_stats(const T* x, int64_t n, double eps) {
-  const double mean = row_sum(x, n) / static_cast<double>(n);
-  const double var = row_sq_dev(x, n, mean) / static_cast<double>(n);
-  return {mean, 1.0 / std::sqrt(var + eps)};
-}
-
-template <class T>
-void layer_norm(const T* x, const T* w, const T* b, T* y, int64_t rows, int64_t n, double eps) {
-  parallel_chunks(rows, rows_per_chunk(n), [&](int64_t, int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * n;
-      T* yr = y + r * n;
-      const RowStats st = row_stats(xr, n, eps);
-      const T m = static_cast<T>(st.mean);
-      const T rstd = static_cast<T>(st.rstd);
-      if (w && b) {
-        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rstd * w[i] + b[i];
-      } else if (w) {
-        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rstd * w[i];
-      } else if (b) {
-        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rstd + b[i];
-      } else {
-        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rstd;
-      }
-    }
-  });
-}
-
-// The statistics of R rows at once (row r at x + r * n), each summed as row_stats sums it: R
-// rows' partial sums are independent chains that keep the adders busy where one row's would
-// wait on each other.
+// The mean and rstd = 1 / sqrt(var + eps) of R rows (row r at x + r * n): per row, the sum of x,
+// then of (x - mean)^2, each in 8 fixed partial sums (element i into partial i mod 8), combined
+// as `combine` does. The R rows' partial sums are independent chains that keep the adders busy
+// where one row's would wait on each other; each row's result does not depend on R.
 template <int R, class T>
 void rows_stats(const T* x, int64_t n, double eps, RowStats* st) {
   const int64_t body = n / kPartials * kPartials;
@@ -124,6 +68,37 @@ void rows_stats(const T* x, int64_t n, double eps, RowStats* st) {
   }
 }
 
+template <class T>
+void layer_norm(const T* x, const T* w, const T* b, T* y, int64_t rows, int64_t n, double eps) {
+  constexpr int kBlock = 4;  // rows whose statistics are summed interleaved
+  parallel_chunks(rows, rows_per_chunk(n), [&](int64_t, int64_t begin, int64_t end) {
+    RowStats stats[kBlock];
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t k = (r - begin) % kBlock;
+      if (k == 0) {
+        if (r + kBlock <= end) {
+          rows_stats<kBlock>(x + r * n, n, eps, stats);
+        } else {
+          for (int64_t q = r; q < end; ++q) rows_stats<1>(x + q * n, n, eps, stats + (q - r));
+        }
+      }
+      const T* xr = x + r * n;
+      T* yr = y + r * n;
+      const T m = static_cast<T>(stats[k].mean);
+      const T rstd = static_cast<T>(stats[k].rstd);
+      if (w && b) {
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rstd * w[i] + b[i];
+      } else if (w) {
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rstd * w[i];
+      } else if (b) {
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rstd + b[i];
+      } else {
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * rstd;
+      }
+    }
+  });
+}
+
 // At most this many chunks of rows, each with its own dweight/dbias partials (2 n doubles): the
 // scratch stays under 64 n doubles whatever the row count.
 constexpr int64_t kMaxBackwardChunks = 32;
@@ -146,7 +121,7 @@ void layer_norm_backward_rows(const T* g, const T* x, const T* w, T* dx, int64_t
     double* __restrict xh = xhat + r * n;
     double* __restrict ghr = gh + r * n;
     const double mean = st[r].mean, rstd = st[r].rstd;
-    // One pass per row, the sums of gh and gh * xhat in 8 fixed partial sums (as row_sum); the
+    // One pass per row, the sums of gh and gh * xhat in 8 fixed partial sums (as rows_stats); the
     // weight a template argument so that the loop has no branch.
     double acc_a[kPartials] = {}, acc_ab[kPartials] = {};
     auto pass = [&](auto weight) {
