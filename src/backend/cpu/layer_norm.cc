@@ -1,7 +1,8 @@
 // LayerNorm over the last `normalized_dims` dims: y = (x - mean) / sqrt(var + eps) * w + b with
 // the biased variance. Mean and variance are two passes in double (for f32 too: the f32 result
 // then differs from the exact one by the final rounding only), each summed in 8 fixed partial
-// sums that vectorise. One row per task: results do not depend on the thread count.
+// sums that vectorise; four rows' sums run interleaved, each row's in its own fixed order. Rows
+// are split into chunks by the shape alone: results do not depend on the thread count.
 //
 // LayerNormBackward recomputes a row's statistics the same way and works in double from there,
 // rounding each output once: dx per row; dweight and dbias as one partial sum per fixed chunk of
