@@ -351,6 +351,102 @@ void bm_attention(benchmark::State& state, bool causal) {
   });
 }
 
+// ---- layer_norm and gelu forward + backward at a transformer's sizes ----
+// 64 sequences of 128 tokens, d_model 192 (the LayerNorm rows) and its 4x MLP width 768 (gelu's),
+// f32. Each step runs the op and autograd's backward into the input's (and parameters') grads,
+// as PyTorch's autograd does in bench/torch_kernels.py.
+constexpr int64_t kTokens = 64 * 128, kModel = 192, kHidden = 4 * kModel;
+
+// composed: the same forward, then the gradients composed from elementwise ops and reductions as
+// autograd's LayerNorm rule did before the LayerNormBackward kernel (and still does for a server
+// older than protocol 9), for the before/after comparison.
+void bm_layer_norm(benchmark::State& state, bool composed) {
+  tw::manual_seed(kSeed);
+  tw::Tensor x = tw::randn({kTokens, kModel}, tw::kF32, device()).set_requires_grad();
+  tw::Tensor w = (tw::randn({kModel}, tw::kF32, device()) * 0.1 + 1.0).set_requires_grad();
+  tw::Tensor b = (tw::randn({kModel}, tw::kF32, device()) * 0.1).set_requires_grad();
+  tw::Tensor g = tw::randn({kTokens, kModel}, tw::kF32, device());
+  auto step = [&]() -> std::vector<tw::Tensor> {
+    if (!composed) {
+      for (tw::Tensor* t : {&x, &w, &b}) t->zero_grad();
+      tw::layer_norm(x, {kModel}, w, b).backward(g);
+      return {x.grad(), w.grad(), b.grad()};
+    }
+    tw::NoGradGuard no_grad;
+    tw::Tensor y = tw::layer_norm(x, {kModel}, w, b);
+    tw::Tensor mean = x.mean({1}, true);
+    tw::Tensor xc = x - mean;
+    tw::Tensor rstd = (xc.square().mean({1}, true) + 1e-5).rsqrt();
+    tw::Tensor xhat = xc * rstd;
+    tw::Tensor gh = g * w;
+    tw::Tensor dx = rstd * (gh - gh.mean({1}, true) - xhat * (gh * xhat).mean({1}, true));
+    return {dx, (g * xhat).sum({0}), g.sum({0}), y};
+  };
+  // The gradients against a double-precision evaluation of the formula on sampled rows.
+  auto check = [&] {
+    const std::vector<tw::Tensor> d = step();
+    const std::vector<float> xv = x.to_vector<float>(), gv = g.to_vector<float>(),
+                             wv = w.to_vector<float>(), dx = d[0].to_vector<float>(),
+                             dw = d[1].to_vector<float>(), db = d[2].to_vector<float>();
+    std::vector<double> dw_want(kModel, 0.0), db_want(kModel, 0.0);
+    for (int64_t r = 0; r < kTokens; ++r) {
+      const float* xr = xv.data() + r * kModel;
+      const float* gr = gv.data() + r * kModel;
+      double mean = 0, var = 0, a = 0, c = 0;
+      for (int64_t i = 0; i < kModel; ++i) mean += xr[i];
+      mean /= kModel;
+      for (int64_t i = 0; i < kModel; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+      const double rstd = 1 / std::sqrt(var / kModel + 1e-5);
+      for (int64_t i = 0; i < kModel; ++i) {
+        const double xh = (xr[i] - mean) * rstd;
+        a += double{gr[i]} * wv[i];
+        c += double{gr[i]} * wv[i] * xh;
+        dw_want[i] += gr[i] * xh;
+        db_want[i] += gr[i];
+      }
+      if (r % 997 != 0) continue;
+      for (int64_t i = 0; i < kModel; i += 7) {
+        const double xh = (xr[i] - mean) * rstd;
+        const double want = rstd * (double{gr[i]} * wv[i] - a / kModel - xh * c / kModel);
+        expect_near(dx[r * kModel + i], want, 1e-3 * (1 + std::abs(want)),
+                    "layer_norm d x [" + std::to_string(r) + ", " + std::to_string(i) + "]");
+      }
+    }
+    for (int64_t i = 0; i < kModel; ++i) {
+      expect_near(dw[i], dw_want[i], 1e-2 * (1 + std::abs(dw_want[i])),
+                  "layer_norm d weight [" + std::to_string(i) + "]");
+      expect_near(db[i], db_want[i], 1e-2 * (1 + std::abs(db_want[i])),
+                  "layer_norm d bias [" + std::to_string(i) + "]");
+    }
+  };
+  run_checked(state, check, [&] {
+    const std::vector<tw::Tensor> d = step();
+    d[0].device().sync();
+  });
+}
+
+void bm_gelu(benchmark::State& state) {
+  tw::manual_seed(kSeed);
+  tw::Tensor x = tw::randn({kTokens, kHidden}, tw::kF32, device()).set_requires_grad();
+  tw::Tensor g = tw::randn({kTokens, kHidden}, tw::kF32, device());
+  auto step = [&] {
+    x.zero_grad();
+    x.gelu().backward(g);
+    return x.grad();
+  };
+  auto check = [&] {
+    const std::vector<float> xv = x.to_vector<float>(), gv = g.to_vector<float>(),
+                             dx = step().to_vector<float>();
+    for (int64_t i : sample_positions(kTokens * kHidden, 65)) {
+      const double v = xv[i];
+      const double want = gv[i] * (0.5 * (1 + std::erf(v / std::sqrt(2.0))) +
+                                   v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI));
+      expect_near(dx[i], want, 1e-5 * (1 + std::abs(want)), "gelu d x [" + std::to_string(i) + "]");
+    }
+  };
+  run_checked(state, check, [&] { step().device().sync(); });
+}
+
 template <class F>
 void add_benchmark(const char* name, F f) {
   benchmark::RegisterBenchmark(name, guarded(f))
@@ -390,6 +486,11 @@ int main(int argc, char** argv) {
                 [](benchmark::State& s) { bm_attention(s, false); });
   add_benchmark("attention_causal_fwd_bwd_f32_4x8x512x64",
                 [](benchmark::State& s) { bm_attention(s, true); });
+  add_benchmark("layer_norm_fwd_bwd_f32_8192x192",
+                [](benchmark::State& s) { bm_layer_norm(s, false); });
+  add_benchmark("layer_norm_composed_fwd_bwd_f32_8192x192",
+                [](benchmark::State& s) { bm_layer_norm(s, true); });
+  add_benchmark("gelu_fwd_bwd_f32_8192x768", bm_gelu);
 
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

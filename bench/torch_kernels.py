@@ -98,6 +98,35 @@ def workloads():
             return run
         return setup
 
+    def layer_norm():
+        # [64 * 128 tokens, d_model 192]: forward and backward into x, weight and bias.
+        def setup():
+            x = torch.randn(8192, 192, requires_grad=True)
+            w = (torch.randn(192) * 0.1 + 1.0).requires_grad_()
+            b = (torch.randn(192) * 0.1).requires_grad_()
+            g = torch.randn(8192, 192)
+
+            def run():
+                for t in (x, w, b):
+                    t.grad = None
+                with torch.enable_grad():
+                    F.layer_norm(x, (192,), w, b).backward(g)
+                return x.grad
+            return run
+        return setup
+
+    def gelu():
+        # The MLP's hidden activations [64 * 128 tokens, 4 * 192]: forward and backward (erf form).
+        x = torch.randn(8192, 768, requires_grad=True)
+        g = torch.randn(8192, 768)
+
+        def run():
+            x.grad = None
+            with torch.enable_grad():
+                F.gelu(x).backward(g)
+            return x.grad
+        return run
+
     return [
         ("matmul_f32_1024", matmul(1024)),
         ("matmul_f32_2048", matmul(2048)),
@@ -112,6 +141,10 @@ def workloads():
         ("linear_relu_f32_256x512x512", linear_relu),
         ("attention_fwd_bwd_f32_4x8x512x64", attention(False)),
         ("attention_causal_fwd_bwd_f32_4x8x512x64", attention(True)),
+        ("layer_norm_fwd_bwd_f32_8192x192", layer_norm()),
+        # tensorwire's composed backward (before its kernel) against the same PyTorch step.
+        ("layer_norm_composed_fwd_bwd_f32_8192x192", layer_norm()),
+        ("gelu_fwd_bwd_f32_8192x768", gelu),
     ]
 
 

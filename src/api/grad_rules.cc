@@ -144,6 +144,10 @@ struct Rules {
       }
       case K::kGelu:  // d/dx x * Phi(x) = Phi(x) + x * phi(x)
         return [x](const Tensor& g) -> Grads {
+          // One kernel where the device has it (protocol 9), else composed.
+          if (g.impl()->sink->supports(ir::OpCode::kGeluBackward)) {
+            return {emit_like(g, ir::GeluBackward{detail::in(g), detail::in(x), {}}, {&g, &x})};
+          }
           const double inv_sqrt_2pi = 0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2;
           Tensor cdf = (x * (1.0 / std::numbers::sqrt2)).erf() * 0.5 + 0.5;
           Tensor pdf = (x.square() * -0.5).exp() * inv_sqrt_2pi;
@@ -576,10 +580,12 @@ struct Rules {
   }
 
   BackwardFn operator()(const ir::LayerNorm& op) const {
-    // Recomputes the normalised input from x (cheaper to keep than the statistics' handles);
-    // with xhat = (x - mean) * rstd and gh = g * weight:
+    // With xhat = (x - mean) * rstd and gh = g * weight:
     //   dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), dweight = sum(g * xhat),
     //   dbias = sum(g), the means over the normalised dims and the sums over the others.
+    // One LayerNormBackward kernel gives all three where the device has it (protocol 9); else
+    // they are composed, recomputing the normalised input from x (cheaper to keep than the
+    // statistics' handles).
     const Tensor x = r.in[0];
     const Tensor w = r.in.size() > 1 ? r.in[1] : Tensor();
     const bool nx = r.needs[0], nw = r.needs.size() > 1 && r.needs[1],
@@ -589,17 +595,28 @@ struct Rules {
     for (int64_t d = 0; d < rank; ++d) (d >= rank - k ? norm_dims : batch_dims).push_back(d);
     const double eps = op.eps;
     return [=](const Tensor& g) -> Grads {
+      Grads out(3);
+      if (g.impl()->sink->supports(ir::OpCode::kLayerNormBackward)) {
+        std::vector<Tensor> d = detail::emit_all(
+            g.impl()->sink,
+            ir::LayerNormBackward{detail::in(g), detail::in(x), detail::in(w), k, eps, {}, {}, {}},
+            {&g, &x, &w});
+        const bool needs[3] = {nx, nw, nb};
+        for (size_t i = 0; i < 3; ++i)
+          if (needs[i]) out[i] = std::move(d[i]);
+        return out;
+      }
       Tensor mean = x.mean(norm_dims, true);
       Tensor xc = x - mean;
       Tensor rstd = (xc.square().mean(norm_dims, true) + eps).rsqrt();
       Tensor xhat = xc * rstd;
-      Grads out(3);
       if (nx) {
         Tensor gh = w.defined() ? g * w : g;
         out[0] = rstd * (gh - gh.mean(norm_dims, true) - xhat * (gh * xhat).mean(norm_dims, true));
       }
-      if (nw) out[1] = (g * xhat).sum(batch_dims);
-      if (nb) out[2] = g.sum(batch_dims);
+      // sum over an empty dim list would reduce every dim: no leading dims, nothing to add.
+      if (nw) out[1] = batch_dims.empty() ? g * xhat : (g * xhat).sum(batch_dims);
+      if (nb) out[2] = batch_dims.empty() ? g : g.sum(batch_dims);
       return out;
     };
   }

@@ -769,20 +769,21 @@ Result<Metas> infer_op(const AdaptiveAvgPool2d& op, const Ctx& c) {
   return one({x.shape[0], x.shape[1], op.output_size[0], op.output_size[1]}, x.dtype);
 }
 
-Result<Metas> infer_op(const LayerNorm& op, const Ctx& c) {
-  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
-  TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> weight, c.optional_input(op.weight, "weight"));
-  TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> bias, c.optional_input(op.bias, "bias"));
+// LayerNorm's rules, shared with its gradient: x float, normalized_dims in 1..rank, eps finite
+// and >= 0, weight and bias (when given) of the normalized shape and x's dtype.
+Status check_layer_norm(const Ctx& c, const TensorMeta& x, const std::optional<TensorMeta>& weight,
+                        const std::optional<TensorMeta>& bias, int64_t normalized_dims,
+                        double eps) {
   TW_RETURN_NOT_OK(c.floating(x.dtype));
   const int64_t rank = rank_of(x.shape);
-  if (op.normalized_dims < 1 || op.normalized_dims > rank) {
-    return c.error("normalized_dims " + num(op.normalized_dims) + " out of range for x " +
+  if (normalized_dims < 1 || normalized_dims > rank) {
+    return c.error("normalized_dims " + num(normalized_dims) + " out of range for x " +
                    shape_str(x.shape) + " (expected 1.." + num(rank) + ")");
   }
-  if (!(op.eps >= 0) || !std::isfinite(op.eps)) {
-    return c.error("eps " + num(op.eps) + " must be finite and >= 0");
+  if (!(eps >= 0) || !std::isfinite(eps)) {
+    return c.error("eps " + num(eps) + " must be finite and >= 0");
   }
-  const Shape normalized(x.shape.end() - op.normalized_dims, x.shape.end());
+  const Shape normalized(x.shape.end() - normalized_dims, x.shape.end());
   const std::pair<const char*, const std::optional<TensorMeta>*> params[] = {{"weight", &weight},
                                                                              {"bias", &bias}};
   for (const auto& [what, m] : params) {
@@ -797,6 +798,14 @@ Result<Metas> infer_op(const LayerNorm& op, const Ctx& c) {
                      dt(x.dtype));
     }
   }
+  return Status::OK();
+}
+
+Result<Metas> infer_op(const LayerNorm& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
+  TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> weight, c.optional_input(op.weight, "weight"));
+  TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> bias, c.optional_input(op.bias, "bias"));
+  TW_RETURN_NOT_OK(check_layer_norm(c, x, weight, bias, op.normalized_dims, op.eps));
   return one(std::move(x));
 }
 
@@ -810,6 +819,8 @@ Result<Metas> infer_op(const Linear& op, const Ctx& c);
 Result<Metas> infer_op(const ScaledDotProductAttention& op, const Ctx& c);
 Result<Metas> infer_op(const ScaledDotProductAttentionBackward& op, const Ctx& c);
 Result<Metas> infer_op(const IndexSelectBackward& op, const Ctx& c);
+Result<Metas> infer_op(const LayerNormBackward& op, const Ctx& c);
+Result<Metas> infer_op(const GeluBackward& op, const Ctx& c);
 
 }  // namespace
 
@@ -1116,6 +1127,29 @@ Result<Metas> infer_op(const IndexSelectBackward& op, const Ctx& c) {
                    shape_str(index.shape));
   }
   return one(op.x_shape, grad.dtype);
+}
+
+Result<Metas> infer_op(const LayerNormBackward& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta grad, c.input(op.grad, "grad"));
+  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
+  TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> weight, c.optional_input(op.weight, "weight"));
+  TW_RETURN_NOT_OK(check_layer_norm(c, x, weight, std::nullopt, op.normalized_dims, op.eps));
+  if (grad.shape != x.shape || grad.dtype != x.dtype) {
+    return c.error("grad " + meta_str(grad) + " must match x " + meta_str(x));
+  }
+  Shape normalized(x.shape.end() - op.normalized_dims, x.shape.end());
+  return Metas{std::move(x), TensorMeta{normalized, grad.dtype},
+               TensorMeta{normalized, grad.dtype}};
+}
+
+Result<Metas> infer_op(const GeluBackward& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta grad, c.input(op.grad, "grad"));
+  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
+  TW_RETURN_NOT_OK(c.floating(x.dtype));
+  if (grad.shape != x.shape || grad.dtype != x.dtype) {
+    return c.error("grad " + meta_str(grad) + " must match x " + meta_str(x));
+  }
+  return one(std::move(x));
 }
 
 }  // namespace

@@ -392,6 +392,17 @@ struct IndexSelectBackward {  // d loss / d x of IndexSelect: grad's slices adde
   In grad, index; int64_t dim = 0; Shape x_shape; Out out;
   TW_FIELDS(grad, index, dim, x_shape, out)
 };
+struct LayerNormBackward {  // d loss / d x, weight, bias of LayerNorm: grad and x alike
+  static constexpr Autograd kAutograd = Autograd::kNone;
+  In grad, x, weight; int64_t normalized_dims = 1; double eps = 1e-5;
+  Out grad_x, grad_weight, grad_bias;
+  TW_FIELDS(grad, x, weight, normalized_dims, eps, grad_x, grad_weight, grad_bias)
+};
+struct GeluBackward {  // d loss / d x of gelu (the erf form): grad * (Phi(x) + x phi(x))
+  static constexpr Autograd kAutograd = Autograd::kNone;
+  In grad, x; Out out;
+  TW_FIELDS(grad, x, out)
+};
 struct AdaptiveAvgPool2dBackward {  // grad [N, C, Ho, Wo] -> [N, C, input_size[0], input_size[1]]
   static constexpr Autograd kAutograd = Autograd::kNone;
   In grad; std::vector<int64_t> input_size; Out out;
@@ -443,7 +454,7 @@ struct AdamStep {  // one Adam/AdamW update of a parameter and its two moments (
   X(LayerNorm, 34, 1) X(Conv2dBackwardInput, 35, 1) X(Conv2dBackwardWeight, 36, 1) \
   X(Pool2dBackward, 37, 1) X(AdaptiveAvgPool2dBackward, 38, 1) X(AdamStep, 39, 6) \
   X(Linear, 40, 7) X(ScaledDotProductAttention, 41, 8) X(ScaledDotProductAttentionBackward, 42, 8) \
-  X(IndexSelectBackward, 43, 8)
+  X(IndexSelectBackward, 43, 8) X(LayerNormBackward, 44, 9) X(GeluBackward, 45, 9)
 // clang-format on
 
 #define TW_OP_VARIANT_ENTRY(Name, code, since) Name,

@@ -26,10 +26,10 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // the packed drop and graph-run tasks; version 5 the same-host shared-memory segments (attach,
 // upload from a segment, read into a segment; docs/protocol.md §8.11); version 6 the AdamStep op
 // (code 39); version 7 the Linear op (code 40); version 8 the attention ops (codes 41, 42) and
-// IndexSelectBackward (43); version 9 the drain notice (kDraining, sent only to a client that
-// speaks 9) and the draining refusal, compressed frames (kCompressed, protocol/compress.h) and
-// deduplicated uploads (the UploadByHash task). An older client never sends them, so the server
-// still speaks 1.
+// IndexSelectBackward (43); version 9 the ops LayerNormBackward (44) and GeluBackward (45), the
+// drain notice (kDraining, sent only to a client that speaks 9) and the draining refusal,
+// compressed frames (kCompressed, protocol/compress.h) and deduplicated uploads (the UploadByHash
+// task). An older client never sends them, so the server still speaks 1.
 inline constexpr uint16_t kProtocolVersion = 9;
 // Which version brought each op is the op list's `since` column (ir::op_since_protocol): an op
 // appended to the list with a new version bumps kProtocolVersion with it.

@@ -164,6 +164,16 @@ inline std::vector<ir::Op> every_op_program() {
                                         .grad_value = {64}},
       // -- index_select's gradient: the f64 [4, 4] eye as rows 1..4 (id 2) of a [5, 4] x --
       IndexSelectBackward{.grad = {3}, .index = {2}, .dim = -2, .x_shape = {5, 4}, .out = {65}},
+      // -- layer_norm's gradients over both dims of the f32 [6, 6] tensors, gelu's --
+      LayerNormBackward{.grad = {53},
+                        .x = {55},
+                        .weight = {59},
+                        .normalized_dims = 2,
+                        .eps = 1e-3,
+                        .grad_x = {66},
+                        .grad_weight = {67},
+                        .grad_bias = {68}},
+      GeluBackward{.grad = {53}, .x = {55}, .out = {69}},
   };
 }
 

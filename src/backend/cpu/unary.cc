@@ -1,7 +1,8 @@
-// Unary kernels. f32 exp, log, tanh, sigmoid, erf and gelu use the vectorised polynomials of
-// vec_math.h; the other float functions come from libm (f64 always does).
+// Unary kernels, and gelu's gradient. f32 exp, log, tanh, sigmoid, erf and gelu use the
+// vectorised polynomials of vec_math.h; the other float functions come from libm (f64 always does).
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/strided.h"
 #include "backend/cpu/vec_math.h"
 
 namespace tw::cpu {
@@ -11,6 +12,8 @@ using ir::UnaryKind;
 
 constexpr float kSqrtHalfF = 0.70710678118654752f;
 constexpr double kSqrtHalf = 0.70710678118654752;
+constexpr float kInvSqrt2PiF = 0.39894228040143268f;  // the normal density at 0
+constexpr double kInvSqrt2Pi = 0.39894228040143268;
 
 using ir::is_float_math;  // the kinds' math column (ir/ops.h)
 
@@ -135,7 +138,54 @@ int64_t min_grain_for(UnaryKind k) {
   return is_float_math(k) ? kElementwiseGrain / 4 : kElementwiseGrain;
 }
 
+// g * d/dx gelu(x) = g * (Phi(x) + x phi(x)), Phi(x) = (1 + erf(x / sqrt 2)) / 2 and phi the
+// normal density, for either lane type of vec_math.h (the same operations, so the same bits).
+template <class V>
+V gelu_grad_f32(V g, V x) {
+  using namespace vm;
+  const V cdf = fmadd(erf_f32(mul(x, splat(x, kSqrtHalfF))), splat(x, 0.5f), splat(x, 0.5f));
+  const V pdf = mul(exp_f32(mul(mul(x, x), splat(x, -0.5f))), splat(x, kInvSqrt2PiF));
+  return mul(g, fmadd(x, pdf, cdf));
+}
+
+void gelu_grad_block(const float* g, const float* x, float* out, int64_t n) {
+  int64_t i = 0;
+#ifdef TW_VEC_MATH_AVX2
+  for (; i + 8 <= n; i += 8) {
+    vm::prefetch_at(x + i, vm::kPrefetchAhead * int64_t{sizeof(float)});
+    vm::prefetch_at(g + i, vm::kPrefetchAhead * int64_t{sizeof(float)});
+    _mm256_storeu_ps(out + i, gelu_grad_f32(_mm256_loadu_ps(g + i), _mm256_loadu_ps(x + i)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = gelu_grad_f32(g[i], x[i]);
+}
+
+void gelu_grad_block(const double* g, const double* x, double* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double cdf = 0.5 * (1.0 + std::erf(x[i] * kSqrtHalf));
+    const double pdf = std::exp(-0.5 * x[i] * x[i]) * kInvSqrt2Pi;
+    out[i] = g[i] * (cdf + x[i] * pdf);
+  }
+}
+
 }  // namespace
+
+Status run(const ir::GeluBackward& op, KernelContext& ctx) {
+  const CpuTensor g = contiguous(ctx.in(op.grad));
+  const CpuTensor x = contiguous(ctx.in(op.x));
+  CpuTensor& out = ctx.alloc(op.out);
+  const int64_t n = out.numel();
+  return visit_float(x.dtype, "gelu_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* gp = g.data<T>();
+    const T* xp = x.data<T>();
+    T* o = out.data<T>();
+    parallel_chunks(n, chunk_grain(n, kElementwiseGrain / 4), [&](int64_t, int64_t b, int64_t e) {
+      gelu_grad_block(gp + b, xp + b, o + b, e - b);
+    });
+    return Status::OK();
+  });
+}
 
 Status run(const ir::Unary& op, KernelContext& ctx) {
   const char* name = ir::kind_name(op.kind);

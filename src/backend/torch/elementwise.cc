@@ -235,6 +235,10 @@ Result<at::Tensor> run(const ir::Bernoulli& op, const Ctx& ctx) {
 
 // ---- elementwise ----
 
+Result<at::Tensor> run(const ir::GeluBackward& op, const Ctx& ctx) {
+  return at::gelu_backward(ctx.in(op.grad), ctx.in(op.x));  // the erf form, as gelu above
+}
+
 Result<at::Tensor> run(const ir::Unary& op, const Ctx& ctx) {
   if (op.kind == UnaryKind::kLogicalNot) return at::logical_not(ctx.in(op.x));
   // Real functions of integral or bool inputs compute in f32: the output dtype says which.

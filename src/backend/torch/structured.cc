@@ -277,6 +277,37 @@ Result<at::Tensor> run(const ir::LayerNorm& op, const Ctx& ctx) {
   return y;
 }
 
+// LayerNorm's gradients as the CPU kernel states them: the row statistics as above, then every
+// quantity in double, each output rounded once. xhat = (x - mean) * rstd, gh = grad * weight:
+// dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), dweight = sum(grad * xhat) and dbias =
+// sum(grad) over the leading dims.
+Result<std::vector<at::Tensor>> run(const ir::LayerNormBackward& op, const Ctx& ctx) {
+  const at::Tensor& x = ctx.in(op.x);
+  const int64_t k = op.normalized_dims;
+  const std::vector<int64_t> normalized(x.sizes().end() - k, x.sizes().end());
+  if (x.numel() == 0) {
+    return std::vector<at::Tensor>{at::zeros_like(x), at::zeros(normalized, x.options()),
+                                   at::zeros(normalized, x.options())};
+  }
+  std::vector<int64_t> dims, batch;
+  for (int64_t d = 0; d < x.dim(); ++d) (d >= x.dim() - k ? dims : batch).push_back(d);
+  const at::Tensor xd = x.to(at::kDouble);
+  const at::Tensor g = ctx.in(op.grad).to(at::kDouble);
+  const at::Tensor mean = at::mean(xd, dims, true);
+  const at::Tensor rstd =
+      at::reciprocal(at::sqrt(at::mean(at::square(xd - mean), dims, true) + op.eps));
+  const at::Tensor xhat = (xd - mean) * rstd;
+  const at::Tensor gh = ctx.has(op.weight) ? g * ctx.in(op.weight).to(at::kDouble) : g;
+  const at::Tensor dx =
+      rstd * (gh - at::mean(gh, dims, true) - xhat * at::mean(gh * xhat, dims, true));
+  // at::sum over an empty dim list would sum everything: no leading dims, nothing to add.
+  const at::Tensor dw = batch.empty() ? g * xhat : at::sum(g * xhat, batch);
+  const at::Tensor db = batch.empty() ? g : at::sum(g, batch);
+  const at::ScalarType t = x.scalar_type();
+  return std::vector<at::Tensor>{dx.to(t).contiguous(), dw.to(t).contiguous(),
+                                 db.to(t).contiguous()};
+}
+
 // ---- gradients ----
 
 Result<at::Tensor> run(const ir::Conv2dBackwardInput& op, const Ctx& ctx) {

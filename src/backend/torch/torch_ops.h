@@ -73,6 +73,10 @@ template <>
 struct TorchKernelResult<ir::ScaledDotProductAttentionBackward> {
   using type = Result<std::vector<at::Tensor>>;
 };
+template <>
+struct TorchKernelResult<ir::LayerNormBackward> {
+  using type = Result<std::vector<at::Tensor>>;
+};
 #define TW_DECLARE_TORCH_KERNEL(Name, code, since) \
   TorchKernelResult<ir::Name>::type run(const ir::Name& op, const Ctx& ctx);
 TW_OP_LIST(TW_DECLARE_TORCH_KERNEL)

@@ -190,6 +190,8 @@ std::vector<Case> elementwise_cases() {
   unary("sigmoid", normal({2, 3}), [](const Tensor& x) { return x.sigmoid(); });
   unary("relu", normal({2, 3}), [](const Tensor& x) { return x.relu(); });
   unary("gelu", normal({2, 3}), [](const Tensor& x) { return x.gelu(); });
+  // Through gelu's minimum (x ~ -0.75, where its derivative changes sign) and its tails.
+  unary("gelu wide", normal({3, 5}), [](const Tensor& x) { return (x * 2.5).gelu(); });
   unary("erf", normal({2, 3}), [](const Tensor& x) { return x.erf(); });
   unary("reciprocal", normal({2, 3}), [](const Tensor& x) { return x.reciprocal(); });
   unary("floor", normal({2, 3}), [](const Tensor& x) { return x.floor(); });
@@ -420,6 +422,20 @@ std::vector<Case> neural_cases() {
                 }});
   cs.push_back(
       {"layer_norm no affine", {normal({3, 5})}, [](V x) { return layer_norm(x[0], {5}); }});
+  cs.push_back({"layer_norm weight only", {normal({2, 2, 5}), normal({5})}, [](V x) {
+                  return layer_norm(x[0], {5}, x[1]);
+                }});
+  cs.push_back({"layer_norm bias only", {normal({4, 3}), normal({3})}, [](V x) {
+                  return layer_norm(x[0], {3}, Tensor(), x[1]);
+                }});
+  cs.push_back(
+      {"layer_norm all dims eps", {normal({2, 3}), normal({2, 3}), normal({2, 3})}, [](V x) {
+         return layer_norm(x[0], {2, 3}, x[1], x[2], 0.5);
+       }});
+  // Only the parameters take gradients: x is a constant.
+  cs.push_back({"layer_norm params", {constant({4, 6}), normal({6}), normal({6})}, [](V x) {
+                  return layer_norm(x[0], {6}, x[1], x[2]);
+                }});
   return cs;
 }
 

@@ -221,6 +221,17 @@ TEST_F(InferTest, AcceptsOneInstanceOfEveryOp) {
           .grad = t({2, 5}), .index = t({6}, kI64), .dim = 1, .x_shape = {2, 3}, .out = kOut},
       "index_select_backward: grad [2, 5] is not the index_select output [2, 6] of x [2, 3] and "
       "index [6]"));
+  const Op layer_norm_grad = LayerNormBackward{.grad = t({3}),
+                                               .x = t({3}),
+                                               .weight = t({3}),
+                                               .grad_x = {997},
+                                               .grad_weight = {998},
+                                               .grad_bias = kOut};
+  EXPECT_TRUE(gives(layer_norm_grad, {3}, kF32, 3));
+  covered.insert(op_code(layer_norm_grad));
+  const Op gelu_grad = GeluBackward{.grad = t({2, 3}, kF64), .x = t({2, 3}, kF64), .out = kOut};
+  EXPECT_TRUE(gives(gelu_grad, {2, 3}, kF64));
+  covered.insert(op_code(gelu_grad));
   // A new op added to TW_OP_LIST must get a case here.
   EXPECT_EQ(static_cast<int>(covered.size()), kNumOps);
 }
@@ -968,6 +979,50 @@ TEST_F(InferTest, LayerNorm) {
 }
 
 // ---------------------------------------------------------------- gradient ops (autograd)
+
+TEST_F(InferTest, LayerNormBackward) {
+  auto op = [](In grad, In x, In weight, int64_t nd, double eps = 1e-5) {
+    return LayerNormBackward{.grad = grad,
+                             .x = x,
+                             .weight = weight,
+                             .normalized_dims = nd,
+                             .eps = eps,
+                             .grad_x = {997},
+                             .grad_weight = {998},
+                             .grad_bias = kOut};
+  };
+  // x's meta, then the normalized shape twice (also without a weight).
+  auto r = infer(op(t({2, 3, 4}, kF64), t({2, 3, 4}, kF64), t({3, 4}, kF64), 2), lookup());
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, (std::vector<TensorMeta>{{{2, 3, 4}, kF64}, {{3, 4}, kF64}, {{3, 4}, kF64}}));
+  r = infer(op(t({0, 5}), t({0, 5}), In{}, 1), lookup());
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, (std::vector<TensorMeta>{{{0, 5}, kF32}, {{5}, kF32}, {{5}, kF32}}));
+  // LayerNorm's rules, and grad must be x's meta.
+  EXPECT_TRUE(fails_with(op(t({2, 3}), t({2, 3}), t({2}), 1),
+                         "layer_norm_backward: weight shape [2] must equal the normalized shape "
+                         "[3] of x [2, 3]"));
+  EXPECT_TRUE(fails_with(op(t({2, 3}), t({2, 3}), In{}, 3),
+                         "layer_norm_backward: normalized_dims 3 out of range for x [2, 3] "
+                         "(expected 1..2)"));
+  EXPECT_TRUE(fails_with(op(t({2, 3}), t({2, 3}), In{}, 1, -1.0),
+                         "layer_norm_backward: eps -1 must be finite and >= 0"));
+  EXPECT_TRUE(fails_with(op(t({2, 3}, kI32), t({2, 3}, kI32), In{}, 1),
+                         "layer_norm_backward: dtype i32 is not supported (expected f32 or f64)"));
+  EXPECT_TRUE(fails_with(op(t({2, 4}), t({2, 3}), In{}, 1),
+                         "layer_norm_backward: grad f32[2, 4] must match x f32[2, 3]"));
+  EXPECT_TRUE(fails_with(op(t({2, 3}, kF64), t({2, 3}), In{}, 1),
+                         "layer_norm_backward: grad f64[2, 3] must match x f32[2, 3]"));
+}
+
+TEST_F(InferTest, GeluBackward) {
+  auto op = [](In grad, In x) { return GeluBackward{.grad = grad, .x = x, .out = kOut}; };
+  EXPECT_TRUE(gives(op(t({4, 5}), t({4, 5})), {4, 5}, kF32));
+  EXPECT_TRUE(gives(op(t({}, kF64), t({}, kF64)), {}, kF64));
+  EXPECT_TRUE(fails_with(op(t({4}), t({5})), "gelu_backward: grad f32[4] must match x f32[5]"));
+  EXPECT_TRUE(fails_with(op(t({4}, kI32), t({4}, kI32)),
+                         "gelu_backward: dtype i32 is not supported (expected f32 or f64)"));
+}
 
 TEST_F(InferTest, Conv2dBackwardInput) {
   // x [2, 4, 7, 7], w [6, 2, 3, 3], groups 2, stride 2, padding 1 -> grad [2, 6, 4, 4]

@@ -172,6 +172,20 @@ void unary_cases(Table& t) {
       for (DType d : {kI32, kI64, kU8}) t.add(op, {In({64}, d).with(Gen::kWrap)}, {}, fam, "wrap");
     }
   }
+  // gelu's gradient (inputs x, the upstream gradient): through 0 near x = -0.75 (gelu's
+  // minimum), the far tails, edge values.
+  for (DType d : kFloats) {
+    const Family fam = Family::kTranscend;
+    t.add("gelu_backward", {In({3, 4, 5}, d).range(-4, 4), In({3, 4, 5}, d).range(-2, 2)}, {}, fam);
+    t.add(
+        "gelu_backward",
+        {In({4, 6}, d).range(-12, 12).as(Layout::kTransposed), In({4, 6}, d).as(Layout::kStrided)},
+        {}, fam, "wide");
+    t.add("gelu_backward", {In({26}, d).with(Gen::kEdgeFinite), In({26}, d)}, {}, fam, "edge");
+    t.add("gelu_backward", {In({37}, d).range(-0.8, -0.7), In({37}, d)}, {}, fam, "minimum");
+    t.add("gelu_backward", {In({}, d), In({}, d)}, {}, fam, "scalar0d");
+    t.add("gelu_backward", {In({0, 3}, d), In({0, 3}, d)}, {}, fam, "empty");
+  }
   // Accuracy near zero (log1p(x) ~ x, sin, tanh, erf) and over wide ranges (overflow to inf,
   // subnormal results, large arguments), where vectorised approximations go wrong first.
   struct R {
@@ -947,6 +961,24 @@ void neural_cases(Table& t) {
     t.add("layer_norm", {X({6, 8}).as(Layout::kTransposed), X({8}), X({8})}, {.shape = {8}},
           Family::kNeural, "transposed");
     t.add("layer_norm", {X({2, 3, 4})}, {.shape = {2, 3, 4}}, Family::kNeural, "all_dims");
+    // layer_norm's gradients: inputs x, the upstream gradient, then weight and bias as above.
+    // 400 rows of 64 are 3 chunks of the CPU kernel's dweight/dbias partials.
+    const std::string lnb = "layer_norm_backward";
+    const Family nf = Family::kNeural;
+    t.add(lnb, {X({3, 4, 5}), X({3, 4, 5}), X({5}), X({5})}, {.shape = {5}}, nf);
+    t.add(lnb, {X({3, 4, 5}), X({3, 4, 5}), X({4, 5}), X({4, 5})}, {.shape = {4, 5}}, nf,
+          "two_dims");
+    t.add(lnb, {X({3, 4, 5}), X({3, 4, 5})}, {.shape = {5}}, nf, "no_affine");
+    t.add(lnb, {X({3, 4, 5}), X({3, 4, 5}), X({5})}, {.shape = {5}}, nf, "weight_only");
+    t.add(lnb, {X({3, 4, 5}), X({3, 4, 5}), X({5})}, {.shape = {5}, .flag = true}, nf, "bias_only");
+    t.add(lnb, {X({6, 8}), X({6, 8}), X({8}), X({8})}, {.shape = {8}, .eps = 0.1}, nf, "eps");
+    t.add(lnb, {X({6, 8}).as(Layout::kTransposed), X({6, 8}).as(Layout::kStrided), X({8}), X({8})},
+          {.shape = {8}}, nf, "noncontig");
+    t.add(lnb, {X({2, 3, 4}), X({2, 3, 4}), X({2, 3, 4})}, {.shape = {2, 3, 4}}, nf, "all_dims");
+    t.add(lnb, {In({6, 8}, d).range(1, 1), X({6, 8}), X({8}), X({8})}, {.shape = {8}}, nf,
+          "constant_rows");
+    t.add(lnb, {X({0, 5}), X({0, 5}), X({5}), X({5})}, {.shape = {5}}, nf, "no_rows");
+    t.add(lnb, {X({400, 64}), X({400, 64}), X({64}), X({64})}, {.shape = {64}}, nf, "chunks");
 
     // Attention: query, key, value (then the upstream gradient for the backward), then the mask;
     // flag causal, s0 the scale. Tq 70 and Tk 300 cross the CPU kernel's query (64) and key (256)
@@ -1086,6 +1118,11 @@ std::vector<OpCase> build_large_cases() {
   t.add("softmax", {In(big, kF32)}, {.dim = 0}, E, "dim0");
   t.add("log_softmax", {In(big, kF64)}, {.dim = -1}, E);
   t.add("layer_norm", {In(big, kF32), In({1024}, kF32), In({1024}, kF32)}, {.shape = {1024}}, E);
+  // A transformer's [tokens, d_model]: 32 chunks of dweight/dbias partials.
+  t.add("layer_norm_backward",
+        {In({2048, 192}, kF32), In({2048, 192}, kF32), In({192}, kF32), In({192}, kF32)},
+        {.shape = {192}}, E);
+  t.add("gelu_backward", {In(big, kF32), In(big, kF32)}, {}, E);
   const std::vector<int64_t> one = {1, 1};
   t.add("conv2d", {In({8, 16, 32, 32}, kF32), In({16, 16, 3, 3}, kF32), In({16}, kF32)},
         {.stride = one, .padding = one, .dilation = one}, E);

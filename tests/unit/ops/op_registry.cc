@@ -294,6 +294,38 @@ std::map<std::string, OpDef> build_registry() {
         auto w = a.flag ? std::nullopt : opt(x, 1), b = a.flag ? opt(x, 1) : opt(x, 2);
         return ref::layer_norm(x[0], a.shape, w, b, a.eps);
       });
+  // Through autograd: inputs x, the upstream gradient, then weight, then bias (flag: the third
+  // input is the bias, no weight); the gradients of x and of the weight and bias given,
+  // flattened and concatenated.
+  def("layer_norm_backward",
+      [](const Ts& x, const Attrs& a, const Device&) {
+        Tensor w = a.flag ? Tensor() : opt(x, 2), b = a.flag ? opt(x, 2) : opt(x, 3);
+        Tensor xl = x[0].detach();
+        std::vector<Tensor*> leaves = {&xl};
+        for (Tensor* p : {&w, &b}) {
+          if (!p->defined()) continue;
+          *p = p->detach();
+          leaves.push_back(p);
+        }
+        for (Tensor* p : leaves) p->set_requires_grad();
+        layer_norm(xl, a.shape, w, b, a.eps).backward(x[1]);
+        std::vector<Tensor> grads;
+        for (Tensor* p : leaves) grads.push_back(p->grad().reshape({-1}));
+        return cat(grads);
+      },
+      [](const Hs& x, const Attrs& a) {
+        auto w = a.flag ? std::nullopt : opt(x, 2), b = a.flag ? opt(x, 2) : opt(x, 3);
+        return ref::layer_norm_backward(x[1], x[0], a.shape, w, b.has_value(), a.eps);
+      });
+  // Through autograd: inputs x, the upstream gradient; x's gradient.
+  def("gelu_backward",
+      [](const Ts& x, const Attrs&, const Device&) {
+        Tensor leaf = x[0].detach();
+        leaf.set_requires_grad();
+        leaf.gelu().backward(x[1]);
+        return leaf.grad();
+      },
+      [](const Hs& x, const Attrs&) { return ref::gelu_backward(x[1], x[0]); });
   // inputs: query, key, value, then the mask; flag: causal; s0: the scale (absent: 1/sqrt(D)).
   def("scaled_dot_product_attention",
       [](const Ts& x, const Attrs& a, const Device&) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/philox.h"
+#include "tensorwire/nn.h"
 #include "unit/ops/devices.h"
 #include "unit/ops/op_cases.h"
 
@@ -185,6 +186,49 @@ TEST_P(Random, ThreadCountDoesNotMatter) {
   }
   set_num_threads(before);
   EXPECT_TRUE(same_bits(runs[0], runs[1]));
+}
+
+// nn::Dropout in training: keep = bernoulli(1 - p) from the seeded sequence, y = x * (keep /
+// (1 - p)). The kept elements are those the Philox draw keeps (element i: U(seed, i) < 1 - p in
+// x's dtype), and output and gradient have the same bytes at 1, 2 and 3 threads as the local
+// device of the same backend at 1 thread (the cpu device for the remote ones).
+TEST_P(Random, DropoutIsSeededAndTheSameEverywhere) {
+  const double p = 0.3;
+  const int64_t rows = 64, cols = 97;
+  auto run = [&](const Device& dev) {
+    manual_seed(77);
+    nn::Dropout drop(p);
+    Tensor x = (arange(1, 1 + rows * cols, 1, kF32, dev) * 0.01).reshape({rows, cols}).detach();
+    x.set_requires_grad();
+    Tensor y = drop(x);
+    (y * 2.0).sum().backward();
+    return std::pair{y.to_vector<float>(), x.grad().to_vector<float>()};
+  };
+  const DeviceFactory& f = GetParam();
+  const Device base =
+      f.same_bytes_as.empty() ? device() : test_device_named(f.same_bytes_as).make();
+  const int before = get_num_threads();
+  set_num_threads(1);
+  const auto want = run(base);
+  const uint64_t seed = peek_seed(77);  // Dropout's draw is the first random call after the seed
+  const double keep_p = static_cast<double>(static_cast<float>(1.0 - p));
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    const auto [y, g] = run(device());
+    EXPECT_TRUE(same_bits(y, want.first)) << threads << " threads";
+    EXPECT_TRUE(same_bits(g, want.second)) << threads << " threads";
+    ASSERT_EQ(y.size(), static_cast<size_t>(rows * cols));
+    int kept = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      const bool keep = philox_uniform_f64(seed, i) < keep_p;
+      kept += keep;
+      const double x = static_cast<double>(i + 1) * 0.01;
+      ASSERT_NEAR(y[i], keep ? x / (1 - p) : 0.0, 1e-5 * x) << "element " << i;
+      ASSERT_NEAR(g[i], keep ? 2 / (1 - p) : 0.0, 1e-5) << "element " << i;
+    }
+    EXPECT_NEAR(kept / static_cast<double>(y.size()), 1 - p, 0.03);
+  }
+  set_num_threads(before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Random, ::testing::ValuesIn(test_devices()),

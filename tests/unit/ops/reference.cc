@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numbers>
 #include <numeric>
 #include <stdexcept>
 
@@ -1291,6 +1292,68 @@ HostTensor layer_norm(const HostTensor& x, const Shape& normalized_shape,
       if (bias) y += bias->f[j];
       out.f[o * inner + j] = round_to_float(y, x.dtype);
     }
+  }
+  return out;
+}
+
+HostTensor layer_norm_backward(const HostTensor& grad, const HostTensor& x,
+                               const Shape& normalized_shape,
+                               const std::optional<HostTensor>& weight, bool has_bias, double eps) {
+  require_compute_float("layer_norm_backward", x.dtype);
+  const size_t nd = normalized_shape.size();
+  if (nd < 1 || nd > x.shape.size()) fail("layer_norm_backward: normalized dims");
+  if (!std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape.end() - nd))
+    fail("layer_norm_backward: normalized_shape does not match x");
+  if (grad.shape != x.shape) fail("layer_norm_backward: grad shape");
+  if (weight && weight->shape != normalized_shape) fail("layer_norm_backward: weight shape");
+  const int64_t n = numel(normalized_shape);
+  const int64_t rows = n == 0 ? 0 : x.numel() / n;
+  std::vector<double> dx(static_cast<size_t>(x.numel())), dw(static_cast<size_t>(n), 0.0),
+      db(static_cast<size_t>(n), 0.0), xhat(static_cast<size_t>(n)), gh(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* xr = x.f.data() + r * n;
+    const double* gr = grad.f.data() + r * n;
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < n; ++j) mean += xr[j];
+    mean /= static_cast<double>(n);
+    for (int64_t j = 0; j < n; ++j) var += (xr[j] - mean) * (xr[j] - mean);
+    var /= static_cast<double>(n);
+    const double rstd = 1 / std::sqrt(var + eps);
+    double mean_gh = 0, mean_ghx = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      xhat[j] = (xr[j] - mean) * rstd;
+      gh[j] = weight ? gr[j] * weight->f[j] : gr[j];
+      mean_gh += gh[j];
+      mean_ghx += gh[j] * xhat[j];
+      dw[j] += gr[j] * xhat[j];
+      db[j] += gr[j];
+    }
+    mean_gh /= static_cast<double>(n);
+    mean_ghx /= static_cast<double>(n);
+    for (int64_t j = 0; j < n; ++j) dx[r * n + j] = rstd * (gh[j] - mean_gh - xhat[j] * mean_ghx);
+  }
+  std::vector<const std::vector<double>*> parts = {&dx};
+  if (weight) parts.push_back(&dw);
+  if (has_bias) parts.push_back(&db);
+  size_t total = 0;
+  for (const auto* p : parts) total += p->size();
+  HostTensor out = alloc({static_cast<int64_t>(total)}, x.dtype);
+  size_t o = 0;
+  for (const auto* p : parts)
+    for (double v : *p) out.f[o++] = round_to_float(v, x.dtype);
+  return out;
+}
+
+HostTensor gelu_backward(const HostTensor& grad, const HostTensor& x) {
+  require_compute_float("gelu_backward", x.dtype);
+  if (grad.shape != x.shape) fail("gelu_backward: grad shape");
+  HostTensor out = alloc(x.shape, x.dtype);
+  const double inv_sqrt_2pi = 0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2;
+  for (size_t i = 0; i < out.f.size(); ++i) {
+    const double v = x.f[i];
+    const double cdf = 0.5 * (1 + std::erf(v / std::numbers::sqrt2));
+    const double pdf = std::exp(-0.5 * v * v) * inv_sqrt_2pi;
+    out.f[i] = round_to_float(grad.f[i] * (cdf + v * pdf), x.dtype);
   }
   return out;
 }

@@ -135,6 +135,13 @@ HostTensor adaptive_avg_pool2d(const HostTensor& x, std::vector<int64_t> output_
 HostTensor layer_norm(const HostTensor& x, const Shape& normalized_shape,
                       const std::optional<HostTensor>& weight,
                       const std::optional<HostTensor>& bias, double eps);
+// d loss / d x, weight, bias of layer_norm for upstream gradient `grad`: x's gradient, then the
+// weight's (when given) and the bias's (when has_bias), flattened and concatenated.
+HostTensor layer_norm_backward(const HostTensor& grad, const HostTensor& x,
+                               const Shape& normalized_shape,
+                               const std::optional<HostTensor>& weight, bool has_bias, double eps);
+// d loss / d x of gelu (the erf form) for upstream gradient `grad`.
+HostTensor gelu_backward(const HostTensor& grad, const HostTensor& x);
 // scale defaults to 1 / sqrt(D) when absent (the API's default).
 HostTensor scaled_dot_product_attention(const HostTensor& q, const HostTensor& k,
                                         const HostTensor& v, const std::optional<HostTensor>& mask,

@@ -325,6 +325,9 @@ TEST(CpuVsTorch, Unary) {
     // those against the exact reference.
     if ((std::string(u.op) == "sin" || std::string(u.op) == "cos") && in.gen == Gen::kSpecial)
       in.gen = Gen::kEdge;
+    // gelu's gradient (inputs x, the upstream gradient).
+    if (std::string(u.op) == "gelu" && is_float(dt) && d.chance(0.4))
+      return make_case("gelu_backward", {in, d.input(in.shape, dt)}, {}, u.family);
     return make_case(u.op, {in}, {}, u.family);
   });
 }
@@ -700,6 +703,13 @@ TEST(CpuVsTorch, Neural) {
         if (affine == 1 || affine == 3) in.push_back(InputSpec{a.shape, dt});
         if (affine >= 2) in.push_back(InputSpec{a.shape, dt});
         a.flag = affine == 2;  // bias only
+        // Or its gradients (inputs x, the upstream gradient, then weight and bias).
+        if (d.chance(0.5)) {
+          InputSpec g{x.shape, dt};
+          g.layout = d.layout();
+          in.insert(in.begin() + 1, g);
+          return make_case("layer_norm_backward", in, a, Family::kNeural);
+        }
         return make_case("layer_norm", in, a, Family::kNeural);
       }
     }

@@ -193,6 +193,16 @@ void run_every_op(const Device& d) {
     leaf.index_select(0, idx).sum().backward();
     r.push_back(leaf.grad());
   }
+  // LayerNormBackward and GeluBackward, through layer_norm's and gelu's gradients.
+  {
+    Tensor leaf = x.detach();
+    leaf.set_requires_grad();
+    Tensor lw = ones({4}, kF32, d);
+    lw.set_requires_grad();
+    (layer_norm(leaf, {4}, lw).gelu() * x).sum().backward();
+    r.push_back(leaf.grad());
+    r.push_back(lw.grad());
+  }
   // ScaledDotProductAttention and its backward.
   {
     Tensor q = (x.reshape({1, 3, 4}) * 0.1).detach();
