@@ -200,5 +200,34 @@ TEST(Transformer, TrainingIsBitIdenticalLocalAndRemote) {
   }
 }
 
+// The same tiny GPT trained on the LibTorch device (every op through ATen, attention composed from
+// torch ops) follows the CPU device's losses within float tolerance: the model is a workload of
+// every backend, not only of tensorwire's own kernels.
+TEST(Transformer, TrainsOnTheTorchDeviceLikeOnTheCpu) {
+  if (!Device::torch_available()) GTEST_SKIP() << "this build has no LibTorch backend";
+  auto losses = [](const Device& dev) {
+    manual_seed(8);
+    nn::GPT gpt(tiny(false), {dev, kF32});
+    optim::AdamW opt(gpt.parameters(), {.lr = 1e-2});
+    std::vector<int64_t> data(3 * 13);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<int64_t>((i * 5 + i / 3) % 11);
+    const Tensor all = from_vector<int64_t>(data, {3, 13}, dev);
+    std::vector<double> out;
+    for (int s = 0; s < 4; ++s) {
+      const Tensor loss = gpt.loss(all.slice(1, 0, 12), all.slice(1, 1, 13));
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      out.push_back(loss.item<float>());
+    }
+    return out;
+  };
+  const auto cpu = losses(Device::cpu());
+  const auto torch = losses(Device::torch());
+  ASSERT_EQ(cpu.size(), torch.size());
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(torch[i], cpu[i], 1e-4 * cpu[i]) << "step " << i;
+  EXPECT_LT(cpu.back(), cpu.front());
+}
+
 }  // namespace
 }  // namespace tw
