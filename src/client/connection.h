@@ -275,8 +275,11 @@ class Connection {
   // Reading (see reader.cc): by the I/O thread or by a waiting caller, one at a time.
   // Until fut is ready (or *done, when given), reading replies when nobody else does.
   template <typename T>
-  void wait(std::future<T>& fut, const std::atomic<bool>* done = nullptr);
-  void wait_until(const std::function<bool()>& ready);
+  void wait(std::future<T>& fut, const std::atomic<bool>* done = nullptr,
+            const char* kind = "reply");
+  // `kind` names the wait for TW_DEBUG_WAITS=1, which prints every wait of 1 ms or more (its
+  // kind and length) on stderr: what in a program blocks on the link.
+  void wait_until(const std::function<bool()>& ready, const char* kind = "reply");
   // The reader: handles frames received so far until done() holds or none is left.
   Status read_available(bool* closed, const std::function<bool()>& done);
   void arm_watch_locked();
@@ -387,11 +390,13 @@ class Connection {
 Result<protocol::Welcome> enumerate(const net::Url& url, const Options& options);
 
 template <typename T>
-void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
-  wait_until([&] {
-    if (done) return done->load(std::memory_order_acquire);
-    return fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-  });
+void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done, const char* kind) {
+  wait_until(
+      [&] {
+        if (done) return done->load(std::memory_order_acquire);
+        return fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+      },
+      kind);
 }
 
 }  // namespace tw::client

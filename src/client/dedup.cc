@@ -57,7 +57,7 @@ Result<bool> Connection::upload_by_hash(const ir::FromHost& up, const proto::Con
     ++counters_.round_trips;
     flush_locked();
   }
-  wait_until([&] { return done.load(std::memory_order_acquire); });
+  wait_until([&] { return done.load(std::memory_order_acquire); }, "upload-by-hash");
   if (st.ok()) return true;
   if (st.code() == StatusCode::kNotFound) return false;
   return st;

@@ -91,7 +91,7 @@ Status Connection::attach_segment(uint64_t slot_id,
     writer_.push(std::move(f));
     if (!writer_.writing()) pump_locked();
   }
-  wait(fut, &done);
+  wait(fut, &done, "shm-attach");
   return fut.get();
 }
 
