@@ -12,6 +12,7 @@
 //   (T) digits CNN training (batch 64, Adam, graph replay), 3 epochs after one of warm-up, at
 //       1 Gbit/s and 2 ms and 20 ms RTT against loopback: with the loss read every 20 steps,
 //       steps/s >= 0.9x loopback's; read every step, step time <= loopback's + 1.1 RTT
+//       (each side the best of --t-reps runs, link and loopback alternating)
 //   (K) a black-holed link (every packet dropped, no RST) under a waiting read, with
 //       TW_DEAD_PEER_MS=2000: the read fails within the deadline + 1 s
 // Usage: tw_bench_net [--quick] [--only LUZDFTK] [--rtt-us N] [--rate 100mbit] [--server PATH]
@@ -291,27 +292,27 @@ double digits_step_seconds_once(const tw::Device& d, const tw::digits::Dataset& 
   return seconds_since(t0) / static_cast<double>(epochs * trainer.steps_per_epoch());
 }
 
-// The best of `reps` runs (the 2-core VM's load swings a run's time several-fold; each side of a
-// ratio takes its best).
-double digits_step_seconds(const tw::Device& d, const tw::digits::Dataset& train, int64_t every,
-                           int epochs, int reps) {
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i)
-    best = std::min(best, digits_step_seconds_once(d, train, every, epochs));
-  return best;
+// The best of `reps` runs on the link's device and on loopback's, alternating (the 2-core VM's
+// load swings a run's time several-fold, so both sides of a ratio are measured side by side and
+// each takes its best). Returns {link, loopback}.
+std::pair<double, double> digits_step_seconds(const tw::Device& link, const tw::Device& loopback,
+                                              const tw::digits::Dataset& train, int64_t every,
+                                              int epochs, int reps) {
+  double best_link = 1e30, best_loopback = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    best_loopback =
+        std::min(best_loopback, digits_step_seconds_once(loopback, train, every, epochs));
+    best_link = std::min(best_link, digits_step_seconds_once(link, train, every, epochs));
+  }
+  return {best_link, best_loopback};
 }
 
 void bench_digits(const Args& a) {
   const auto all = tw::digits::load(tw::digits::default_path());
   const auto train = tw::digits::split(all, 297, 7).first;
   const int epochs = a.quick ? 1 : 3;
-  double base[2];
-  {
-    tw::testing::ServerProcess server({}, a.server);
-    tw::Device d = tw::Device::remote(server.url());
-    base[0] = digits_step_seconds(d, train, 20, epochs, a.t_reps);
-    base[1] = digits_step_seconds(d, train, 1, epochs, a.t_reps);
-  }
+  tw::testing::ServerProcess loopback_server({}, a.server);
+  tw::Device loopback = tw::Device::remote(loopback_server.url());
   for (uint32_t rtt_us : a.t_rtts_us) {
     std::string why;
     auto link = tw::testing::ShapedLink::open({rtt_us, "1gbit"}, &why);
@@ -342,8 +343,11 @@ void bench_digits(const Args& a) {
       rows.push_back({"R", "2 ops then a read, " + fmt("%.0f ms RTT", rtt_us / 1e3),
                       fmt("%.2f ms (median of 21)", it[10] * 1e3), "~ the RTT", true});
     }
-    const double every20 = digits_step_seconds(d, train, 20, epochs, a.t_reps);
-    const double every1 = digits_step_seconds(d, train, 1, epochs, a.t_reps);
+    double base[2];
+    const auto [every20, base20] = digits_step_seconds(d, loopback, train, 20, epochs, a.t_reps);
+    const auto [every1, base1] = digits_step_seconds(d, loopback, train, 1, epochs, a.t_reps);
+    base[0] = base20;
+    base[1] = base1;
     const double rtt = rtt_us / 1e6;
     const std::string at = fmt("%.0f ms RTT, 1 Gbit/s", rtt * 1e3);
     rows.push_back({"T", "digits CNN, loss read every 20 steps, " + at,

@@ -193,20 +193,16 @@ Progress deliver(PendingReport& r, const std::function<void(const Progress&)>& o
 }
 
 // After step `s` (0-based) of an epoch: on the last step and every `report_every`, sends a read
-// of the running sums without waiting for it. The read of the report before is finished first
-// (it was sent report_every steps ago, so it waits only where the device is more than that far
-// behind): reports reach on_progress one report late, and only the epoch's last read is waited
-// for at once, so a report costs no round trip of idle device (issue 34).
+// of the running sums without waiting for it, then finishes the read of the report before (sent
+// report_every steps ago: it waits only where the device is behind by more than that). Reports
+// reach on_progress one report late; the epoch's last read is waited for at its end, in flight
+// together with the one before, so an epoch costs one round trip of idle device (issue 34).
 void maybe_report(Progress& p, int64_t s, int64_t report_every, const Tensor& loss_sum,
                   const Tensor& correct, int64_t seen, std::chrono::steady_clock::time_point start,
                   std::optional<PendingReport>& pending,
                   const std::function<void(const Progress&)>& on_progress) {
   const bool last = s + 1 == p.steps;
   if (!last && !(report_every > 0 && (s + 1) % report_every == 0)) return;
-  if (pending) {
-    (void)deliver(*pending, on_progress);
-    pending.reset();
-  }
   NoGradGuard no_grad;
   PendingReport r;
   r.finish =
@@ -215,6 +211,7 @@ void maybe_report(Progress& p, int64_t s, int64_t report_every, const Tensor& lo
   r.p.step = s + 1;
   r.p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.seen = seen;
+  if (pending) (void)deliver(*pending, on_progress);
   pending = std::move(r);
 }
 }  // namespace
