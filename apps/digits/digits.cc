@@ -177,6 +177,7 @@ namespace {
 struct PendingReport {
   Progress p;
   int64_t seen = 0;
+  std::chrono::steady_clock::time_point start;  // the epoch's
   std::function<detail::HostValues()> finish;
 };
 
@@ -187,6 +188,8 @@ Progress deliver(PendingReport& r, const std::function<void(const Progress&)>& o
   const auto* d = static_cast<const double*>(v.data);
   r.p.loss = d[0] / static_cast<double>(r.seen);
   r.p.accuracy = d[1] / static_cast<double>(r.seen);
+  // When the values are in (the device has run the report's steps), not when the read was sent.
+  r.p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
   r.finish = nullptr;
   if (on_progress) on_progress(r.p);
   return r.p;
@@ -209,7 +212,7 @@ void maybe_report(Progress& p, int64_t s, int64_t report_every, const Tensor& lo
       cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).host_values_async();
   r.p = p;
   r.p.step = s + 1;
-  r.p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.start = start;
   r.seen = seen;
   if (pending) (void)deliver(*pending, on_progress);
   pending = std::move(r);
