@@ -173,21 +173,49 @@ Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const DeviceDat
 }
 
 namespace {
-// After step `s` (0-based) of an epoch: on the last step and every `report_every`, reads the
-// running sums (one round trip) into `p` and calls `on_progress`.
+// A report's read in flight: the running sums as of step `step`, read asynchronously.
+struct PendingReport {
+  Progress p;
+  int64_t seen = 0;
+  std::chrono::steady_clock::time_point start;  // the epoch's
+  std::function<detail::HostValues()> finish;
+};
+
+// Finishes `r` (its reply has usually arrived long since) and calls on_progress; returns the
+// report's progress.
+Progress deliver(PendingReport& r, const std::function<void(const Progress&)>& on_progress) {
+  const detail::HostValues v = r.finish();
+  const auto* d = static_cast<const double*>(v.data);
+  r.p.loss = d[0] / static_cast<double>(r.seen);
+  r.p.accuracy = d[1] / static_cast<double>(r.seen);
+  // When the values are in (the device has run the report's steps), not when the read was sent.
+  r.p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
+  r.finish = nullptr;
+  if (on_progress) on_progress(r.p);
+  return r.p;
+}
+
+// After step `s` (0-based) of an epoch: on the last step and every `report_every`, sends a read
+// of the running sums without waiting for it, then finishes the read of the report before (sent
+// report_every steps ago: it waits only where the device is behind by more than that). Reports
+// reach on_progress one report late; the epoch's last read is waited for at its end, in flight
+// together with the one before, so an epoch costs one round trip of idle device (issue 34).
 void maybe_report(Progress& p, int64_t s, int64_t report_every, const Tensor& loss_sum,
                   const Tensor& correct, int64_t seen, std::chrono::steady_clock::time_point start,
+                  std::optional<PendingReport>& pending,
                   const std::function<void(const Progress&)>& on_progress) {
   const bool last = s + 1 == p.steps;
   if (!last && !(report_every > 0 && (s + 1) % report_every == 0)) return;
   NoGradGuard no_grad;
-  const std::vector<double> v =
-      cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).to_vector<double>();
-  p.step = s + 1;
-  p.loss = v[0] / static_cast<double>(seen);
-  p.accuracy = v[1] / static_cast<double>(seen);
-  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (on_progress) on_progress(p);
+  PendingReport r;
+  r.finish =
+      cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).host_values_async();
+  r.p = p;
+  r.p.step = s + 1;
+  r.start = start;
+  r.seen = seen;
+  if (pending) (void)deliver(*pending, on_progress);
+  pending = std::move(r);
 }
 }  // namespace
 
@@ -207,6 +235,7 @@ Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report
   p.epochs = epochs;
   p.steps = steps_per_epoch();
   int64_t seen = 0;
+  std::optional<PendingReport> pending;
   for (int64_t s = first_step; s < p.steps; ++s) {
     const int64_t begin = s * batch_, end = std::min(train_.n, begin + batch_);
     const Tensor idx = order.slice(0, begin, end);
@@ -220,10 +249,10 @@ Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report
       loss_sum = loss_sum.defined() ? loss_sum + batch_loss : batch_loss;
       correct = correct.defined() ? correct + hits : hits;
     }
-    maybe_report(p, s, report_every, loss_sum, correct, seen, start, on_progress);
+    maybe_report(p, s, report_every, loss_sum, correct, seen, start, pending, on_progress);
     if (after_step) after_step(s);
   }
-  return p;
+  return pending ? deliver(*pending, on_progress) : p;  // the last step's report
 }
 
 ResumableRun train_resumable(const Dataset& train, const Device& device,
@@ -301,6 +330,7 @@ Progress DataParallelTrainer::run_epoch(int epoch, int epochs, uint64_t seed, in
   p.epochs = epochs;
   p.steps = steps_per_epoch();
   int64_t seen = 0;
+  std::optional<PendingReport> pending;
   for (int64_t s = 0; s < p.steps; ++s) {
     const int64_t begin = s * batch_, end = std::min(n_, begin + batch_), n = end - begin;
     std::vector<Tensor> flat(k);
@@ -343,10 +373,11 @@ Progress DataParallelTrainer::run_epoch(int epoch, int epochs, uint64_t seed, in
       replicas_[i].opt->step();
     }
     // Loss and accuracy over replica 0's shards: a sample of the whole.
-    maybe_report(p, s, report_every, loss_sum, correct, seen, start, on_progress);
+    maybe_report(p, s, report_every, loss_sum, correct, seen, start, pending, on_progress);
   }
+  const Progress last = pending ? deliver(*pending, on_progress) : p;
   for (Replica& r : replicas_) r.data.x.device().sync();
-  return p;
+  return last;
 }
 
 std::vector<std::string> DataParallelTrainer::differing_parameters() const {

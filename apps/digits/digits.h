@@ -73,10 +73,12 @@ class Trainer {
   // The step cache (null without use_graph).
   const graph::Step* step() const { return step_.get(); }
   int64_t steps_per_epoch() const { return (train_.n + batch_ - 1) / batch_; }
-  // Runs one epoch; calls on_progress every `report_every` steps and after the last one (each
-  // call reads two numbers from the device: a round trip). Returns the epoch's final progress.
-  // first_step skips the epoch's first steps (resuming from a checkpoint taken within it);
-  // after_step(s) runs after step s (0-based within the epoch) has been issued.
+  // Runs one epoch; reports every `report_every` steps and after the last one (each report reads
+  // two numbers from the device, asynchronously: the read is sent at its step and finished at the
+  // next report, so on_progress sees each report one report late, and only the epoch's last read
+  // is waited for). Returns the epoch's final progress. first_step skips the epoch's first steps
+  // (resuming from a checkpoint taken within it); after_step(s) runs after step s (0-based within
+  // the epoch) has been issued.
   Progress run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
                      const std::function<void(const Progress&)>& on_progress = {},
                      int64_t first_step = 0, const std::function<void(int64_t)>& after_step = {});

@@ -12,9 +12,23 @@ namespace proto = protocol;
 Status Connection::submit_op(const ir::Op& op) {
   if (const auto* up = std::get_if<ir::FromHost>(&op);
       up && options_.dedup && up->data.data.size() >= Options::kDedupMinBytes) {
-    TW_ASSIGN_OR_RETURN(bool sent, upload_by_hash(*up));
+    const std::optional<proto::ContentHash> staged = staged_hash(up->data.data);
+    const proto::ContentHash h =
+        staged ? *staged : proto::content_hash(up->data.data.data(), up->data.data.size());
+    TW_ASSIGN_OR_RETURN(bool sent, upload_by_hash(*up, h));
     if (sent) return Status::OK();
+    if (staged) {
+      // The bytes are still the caller's (hash_in_place): copy them now, as host_copy would have.
+      ir::Op copied = op;
+      auto& data = std::get<ir::FromHost>(copied).data.data;
+      data = copy_for_upload(up->data.data.data(), up->data.data.size());
+      return submit_plain(copied);
+    }
   }
+  return submit_plain(op);
+}
+
+Status Connection::submit_plain(const ir::Op& op) {
   if (const auto* up = std::get_if<ir::FromHost>(&op); up && up->data.data.size() >= kShmMinBytes) {
     if (std::shared_ptr<ShmSlot> slot = staged_slot(up->data.data)) {
       return submit_from_segment(*up, *slot);

@@ -24,6 +24,7 @@
 #include "net/stream.h"
 #include "net/url.h"
 #include "protocol/compress.h"
+#include "protocol/content_hash.h"
 #include "protocol/messages.h"
 #include "tensorwire/export.h"
 
@@ -212,8 +213,18 @@ class Connection {
   // Options::window_bytes; never on the I/O thread, which completes the writes.
   void wait_for_window_locked();
   // Deduplicated upload (client/dedup.cc): true when the server made the tensor from bytes it
-  // holds; false when the bytes must be sent.
-  Result<bool> upload_by_hash(const ir::FromHost& up);
+  // holds (named by `h`, their content hash); false when the bytes must be sent.
+  Result<bool> upload_by_hash(const ir::FromHost& up, const protocol::ContentHash& h);
+  // host_copy() of an upload that may be deduplicated: the caller's bytes hashed where they are
+  // and borrowed, not copied (the upload that follows at once, submit_op, copies them only when
+  // the server does not hold them). Empty when dedup does not apply.
+  Buffer hash_in_place(const void* data, size_t n);
+  // The hash hash_in_place() took of `b`'s bytes (b borrowed, not yet copied), or none.
+  std::optional<protocol::ContentHash> staged_hash(const Buffer& b);
+  // host_copy() proper: into a shared-memory segment when the path applies, else a plain copy.
+  Buffer copy_for_upload(const void* data, size_t n);
+  // submit_op() after deduplication.
+  Status submit_plain(const ir::Op& op);
   // Connects unless connected; the error of a dead connection.
   Status ready_locked();
   // After a task was added to the batch: counts it as an op and flushes as submit_op does.
@@ -264,8 +275,11 @@ class Connection {
   // Reading (see reader.cc): by the I/O thread or by a waiting caller, one at a time.
   // Until fut is ready (or *done, when given), reading replies when nobody else does.
   template <typename T>
-  void wait(std::future<T>& fut, const std::atomic<bool>* done = nullptr);
-  void wait_until(const std::function<bool()>& ready);
+  void wait(std::future<T>& fut, const std::atomic<bool>* done = nullptr,
+            const char* kind = "reply");
+  // `kind` names the wait for TW_DEBUG_WAITS=1, which prints every wait of 1 ms or more (its
+  // kind and length) on stderr: what in a program blocks on the link.
+  void wait_until(const std::function<bool()>& ready, const char* kind = "reply");
   // The reader: handles frames received so far until done() holds or none is left.
   Status read_available(bool* closed, const std::function<bool()>& done);
   void arm_watch_locked();
@@ -361,17 +375,28 @@ class Connection {
   uint64_t next_segment_ = 1;
   // An attach refused for a reason other than a limit: the path is off for this connection.
   Status shm_refused_;
+
+  // hash_in_place()'s borrowed buffers not yet submitted: storage identity and the hash (the
+  // weak pointer expires with the buffer, so a reused address never matches).
+  struct StagedHash {
+    const void* storage = nullptr;
+    std::weak_ptr<const protocol::ContentHash> hash;
+  };
+  std::mutex staged_mu_;
+  std::vector<StagedHash> staged_hashes_;
 };
 
 // Connects only to list the devices a server hosts.
 Result<protocol::Welcome> enumerate(const net::Url& url, const Options& options);
 
 template <typename T>
-void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done) {
-  wait_until([&] {
-    if (done) return done->load(std::memory_order_acquire);
-    return fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-  });
+void Connection::wait(std::future<T>& fut, const std::atomic<bool>* done, const char* kind) {
+  wait_until(
+      [&] {
+        if (done) return done->load(std::memory_order_acquire);
+        return fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+      },
+      kind);
 }
 
 }  // namespace tw::client

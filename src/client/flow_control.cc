@@ -4,6 +4,9 @@
 // connection's writer without bound. Past Options::window_bytes of them the producing thread
 // waits here for the writes to drain to half the window (hysteresis: one wake-up per half
 // window, not one per frame).
+#include <cstdio>
+#include <cstdlib>
+
 #include "client/connection.h"
 
 namespace tw::client {
@@ -17,9 +20,13 @@ void Connection::wait_for_window_locked() {
   window_cv_.wait(mu_, [&] {
     return writer_.queued_bytes() <= resume_at || state_ != State::kConnected || closing_;
   });
-  counters_.window_wait_ns += static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-          .count());
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  counters_.window_wait_ns +=
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count());
+  if (const char* e = std::getenv("TW_DEBUG_WAITS"); e && *e && *e != '0') {
+    std::fprintf(stderr, "tw wait: window %.2f ms (%s)\n",
+                 std::chrono::duration<double>(waited).count() * 1e3, url_.str().c_str());
+  }
 }
 
 }  // namespace tw::client

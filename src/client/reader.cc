@@ -1,5 +1,9 @@
 // The connection's reading side: who reads the stream (the I/O thread or a waiting caller),
 // the I/O thread's parking while callers read, and a lost connection's status.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include "client/connection.h"
 
 namespace tw::client {
@@ -158,9 +162,13 @@ void Connection::kick_io_locked() {
   park_cv_.notify_one();
 }
 
-void Connection::wait_until(const std::function<bool()>& ready) {
+void Connection::wait_until(const std::function<bool()>& ready, const char* kind) {
   std::unique_lock<std::mutex> lock(mu_);
   if (ready()) return;
+  // The caller adds nothing while it waits: send what it queued after its request now (an
+  // asynchronous read's program goes on issuing ops and then waits for an earlier reply), so the
+  // server works on it meanwhile instead of after the idle flush (Options::idle_flush_us).
+  if (state_ == State::kConnected && (batch_ops_ > 0 || !drops_.empty())) flush_locked();
   const auto wait_start = std::chrono::steady_clock::now();
   while (!ready()) {
     last_caller_wait_ = std::chrono::steady_clock::now();
@@ -214,6 +222,14 @@ void Connection::wait_until(const std::function<bool()>& ready) {
   const auto waited = std::chrono::steady_clock::now() - wait_start;
   counters_.wait_ns +=
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count());
+  static const bool debug_waits = [] {
+    const char* e = std::getenv("TW_DEBUG_WAITS");
+    return e && *e && std::string(e) != "0";
+  }();
+  if (debug_waits && waited >= std::chrono::milliseconds(1)) {
+    std::fprintf(stderr, "tw wait: %s %.2f ms (%s)\n", kind,
+                 std::chrono::duration<double>(waited).count() * 1e3, url_.str().c_str());
+  }
   if (waited > std::chrono::microseconds(options_.spin_us)) {
     long_waits_ = std::min<uint32_t>(long_waits_ + 1, kLongWaitsBeforeNoSpin);
   } else {

@@ -113,7 +113,7 @@ Result<ir::GraphId> Connection::register_graph(const ir::Graph& graph) {
     ++counters_.round_trips;
     flush_locked();
   }
-  wait(fut, &done);
+  wait(fut, &done, "register-graph");
   Result<ir::GraphId> id = fut.get();
   if (!id.ok()) return id.status().with_context("register_graph on " + url_.str());
   return id;
@@ -132,7 +132,7 @@ Result<proto::Exported> Connection::export_tensor(ir::TensorId id) {
     ++counters_.round_trips;
     flush_locked();
   }
-  wait(fut, &done);
+  wait(fut, &done, "export");
   Result<proto::Exported> r = fut.get();
   if (!r.ok()) return r.status().with_context("export from " + url_.str());
   return r;
@@ -148,7 +148,7 @@ Result<TensorData> Connection::read_wait(ir::TensorId id, uint64_t expect_bytes)
   std::atomic<bool> done{false};
   std::optional<Result<TensorData>> out;
   (void)read_impl(id, &done, expect_bytes, &out);
-  wait_until([&] { return done.load(std::memory_order_acquire); });
+  wait_until([&] { return done.load(std::memory_order_acquire); }, "read");
   return std::move(*out);
 }
 
@@ -208,7 +208,7 @@ Status Connection::sync() {
     ++counters_.round_trips;
     flush_locked();
   }
-  wait_until([&] { return done.load(std::memory_order_acquire); });
+  wait_until([&] { return done.load(std::memory_order_acquire); }, "sync");
   if (!st.ok()) return st;
   std::lock_guard<std::mutex> lock(mu_);
   if (!session_errors_.empty()) {
@@ -235,14 +235,14 @@ Result<proto::ServerStats> Connection::stats() {
     ++counters_.round_trips;
     flush_locked();
   }
-  wait(fut, &done);
+  wait(fut, &done, "stats");
   return fut.get();
 }
 
 Result<TensorData> Connection::read_wait(ir::TensorId id) { return read_wait(id, 0); }
 
 Result<TensorData> Connection::wait_read(std::future<Result<TensorData>>& fut) {
-  wait(fut);
+  wait(fut, nullptr, "read-async");
   return fut.get();
 }
 

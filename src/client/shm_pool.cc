@@ -91,11 +91,16 @@ Status Connection::attach_segment(uint64_t slot_id,
     writer_.push(std::move(f));
     if (!writer_.writing()) pump_locked();
   }
-  wait(fut, &done);
+  wait(fut, &done, "shm-attach");
   return fut.get();
 }
 
 Buffer Connection::host_copy(const void* data, size_t n) {
+  if (Buffer b = hash_in_place(data, n); !b.empty()) return b;
+  return copy_for_upload(data, n);
+}
+
+Buffer Connection::copy_for_upload(const void* data, size_t n) {
   std::shared_ptr<const void> lease;
   std::shared_ptr<ShmSlot> slot = n >= kShmMinBytes ? claim_segment(n, &lease) : nullptr;
   if (!slot) return Buffer::copy_of(data, n);

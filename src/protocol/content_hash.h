@@ -1,6 +1,10 @@
-// The content hash of a deduplicated upload (protocol 9, UploadByHashTask): XXH3-128 of the
-// tensor's bytes, computed by the client to name them and by the server to keep them
-// (server/dedup.h).
+// The content hash of a deduplicated upload (protocol 9, UploadByHashTask), computed by the client
+// to name the bytes and by the server to keep them (server/dedup.h). Up to kChunkBytes: XXH3-128
+// of the bytes. Longer: the bytes are cut into kChunkBytes chunks (the last may be shorter), each
+// chunk hashed with XXH3-128 (in parallel, on the intra-op pool), and the result is XXH3-128 of
+// the chunk digests in order (each as u64 low, u64 high, little-endian) followed by the total
+// length (u64, little-endian). The chunking is fixed, so the hash does not depend on the number
+// of threads. docs/protocol.md §8.12 states the same.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -15,7 +19,10 @@ struct ContentHash {
   uint64_t lo = 0, hi = 0;
   bool operator==(const ContentHash&) const = default;
 };
+inline constexpr size_t kContentHashChunkBytes = size_t{4} << 20;
 ContentHash content_hash(const void* data, size_t n);
+// XXH3-128 of the bytes, whole (content_hash's per-chunk hash): with AVX2 where the CPU has it.
+ContentHash xxh3_128(const void* data, size_t n);
 
 }  // namespace tw::protocol
 TW_INTERNAL_END

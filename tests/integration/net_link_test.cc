@@ -17,6 +17,7 @@
 #include "support/server_process.h"
 #include "support/shaped_link.h"
 #include "tensorwire/profile.h"
+#include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
 
 namespace tw {
@@ -131,6 +132,27 @@ TEST(NetLink, DedupOnLoopbackKeepsBytesExact) {
   host[12345] ^= 1;
   EXPECT_EQ(read_back(b), host);
   EXPECT_EQ(read_back(a), host);
+}
+
+// Latency hiding: a thread that starts waiting for a reply (here an asynchronous read's) sends the
+// ops it queued after its request at once, not after the idle flush (set to 10 s here), so the
+// server works on them while the reply travels. (The server sleeps 100 ms per op, so the reply is
+// not in yet when the wait starts.)
+TEST(NetLink, WaitingSendsTheOpsQueuedAfterTheRequest) {
+  ::setenv("TW_TEST_OP_DELAY_US", "100000", 1);
+  ServerProcess server;
+  ::unsetenv("TW_TEST_OP_DELAY_US");
+  ::setenv("TW_FLUSH_IDLE_US", "10000000", 1);  // read as the device is made
+  Device d = Device::remote(server.url());
+  d.connect();
+  ::unsetenv("TW_FLUSH_IDLE_US");
+  Tensor x = from_vector<float>({1}, {1}, d);
+  auto first = x.to_vector_async<float>();
+  Tensor y = x + 1.0f;  // queued behind the read, fewer ops than a batch
+  const uint64_t before = wire_counters(d).frames_out;
+  EXPECT_EQ(first.get(), std::vector<float>{1.0f});
+  EXPECT_EQ(wire_counters(d).frames_out, before + 1);
+  EXPECT_EQ(y.item<float>(), 2.0f);
 }
 
 // A black-holed link (every packet dropped, no RST) is detected within TW_DEAD_PEER_MS (2 s
