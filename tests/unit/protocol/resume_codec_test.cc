@@ -9,10 +9,7 @@
 namespace tw::protocol {
 namespace {
 
-Buffer payload_of(const OutFrame& f) {
-  std::vector<uint8_t> v = testing::flatten(f);
-  return Buffer::copy_of(v.data(), v.size());
-}
+Buffer payload_of(const OutFrame& f) { return testing::payload_buffer(f); }
 
 TEST(ResumeCodec, ResumingHelloCarriesTokenAndAcked) {
   Hello h;
