@@ -56,6 +56,8 @@ void usage(FILE* to) {
       "                        run before the server exits anyway (default 30)\n"
       "  --capability-ttl SECONDS  how long a capability this server signs for a tensor\n"
       "                        move stays valid (default 60)\n"
+      "  --resume-grace SECONDS  keep a session whose connection dropped this long for\n"
+      "                        its client to resume it (default 60; 0: never)\n"
       "  --transfer-timeout SECONDS  fail an import from another server that makes no\n"
       "                        progress for this long (default 30)\n"
       "  --collective-host HOST  the address collectives' Gloo connections listen on\n"
@@ -181,6 +183,10 @@ int main(int argc, char** argv) {
       drain_timeout = seconds("--drain-timeout");
     else if (a == "--capability-ttl")
       opts.capability_ttl = seconds("--capability-ttl");
+    else if (a == "--resume-grace")  // (0 allowed: sessions end with their connection)
+      opts.resume_grace = std::string(argv[i + 1] ? argv[i + 1] : "") == "0"
+                              ? (++i, std::chrono::milliseconds(0))
+                              : seconds("--resume-grace");
     else if (a == "--transfer-timeout")
       opts.transfer_timeout = seconds("--transfer-timeout");
     else if (a == "--collective-host")

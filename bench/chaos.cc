@@ -2,13 +2,12 @@
 // printed as one table. Every server is a tensorwire-server child process on a loopback port.
 //   cuts      one digits training run through a fault-injecting relay (tests/support/
 //             fault_relay.h: seeded random cuts, FIN or RST, stalls, split writes) that cuts the
-//             connection --cuts times; each cut is recovered by tw::run_with_failover onto the
-//             same address, resuming from the last tw::Checkpoint (every step). The final
-//             parameters must equal an uncut run's bit for bit. Resume time: from the failed call
-//             (the cut is seen at the next read) to training ready to go on, which includes a
-//             new session, re-uploading the data set and loading the checkpoint (through the
-//             relay, whose split writes and stalls slow every byte); a session cut again before
-//             it is ready counts no resume.
+//             connection --cuts times; each cut is recovered by resuming the session (protocol
+//             9's resumable sessions, client/resume.cc): the same session goes on, only the
+//             frames the server had not received are sent again. The final parameters must equal
+//             an uncut run's bit for bit, and the server must have executed exactly as many ops
+//             as for an uncut run (its counter) in one session. Resume time: the client's, from
+//             the failure seen to the frames re-sent (reconnect and handshake included).
 //   kill -9   --kills servers killed (SIGKILL) at random steps of one run with failover over a
 //             pool of servers; bit-identical, and steps redone per kill <= the checkpoint interval.
 //   ckpt      tw::Checkpoint::save of --ckpt-mib MiB of parameters held by a remote device
@@ -40,6 +39,8 @@
 #include "digits/digits.h"
 #include "support/fault_relay.h"
 #include "support/server_process.h"
+#include "tensorwire/profile.h"
+#include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
 
 namespace {
@@ -111,84 +112,83 @@ tw::digits::ResumableOptions base(const Args& a) {
   return o;
 }
 
-// tls: the client speaks TLS through the relay to the server's tls:// address (the certificate
-// pinned by its fingerprint, TW_TLS_FINGERPRINT); the relay cuts the encrypted stream.
-void row_cuts(const Args& a, const std::vector<std::vector<uint8_t>>& whole, bool tls) {
-  ServerProcess server(tls ? std::vector<std::string>{"--listen", "tls://127.0.0.1:0"}
-                           : std::vector<std::string>{});
+// The server's address to train through: its tls:// one (its generated certificate pinned by
+// fingerprint, TW_TLS_FINGERPRINT) or its first.
+std::string target_of(const ServerProcess& server, bool tls) {
+  if (!tls) return server.url();
   std::string target = server.url();
-  if (tls) {
-    for (const std::string& u : server.urls())
-      if (u.rfind("tls://", 0) == 0) target = u;
-    const std::string prefix = "tls certificate sha256 ";
-    for (const std::string& l : server.lines())
-      if (l.rfind(prefix, 0) == 0)
-        ::setenv("TW_TLS_FINGERPRINT", l.substr(prefix.size(), 95).c_str(), 1);
-  }
+  for (const std::string& u : server.urls())
+    if (u.rfind("tls://", 0) == 0) target = u;
+  const std::string prefix = "tls certificate sha256 ";
+  for (const std::string& l : server.lines())
+    if (l.rfind(prefix, 0) == 0)
+      ::setenv("TW_TLS_FINGERPRINT", l.substr(prefix.size(), 95).c_str(), 1);
+  return target;
+}
+
+// The server's count of ops executed for one uncut run of the training on a fresh server (the
+// "ops lost or doubled" row compares a cut run's count with it).
+uint64_t uncut_ops(const Args& a, const std::vector<std::string>& server_args, bool tls) {
+  ServerProcess server(server_args);
+  const tw::Device d = tw::Device::remote(target_of(server, tls));
+  (void)tw::digits::train_resumable(train_set(), d, base(a));
+  return tw::remote_stats(d).ops_executed;
+}
+
+// One training run (one Device, one session) through the relay, which cuts the connection
+// --cuts times; each cut is recovered by resuming the session (TW_RESUME, client/resume.cc):
+// the client reconnects, presents its token, re-sends the frames the server had not received,
+// and the server re-sends the replies the client had not received. tls: the client speaks TLS
+// through the relay to the server's tls:// address; the relay cuts the encrypted stream.
+void row_cuts(const Args& a, const std::vector<std::vector<uint8_t>>& whole, bool tls) {
+  const std::vector<std::string> args =
+      tls ? std::vector<std::string>{"--listen", "tls://127.0.0.1:0"} : std::vector<std::string>{};
+  const uint64_t want_ops = uncut_ops(a, args, tls);
+  ServerProcess server(args);
+  const std::string target = target_of(server, tls);
   const int cuts = tls ? std::max(1, a.cuts / 4) : a.cuts;
   const std::string name = tls ? "cuts (tls://)" : "cuts";
   tw::testing::FaultOptions fo;
   fo.seed = a.seed;
   fo.max_cuts = cuts;
-  // Small enough that the cuts all come within the run (a session needs about 600 KB to
-  // reconnect: the data set and the checkpoint), large enough that most sessions then progress.
-  fo.cut_min_bytes = 128 << 10;
-  fo.cut_max_bytes = 1 << 20;
+  // Small enough that the cuts all come within the run (it moves a few MB in all).
+  fo.cut_min_bytes = 4 << 10;
+  fo.cut_max_bytes = (tls ? 96 : 40) << 10;
+  if (a.short_form) fo.cut_max_bytes = 96 << 10;
   if (const char* piece = std::getenv("TW_CHAOS_PIECE")) fo.max_piece = std::stoul(piece);
   if (const char* r = std::getenv("TW_CHAOS_RESET")) fo.reset_fraction = std::stod(r);
   tw::testing::FaultRelay relay(port_of(target), fo);
-  tw::digits::ResumableOptions o = base(a);
-  o.checkpoint_dir = fresh_dir("cuts");
-  o.checkpoint_every = 1;
-  std::vector<double> resume_ms;
-  Clock::time_point failed_at;
-  bool resuming = false;
-  int64_t last_step = 0, redone = 0;
-  o.after_step = [&](int64_t step) { last_step = step; };
-  std::optional<tw::Device> current;
-  o.on_ready = [&](int64_t) {
-    if (resuming) {
-      current->sync();  // ready means done on the server, not only queued
-      resume_ms.push_back(since_ms(failed_at));
-      resuming = false;
-    }
+  auto resumes_so_far = [] {
+    std::vector<double> v;
+    for (const tw::profile::DeviceProfile& p : tw::profile::devices())
+      v.insert(v.end(), p.resume_seconds.begin(), p.resume_seconds.end());
+    return v;
   };
-  tw::FailoverOptions f;
-  f.max_failovers = a.cuts * 4 + 16;
-  int failovers = 0;
-  f.on_failover = [&](const std::string&, const std::string&, const std::string&) {
-    ++failovers;
-    const auto latest = tw::Checkpoint(o.checkpoint_dir).latest();
-    redone += std::max<int64_t>(0, last_step - (latest ? latest->step : 0));
-    failed_at = Clock::now();
-    resuming = true;
-  };
-  tw::digits::ResumableRun run;
+  const size_t resumes_before = resumes_so_far().size();
   const auto t0 = Clock::now();
-  tw::run_with_failover(
-      {relay.url(tls ? "tls" : "tcp")},
-      [&](const tw::Device& d) {
-        current = d;
-        run = tw::digits::train_resumable(train_set(), d, o);
-      },
-      f);
-  const double total_s = since_ms(t0) / 1000;
+  const tw::Device d = tw::Device::remote(relay.url(tls ? "tls" : "tcp"));
+  tw::digits::ResumableRun run = tw::digits::train_resumable(train_set(), d, base(a));
   const bool same = param_bytes(*run.model) == whole;
+  const tw::RemoteStats st = tw::remote_stats(d);
+  const double total_s = since_ms(t0) / 1000;
+  std::vector<double> resume_ms = resumes_so_far();
+  resume_ms.erase(resume_ms.begin(),
+                  resume_ms.begin() + static_cast<std::ptrdiff_t>(resumes_before));
+  for (double& v : resume_ms) v *= 1000;
   rows.push_back({name + ": final parameters",
                   "bit-identical to the uncut run, " + std::to_string(cuts) + " cuts",
                   (same ? "identical" : "DIFFER") + std::string(", ") +
-                      std::to_string(relay.cuts()) + " cuts, " + std::to_string(failovers) +
-                      " recoveries, " + std::to_string(relay.connections()) + " connections, " +
+                      std::to_string(relay.cuts()) + " cuts, " + std::to_string(resume_ms.size()) +
+                      " resumes, " + std::to_string(relay.connections()) + " connections, " +
                       fmt("%.1f s", total_s),
                   true, same && relay.cuts() == cuts});
-  if (tls) {
-    ::unsetenv("TW_TLS_FINGERPRINT");
-  } else {
-    rows.push_back({"cuts: ops lost or doubled", "0 (server counters; resumable sessions)",
-                    "not measured: resumable sessions are not built; recovery redoes " +
-                        std::to_string(redone) + " steps from checkpoints (every step)",
-                    false, false});
-  }
+  const int64_t diff = static_cast<int64_t>(st.ops_executed) - static_cast<int64_t>(want_ops);
+  rows.push_back({name + ": ops lost or doubled", "0 (server counters; resumable sessions)",
+                  std::to_string(diff < 0 ? -diff : diff) + " (" + std::to_string(st.ops_executed) +
+                      " ops executed, uncut " + std::to_string(want_ops) + "; " +
+                      std::to_string(st.sessions_opened) + " session opened)",
+                  true, diff == 0 && st.sessions_opened == 1});
+  if (tls) ::unsetenv("TW_TLS_FINGERPRINT");
   const double p99 = percentile(resume_ms, 0.99);
   const auto slow =
       std::count_if(resume_ms.begin(), resume_ms.end(), [](double v) { return v > 50; });
@@ -202,9 +202,8 @@ void row_cuts(const Args& a, const std::vector<std::vector<uint8_t>>& whole, boo
                   fmt("p50 %.1f ms, p99 %.1f ms, max %.1f ms", percentile(resume_ms, 0.5), p99,
                       percentile(resume_ms, 1.0)) +
                       " (" + std::to_string(resume_ms.size()) + " resumes, " +
-                      std::to_string(slow) + " over 50 ms; checkpoint restore)",
+                      std::to_string(slow) + " over 50 ms)",
                   !a.short_form, p99 <= 50});
-  fs::remove_all(o.checkpoint_dir);
 }
 
 void row_kills(const Args& a, const std::vector<std::vector<uint8_t>>& whole) {

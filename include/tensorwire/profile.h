@@ -18,6 +18,9 @@ struct DeviceProfile {
   uint64_t ops = 0, round_trips = 0;
   uint64_t frames_out = 0, bytes_out = 0, frames_in = 0, bytes_in = 0;
   double wait_seconds = 0;  // threads blocked on a read, sync or stats reply (summed over threads)
+  // Sessions resumed after a dropped connection (TW_RESUME), and how long each resume took.
+  uint64_t resumes = 0;
+  std::vector<double> resume_seconds;
 };
 
 // Every remote device this process has connected to, in the order of first connection.

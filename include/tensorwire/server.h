@@ -63,6 +63,11 @@ struct ServerOptions {
   // (--transfer-timeout).
   std::chrono::milliseconds capability_ttl{60000};
   std::chrono::milliseconds transfer_timeout{30000};
+  // Resumable sessions (docs/remote.md, "Dropped connections"): how long a session whose
+  // connection dropped is kept for its client to resume it (tensorwire-server --resume-grace);
+  // its tensors stay counted in the memory budget meanwhile. 0: sessions end with their
+  // connection.
+  std::chrono::milliseconds resume_grace{60000};
   // Collectives across servers (docs/remote.md, "Running several servers"): the address Gloo
   // listens on for the other participants (tensorwire-server --collective-host); empty: the
   // host of the first tcp:// or tls:// address, or 127.0.0.1 when that is a wildcard.

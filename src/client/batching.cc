@@ -168,7 +168,7 @@ void Connection::send_batch_locked() {
   batch_ops_ = 0;
   ++counters_.frames_out;
   counters_.bytes_out += f.payload_size() + 4;
-  writer_.push(std::move(f));
+  push_frame_locked(std::move(f));
   if (!writer_.writing()) pump_locked();
   if (options_.window_bytes && writer_.queued_bytes() > options_.window_bytes)
     wait_for_window_locked();
@@ -180,27 +180,26 @@ void Connection::pump_locked() {
     case net::FrameWriter::Step::kAsync:
       writer_.set_writing(true);
       kick_io_locked();  // the write's completions need the reactor
-      stream_->async_write(writer_.pending(), [this](const asio::error_code& ec, size_t) {
-        std::unique_lock<std::mutex> lock(mu_);
-        if (!ec) {
-          writer_.async_done();
-          pump_locked();
-          window_cv_.notify_all();
-          return;
-        }
-        lock.unlock();
-        fail_all(send_failed(ec));
-        stream_->close();
-      });
+      stream_->async_write(writer_.pending(),
+                           [this, gen = gen_](const asio::error_code& ec, size_t) {
+                             std::unique_lock<std::mutex> lock(mu_);
+                             if (gen != gen_)
+                               return;  // a dropped stream's write (a resume replaced it)
+                             if (!ec) {
+                               writer_.async_done();
+                               pump_locked();
+                               window_cv_.notify_all();
+                               return;
+                             }
+                             lock.unlock();
+                             lost(send_failed(ec), gen, /*close_stream=*/true);
+                           });
       return;
     case net::FrameWriter::Step::kError: {
       // fail_all takes the lock this caller holds: finish on the I/O thread.
       Status why = send_failed(writer_.error());
       kick_io_locked();
-      asio::post(io_, [this, why] {
-        fail_all(why);
-        stream_->close();
-      });
+      asio::post(io_, [this, why, gen = gen_] { lost(why, gen, /*close_stream=*/true); });
       return;
     }
   }

@@ -31,21 +31,29 @@ Options Options::from_env() {
   if (const char* e = std::getenv("TW_WINDOW_BYTES"))
     o.window_bytes = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("TW_CREDENTIAL")) o.credential = e;
+  if (const char* e = std::getenv("TW_RESUME")) o.resume = std::string(e) != "0";
+  if (const char* e = std::getenv("TW_RESUME_ATTEMPTS"))
+    o.resume_attempts = static_cast<uint32_t>(std::clamp(std::atol(e), 1L, 100L));
+  if (const char* e = std::getenv("TW_RESUME_WINDOW"))
+    o.resume_window_bytes = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("TW_TLS_CA")) o.tls.ca_file = e;
   if (const char* e = std::getenv("TW_TLS_FINGERPRINT")) o.tls.fingerprint = e;
   if (const char* e = std::getenv("TW_TLS_CIPHERS")) o.tls.cipher_suites = e;
   return o;
 }
 
-namespace {
-
 // Blocking handshake on a stream not yet driven by an io thread.
 Result<proto::Welcome> handshake(net::Stream& sock, const net::Url& url, uint32_t device_index,
-                                 const std::string& credential) {
+                                 const std::string& credential,
+                                 const proto::Hello::Resume* resume) {
   asio::error_code ec;
   proto::OutFrame hello;
-  proto::encode_hello(
-      {proto::kMinProtocolVersion, proto::kProtocolVersion, device_index, credential}, hello);
+  proto::Hello h{proto::kMinProtocolVersion, proto::kProtocolVersion, device_index, credential};
+  if (resume) {
+    h.device_index = proto::kResumeSession;
+    h.resume = *resume;
+  }
+  proto::encode_hello(h, hello);
   uint8_t header[4];
   std::vector<asio::const_buffer> bufs;
   net::frame_buffers(hello, header, bufs);
@@ -80,8 +88,6 @@ Result<proto::Welcome> handshake(net::Stream& sock, const net::Url& url, uint32_
     return data_loss("handshake with " + url.str() + ": unexpected reply");
   return m.welcome;
 }
-
-}  // namespace
 
 Result<proto::Welcome> enumerate(const net::Url& url, const Options& options) {
   asio::io_context io;
@@ -131,6 +137,7 @@ Status Connection::connect_locked() {
   check_timer_.emplace(io_);
   work_.emplace(io_.get_executor());
   state_ = State::kConnected;  // (reset below if the I/O thread cannot start)
+  start_resume_locked();
   arm_watch_locked();
   try {
     io_thread_ = std::thread([this] { io_.run(); });
@@ -147,7 +154,13 @@ Status Connection::connect_locked() {
 void Connection::close() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ == State::kConnected) flush_locked();
+    if (state_ == State::kConnected) {
+      flush_locked();
+      if (resume_ && !resume_->token.empty()) {
+        push_ack_locked(proto::kAckGoodbye);  // the server lets the session go now
+        if (!writer_.writing()) pump_locked();
+      }
+    }
     closing_ = true;
     kick_io_locked();
     window_cv_.notify_all();

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "client/resume.h"
 #include "core/tensor_data.h"
 #include "net/framing.h"
 #include "net/shm.h"
@@ -67,6 +68,14 @@ struct Options {
   // hold ops not yet run, so memory stays bounded on both sides however fast a program issues.
   uint64_t window_bytes = uint64_t{8} << 20;
   std::string credential;  // TW_CREDENTIAL
+  // Resumable sessions (protocol 9, client/resume.cc): after a dropped connection, reconnect
+  // (up to resume_attempts times, backoff from 5 ms doubling) and resume the session, re-sending
+  // the frames the server had not received; TW_RESUME=0: a dropped connection fails every call.
+  bool resume = true;
+  uint32_t resume_attempts = 8;  // TW_RESUME_ATTEMPTS
+  // Frames sent and not yet shown executed are kept up to this many bytes (TW_RESUME_WINDOW);
+  // a resume that would need frames let go over it fails.
+  uint64_t resume_window_bytes = uint64_t{64} << 20;
   // How a tls:// server is verified: tls.ca_file (TW_TLS_CA) and/or tls.fingerprint
   // (TW_TLS_FINGERPRINT); the suites offered, tls.cipher_suites (TW_TLS_CIPHERS); see
   // net::TlsOptions.
@@ -83,6 +92,9 @@ struct Counters {
   uint64_t reading_waits = 0, spun_waits = 0;
   // Times a thread waited for the flow-control window (Options::window_bytes), and how long.
   uint64_t window_waits = 0, window_wait_ns = 0;
+  // Sessions resumed after a dropped connection, and how long each resume took.
+  uint64_t resumes = 0;
+  std::vector<double> resume_seconds;
 };
 
 class Connection {
@@ -269,6 +281,16 @@ class Connection {
     batch_.add(task);
   }
   Status connection_lost(const asio::error_code& ec);
+  // The stream of generation `gen` failed with `why` (client/resume.cc): resumes the session on a
+  // new connection when it can, else fails every pending and later call. `close_stream`: the
+  // write side saw it, close the stream (the read side may not know yet).
+  void lost(const Status& why, uint64_t gen, bool close_stream = false);
+  Status resume_locked(std::unique_lock<std::mutex>& lock, const Status& why);
+  // Queues a frame of the session: numbered and kept for a resume (an Ack first when due).
+  void push_frame_locked(OutFrame f, bool replayable = true);
+  void push_ack_locked(uint32_t flags);
+  // After the handshake: the session is resumable (a token came and Options::resume).
+  void start_resume_locked();
   Status send_failed(const asio::error_code& ec) const;
   void arm_idle_timer_locked();
   void fail_all(const Status& why);
@@ -283,7 +305,7 @@ class Connection {
   // The reader: handles frames received so far until done() holds or none is left.
   Status read_available(bool* closed, const std::function<bool()>& done);
   void arm_watch_locked();
-  void on_readable(const asio::error_code& ec, size_t n);
+  void on_readable(const asio::error_code& ec, size_t n, uint64_t gen);
   // The I/O thread's look-in while callers read (see reader.cc): a timer whose handler
   // parks the thread (park_locked) or arms the watch.
   void start_check_timer_locked();
@@ -343,6 +365,10 @@ class Connection {
 
   asio::io_context io_;
   std::unique_ptr<net::Stream> stream_;
+  // The stream's generation: a resume replaces the stream, and handlers of an older one's
+  // operations find their generation gone and do nothing.
+  uint64_t gen_ = 0;
+  std::unique_ptr<ResumeWindow> resume_;  // null: not resumable
   std::optional<asio::steady_timer> timer_;
   std::thread io_thread_;
   // A ReadResult's tensor bytes land 64-byte aligned, so the tensor keeps them where they arrived.

@@ -29,6 +29,8 @@ void add(tw::profile::DeviceProfile& p, const Counters& c) {
   p.frames_in += c.frames_in;
   p.bytes_in += c.bytes_in;
   p.wait_seconds += static_cast<double>(c.wait_ns) * 1e-9;
+  p.resumes += c.resumes;
+  p.resume_seconds.insert(p.resume_seconds.end(), c.resume_seconds.begin(), c.resume_seconds.end());
 }
 
 struct Registry {

@@ -35,6 +35,7 @@ Status Connection::read_available(bool* closed, const std::function<bool()>& don
     switch (r) {
       case net::FrameReader::Poll::kFrame: {
         count_in(0, 1);
+        if (resume_) resume_->received.fetch_add(1, std::memory_order_relaxed);
         on_message(frame);
         break;
       }
@@ -57,16 +58,18 @@ void Connection::arm_watch_locked() {
   watch_armed_ = true;
   if (reader_.has_frame()) {
     // A caller stopped reading once it had its reply: handle what it left first.
-    asio::post(io_, [this] { on_readable({}, 0); });
+    asio::post(io_, [this, gen = gen_] { on_readable({}, 0, gen); });
     return;
   }
-  stream_->async_read_some(reader_.space(),
-                           [this](const asio::error_code& ec, size_t n) { on_readable(ec, n); });
+  stream_->async_read_some(
+      reader_.space(),
+      [this, gen = gen_](const asio::error_code& ec, size_t n) { on_readable(ec, n, gen); });
 }
 
-void Connection::on_readable(const asio::error_code& ec, size_t n) {
+void Connection::on_readable(const asio::error_code& ec, size_t n, uint64_t gen) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (gen != gen_) return;  // a dropped stream's watch (a resume replaced it)
     watch_armed_ = false;
     if (ec == asio::error::operation_aborted || state_ != State::kConnected) return;  // closing
     reader_busy_ = true;  // (no caller reads while the watch is armed)
@@ -85,11 +88,9 @@ void Connection::on_readable(const asio::error_code& ec, size_t n) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       reader_busy_ = false;
+      reader_cv_.notify_all();
     }
-    fail_all(st);
-    std::lock_guard<std::mutex> lock(mu_);
-    timer_->cancel();
-    check_timer_->cancel();
+    lost(st, gen);  // resumed, or every call failed
     return;
   }
   std::unique_lock<std::mutex> lock(mu_);
@@ -183,6 +184,7 @@ void Connection::wait_until(const std::function<bool()>& ready, const char* kind
       continue;
     }
     reader_busy_ = true;
+    const uint64_t gen = gen_;
     // No spin after two waits in a row that outlasted it: replies that take that long (a graph's
     // training step, a large kernel) are not caught by it, and on a machine the server shares
     // it takes a core from the server's kernels (a remote CNN step 0.95-0.96 of local eager
@@ -212,7 +214,7 @@ void Connection::wait_until(const std::function<bool()>& ready, const char* kind
     reader_cv_.notify_all();  // another waiter may take over reading
     if (closed) {
       lock.unlock();
-      fail_all(st);
+      lost(st, gen);  // resumed (the loop reads the new stream), or every call failed
       lock.lock();
     } else {
       // The I/O thread waits aside while callers read, and arms the watch once they go quiet.

@@ -307,6 +307,7 @@ void Connection::on_message(const Buffer& payload) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (reader_spare_ && !spare_pending_) spare_pending_ = std::move(reader_spare_);
+    if (resume_) resume_->on_reply(m.request_id());  // the frames up to its request have run
     auto it = pending_.find(m.request_id());
     if (it == pending_.end()) return;  // unknown id: a reply to a request already failed
     node = pending_.extract(it);

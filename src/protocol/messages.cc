@@ -11,6 +11,7 @@ const char* refuse_reason_name(RefuseReason r) {
     case RefuseReason::kMalformed: return "malformed handshake";
     case RefuseReason::kCannotHost: return "device cannot be hosted";
     case RefuseReason::kDraining: return "server draining";
+    case RefuseReason::kCannotResume: return "cannot resume the session";
   }
   return "refused";
 }
@@ -39,9 +40,17 @@ void encode_hello(const Hello& m, OutFrame& f) {
   w.u8(static_cast<uint8_t>(ClientMsg::kHello));
   w.u32(kMagic);
   m.fields(FieldWriter{w});
+  if (m.device_index == kResumeSession) m.resume.fields(FieldWriter{w});
 }
 
-void encode_welcome(const Welcome& m, OutFrame& f) { encode_fields(ServerMsg::kWelcome, m, f); }
+void encode_welcome(const Welcome& m, OutFrame& f) {
+  encode_fields(ServerMsg::kWelcome, m, f);
+  if (m.session.token.empty()) return;
+  WireWriter w(f.head);
+  m.session.fields(FieldWriter{w});
+}
+
+void encode_ack(const Ack& m, OutFrame& f) { encode_fields(ClientMsg::kAck, m, f); }
 
 void encode_refuse(const Refuse& m, OutFrame& f) { encode_fields(ServerMsg::kRefuse, m, f); }
 
@@ -111,7 +120,8 @@ Result<ClientMsg> peek_client_msg(const Buffer& payload) {
       k != static_cast<uint8_t>(ClientMsg::kBatch) &&
       k != static_cast<uint8_t>(ClientMsg::kFetch) &&
       k != static_cast<uint8_t>(ClientMsg::kStore) &&
-      k != static_cast<uint8_t>(ClientMsg::kAttachSegment)) {
+      k != static_cast<uint8_t>(ClientMsg::kAttachSegment) &&
+      k != static_cast<uint8_t>(ClientMsg::kAck)) {
     return data_loss("unknown client message type " + std::to_string(k));
   }
   return static_cast<ClientMsg>(k);
@@ -166,7 +176,16 @@ Result<Hello> decode_hello(const Buffer& payload) {
       expect_type(r, static_cast<uint8_t>(ClientMsg::kHello), "a Hello message first"));
   TW_RETURN_NOT_OK(r.u32(magic));
   if (magic != kMagic) return data_loss("bad magic number: not a tensorwire client");
-  return get_all_fields<Hello>(r, "Hello");
+  Hello h;
+  TW_RETURN_NOT_OK(get_fields(r, h, "Hello"));
+  if (h.device_index == kResumeSession) TW_RETURN_NOT_OK(get_fields(r, h.resume, "Hello resume"));
+  if (!r.done()) return data_loss("trailing bytes after Hello");
+  return h;
+}
+
+Result<Ack> decode_ack(const Buffer& payload) {
+  return decode_fields<Ack>(payload, static_cast<uint8_t>(ClientMsg::kAck), "an Ack message",
+                            "Ack");
 }
 
 Result<Fetch> decode_fetch(const Buffer& payload) {
@@ -201,7 +220,11 @@ Status decode_server_message(const Buffer& payload, ServerMessage& m) {
   TW_RETURN_NOT_OK(r.u8(kind));
   m.kind = static_cast<ServerMsg>(kind);
   switch (m.kind) {
-    case ServerMsg::kWelcome: TW_RETURN_NOT_OK(get_fields(r, m.welcome, "Welcome")); break;
+    case ServerMsg::kWelcome:
+      TW_RETURN_NOT_OK(get_fields(r, m.welcome, "Welcome"));
+      m.welcome.session = {};
+      if (!r.done()) TW_RETURN_NOT_OK(get_fields(r, m.welcome.session, "Welcome session token"));
+      break;
     case ServerMsg::kRefuse: TW_RETURN_NOT_OK(get_fields(r, m.refuse, "Refuse")); break;
     case ServerMsg::kReadResult: TW_RETURN_NOT_OK(get_fields(r, m.read, "ReadResult")); break;
     case ServerMsg::kSyncResult: TW_RETURN_NOT_OK(get_fields(r, m.sync, "SyncResult")); break;
@@ -223,7 +246,7 @@ Status decode_server_message(const Buffer& payload, ServerMessage& m) {
 
 void encode_server_message(const ServerMessage& m, OutFrame& f) {
   switch (m.kind) {
-    case ServerMsg::kWelcome: return encode_fields(m.kind, m.welcome, f);
+    case ServerMsg::kWelcome: return encode_welcome(m.welcome, f);
     case ServerMsg::kRefuse: return encode_fields(m.kind, m.refuse, f);
     case ServerMsg::kReadResult: return encode_fields(m.kind, m.read, f);
     case ServerMsg::kSyncResult: return encode_fields(m.kind, m.sync, f);

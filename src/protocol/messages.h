@@ -45,6 +45,9 @@ inline constexpr uint32_t kEnumerateOnly = 0xFFFFFFFFu;
 // Hello's device index that opens a peer connection (protocol 3): another server, carrying Fetch
 // messages rather than batches, with no session.
 inline constexpr uint32_t kPeerOnly = 0xFFFFFFFEu;
+// Hello's device index that resumes a session after a dropped connection (protocol 9,
+// server/resume.h): a ResumeRequest follows the Hello's fields.
+inline constexpr uint32_t kResumeSession = 0xFFFFFFFDu;
 
 enum class ClientMsg : uint8_t {
   kHello = 1,
@@ -56,6 +59,9 @@ enum class ClientMsg : uint8_t {
   kAttachSegment = 5,
   // Protocol 9: another message, zstd-compressed (protocol/compress.h, docs/protocol.md §1.1).
   kCompressed = 6,
+  // Protocol 9, a resumable session (docs/protocol.md §8.13): how many reply frames the client
+  // has received, so the server lets go of its copies; not itself a numbered frame.
+  kAck = 7,
 };
 enum class ServerMsg : uint8_t {
   kWelcome = 1,
@@ -78,7 +84,8 @@ enum class RefuseReason : uint8_t {
   kServerBusy = 4,
   kMalformed = 5,
   kCannotHost = 6,
-  kDraining = 7,  // protocol 9 servers: shutting down, taking no new sessions
+  kDraining = 7,      // protocol 9 servers: shutting down, taking no new sessions
+  kCannotResume = 8,  // protocol 9: no session of that token (expired, closed, not yours)
 };
 const char* refuse_reason_name(RefuseReason r);
 // Any reason byte reads: one a newer server adds is still a refusal (refuse_reason_name says
@@ -98,6 +105,12 @@ struct Hello {
   uint32_t device_index = 0;
   std::string credential;
   TW_FIELDS(min_version, max_version, device_index, credential)  // after the type and kMagic
+  // Follows the fields above when device_index is kResumeSession (not one of TW_FIELDS).
+  struct Resume {
+    std::string token;   // the Welcome's SessionToken::token
+    uint64_t acked = 0;  // reply frames received so far on the session
+    TW_FIELDS(token, acked)
+  } resume{};
 };
 
 struct DeviceInfo {
@@ -124,7 +137,24 @@ struct Welcome {
   std::vector<DeviceInfo> devices;  // every device the server hosts
   Limits limits;
   TW_FIELDS(version, session_id, server_id, device_index, devices, limits)
+  // Protocol 9: follows the fields above when its token is not empty (a session the client may
+  // resume; not one of TW_FIELDS).
+  struct SessionToken {
+    std::string token;      // 64 hex digits (RAND_bytes), bound to the Hello's credential
+    uint64_t received = 0;  // frames of the session the server had received (a resume's)
+    TW_FIELDS(token, received)
+  } session{};
 };
+
+// kAck (protocol 9): reply frames received so far on the session; flags kAckResumable (the first
+// Ack after the Welcome: keep the session over a dropped connection) and kAckGoodbye (the client
+// closes: let the session go at once).
+struct Ack {
+  uint64_t acked = 0;
+  uint32_t flags = 0;
+  TW_FIELDS(acked, flags)
+};
+inline constexpr uint32_t kAckResumable = 1, kAckGoodbye = 2;
 
 struct Refuse {
   RefuseReason reason = RefuseReason::kMalformed;
@@ -249,6 +279,8 @@ void encode_welcome(const Welcome& m, OutFrame& f);
 void encode_refuse(const Refuse& m, OutFrame& f);
 void encode_session_error(const Status& s, OutFrame& f);
 void encode_draining(const Draining& m, OutFrame& f);
+void encode_ack(const Ack& m, OutFrame& f);
+Result<Ack> decode_ack(const Buffer& payload);
 // Large tensor bytes become segments of the frame (sent by a gather write, not copied).
 void encode_read_result(uint64_t request_id, Result<TensorData> r, OutFrame& f);
 // Where a ReadResult's tensor bytes start in its payload, from the payload's first `n` bytes: the

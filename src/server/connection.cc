@@ -24,15 +24,18 @@ Connection::Connection(Server::Impl& srv, Server::Impl::Shard& shard,
 }
 
 Connection::~Connection() {
-  // Last reference gone (stream shut down, no task in flight): free the session's tensors.
-  if (session_ && srv_.collectives) srv_.collectives->forget(id_);
-  session_.reset();
-  give_slot_back();
-  shard_.sessions.fetch_sub(1);
+  // Last reference gone (stream shut down, no task in flight): free the session's tensors,
+  // unless it is kept for its client to resume (resume_connection.cc).
   if (id_) {
     std::lock_guard<std::mutex> lock(srv_.sessions_mu);
     srv_.sessions.erase(id_);
   }
+  if (!park_session()) {
+    if (session_ && srv_.collectives) srv_.collectives->forget(id_);
+    session_.reset();
+  }
+  give_slot_back();
+  shard_.sessions.fetch_sub(1);
 }
 
 void Connection::start() {
@@ -291,6 +294,7 @@ Connection::Queued Connection::on_frame(Buffer frame) {
     on_fetch(frame);
     return {};
   }
+  if (version_ >= 9 && count_frame(frame)) return {};
   if (version_ >= 9 && proto::is_compressed(frame, proto::kCompressedClientType)) {
     Status st = decompress_frame(frame);
     if (!st.ok()) {
@@ -459,6 +463,7 @@ void Connection::send(proto::OutFrame f) {
   if (compress_replies && version_ >= 9 && f.payload_size() >= proto::kCompressMinBytes)
     f = proto::maybe_compress(std::move(f), proto::kCompressedServerType);
   std::lock_guard<std::mutex> lock(write_mu_);
+  if (resume_) resume_->log(f);  // (also once closed: a resumed connection sends it)
   if (closed_) return;
   srv_.frames_out.fetch_add(1, std::memory_order_relaxed);
   srv_.bytes_out.fetch_add(f.payload_size() + 4, std::memory_order_relaxed);

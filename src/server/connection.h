@@ -18,6 +18,7 @@
 #include "net/framing.h"
 #include "net/stream.h"
 #include "protocol/messages.h"
+#include "server/resume.h"
 #include "server/server_impl.h"
 #include "server/session.h"
 #include "tensorwire/export.h"
@@ -76,6 +77,18 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
   void welcome_peer(protocol::Welcome& w);
   void on_fetch(const Buffer& frame);
 
+  // ---- resumable sessions (resume_connection.cc; server/resume.h) ----
+  // A new session's token, in `w` (protocol 9, a server with --resume-grace).
+  void make_resumable(protocol::Welcome& w, const std::string& credential);
+  // After the Welcome of a new or resumed session went out.
+  void start_resumable();
+  void resume_session(const protocol::Hello& h, protocol::Welcome w, uint16_t version);
+  void adopt(Result<ParkedSession> got, uint64_t acked, protocol::Welcome w, uint16_t version);
+  // An Ack or a numbered frame; true when the frame was an Ack (handled).
+  bool count_frame(const Buffer& frame);
+  // At the end: the session parked for a resume, or (false) to be destroyed.
+  bool park_session();
+
   // ---- SessionOutput, called by session_->run() on the draining thread (connection.cc) ----
   Status begin_collective(const protocol::CollectiveTask& t, TensorData input) override;
   void reply(protocol::OutFrame f) override;
@@ -131,6 +144,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
   std::mutex write_mu_;
   net::FrameWriter writer_;
   bool close_after_write_ = false;
+  // A resumable session's numbering and reply log (server/resume.h); set after its Welcome.
+  std::shared_ptr<ResumeState> resume_;
+  std::shared_ptr<ResumeState> resume_pending_;  // made with the Welcome, set once it is out
 };
 
 }  // namespace tw::server

@@ -65,6 +65,7 @@ void Connection::on_hello(const Buffer& frame) {
     return;
   }
   if (h.device_index == proto::kPeerOnly && hi >= 3) return welcome_peer(w);
+  if (h.device_index == proto::kResumeSession) return resume_session(h, std::move(w), hi);
   if (h.device_index >= static_cast<uint32_t>(srv_.opts.devices)) {
     return refuse(proto::RefuseReason::kBadDeviceIndex,
                   "device index " + std::to_string(h.device_index) + " out of range: server " +
@@ -95,9 +96,11 @@ void Connection::on_hello(const Buffer& frame) {
   version_ = hi;
   handshake_timer_.cancel();
   w.session_id = id_;
+  make_resumable(w, h.credential);
   proto::OutFrame f;
   proto::encode_welcome(w, f);
   send(std::move(f));
+  start_resumable();
 }
 
 // A peer connection (another server pulling tensors, transfer.h): no session, only fetches.

@@ -88,6 +88,7 @@ ErrorKind error_kind_of(protocol::RefuseReason r) {
     case R::kUnauthorized: return ErrorKind::kRefusedUnauthorized;
     case R::kServerBusy:
     case R::kDraining: return ErrorKind::kRefusedBusy;  // not taking sessions now
+    case R::kCannotResume: return ErrorKind::kRefusedMalformed;
     case R::kMalformed: return ErrorKind::kRefusedMalformed;
     case R::kCannotHost: return ErrorKind::kRefusedCannotHost;
   }

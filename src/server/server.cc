@@ -257,6 +257,11 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
         std::make_unique<server::Puller>(server::Puller::kThreads, opts.transfer_timeout);
     impl->collectives = std::make_unique<server::Collectives>(
         opts.credential, server::collective_host(opts, impl->listeners), impl->self_name());
+    if (opts.resume_grace.count() > 0) {
+      server::Collectives* coll = impl->collectives.get();
+      impl->resume = std::make_unique<server::ResumeRegistry>(
+          opts.resume_grace, [coll](uint64_t id) { coll->forget(id); });
+    }
     for (auto& l : impl->listeners) impl->accept(*l);
     for (auto& sh : impl->shards) impl->works.push_back(asio::make_work_guard(sh->io));
     for (auto& sh : impl->shards) {

@@ -17,6 +17,7 @@
 #include "protocol/messages.h"
 #include "server/collective.h"
 #include "server/metrics.h"
+#include "server/resume.h"
 #include "server/session.h"
 #include "server/spin_budget.h"
 #include "server/transfer.h"
@@ -85,6 +86,9 @@ struct Server::Impl {
   // the puller, its threads post outcomes to the shards.
   std::unique_ptr<server::Collectives> collectives;
   server::StoreTable store;
+  // Resumable sessions (resume.h): parked sessions by token; null when --resume-grace is 0.
+  // Reset after the shards, whose connections park their sessions in it as they go.
+  std::unique_ptr<server::ResumeRegistry> resume;
   // "server 9f3a (tcp://127.0.0.1:5000)": how a transfer's errors name this server.
   std::string self_name() const {
     return "server " + server_id +
@@ -103,6 +107,7 @@ struct Server::Impl {
     if (collectives) collectives->join();
     works.clear();
     shards.clear();
+    resume.reset();
   }
 
   void accept(net::Listener& l);  // listeners.cc

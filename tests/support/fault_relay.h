@@ -11,6 +11,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,9 @@ struct FaultOptions {
   double stall_chance = 0.01;   // per forwarded chunk: a stall of up to stall_max_ms
   int stall_max_ms = 3;
   size_t max_piece = 16 << 10;  // writes are split into pieces of 1..max_piece bytes
+  // Each connection after the first is forwarded only after this long (a link that takes a while
+  // to come back: a resume that finds its session's grace period over).
+  int reconnect_delay_ms = 0;
 };
 
 class FaultRelay {
@@ -64,6 +68,7 @@ class FaultRelay {
     ::shutdown(listen_fd_, SHUT_RDWR);
     acceptor_.join();
     ::close(listen_fd_);
+    if (!listen_path_.empty()) ::unlink(listen_path_.c_str());
     std::vector<std::thread> ts;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -71,11 +76,30 @@ class FaultRelay {
     }
     for (std::thread& t : ts) t.join();
   }
+  // Over unix sockets: listens on `listen_path` (unix://listen_path) and forwards each connection
+  // to the unix socket at `target_path`.
+  FaultRelay(const std::string& target_path, const std::string& listen_path, FaultOptions o)
+      : target_path_(target_path), listen_path_(listen_path), o_(o), rng_(o.seed) {
+    listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0) throw std::runtime_error("FaultRelay: socket failed");
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    if (listen_path.size() >= sizeof(a.sun_path)) throw std::runtime_error("FaultRelay: long path");
+    std::copy(listen_path.begin(), listen_path.end(), a.sun_path);
+    ::unlink(listen_path.c_str());
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+        ::listen(listen_fd_, 64) != 0) {
+      ::close(listen_fd_);
+      throw std::runtime_error("FaultRelay: cannot listen on " + listen_path);
+    }
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
   FaultRelay(const FaultRelay&) = delete;
   FaultRelay& operator=(const FaultRelay&) = delete;
 
   int port() const { return port_; }
   std::string url(const std::string& scheme = "tcp") const {
+    if (!listen_path_.empty()) return "unix://" + listen_path_;
     return scheme + "://127.0.0.1:" + std::to_string(port_);
   }
   int cuts() const { return cuts_.load(); }
@@ -93,12 +117,25 @@ class FaultRelay {
         if (stop_) return;
         continue;
       }
-      const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (o_.reconnect_delay_ms > 0 && connections_.load() > 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(o_.reconnect_delay_ms));
+      const int s =
+          ::socket(target_path_.empty() ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
       sockaddr_in a{};
       a.sin_family = AF_INET;
       a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
       a.sin_port = htons(static_cast<uint16_t>(target_port_));
-      if (s < 0 || ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      sockaddr_un u{};
+      u.sun_family = AF_UNIX;
+      std::copy(target_path_.begin(),
+                target_path_.begin() + static_cast<std::ptrdiff_t>(
+                                           std::min(target_path_.size(), sizeof(u.sun_path) - 1)),
+                u.sun_path);
+      const bool connected =
+          s >= 0 &&
+          (target_path_.empty() ? ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0
+                                : ::connect(s, reinterpret_cast<sockaddr*>(&u), sizeof(u)) == 0);
+      if (!connected) {
         ::close(c);
         if (s >= 0) ::close(s);
         continue;  // the client sees its connection end at once, as with a dead server
@@ -184,7 +221,8 @@ class FaultRelay {
     return false;
   }
 
-  int target_port_;
+  int target_port_ = 0;
+  std::string target_path_, listen_path_;  // unix sockets (else TCP)
   FaultOptions o_;
   std::mt19937_64 rng_;
   int listen_fd_ = -1;

@@ -40,4 +40,10 @@ inline std::vector<uint8_t> flatten(const protocol::OutFrame& f) {
   return out;
 }
 
+// flatten(f) as a Buffer, as a decoder takes it.
+inline Buffer payload_buffer(const protocol::OutFrame& f) {
+  std::vector<uint8_t> v = flatten(f);
+  return Buffer::copy_of(v.data(), v.size());
+}
+
 }  // namespace tw::testing

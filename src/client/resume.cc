@@ -1,0 +1,185 @@
+// Resuming a session after its connection dropped (protocol 9; client/resume.h, server/resume.h,
+// docs/protocol.md §8.13). Frames sent are numbered and kept until a reply shows the server ran
+// them; when the stream fails, the connection (holding its lock, so no call interleaves) dials
+// again with backoff, presents the session's token and the count of replies it has, learns how
+// many frames the server had received, and re-sends only the frames after those. The server
+// sends again the replies the client had not received. Every op thus runs once and every pending
+// reply arrives once; a resume that cannot be made (TW_RESUME=0, the grace period over, frames
+// let go over the window) fails every pending and later call as a dropped connection always did.
+#include <thread>
+
+#include "client/connection.h"
+
+namespace tw::client {
+
+namespace proto = protocol;
+
+void ResumeWindow::on_sent(const OutFrame& f, uint64_t last_request, bool replayable) {
+  sent.push_back({next_seq++, f, last_request, replayable});
+  bytes += f.payload_size();
+  while (bytes > max_bytes && !sent.empty()) {
+    bytes -= sent.front().frame.payload_size();
+    let_go_through = sent.front().seq;
+    sent.pop_front();
+  }
+}
+
+void ResumeWindow::on_reply(uint64_t request) {
+  if (request == 0) return;
+  // Frames before the one that carried `request` ran, and that one: the first whose
+  // last_request reaches it.
+  while (!sent.empty() && sent.front().last_request < request) {
+    bytes -= sent.front().frame.payload_size();
+    sent.pop_front();
+  }
+  if (!sent.empty()) {
+    bytes -= sent.front().frame.payload_size();
+    sent.pop_front();
+  }
+}
+
+Result<std::vector<OutFrame>> ResumeWindow::after(uint64_t received) {
+  if (received >= next_seq) {
+    return data_loss("the server says it received " + std::to_string(received) +
+                     " frames of a session that sent " + std::to_string(next_seq - 1));
+  }
+  if (received < let_go_through) {
+    return resource_exhausted(
+        "frames the server had not received were let go (over the resume window of " +
+        std::to_string(max_bytes) + " bytes, TW_RESUME_WINDOW)");
+  }
+  std::vector<OutFrame> out;
+  for (const Sent& s : sent) {
+    if (s.seq <= received) continue;
+    if (!s.replayable) {
+      return unimplemented(
+          "a shared-memory segment's attachment was lost with the connection and cannot be sent "
+          "again (TW_SHM=0 avoids it)");
+    }
+    out.push_back(s.frame);
+  }
+  return out;
+}
+
+void Connection::start_resume_locked() {
+  if (!options_.resume || welcome_.version < 9 || welcome_.session.token.empty()) return;
+  if (!resume_) resume_ = std::make_unique<ResumeWindow>();
+  resume_->token = welcome_.session.token;
+  resume_->max_bytes = options_.resume_window_bytes;
+  push_ack_locked(proto::kAckResumable);
+  if (!writer_.writing()) pump_locked();
+}
+
+void Connection::push_ack_locked(uint32_t flags) {
+  const uint64_t got = resume_->received.load(std::memory_order_relaxed);
+  proto::OutFrame f;
+  proto::encode_ack({got, flags}, f);
+  resume_->acked = got;
+  resume_->acked_bytes_in = bytes_in_.load(std::memory_order_relaxed);
+  writer_.push(std::move(f));  // (not numbered: an Ack is not part of the session's work)
+}
+
+void Connection::push_frame_locked(OutFrame f, bool replayable) {
+  if (resume_ && !resume_->token.empty()) {
+    // An Ack when the replies received since the last one are many or large, so the server lets
+    // go of its copies; it rides with this frame (one write).
+    constexpr uint64_t kAckEveryFrames = 32, kAckEveryBytes = uint64_t{4} << 20;
+    if (resume_->received.load(std::memory_order_relaxed) >= resume_->acked + kAckEveryFrames ||
+        bytes_in_.load(std::memory_order_relaxed) >= resume_->acked_bytes_in + kAckEveryBytes)
+      push_ack_locked(0);
+    resume_->on_sent(f, next_request_ - 1, replayable);
+  }
+  writer_.push(std::move(f));
+}
+
+void Connection::lost(const Status& why, uint64_t gen, bool close_stream) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (gen != gen_ || state_ != State::kConnected) return;  // resumed already, or failed
+  Status st = why;
+  // A link dead past the dead-peer deadline (TW_DEAD_PEER_MS, "timed out") is given up: it has
+  // been silent far longer than a resume would wait.
+  if (resume_ && !resume_->token.empty() && !closing_ &&
+      why.message().find("timed out") == std::string::npos) {
+    Status r = resume_locked(lock, why);
+    if (r.ok()) return;
+    st = r;
+  }
+  if (close_stream && stream_) stream_->close();
+  lock.unlock();
+  fail_all(st);
+  lock.lock();
+  timer_->cancel();
+  check_timer_->cancel();
+}
+
+Status Connection::resume_locked(std::unique_lock<std::mutex>& lock, const Status& why) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  // The stream is nobody's to read while it is replaced: a caller reading it finds it dead too.
+  reader_cv_.wait(lock, [&] { return !reader_busy_; });
+  if (state_ != State::kConnected || closing_) return why;
+  ++gen_;  // handlers of the old stream's operations now do nothing
+  stream_->close();
+  resume_->retired.push_back(std::move(stream_));
+  writer_ = net::FrameWriter();
+  reader_ = net::FrameReader(net::FrameReader::kStagingBytes, proto::read_result_data_offset);
+  watch_armed_ = false;
+  Status last = why;
+  auto backoff = std::chrono::milliseconds(5);
+  for (uint32_t attempt = 0; attempt < options_.resume_attempts; ++attempt) {
+    if (attempt > 0) {
+      // (With the lock held: no other thread may touch the connection while it has no stream.)
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+    }
+    auto dialed = net::dial(url_, io_, options_.tls);
+    if (!dialed.ok()) {
+      last = dialed.status();
+      // Nobody listens there: the server process is gone, and its sessions with it.
+      const std::string& m = last.message();
+      if (m.find("onnection refused") != std::string::npos ||
+          m.find("No such file") != std::string::npos)
+        break;
+      continue;
+    }
+    std::unique_ptr<net::Stream> s = std::move(dialed).value();
+    const proto::Hello::Resume ask{resume_->token, resume_->received.load()};
+    auto w = handshake(*s, url_, device_index_, options_.credential, &ask);
+    if (!w.ok()) {
+      last = w.status();
+      // A refusal (the session is gone, the server drains) is final; a link that failed again,
+      // or a server busy for now, is tried again.
+      if (last.code() == StatusCode::kUnavailable || last.code() == StatusCode::kResourceExhausted)
+        continue;
+      break;
+    }
+    Result<std::vector<OutFrame>> again = resume_->after(w->session.received);
+    if (!again.ok()) {
+      s->close();
+      resume_->retired.push_back(std::move(s));
+      last = again.status();
+      break;
+    }
+    stream_ = std::move(s);
+    const uint64_t received = w->session.received;
+    while (!resume_->sent.empty() && resume_->sent.front().seq <= received) {
+      resume_->bytes -= resume_->sent.front().frame.payload_size();
+      resume_->sent.pop_front();
+    }
+    for (OutFrame& f : *again) writer_.push(std::move(f));
+    if (!writer_.idle()) pump_locked();
+    arm_watch_locked();
+    reader_cv_.notify_all();
+    window_cv_.notify_all();
+    ++counters_.resumes;
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    counters_.resume_seconds.push_back(secs);
+    return Status::OK();
+  }
+  // The calls that follow fail with the status; the dropped stream stays the stream meanwhile.
+  stream_ = std::move(resume_->retired.back());
+  resume_->retired.pop_back();
+  return unavailable(why.message() + "; resuming the session failed: " + last.message());
+}
+
+}  // namespace tw::client

@@ -1,0 +1,75 @@
+// Resumable sessions on the wire (protocol 9, docs/protocol.md §8.13): the resuming Hello's token
+// and count, the Welcome's session token, and the Ack, each round-tripped; a Hello or Welcome
+// without them is exactly the older form.
+#include <gtest/gtest.h>
+
+#include "protocol/messages.h"
+#include "support/frames.h"
+
+namespace tw::protocol {
+namespace {
+
+Buffer payload_of(const OutFrame& f) { return testing::payload_buffer(f); }
+
+TEST(ResumeCodec, ResumingHelloCarriesTokenAndAcked) {
+  Hello h;
+  h.device_index = kResumeSession;
+  h.credential = "secret";
+  h.resume = {std::string(64, 'a'), 12345};
+  OutFrame f;
+  encode_hello(h, f);
+  auto got = decode_hello(payload_of(f));
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(got->device_index, kResumeSession);
+  EXPECT_EQ(got->credential, "secret");
+  EXPECT_EQ(got->resume.token, std::string(64, 'a'));
+  EXPECT_EQ(got->resume.acked, 12345u);
+}
+
+TEST(ResumeCodec, PlainHelloHasNoResumePartAndRejectsTrailingBytes) {
+  Hello h;
+  h.device_index = 0;
+  h.resume = {"ignored", 7};  // not sent: the device index is not kResumeSession
+  OutFrame plain, base;
+  encode_hello(h, plain);
+  encode_hello(Hello{}, base);
+  EXPECT_EQ(plain.head.size(), base.head.size());
+  plain.head.push_back(0);
+  EXPECT_FALSE(decode_hello(payload_of(plain)).ok());
+}
+
+TEST(ResumeCodec, WelcomeTokenRoundTripsAndIsOptional) {
+  Welcome w;
+  w.session_id = 9;
+  OutFrame without;
+  encode_welcome(w, without);
+  auto a = decode_server_message(payload_of(without));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_TRUE(a->welcome.session.token.empty());
+  w.session = {std::string(64, 'f'), 77};
+  OutFrame with;
+  encode_welcome(w, with);
+  EXPECT_GT(with.head.size(), without.head.size());
+  auto b = decode_server_message(payload_of(with));
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->welcome.session_id, 9u);
+  EXPECT_EQ(b->welcome.session.token, std::string(64, 'f'));
+  EXPECT_EQ(b->welcome.session.received, 77u);
+}
+
+TEST(ResumeCodec, AckRoundTrips) {
+  OutFrame f;
+  encode_ack({1u << 20, kAckResumable | kAckGoodbye}, f);
+  const Buffer p = payload_of(f);
+  auto kind = peek_client_msg(p);
+  ASSERT_TRUE(kind.ok());
+  EXPECT_EQ(*kind, ClientMsg::kAck);
+  auto got = decode_ack(p);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(got->acked, 1u << 20);
+  EXPECT_EQ(got->flags, kAckResumable | kAckGoodbye);
+  EXPECT_STREQ(refuse_reason_name(RefuseReason::kCannotResume), "cannot resume the session");
+}
+
+}  // namespace
+}  // namespace tw::protocol
