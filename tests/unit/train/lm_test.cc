@@ -225,7 +225,8 @@ TEST(Transformer, TrainsOnTheTorchDeviceLikeOnTheCpu) {
   const auto cpu = losses(Device::cpu());
   const auto torch = losses(Device::torch());
   ASSERT_EQ(cpu.size(), torch.size());
-  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(torch[i], cpu[i], 1e-4 * cpu[i]) << "step " << i;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_NEAR(torch[i], cpu[i], 1e-4 * cpu[i]) << "step " << i;
   EXPECT_LT(cpu.back(), cpu.front());
 }
 
