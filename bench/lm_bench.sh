@@ -26,7 +26,13 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 echo "== tensorwire ($THREADS threads, $STEPS steps)"
-TW_NUM_THREADS=$THREADS "$BUILD/bench/tw_bench_lm" "$out" --steps "$STEPS"
+# The remote device's server runs in this same process, so two tensorwire CPU devices (the local
+# one on the main thread, the server's on its worker) each have their own OpenMP team; libgomp's
+# default active wait lets the idle team spin against the busy one on the shared cores (a 2-thread
+# remote step measured 1.09-1.12x the local one that way, 0.97-1.01x with passive waits, and
+# 1.00x with 1 thread). A real server is another process or machine, so both sides wait passively
+# here: the same policy for the local and the remote device.
+OMP_WAIT_POLICY=passive TW_NUM_THREADS=$THREADS "$BUILD/bench/tw_bench_lm" "$out" --steps "$STEPS"
 echo "== PyTorch ($THREADS threads)"
 export OPENBLAS_NUM_THREADS=$THREADS
 mkdir -p bench/results
