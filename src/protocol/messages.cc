@@ -223,7 +223,11 @@ Status decode_server_message(const Buffer& payload, ServerMessage& m) {
     case ServerMsg::kWelcome:
       TW_RETURN_NOT_OK(get_fields(r, m.welcome, "Welcome"));
       m.welcome.session = {};
-      if (!r.done()) TW_RETURN_NOT_OK(get_fields(r, m.welcome.session, "Welcome session token"));
+      if (!r.done()) {
+        TW_RETURN_NOT_OK(get_fields(r, m.welcome.session, "Welcome session token"));
+        // Sent only when there is a token (encode_welcome): an empty one is not a Welcome's.
+        if (m.welcome.session.token.empty()) return data_loss("Welcome session token is empty");
+      }
       break;
     case ServerMsg::kRefuse: TW_RETURN_NOT_OK(get_fields(r, m.refuse, "Refuse")); break;
     case ServerMsg::kReadResult: TW_RETURN_NOT_OK(get_fields(r, m.read, "ReadResult")); break;

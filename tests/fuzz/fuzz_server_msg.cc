@@ -1,6 +1,6 @@
 // decode_server_message (src/protocol/messages.h): what a client decodes from a server, which
 // may be anyone the user pointed it at (welcome, refuse, read/sync/stats/graph/capability
-// results, errors).
+// results, errors, the drain notice).
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -17,7 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case ServerMsg::kSessionError:
     case ServerMsg::kGraphResult:
     case ServerMsg::kCapabilityResult:
-    case ServerMsg::kReadResultInSegment: break;
+    case ServerMsg::kReadResultInSegment:
+    case ServerMsg::kDraining: break;
     default: tw::fuzz::fail("decode_server_message accepted an unknown message type");
   }
   OutFrame f;

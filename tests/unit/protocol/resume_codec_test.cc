@@ -57,6 +57,20 @@ TEST(ResumeCodec, WelcomeTokenRoundTripsAndIsOptional) {
   EXPECT_EQ(b->welcome.session.received, 77u);
 }
 
+// Found by the server-message fuzzer (tests/fuzz/regress/server_msg/welcome_empty_session_token):
+// a session part with an empty token decoded, but a Welcome re-encodes without it, so the same
+// bytes meant two things. A token is sent only when there is one: an empty one is refused.
+TEST(ResumeCodec, WelcomeWithAnEmptySessionTokenIsRefused) {
+  OutFrame f;
+  encode_welcome(Welcome{}, f);
+  WireWriter w(f.head);
+  Welcome::SessionToken{"", 5}.fields(FieldWriter{w});
+  auto got = decode_server_message(payload_of(f));
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("session token is empty"), std::string::npos)
+      << got.status().message();
+}
+
 TEST(ResumeCodec, AckRoundTrips) {
   OutFrame f;
   encode_ack({1u << 20, kAckResumable | kAckGoodbye}, f);
