@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 
+#include "common/cli.h"
 #include "digits/digits.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/server.h"
@@ -75,20 +76,10 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(flag + " needs a value");
-      return argv[++i];
-    };
-    auto number = [&](const std::string& v) {
-      char* end = nullptr;
-      const double d = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0') usage(flag + ": '" + v + "' is not a number");
-      return d;
-    };
-    if (flag == "--model") {
-      const std::string m = value();
+  tw::apps::Flags f(argc, argv, usage);
+  while (f.next()) {
+    if (f.is("--model")) {
+      const std::string m = f.value();
       if (m == "cnn") {
         a.model = ModelKind::kCnn;
       } else if (m == "mlp") {
@@ -96,44 +87,44 @@ Args parse(int argc, char** argv) {
       } else {
         usage("--model takes cnn or mlp, got '" + m + "'");
       }
-    } else if (flag == "--device") {
-      a.device = value();
+    } else if (f.is("--device")) {
+      a.device = f.value();
       if (a.device != "remote" && a.device != "cpu")
         usage("--device takes remote or cpu, got '" + a.device + "'");
-    } else if (flag == "--server") {
-      a.server = value();
+    } else if (f.is("--server")) {
+      a.server = f.value();
       a.servers.push_back(a.server);
-    } else if (flag == "--servers") {
-      a.parallel = static_cast<int>(number(value()));
+    } else if (f.is("--servers")) {
+      a.parallel = static_cast<int>(f.number());
       if (a.parallel < 1 || a.parallel > 64) usage("--servers takes 1 to 64");
-    } else if (flag == "--epochs") {
-      a.epochs = static_cast<int>(number(value()));
+    } else if (f.is("--epochs")) {
+      a.epochs = static_cast<int>(f.number());
       if (a.epochs < 1) usage("--epochs must be >= 1");
-    } else if (flag == "--batch") {
-      a.batch = static_cast<int64_t>(number(value()));
+    } else if (f.is("--batch")) {
+      a.batch = static_cast<int64_t>(f.number());
       if (a.batch < 1) usage("--batch must be >= 1");
-    } else if (flag == "--lr") {
-      a.lr = number(value());
+    } else if (f.is("--lr")) {
+      a.lr = f.number();
       if (!(a.lr > 0)) usage("--lr must be > 0");
-    } else if (flag == "--seed") {
-      a.seed = static_cast<uint64_t>(number(value()));
-    } else if (flag == "--report-every") {
-      a.report_every = static_cast<int64_t>(number(value()));
-    } else if (flag == "--data") {
-      a.data = value();
-    } else if (flag == "--no-graph") {
+    } else if (f.is("--seed")) {
+      a.seed = static_cast<uint64_t>(f.number());
+    } else if (f.is("--report-every")) {
+      a.report_every = static_cast<int64_t>(f.number());
+    } else if (f.is("--data")) {
+      a.data = f.value();
+    } else if (f.is("--no-graph")) {
       a.graph = false;
-    } else if (flag == "--checkpoint") {
-      a.checkpoint = value();
-    } else if (flag == "--checkpoint-every") {
-      a.checkpoint_every = static_cast<int64_t>(number(value()));
+    } else if (f.is("--checkpoint")) {
+      a.checkpoint = f.value();
+    } else if (f.is("--checkpoint-every")) {
+      a.checkpoint_every = static_cast<int64_t>(f.number());
       if (a.checkpoint_every < 1) usage("--checkpoint-every must be >= 1");
-    } else if (flag == "--failover") {
+    } else if (f.is("--failover")) {
       a.failover = true;
-    } else if (flag == "--help" || flag == "-h") {
+    } else if (f.is("--help") || f.is("-h")) {
       usage("trains a digit classifier on a remote device");
     } else {
-      usage("unknown flag " + flag);
+      usage("unknown flag " + f.flag());
     }
   }
   if (a.epochs == 0) a.epochs = a.model == ModelKind::kCnn ? 8 : 10;

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 
+#include "common/cli.h"
 #include "lm/lm.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/server.h"
@@ -60,74 +61,57 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(flag + " needs a value");
-      return argv[++i];
-    };
-    auto number = [&]() {
-      const std::string v = value();
-      char* end = nullptr;
-      const double d = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0') usage(flag + ": '" + v + "' is not a number");
-      return d;
-    };
-    auto count = [&](int64_t lo) {
-      const double d = number();
-      if (d < static_cast<double>(lo) || d != std::floor(d))
-        usage(flag + " takes an integer >= " + std::to_string(lo));
-      return static_cast<int64_t>(d);
-    };
-    if (flag == "--device") {
-      a.device = value();
+  tw::apps::Flags f(argc, argv, usage);
+  while (f.next()) {
+    if (f.is("--device")) {
+      a.device = f.value();
       if (a.device != "remote" && a.device != "cpu")
         usage("--device takes remote or cpu, got '" + a.device + "'");
-    } else if (flag == "--server") {
-      a.servers.push_back(value());
-    } else if (flag == "--servers") {
-      a.parallel = static_cast<int>(count(1));
+    } else if (f.is("--server")) {
+      a.servers.push_back(f.value());
+    } else if (f.is("--servers")) {
+      a.parallel = static_cast<int>(f.count(1));
       if (a.parallel > 64) usage("--servers takes 1 to 64");
-    } else if (flag == "--steps") {
-      a.steps = count(1);
-    } else if (flag == "--batch") {
-      a.batch = count(1);
-    } else if (flag == "--context") {
-      a.context = count(2);
-    } else if (flag == "--layers") {
-      a.layers = count(0);
-    } else if (flag == "--heads") {
-      a.heads = count(1);
-    } else if (flag == "--embd") {
-      a.embd = count(1);
-    } else if (flag == "--dropout") {
-      a.dropout = number();
+    } else if (f.is("--steps")) {
+      a.steps = f.count(1);
+    } else if (f.is("--batch")) {
+      a.batch = f.count(1);
+    } else if (f.is("--context")) {
+      a.context = f.count(2);
+    } else if (f.is("--layers")) {
+      a.layers = f.count(0);
+    } else if (f.is("--heads")) {
+      a.heads = f.count(1);
+    } else if (f.is("--embd")) {
+      a.embd = f.count(1);
+    } else if (f.is("--dropout")) {
+      a.dropout = f.number();
       if (!(a.dropout >= 0 && a.dropout < 1)) usage("--dropout takes a value in [0, 1)");
-    } else if (flag == "--lr") {
-      a.lr = number();
+    } else if (f.is("--lr")) {
+      a.lr = f.number();
       if (!(a.lr > 0)) usage("--lr must be > 0");
-    } else if (flag == "--seed") {
-      a.seed = static_cast<uint64_t>(count(0));
-    } else if (flag == "--report-every") {
-      a.report_every = count(1);
-    } else if (flag == "--data") {
-      a.data = value();
-    } else if (flag == "--save") {
-      a.save = value();
-    } else if (flag == "--no-graph") {
+    } else if (f.is("--seed")) {
+      a.seed = static_cast<uint64_t>(f.count(0));
+    } else if (f.is("--report-every")) {
+      a.report_every = f.count(1);
+    } else if (f.is("--data")) {
+      a.data = f.value();
+    } else if (f.is("--save")) {
+      a.save = f.value();
+    } else if (f.is("--no-graph")) {
       a.graph = false;
-    } else if (flag == "--sample") {
-      a.sample = count(0);
-    } else if (flag == "--temperature") {
-      a.temperature = number();
-    } else if (flag == "--top-k") {
-      a.top_k = count(0);
-    } else if (flag == "--prompt") {
-      a.prompt = value();
-    } else if (flag == "--help" || flag == "-h") {
+    } else if (f.is("--sample")) {
+      a.sample = f.count(0);
+    } else if (f.is("--temperature")) {
+      a.temperature = f.number();
+    } else if (f.is("--top-k")) {
+      a.top_k = f.count(0);
+    } else if (f.is("--prompt")) {
+      a.prompt = f.value();
+    } else if (f.is("--help") || f.is("-h")) {
       usage("trains a character-level language model on a remote device");
     } else {
-      usage("unknown flag " + flag);
+      usage("unknown flag " + f.flag());
     }
   }
   if (a.embd % a.heads != 0) usage("--embd must be a multiple of --heads");

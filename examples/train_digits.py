@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 import tensorwire as tw
+from example_device import remote_device
 from tensorwire import nn, optim
 
 ATTRIBUTION = ("Alpaydin, E. & Kaynak, C. (1998). Optical Recognition of Handwritten Digits. UCI "
@@ -137,15 +138,7 @@ def main(argv=None):
           f"{len(test_rows)} to test")
     print(f"        {ATTRIBUTION}")
 
-    server = None
-    url = a.server
-    if url is None:
-        server = tw.serve(tw.Device.cpu())
-        url = server.url
-    try:
-        device = tw.Device.remote(url)
-        device.connect()
-        print(f"device: {device}" + (", served in-process" if server else ""))
+    with remote_device(a.server) as device:
         tw.manual_seed(a.seed)
         model = make_model(device)
         opt = optim.Adam(model.parameters(), lr=a.lr)
@@ -168,9 +161,6 @@ def main(argv=None):
               f"target >= {100 * a.min_accuracy:.0f}%: {'met' if met else 'MISSED'}")
         print(f"time per step: {1e3 * seconds / steps:.2f} ms ({steps} steps in {seconds:.2f} s)")
         return 0 if met else 1
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import sys
 import time
 
 import tensorwire as tw
+from example_device import remote_device
 from tensorwire import graph, nn, optim
 
 ATTRIBUTION = ("King James Version (1611), Genesis and Exodus: public domain; from Debian's "
@@ -82,15 +83,7 @@ def main(argv=None):
     print(f"data:   {a.data}: {len(text)} characters, {len(chars)} distinct")
     print(f"        {ATTRIBUTION}")
 
-    server = None
-    url = a.server
-    if url is None:
-        server = tw.serve(tw.Device.cpu())
-        url = server.url
-    try:
-        device = tw.Device.remote(url)
-        device.connect()
-        print(f"device: {device}" + (", served in-process" if server else ""))
+    with remote_device(a.server) as device:
         tw.manual_seed(a.seed)
         model = nn.GPT(len(chars), context=a.context, n_layer=a.layers, n_head=a.heads,
                        n_embd=a.embd, device=device)
@@ -142,9 +135,6 @@ def main(argv=None):
         out = gen.generate(prompt, a.context - len(prompt), temperature=0.8, top_k=10, seed=a.seed)
         print("sample:\n------\n" + a.prompt + bytes(chars[t] for t in out).decode() + "\n------")
         return 0 if met else 1
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 #include "digits/digits.h"
 
-#include <zlib.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <optional>
+
+#include "common/data_file.h"
+#include "core/splitmix.h"
 
 namespace tw::digits {
 
@@ -18,17 +19,7 @@ std::string default_path() {
 }
 
 Dataset load(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw Error("digits: cannot open " + path + " (set TW_DIGITS to the file's path)");
-  std::string text;
-  char buf[1 << 16];
-  int got;
-  while ((got = gzread(f, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(got));
-  int err = 0;
-  const char* msg = got < 0 ? gzerror(f, &err) : nullptr;
-  const std::string zmsg = msg ? msg : "";
-  gzclose(f);
-  if (got < 0) throw Error("digits: cannot decompress " + path + ": " + zmsg);
+  const std::string text = apps::read_data_file(path, "digits", "TW_DIGITS");
 
   Dataset d;
   size_t pos = 0;
@@ -78,19 +69,12 @@ Dataset load(const std::string& path) {
 }
 
 namespace {
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t x = (state += 0x9e3779b97f4a7c15ull);
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 std::vector<int64_t> permutation(int64_t n, uint64_t seed) {
   std::vector<int64_t> p(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = i;
   uint64_t state = seed;
   for (int64_t i = n - 1; i > 0; --i) {
-    const auto j = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(i + 1));
+    const auto j = static_cast<int64_t>(splitmix64_next(state) % static_cast<uint64_t>(i + 1));
     std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(j)]);
   }
   return p;

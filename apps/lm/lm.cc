@@ -1,9 +1,10 @@
 #include "lm/lm.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstdlib>
+
+#include "common/data_file.h"
+#include "core/splitmix.h"
 
 namespace tw::lm {
 
@@ -17,17 +18,7 @@ std::string default_path() {
 }
 
 std::string load_text(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");  // reads plain files as they are
-  if (!f) throw Error("lm: cannot open " + path + " (set TW_LM_TEXT to a text file's path)");
-  std::string text;
-  char buf[1 << 16];
-  int got;
-  while ((got = gzread(f, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(got));
-  int err = 0;
-  const char* msg = got < 0 ? gzerror(f, &err) : nullptr;
-  const std::string zmsg = msg ? msg : "";
-  gzclose(f);
-  if (got < 0) throw Error("lm: cannot decompress " + path + ": " + zmsg);
+  std::string text = apps::read_data_file(path, "lm", "TW_LM_TEXT");
   if (text.size() < 1024) throw Error("lm: " + path + " holds too little text to train on");
   return text;
 }
@@ -62,15 +53,6 @@ std::string Vocab::decode(const std::vector<int64_t>& tokens) const {
   return out;
 }
 
-namespace {
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-}  // namespace
-
 std::vector<int64_t> batch_offsets(int64_t n_tokens, int64_t context, int64_t batch, uint64_t seed,
                                    int64_t step) {
   const int64_t span = n_tokens - context;  // offsets 0 .. span - 1 leave room for the targets
@@ -78,7 +60,7 @@ std::vector<int64_t> batch_offsets(int64_t n_tokens, int64_t context, int64_t ba
     throw Error("lm: the text is shorter than one window of " + std::to_string(context + 1));
   uint64_t s = seed * 0x100000001B3ull + static_cast<uint64_t>(step);
   std::vector<int64_t> out(static_cast<size_t>(batch));
-  for (int64_t& o : out) o = static_cast<int64_t>(splitmix64(s) % static_cast<uint64_t>(span));
+  for (int64_t& o : out) o = static_cast<int64_t>(splitmix64_next(s) % static_cast<uint64_t>(span));
   return out;
 }
 

@@ -12,6 +12,7 @@
 
 #include "api/emit.h"
 #include "api/sink.h"
+#include "core/splitmix.h"
 #include "core/thread_pool.h"
 
 namespace tw {
@@ -527,12 +528,7 @@ template TW_API Tensor from_vector<bool>(std::span<const bool>, const Shape&, co
 namespace {
 std::atomic<uint64_t> g_seed_base{0x5eed};
 std::atomic<uint64_t> g_seed_counter{0};
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+uint64_t splitmix64(uint64_t x) { return splitmix64_next(x); }  // x's successor's output
 }  // namespace
 
 void manual_seed(uint64_t seed) {

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "core/shape.h"
+#include "core/splitmix.h"
 #include "tensorwire/autograd.h"
 
 namespace tw::nn {
@@ -242,15 +243,6 @@ std::vector<KVCache> GPT::empty_cache(int64_t batch, const Device& device) const
 }
 
 // ---- sampling ----
-namespace {
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-}  // namespace
-
 int64_t sample_token(const std::vector<float>& logits, const SampleOptions& o, uint64_t& state) {
   if (logits.empty()) throw Error("sample_token: no logits");
   const auto n = static_cast<int64_t>(logits.size());
@@ -270,7 +262,7 @@ int64_t sample_token(const std::vector<float>& logits, const SampleOptions& o, u
     w[i] = std::exp((static_cast<double>(logits[idx[i]]) - top) / o.temperature);
     sum += w[i];
   }
-  const double u = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53 * sum;
+  const double u = static_cast<double>(splitmix64_next(state) >> 11) * 0x1.0p-53 * sum;
   double acc = 0;
   for (size_t i = 0; i < idx.size(); ++i) {
     acc += w[i];
@@ -409,7 +401,7 @@ std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int
       if (!greedy && i + 1 >= static_cast<int64_t>(prompt.size())) {
         std::vector<float> g(static_cast<size_t>(v));
         for (float& x : g) {
-          const double u = (static_cast<double>(splitmix64(state) >> 11) + 0.5) * 0x1.0p-53;
+          const double u = (static_cast<double>(splitmix64_next(state) >> 11) + 0.5) * 0x1.0p-53;
           x = static_cast<float>(-std::log(-std::log(u)));
         }
         noise = from_vector<float>(g, {v}, device_);
