@@ -22,7 +22,9 @@
 // newest valid one. The newest `keep` checkpoints are kept. One writer per directory.
 #pragma once
 #include <cstdint>
+#include <future>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,15 +54,34 @@ class Checkpoint {
  public:
   // `dir` is created when missing. keep >= 1.
   explicit Checkpoint(std::string dir, int keep = 2);
+  // Waits for a save_async() in progress (its error, if any, is printed to stderr).
+  ~Checkpoint();
+  Checkpoint(const Checkpoint&) = delete;  // a save in progress refers to this object
+  Checkpoint& operator=(const Checkpoint&) = delete;
   const std::string& dir() const { return dir_; }
 
-  // Saves checkpoint `step` (the parameters' and state's values are read from their devices,
-  // all reads in flight at once, each written as it arrives) and removes all but the newest
-  // `keep`. Extra keys and values must be free of newlines. Returns what a load will see.
+  // Saves checkpoint `step` and removes all but the newest `keep`. The values are read from
+  // their devices in pieces (a remote tensor over 8 MiB in 8 MiB slices), up to 64 MiB read
+  // ahead, each piece hashed and written as it arrives. Extra keys and values must be free of
+  // newlines. Returns what a load will see. Waits for a save_async() in progress first.
   CheckpointInfo save(int64_t step, const nn::Module& model, optim::Optimizer* opt = nullptr,
                       const std::map<std::string, std::string>& extra = {});
   CheckpointInfo save(int64_t step, const NamedParameters& params, optim::Optimizer* opt = nullptr,
                       const std::map<std::string, std::string>& extra = {});
+  // save(), in the background: takes the parameters' and the state's tensors (tensors are
+  // immutable, so later steps, which replace them, do not change what is saved), the random
+  // generator's state and the step now, and returns; a thread downloads and writes them while
+  // training goes on. The checkpoint counts (latest() sees it) once its manifest is committed,
+  // as for save(). The next save(), save_async() or wait() waits for it.
+  void save_async(int64_t step, const nn::Module& model, optim::Optimizer* opt = nullptr,
+                  const std::map<std::string, std::string>& extra = {});
+  void save_async(int64_t step, const NamedParameters& params, optim::Optimizer* opt = nullptr,
+                  const std::map<std::string, std::string>& extra = {});
+  // Waits for the save_async() in progress: its result, or nullopt when none was; throws what
+  // the save threw.
+  std::optional<CheckpointInfo> wait();
+  // Whether a save_async() is still writing.
+  bool saving() const;
 
   // Every checkpoint in the directory whose files agree with its manifest, oldest first. Each
   // candidate's data file is read and hashed (validate = false: only its manifest and size are
@@ -86,8 +107,15 @@ class Checkpoint {
                                         bool restore_rng = true) const;
 
  private:
+  struct Snapshot;
+  std::shared_ptr<Snapshot> snapshot(int64_t step, const NamedParameters& params,
+                                     optim::Optimizer* opt,
+                                     const std::map<std::string, std::string>& extra) const;
+  CheckpointInfo write(Snapshot& snap);
+
   std::string dir_;
   int keep_;
+  std::future<CheckpointInfo> pending_;  // the save_async() in progress
 };
 
 }  // namespace tw

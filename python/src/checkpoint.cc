@@ -67,6 +67,23 @@ void bind_checkpoint(py::module_& m) {
           py::arg("step"), py::arg("model"), py::arg("optimizer") = py::none(),
           py::arg("extra") = std::map<std::string, std::string>{},
           "Saves checkpoint `step` of the model (and optimizer) atomically.")
+      .def(
+          "save_async",
+          [](Checkpoint& c, int64_t step, const py::object& model, const py::object& opt,
+             const std::map<std::string, std::string>& extra) {
+            const NamedParameters params = named_parameters(model);
+            optim::Optimizer* o = optimizer(opt);
+            py::gil_scoped_release release;
+            c.save_async(step, params, o, extra);
+          },
+          py::arg("step"), py::arg("model"), py::arg("optimizer") = py::none(),
+          py::arg("extra") = std::map<std::string, std::string>{},
+          "save() in the background: takes the tensors now and returns; wait() (or the next "
+          "save) waits for it.")
+      .def("wait", &Checkpoint::wait, py::call_guard<py::gil_scoped_release>(),
+           "Waits for the save_async() in progress: its CheckpointInfo, or None.")
+      .def_property_readonly("saving", &Checkpoint::saving,
+                             "Whether a save_async() is still writing.")
       .def("list", &Checkpoint::list, py::arg("validate") = true,
            py::call_guard<py::gil_scoped_release>(), "The valid checkpoints, oldest first.")
       .def("latest", &Checkpoint::latest, py::call_guard<py::gil_scoped_release>(),
