@@ -5,8 +5,16 @@
 //   train_lm [--device remote|cpu] [--server tcp://host:port] [--steps N] [--batch N]
 //            [--context N] [--layers N] [--heads N] [--embd N] [--dropout P] [--lr X] [--seed N]
 //            [--report-every N] [--data PATH] [--no-graph] [--save PATH]
+//            [--checkpoint DIR [--checkpoint-every N]]
 //            [--sample N] [--temperature X] [--top-k N] [--prompt TEXT]
 //   train_lm --servers N [--server URL]...   (data-parallel over N servers)
+//
+// With --checkpoint DIR it saves a tw::Checkpoint every N steps (default 100) into DIR: the
+// parameters, Adam's state, the random generator's state (dropout's masks) and the step, in the
+// background (Checkpoint::save_async: training goes on while they are downloaded and written).
+// When DIR already holds one, the run resumes from the newest and ends with the parameters an
+// uninterrupted run ends with, bit for bit; a checkpoint saved with other settings (--seed,
+// --batch, --lr, --dropout, --heads, the text) is refused.
 //
 // Each step uploads the batch's window offsets only (the text stays on the device) and, unless
 // --no-graph, runs as one replayed graph (tw::graph::Step). With --servers N (or --server given
@@ -18,6 +26,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +47,8 @@ struct Args {
   uint64_t seed = 1;
   int64_t report_every = 10;
   std::string data, save, prompt = "And God said";
+  std::string checkpoint;  // --checkpoint DIR
+  int64_t checkpoint_every = 0;
   bool graph = true;
   int64_t sample = -1;  // -1: fill the context
   double temperature = 0.8;
@@ -53,6 +64,8 @@ struct Args {
                "[--lr X]\n"
                "                [--seed N] [--report-every N] [--data PATH] [--no-graph] [--save "
                "PATH]\n"
+               "                [--checkpoint DIR [--checkpoint-every N]]  (resumes when DIR holds "
+               "one)\n"
                "                [--sample N] [--temperature X] [--top-k N] [--prompt TEXT]\n"
                "       train_lm --servers N [--server URL]... [--steps N] ...\n",
                problem.c_str());
@@ -98,6 +111,10 @@ Args parse(int argc, char** argv) {
       a.data = f.value();
     } else if (f.is("--save")) {
       a.save = f.value();
+    } else if (f.is("--checkpoint")) {
+      a.checkpoint = f.value();
+    } else if (f.is("--checkpoint-every")) {
+      a.checkpoint_every = f.count(1);
     } else if (f.is("--no-graph")) {
       a.graph = false;
     } else if (f.is("--sample")) {
@@ -123,6 +140,11 @@ Args parse(int argc, char** argv) {
   if (a.parallel > 0 && a.device == "cpu")
     usage("--servers trains on remote devices; drop --device cpu");
   if (a.parallel > a.batch) usage("--batch must be at least the number of servers");
+  if (a.checkpoint_every > 0 && a.checkpoint.empty())
+    usage("--checkpoint-every needs --checkpoint DIR");
+  if (!a.checkpoint.empty() && a.checkpoint_every == 0) a.checkpoint_every = 100;
+  if (!a.checkpoint.empty() && (a.parallel > 0 || a.servers.size() > 1))
+    usage("--checkpoint trains on one device; drop --servers");
   if (a.prompt.empty()) a.prompt = "\n";
   if (static_cast<int64_t>(a.prompt.size()) >= a.context)
     usage("--prompt must be shorter than --context");
@@ -214,9 +236,23 @@ int main(int argc, char** argv) {
 
     std::unique_ptr<tw::lm::Trainer> single;
     std::unique_ptr<tw::dist::Group> group;
+    std::unique_ptr<tw::Checkpoint> ckpt;
+    std::map<std::string, std::string> run;  // what a checkpoint records and a resume checks
+    int64_t start_step = 0;
     if (reps.size() == 1) {
       single =
           std::make_unique<tw::lm::Trainer>(*reps[0].model, a.lr, tokens, a.batch, a.seed, a.graph);
+      if (!a.checkpoint.empty()) {
+        ckpt = std::make_unique<tw::Checkpoint>(a.checkpoint);
+        run = tw::lm::run_settings(cfg, a.lr, a.batch, a.seed, static_cast<int64_t>(tokens.size()));
+        start_step = single->restore(*ckpt, run);
+        if (start_step > 0) {
+          std::printf("resumed from the checkpoint at step %" PRId64 " in %s\n", start_step,
+                      a.checkpoint.c_str());
+        }
+        std::printf("checkpoints: every %" PRId64 " steps into %s, saved in the background\n",
+                    a.checkpoint_every, a.checkpoint.c_str());
+      }
     } else {
       for (size_t i = 0; i < reps.size(); ++i) {
         reps[i].opt = std::make_unique<tw::optim::Adam>(reps[i].model->parameters(),
@@ -275,7 +311,9 @@ int main(int argc, char** argv) {
     std::vector<tw::Tensor> window(reps.size());  // per replica: the window's loss sum
     double first = 0, last = 0;
     int64_t in_window = 0;
-    for (int64_t s = 0; s < a.steps; ++s) {
+    int64_t n_ckpt = 0;
+    double ckpt_stall_ms = 0;  // the loop's time inside save_async (its snapshot)
+    for (int64_t s = start_step; s < a.steps; ++s) {
       const std::vector<tw::Tensor> l =
           single ? std::vector<tw::Tensor>{single->step(s)} : parallel_step(s);
       {
@@ -284,6 +322,12 @@ int main(int argc, char** argv) {
           window[i] = window[i].defined() ? window[i] + l[i] : l[i];
       }
       ++in_window;
+      if (ckpt && (s + 1) % a.checkpoint_every == 0) {
+        const auto t = Clock::now();
+        single->save(*ckpt, s + 1, run);
+        ckpt_stall_ms += std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+        ++n_ckpt;
+      }
       if (s == 0) {
         for (const tw::Tensor& t : l) first += t.item<float>();
       }
@@ -295,14 +339,24 @@ int main(int argc, char** argv) {
         in_window = 0;
         const double secs = std::chrono::duration<double>(Clock::now() - start).count();
         print_progress(s + 1, a.steps, last,
-                       static_cast<double>((s + 1) * a.batch * a.context) / secs);
+                       static_cast<double>((s + 1 - start_step) * a.batch * a.context) / secs);
       }
     }
     for (const tw::Device& d : devices) d.sync();
+    const auto w0 = Clock::now();
+    if (ckpt) (void)ckpt->wait();  // the last save_async, durable
+    const double ckpt_wait_ms = std::chrono::duration<double, std::milli>(Clock::now() - w0).count();
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    const int64_t steps_run = std::max<int64_t>(a.steps - start_step, 0);
+    const double n_run = static_cast<double>(std::max<int64_t>(steps_run, 1));
     std::printf("time per step: %.1f ms (%" PRId64 " steps in %.1f s, %.0f tokens/s)\n",
-                1e3 * secs / static_cast<double>(a.steps), a.steps, secs,
-                static_cast<double>(a.steps * a.batch * a.context) / secs);
+                1e3 * secs / n_run, steps_run, secs,
+                static_cast<double>(steps_run * a.batch * a.context) / secs);
+    if (ckpt) {
+      std::printf("checkpoints: %" PRId64 " saved into %s (training stalled %.1f ms for them in "
+                  "all, then %.1f ms waiting for the last to be durable)\n",
+                  n_ckpt, a.checkpoint.c_str(), ckpt_stall_ms, ckpt_wait_ms);
+    }
     if (single && single->graph_step()) {
       const tw::graph::Step& g = *single->graph_step();
       std::printf("graph:  training step: %" PRId64 " eager, %" PRId64 " recorded, %" PRId64
@@ -311,7 +365,7 @@ int main(int argc, char** argv) {
     }
     if (n_remote) {
       const tw::WireCounters w = tw::wire_counters(devices[0]);
-      const double n = static_cast<double>(a.steps);
+      const double n = n_run;
       std::printf(
           "wire:   per step %.1f ops, %.2f frames out (%.0f B), %.2f frames in, %.2f "
           "round trips (the text and parameters stay on the server)\n",
@@ -322,10 +376,21 @@ int main(int argc, char** argv) {
           static_cast<double>(w.round_trips - wire0.round_trips) / n);
     }
     constexpr double kTarget = 2.0;
-    std::printf("loss:   %.3f at the first step, %.3f over the last %" PRId64
-                " steps; target < %.1f nats/char: %s\n",
-                first, last, std::min(a.report_every, a.steps), kTarget,
-                last < kTarget ? "met" : "MISSED");
+    if (steps_run == 0) {
+      std::printf("loss:   not measured (the checkpoint was already at step %" PRId64 ")\n",
+                  start_step);
+      last = 0;  // nothing trained: the checkpoint's run was judged when it ran
+    } else if (start_step > 0) {
+      std::printf("loss:   %.3f over the last %" PRId64
+                  " steps (resumed at step %" PRId64 "); target < %.1f nats/char: %s\n",
+                  last, std::min(a.report_every, steps_run), start_step, kTarget,
+                  last < kTarget ? "met" : "MISSED");
+    } else {
+      std::printf("loss:   %.3f at the first step, %.3f over the last %" PRId64
+                  " steps; target < %.1f nats/char: %s\n",
+                  first, last, std::min(a.report_every, a.steps), kTarget,
+                  last < kTarget ? "met" : "MISSED");
+    }
 
     bool identical = true;
     if (reps.size() > 1) {

@@ -1,6 +1,7 @@
 #include "lm/lm.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common/data_file.h"
@@ -72,6 +73,21 @@ std::pair<Tensor, Tensor> windows(const Tensor& text, const Tensor& offsets, int
   return {w.slice(1, 0, context), w.slice(1, 1, context + 1)};
 }
 
+std::map<std::string, std::string> run_settings(const nn::GPTConfig& cfg, double lr, int64_t batch,
+                                                uint64_t seed, int64_t n_tokens) {
+  auto num = [](double v) {
+    char b[40];
+    std::snprintf(b, sizeof(b), "%.17g", v);
+    return std::string(b);
+  };
+  return {{"lm.lr", num(lr)},
+          {"lm.batch", std::to_string(batch)},
+          {"lm.seed", std::to_string(seed)},
+          {"lm.tokens", std::to_string(n_tokens)},
+          {"lm.heads", std::to_string(cfg.n_head)},
+          {"lm.dropout", num(cfg.dropout)}};
+}
+
 Trainer::Trainer(nn::GPT& model, double lr, const std::vector<int64_t>& tokens, int64_t batch,
                  uint64_t seed, bool use_graph)
     : model_(model), n_(static_cast<int64_t>(tokens.size())), batch_(batch), seed_(seed) {
@@ -103,6 +119,30 @@ Tensor Trainer::step(int64_t step) {
   loss.backward();
   opt_->step();
   return loss.detach();
+}
+
+void Trainer::save(Checkpoint& ckpt, int64_t steps_done,
+                   const std::map<std::string, std::string>& run, bool async) {
+  if (async) {
+    ckpt.save_async(steps_done, model_, opt_.get(), run);
+  } else {
+    ckpt.save(steps_done, model_, opt_.get(), run);
+  }
+}
+
+int64_t Trainer::restore(const Checkpoint& ckpt, const std::map<std::string, std::string>& run) {
+  const std::optional<CheckpointInfo> info = ckpt.latest();
+  if (!info) return 0;
+  for (const auto& [k, v] : run) {
+    auto it = info->extra.find(k);
+    const std::string saved = it == info->extra.end() ? "(none)" : it->second;
+    if (saved != v) {
+      throw Error("lm: the checkpoint " + info->manifest + " was saved by a run with " + k + " " +
+                  saved + ", this run has " + v + ": resuming would not continue that run");
+    }
+  }
+  ckpt.load(*info, model_, opt_.get());
+  return info->step;
 }
 
 }  // namespace tw::lm

@@ -4,10 +4,12 @@
 // host, cut out of the text on the device), and a training step that runs as one graph.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "tensorwire/checkpoint.h"
 #include "tensorwire/graph.h"
 #include "tensorwire/optim.h"
 #include "tensorwire/tensorwire.h"
@@ -46,6 +48,11 @@ std::vector<int64_t> batch_offsets(int64_t n_tokens, int64_t context, int64_t ba
 // the next tokens [B, T], gathered on the device.
 std::pair<Tensor, Tensor> windows(const Tensor& text, const Tensor& offsets, int64_t context);
 
+// The settings that decide a training run's every bit besides its step count (the model's
+// shape is checked by the checkpoint itself): what a checkpoint records and a resume checks.
+std::map<std::string, std::string> run_settings(const nn::GPTConfig& cfg, double lr, int64_t batch,
+                                                uint64_t seed, int64_t n_tokens);
+
 // Trains a GPT with Adam on windows of a text on the model's device. Each step uploads only
 // the batch's offsets; with use_graph the whole step (windows, forward, loss, backward, update)
 // is a tw::graph::Step: replayed as one registered graph from the third step on. The losses stay
@@ -59,6 +66,17 @@ class Trainer {
   Tensor step(int64_t step);
   const graph::Step* graph_step() const { return graph_.get(); }
   optim::Adam& optimizer() { return *opt_; }
+
+  // Checkpoints (tw::Checkpoint): the parameters, Adam's state (moments and step counts), the
+  // random generator's state (dropout's masks) and `steps_done`, with `run`: the settings a
+  // resumed run must share to go on bit for bit (run_settings()). Taken between steps; with
+  // async the download and the write go on while training does (Checkpoint::save_async).
+  void save(Checkpoint& ckpt, int64_t steps_done, const std::map<std::string, std::string>& run,
+            bool async = true);
+  // Loads the newest valid checkpoint in `ckpt` (before the first step()): returns the steps
+  // it had done (the next step to run), or 0 (nothing changed) when there is none. Throws
+  // tw::Error when its settings differ from `run`.
+  int64_t restore(const Checkpoint& ckpt, const std::map<std::string, std::string>& run);
 
  private:
   nn::GPT& model_;
