@@ -3,6 +3,7 @@
 // bit, with dropout (its masks come from the random generator the checkpoint saves) and with the
 // replayed graph, on a remote device; a checkpoint of a run with other settings is refused.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <numeric>
@@ -53,9 +54,8 @@ std::vector<std::vector<uint8_t>> train(const Run& r, const std::string& dir, in
 }
 
 std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("tw_lm_ckpt_" + name + "_" +
-                                                  std::to_string(::testing::UnitTest::GetInstance()
-                                                                     ->random_seed()));
+  const fs::path p =
+      fs::temp_directory_path() / ("tw_lm_ckpt_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   return p.string();
 }
