@@ -345,7 +345,8 @@ int main(int argc, char** argv) {
     for (const tw::Device& d : devices) d.sync();
     const auto w0 = Clock::now();
     if (ckpt) (void)ckpt->wait();  // the last save_async, durable
-    const double ckpt_wait_ms = std::chrono::duration<double, std::milli>(Clock::now() - w0).count();
+    const double ckpt_wait_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - w0).count();
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     const int64_t steps_run = std::max<int64_t>(a.steps - start_step, 0);
     const double n_run = static_cast<double>(std::max<int64_t>(steps_run, 1));
@@ -353,7 +354,8 @@ int main(int argc, char** argv) {
                 1e3 * secs / n_run, steps_run, secs,
                 static_cast<double>(steps_run * a.batch * a.context) / secs);
     if (ckpt) {
-      std::printf("checkpoints: %" PRId64 " saved into %s (training stalled %.1f ms for them in "
+      std::printf("checkpoints: %" PRId64
+                  " saved into %s (training stalled %.1f ms for them in "
                   "all, then %.1f ms waiting for the last to be durable)\n",
                   n_ckpt, a.checkpoint.c_str(), ckpt_stall_ms, ckpt_wait_ms);
     }
@@ -381,8 +383,8 @@ int main(int argc, char** argv) {
                   start_step);
       last = 0;  // nothing trained: the checkpoint's run was judged when it ran
     } else if (start_step > 0) {
-      std::printf("loss:   %.3f over the last %" PRId64
-                  " steps (resumed at step %" PRId64 "); target < %.1f nats/char: %s\n",
+      std::printf("loss:   %.3f over the last %" PRId64 " steps (resumed at step %" PRId64
+                  "); target < %.1f nats/char: %s\n",
                   last, std::min(a.report_every, steps_run), start_step, kTarget,
                   last < kTarget ? "met" : "MISSED");
     } else {

@@ -335,13 +335,13 @@ void row_checkpoint(const Args& a, const std::string& root, const std::string& w
   rows.push_back({what, "<= 1.5x downloading them",
                   fmt("%.2fx (best/best; median/median %.2fx): save ", ratio,
                       percentile(save, 0.5) / percentile(down, 0.5)) +
-                      best_median(save) + fmt(" ms (fsync'd; the first, into a new file, %.0f)",
-                                              save[0]) +
-                      ", download " + best_median(down) +
-                      " ms; the disk alone (write + fsync) " + best_median(disk) + " ms; 5 runs",
+                      best_median(save) +
+                      fmt(" ms (fsync'd; the first, into a new file, %.0f)", save[0]) +
+                      ", download " + best_median(down) + " ms; the disk alone (write + fsync) " +
+                      best_median(disk) + " ms; 5 runs",
                   judged && !a.short_form, ratio <= 1.5});
-  rows.push_back({what + ", save_async", "the caller's stall; time to durable", "(not judged)",
-                  false, true});
+  rows.push_back(
+      {what + ", save_async", "the caller's stall; time to durable", "(not judged)", false, true});
   rows.back().measured = "stall " + best_median(stall) + " ms; durable (wait() returned) " +
                          best_median(durable) + " ms; 5 runs";
   fs::remove_all(dir);
@@ -448,9 +448,10 @@ int main(int argc, char** argv) {
     } else if (f == "--seed") {
       a.seed = static_cast<uint64_t>(num());
     } else {
-      std::fprintf(stderr,
-                   "usage: tw_bench_chaos [--short] [--ckpt-only] [--cuts N] [--kills N] [--ckpt-mib N] "
-                   "[--crashes N] [--seed N]\n");
+      std::fprintf(
+          stderr,
+          "usage: tw_bench_chaos [--short] [--ckpt-only] [--cuts N] [--kills N] [--ckpt-mib N] "
+          "[--crashes N] [--seed N]\n");
       return 2;
     }
   }

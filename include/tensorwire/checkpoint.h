@@ -19,7 +19,11 @@
 // way; then the directory is fsync'd. The manifest is the commit point: it names the data file's
 // size and a 64-bit hash of its bytes, and a checkpoint counts only if its manifest parses and
 // its data file matches it, so a writer killed at any moment leaves the previous checkpoint the
-// newest valid one. The newest `keep` checkpoints are kept. One writer per directory.
+// newest valid one. The newest `keep` checkpoints are kept; the data file of the last one removed
+// stays as .ckpt-spare.safetensors (no manifest names it) and the next save writes over it
+// (rewriting pages is cheaper than allocating new ones). The manifest's first line is
+// "tensorwire-checkpoint 2" (format 1, with an older hash, still loads). One writer per
+// directory.
 #pragma once
 #include <cstdint>
 #include <future>

@@ -55,6 +55,24 @@ def test_round_trip_and_resume(device, tmp_path):
     assert [i.step for i in ckpt.list()] == [2]
 
 
+def test_save_async_saves_the_tensors_of_its_call(device, tmp_path):
+    tw.manual_seed(5)
+    x = tw.randn(6, 4, device=device)
+    model = TwoLayer(device)
+    opt = optim.Adam(model.parameters(), lr=1e-2)
+    steps(model, opt, x, 2)
+    at_save = values(model)
+    ckpt = tw.Checkpoint(str(tmp_path))
+    ckpt.save_async(2, model, opt, {"run": "b"})
+    steps(model, opt, x, 3)  # training goes on while it writes
+    info = ckpt.wait()
+    assert info.step == 2 and info.extra == {"run": "b"}
+    assert not ckpt.saving and ckpt.wait() is None
+    assert values(model) != at_save
+    ckpt.restore(model, opt)
+    assert values(model) == at_save
+
+
 def test_empty_directory_restores_nothing(tmp_path):
     model = TwoLayer()
     assert tw.Checkpoint(str(tmp_path)).restore(model) is None

@@ -7,13 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
-#include <deque>
 #include <bit>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>

@@ -72,7 +72,8 @@ TEST(CheckpointPipeline, SaveAsyncSavesTheTensorsOfItsCall) {
     const auto at_save = param_bytes(lin.named_parameters());
     auto state_bytes = [&] {
       std::vector<std::vector<uint8_t>> out;
-      for (Tensor* t : opt.state()) out.push_back(t->defined() ? t->to_bytes() : std::vector<uint8_t>{});
+      for (Tensor* t : opt.state())
+        out.push_back(t->defined() ? t->to_bytes() : std::vector<uint8_t>{});
       return out;
     };
     const auto state_at_save = state_bytes();

@@ -17,8 +17,8 @@ namespace {
 namespace fs = std::filesystem;
 
 nn::GPTConfig tiny(double dropout) {
-  return {.vocab_size = 13, .context = 8, .n_layer = 1, .n_head = 2, .n_embd = 16,
-          .dropout = dropout};
+  return {
+      .vocab_size = 13, .context = 8, .n_layer = 1, .n_head = 2, .n_embd = 16, .dropout = dropout};
 }
 
 std::vector<int64_t> text() {
