@@ -11,7 +11,9 @@
 //   kill -9   --kills servers killed (SIGKILL) at random steps of one run with failover over a
 //             pool of servers; bit-identical, and steps redone per kill <= the checkpoint interval.
 //   ckpt      tw::Checkpoint::save of --ckpt-mib MiB of parameters held by a remote device
-//             (fsync included) against downloading them (Tensor::to_bytes), best of 3 each.
+//             (fsync included) against downloading them, 5 runs each (best and median), into
+//             $TMPDIR (a disk) and /dev/shm (tmpfs); then save_async: the caller's stall and the
+//             time until the checkpoint is durable. --ckpt-only runs these rows alone.
 //   crash     a checkpoint writer (this program, re-run with --writer DIR) killed with SIGKILL
 //             --crashes times at random moments; every newest valid checkpoint must load and hold
 //             exactly what its step wrote.
