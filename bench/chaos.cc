@@ -281,8 +281,8 @@ double disk_ms(const std::string& dir, const std::vector<uint8_t>& bytes) {
 }
 
 // Times in ms: best and median of `v`.
-std::string best_median(const std::vector<double>& v) {
-  return fmt("best %.0f, median %.0f", *std::min_element(v.begin(), v.end()), percentile(v, 0.5));
+std::string best_median(const std::vector<double>& v, const char* f = "best %.0f, median %.0f") {
+  return fmt(f, *std::min_element(v.begin(), v.end()), percentile(v, 0.5));
 }
 
 // tw::Checkpoint::save of ckpt_mib MiB held by a remote device against downloading them, 5 runs
@@ -344,8 +344,9 @@ void row_checkpoint(const Args& a, const std::string& root, const std::string& w
                   judged && !a.short_form, ratio <= 1.5});
   rows.push_back(
       {what + ", save_async", "the caller's stall; time to durable", "(not judged)", false, true});
-  rows.back().measured = "stall " + best_median(stall) + " ms; durable (wait() returned) " +
-                         best_median(durable) + " ms; 5 runs";
+  rows.back().measured = "stall " + best_median(stall, "best %.2f, median %.2f") +
+                         " ms; durable (wait() returned) " + best_median(durable) +
+                         " ms (no training beside it); 5 runs";
   fs::remove_all(dir);
 }
 

@@ -39,8 +39,8 @@ constexpr const char* kTempPrefix = ".ckpt-tmp-";
 // was half of a save's time; on a disk it saves the block allocation). No manifest names it.
 constexpr const char* kSpare = ".ckpt-spare.safetensors";
 
-// A 64-bit hash of a byte stream fed in pieces of any size (xxHash64's round and avalanche on
-// four lanes of 8-byte words): fast enough (several GB/s) to run while the data is written.
+// Format 1's hash (read only): a 64-bit hash of a byte stream fed in pieces of any size
+// (xxHash64's round and avalanche on four lanes of 8-byte words).
 class Hash64 {
  public:
   void update(const uint8_t* p, size_t n) {
