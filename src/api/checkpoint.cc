@@ -22,6 +22,7 @@
 
 #include "api/safetensors_layout.h"
 #include "core/shape.h"
+#include "protocol/content_hash.h"
 #include "tensorwire/error.h"
 
 namespace tw {
@@ -30,7 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Format 2 hashes with Hash64x8; format 1 (still read) with Hash64.
+// Format 2 hashes with ContentHash64 (XXH3); format 1 (still read) with Hash64.
 constexpr const char* kFormat = "tensorwire-checkpoint 2";
 constexpr const char* kFormat1 = "tensorwire-checkpoint 1";
 constexpr const char* kTempPrefix = ".ckpt-tmp-";
@@ -96,72 +97,16 @@ class Hash64 {
   uint64_t total_ = 0;
 };
 
-// Format 2's hash: eight 64-bit lanes, each 8-byte word w at word position i of a 64-byte stripe
-// s adding w to its neighbour lane and lo32(d) * hi32(d) to its own, d = w ^ (s * P3 + i * P1)
-// (xxHash3's accumulation, keyed by position so that moved stripes change it). The compiler
-// vectorises it (one 32x32-bit multiply per word): about 17 GB/s on this repository's CI VM
-// against 2.7 GB/s for Hash64, whose time was a third of a checkpoint's on tmpfs. A checksum
-// against damage and torn writes, not a cryptographic hash.
-class Hash64x8 {
+// Format 2's hash: the low 64 bits of protocol::content_hash (XXH3-128 of 4 MiB chunks, then of
+// their digests; libxxhash, with AVX2 where the CPU has it), fed while the file is written.
+// A checksum against damage and torn writes, not a cryptographic hash.
+class ContentHash64 {
  public:
-  void update(const uint8_t* p, size_t n) {
-    total_ += n;
-    if (fill_ > 0) {
-      const size_t take = std::min(kStripe - fill_, n);
-      std::memcpy(buf_ + fill_, p, take);
-      fill_ += take;
-      p += take;
-      n -= take;
-      if (fill_ < kStripe) return;
-      stripes(buf_, 1);
-      fill_ = 0;
-    }
-    stripes(p, n / kStripe);
-    p += n / kStripe * kStripe;
-    n %= kStripe;
-    std::memcpy(buf_, p, n);
-    fill_ = n;
-  }
-  uint64_t digest() const {
-    uint64_t h = total_ * kP1;
-    for (uint64_t a : acc_) h = mix(h ^ mix(a));
-    for (size_t i = 0; i < fill_; ++i) h = mix(h ^ (buf_[i] * kP3 + i));
-    return mix(h);
-  }
+  void update(const uint8_t* p, size_t n) { h_.update(p, n); }
+  uint64_t digest() const { return h_.digest().lo; }
 
  private:
-  static constexpr size_t kStripe = 64;
-  static constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full,
-                            kP3 = 0x165667B19E3779F9ull;
-  static uint64_t mix(uint64_t h) {
-    h ^= h >> 33;
-    h *= kP2;
-    h ^= h >> 29;
-    h *= kP3;
-    return h ^ (h >> 32);
-  }
-  void stripes(const uint8_t* p, size_t count) {
-    uint64_t a[8];
-    std::memcpy(a, acc_, sizeof(a));
-    uint64_t key = key_;
-    for (size_t s = 0; s < count; ++s, p += kStripe, key += kP3) {
-      for (int j = 0; j < 8; ++j) {
-        uint64_t w;
-        std::memcpy(&w, p + 8 * j, 8);
-        if constexpr (std::endian::native != std::endian::little) w = __builtin_bswap64(w);
-        const uint64_t d = w ^ (key + static_cast<uint64_t>(j) * kP1);
-        a[j ^ 1] += w;
-        a[j] += (d & 0xffffffffull) * (d >> 32);
-      }
-    }
-    key_ = key;
-    std::memcpy(acc_, a, sizeof(a));
-  }
-  uint64_t acc_[8] = {kP1, kP2, kP3, kP1 ^ kP2, kP2 ^ kP3, kP1 ^ kP3, ~kP1, ~kP2};
-  uint64_t key_ = 0;
-  uint8_t buf_[kStripe] = {};
-  size_t fill_ = 0;
-  uint64_t total_ = 0;
+  protocol::ContentHasher h_;
 };
 
 // The hash a manifest's format names, of `bytes`.
@@ -171,7 +116,7 @@ uint64_t hash_of(int format, const uint8_t* p, size_t n) {
     h.update(p, n);
     return h.digest();
   }
-  Hash64x8 h;
+  ContentHash64 h;
   h.update(p, n);
   return h.digest();
 }
@@ -474,7 +419,7 @@ CheckpointInfo Checkpoint::write(Snapshot& snap) {
   const std::string tmp = (fs::path(dir_) / (kTempPrefix + data_name)).string();
   const std::string spare = (fs::path(dir_) / kSpare).string();
   const bool recycled = ::rename(spare.c_str(), tmp.c_str()) == 0;
-  Hash64x8 hash;
+  ContentHash64 hash;
   {
     Fd f(tmp, O_WRONLY | O_CREAT | O_CLOEXEC | (recycled ? 0 : O_TRUNC));
     f.write_all(header.data(), header.size());

@@ -13,5 +13,11 @@ ContentHash xxh3_128_avx2(const void* data, size_t n) {
   return {h.low64, h.high64};
 }
 
+// ContentHasher's streaming update; `state` is an XXH3_state_t (the same header, so the same
+// layout as content_hash.cc's).
+void xxh3_128_update_avx2(void* state, const void* data, size_t n) {
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state), data, n);
+}
+
 }  // namespace tw::protocol
 #endif

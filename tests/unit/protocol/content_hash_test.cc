@@ -56,5 +56,27 @@ TEST(ContentHash, OneByteChangedChangesIt) {
   EXPECT_NE(shorter, a);
 }
 
+// ContentHasher fed in pieces gives content_hash's digest, whatever the pieces' sizes and
+// wherever the chunk boundaries fall (0, below, at and past one chunk and several).
+TEST(ContentHasher, PiecesOfAnySizeGiveTheWholeHash) {
+  const size_t c = kContentHashChunkBytes;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4095}, c - 1, c, c + 1, 2 * c, 3 * c + 777}) {
+    const std::vector<uint8_t> v = random_bytes(n);
+    for (size_t piece : {size_t{1} << 18, size_t{1000003}, c, n + 1}) {
+      if (piece == 0) continue;
+      ContentHasher h;
+      for (size_t at = 0; at < n; at += piece) h.update(v.data() + at, std::min(piece, n - at));
+      EXPECT_EQ(h.digest(), reference(v)) << n << " bytes in pieces of " << piece;
+      EXPECT_EQ(h.digest(), content_hash(v.data(), v.size())) << n;
+    }
+  }
+  ContentHasher h;  // a digest midway does not disturb what follows
+  const std::vector<uint8_t> v = random_bytes(c + 5);
+  h.update(v.data(), c);
+  (void)h.digest();
+  h.update(v.data() + c, 5);
+  EXPECT_EQ(h.digest(), reference(v));
+}
+
 }  // namespace
 }  // namespace tw::protocol
