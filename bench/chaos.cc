@@ -12,12 +12,22 @@
 //             pool of servers; bit-identical, and steps redone per kill <= the checkpoint interval.
 //   ckpt      tw::Checkpoint::save of --ckpt-mib MiB of parameters held by a remote device
 //             (fsync included) against downloading them (Tensor::to_bytes), best of 3 each.
+//   moves     --moves server-to-server moves (t.to(d2): the destination pulls the bytes from the
+//             source by capability) with relays in front of both servers cutting the client's
+//             links and the destination's pulls --move-cuts times in all; every moved tensor must
+//             equal its source bit for bit and the destination must have landed exactly --moves
+//             tensors (its tensorwire_transfers_total{direction="in"}): none lost, none twice.
+//   cost      what resumability costs on the hot path, TW_RESUME=1 against TW_RESUME=0 (keeping
+//             every frame until a reply shows it ran, the Acks) in alternating rounds on one
+//             server: chained 1-element adds (ops/s) and a digits training run (seconds); the
+//             median of the per-round ratios. Not judged in --short.
 //   crash     a checkpoint writer (this program, re-run with --writer DIR) killed with SIGKILL
 //             --crashes times at random moments; every newest valid checkpoint must load and hold
 //             exactly what its step wrote.
 // --short runs a small version of each (the ctest tw_chaos_short: correctness only; timing rows
 // are printed but not judged, timing targets live in bench/ only). Exit status 0 when every
 // judged row holds.
+#include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,6 +72,9 @@ struct Args {
   uint64_t seed = 35;
   int epochs = 10;
   int64_t every_kill = 5;  // checkpoint interval for the kill -9 row
+  int moves = 200, move_cuts = 100;
+  int rounds = 7;    // of the cost row, each mode once per round
+  std::string only;  // run only this row (cuts, kills, ckpt, moves, cost, crash); empty: all
 };
 
 struct Row {
@@ -321,6 +334,121 @@ void row_checkpoint(const Args& a, const std::string& root, const std::string& w
 
 constexpr int64_t kCrashFloats = 1 << 20;  // 4 MiB per checkpoint
 
+// Tensors the server received from other servers (tensorwire_transfers_total{direction="in"} at
+// its --metrics endpoint), or -1.
+double transfers_in(const ServerProcess& s) {
+  httplib::Client client(s.metrics_url());
+  client.set_read_timeout(10, 0);
+  auto res = client.Get("/metrics");
+  if (!res) return -1;
+  const std::string key = "tensorwire_transfers_total{direction=\"in\"} ";
+  const size_t at = res->body.find(key);
+  return at == std::string::npos ? -1 : std::stod(res->body.substr(at + key.size()));
+}
+
+// Moves between two servers while relays in front of both cut the client's links (resumed
+// sessions) and the destination's pulls (retried, protocol 10's FetchBound).
+void row_moves(const Args& a) {
+  ServerProcess sa, sb({"--metrics", "tcp://127.0.0.1:0"});
+  tw::testing::FaultOptions fo;
+  fo.seed = a.seed + 1;
+  fo.max_cuts = a.move_cuts / 2;
+  // A 256 KiB pull is cut about one time in eight: kPullAttempts cuts in a row, which would fail
+  // the move, are out of reach.
+  fo.cut_min_bytes = 16 << 10;
+  fo.cut_max_bytes = 2 << 20;
+  tw::testing::FaultRelay ra(port_of(sa.url()), fo);
+  fo.seed = a.seed + 2;
+  tw::testing::FaultRelay rb(port_of(sb.url()), fo);
+  const auto t0 = Clock::now();
+  const tw::Device da = tw::Device::remote(ra.url());
+  const tw::Device db = tw::Device::remote(rb.url());
+  tw::manual_seed(a.seed);
+  std::vector<tw::Tensor> want, got;
+  for (int i = 0; i < a.moves; ++i) {
+    const tw::Tensor x = tw::randn({256, 256}, tw::kF32, da) * static_cast<double>(i + 1);
+    const tw::Tensor y = x.to(db) * 2.0 + 1.0;  // 256 KiB moved, then used on the destination
+    want.push_back(x * 2.0 + 1.0);
+    got.push_back(y);
+    if (i % 8 == 7) (void)y.to_bytes();  // the client's links carry data while moves run
+  }
+  int differ = 0;
+  for (int i = 0; i < a.moves; ++i) differ += want[i].to_bytes() != got[i].to_bytes();
+  const double secs = since_ms(t0) / 1000;
+  const int64_t landed = static_cast<int64_t>(transfers_in(sb));
+  const int64_t off = landed > a.moves ? landed - a.moves : a.moves - landed;
+  const uint64_t sessions =
+      tw::remote_stats(da).sessions_opened + tw::remote_stats(db).sessions_opened;
+  rows.push_back({"moves under cuts: data", "identical, " + std::to_string(a.move_cuts) + " cuts",
+                  (differ ? std::to_string(differ) + " DIFFER" : std::string("identical")) + ", " +
+                      std::to_string(a.moves) + " moves, " + std::to_string(ra.cuts() + rb.cuts()) +
+                      " cuts: " + std::to_string(ra.cuts()) + " on the source's links (" +
+                      std::to_string(ra.connections()) + " connections: the client's, " +
+                      std::to_string(a.moves) + " pulls, their retries and resumes), " +
+                      std::to_string(rb.cuts()) + " on the client's link to the destination, " +
+                      fmt("%.1f s", secs),
+                  true, differ == 0 && ra.cuts() + rb.cuts() == a.move_cuts});
+  rows.push_back({"moves under cuts: lost or doubled", "0 (destination's transfer counter)",
+                  std::to_string(off) + " (" + std::to_string(landed) + " landed of " +
+                      std::to_string(a.moves) + "; " + std::to_string(sessions) +
+                      " sessions opened on 2 servers)",
+                  true, off == 0 && sessions == 2});
+}
+
+// ops/s of `n` chained adds of 1-element tensors, one read at the end.
+double adds_per_second(const tw::Device& d, int n) {
+  tw::Tensor x = tw::full({1}, 0.0, tw::kF32, d);
+  const tw::Tensor one = tw::full({1}, 1.0, tw::kF32, d);
+  (void)x.to_vector<float>();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < n; ++i) x = x + one;
+  if (x.to_vector<float>()[0] != static_cast<float>(n)) throw tw::Error("adds: wrong sum");
+  return n / (since_ms(t0) / 1000);
+}
+
+// TW_RESUME=1 against 0 on one server, alternating which goes first each round.
+void row_cost(const Args& a) {
+  ServerProcess server;
+  const int n = a.short_form ? 20000 : 200000;
+  tw::digits::ResumableOptions o = base(a);
+  o.epochs = a.short_form ? 1 : 3;
+  std::vector<double> add_ratio, train_ratio, adds[2], train[2];
+  for (int r = 0; r < a.rounds; ++r) {
+    double rate[2], secs[2];
+    for (int k = 0; k < 2; ++k) {
+      const int on = (r + k) % 2;
+      ::setenv("TW_RESUME", on ? "1" : "0", 1);
+      const tw::Device d = tw::Device::remote(server.url());
+      rate[on] = adds_per_second(d, n);
+      const auto t0 = Clock::now();
+      (void)tw::digits::train_resumable(train_set(), d, o);
+      secs[on] = since_ms(t0) / 1000;
+    }
+    ::unsetenv("TW_RESUME");
+    for (int on = 0; on < 2; ++on) {
+      adds[on].push_back(rate[on]);
+      train[on].push_back(secs[on]);
+    }
+    add_ratio.push_back(rate[1] / rate[0]);
+    train_ratio.push_back(secs[0] / secs[1]);
+  }
+  const std::string rounds = "median of " + std::to_string(a.rounds) + " alternating rounds";
+  rows.push_back(
+      {"resumability cost: small ops", ">= 0.97x of TW_RESUME=0 (<= 3% cost)",
+       fmt("%.3fx: %.0f ops/s on, %.0f off, ", percentile(add_ratio, 0.5), percentile(adds[1], 0.5),
+           percentile(adds[0], 0.5)) +
+           std::to_string(n) + " chained adds, " + rounds +
+           fmt(" (ratios %.3f..%.3f)", percentile(add_ratio, 0), percentile(add_ratio, 1)),
+       !a.short_form, percentile(add_ratio, 0.5) >= 0.97});
+  rows.push_back(
+      {"resumability cost: digits training", ">= 0.97x of TW_RESUME=0 (<= 3% cost)",
+       fmt("%.3fx: %.2f s on, %.2f s off, ", percentile(train_ratio, 0.5),
+           percentile(train[1], 0.5), percentile(train[0], 0.5)) +
+           std::to_string(o.epochs) + " epochs, " + rounds +
+           fmt(" (ratios %.3f..%.3f)", percentile(train_ratio, 0), percentile(train_ratio, 1)),
+       !a.short_form, percentile(train_ratio, 0.5) >= 0.97});
+}
+
 // The crash row's writer (this program with --writer DIR): checkpoints 1, 2, ... until killed.
 int writer(const std::string& dir) {
   tw::nn::Linear lin(1024, kCrashFloats / 1024, false);
@@ -407,6 +535,17 @@ int main(int argc, char** argv) {
       a.ckpt_mib = 16;
       a.crashes = 6;
       a.epochs = 3;
+      a.moves = 40;
+      a.move_cuts = 20;
+      a.rounds = 1;
+    } else if (f == "--moves") {
+      a.moves = static_cast<int>(num());
+    } else if (f == "--move-cuts") {
+      a.move_cuts = static_cast<int>(num());
+    } else if (f == "--rounds") {
+      a.rounds = static_cast<int>(num());
+    } else if (f == "--only") {
+      a.only = i + 1 < argc ? argv[++i] : "";
     } else if (f == "--cuts") {
       a.cuts = static_cast<int>(num());
     } else if (f == "--kills") {
@@ -420,7 +559,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: tw_bench_chaos [--short] [--cuts N] [--kills N] [--ckpt-mib N] "
-                   "[--crashes N] [--seed N]\n");
+                   "[--crashes N] [--seed N] [--moves N] [--move-cuts N] [--rounds N] "
+                   "[--only cuts|kills|ckpt|moves|cost|crash]\n");
       return 2;
     }
   }
@@ -429,15 +569,22 @@ int main(int argc, char** argv) {
     // The reference: the same run, uncut, on the CPU device (remote runs equal it bit for bit).
     const std::vector<std::vector<uint8_t>> whole =
         param_bytes(*tw::digits::train_resumable(train_set(), tw::Device::cpu(), base(a)).model);
-    row_cuts(a, whole, false);
-    row_cuts(a, whole, true);
-    row_kills(a, whole);
-    row_checkpoint(a, fs::temp_directory_path().string(),
-                   "disk, " + fs::temp_directory_path().string(), true);
-    // The same into memory (tmpfs: fsync costs nothing), for what the checkpoint costs beside
-    // the disk. Not a target row.
-    if (fs::is_directory("/dev/shm")) row_checkpoint(a, "/dev/shm", "tmpfs, /dev/shm", false);
-    row_crash(a, argv[0]);
+    auto want = [&](const char* row) { return a.only.empty() || a.only == row; };
+    if (want("cuts")) {
+      row_cuts(a, whole, false);
+      row_cuts(a, whole, true);
+    }
+    if (want("kills")) row_kills(a, whole);
+    if (want("ckpt")) {
+      row_checkpoint(a, fs::temp_directory_path().string(),
+                     "disk, " + fs::temp_directory_path().string(), true);
+      // The same into memory (tmpfs: fsync costs nothing), for what the checkpoint costs beside
+      // the disk. Not a target row.
+      if (fs::is_directory("/dev/shm")) row_checkpoint(a, "/dev/shm", "tmpfs, /dev/shm", false);
+    }
+    if (want("moves")) row_moves(a);
+    if (want("cost")) row_cost(a);
+    if (want("crash")) row_crash(a, argv[0]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tw_bench_chaos: %s\n", e.what());
     return 1;

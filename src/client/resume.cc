@@ -14,8 +14,9 @@ namespace tw::client {
 
 namespace proto = protocol;
 
-void ResumeWindow::on_sent(const OutFrame& f, uint64_t last_request, bool replayable) {
-  sent.push_back({next_seq++, f, last_request, replayable});
+void ResumeWindow::on_sent(const OutFrame& f, uint64_t last_request,
+                           std::shared_ptr<net::SharedSegment> segment) {
+  sent.push_back({next_seq++, f, last_request, std::move(segment)});
   bytes += f.payload_size();
   while (bytes > max_bytes && !sent.empty()) {
     bytes -= sent.front().frame.payload_size();
@@ -38,7 +39,7 @@ void ResumeWindow::on_reply(uint64_t request) {
   }
 }
 
-Result<std::vector<OutFrame>> ResumeWindow::after(uint64_t received) {
+Result<std::vector<ResumeWindow::Sent>> ResumeWindow::after(uint64_t received) {
   if (received >= next_seq) {
     return data_loss("the server says it received " + std::to_string(received) +
                      " frames of a session that sent " + std::to_string(next_seq - 1));
@@ -48,15 +49,9 @@ Result<std::vector<OutFrame>> ResumeWindow::after(uint64_t received) {
         "frames the server had not received were let go (over the resume window of " +
         std::to_string(max_bytes) + " bytes, TW_RESUME_WINDOW)");
   }
-  std::vector<OutFrame> out;
+  std::vector<Sent> out;
   for (const Sent& s : sent) {
-    if (s.seq <= received) continue;
-    if (!s.replayable) {
-      return unimplemented(
-          "a shared-memory segment's attachment was lost with the connection and cannot be sent "
-          "again (TW_SHM=0 avoids it)");
-    }
-    out.push_back(s.frame);
+    if (s.seq > received) out.push_back(s);
   }
   return out;
 }
@@ -79,7 +74,7 @@ void Connection::push_ack_locked(uint32_t flags) {
   writer_.push(std::move(f));  // (not numbered: an Ack is not part of the session's work)
 }
 
-void Connection::push_frame_locked(OutFrame f, bool replayable) {
+void Connection::push_frame_locked(OutFrame f, std::shared_ptr<net::SharedSegment> segment) {
   if (resume_ && !resume_->token.empty()) {
     // An Ack when the replies received since the last one are many or large, so the server lets
     // go of its copies; it rides with this frame (one write).
@@ -87,7 +82,7 @@ void Connection::push_frame_locked(OutFrame f, bool replayable) {
     if (resume_->received.load(std::memory_order_relaxed) >= resume_->acked + kAckEveryFrames ||
         bytes_in_.load(std::memory_order_relaxed) >= resume_->acked_bytes_in + kAckEveryBytes)
       push_ack_locked(0);
-    resume_->on_sent(f, next_request_ - 1, replayable);
+    resume_->on_sent(f, next_request_ - 1, std::move(segment));
   }
   writer_.push(std::move(f));
 }
@@ -153,7 +148,18 @@ Status Connection::resume_locked(std::unique_lock<std::mutex>& lock, const Statu
         continue;
       break;
     }
-    Result<std::vector<OutFrame>> again = resume_->after(w->session.received);
+    Result<std::vector<ResumeWindow::Sent>> again = resume_->after(w->session.received);
+    // An attachment the server had not received passes its segment's descriptor again (it
+    // travels with the bytes written first on the new stream, ahead of or with its frame).
+    if (again.ok()) {
+      for (const ResumeWindow::Sent& a : *again) {
+        if (a.segment && !s->queue_fd(a.segment->fd())) {
+          again = unavailable("cannot pass shared-memory segment " +
+                              std::to_string(a.segment->fd()) + " again on the new connection");
+          break;
+        }
+      }
+    }
     if (!again.ok()) {
       s->close();
       resume_->retired.push_back(std::move(s));
@@ -166,7 +172,7 @@ Status Connection::resume_locked(std::unique_lock<std::mutex>& lock, const Statu
       resume_->bytes -= resume_->sent.front().frame.payload_size();
       resume_->sent.pop_front();
     }
-    for (OutFrame& f : *again) writer_.push(std::move(f));
+    for (ResumeWindow::Sent& f : *again) writer_.push(std::move(f.frame));
     if (!writer_.idle()) pump_locked();
     arm_watch_locked();
     reader_cv_.notify_all();

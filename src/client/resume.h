@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "core/wire.h"
+#include "net/shm.h"
 #include "net/stream.h"
 #include "net/url.h"
 #include "protocol/messages.h"
@@ -36,7 +37,8 @@ struct ResumeWindow {
     uint64_t seq = 0;
     OutFrame frame;             // a copy, as written
     uint64_t last_request = 0;  // the highest request id sent in this frame or before it
-    bool replayable = true;     // false: an AttachSegment (its descriptor cannot be sent again)
+    // An AttachSegment's segment, kept alive so that a resume passes its descriptor again.
+    std::shared_ptr<net::SharedSegment> segment;
   };
   std::deque<Sent> sent;
   uint64_t bytes = 0;           // of the frames in `sent`
@@ -48,11 +50,12 @@ struct ResumeWindow {
   uint64_t acked = 0, acked_bytes_in = 0;             // what the last Ack said, and bytes_in then
   std::vector<std::unique_ptr<net::Stream>> retired;  // dropped streams, kept until close
 
-  void on_sent(const OutFrame& f, uint64_t last_request, bool replayable);
+  void on_sent(const OutFrame& f, uint64_t last_request,
+               std::shared_ptr<net::SharedSegment> segment);
   // The reply to `request` came: the frames up to the one that carried it have run.
   void on_reply(uint64_t request);
   // The server had received `received` frames of the session: the ones after it, to re-send.
-  Result<std::vector<OutFrame>> after(uint64_t received);
+  Result<std::vector<Sent>> after(uint64_t received);
 };
 
 }  // namespace tw::client
