@@ -246,15 +246,18 @@ void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& f
       table.done(m->capability, m->pull);
     return;
   }
-  Result<proto::FetchBound> m = proto::decode_fetch_bound(frame);
-  if (!kind.ok() || *kind != proto::ClientMsg::kFetchBound) {
-    Result<proto::Fetch> f = proto::decode_fetch(frame);
-    m = f.ok() ? Result<proto::FetchBound>(proto::FetchBound{
-                     f->request_id, f->session_id, f->tensor, std::move(f->capability), ""})
-               : Result<proto::FetchBound>(f.status());
-  } else if (m.ok() && m->pull.size() != proto::kPullIdBytes) {
-    m = data_loss("a FetchBound's pull id holds " + std::to_string(m->pull.size()) +
-                  " bytes, not " + std::to_string(proto::kPullIdBytes));
+  // A Fetch is a FetchBound without a pull (the capability is used up at once).
+  Result<proto::FetchBound> m = data_loss("not a fetch");
+  if (kind.ok() && *kind == proto::ClientMsg::kFetchBound) {
+    m = proto::decode_fetch_bound(frame);
+    if (m.ok() && m->pull.size() != proto::kPullIdBytes) {
+      m = data_loss("a FetchBound's pull id holds " + std::to_string(m->pull.size()) +
+                    " bytes, not " + std::to_string(proto::kPullIdBytes));
+    }
+  } else if (Result<proto::Fetch> f = proto::decode_fetch(frame); f.ok()) {
+    m = proto::FetchBound{f->request_id, f->session_id, f->tensor, std::move(f->capability), ""};
+  } else {
+    m = f.status();
   }
   if (!m.ok()) return proto::encode_read_result(0, m.status().with_context("fetch"), reply);
   Result<TensorData> d = table.redeem(m->capability, m->session_id, m->tensor, m->pull);
@@ -386,7 +389,6 @@ void Puller::run() {
           if (cv_.wait_for(lock, backoff, [&] { return stopping_; })) break;
         }
         backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-        retries_.fetch_add(1, std::memory_order_relaxed);
       }
     }
     if (!got.ok()) {

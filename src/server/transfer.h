@@ -180,8 +180,6 @@ class Puller {
   static constexpr int kThreads = 4;
   // Tries of one pull (the first included); the backoff between them sums to about 0.6 s.
   static constexpr int kPullAttempts = 8;
-  // Pulls tried again after a cut, since the start (for tests and the metrics).
-  uint64_t retries() const { return retries_.load(std::memory_order_relaxed); }
 
  private:
   // One try; *retry says whether a failure may be tried again.
@@ -195,7 +193,6 @@ class Puller {
   std::deque<std::pair<PullRequest, Done>> queue_;
   std::unordered_set<net::Stream*> active_;  // shut down by the destructor
   std::vector<std::thread> threads_;
-  std::atomic<uint64_t> retries_{0};
 };
 
 }  // namespace tw::server
