@@ -472,8 +472,11 @@ Result<TensorData> Puller::pull(const PullRequest& r, const std::string& pull_id
   bufs.clear();
   net::frame_buffers(fetch, h1, bufs);
   ec = step(io, *stream, stall, [&](net::IoHandler h) { stream->async_write(bufs, std::move(h)); });
-  // (Before protocol 10 a fetch that reached the source used the capability up: no retry.)
-  if (ec) return cut(unavailable("cannot send it the fetch (" + ec.message() + ")"));
+  if (ec) {
+    Status st = cut(unavailable("cannot send it the fetch (" + ec.message() + ")"));
+    if (!bound) *retry = false;  // (before protocol 10 a fetch that reached it used it up)
+    return st;
+  }
 
   const uint64_t nbytes = proto::meta_bytes(r.meta);
   // The tensor's bytes and its header, or a refusal (a status message within kMaxStringBytes).
