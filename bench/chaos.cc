@@ -13,14 +13,25 @@
 //   ckpt      tw::Checkpoint::save of --ckpt-mib MiB of parameters held by a remote device
 //             (fsync included) against downloading them, 5 runs each (best and median), into
 //             $TMPDIR (a disk) and /dev/shm (tmpfs); then save_async: the caller's stall and the
-//             time until the checkpoint is durable. --ckpt-only runs these rows alone.
+//             time until the checkpoint is durable. --ckpt-only (= --only ckpt) runs these alone.
+//   moves     --moves server-to-server moves (t.to(d2): the destination pulls the bytes from the
+//             source by capability) with relays in front of both servers cutting the client's
+//             links and the destination's pulls --move-cuts times in all; every moved tensor must
+//             equal its source bit for bit and the destination must have landed exactly --moves
+//             tensors (its tensorwire_transfers_total{direction="in"}): none lost, none twice.
+//   cost      what resumability costs on the hot path, TW_RESUME=1 against TW_RESUME=0 (keeping
+//             every frame until a reply shows it ran, the Acks) in alternating rounds on one
+//             server: chained 1-element adds (ops/s) and a digits training run (seconds); the
+//             median of the per-round ratios. Not judged in --short.
 //   crash     a checkpoint writer (this program, re-run with --writer DIR) killed with SIGKILL
 //             --crashes times at random moments; every newest valid checkpoint must load and hold
 //             exactly what its step wrote.
 // --short runs a small version of each (the ctest tw_chaos_short: correctness only; timing rows
 // are printed but not judged, timing targets live in bench/ only). Exit status 0 when every
 // judged row holds.
+#include <httplib.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,7 +75,9 @@ struct Args {
   uint64_t seed = 35;
   int epochs = 10;
   int64_t every_kill = 5;  // checkpoint interval for the kill -9 row
-  bool ckpt_only = false;  // --ckpt-only: the checkpoint rows alone
+  int moves = 200, move_cuts = 100;
+  int rounds = 7;    // of the cost row, each mode once per round
+  std::string only;  // run only this row (cuts, kills, ckpt, moves, cost, crash); empty: all
 };
 
 struct Row {
@@ -352,6 +365,155 @@ void row_checkpoint(const Args& a, const std::string& root, const std::string& w
 
 constexpr int64_t kCrashFloats = 1 << 20;  // 4 MiB per checkpoint
 
+// Tensors the server received from other servers (tensorwire_transfers_total{direction="in"} at
+// its --metrics endpoint), or -1.
+double transfers_in(const ServerProcess& s) {
+  httplib::Client client(s.metrics_url());
+  client.set_read_timeout(10, 0);
+  auto res = client.Get("/metrics");
+  if (!res) return -1;
+  const std::string key = "tensorwire_transfers_total{direction=\"in\"} ";
+  const size_t at = res->body.find(key);
+  return at == std::string::npos ? -1 : std::stod(res->body.substr(at + key.size()));
+}
+
+// Moves between two servers while relays in front of both cut the client's links (resumed
+// sessions) and the destination's pulls (retried, protocol 10's FetchBound).
+void row_moves(const Args& a) {
+  ServerProcess sa, sb({"--metrics", "tcp://127.0.0.1:0"});
+  tw::testing::FaultOptions fo;
+  fo.seed = a.seed + 1;
+  fo.max_cuts = a.move_cuts / 2;
+  // A 256 KiB pull is cut about one time in eight: kPullAttempts cuts in a row, which would fail
+  // the move, are out of reach.
+  fo.cut_min_bytes = 16 << 10;
+  fo.cut_max_bytes = 2 << 20;
+  tw::testing::FaultRelay ra(port_of(sa.url()), fo);
+  fo.seed = a.seed + 2;
+  tw::testing::FaultRelay rb(port_of(sb.url()), fo);
+  const auto t0 = Clock::now();
+  const tw::Device da = tw::Device::remote(ra.url());
+  const tw::Device db = tw::Device::remote(rb.url());
+  tw::manual_seed(a.seed);
+  std::vector<tw::Tensor> want, got;
+  for (int i = 0; i < a.moves; ++i) {
+    const tw::Tensor x = tw::randn({256, 256}, tw::kF32, da) * static_cast<double>(i + 1);
+    const tw::Tensor y = x.to(db) * 2.0 + 1.0;  // 256 KiB moved, then used on the destination
+    want.push_back(x * 2.0 + 1.0);
+    got.push_back(y);
+    if (i % 8 == 7) (void)y.to_bytes();  // the client's links carry data while moves run
+  }
+  int differ = 0;
+  for (int i = 0; i < a.moves; ++i) differ += want[i].to_bytes() != got[i].to_bytes();
+  const double secs = since_ms(t0) / 1000;
+  const int64_t landed = static_cast<int64_t>(transfers_in(sb));
+  const int64_t off = landed > a.moves ? landed - a.moves : a.moves - landed;
+  const uint64_t sessions =
+      tw::remote_stats(da).sessions_opened + tw::remote_stats(db).sessions_opened;
+  rows.push_back({"moves under cuts: data", "identical, " + std::to_string(a.move_cuts) + " cuts",
+                  (differ ? std::to_string(differ) + " DIFFER" : std::string("identical")) + ", " +
+                      std::to_string(a.moves) + " moves, " + std::to_string(ra.cuts() + rb.cuts()) +
+                      " cuts: " + std::to_string(ra.cuts()) + " on the source's links (" +
+                      std::to_string(ra.connections()) + " connections: the client's, " +
+                      std::to_string(a.moves) + " pulls, their retries and resumes), " +
+                      std::to_string(rb.cuts()) + " on the client's link to the destination, " +
+                      fmt("%.1f s", secs),
+                  true, differ == 0 && ra.cuts() + rb.cuts() == a.move_cuts});
+  rows.push_back({"moves under cuts: lost or doubled", "0 (destination's transfer counter)",
+                  std::to_string(off) + " (" + std::to_string(landed) + " landed of " +
+                      std::to_string(a.moves) + "; " + std::to_string(sessions) +
+                      " sessions opened on 2 servers)",
+                  true, off == 0 && sessions == 2});
+}
+
+// `n` chained adds of 1-element tensors, one read at the end.
+void chained_adds(const tw::Device& d, int n) {
+  tw::Tensor x = tw::full({1}, 0.0, tw::kF32, d);
+  const tw::Tensor one = tw::full({1}, 1.0, tw::kF32, d);
+  for (int i = 0; i < n; ++i) x = x + one;
+  if (x.to_vector<float>()[0] != static_cast<float>(n)) throw tw::Error("adds: wrong sum");
+}
+
+// CPU seconds this process has used (all its threads, ended ones too).
+double cpu_self() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// CPU seconds process `pid`'s live threads have used (the scheduler's nanoseconds: a server's
+// threads live as long as it does).
+double cpu_of(pid_t pid) {
+  double ns = 0;
+  const fs::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& t : fs::directory_iterator(tasks, ec)) {
+    if (std::FILE* f = std::fopen((t.path() / "schedstat").c_str(), "r")) {
+      unsigned long long run = 0;
+      if (std::fscanf(f, "%llu", &run) == 1) ns += static_cast<double>(run);
+      std::fclose(f);
+    }
+  }
+  return ns / 1e9;
+}
+
+// What resumability costs on the hot path: TW_RESUME=1 against TW_RESUME=0 on one server, each
+// workload on a fresh device (a fresh session) per mode per round, alternating which mode goes
+// first. Wall time is what a program sees, and on a shared machine it is noisy; CPU time (this
+// process and the server's) is what the window, the copies and the Acks cost, and is steadier.
+void row_cost(const Args& a) {
+  ServerProcess server;
+  const int n = a.short_form ? 20000 : 200000;
+  tw::digits::ResumableOptions o = base(a);
+  o.epochs = a.short_form ? 2 : 30;  // about a quarter of a second a run here
+  struct Workload {
+    std::string name;
+    std::function<void(const tw::Device&)> run;
+    std::vector<double> wall[2] = {}, cpu[2] = {}, wall_ratio = {}, cpu_ratio = {};
+  };
+  std::vector<Workload> work = {
+      {"small ops (" + std::to_string(n) + " chained 1-element adds, one read)",
+       [&](const tw::Device& d) { chained_adds(d, n); }},
+      {"digits training (MLP, " + std::to_string(o.epochs) + " epochs)",
+       [&](const tw::Device& d) { (void)tw::digits::train_resumable(train_set(), d, o); }}};
+  for (int r = 0; r < a.rounds; ++r) {
+    for (Workload& w : work) {
+      double wall[2], cpu[2];
+      for (int k = 0; k < 2; ++k) {
+        const int on = (r + k) % 2;
+        ::setenv("TW_RESUME", on ? "1" : "0", 1);
+        const tw::Device d = tw::Device::remote(server.url());
+        d.connect();
+        ::unsetenv("TW_RESUME");
+        const double c0 = cpu_self() + cpu_of(server.pid());
+        const auto t0 = Clock::now();
+        w.run(d);
+        wall[on] = since_ms(t0) / 1000;
+        cpu[on] = cpu_self() + cpu_of(server.pid()) - c0;
+      }
+      for (int on = 0; on < 2; ++on) {
+        w.wall[on].push_back(wall[on]);
+        w.cpu[on].push_back(cpu[on]);
+      }
+      w.wall_ratio.push_back(wall[1] / wall[0]);
+      w.cpu_ratio.push_back(cpu[1] / cpu[0]);
+    }
+  }
+  for (const Workload& w : work) {
+    const double wall = percentile(w.wall_ratio, 0.5), cpu = percentile(w.cpu_ratio, 0.5);
+    rows.push_back(
+        {"resumability cost: " + w.name, "<= 1.03x the time of TW_RESUME=0",
+         fmt("wall %.3fx (%.3f s on, %.3f s off; ", wall, percentile(w.wall[1], 0.5),
+             percentile(w.wall[0], 0.5)) +
+             fmt("ratios %.2f..%.2f), ", percentile(w.wall_ratio, 0), percentile(w.wall_ratio, 1)) +
+             fmt("CPU client+server %.3fx (%.3f s on, %.3f s off); median of ", cpu,
+                 percentile(w.cpu[1], 0.5), percentile(w.cpu[0], 0.5)) +
+             std::to_string(a.rounds) + " alternating rounds",
+         !a.short_form, std::min(wall, cpu) <= 1.03});
+  }
+}
+
 // The crash row's writer (this program with --writer DIR): checkpoints 1, 2, ... until killed.
 int writer(const std::string& dir) {
   tw::nn::Linear lin(1024, kCrashFloats / 1024, false);
@@ -438,6 +600,17 @@ int main(int argc, char** argv) {
       a.ckpt_mib = 16;
       a.crashes = 6;
       a.epochs = 3;
+      a.moves = 40;
+      a.move_cuts = 20;
+      a.rounds = 1;
+    } else if (f == "--moves") {
+      a.moves = static_cast<int>(num());
+    } else if (f == "--move-cuts") {
+      a.move_cuts = static_cast<int>(num());
+    } else if (f == "--rounds") {
+      a.rounds = static_cast<int>(num());
+    } else if (f == "--only") {
+      a.only = i + 1 < argc ? argv[++i] : "";
     } else if (f == "--cuts") {
       a.cuts = static_cast<int>(num());
     } else if (f == "--kills") {
@@ -445,35 +618,42 @@ int main(int argc, char** argv) {
     } else if (f == "--ckpt-mib") {
       a.ckpt_mib = num();
     } else if (f == "--ckpt-only") {
-      a.ckpt_only = true;
+      a.only = "ckpt";
     } else if (f == "--crashes") {
       a.crashes = static_cast<int>(num());
     } else if (f == "--seed") {
       a.seed = static_cast<uint64_t>(num());
     } else {
-      std::fprintf(
-          stderr,
-          "usage: tw_bench_chaos [--short] [--ckpt-only] [--cuts N] [--kills N] [--ckpt-mib N] "
-          "[--crashes N] [--seed N]\n");
+      std::fprintf(stderr,
+                   "usage: tw_bench_chaos [--short] [--ckpt-only] [--cuts N] [--kills N] [--ckpt-mib N] "
+                   "[--crashes N] [--seed N] [--moves N] [--move-cuts N] [--rounds N] "
+                   "[--only cuts|kills|ckpt|moves|cost|crash]\n");
       return 2;
     }
   }
   std::signal(SIGPIPE, SIG_IGN);
   try {
     // The reference: the same run, uncut, on the CPU device (remote runs equal it bit for bit).
-    if (!a.ckpt_only) {
-      const std::vector<std::vector<uint8_t>> whole =
-          param_bytes(*tw::digits::train_resumable(train_set(), tw::Device::cpu(), base(a)).model);
+    auto want = [&](const char* row) { return a.only.empty() || a.only == row; };
+    std::vector<std::vector<uint8_t>> whole;
+    if (want("cuts") || want("kills"))
+      whole = param_bytes(
+          *tw::digits::train_resumable(train_set(), tw::Device::cpu(), base(a)).model);
+    if (want("cuts")) {
       row_cuts(a, whole, false);
       row_cuts(a, whole, true);
-      row_kills(a, whole);
     }
-    row_checkpoint(a, fs::temp_directory_path().string(),
-                   "disk, " + fs::temp_directory_path().string(), true);
-    // The same into memory (tmpfs: fsync costs nothing), for what the checkpoint costs beside
-    // the disk. Not a target row.
-    if (fs::is_directory("/dev/shm")) row_checkpoint(a, "/dev/shm", "tmpfs, /dev/shm", false);
-    if (!a.ckpt_only) row_crash(a, argv[0]);
+    if (want("kills")) row_kills(a, whole);
+    if (want("ckpt")) {
+      row_checkpoint(a, fs::temp_directory_path().string(),
+                     "disk, " + fs::temp_directory_path().string(), true);
+      // The same into memory (tmpfs: fsync costs nothing), for what the checkpoint costs beside
+      // the disk. Not a target row.
+      if (fs::is_directory("/dev/shm")) row_checkpoint(a, "/dev/shm", "tmpfs, /dev/shm", false);
+    }
+    if (want("moves")) row_moves(a);
+    if (want("cost")) row_cost(a);
+    if (want("crash")) row_crash(a, argv[0]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tw_bench_chaos: %s\n", e.what());
     return 1;

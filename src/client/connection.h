@@ -287,7 +287,9 @@ class Connection {
   void lost(const Status& why, uint64_t gen, bool close_stream = false);
   Status resume_locked(std::unique_lock<std::mutex>& lock, const Status& why);
   // Queues a frame of the session: numbered and kept for a resume (an Ack first when due).
-  void push_frame_locked(OutFrame f, bool replayable = true);
+  // `segment`: the frame is an AttachSegment passing that segment's descriptor (a resume passes
+  // it again with the frame).
+  void push_frame_locked(OutFrame f, std::shared_ptr<net::SharedSegment> segment = nullptr);
   void push_ack_locked(uint32_t flags);
   // After the handshake: the session is resumable (a token came and Options::resume).
   void start_resume_locked();

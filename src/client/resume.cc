@@ -6,7 +6,13 @@
 // sends again the replies the client had not received. Every op thus runs once and every pending
 // reply arrives once; a resume that cannot be made (TW_RESUME=0, the grace period over, frames
 // let go over the window) fails every pending and later call as a dropped connection always did.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "client/connection.h"
 
@@ -14,31 +20,117 @@ namespace tw::client {
 
 namespace proto = protocol;
 
-void ResumeWindow::on_sent(const OutFrame& f, uint64_t last_request, bool replayable) {
-  sent.push_back({next_seq++, f, last_request, replayable});
-  bytes += f.payload_size();
-  while (bytes > max_bytes && !sent.empty()) {
-    bytes -= sent.front().frame.payload_size();
-    let_go_through = sent.front().seq;
-    sent.pop_front();
+namespace {
+
+// The chunks windows have let go, for the next to reuse (FrameArena).
+struct ChunkPool {
+  std::mutex mu;
+  std::vector<FrameArena::Chunk> free;
+  static ChunkPool& get() {
+    static ChunkPool* p = new ChunkPool;  // (never destroyed: windows may outlive statics)
+    return *p;
   }
+  FrameArena::Chunk take(size_t n) {
+    if (n <= FrameArena::kChunkBytes) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!free.empty()) {
+        FrameArena::Chunk c = free.back();
+        free.pop_back();
+        return c;
+      }
+    }
+    FrameArena::Chunk c;
+    c.size = std::max(FrameArena::kChunkBytes, n);
+    void* m = ::mmap(nullptr, c.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return {};
+    c.base = static_cast<uint8_t*>(m);
+    return c;
+  }
+  void give(FrameArena::Chunk c) {
+    if (c.size == FrameArena::kChunkBytes) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (free.size() * FrameArena::kChunkBytes < FrameArena::kPoolBytes) {
+        free.push_back({c.base, c.size, 0, 0});
+        return;
+      }
+    }
+    ::munmap(c.base, c.size);
+  }
+};
+
+}  // namespace
+
+FrameArena::~FrameArena() {
+  for (Chunk& c : chunks_) ChunkPool::get().give(c);
+}
+
+std::pair<uint8_t*, FrameArena::Chunk*> FrameArena::put(const uint8_t* data, size_t n) {
+  if (chunks_.empty() || chunks_.back().size - chunks_.back().used < n) {
+    Chunk c = ChunkPool::get().take(n);
+    if (!c.base) return {nullptr, nullptr};
+    chunks_.push_back(c);
+  }
+  Chunk& c = chunks_.back();
+  uint8_t* at = c.base + c.used;
+  std::memcpy(at, data, n);
+  c.used += n;
+  ++c.live;
+  return {at, &c};
+}
+
+void FrameArena::release(Chunk* c) {
+  --c->live;
+  // Frames go in order: the chunks before the one being filled empty from the front.
+  while (chunks_.size() > 1 && chunks_.front().live == 0) {
+    ChunkPool::get().give(chunks_.front());
+    chunks_.pop_front();
+  }
+  if (chunks_.size() == 1 && chunks_.front().live == 0) chunks_.front().used = 0;
+}
+
+OutFrame ResumeWindow::Sent::copy() const {
+  OutFrame f = frame;
+  if (head) f.head.assign(head, head + head_bytes);
+  return f;
+}
+
+void ResumeWindow::on_sent(const OutFrame& f, uint64_t last_request,
+                           std::shared_ptr<net::SharedSegment> segment) {
+  Sent s{next_seq++, OutFrame{{}, f.segments}, nullptr,      0,
+         nullptr,    f.payload_size(),         last_request, std::move(segment)};
+  if (!f.head.empty()) std::tie(s.head, s.chunk) = arena_.put(f.head.data(), f.head.size());
+  if (s.head) {
+    s.head_bytes = f.head.size();
+  } else {
+    s.frame.head = f.head;
+  }
+  bytes += s.bytes;
+  sent.push_back(std::move(s));
+  while (bytes > max_bytes && !sent.empty()) {
+    let_go_through = sent.front().seq;
+    pop_front();
+  }
+}
+
+void ResumeWindow::pop_front() {
+  bytes -= sent.front().bytes;
+  if (sent.front().chunk) arena_.release(sent.front().chunk);
+  sent.pop_front();
 }
 
 void ResumeWindow::on_reply(uint64_t request) {
   if (request == 0) return;
   // Frames before the one that carried `request` ran, and that one: the first whose
   // last_request reaches it.
-  while (!sent.empty() && sent.front().last_request < request) {
-    bytes -= sent.front().frame.payload_size();
-    sent.pop_front();
-  }
-  if (!sent.empty()) {
-    bytes -= sent.front().frame.payload_size();
-    sent.pop_front();
-  }
+  while (!sent.empty() && sent.front().last_request < request) pop_front();
+  if (!sent.empty()) pop_front();
 }
 
-Result<std::vector<OutFrame>> ResumeWindow::after(uint64_t received) {
+void ResumeWindow::drop_through(uint64_t seq) {
+  while (!sent.empty() && sent.front().seq <= seq) pop_front();
+}
+
+Result<std::vector<ResumeWindow::Sent>> ResumeWindow::after(uint64_t received) {
   if (received >= next_seq) {
     return data_loss("the server says it received " + std::to_string(received) +
                      " frames of a session that sent " + std::to_string(next_seq - 1));
@@ -48,15 +140,15 @@ Result<std::vector<OutFrame>> ResumeWindow::after(uint64_t received) {
         "frames the server had not received were let go (over the resume window of " +
         std::to_string(max_bytes) + " bytes, TW_RESUME_WINDOW)");
   }
-  std::vector<OutFrame> out;
+  std::vector<Sent> out;
   for (const Sent& s : sent) {
-    if (s.seq <= received) continue;
-    if (!s.replayable) {
-      return unimplemented(
-          "a shared-memory segment's attachment was lost with the connection and cannot be sent "
-          "again (TW_SHM=0 avoids it)");
+    if (s.seq > received) {
+      Sent c = s;
+      c.frame = s.copy();
+      c.head = nullptr;
+      c.chunk = nullptr;
+      out.push_back(std::move(c));
     }
-    out.push_back(s.frame);
   }
   return out;
 }
@@ -79,7 +171,7 @@ void Connection::push_ack_locked(uint32_t flags) {
   writer_.push(std::move(f));  // (not numbered: an Ack is not part of the session's work)
 }
 
-void Connection::push_frame_locked(OutFrame f, bool replayable) {
+void Connection::push_frame_locked(OutFrame f, std::shared_ptr<net::SharedSegment> segment) {
   if (resume_ && !resume_->token.empty()) {
     // An Ack when the replies received since the last one are many or large, so the server lets
     // go of its copies; it rides with this frame (one write).
@@ -87,7 +179,7 @@ void Connection::push_frame_locked(OutFrame f, bool replayable) {
     if (resume_->received.load(std::memory_order_relaxed) >= resume_->acked + kAckEveryFrames ||
         bytes_in_.load(std::memory_order_relaxed) >= resume_->acked_bytes_in + kAckEveryBytes)
       push_ack_locked(0);
-    resume_->on_sent(f, next_request_ - 1, replayable);
+    resume_->on_sent(f, next_request_ - 1, std::move(segment));
   }
   writer_.push(std::move(f));
 }
@@ -153,7 +245,18 @@ Status Connection::resume_locked(std::unique_lock<std::mutex>& lock, const Statu
         continue;
       break;
     }
-    Result<std::vector<OutFrame>> again = resume_->after(w->session.received);
+    Result<std::vector<ResumeWindow::Sent>> again = resume_->after(w->session.received);
+    // An attachment the server had not received passes its segment's descriptor again (it
+    // travels with the bytes written first on the new stream, ahead of or with its frame).
+    if (again.ok()) {
+      for (const ResumeWindow::Sent& a : *again) {
+        if (a.segment && !s->queue_fd(a.segment->fd())) {
+          again = unavailable("cannot pass shared-memory segment " +
+                              std::to_string(a.segment->fd()) + " again on the new connection");
+          break;
+        }
+      }
+    }
     if (!again.ok()) {
       s->close();
       resume_->retired.push_back(std::move(s));
@@ -162,11 +265,8 @@ Status Connection::resume_locked(std::unique_lock<std::mutex>& lock, const Statu
     }
     stream_ = std::move(s);
     const uint64_t received = w->session.received;
-    while (!resume_->sent.empty() && resume_->sent.front().seq <= received) {
-      resume_->bytes -= resume_->sent.front().frame.payload_size();
-      resume_->sent.pop_front();
-    }
-    for (OutFrame& f : *again) writer_.push(std::move(f));
+    resume_->drop_through(received);
+    for (ResumeWindow::Sent& f : *again) writer_.push(std::move(f.frame));
     if (!writer_.idle()) pump_locked();
     arm_watch_locked();
     reader_cv_.notify_all();

@@ -88,7 +88,7 @@ Status Connection::attach_segment(uint64_t slot_id,
     ++counters_.frames_out;
     ++counters_.round_trips;
     counters_.bytes_out += f.payload_size() + 4;
-    push_frame_locked(std::move(f), /*replayable=*/false);
+    push_frame_locked(std::move(f), seg);
     if (!writer_.writing()) pump_locked();
   }
   wait(fut, &done, "shm-attach");

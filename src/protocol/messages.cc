@@ -96,6 +96,14 @@ void encode_capability_result(uint64_t request_id, const Result<Exported>& r, Ou
 
 void encode_fetch(const Fetch& m, OutFrame& f) { encode_fields(ClientMsg::kFetch, m, f); }
 
+void encode_fetch_bound(const FetchBound& m, OutFrame& f) {
+  encode_fields(ClientMsg::kFetchBound, m, f);
+}
+
+void encode_fetch_done(const FetchDone& m, OutFrame& f) {
+  encode_fields(ClientMsg::kFetchDone, m, f);
+}
+
 void encode_attach_segment(const AttachSegment& m, OutFrame& f) {
   encode_fields(ClientMsg::kAttachSegment, m, f);
 }
@@ -121,7 +129,9 @@ Result<ClientMsg> peek_client_msg(const Buffer& payload) {
       k != static_cast<uint8_t>(ClientMsg::kFetch) &&
       k != static_cast<uint8_t>(ClientMsg::kStore) &&
       k != static_cast<uint8_t>(ClientMsg::kAttachSegment) &&
-      k != static_cast<uint8_t>(ClientMsg::kAck)) {
+      k != static_cast<uint8_t>(ClientMsg::kAck) &&
+      k != static_cast<uint8_t>(ClientMsg::kFetchBound) &&
+      k != static_cast<uint8_t>(ClientMsg::kFetchDone)) {
     return data_loss("unknown client message type " + std::to_string(k));
   }
   return static_cast<ClientMsg>(k);
@@ -191,6 +201,16 @@ Result<Ack> decode_ack(const Buffer& payload) {
 Result<Fetch> decode_fetch(const Buffer& payload) {
   return decode_fields<Fetch>(payload, static_cast<uint8_t>(ClientMsg::kFetch), "a Fetch message",
                               "Fetch");
+}
+
+Result<FetchBound> decode_fetch_bound(const Buffer& payload) {
+  return decode_fields<FetchBound>(payload, static_cast<uint8_t>(ClientMsg::kFetchBound),
+                                   "a FetchBound message", "FetchBound");
+}
+
+Result<FetchDone> decode_fetch_done(const Buffer& payload) {
+  return decode_fields<FetchDone>(payload, static_cast<uint8_t>(ClientMsg::kFetchDone),
+                                  "a FetchDone message", "FetchDone");
 }
 
 Result<AttachSegment> decode_attach_segment(const Buffer& payload) {

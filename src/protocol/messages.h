@@ -29,8 +29,10 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // IndexSelectBackward (43); version 9 the ops LayerNormBackward (44) and GeluBackward (45), the
 // drain notice (kDraining, sent only to a client that speaks 9) and the draining refusal,
 // compressed frames (kCompressed, protocol/compress.h) and deduplicated uploads (the UploadByHash
-// task). An older client never sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 9;
+// task); version 10 the retryable pull (FetchBound and FetchDone on a peer connection, §8.9: a
+// pull cut mid-transfer is tried again). An older client never sends them, so the server still
+// speaks 1.
+inline constexpr uint16_t kProtocolVersion = 10;
 // Which version brought each op is the op list's `since` column (ir::op_since_protocol): an op
 // appended to the list with a new version bumps kProtocolVersion with it.
 #define TW_SINCE_AT_MOST_CURRENT(Name, code, since)      \
@@ -62,6 +64,13 @@ enum class ClientMsg : uint8_t {
   // Protocol 9, a resumable session (docs/protocol.md §8.13): how many reply frames the client
   // has received, so the server lets go of its copies; not itself a numbered frame.
   kAck = 7,
+  // Protocol 10, on a peer connection (docs/protocol.md §8.9): a Fetch whose capability is bound
+  // to the pull (a random id the puller chose) rather than used up, so that the same pull may
+  // fetch it again after a cut, until it says FetchDone; no other pull may.
+  kFetchBound = 8,
+  // Protocol 10, on a peer connection: the pull has the tensor; the capability is used up. No
+  // reply.
+  kFetchDone = 9,
 };
 enum class ServerMsg : uint8_t {
   kWelcome = 1,
@@ -201,6 +210,21 @@ struct Fetch {
   std::string capability;
   TW_FIELDS(request_id, session_id, tensor, capability)
 };
+// kFetchBound (protocol 10): a Fetch bound to `pull`; kFetchDone: that pull has the tensor.
+inline constexpr size_t kPullIdBytes = 16;
+struct FetchBound {
+  uint64_t request_id = 0;
+  uint64_t session_id = 0;
+  ir::TensorId tensor = 0;
+  std::string capability;
+  std::string pull;  // kPullIdBytes random bytes, the same on every try of one pull
+  TW_FIELDS(request_id, session_id, tensor, capability, pull)
+};
+struct FetchDone {
+  std::string capability;
+  std::string pull;
+  TW_FIELDS(capability, pull)
+};
 
 struct ServerStats {
   uint32_t sessions = 0;
@@ -294,6 +318,8 @@ void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f)
 void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutFrame& f);
 void encode_capability_result(uint64_t request_id, const Result<Exported>& r, OutFrame& f);
 void encode_fetch(const Fetch& m, OutFrame& f);
+void encode_fetch_bound(const FetchBound& m, OutFrame& f);
+void encode_fetch_done(const FetchDone& m, OutFrame& f);
 void encode_attach_segment(const AttachSegment& m, OutFrame& f);
 Result<AttachSegment> decode_attach_segment(const Buffer& payload);
 void encode_read_result_in_segment(uint64_t request_id, const TensorMeta& meta, OutFrame& f);
@@ -306,6 +332,8 @@ Result<StoreReply> decode_store_reply(const Buffer& payload);
 Result<ClientMsg> peek_client_msg(const Buffer& payload);
 Result<Hello> decode_hello(const Buffer& payload);
 Result<Fetch> decode_fetch(const Buffer& payload);
+Result<FetchBound> decode_fetch_bound(const Buffer& payload);
+Result<FetchDone> decode_fetch_done(const Buffer& payload);
 // Any message a server sends a client: `kind` says which member holds it (the others keep
 // whatever an earlier message left there).
 struct ServerMessage {

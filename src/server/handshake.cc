@@ -118,7 +118,8 @@ void Connection::welcome_peer(proto::Welcome& w) {
   send(std::move(f));
 }
 
-// A peer's Fetch (a pull, transfer.h) or Store (a collective's rendezvous, collective.h).
+// A peer's Fetch, FetchBound or FetchDone (a pull, transfer.h) or Store (a collective's
+// rendezvous, collective.h). A FetchDone has no reply.
 void Connection::on_fetch(const Buffer& frame) {
   proto::OutFrame f;
   Result<proto::ClientMsg> kind = proto::peek_client_msg(frame);
@@ -126,6 +127,7 @@ void Connection::on_fetch(const Buffer& frame) {
     server::serve_store(srv_.store, frame, f);
   } else {
     server::serve_fetch(srv_.totals.capabilities, srv_.totals.metrics, frame, f);
+    if (f.payload_size() == 0) return;
   }
   send(std::move(f));
 }

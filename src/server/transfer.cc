@@ -162,7 +162,8 @@ Result<std::string> CapabilityTable::issue(uint64_t session, ir::TensorId tensor
                               " capabilities not yet used, the most it keeps (each holds its "
                               "tensor); move the tensors exported, or wait for them to expire");
   }
-  by_nonce_[std::string(c.nonce.begin(), c.nonce.end())] = {c.expires_ms, std::move(data), session};
+  by_nonce_[std::string(c.nonce.begin(), c.nonce.end())] = {
+      c.expires_ms, std::move(data), session, {}};
   count_locked();
   return token;
 }
@@ -174,8 +175,10 @@ Result<Capability> CapabilityTable::parse(const std::string& token) {
   return c;
 }
 
-Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t session,
-                                           ir::TensorId tensor) {
+// The capability `token` is, if it is this server's, unaltered and grants tensor `tensor` of
+// session `session` (when `session` is not null).
+Result<Capability> CapabilityTable::verify(const std::string& token, const uint64_t* session,
+                                           ir::TensorId tensor) const {
   Capability c;
   size_t signed_bytes = 0;
   Status parsed = decode_fields(token, c, &signed_bytes);
@@ -191,10 +194,16 @@ Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t se
       CRYPTO_memcmp(mac.data(), token.data() + signed_bytes, kMacBytes) != 0) {
     return refused("its signature does not verify (it was altered, or signed by another server)");
   }
-  if (c.session_id != session || c.tensor != tensor) {
+  if (session && (c.session_id != *session || c.tensor != tensor)) {
     return refused("it does not grant tensor " + std::to_string(tensor) + " of session " +
-                   std::to_string(session));
+                   std::to_string(*session));
   }
+  return c;
+}
+
+Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t session,
+                                           ir::TensorId tensor, const std::string& pull) {
+  TW_ASSIGN_OR_RETURN(Capability c, verify(token, &session, tensor));
   std::lock_guard<std::mutex> lock(mu_);
   const std::string nonce(c.nonce.begin(), c.nonce.end());
   const uint64_t now = clock_();
@@ -206,8 +215,12 @@ Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t se
                    " ms; tensorwire-server --capability-ttl); export the tensor again");
   }
   auto it = by_nonce_.find(nonce);
-  if (it == by_nonce_.end()) {
+  if (it == by_nonce_.end() || (!it->second.pull.empty() && it->second.pull != pull)) {
     return refused("it was used already (a capability is good for one move); export again");
+  }
+  if (!pull.empty()) {
+    it->second.pull = pull;  // kept, bound to this pull, until done() or expiry
+    return it->second.data;
   }
   TensorData data = std::move(it->second.data);
   by_nonce_.erase(it);
@@ -215,11 +228,39 @@ Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t se
   return data;
 }
 
+void CapabilityTable::done(const std::string& token, const std::string& pull) {
+  Result<Capability> c = verify(token, nullptr, 0);
+  if (!c.ok() || pull.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_nonce_.find(std::string(c->nonce.begin(), c->nonce.end()));
+  if (it == by_nonce_.end() || it->second.pull != pull) return;
+  by_nonce_.erase(it);
+  count_locked();
+}
+
 void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& frame,
                  proto::OutFrame& reply) {
-  Result<proto::Fetch> m = proto::decode_fetch(frame);
+  Result<proto::ClientMsg> kind = proto::peek_client_msg(frame);
+  if (kind.ok() && *kind == proto::ClientMsg::kFetchDone) {
+    if (Result<proto::FetchDone> m = proto::decode_fetch_done(frame); m.ok())
+      table.done(m->capability, m->pull);
+    return;
+  }
+  // A Fetch is a FetchBound without a pull (the capability is used up at once).
+  Result<proto::FetchBound> m = data_loss("not a fetch");
+  if (kind.ok() && *kind == proto::ClientMsg::kFetchBound) {
+    m = proto::decode_fetch_bound(frame);
+    if (m.ok() && m->pull.size() != proto::kPullIdBytes) {
+      m = data_loss("a FetchBound's pull id holds " + std::to_string(m->pull.size()) +
+                    " bytes, not " + std::to_string(proto::kPullIdBytes));
+    }
+  } else if (Result<proto::Fetch> f = proto::decode_fetch(frame); f.ok()) {
+    m = proto::FetchBound{f->request_id, f->session_id, f->tensor, std::move(f->capability), ""};
+  } else {
+    m = f.status();
+  }
   if (!m.ok()) return proto::encode_read_result(0, m.status().with_context("fetch"), reply);
-  Result<TensorData> d = table.redeem(m->capability, m->session_id, m->tensor);
+  Result<TensorData> d = table.redeem(m->capability, m->session_id, m->tensor, m->pull);
   if (d.ok() && d->bytes.size() > kFrameRoom) {
     d = resource_exhausted("fetch: tensor " + std::to_string(m->tensor) + " holds " +
                            std::to_string(d->bytes.size()) +
@@ -332,7 +373,24 @@ void Puller::run() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    Result<TensorData> got = pull(job.first);
+    // The id every try of this pull presents (FetchBound): the source serves the capability again
+    // to it, and to no other pull.
+    std::string pull_id(proto::kPullIdBytes, '\0');
+    Result<TensorData> got = internal_error("the server cannot draw a random pull id");
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(pull_id.data()),
+                   static_cast<int>(pull_id.size())) == 1) {
+      auto backoff = std::chrono::milliseconds(5);
+      for (int attempt = 1;; ++attempt) {
+        bool retry = false;
+        got = pull(job.first, pull_id, &retry);
+        if (got.ok() || !retry || attempt >= kPullAttempts) break;
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (cv_.wait_for(lock, backoff, [&] { return stopping_; })) break;
+        }
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+      }
+    }
     if (!got.ok()) {
       const proto::TensorSource& src = job.first.source;
       got = Status(got.status().code(),
@@ -344,14 +402,22 @@ void Puller::run() {
   }
 }
 
-Result<TensorData> Puller::pull(const PullRequest& r) {
+Result<TensorData> Puller::pull(const PullRequest& r, const std::string& pull_id, bool* retry) {
+  *retry = false;
   const std::chrono::milliseconds stall = stall_;
   TW_ASSIGN_OR_RETURN(net::Url url, net::parse_url(r.source.url));
   asio::io_context io;
   net::TlsOptions tls;
   tls.fingerprint = r.source.fingerprint;
   auto dialed = net::dial(url, io, tls);
-  if (!dialed.ok()) return unavailable("cannot reach it: " + dialed.status().message());
+  if (!dialed.ok()) {
+    // A source that refuses the connection is gone (and its capabilities with it); a link that
+    // fails otherwise (a reset during a TLS handshake, say) is tried again.
+    const std::string& m = dialed.status().message();
+    *retry = m.find("onnection refused") == std::string::npos &&
+             m.find("No such file") == std::string::npos;
+    return unavailable("cannot reach it: " + m);
+  }
   std::unique_ptr<net::Stream> stream = std::move(dialed).value();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -366,28 +432,51 @@ Result<TensorData> Puller::pull(const PullRequest& r) {
       p->active_.erase(s);
     }
   } unregister{this, stream.get()};
+  // A cut: the link ended or reset before the exchange was whole (not a stall, which times out).
+  auto cut = [&](const Status& st) {
+    *retry = st.code() == StatusCode::kUnavailable &&
+             st.message().find("timed out") == std::string::npos;
+    return st;
+  };
 
-  // Hello and Fetch in one write: the source answers Welcome, then the tensor.
-  proto::OutFrame hello, fetch;
+  // Hello first: the Welcome says whether the source keeps a capability for a retry (protocol
+  // 10's FetchBound), then the fetch.
+  proto::OutFrame hello;
   proto::encode_hello({3, proto::kProtocolVersion, proto::kPeerOnly, r.credential}, hello);
-  proto::encode_fetch({1, r.source.session_id, r.source.tensor, r.source.capability}, fetch);
-  uint8_t h1[4], h2[4];
-  std::vector<asio::const_buffer> bufs, more;
+  uint8_t h1[4];
+  std::vector<asio::const_buffer> bufs;
   net::frame_buffers(hello, h1, bufs);
-  net::frame_buffers(fetch, h2, more);
-  bufs.insert(bufs.end(), more.begin(), more.end());
   asio::error_code ec =
       step(io, *stream, stall, [&](net::IoHandler h) { stream->async_write(bufs, std::move(h)); });
-  if (ec) return unavailable("cannot send it the fetch (" + ec.message() + ")");
+  if (ec) return cut(unavailable("cannot send it the hello (" + ec.message() + ")"));
 
   constexpr uint64_t kMaxWelcome = 16u << 20;
-  TW_ASSIGN_OR_RETURN(Buffer wf, read_frame(io, *stream, stall, kMaxWelcome, "handshake reply"));
-  TW_ASSIGN_OR_RETURN(proto::ServerMessage w, proto::decode_server_message(wf));
+  Result<Buffer> wf = read_frame(io, *stream, stall, kMaxWelcome, "handshake reply");
+  if (!wf.ok()) return cut(wf.status());
+  TW_ASSIGN_OR_RETURN(proto::ServerMessage w, proto::decode_server_message(*wf));
   if (w.kind == proto::ServerMsg::kRefuse) {
+    *retry = w.refuse.reason == proto::RefuseReason::kServerBusy;
     return invalid_argument(std::string("it refused the connection (") +
                             proto::refuse_reason_name(w.refuse.reason) + "): " + w.refuse.message);
   }
   if (w.kind != proto::ServerMsg::kWelcome) return data_loss("it sent no Welcome");
+  const bool bound = w.welcome.version >= 10;
+
+  proto::OutFrame fetch;
+  if (bound) {
+    proto::encode_fetch_bound(
+        {1, r.source.session_id, r.source.tensor, r.source.capability, pull_id}, fetch);
+  } else {
+    proto::encode_fetch({1, r.source.session_id, r.source.tensor, r.source.capability}, fetch);
+  }
+  bufs.clear();
+  net::frame_buffers(fetch, h1, bufs);
+  ec = step(io, *stream, stall, [&](net::IoHandler h) { stream->async_write(bufs, std::move(h)); });
+  if (ec) {
+    Status st = cut(unavailable("cannot send it the fetch (" + ec.message() + ")"));
+    if (!bound) *retry = false;  // (before protocol 10 a fetch that reached it used it up)
+    return st;
+  }
 
   const uint64_t nbytes = proto::meta_bytes(r.meta);
   // The tensor's bytes and its header, or a refusal (a status message within kMaxStringBytes).
@@ -395,12 +484,26 @@ Result<TensorData> Puller::pull(const PullRequest& r) {
   // A ReadResult's bytes follow its type, request id, OK status, meta and length.
   const size_t data_at =
       1 + 8 + proto::FieldSize::of(Status::OK()) + proto::FieldSize::of(r.meta) + 8;
-  TW_ASSIGN_OR_RETURN(Buffer payload, read_frame(io, *stream, stall, max, "tensor", data_at));
-  stream->close();
-  TW_ASSIGN_OR_RETURN(proto::ServerMessage m, proto::decode_server_message(payload));
+  Result<Buffer> payload = read_frame(io, *stream, stall, max, "tensor", data_at);
+  if (!payload.ok()) {
+    Status st = cut(payload.status());
+    if (!bound) *retry = false;
+    return st;
+  }
+  TW_ASSIGN_OR_RETURN(proto::ServerMessage m, proto::decode_server_message(*payload));
   if (m.kind != proto::ServerMsg::kReadResult || m.read.request_id != 1) {
     return data_loss("it answered the fetch with something else than the tensor");
   }
+  if (bound && m.read.result.ok()) {
+    // The capability is used up; a FetchDone lost here leaves it to expire, bound to this pull.
+    proto::OutFrame done;
+    proto::encode_fetch_done({r.source.capability, pull_id}, done);
+    bufs.clear();
+    net::frame_buffers(done, h1, bufs);
+    (void)step(io, *stream, stall,
+               [&](net::IoHandler h) { stream->async_write(bufs, std::move(h)); });
+  }
+  stream->close();
   const Result<TensorData>& got = m.read.result;
   if (!got.ok()) return Status(got.status().code(), "it refused: " + got.status().message());
   if (!(got->meta == r.meta)) {

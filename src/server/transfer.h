@@ -75,7 +75,17 @@ class CapabilityTable {
   // session `session`, has not expired and was not redeemed before; the capability is used up.
   // Every refusal is an invalid-argument error saying which check failed and nothing about any
   // other tensor.
-  Result<TensorData> redeem(const std::string& token, uint64_t session, ir::TensorId tensor);
+  // With `pull` (protocol 10's FetchBound): the first redeem binds the capability to that pull
+  // instead of using it up, and hands out the bytes; later redeems by the same pull (a retry
+  // after a cut) get them again, any other pull or unbound redeem is refused as if it were used;
+  // done() uses it up. Single use holds: the bytes land once, on the one importer that chose
+  // `pull`, which retries only a transfer it did not receive whole.
+  Result<TensorData> redeem(const std::string& token, uint64_t session, ir::TensorId tensor,
+                            const std::string& pull = "");
+  // The pull `pull` received the tensor `token` grants: the capability is used up (nothing
+  // happens when it is not this server's, not bound to that pull, or gone already). An importer
+  // that never says so (its link cut after the last byte) leaves it to expire.
+  void done(const std::string& token, const std::string& pull);
   // The fields of a token, unverified (the importing server reads what it is about to receive).
   static Result<Capability> parse(const std::string& token);
   // The bytes capabilities alone keep alive: exported tensors their sessions have dropped since
@@ -95,6 +105,8 @@ class CapabilityTable {
 
  private:
   std::string sign(const std::vector<uint8_t>& fields) const;
+  Result<Capability> verify(const std::string& token, const uint64_t* session,
+                            ir::TensorId tensor) const;
   void sweep_locked(uint64_t now);
   void count_locked() { outstanding_.store(by_nonce_.size(), std::memory_order_relaxed); }
 
@@ -107,6 +119,7 @@ class CapabilityTable {
     uint64_t expires_ms = 0;
     TensorData data;
     uint64_t session = 0;  // the exporting session
+    std::string pull;      // bound to this pull (FetchBound); empty: not yet fetched
   };
   std::unordered_map<std::string, Entry> by_nonce_;  // nonce bytes -> what it grants
   // by_nonce_.size(), stored under mu_ as it changes: pinned_bytes() with none outstanding (every
@@ -114,9 +127,10 @@ class CapabilityTable {
   std::atomic<size_t> outstanding_{0};
 };
 
-// Answers a peer's Fetch frame: the ReadResult (same request id) carrying the granted tensor,
-// or the refusal. A tensor over what one frame can carry (4 GiB) is refused as a read is. A
-// tensor sent counts as an outgoing transfer in `metrics`.
+// Answers a peer's Fetch or FetchBound frame: the ReadResult (same request id) carrying the
+// granted tensor, or the refusal. A tensor over what one frame can carry (4 GiB) is refused as a
+// read is. A tensor sent counts as an outgoing transfer in `metrics`. A FetchDone uses up its
+// capability and leaves `reply` empty (it has none).
 void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& frame,
                  protocol::OutFrame& reply);
 
@@ -145,6 +159,10 @@ struct PullRequest {
 // Pulls tensors from other servers on a fixed number of threads of its own (blocking I/O there,
 // so no session worker waits), each step bounded by a stall timeout, so that a source that dies
 // or stops sending fails the pull promptly. Pulls beyond the thread count wait in a queue.
+// A pull whose connection is cut (it ends or resets before the tensor is whole) is tried again,
+// up to kPullAttempts times with a backoff from 5 ms doubling, when the source speaks protocol
+// 10 (FetchBound keeps the capability for this pull until FetchDone); a source that refuses the
+// connection (it is gone), stalls past the timeout or refuses the capability is not retried.
 class Puller {
  public:
   using Done = std::function<void(Result<TensorData>)>;
@@ -160,9 +178,12 @@ class Puller {
   void start(PullRequest request, Done done);
   // Concurrent pulls: each holds one socket and one tensor being received.
   static constexpr int kThreads = 4;
+  // Tries of one pull (the first included); the backoff between them sums to about 0.6 s.
+  static constexpr int kPullAttempts = 8;
 
  private:
-  Result<TensorData> pull(const PullRequest& r);
+  // One try; *retry says whether a failure may be tried again.
+  Result<TensorData> pull(const PullRequest& r, const std::string& pull_id, bool* retry);
   void run();
 
   std::chrono::milliseconds stall_;

@@ -12,6 +12,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     encode_fetch(*r, f);
     tw::fuzz::check_round_trip(f, data, size, "fetch re-encodes differently");
   }
+  if (tw::Result<FetchBound> r = decode_fetch_bound(payload); r.ok()) {
+    OutFrame f;
+    encode_fetch_bound(*r, f);
+    tw::fuzz::check_round_trip(f, data, size, "fetch-bound re-encodes differently");
+  }
+  if (tw::Result<FetchDone> r = decode_fetch_done(payload); r.ok()) {
+    OutFrame f;
+    encode_fetch_done(*r, f);
+    tw::fuzz::check_round_trip(f, data, size, "fetch-done re-encodes differently");
+  }
   if (tw::Result<StoreRequest> r = decode_store_request(payload); r.ok()) {
     OutFrame f;
     encode_store_request(*r, f);

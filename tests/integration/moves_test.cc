@@ -251,7 +251,9 @@ class FakeSource {
     char buf[4096];
     (void)!::read(c, buf, sizeof buf);  // the Hello and the Fetch
     proto::OutFrame w;
-    proto::encode_welcome(proto::Welcome{}, w);
+    proto::Welcome welcome;
+    welcome.version = 9;  // a source before retryable pulls (protocol 10): the cut is final
+    proto::encode_welcome(welcome, w);
     put(c, w);
     if (send >= 0) {
       // A ReadResult head announcing 4 MiB of f32 [1048576], then only `send` bytes of it.

@@ -4,7 +4,9 @@
 //     closing it (FIN) or resetting it (RST, SO_LINGER 0), at most `max_cuts` times in all;
 //   - stalling a direction for a few milliseconds now and then;
 //   - splitting every write into pieces of random sizes (TCP reorders nothing, so nothing else).
-// Every byte that is forwarded is forwarded unchanged and in order. One thread per connection.
+// Every byte that is forwarded is forwarded unchanged and in order; over unix sockets so are the
+// descriptors passed with them (SCM_RIGHTS: shared-memory segments), with the first piece of the
+// bytes they came with. One thread per connection.
 #pragma once
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -18,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -177,7 +180,8 @@ class FaultRelay {
         size_t want = buf.size();
         const bool may_cut = cuts_.load() < o_.max_cuts;
         if (may_cut) want = std::min<uint64_t>(want, conn.budget - moved);
-        const ssize_t n = ::read(from, buf.data(), std::max<size_t>(want, 1));
+        std::vector<int> fds;
+        const ssize_t n = receive(from, buf.data(), std::max<size_t>(want, 1), fds);
         if (n <= 0) {
           ended = true;
           break;
@@ -191,13 +195,14 @@ class FaultRelay {
           const size_t piece =
               std::min<size_t>(static_cast<size_t>(n) - at,
                                std::uniform_int_distribution<size_t>(1, o_.max_piece)(rng));
-          const ssize_t w = ::send(to, buf.data() + at, piece, MSG_NOSIGNAL);
+          const ssize_t w = forward(to, buf.data() + at, piece, fds);
           if (w <= 0) {
             ended = true;
             break;
           }
           at += static_cast<size_t>(w);
         }
+        for (int fd : fds) ::close(fd);  // (sent, or lost with the connection)
         moved += static_cast<uint64_t>(n);
         bytes_ += static_cast<uint64_t>(n);
         if (may_cut && moved >= conn.budget) cut = take_cut();
@@ -212,6 +217,52 @@ class FaultRelay {
     ::close(c);
     ::close(s);
   }
+
+  // Reads what is there, and the descriptors passed with it (unix sockets).
+  ssize_t receive(int fd, uint8_t* into, size_t n, std::vector<int>& fds) {
+    if (target_path_.empty()) return ::read(fd, into, n);
+    iovec io{into, n};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+    msghdr m{};
+    m.msg_iov = &io;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    const ssize_t got = ::recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m); got >= 0 && c; c = CMSG_NXTHDR(&m, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < k; ++i) {
+        int d = -1;
+        std::memcpy(&d, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        fds.push_back(d);
+      }
+    }
+    return got;
+  }
+  // Sends one piece, with `fds` (then cleared) when there are any.
+  static ssize_t forward(int to, const uint8_t* from, size_t n, std::vector<int>& fds) {
+    if (fds.empty()) return ::send(to, from, n, MSG_NOSIGNAL);
+    iovec io{const_cast<uint8_t*>(from), n};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
+    msghdr m{};
+    m.msg_iov = &io;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+    const ssize_t w = ::sendmsg(to, &m, MSG_NOSIGNAL);
+    if (w > 0) {
+      for (int fd : fds) ::close(fd);
+      fds.clear();
+    }
+    return w;
+  }
+  static constexpr size_t kMaxFds = 16;
 
   // One of the max_cuts, if any is left.
   bool take_cut() {

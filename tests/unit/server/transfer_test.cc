@@ -27,6 +27,11 @@ struct FakeClock {
   }
 };
 
+Buffer payload_of(const proto::OutFrame& f) {
+  std::vector<uint8_t> bytes = testing::flatten(f);
+  return Buffer::copy_of(bytes.data(), bytes.size());
+}
+
 TEST(Capabilities, RedeemGivesTheTensorOnceAndSharesItsStorage) {
   FakeClock clock;
   CapabilityTable table("9f3a", std::chrono::seconds(60), clock.fn());
@@ -151,12 +156,43 @@ TEST(Capabilities, FetchIsAnsweredWithTheTensorOrTheRefusal) {
   EXPECT_EQ(metrics.transfer_bytes(Direction::kOut), 8u);
 }
 
-// ---- the move tasks on sessions ----
-
-Buffer payload_of(const proto::OutFrame& f) {
-  std::vector<uint8_t> bytes = testing::flatten(f);
-  return Buffer::copy_of(bytes.data(), bytes.size());
+// Protocol 10's FetchBound: a pull cut mid-transfer fetches again with the same pull id; no
+// other pull, nor an unbound Fetch, gets the tensor; FetchDone uses the capability up.
+TEST(Capabilities, BoundToOnePullUntilDone) {
+  CapabilityTable table("9f3a");
+  TensorData d = data_of({1.5f, -2.0f}, {2});
+  auto token = table.issue(3, 4, d);
+  ASSERT_TRUE(token.ok());
+  const std::string pull(proto::kPullIdBytes, 'p'), other(proto::kPullIdBytes, 'q');
+  ServerMetrics metrics;
+  auto fetch = [&](const std::string& by) {
+    proto::OutFrame req, rep;
+    proto::encode_fetch_bound({7, 3, 4, *token, by}, req);
+    serve_fetch(table, metrics, payload_of(req), rep);
+    std::vector<uint8_t> out = testing::flatten(rep);
+    auto m = proto::decode_server_message(Buffer::copy_of(out.data(), out.size()));
+    EXPECT_TRUE(m.ok());
+    return std::move(m).value().status();
+  };
+  EXPECT_TRUE(fetch(pull).ok());
+  EXPECT_EQ(table.outstanding(), 1u) << "kept for a retry of the same pull";
+  EXPECT_TRUE(fetch(pull).ok()) << "the same pull again (after a cut)";
+  Status stolen = fetch(other);
+  EXPECT_NE(stolen.message().find("used already"), std::string::npos) << stolen.message();
+  EXPECT_FALSE(table.redeem(*token, 3, 4).ok()) << "an unbound Fetch of a bound capability";
+  EXPECT_FALSE(fetch(std::string(3, 'p')).ok()) << "a pull id of the wrong length";
+  table.done(*token, other);  // not that pull's: nothing
+  EXPECT_EQ(table.outstanding(), 1u);
+  proto::OutFrame done, none;
+  proto::encode_fetch_done({*token, pull}, done);
+  serve_fetch(table, metrics, payload_of(done), none);
+  EXPECT_EQ(none.payload_size(), 0u) << "FetchDone has no reply";
+  EXPECT_EQ(table.outstanding(), 0u);
+  EXPECT_NE(fetch(pull).message().find("used already"), std::string::npos);
+  EXPECT_EQ(metrics.transfers(Direction::kOut), 2u) << "each try sent counts";
 }
+
+// ---- the move tasks on sessions ----
 
 struct Out : testing::Replies {
   std::vector<proto::ImportTask> imports;
