@@ -191,7 +191,7 @@ Run train(const Args& a, const tw::digits::Dataset& train_set, const tw::Device&
   tw::digits::Trainer trainer(*r.model, opt, data, a.batch, a.graph);
   const auto start = std::chrono::steady_clock::now();
   for (int e = 1; e <= epochs; ++e) {
-    // Returns at once: the progress lines print as their values arrive, the epoch after.
+    // Returns without waiting: the lines print as their values arrive (later steps, finish()).
     trainer.run_epoch(e, epochs, a.seed, verbose ? a.report_every : 0,
                       verbose ? print_progress : nullptr);
     r.steps += trainer.steps_per_epoch();
