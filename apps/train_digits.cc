@@ -191,10 +191,12 @@ Run train(const Args& a, const tw::digits::Dataset& train_set, const tw::Device&
   tw::digits::Trainer trainer(*r.model, opt, data, a.batch, a.graph);
   const auto start = std::chrono::steady_clock::now();
   for (int e = 1; e <= epochs; ++e) {
+    // Returns without waiting: the lines print as their values arrive (later steps, finish()).
     trainer.run_epoch(e, epochs, a.seed, verbose ? a.report_every : 0,
                       verbose ? print_progress : nullptr);
     r.steps += trainer.steps_per_epoch();
   }
+  trainer.finish();  // the last lines
   if (const tw::graph::Step* step = trainer.step()) {
     r.eager = step->eager_calls();
     r.recorded = step->recordings();
@@ -219,6 +221,7 @@ double train_parallel(const Args& a, const tw::digits::Dataset& train_set,
                    verbose ? print_progress : nullptr);
     steps += out->steps_per_epoch();
   }
+  out->finish();  // every replica done, the last lines printed
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return 1e3 * s / static_cast<double>(steps);
 }

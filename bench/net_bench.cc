@@ -9,14 +9,16 @@
 //   (F) 1M tiny ops (1-element adds) to a server slowed to ~10k ops/s (TW_TEST_OP_DELAY_US=50,
 //       a sleep of ~100 us): client and server RSS growth <= 64 MiB each (flow control,
 //       TW_WINDOW_BYTES)
-//   (T) digits CNN training (batch 64, Adam, graph replay), 3 epochs after one of warm-up, at
-//       1 Gbit/s and 2 ms and 20 ms RTT against loopback: with the loss read every 20 steps,
-//       steps/s >= 0.9x loopback's; read every step, step time <= loopback's + 1.1 RTT
-//       (each side the best of --t-reps runs, link and loopback alternating)
+//   (T) digits CNN training (batch 64, Adam, graph replay), --t-epochs epochs (to the last
+//       report and an idle device) after three of warm-up, at 1 Gbit/s and 2 ms and 20 ms RTT
+//       against loopback: with the loss read every 20 steps (asynchronous reports), steps/s >=
+//       0.9x loopback's; read every step (asynchronous, and waited for at once), step time <=
+//       loopback's + 1.1 RTT (--t-reps runs each side, link and loopback alternating; the best
+//       against the best, medians beside)
 //   (K) a black-holed link (every packet dropped, no RST) under a waiting read, with
 //       TW_DEAD_PEER_MS=2000: the read fails within the deadline + 1 s
 // Usage: tw_bench_net [--quick] [--only LUZDFTK] [--rtt-us N] [--rate 100mbit] [--server PATH]
-//        [--t-rtt-us 2000,20000] [--t-reps 3].
+//        [--t-rtt-us 2000,20000] [--t-reps 5] [--t-epochs 20].
 // Needs root (network namespaces); measures, never asserts. `make bench-net` runs it.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -66,7 +68,8 @@ struct Args {
   std::string rate = "100mbit";
   std::string server = TW_SERVER_BINARY;
   std::vector<uint32_t> t_rtts_us = {2000, 20000};  // row T's links (--t-rtt-us 0,2000,20000)
-  int t_reps = 3;                                   // row T: best of this many runs (--t-reps)
+  int t_reps = 5;     // row T: runs per side, link and loopback alternating (--t-reps)
+  int t_epochs = 20;  // row T: epochs timed per run, after one of warm-up (--t-epochs)
 };
 
 // "100mbit" in bytes per second.
@@ -275,42 +278,106 @@ void bench_flow_control(tw::testing::ShapedLink& link, const Args& a) {
                   cg <= 64 && sg <= 64 && got == static_cast<float>(n)});
 }
 
-// Seconds per step of digits CNN training on `d`, reading loss and accuracy every `every` steps.
-double digits_step_seconds_once(const tw::Device& d, const tw::digits::Dataset& train,
-                                int64_t every, int epochs) {
+// How row T reads the loss: the trainer's asynchronous reports every `every` steps (nothing
+// waits for them until the run's end), or, `waited`, a report every step that the program waits
+// for at once (Trainer::finish() after each step: what `loss.item()` every step costs).
+struct TRead {
+  int64_t every = 20;
+  bool waited = false;
+};
+
+// One run of row T on a device: seconds per step, and per step the round trips and the time
+// the program waited for replies (tw::profile's counters over the timed epochs).
+struct TRun {
+  double seconds = 0, round_trips = 0, waited = 0;  // per step, in the steps (run_epoch)
+  double end_waited = 0;  // the final finish() and sync, in all (the device catching up)
+};
+
+// tw::profile's row for `d` (every session of that device name: one here).
+tw::profile::DeviceProfile profile_of(const tw::Device& d) {
+  for (const tw::profile::DeviceProfile& p : tw::profile::devices())
+    if (p.device == d.str()) return p;
+  return {};
+}
+
+// Digits CNN training on `d`: kWarmEpochs of warm-up, then `epochs` epochs timed up to the last
+// report delivered and the device idle (Trainer::finish(), then a sync): a whole training run's
+// throughput. The warm-up covers the step cache's recordings and graph registrations (round
+// trips, once per batch shape: the epoch's short last batch is registered in its third epoch).
+TRun digits_run(const tw::Device& d, const tw::digits::Dataset& train, TRead read, int epochs) {
+  constexpr int kWarmEpochs = 3;
   tw::manual_seed(7);
   auto model = tw::digits::make_model(tw::digits::ModelKind::kCnn, {d, tw::kF32});
   tw::optim::Adam opt(model->parameters(), {.lr = 3e-3});
   const tw::digits::DeviceData data = tw::digits::upload(train, tw::digits::ModelKind::kCnn, d);
   tw::digits::Trainer trainer(*model, opt, data, 64, true);
   auto noop = [](const tw::digits::Progress&) {};
-  trainer.run_epoch(1, epochs + 1, 7, every, noop);  // warm-up: recording, first replays
+  auto after = [&](int64_t) {
+    if (read.waited) (void)trainer.finish();
+  };
+  const int all = kWarmEpochs + epochs;
+  for (int e = 1; e <= kWarmEpochs; ++e) trainer.run_epoch(e, all, 7, read.every, noop, 0, after);
+  (void)trainer.finish();
   d.sync();
+  const tw::profile::DeviceProfile p0 = profile_of(d);
   auto t0 = Clock::now();
-  for (int e = 2; e <= epochs + 1; ++e) trainer.run_epoch(e, epochs + 1, 7, every, noop);
+  for (int e = kWarmEpochs + 1; e <= all; ++e)
+    trainer.run_epoch(e, all, 7, read.every, noop, 0, after);
+  const tw::profile::DeviceProfile p1 = profile_of(d);
+  (void)trainer.finish();
   d.sync();
-  return seconds_since(t0) / static_cast<double>(epochs * trainer.steps_per_epoch());
+  TRun r;
+  const double steps = static_cast<double>(epochs * trainer.steps_per_epoch());
+  r.seconds = seconds_since(t0) / steps;
+  r.round_trips = static_cast<double>(p1.round_trips - p0.round_trips) / steps;
+  r.waited = (p1.wait_seconds - p0.wait_seconds) / steps;
+  r.end_waited = profile_of(d).wait_seconds - p1.wait_seconds;
+  return r;
 }
 
-// The best of `reps` runs on the link's device and on loopback's, alternating (the 2-core VM's
-// load swings a run's time several-fold, so both sides of a ratio are measured side by side and
-// each takes its best). Returns {link, loopback}.
-std::pair<double, double> digits_step_seconds(const tw::Device& link, const tw::Device& loopback,
-                                              const tw::digits::Dataset& train, int64_t every,
-                                              int epochs, int reps) {
-  double best_link = 1e30, best_loopback = 1e30;
+// `reps` runs on the link's device and on loopback's, alternating (the 2-core VM's load swings a
+// run's time several-fold, so both sides of a ratio are measured side by side). Seconds per
+// step, sorted, for each side; the link's round trips and time waited per step of its best run.
+struct TRuns {
+  std::vector<double> link, loopback;
+  TRun best_link;
+  double best_ratio() const { return loopback.front() / link.front(); }  // steps/s ratio
+  double median_ratio() const { return loopback[loopback.size() / 2] / link[link.size() / 2]; }
+};
+TRuns digits_step_seconds(const tw::Device& link, const tw::Device& loopback,
+                          const tw::digits::Dataset& train, TRead read, int epochs, int reps) {
+  TRuns r;
+  r.best_link.seconds = 1e30;
   for (int i = 0; i < reps; ++i) {
-    best_loopback =
-        std::min(best_loopback, digits_step_seconds_once(loopback, train, every, epochs));
-    best_link = std::min(best_link, digits_step_seconds_once(link, train, every, epochs));
+    r.loopback.push_back(digits_run(loopback, train, read, epochs).seconds);
+    const TRun l = digits_run(link, train, read, epochs);
+    r.link.push_back(l.seconds);
+    if (l.seconds < r.best_link.seconds) r.best_link = l;
   }
-  return {best_link, best_loopback};
+  std::sort(r.link.begin(), r.link.end());
+  std::sort(r.loopback.begin(), r.loopback.end());
+  return r;
+}
+
+// "1.02 1.10 1.30" (ms per step, sorted).
+std::string ms_list(const std::vector<double>& v) {
+  std::string out;
+  for (double x : v) out += (out.empty() ? "" : " ") + fmt("%.2f", x * 1e3);
+  return out;
+}
+
+// "; link, in its steps: 0.05 round trips and 0.00 ms waited per step, then 21.3 ms at the end"
+// (the link's best run, tw::profile's counters).
+std::string waits(const TRun& r) {
+  return fmt("; link, in its steps: %.2f round trips", r.round_trips) +
+         fmt(" and %.2f ms waited per step", r.waited * 1e3) +
+         fmt(", then %.1f ms at the end", r.end_waited * 1e3);
 }
 
 void bench_digits(const Args& a) {
   const auto all = tw::digits::load(tw::digits::default_path());
   const auto train = tw::digits::split(all, 297, 7).first;
-  const int epochs = a.quick ? 1 : 3;
+  const int epochs = a.quick ? 2 : a.t_epochs;
   tw::testing::ServerProcess loopback_server({}, a.server);
   tw::Device loopback = tw::Device::remote(loopback_server.url());
   for (uint32_t rtt_us : a.t_rtts_us) {
@@ -343,21 +410,36 @@ void bench_digits(const Args& a) {
       rows.push_back({"R", "2 ops then a read, " + fmt("%.0f ms RTT", rtt_us / 1e3),
                       fmt("%.2f ms (median of 21)", it[10] * 1e3), "~ the RTT", true});
     }
-    double base[2];
-    const auto [every20, base20] = digits_step_seconds(d, loopback, train, 20, epochs, a.t_reps);
-    const auto [every1, base1] = digits_step_seconds(d, loopback, train, 1, epochs, a.t_reps);
-    base[0] = base20;
-    base[1] = base1;
+    const TRuns r20 = digits_step_seconds(d, loopback, train, {20, false}, epochs, a.t_reps);
+    const TRuns r1 = digits_step_seconds(d, loopback, train, {1, false}, epochs, a.t_reps);
+    const TRuns w1 = digits_step_seconds(d, loopback, train, {1, true}, epochs, a.t_reps);
     const double rtt = rtt_us / 1e6;
-    const std::string at = fmt("%.0f ms RTT, 1 Gbit/s", rtt * 1e3);
+    const std::string at = fmt("%.0f ms RTT, 1 Gbit/s", rtt * 1e3) + ", " + std::to_string(epochs) +
+                           " epochs of " + std::to_string((train.n + 63) / 64) + " steps";
+    const std::string runs = ", runs of " + std::to_string(a.t_reps);
     rows.push_back({"T", "digits CNN, loss read every 20 steps, " + at,
-                    fmt("%.1f steps/s", 1 / every20) + fmt(" vs loopback %.1f", 1 / base[0]) +
-                        fmt(" (%.2fx)", base[0] / every20),
-                    ">= 0.9x loopback", base[0] / every20 >= 0.9});
-    rows.push_back({"T", "digits CNN, loss read every step, " + at,
-                    fmt("%.2f ms/step", every1 * 1e3) + fmt(" vs loopback %.2f", base[1] * 1e3) +
-                        fmt(" + RTT = %.2f ms", (base[1] + rtt) * 1e3),
-                    "<= loopback + 1.1 RTT", every1 <= base[1] + 1.1 * rtt});
+                    fmt("%.1f steps/s", 1 / r20.link.front()) +
+                        fmt(" vs loopback %.1f", 1 / r20.loopback.front()) +
+                        fmt(" (best %.2fx", r20.best_ratio()) +
+                        fmt(", median %.2fx", r20.median_ratio()) + runs + "; ms/step link " +
+                        ms_list(r20.link) + ", loopback " + ms_list(r20.loopback) +
+                        waits(r20.best_link) + ")",
+                    ">= 0.9x loopback", r20.best_ratio() >= 0.9});
+    rows.push_back({"T", "digits CNN, loss read every step (asynchronous reports), " + at,
+                    fmt("%.2f ms/step", r1.link.front() * 1e3) +
+                        fmt(" vs loopback %.2f", r1.loopback.front() * 1e3) +
+                        fmt(" + RTT = %.2f ms", (r1.loopback.front() + rtt) * 1e3) +
+                        fmt(" (%.2fx loopback's steps/s", r1.best_ratio()) + "; link " +
+                        ms_list(r1.link) + ", loopback " + ms_list(r1.loopback) +
+                        waits(r1.best_link) + ")",
+                    "<= loopback + 1.1 RTT", r1.link.front() <= r1.loopback.front() + 1.1 * rtt});
+    rows.push_back({"T", "digits CNN, loss read and waited for every step, " + at,
+                    fmt("%.2f ms/step", w1.link.front() * 1e3) +
+                        fmt(" vs loopback %.2f", w1.loopback.front() * 1e3) +
+                        fmt(" + RTT = %.2f ms", (w1.loopback.front() + rtt) * 1e3) + " (link " +
+                        ms_list(w1.link) + ", loopback " + ms_list(w1.loopback) +
+                        waits(w1.best_link) + ")",
+                    "<= loopback + 1.1 RTT", w1.link.front() <= w1.loopback.front() + 1.1 * rtt});
   }
 }
 
@@ -404,6 +486,8 @@ int main(int argc, char** argv) {
       a.rate = next();
     else if (s == "--t-reps")
       a.t_reps = std::max(1, std::stoi(next()));
+    else if (s == "--t-epochs")
+      a.t_epochs = std::max(1, std::stoi(next()));
     else if (s == "--server")
       a.server = next();
     else if (s == "--t-rtt-us") {
@@ -418,7 +502,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: tw_bench_net [--quick] [--only LUZDFTK] [--rtt-us N] [--rate R] "
-                   "[--server PATH] [--t-rtt-us LIST] [--t-reps N]\n");
+                   "[--server PATH] [--t-rtt-us LIST] [--t-reps N] [--t-epochs N]\n");
       return 2;
     }
   }

@@ -1144,10 +1144,12 @@ void bench_dist(const std::string& binary, size_t bytes, int reps, bool reduce, 
   auto step_ms = [&](const std::vector<tw::Device>& on) {
     tw::digits::DataParallelTrainer t(tw::digits::ModelKind::kCnn, on, train_set, 64, 3e-3, 7);
     t.run_epoch(1, 3, 7, 0);  // warm: the group connects, buffers settle
+    t.finish();
     double best = 1e9;
     for (int e = 2; e <= 3; ++e) {
       auto t0 = Clock::now();
       t.run_epoch(e, 3, 7, 0);
+      t.finish();
       best = std::min(best, us_since(t0) / 1e3 / static_cast<double>(t.steps_per_epoch()));
     }
     if (!t.differing_parameters().empty()) throw std::runtime_error("replicas differ");

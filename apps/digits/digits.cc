@@ -156,56 +156,63 @@ Trainer::Trainer(nn::Module& model, optim::Optimizer& optimizer, const DeviceDat
   }
 }
 
-namespace {
-// A report's read in flight: the running sums as of step `step`, read asynchronously.
-struct PendingReport {
-  Progress p;
-  int64_t seen = 0;
-  std::chrono::steady_clock::time_point start;  // the epoch's
-  std::function<detail::HostValues()> finish;
-};
+void Reports::send(const Progress& p, int64_t issued, int64_t seen,
+                   std::chrono::steady_clock::time_point start, const Tensor& loss_sum,
+                   const Tensor& correct, const std::function<void(const Progress&)>& on_progress) {
+  while (!queue_.empty() && queue_.front().issued + kMaxLagSteps <= issued) deliver_front();
+  NoGradGuard no_grad;
+  Pending r;
+  r.values =
+      cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).host_values_pending();
+  r.p = p;
+  r.issued = issued;
+  r.seen = seen;
+  r.start = start;
+  r.on_progress = on_progress;
+  queue_.push_back(std::move(r));
+}
 
-// Finishes `r` (its reply has usually arrived long since) and calls on_progress; returns the
-// report's progress.
-Progress deliver(PendingReport& r, const std::function<void(const Progress&)>& on_progress) {
-  const detail::HostValues v = r.finish();
+void Reports::poll() {
+  while (!queue_.empty() && queue_.front().values.ready()) deliver_front();
+}
+
+std::optional<Progress> Reports::finish() {
+  while (!queue_.empty()) deliver_front();
+  return last_;
+}
+
+// Waits for the oldest report's values if need be (usually they arrived long since), fills in
+// its loss, accuracy and time, and hands it to its callback.
+void Reports::deliver_front() {
+  Pending& r = queue_.front();
+  detail::HostValues v;
+  try {
+    v = r.values.get();
+  } catch (...) {
+    queue_.pop_front();  // its read is spent; the reports after it stay
+    throw;
+  }
   const auto* d = static_cast<const double*>(v.data);
   r.p.loss = d[0] / static_cast<double>(r.seen);
   r.p.accuracy = d[1] / static_cast<double>(r.seen);
-  // When the values are in (the device has run the report's steps), not when the read was sent.
   r.p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
-  r.finish = nullptr;
-  if (on_progress) on_progress(r.p);
-  return r.p;
+  const Progress p = r.p;
+  const std::function<void(const Progress&)> on_progress = std::move(r.on_progress);
+  queue_.pop_front();
+  last_ = p;
+  if (on_progress) on_progress(p);
 }
 
-// After step `s` (0-based) of an epoch: on the last step and every `report_every`, sends a read
-// of the running sums without waiting for it, then finishes the read of the report before (sent
-// report_every steps ago: it waits only where the device is behind by more than that). Reports
-// reach on_progress one report late; the epoch's last read is waited for at its end, in flight
-// together with the one before, so an epoch costs one round trip of idle device (issue 34).
-void maybe_report(Progress& p, int64_t s, int64_t report_every, const Tensor& loss_sum,
-                  const Tensor& correct, int64_t seen, std::chrono::steady_clock::time_point start,
-                  std::optional<PendingReport>& pending,
-                  const std::function<void(const Progress&)>& on_progress) {
-  const bool last = s + 1 == p.steps;
-  if (!last && !(report_every > 0 && (s + 1) % report_every == 0)) return;
-  NoGradGuard no_grad;
-  PendingReport r;
-  r.finish =
-      cat({loss_sum.reshape({1}).to(kF64), correct.reshape({1}).to(kF64)}).host_values_async();
-  r.p = p;
-  r.p.step = s + 1;
-  r.start = start;
-  r.seen = seen;
-  if (pending) (void)deliver(*pending, on_progress);
-  pending = std::move(r);
+namespace {
+// Whether step `s` (0-based) of an epoch of `steps` reports: every `report_every` and the last.
+bool reports_at(int64_t s, int64_t steps, int64_t report_every) {
+  return s + 1 == steps || (report_every > 0 && (s + 1) % report_every == 0);
 }
 }  // namespace
 
-Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
-                            const std::function<void(const Progress&)>& on_progress,
-                            int64_t first_step, const std::function<void(int64_t)>& after_step) {
+void Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
+                        const std::function<void(const Progress&)>& on_progress, int64_t first_step,
+                        const std::function<void(int64_t)>& after_step) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   model_.train();
@@ -219,13 +226,13 @@ Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report
   p.epochs = epochs;
   p.steps = steps_per_epoch();
   int64_t seen = 0;
-  std::optional<PendingReport> pending;
   for (int64_t s = first_step; s < p.steps; ++s) {
     const int64_t begin = s * batch_, end = std::min(train_.n, begin + batch_);
     const Tensor idx = order.slice(0, begin, end);
     const Tensor xb = train_.x.index_select(0, idx), yb = train_.y.index_select(0, idx);
     const std::vector<Tensor> r = step_ ? (*step_)({xb, yb}) : train_step(model_, opt_, xb, yb);
     seen += end - begin;
+    ++issued_;
     {
       NoGradGuard no_grad;
       const Tensor batch_loss = r[0] * static_cast<double>(end - begin);
@@ -233,10 +240,13 @@ Progress Trainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report
       loss_sum = loss_sum.defined() ? loss_sum + batch_loss : batch_loss;
       correct = correct.defined() ? correct + hits : hits;
     }
-    maybe_report(p, s, report_every, loss_sum, correct, seen, start, pending, on_progress);
+    if (reports_at(s, p.steps, report_every)) {
+      p.step = s + 1;
+      reports_.send(p, issued_, seen, start, loss_sum, correct, on_progress);
+    }
+    reports_.poll();
     if (after_step) after_step(s);
   }
-  return pending ? deliver(*pending, on_progress) : p;  // the last step's report
 }
 
 ResumableRun train_resumable(const Dataset& train, const Device& device,
@@ -274,6 +284,7 @@ ResumableRun train_resumable(const Dataset& train, const Device& device,
       if (o.after_step) o.after_step(step);
     });
   }
+  trainer.finish();  // the last reports reach on_progress before this returns
   return r;
 }
 
@@ -297,8 +308,8 @@ DataParallelTrainer::DataParallelTrainer(ModelKind kind, const std::vector<Devic
   if (devices.size() > 1) group_ = std::make_unique<dist::Group>(devices);
 }
 
-Progress DataParallelTrainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
-                                        const std::function<void(const Progress&)>& on_progress) {
+void DataParallelTrainer::run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
+                                    const std::function<void(const Progress&)>& on_progress) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const size_t k = replicas_.size();
@@ -314,7 +325,6 @@ Progress DataParallelTrainer::run_epoch(int epoch, int epochs, uint64_t seed, in
   p.epochs = epochs;
   p.steps = steps_per_epoch();
   int64_t seen = 0;
-  std::optional<PendingReport> pending;
   for (int64_t s = 0; s < p.steps; ++s) {
     const int64_t begin = s * batch_, end = std::min(n_, begin + batch_), n = end - begin;
     std::vector<Tensor> flat(k);
@@ -344,6 +354,7 @@ Progress DataParallelTrainer::run_epoch(int epoch, int epochs, uint64_t seed, in
       }
     }
     if (group_) dist::all_reduce(flat, dist::ReduceOp::kSum, *group_);
+    ++issued_;
     for (size_t i = 0; i < k; ++i) {
       NoGradGuard no_grad;
       int64_t at = 0;
@@ -357,11 +368,17 @@ Progress DataParallelTrainer::run_epoch(int epoch, int epochs, uint64_t seed, in
       replicas_[i].opt->step();
     }
     // Loss and accuracy over replica 0's shards: a sample of the whole.
-    maybe_report(p, s, report_every, loss_sum, correct, seen, start, pending, on_progress);
+    if (reports_at(s, p.steps, report_every)) {
+      p.step = s + 1;
+      reports_.send(p, issued_, seen, start, loss_sum, correct, on_progress);
+    }
+    reports_.poll();
   }
-  const Progress last = pending ? deliver(*pending, on_progress) : p;
+}
+
+std::optional<Progress> DataParallelTrainer::finish() {
   for (Replica& r : replicas_) r.data.x.device().sync();
-  return last;
+  return reports_.finish();
 }
 
 std::vector<std::string> DataParallelTrainer::differing_parameters() const {

@@ -3,9 +3,12 @@
 // (data/digits.csv.gz, see data/PROVENANCE.md), the two models, and a minibatch trainer whose
 // data stays on the device (each step sends only ops; statistics are read every few steps).
 #pragma once
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,7 +61,51 @@ struct Progress {
   int64_t step = 0, steps = 0;  // within the epoch
   double loss = 0;              // mean over the epoch's samples so far
   double accuracy = 0;          // fraction of the epoch's samples so far classified right
-  double seconds = 0;           // since the epoch started
+  // Since the epoch started, until the report was delivered: its values had reached the program
+  // (Reports checks after every step, so up to a step late; later while the program waited for
+  // something else).
+  double seconds = 0;
+};
+
+// A trainer's progress reports. A report reads two running sums (loss, right answers) from the
+// device asynchronously: the read is sent at its step and nothing waits for it there. Reports
+// are delivered to their callback in the order they were sent, on the trainer's thread, as their
+// values arrive: poll() (after every step) delivers those whose replies are in and never waits;
+// send() waits only for reports sent kMaxLagSteps or more steps before; finish() waits for all.
+class Reports {
+ public:
+  // How far (in steps) the program may run ahead of its oldest undelivered report. It bounds
+  // the work queued on the device (what an interrupted program leaves behind), how late the
+  // program sees a loss, and the reads in flight; waiting for a report 128 steps old idles the
+  // device only where 128 steps run faster than a round trip (0.16 ms a step at 20 ms: a digits
+  // CNN step takes 0.5-1 ms). Reports further apart than this wait for the one before.
+  static constexpr int64_t kMaxLagSteps = 128;
+
+  // Sends the read of the sums as of `p` (`issued`: the trainer's steps issued so far, all
+  // epochs; `seen`: the epoch's samples so far; `start`: when the epoch started). on_progress
+  // (may be empty) is called with it when it is delivered.
+  void send(const Progress& p, int64_t issued, int64_t seen,
+            std::chrono::steady_clock::time_point start, const Tensor& loss_sum,
+            const Tensor& correct, const std::function<void(const Progress&)>& on_progress);
+  // Delivers, oldest first, the reports whose values have arrived; stops at the first that has
+  // not (never waits).
+  void poll();
+  // Waits for every report in flight and delivers them in order; returns the last report ever
+  // delivered (empty if none). A read that failed throws its tw::Error from the call that was
+  // delivering it (this, poll or send): that report is dropped, the ones after it stay queued.
+  std::optional<Progress> finish();
+
+ private:
+  struct Pending {
+    Progress p;
+    int64_t issued = 0, seen = 0;
+    std::chrono::steady_clock::time_point start;  // the epoch's
+    detail::PendingValues values;
+    std::function<void(const Progress&)> on_progress;
+  };
+  void deliver_front();
+  std::deque<Pending> queue_;
+  std::optional<Progress> last_;
 };
 
 // Minibatch training with cross-entropy. Each epoch visits the training set in an order drawn
@@ -73,15 +120,25 @@ class Trainer {
   // The step cache (null without use_graph).
   const graph::Step* step() const { return step_.get(); }
   int64_t steps_per_epoch() const { return (train_.n + batch_ - 1) / batch_; }
-  // Runs one epoch; reports every `report_every` steps and after the last one (each report reads
-  // two numbers from the device, asynchronously: the read is sent at its step and finished at the
-  // next report, so on_progress sees each report one report late, and only the epoch's last read
-  // is waited for). Returns the epoch's final progress. first_step skips the epoch's first steps
-  // (resuming from a checkpoint taken within it); after_step(s) runs after step s (0-based within
-  // the epoch) has been issued.
-  Progress run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
-                     const std::function<void(const Progress&)>& on_progress = {},
-                     int64_t first_step = 0, const std::function<void(int64_t)>& after_step = {});
+  // Issues one epoch's steps and returns without waiting for the device, so the next epoch's
+  // steps follow this one's with the device still busy. Nothing in it waits for a round trip
+  // but the step cache's graph registrations (once per batch shape: the first epochs) and, when
+  // the program is Reports::kMaxLagSteps ahead of the device, the oldest report (the device has
+  // that much queued then, so it does not idle).
+  // It reports every `report_every` steps (0: never) and after the epoch's last step, through
+  // Reports: each report's read is sent at its step, and on_progress(p) is called later, in
+  // order, once its values are in: from this run_epoch, a later one, or finish(). The callback
+  // is copied and kept until then, so what it refers to must outlive that. A report that is
+  // never finished (the trainer destroyed first) is dropped without a call.
+  // first_step skips the epoch's first steps (resuming from a checkpoint taken within it);
+  // after_step(s) runs after step s (0-based within the epoch) has been issued.
+  void run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
+                 const std::function<void(const Progress&)>& on_progress = {},
+                 int64_t first_step = 0, const std::function<void(int64_t)>& after_step = {});
+  // The one wait: delivers every report still in flight and returns the last report (after the
+  // last epoch run, its final progress); empty if no epoch has reported. Call it when the
+  // program needs the losses now (at the end of training, before a summary).
+  std::optional<Progress> finish() { return reports_.finish(); }
 
  private:
   nn::Module& model_;
@@ -89,6 +146,8 @@ class Trainer {
   DeviceData train_;
   int64_t batch_;
   std::unique_ptr<graph::Step> step_;
+  int64_t issued_ = 0;  // steps issued, all epochs
+  Reports reports_;
 };
 
 // Data-parallel training over several devices (replicas), typically on several servers: each
@@ -102,8 +161,11 @@ class DataParallelTrainer {
   DataParallelTrainer(ModelKind kind, const std::vector<Device>& devices, const Dataset& train,
                       int64_t batch_size, double lr, uint64_t seed);
   int64_t steps_per_epoch() const { return (n_ + batch_ - 1) / batch_; }
-  Progress run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
-                     const std::function<void(const Progress&)>& on_progress = {});
+  // As Trainer::run_epoch: returns without waiting; reports arrive through on_progress.
+  void run_epoch(int epoch, int epochs, uint64_t seed, int64_t report_every,
+                 const std::function<void(const Progress&)>& on_progress = {});
+  // Waits for every replica's device to finish the steps issued, then as Trainer::finish.
+  std::optional<Progress> finish();
   nn::Module& model(size_t replica) { return *replicas_.at(replica).model; }
   size_t size() const { return replicas_.size(); }
   // The names of the parameters where some replica's bytes differ from replica 0's (empty: all
@@ -119,6 +181,8 @@ class DataParallelTrainer {
   std::vector<Replica> replicas_;
   std::unique_ptr<dist::Group> group_;
   int64_t batch_, n_;
+  int64_t issued_ = 0;  // steps issued, all epochs
+  Reports reports_;
 };
 
 // Training that checkpoints every `checkpoint_every` steps into `checkpoint_dir` (tw::Checkpoint)

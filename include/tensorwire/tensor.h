@@ -38,6 +38,12 @@ struct HostValues {
   const void* data = nullptr;
   int64_t numel = 0;
 };
+// A read in flight (Tensor::host_values_pending): ready() says, without waiting, whether its
+// reply is in; get() waits for it if need be and returns the values (or throws tw::Error).
+struct PendingValues {
+  std::function<bool()> ready;
+  std::function<HostValues()> get;
+};
 template <class T>
 constexpr DType dtype_of_v = DType::kF32;
 template <>
@@ -120,6 +126,8 @@ class Tensor {
   detail::HostValues host_values() const;
   // Sends the read request now; the function waits for the reply and returns the values.
   std::function<detail::HostValues()> host_values_async() const;
+  // The same read, with a way to ask whether its reply has arrived (nothing waits for it).
+  detail::PendingValues host_values_pending() const;
   std::string to_string() const;  // values and dtype, abbreviated past 1000 elements
 
   // ---- conversion and movement between devices ----

@@ -17,6 +17,7 @@ CPP_ONLY = {
     "to_bytes": "numpy() gives the bytes",
     "host_values": "internal: numpy() is built on it",
     "host_values_async": "internal: numpy() is built on it",
+    "host_values_pending": "internal: an asynchronous read with a readiness test (C++ trainers)",
     "to_string": "__repr__/__str__ are the Python spellings",
     "view": "reshape is the Python spelling",
     "expand_as": "expand(o.shape) is the Python spelling",

@@ -116,6 +116,16 @@ std::function<detail::HostValues()> Tensor::host_values_async() const {
   return [sink = impl.sink, fut] { return to_host_values(sink->await(*fut)); };
 }
 
+detail::PendingValues Tensor::host_values_pending() const {
+  const TensorImpl& impl = impl_of(*this, "read");
+  auto fut = std::make_shared<std::future<Result<TensorData>>>(
+      impl.sink->read_async(impl.id, meta_bytes(impl.meta)));
+  // A remote device's reply completes the future on the client's I/O thread when no caller is
+  // reading the stream (client/reader.cc), so ready() turns true without anyone waiting.
+  return {[fut] { return fut->wait_for(std::chrono::seconds(0)) == std::future_status::ready; },
+          [sink = impl.sink, fut] { return to_host_values(sink->await(*fut)); }};
+}
+
 std::vector<uint8_t> Tensor::to_bytes() const {
   detail::HostValues v = host_values();
   const uint8_t* p = static_cast<const uint8_t*>(v.data);

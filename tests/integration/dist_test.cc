@@ -246,9 +246,12 @@ TEST(Dist, DataParallelReplicasStayIdentical) {
   const digits::Dataset all = digits::load(digits::default_path());
   const auto [train_set, test_set] = digits::split(all, 360, 7);
   digits::DataParallelTrainer trainer(digits::ModelKind::kCnn, s.devices, train_set, 64, 3e-3, 7);
-  const digits::Progress first = trainer.run_epoch(1, 2, 7, 0);
-  const digits::Progress second = trainer.run_epoch(2, 2, 7, 0);
-  EXPECT_LT(second.loss, first.loss);
+  trainer.run_epoch(1, 2, 7, 0);
+  const std::optional<digits::Progress> first = trainer.finish();
+  trainer.run_epoch(2, 2, 7, 0);
+  const std::optional<digits::Progress> second = trainer.finish();
+  ASSERT_TRUE(first && second);
+  EXPECT_LT(second->loss, first->loss);
   EXPECT_TRUE(trainer.differing_parameters().empty());
   // The replicas are still two sets of tensors, one on each server.
   EXPECT_EQ(trainer.model(1).parameters().front()->value().device(), s.devices[1]);
