@@ -29,8 +29,9 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // IndexSelectBackward (43); version 9 the ops LayerNormBackward (44) and GeluBackward (45), the
 // drain notice (kDraining, sent only to a client that speaks 9) and the draining refusal,
 // compressed frames (kCompressed, protocol/compress.h) and deduplicated uploads (the UploadByHash
-// task). An older client never sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 9;
+// task); version 10 the CompressReplies task (a client asks for compressed replies). An older
+// client never sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 10;
 // Which version brought each op is the op list's `since` column (ir::op_since_protocol): an op
 // appended to the list with a new version bumps kProtocolVersion with it.
 #define TW_SINCE_AT_MOST_CURRENT(Name, code, since)      \
