@@ -20,7 +20,8 @@
 //       (each side the best of --t-reps runs, link and loopback alternating)
 //   (K) a black-holed link (every packet dropped, no RST) under a waiting read, with
 //       TW_DEAD_PEER_MS=2000: the read fails within the deadline + 1 s
-// Usage: tw_bench_net [--quick] [--only LUZDFTK, or Zd for the reads] [--rtt-us N] [--rate 100mbit] [--server PATH]
+// Usage: tw_bench_net [--quick] [--only LUZDFTK, or Zd for the reads] [--rtt-us N] [--rate 100mbit]
+// [--server PATH]
 //        [--t-rtt-us 2000,20000] [--t-reps 3] [--d-reps 5].
 // Needs root (network namespaces); measures, never asserts. `make bench-net` runs it.
 #include <arpa/inet.h>
@@ -249,8 +250,7 @@ void bench_reupload(tw::testing::ShapedLink& link, const Served& s, const tw::De
   const std::vector<Way> ways = {
       {"D", "host tensor .to(remote)", [&] { return on_host.to(again); }, [] {}},
       {"D", "from_vector(std::move(v))",
-       [&] { return tw::from_vector(std::move(handed), shape, again); },
-       [&] { handed = host; }},
+       [&] { return tw::from_vector(std::move(handed), shape, again); }, [&] { handed = host; }},
       {"D", "from_bytes(span): lent bytes, waits one round trip",
        [&] { return tw::from_bytes(host, shape, tw::kU8, again); }, [] {}},
   };
@@ -274,7 +274,8 @@ void bench_reupload(tw::testing::ShapedLink& link, const Served& s, const tw::De
     std::vector<double> sorted = ms;
     std::sort(sorted.begin(), sorted.end());
     const double median = sorted[sorted.size() / 2];
-    rows.push_back({w.id, "re-upload of the same 64 MiB at " + a.rate + ", new connection: " + w.what,
+    rows.push_back({w.id,
+                    "re-upload of the same 64 MiB at " + a.rate + ", new connection: " + w.what,
                     (wire == ~uint64_t{0} ? std::string("WRONG DATA, ")
                                           : fmt("%.0f B on the wire", static_cast<double>(wire))) +
                         ", " + runs + " ms (median " + fmt("%.2f", median) + ")",
@@ -306,7 +307,9 @@ void bench_downloads(tw::testing::ShapedLink& link, const Args& a, double link_r
          return tw::arange(0, static_cast<int64_t>(bytes / 8), 1, tw::kI64, d).remainder(10);
        }},
       {"random (uniform f32)", 0.9,
-       [&](const tw::Device& d) { return tw::rand({static_cast<int64_t>(bytes / 4)}, tw::kF32, d); }},
+       [&](const tw::Device& d) {
+         return tw::rand({static_cast<int64_t>(bytes / 4)}, tw::kF32, d);
+       }},
   };
   for (const Kind& k : kinds) {
     std::string measured;
@@ -506,8 +509,7 @@ int main(int argc, char** argv) {
       const size_t zd = a.only.find("Zd");
       a.reads = zd != std::string::npos;
       if (a.reads) a.only.erase(zd, 2);
-    }
-    else if (s == "--rtt-us")
+    } else if (s == "--rtt-us")
       a.rtt_us = static_cast<uint32_t>(std::stoul(next()));
     else if (s == "--rate")
       a.rate = next();

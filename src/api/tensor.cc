@@ -525,7 +525,8 @@ Tensor from_vector(std::vector<T>&& values, const Shape& shape, const Device& de
     auto held = std::make_shared<std::vector<T>>(std::move(values));
     const size_t n = held->size() * sizeof(T);
     Buffer bytes = Buffer::wrap(held->data(), n, held);
-    return create(device, ir::FromHost{{}, shape, detail::dtype_of_v<T>, ir::Bytes{std::move(bytes)}});
+    return create(device,
+                  ir::FromHost{{}, shape, detail::dtype_of_v<T>, ir::Bytes{std::move(bytes)}});
   }
 }
 template TW_API Tensor from_vector<float>(std::vector<float>&&, const Shape&, const Device&);

@@ -91,8 +91,7 @@ Result<bool> Connection::upload_by_hash(const ir::FromHost& up, const proto::Con
   return st;
 }
 
-Result<bool> Connection::upload_by_hash_async(const ir::FromHost& up,
-                                              const proto::ContentHash& h) {
+Result<bool> Connection::upload_by_hash_async(const ir::FromHost& up, const proto::ContentHash& h) {
   std::lock_guard<std::mutex> lock(mu_);
   TW_RETURN_NOT_OK(ready_locked());
   if (welcome_.version < 9) return false;
@@ -120,7 +119,8 @@ void Connection::dedup_answered_locked(bool hit) {
   dedups_.pop_front();
   awaiting_dedup_ = 0;
   if (!hit) {
-    if (compress_) d.upload = proto::maybe_compress(std::move(d.upload), proto::kCompressedClientType);
+    if (compress_)
+      d.upload = proto::maybe_compress(std::move(d.upload), proto::kCompressedClientType);
     send_frame_locked(std::move(d.upload));
   }
   while (!held_.empty() && awaiting_dedup_ == 0) {

@@ -19,7 +19,8 @@ void Connection::wait_for_window_locked() {
   ++counters_.window_waits;
   const auto t0 = std::chrono::steady_clock::now();
   window_cv_.wait(mu_, [&] {
-    return writer_.queued_bytes() + held_bytes_ <= resume_at || state_ != State::kConnected || closing_;
+    return writer_.queued_bytes() + held_bytes_ <= resume_at || state_ != State::kConnected ||
+           closing_;
   });
   const auto waited = std::chrono::steady_clock::now() - t0;
   counters_.window_wait_ns +=

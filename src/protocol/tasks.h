@@ -189,10 +189,10 @@ struct CompressRepliesTask {
 };
 
 // One task of a batch. A kind is added by appending a struct above and its type here.
-using Task = std::variant<OpTask, ReadTask, SyncTask, DropTask, StatsTask, RegisterGraphTask,
-                          RunGraphTask, ExportTask, ImportTask, MoveLocalTask, CollectiveTask,
-                          FromSegmentTask, ReadToSegmentTask, UploadByHashTask,
-                          CompressRepliesTask>;
+using Task =
+    std::variant<OpTask, ReadTask, SyncTask, DropTask, StatsTask, RegisterGraphTask, RunGraphTask,
+                 ExportTask, ImportTask, MoveLocalTask, CollectiveTask, FromSegmentTask,
+                 ReadToSegmentTask, UploadByHashTask, CompressRepliesTask>;
 
 // A task's kind (kDrop and kRunGraph for packed ones too: see their packed_ids).
 inline TaskKind task_kind(const Task& t) {

@@ -106,7 +106,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
   std::unique_ptr<net::Stream> stream_;
   uint64_t id_ = 0;
   uint32_t device_ = 0;
-  uint16_t version_ = 0;              // the protocol version the handshake settled on
+  uint16_t version_ = 0;  // the protocol version the handshake settled on
   // The client asked for compressed replies (protocol 10; send() says when they go compressed).
   std::atomic<bool> compress_replies_{false};
   std::unique_ptr<Session> session_;  // set by the handshake; run by the draining thread

@@ -252,7 +252,7 @@ class Session {
   const uint64_t max_graph_ops_;
   std::unordered_map<ir::GraphId, uint64_t> graph_ops_;  // graph -> ops it counts for
   uint64_t graph_ops_total_ = 0;
-  bool compress_replies_ = false;  // CompressRepliesTask (protocol 10)
+  bool compress_replies_ = false;      // CompressRepliesTask (protocol 10)
   uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs, reserved
   std::atomic<uint64_t> ops_{0};       // written by run() only
   server::OpSampling sampling_;        // which fast ops run() times (--metrics)

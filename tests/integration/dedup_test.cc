@@ -39,9 +39,7 @@ std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
 Shape shape_of(const std::vector<uint8_t>& v) { return {static_cast<int64_t>(v.size())}; }
 
 // The sum of the bytes, as the server computes it (exact in f64 for these sizes).
-double sum_of(const std::vector<uint8_t>& v) {
-  return std::accumulate(v.begin(), v.end(), 0.0);
-}
+double sum_of(const std::vector<uint8_t>& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
 double remote_sum(const Tensor& t) { return t.to(kF64).sum().item<double>(); }
 
 struct EnvVar {
