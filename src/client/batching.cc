@@ -2,7 +2,6 @@
 // collectives): queued into one frame within the server's frame limit, sent on a count, a byte
 // size, the idle timer or a flush, written from the calling thread.
 #include <algorithm>
-#include <utility>
 
 #include "client/connection.h"
 
@@ -156,14 +155,12 @@ void Connection::send_batch_locked() {
   proto::OutFrame f = batch_.take();
   if (compress_) f = proto::maybe_compress(std::move(f), proto::kCompressedClientType);
   batch_ops_ = 0;
-  const uint64_t dedup = std::exchange(frame_dedup_, 0);
   if (awaiting_dedup_ != 0) {
     // Behind an upload by hash not yet answered (client/dedup.cc): held, in order.
     held_bytes_ += f.payload_size();
-    held_.push_back({std::move(f), dedup});
+    held_.push_back({std::move(f), 0});
   } else {
     send_frame_locked(std::move(f));
-    awaiting_dedup_ = dedup;
   }
   if (options_.window_bytes && writer_.queued_bytes() + held_bytes_ > options_.window_bytes)
     wait_for_window_locked();

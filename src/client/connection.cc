@@ -154,6 +154,7 @@ Status Connection::connect_locked() {
 }
 
 void Connection::close() {
+  finish_dedups();  // (client/dedup.cc)
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kConnected) {

@@ -232,13 +232,21 @@ class Connection {
   // submit_op() of an upload of at least kDedupMinBytes (dedup on): by hash, answered later or
   // waited for (see Options::dedup), else as a plain upload.
   Status submit_upload(const ir::Op& op, const ir::FromHost& up);
-  // The upload by hash of bytes the client holds (`up`'s Buffer), not waited for: the frames
-  // queued after it are held until the answer (dedup_answered_locked), so nothing reaches the
-  // server before the tensor it may read. False (nothing queued) when the server cannot take it.
-  Result<bool> upload_by_hash_async(const ir::FromHost& up, const protocol::ContentHash& h);
+  // The upload by hash of bytes the client holds (`up`'s Buffer), not waited for: hashed on the
+  // connection's hasher thread, asked once hashed, and the frames queued after it held until the
+  // answer (dedup_answered_locked), so nothing reaches the server before the tensor it may read.
+  // False (nothing queued) when the server cannot take it.
+  Result<bool> upload_by_hash_async(const ir::FromHost& up);
+  // The hasher thread's loop (hash_jobs_ in order), and what it does with each hash.
+  void hash_loop();
+  void hashed_locked(uint64_t request, const protocol::ContentHash& h);
+  // Sends the question of dedups_.front() (hashed, at the front of the line).
+  void ask_front_locked();
   // The server answered the upload by hash awaited (awaiting_dedup_): on a miss its bytes go
   // now; then the held frames, up to the next upload by hash among them.
   void dedup_answered_locked(bool hit);
+  // close(): the held frames sent and run first, then the hasher stopped.
+  void finish_dedups();
   // Counts and sends one frame of the session (send_batch_locked's, or a held one).
   void send_frame_locked(protocol::OutFrame f);
   // fail_all(): lets go of the uploads by hash in flight and the frames held behind them.
@@ -427,24 +435,32 @@ class Connection {
   std::mutex staged_mu_;
   std::vector<StagedHash> staged_hashes_;
 
-  // Uploads by hash not waited for (upload_by_hash_async; mu_): the request, and the frame that
-  // uploads the bytes should the server not hold them (it holds the client's Buffer). The
-  // first is the one sent and awaited (awaiting_dedup_); the others are in held frames.
+  // Uploads by hash not waited for (upload_by_hash_async; mu_), in order: the question (its
+  // hash filled in by the hasher), and the frame that uploads the bytes should the server not
+  // hold them (it holds the client's Buffer). The first is at the front of the line
+  // (awaiting_dedup_: asked once hashed); each other one has its place among the held frames.
   struct DedupInFlight {
     uint64_t request = 0;
+    protocol::UploadByHashTask ask;
     protocol::OutFrame upload;
+    bool hashed = false;
   };
   std::deque<DedupInFlight> dedups_;
   uint64_t awaiting_dedup_ = 0;  // the request whose answer holds later frames back; 0: none
-  uint64_t frame_dedup_ = 0;     // the upload by hash that ends the batch being sent
-  // Frames made while an answer is awaited, in order; `dedup`: the upload by hash that ends it
-  // (its answer is awaited once it is sent), or 0.
+  // Frames made while an answer is awaited, in order; or (`dedup` not 0) the place of that
+  // upload's question, made once it is hashed.
   struct HeldFrame {
     protocol::OutFrame frame;
     uint64_t dedup = 0;
   };
   std::deque<HeldFrame> held_;
   uint64_t held_bytes_ = 0;  // of held_, counted in the flow-control window
+  // The hasher: one thread, started on the first upload by hash not waited for, hashing the
+  // uploads' bytes in order (each on two threads, protocol::content_hash) while the caller goes on.
+  std::thread hasher_;
+  std::deque<std::pair<uint64_t, Buffer>> hash_jobs_;  // (request, bytes); mu_
+  std::condition_variable hash_cv_;
+  bool hasher_stop_ = false;
 };
 
 // Connects only to list the devices a server hosts.
