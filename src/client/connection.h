@@ -459,6 +459,9 @@ class Connection {
   // uploads' bytes in order (each on two threads, protocol::content_hash) while the caller goes on.
   std::thread hasher_;
   std::deque<std::pair<uint64_t, Buffer>> hash_jobs_;  // (request, bytes); mu_
+  // Hits' upload frames, let go by the hasher: the last hold on bytes handed over (64 MiB take
+  // milliseconds to give back), not to be freed by the reader under mu_.
+  std::vector<protocol::OutFrame> to_free_;
   std::condition_variable hash_cv_;
   bool hasher_stop_ = false;
 };

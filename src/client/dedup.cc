@@ -133,8 +133,16 @@ Result<bool> Connection::upload_by_hash_async(const ir::FromHost& up) {
 void Connection::hash_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    hash_cv_.wait(lock, [&] { return hasher_stop_ || !hash_jobs_.empty(); });
+    hash_cv_.wait(lock, [&] { return hasher_stop_ || !hash_jobs_.empty() || !to_free_.empty(); });
     if (hasher_stop_) return;
+    if (!to_free_.empty()) {
+      std::vector<proto::OutFrame> going;
+      going.swap(to_free_);
+      lock.unlock();
+      going.clear();
+      lock.lock();
+      continue;
+    }
     auto [req, bytes] = std::move(hash_jobs_.front());
     hash_jobs_.pop_front();
     lock.unlock();
@@ -171,6 +179,9 @@ void Connection::dedup_answered_locked(bool hit) {
     if (compress_)
       d.upload = proto::maybe_compress(std::move(d.upload), proto::kCompressedClientType);
     send_frame_locked(std::move(d.upload));
+  } else if (!hasher_stop_) {
+    to_free_.push_back(std::move(d.upload));
+    hash_cv_.notify_one();
   }
   while (!held_.empty() && awaiting_dedup_ == 0) {
     HeldFrame f = std::move(held_.front());
@@ -192,6 +203,7 @@ void Connection::drop_dedups_locked() {
   held_bytes_ = 0;
   awaiting_dedup_ = 0;
   hash_jobs_.clear();
+  to_free_.clear();
 }
 
 void Connection::finish_dedups() {
