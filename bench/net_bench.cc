@@ -5,7 +5,12 @@
 //   (U) 256 MiB random upload at 100 Mbit/s: >= 0.9x the link rate
 //   (Z) 256 MiB compressible upload (int64 labels, one-hot f32, zeros) at 100 Mbit/s: >= 3x the
 //       link rate (zstd frames, protocol 9; TW_COMPRESS)
-//   (D) re-upload of the same 64 MiB (deduplicated, protocol 9): <= 1 KiB on the wire, < 5 ms
+//   (D) re-upload of the same 64 MiB (deduplicated, protocol 9): <= 1 KiB on the wire, < 5 ms,
+//       three ways: a host tensor moved (.to), a vector handed over (from_vector(std::move(v))),
+//       lent bytes (from_bytes of a span, which waits one round trip; client/dedup.cc)
+//   (Zd) 256 MiB reads, compressible (int64 labels) and random (f32), with compressed replies
+//       (protocol 10, asked for by the client's auto rule) and with TW_COMPRESS=0: compressible
+//       >= 3x the link rate, random >= 0.9x (measured; no target in issue 34)
 //   (F) 1M tiny ops (1-element adds) to a server slowed to ~10k ops/s (TW_TEST_OP_DELAY_US=50,
 //       a sleep of ~100 us): client and server RSS growth <= 64 MiB each (flow control,
 //       TW_WINDOW_BYTES)
@@ -17,8 +22,9 @@
 //       against the best, medians beside)
 //   (K) a black-holed link (every packet dropped, no RST) under a waiting read, with
 //       TW_DEAD_PEER_MS=2000: the read fails within the deadline + 1 s
-// Usage: tw_bench_net [--quick] [--only LUZDFTK] [--rtt-us N] [--rate 100mbit] [--server PATH]
-//        [--t-rtt-us 2000,20000] [--t-reps 5] [--t-epochs 20].
+// Usage: tw_bench_net [--quick] [--only LUZDFTK, or Zd for the reads] [--rtt-us N]
+//        [--rate 100mbit] [--server PATH] [--t-rtt-us 2000,20000] [--t-reps 5] [--t-epochs 20]
+//        [--d-reps 5].
 // Needs root (network namespaces); measures, never asserts. `make bench-net` runs it.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -31,6 +37,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -64,12 +71,14 @@ std::vector<Row> rows;
 struct Args {
   bool quick = false;
   std::string only = "LUZDFTK";
+  bool reads = true;  // rows Zd (in --only as "Zd", taken out of `only` by main)
   uint32_t rtt_us = 2000;
   std::string rate = "100mbit";
   std::string server = TW_SERVER_BINARY;
   std::vector<uint32_t> t_rtts_us = {2000, 20000};  // row T's links (--t-rtt-us 0,2000,20000)
   int t_reps = 5;     // row T: runs per side, link and loopback alternating (--t-reps)
   int t_epochs = 20;  // row T: epochs timed per run, after one of warm-up (--t-epochs)
+  int d_reps = 5;     // row D: uploads timed per way (--d-reps)
 };
 
 // "100mbit" in bytes per second.
@@ -184,6 +193,9 @@ std::vector<uint8_t> random_bytes(size_t bytes) {
   return v;
 }
 
+void bench_reupload(tw::testing::ShapedLink& link, const Served& s, const tw::Device& first,
+                    const Args& a);
+
 void bench_uploads(tw::testing::ShapedLink& link, const Args& a, double link_rate) {
   Served s = serve(link, a);
   tw::Device d = tw::Device::remote(s.url);
@@ -210,28 +222,128 @@ void bench_uploads(tw::testing::ShapedLink& link, const Args& a, double link_rat
                         fmt(", %.1f MiB on the wire)", static_cast<double>(wire) / 1048576.0),
                     ">= 3x link", ratio >= 3});
   }
-  if (a.only.find('D') != std::string::npos) {
-    const size_t n = 64u << 20;
-    std::vector<uint8_t> host = random_bytes(n);
-    tw::Tensor keep = tw::from_bytes(host, {static_cast<int64_t>(n)}, tw::kU8, d);
-    d.sync();
-    // The same bytes again, on a new connection (a client's reconnect): the server still holds
-    // them (the first session keeps its tensor).
-    tw::Device again = tw::Device::remote(s.url);
-    link.in_client([&] { again.connect(); });
-    again.sync();
-    // Timed to the upload's return: a deduplicated upload returns once the server has answered
-    // that it made the tensor (one round trip), so nothing is left in flight.
-    const uint64_t before = bytes_out(s.url);
-    auto t0 = Clock::now();
-    tw::Tensor t = tw::from_bytes(host, {static_cast<int64_t>(n)}, tw::kU8, again);
-    double secs = seconds_since(t0);
-    again.sync();
-    const uint64_t wire = bytes_out(s.url) - before;
-    rows.push_back(
-        {"D", "re-upload of the same 64 MiB, new connection, at " + a.rate,
-         fmt("%.0f B on the wire, ", static_cast<double>(wire)) + fmt("%.2f ms", secs * 1e3),
-         "<= 1 KiB and < 5 ms", wire <= 1024 && secs < 0.005});
+  if (a.only.find('D') != std::string::npos) bench_reupload(link, s, d, a);
+}
+
+// (D) re-uploads of the same 64 MiB on a new connection (a client's reconnect; the first
+// session keeps its tensor, so the server holds the bytes), three ways: a host tensor moved to
+// the device (t.to(remote): the client holds the bytes, so the call does not wait for the
+// server's answer), a vector handed over (from_vector(std::move(v)): the same), and lent bytes
+// (from_bytes of a span: the call waits one round trip, client/dedup.cc). Each timed to the
+// call's return (and to the return of a sync after it: the tensor made on the server), --d-reps
+// times; the wire bytes are those of the last upload and its sync.
+void bench_reupload(tw::testing::ShapedLink& link, const Served& s, const tw::Device& first,
+                    const Args& a) {
+  const size_t n = 64u << 20;
+  const tw::Shape shape{static_cast<int64_t>(n)};
+  std::vector<uint8_t> host = random_bytes(n);
+  double host_sum = 0;
+  for (uint8_t b : host) host_sum += b;
+  tw::Tensor keep = tw::from_bytes(host, shape, tw::kU8, first);
+  first.sync();
+  tw::Device again = tw::Device::remote(s.url);
+  link.in_client([&] { again.connect(); });
+  again.sync();
+  const tw::Tensor on_host = tw::from_bytes(host, shape, tw::kU8);  // the CPU device's
+  struct Way {
+    std::string id, what;
+    std::function<tw::Tensor()> upload;
+    std::function<void()> prepare;  // untimed
+  };
+  std::vector<uint8_t> handed;
+  const std::vector<Way> ways = {
+      {"D", "host tensor .to(remote)", [&] { return on_host.to(again); }, [] {}},
+      {"D", "from_vector(std::move(v))",
+       [&] { return tw::from_vector(std::move(handed), shape, again); }, [&] { handed = host; }},
+      {"D", "from_bytes(span): lent bytes, waits one round trip",
+       [&] { return tw::from_bytes(host, shape, tw::kU8, again); }, [] {}},
+  };
+  for (const Way& w : ways) {
+    std::vector<double> ms, ms_made;  // to the call's return; to the sync after it
+    uint64_t wire = 0;
+    for (int r = 0; r < a.d_reps; ++r) {
+      w.prepare();
+      const uint64_t before = bytes_out(s.url);
+      auto t0 = Clock::now();
+      tw::Tensor t = w.upload();
+      ms.push_back(seconds_since(t0) * 1e3);
+      again.sync();
+      ms_made.push_back(seconds_since(t0) * 1e3);
+      wire = bytes_out(s.url) - before;
+      if (r + 1 == a.d_reps && t.to(tw::kF64).sum().item<double>() != host_sum)
+        wire = ~uint64_t{0};  // the tensor's bytes are not the upload's
+    }
+    std::string runs, made;
+    for (double m : ms) runs += (runs.empty() ? "" : " / ") + fmt("%.2f", m);
+    for (double m : ms_made) made += (made.empty() ? "" : " / ") + fmt("%.2f", m);
+    const double best = *std::min_element(ms.begin(), ms.end());
+    std::vector<double> sorted = ms;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    rows.push_back({w.id,
+                    "re-upload of the same 64 MiB at " + a.rate + ", new connection: " + w.what,
+                    (wire == ~uint64_t{0} ? std::string("WRONG DATA, ")
+                                          : fmt("%.0f B on the wire", static_cast<double>(wire))) +
+                        ", " + runs + " ms (median " + fmt("%.2f", median) +
+                        "; with the sync after it, the tensor made: " + made + " ms)",
+                    "<= 1 KiB and < 5 ms", wire <= 1024 && median < 5 && best < 5});
+  }
+}
+
+uint64_t bytes_in(const std::string& url) {
+  for (const auto& d : tw::profile::devices())
+    if (d.device.find(url) != std::string::npos) return d.bytes_in;
+  return 0;
+}
+
+// (Zd) reads of 256 MiB made on the server, a compressible one (int64 labels in [0, 10)) and a
+// random one (uniform f32), on a connection that asks for compressed replies (the client's
+// auto rule: another host over TCP; protocol 10) and on one with TW_COMPRESS=0.
+void bench_downloads(tw::testing::ShapedLink& link, const Args& a, double link_rate) {
+  Served s = serve(link, a);
+  const size_t bytes = (a.quick ? 32u : 256u) << 20;
+  const std::string mib = std::to_string(bytes >> 20) + " MiB";
+  struct Kind {
+    const char* what;
+    double target;  // x the link rate
+    std::function<tw::Tensor(const tw::Device&)> make;
+  };
+  const std::vector<Kind> kinds = {
+      {"compressible (int64 labels)", 3.0,
+       [&](const tw::Device& d) {
+         return tw::arange(0, static_cast<int64_t>(bytes / 8), 1, tw::kI64, d).remainder(10);
+       }},
+      {"random (uniform f32)", 0.9,
+       [&](const tw::Device& d) {
+         return tw::rand({static_cast<int64_t>(bytes / 4)}, tw::kF32, d);
+       }},
+  };
+  for (const Kind& k : kinds) {
+    std::string measured;
+    bool ok = true;
+    for (bool compress : {true, false}) {
+      if (!compress) ::setenv("TW_COMPRESS", "0", 1);
+      tw::Device d = tw::Device::remote(s.url);
+      ::unsetenv("TW_COMPRESS");
+      link.in_client([&] { d.connect(); });
+      tw::Tensor t = k.make(d);
+      d.sync();
+      const std::string url = s.url;
+      const uint64_t before = bytes_in(url);
+      auto t0 = Clock::now();
+      std::vector<uint8_t> got = t.to_bytes();
+      const double secs = seconds_since(t0);
+      const double wire = static_cast<double>(bytes_in(url) - before);
+      const double ratio = static_cast<double>(got.size()) / secs / link_rate;
+      measured += std::string(measured.empty() ? "" : "; ") +
+                  (compress ? "compressed replies " : "TW_COMPRESS=0 ") +
+                  fmt("%.2f MB/s", static_cast<double>(got.size()) / secs / 1e6) +
+                  fmt(" (%.2fx link, ", ratio) + fmt("%.1f MiB on the wire)", wire / 1048576.0);
+      if (compress) ok = ratio >= k.target;
+      t = tw::Tensor();
+    }
+    rows.push_back({"Zd", "read " + mib + " " + k.what + " at " + a.rate, measured,
+                    fmt(">= %.1fx link (compressed replies)", k.target), ok});
   }
 }
 
@@ -478,9 +590,12 @@ int main(int argc, char** argv) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (s == "--quick")
       a.quick = true;
-    else if (s == "--only")
+    else if (s == "--only") {
       a.only = next();
-    else if (s == "--rtt-us")
+      const size_t zd = a.only.find("Zd");
+      a.reads = zd != std::string::npos;
+      if (a.reads) a.only.erase(zd, 2);
+    } else if (s == "--rtt-us")
       a.rtt_us = static_cast<uint32_t>(std::stoul(next()));
     else if (s == "--rate")
       a.rate = next();
@@ -488,6 +603,8 @@ int main(int argc, char** argv) {
       a.t_reps = std::max(1, std::stoi(next()));
     else if (s == "--t-epochs")
       a.t_epochs = std::max(1, std::stoi(next()));
+    else if (s == "--d-reps")
+      a.d_reps = std::max(1, std::stoi(next()));
     else if (s == "--server")
       a.server = next();
     else if (s == "--t-rtt-us") {
@@ -502,7 +619,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: tw_bench_net [--quick] [--only LUZDFTK] [--rtt-us N] [--rate R] "
-                   "[--server PATH] [--t-rtt-us LIST] [--t-reps N] [--t-epochs N]\n");
+                   "[--server PATH] [--t-rtt-us LIST] [--t-reps N] [--t-epochs N] [--d-reps N]\n");
       return 2;
     }
   }
@@ -524,6 +641,7 @@ int main(int argc, char** argv) {
                     link_rate <= nominal * 1.05});
   }
   bench_uploads(*link, a, link_rate);
+  if (a.reads) bench_downloads(*link, a, link_rate);
   if (a.only.find('F') != std::string::npos) bench_flow_control(*link, a);
   if (a.only.find('T') != std::string::npos) bench_digits(a);
   if (a.only.find('K') != std::string::npos) bench_dead_link(a);

@@ -283,6 +283,12 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape,
                    const Device& device = Device::cpu()) {
   return from_vector<T>(std::span<const T>(values), shape, device);
 }
+// Takes the values over instead of copying them: on the CPU device they become the tensor's
+// storage; on a remote device the upload keeps them until they are sent, so a large upload the
+// server holds already (deduplicated, docs/remote.md) returns without waiting for its answer.
+template <class T>
+Tensor from_vector(std::vector<T>&& values, const Shape& shape,
+                   const Device& device = Device::cpu());
 // 1-D tensor of the given values.
 template <class T>
 Tensor tensor(std::initializer_list<T> values, const Device& device = Device::cpu()) {

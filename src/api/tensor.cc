@@ -527,6 +527,26 @@ Tensor from_vector(std::span<const T> values, const Shape& shape, const Device& 
                       shape, detail::dtype_of_v<T>, device);
   }
 }
+template <class T>
+Tensor from_vector(std::vector<T>&& values, const Shape& shape, const Device& device) {
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<uint8_t> b(values.begin(), values.end());  // (std::vector<bool> packs bits)
+    return from_bytes(b, shape, kBool, device);
+  } else {
+    auto held = std::make_shared<std::vector<T>>(std::move(values));
+    const size_t n = held->size() * sizeof(T);
+    Buffer bytes = Buffer::wrap(held->data(), n, held);
+    return create(device,
+                  ir::FromHost{{}, shape, detail::dtype_of_v<T>, ir::Bytes{std::move(bytes)}});
+  }
+}
+template TW_API Tensor from_vector<float>(std::vector<float>&&, const Shape&, const Device&);
+template TW_API Tensor from_vector<double>(std::vector<double>&&, const Shape&, const Device&);
+template TW_API Tensor from_vector<int32_t>(std::vector<int32_t>&&, const Shape&, const Device&);
+template TW_API Tensor from_vector<int64_t>(std::vector<int64_t>&&, const Shape&, const Device&);
+template TW_API Tensor from_vector<uint8_t>(std::vector<uint8_t>&&, const Shape&, const Device&);
+template TW_API Tensor from_vector<bool>(std::vector<bool>&&, const Shape&, const Device&);
+
 template TW_API Tensor from_vector<float>(std::span<const float>, const Shape&, const Device&);
 template TW_API Tensor from_vector<double>(std::span<const double>, const Shape&, const Device&);
 template TW_API Tensor from_vector<int32_t>(std::span<const int32_t>, const Shape&, const Device&);

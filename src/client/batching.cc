@@ -12,18 +12,7 @@ namespace proto = protocol;
 Status Connection::submit_op(const ir::Op& op) {
   if (const auto* up = std::get_if<ir::FromHost>(&op);
       up && options_.dedup && up->data.data.size() >= Options::kDedupMinBytes) {
-    const std::optional<proto::ContentHash> staged = staged_hash(up->data.data);
-    const proto::ContentHash h =
-        staged ? *staged : proto::content_hash(up->data.data.data(), up->data.data.size());
-    TW_ASSIGN_OR_RETURN(bool sent, upload_by_hash(*up, h));
-    if (sent) return Status::OK();
-    if (staged) {
-      // The bytes are still the caller's (hash_in_place): copy them now, as host_copy would have.
-      ir::Op copied = op;
-      auto& data = std::get<ir::FromHost>(copied).data.data;
-      data = copy_for_upload(up->data.data.data(), up->data.data.size());
-      return submit_plain(copied);
-    }
+    return submit_upload(op, *up);  // client/dedup.cc
   }
   return submit_plain(op);
 }
@@ -166,12 +155,22 @@ void Connection::send_batch_locked() {
   proto::OutFrame f = batch_.take();
   if (compress_) f = proto::maybe_compress(std::move(f), proto::kCompressedClientType);
   batch_ops_ = 0;
+  if (awaiting_dedup_ != 0) {
+    // Behind an upload by hash not yet answered (client/dedup.cc): held, in order.
+    held_bytes_ += f.payload_size();
+    held_.push_back({std::move(f), 0});
+  } else {
+    send_frame_locked(std::move(f));
+  }
+  if (options_.window_bytes && writer_.queued_bytes() + held_bytes_ > options_.window_bytes)
+    wait_for_window_locked();
+}
+
+void Connection::send_frame_locked(proto::OutFrame f) {
   ++counters_.frames_out;
   counters_.bytes_out += f.payload_size() + 4;
   push_frame_locked(std::move(f));
   if (!writer_.writing()) pump_locked();
-  if (options_.window_bytes && writer_.queued_bytes() > options_.window_bytes)
-    wait_for_window_locked();
 }
 
 void Connection::pump_locked() {

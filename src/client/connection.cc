@@ -133,6 +133,8 @@ Status Connection::connect_locked() {
   frame_limit_ = std::clamp<uint64_t>(welcome_.limits.max_frame_bytes, 1024, 0xFFFFFFFFu);
   compress_ = welcome_.version >= 9 && url_.scheme != net::Url::Scheme::kUnix &&
               proto::compress_link(options_.compress, url_.host);
+  // The same decision for the replies (protocol 10): asked for in the first batch, no round trip.
+  if (compress_ && welcome_.version >= 10) batch_.add(proto::CompressRepliesTask{true});
   timer_.emplace(io_);
   check_timer_.emplace(io_);
   work_.emplace(io_.get_executor());
@@ -152,6 +154,7 @@ Status Connection::connect_locked() {
 }
 
 void Connection::close() {
+  finish_dedups();  // (client/dedup.cc)
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kConnected) {

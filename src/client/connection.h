@@ -57,8 +57,10 @@ struct Options {
   // frame's sample pays, unset (auto) the same but only to another host over TCP or TLS.
   protocol::CompressMode compress = protocol::CompressMode::kAuto;
   // Deduplicated uploads (protocol 9, client/dedup.cc): an upload of at least kDedupMinBytes
-  // first asks the server, by content hash, whether it holds the bytes (one round trip); on
-  // unless TW_DEDUP=0.
+  // first asks the server, by content hash, whether it holds the bytes; on unless TW_DEDUP=0.
+  // When the client holds the bytes (a host tensor's storage, a vector handed over) the caller
+  // does not wait for the answer; when they are only lent for the call (a span) it waits one
+  // round trip.
   bool dedup = true;
   static constexpr uint64_t kDedupMinBytes = uint64_t{4} << 20;
   // Flow control (client/flow_control.cc): a thread that queues frames while this many bytes of
@@ -227,6 +229,28 @@ class Connection {
   // Deduplicated upload (client/dedup.cc): true when the server made the tensor from bytes it
   // holds (named by `h`, their content hash); false when the bytes must be sent.
   Result<bool> upload_by_hash(const ir::FromHost& up, const protocol::ContentHash& h);
+  // submit_op() of an upload of at least kDedupMinBytes (dedup on): by hash, answered later or
+  // waited for (see Options::dedup), else as a plain upload.
+  Status submit_upload(const ir::Op& op, const ir::FromHost& up);
+  // The upload by hash of bytes the client holds (`up`'s Buffer), not waited for: hashed on the
+  // connection's hasher thread, asked once hashed, and the frames queued after it held until the
+  // answer (dedup_answered_locked), so nothing reaches the server before the tensor it may read.
+  // False (nothing queued) when the server cannot take it.
+  Result<bool> upload_by_hash_async(const ir::FromHost& up);
+  // The hasher thread's loop (hash_jobs_ in order), and what it does with each hash.
+  void hash_loop();
+  void hashed_locked(uint64_t request, const protocol::ContentHash& h);
+  // Sends the question of dedups_.front() (hashed, at the front of the line).
+  void ask_front_locked();
+  // The server answered the upload by hash awaited (awaiting_dedup_): on a miss its bytes go
+  // now; then the held frames, up to the next upload by hash among them.
+  void dedup_answered_locked(bool hit);
+  // close(): the held frames sent and run first, then the hasher stopped.
+  void finish_dedups();
+  // Counts and sends one frame of the session (send_batch_locked's, or a held one).
+  void send_frame_locked(protocol::OutFrame f);
+  // fail_all(): lets go of the uploads by hash in flight and the frames held behind them.
+  void drop_dedups_locked();
   // host_copy() of an upload that may be deduplicated: the caller's bytes hashed where they are
   // and borrowed, not copied (the upload that follows at once, submit_op, copies them only when
   // the server does not hold them). Empty when dedup does not apply.
@@ -412,6 +436,36 @@ class Connection {
   };
   std::mutex staged_mu_;
   std::vector<StagedHash> staged_hashes_;
+
+  // Uploads by hash not waited for (upload_by_hash_async; mu_), in order: the question (its
+  // hash filled in by the hasher), and the frame that uploads the bytes should the server not
+  // hold them (it holds the client's Buffer). The first is at the front of the line
+  // (awaiting_dedup_: asked once hashed); each other one has its place among the held frames.
+  struct DedupInFlight {
+    uint64_t request = 0;
+    protocol::UploadByHashTask ask;
+    protocol::OutFrame upload;
+    bool hashed = false;
+  };
+  std::deque<DedupInFlight> dedups_;
+  uint64_t awaiting_dedup_ = 0;  // the request whose answer holds later frames back; 0: none
+  // Frames made while an answer is awaited, in order; or (`dedup` not 0) the place of that
+  // upload's question, made once it is hashed.
+  struct HeldFrame {
+    protocol::OutFrame frame;
+    uint64_t dedup = 0;
+  };
+  std::deque<HeldFrame> held_;
+  uint64_t held_bytes_ = 0;  // of held_, counted in the flow-control window
+  // The hasher: one thread, started on the first upload by hash not waited for, hashing the
+  // uploads' bytes in order (each on two threads, protocol::content_hash) while the caller goes on.
+  std::thread hasher_;
+  std::deque<std::pair<uint64_t, Buffer>> hash_jobs_;  // (request, bytes); mu_
+  // Hits' upload frames, let go by the hasher: the last hold on bytes handed over (64 MiB take
+  // milliseconds to give back), not to be freed by the reader under mu_.
+  std::vector<protocol::OutFrame> to_free_;
+  std::condition_variable hash_cv_;
+  bool hasher_stop_ = false;
 };
 
 // Connects only to list the devices a server hosts.

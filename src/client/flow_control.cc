@@ -3,7 +3,8 @@
 // the socket's buffers then fill, and the frames the program goes on making would pile up in the
 // connection's writer without bound. Past Options::window_bytes of them the producing thread
 // waits here for the writes to drain to half the window (hysteresis: one wake-up per half
-// window, not one per frame).
+// window, not one per frame). Frames held behind an upload by hash not yet answered
+// (client/dedup.cc) count as unwritten.
 #include <cstdio>
 #include <cstdlib>
 
@@ -18,7 +19,8 @@ void Connection::wait_for_window_locked() {
   ++counters_.window_waits;
   const auto t0 = std::chrono::steady_clock::now();
   window_cv_.wait(mu_, [&] {
-    return writer_.queued_bytes() <= resume_at || state_ != State::kConnected || closing_;
+    return writer_.queued_bytes() + held_bytes_ <= resume_at || state_ != State::kConnected ||
+           closing_;
   });
   const auto waited = std::chrono::steady_clock::now() - t0;
   counters_.window_wait_ns +=

@@ -260,6 +260,7 @@ void Connection::fail_all(const Status& why) {
       dead_ = why;
     }
     pending.swap(pending_);
+    drop_dedups_locked();
     kick_io_locked();
     window_cv_.notify_all();
   }
@@ -308,6 +309,12 @@ void Connection::on_message(const Buffer& payload) {
     std::lock_guard<std::mutex> lock(mu_);
     if (reader_spare_ && !spare_pending_) spare_pending_ = std::move(reader_spare_);
     if (resume_) resume_->on_reply(m.request_id());  // the frames up to its request have run
+    if (awaiting_dedup_ != 0 && m.request_id() == awaiting_dedup_) {
+      // An upload by hash not waited for (client/dedup.cc): anything but a made tensor sends
+      // the bytes (the upload then records any failure in the tensor, as uploads do).
+      dedup_answered_locked(m.kind == proto::ServerMsg::kSyncResult && m.status().ok());
+      return;
+    }
     auto it = pending_.find(m.request_id());
     if (it == pending_.end()) return;  // unknown id: a reply to a request already failed
     node = pending_.extract(it);

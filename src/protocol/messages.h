@@ -30,8 +30,8 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // drain notice (kDraining, sent only to a client that speaks 9) and the draining refusal,
 // compressed frames (kCompressed, protocol/compress.h) and deduplicated uploads (the UploadByHash
 // task); version 10 the retryable pull (FetchBound and FetchDone on a peer connection, §8.9: a
-// pull cut mid-transfer is tried again). An older client never sends them, so the server still
-// speaks 1.
+// pull cut mid-transfer is tried again) and the CompressReplies task (a client asks for
+// compressed replies). An older client never sends them, so the server still speaks 1.
 inline constexpr uint16_t kProtocolVersion = 10;
 // Which version brought each op is the op list's `since` column (ir::op_since_protocol): an op
 // appended to the list with a new version bumps kProtocolVersion with it.

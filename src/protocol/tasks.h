@@ -46,6 +46,8 @@ enum class TaskKind : uint8_t {
   kReadToSegment = 15,
   // Protocol 9: a tensor made from bytes the server holds already (a deduplicated upload).
   kUploadByHash = 16,
+  // Protocol 10: the client asks for its replies compressed (or not) from here on.
+  kCompressReplies = 17,
 };
 
 // Where an import (kImport) or a same-server move (kMoveLocal) takes its tensor from: a tensor
@@ -176,10 +178,21 @@ struct UploadByHashTask {
   TW_FIELDS(request_id, id, meta, hash_lo, hash_hi)
 };
 
+// From here on the server compresses this session's replies when they pay (`on` 1) or never
+// (`on` 0) (protocol 10, protocol/compress.h): the client, which knows whether its link is slow
+// enough (TW_COMPRESS, its auto rule), says so in its first batch. No reply. A server started with
+// TW_COMPRESS=0 or 1 keeps to that instead.
+struct CompressRepliesTask {
+  static constexpr TaskKind kKind = TaskKind::kCompressReplies;
+  bool on = true;
+  TW_FIELDS(on)
+};
+
 // One task of a batch. A kind is added by appending a struct above and its type here.
-using Task = std::variant<OpTask, ReadTask, SyncTask, DropTask, StatsTask, RegisterGraphTask,
-                          RunGraphTask, ExportTask, ImportTask, MoveLocalTask, CollectiveTask,
-                          FromSegmentTask, ReadToSegmentTask, UploadByHashTask>;
+using Task =
+    std::variant<OpTask, ReadTask, SyncTask, DropTask, StatsTask, RegisterGraphTask, RunGraphTask,
+                 ExportTask, ImportTask, MoveLocalTask, CollectiveTask, FromSegmentTask,
+                 ReadToSegmentTask, UploadByHashTask, CompressRepliesTask>;
 
 // A task's kind (kDrop and kRunGraph for packed ones too: see their packed_ids).
 inline TaskKind task_kind(const Task& t) {

@@ -456,11 +456,15 @@ void Connection::send_error(const Status& s) {
 }
 
 void Connection::send(proto::OutFrame f) {
-  // Replies go compressed (protocol 9) only when the server runs with TW_COMPRESS=1: whether the
-  // link is slow enough to pay is the client's to know (its TW_COMPRESS governs its uploads).
-  static const bool compress_replies =
-      proto::compress_mode_from_env() == proto::CompressMode::kMeasure;
-  if (compress_replies && version_ >= 9 && f.payload_size() >= proto::kCompressMinBytes)
+  // Replies go compressed (when a frame's sample pays, protocol/compress.h) where the client asked
+  // for it (protocol 10, CompressRepliesTask: whether the link is slow enough to pay is the
+  // client's to know, by its TW_COMPRESS and its auto rule). The server's own TW_COMPRESS
+  // overrides: 0 never, 1 to every client that can decode them (protocol 9 on).
+  static const proto::CompressMode server_mode = proto::compress_mode_from_env();
+  const bool compress = server_mode == proto::CompressMode::kAuto
+                            ? compress_replies_.load(std::memory_order_relaxed)
+                            : server_mode == proto::CompressMode::kMeasure && version_ >= 9;
+  if (compress && f.payload_size() >= proto::kCompressMinBytes)
     f = proto::maybe_compress(std::move(f), proto::kCompressedServerType);
   std::lock_guard<std::mutex> lock(write_mu_);
   if (resume_) resume_->log(f);  // (also once closed: a resumed connection sends it)

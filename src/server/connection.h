@@ -94,6 +94,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
   void reply(protocol::OutFrame f) override;
   Status begin_import(const protocol::ImportTask& t) override;
   protocol::ServerStats server_stats(uint64_t asking) override;
+  void compress_replies(bool on) override { compress_replies_.store(on); }
 
   // ---- writing: from any thread, under write_mu_ (connection.cc) ----
   void send_error(const Status& s);
@@ -105,7 +106,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
   std::unique_ptr<net::Stream> stream_;
   uint64_t id_ = 0;
   uint32_t device_ = 0;
-  uint16_t version_ = 0;              // the protocol version the handshake settled on
+  uint16_t version_ = 0;  // the protocol version the handshake settled on
+  // The client asked for compressed replies (protocol 10; send() says when they go compressed).
+  std::atomic<bool> compress_replies_{false};
   std::unique_ptr<Session> session_;  // set by the handshake; run by the draining thread
   std::atomic<bool> closed_{false};
   std::atomic<bool> closing_{false};               // to close once the replies queued are out

@@ -97,6 +97,7 @@ void Connection::adopt(Result<ParkedSession> got, uint64_t acked, proto::Welcome
     srv_.sessions[id_] = weak_from_this();
     session_ = std::move(p.session);
     device_ = p.state->device;
+    compress_replies_.store(session_->compress_replies());  // (protocol 10)
   }
   welcomed_ = true;
   version_ = version;

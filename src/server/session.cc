@@ -258,6 +258,11 @@ void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
       s.read_to_segment(t, f);
       return true;
     }
+    bool operator()(proto::CompressRepliesTask& t) {
+      s.compress_replies_ = t.on;
+      out.compress_replies(s.compress_replies_);
+      return false;
+    }
   };
   if (std::visit(Run{*this, out, f}, task)) out.reply(std::move(f));
 }

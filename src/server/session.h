@@ -47,6 +47,8 @@ class SessionOutput {
   virtual void reply(protocol::OutFrame frame) = 0;
   // The server's figures, as a stats task reports them to session `asking`.
   virtual protocol::ServerStats server_stats(uint64_t asking) = 0;
+  // The client asked for its replies compressed when they pay, or not (protocol 10).
+  virtual void compress_replies(bool on) { (void)on; }
   // Starts pulling the tensor an import task names from its source server (transfer.h's
   // Puller); the session runs no further task until the server calls finish_import() with the
   // outcome. An error: the pull could not start (the session then poisons the tensor).
@@ -156,6 +158,8 @@ class Session {
   uint64_t held() const { return held_.load(); }
   // Ops run so far; any thread.
   uint64_t ops() const { return ops_.load(std::memory_order_relaxed); }
+  // Whether the client asked for compressed replies (protocol 10; a resumed connection keeps it).
+  bool compress_replies() const { return compress_replies_; }
 
   // ---- shared-memory segments (protocol 5; net/shm.h) ----
   // Segments attached and the data bytes they map together. Not thread-safe, like run().
@@ -248,6 +252,7 @@ class Session {
   const uint64_t max_graph_ops_;
   std::unordered_map<ir::GraphId, uint64_t> graph_ops_;  // graph -> ops it counts for
   uint64_t graph_ops_total_ = 0;
+  bool compress_replies_ = false;      // CompressRepliesTask (protocol 10)
   uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs, reserved
   std::atomic<uint64_t> ops_{0};       // written by run() only
   server::OpSampling sampling_;        // which fast ops run() times (--metrics)

@@ -288,6 +288,11 @@ int run(const fs::path& dir) {
   zeros.add_op(ir::FromHost{ir::Out{15}, {1 << 16}, kU8, ir::Bytes{Buffer::zeros(1 << 16)}});
   c.add("compressed", "zeros", maybe_compress(zeros.take(), kCompressedClientType));
 
+  // Protocol 10: a client asks for compressed replies.
+  BatchWriter replies;
+  replies.add(CompressRepliesTask{true});
+  c.add("batch", "compress_replies", replies.take());
+
   const std::vector<uint8_t> hello_bytes = testing::flatten(hello);
   c.add("frame", "hello_batch", stream(255, 255, {hello_bytes, other_tasks}));
   c.add("frame", "small_staging", stream(2, 3, {hello_bytes, {}, other_tasks, empty_batch}));

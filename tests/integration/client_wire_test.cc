@@ -168,6 +168,7 @@ std::string kinds(const std::vector<proto::Task>& tasks) {
       case proto::TaskKind::kFromSegment: s += 'u'; break;
       case proto::TaskKind::kReadToSegment: s += 'R'; break;
       case proto::TaskKind::kUploadByHash: s += 'h'; break;
+      case proto::TaskKind::kCompressReplies: s += 'z'; break;
     }
   }
   return s;

@@ -447,6 +447,7 @@ TEST(Protocol, BatchRoundTripEveryTaskAndEveryOp) {
 // wire field (TW_FIELDS) and the members that are not on the wire.
 struct FieldPrinter {
   std::ostringstream& o;
+  void print(bool v) { o << v; }
   void print(uint32_t v) { o << v; }
   void print(uint64_t v) { o << v; }
   void print(const std::string& v) { o << v; }
@@ -534,6 +535,10 @@ TEST(Protocol, DecodingIntoReusedTasksReadsAsDecodedFresh) {
       [](BatchWriter& b) {
         b.add_read_to_segment(51, 13, {7, 128, 1 << 20, 0});
       },
+      [](BatchWriter& b) {
+        b.add(UploadByHashTask{52, 14, {{4}, kF32}, 1, 2});
+      },
+      [](BatchWriter& b) { b.add(CompressRepliesTask{true}); },
   };
   const size_t n = adds.size();
   std::vector<Task> reused;
