@@ -29,7 +29,6 @@
 // --short runs a small version of each (the ctest tw_chaos_short: correctness only; timing rows
 // are printed but not judged, timing targets live in bench/ only). Exit status 0 when every
 // judged row holds.
-#include <httplib.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -51,6 +50,7 @@
 
 #include "digits/digits.h"
 #include "support/fault_relay.h"
+#include "support/metric.h"
 #include "support/server_process.h"
 #include "tensorwire/profile.h"
 #include "tensorwire/remote.h"
@@ -368,13 +368,7 @@ constexpr int64_t kCrashFloats = 1 << 20;  // 4 MiB per checkpoint
 // Tensors the server received from other servers (tensorwire_transfers_total{direction="in"} at
 // its --metrics endpoint), or -1.
 double transfers_in(const ServerProcess& s) {
-  httplib::Client client(s.metrics_url());
-  client.set_read_timeout(10, 0);
-  auto res = client.Get("/metrics");
-  if (!res) return -1;
-  const std::string key = "tensorwire_transfers_total{direction=\"in\"} ";
-  const size_t at = res->body.find(key);
-  return at == std::string::npos ? -1 : std::stod(res->body.substr(at + key.size()));
+  return tw::testing::metric_value(s, "tensorwire_transfers_total{direction=\"in\"}");
 }
 
 // Moves between two servers while relays in front of both cut the client's links (resumed
@@ -624,10 +618,11 @@ int main(int argc, char** argv) {
     } else if (f == "--seed") {
       a.seed = static_cast<uint64_t>(num());
     } else {
-      std::fprintf(stderr,
-                   "usage: tw_bench_chaos [--short] [--ckpt-only] [--cuts N] [--kills N] [--ckpt-mib N] "
-                   "[--crashes N] [--seed N] [--moves N] [--move-cuts N] [--rounds N] "
-                   "[--only cuts|kills|ckpt|moves|cost|crash]\n");
+      std::fprintf(
+          stderr,
+          "usage: tw_bench_chaos [--short] [--ckpt-only] [--cuts N] [--kills N] [--ckpt-mib N] "
+          "[--crashes N] [--seed N] [--moves N] [--move-cuts N] [--rounds N] "
+          "[--only cuts|kills|ckpt|moves|cost|crash]\n");
       return 2;
     }
   }
@@ -637,8 +632,8 @@ int main(int argc, char** argv) {
     auto want = [&](const char* row) { return a.only.empty() || a.only == row; };
     std::vector<std::vector<uint8_t>> whole;
     if (want("cuts") || want("kills"))
-      whole = param_bytes(
-          *tw::digits::train_resumable(train_set(), tw::Device::cpu(), base(a)).model);
+      whole =
+          param_bytes(*tw::digits::train_resumable(train_set(), tw::Device::cpu(), base(a)).model);
     if (want("cuts")) {
       row_cuts(a, whole, false);
       row_cuts(a, whole, true);

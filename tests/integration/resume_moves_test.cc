@@ -6,7 +6,6 @@
 // absorb. Every move lands exactly once (the destination's transfer counter) with the source's
 // bytes, over tcp:// and unix://.
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <unistd.h>
 
 #include <memory>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "support/fault_relay.h"
+#include "support/metric.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
@@ -29,13 +29,7 @@ int port_of(const std::string& url) { return std::stoi(url.substr(url.rfind(':')
 
 // Tensors the server at `metrics` (its --metrics endpoint) received from other servers.
 double transfers_in(const ServerProcess& s) {
-  httplib::Client client(s.metrics_url());
-  client.set_read_timeout(10, 0);
-  auto res = client.Get("/metrics");
-  if (!res) return -1;
-  const std::string key = "tensorwire_transfers_total{direction=\"in\"} ";
-  const size_t at = res->body.find(key);
-  return at == std::string::npos ? -1 : std::stod(res->body.substr(at + key.size()));
+  return testing::metric_value(s, "tensorwire_transfers_total{direction=\"in\"}");
 }
 
 // The fingerprint a server printed for its generated certificate ("tls certificate sha256 ...").
