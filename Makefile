@@ -73,7 +73,10 @@ NET_RTT_US ?= 2000
 NET_RATE   ?= 100mbit
 bench-net: build
 	cmake --build $(BUILD) --target tw_bench_net -j $(JOBS)
-	./$(BUILD)/bench/tw_bench_net --rtt-us $(NET_RTT_US) --rate $(NET_RATE)
+	# Client, relay and server share this machine's cores: OpenMP threads that spin between
+	# kernels (the default) delay the others by scheduler ticks; passive waits stand for the
+	# server's own machine (bench/results/net.md, rows T).
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/bench/tw_bench_net --rtt-us $(NET_RTT_US) --rate $(NET_RATE)
 
 # Python vs C++ on remote devices (bench/python_bench.py runs the C++ rows itself).
 # Imported ONNX models remote against local (bench/results/onnx_remote.md).
