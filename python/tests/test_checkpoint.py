@@ -28,18 +28,20 @@ def values(model):
     return [p.data.numpy().tobytes() for _, p in model.named_parameters()]
 
 
-def test_round_trip_and_resume(device, tmp_path):
-    tw.manual_seed(4)
+def fresh(device, seed):
+    """A seeded input, TwoLayer model and Adam optimizer on `device`."""
+    tw.manual_seed(seed)
     x = tw.randn(6, 4, device=device)
     model = TwoLayer(device)
-    opt = optim.Adam(model.parameters(), lr=1e-2)
+    return x, model, optim.Adam(model.parameters(), lr=1e-2)
+
+
+def test_round_trip_and_resume(device, tmp_path):
+    x, model, opt = fresh(device, 4)
     steps(model, opt, x, 5)
     expected = values(model)
 
-    tw.manual_seed(4)
-    x = tw.randn(6, 4, device=device)
-    model = TwoLayer(device)
-    opt = optim.Adam(model.parameters(), lr=1e-2)
+    x, model, opt = fresh(device, 4)
     steps(model, opt, x, 2)
     ckpt = tw.Checkpoint(str(tmp_path))
     info = ckpt.save(2, model, opt, {"run": "a"})
@@ -56,10 +58,7 @@ def test_round_trip_and_resume(device, tmp_path):
 
 
 def test_save_async_saves_the_tensors_of_its_call(device, tmp_path):
-    tw.manual_seed(5)
-    x = tw.randn(6, 4, device=device)
-    model = TwoLayer(device)
-    opt = optim.Adam(model.parameters(), lr=1e-2)
+    x, model, opt = fresh(device, 5)
     steps(model, opt, x, 2)
     at_save = values(model)
     ckpt = tw.Checkpoint(str(tmp_path))

@@ -82,6 +82,16 @@ def test_example_runs():
     assert "target < 10.0: met" in r.stdout and "sample:" in r.stdout
 
 
+def assert_same_logits(model, ref, seq, torch):
+    """tw.nn.GPT `model` and lm_torch's `ref` give the same logits for the token rows `seq`."""
+    with tw.no_grad():
+        model.eval()
+        ours = model(tw.tensor(seq, dtype=tw.int64)).numpy()
+    with torch.no_grad():
+        theirs = ref(torch.tensor(seq)).numpy()
+    np.testing.assert_allclose(ours, theirs, atol=2e-5)
+
+
 def test_state_dict_round_trips_with_pytorch(tmp_path, source_dir):
     """tensorwire's safetensors file loads into bench/lm_torch.py's module with strict names and
     gives the same logits; PyTorch's state_dict loads back into tw.nn.GPT strictly."""
@@ -98,12 +108,7 @@ def test_state_dict_round_trips_with_pytorch(tmp_path, source_dir):
     ref = lm_torch.GPT(11, 12, 2, 2, 16)
     ref.load_state_dict(lm_torch.load_safetensors(path), strict=True)
     seq = [[1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1]]
-    with tw.no_grad():
-        model.eval()
-        ours = model(tw.tensor(seq, dtype=tw.int64)).numpy()
-    with torch.no_grad():
-        theirs = ref(torch.tensor(seq)).numpy()
-    np.testing.assert_allclose(ours, theirs, atol=2e-5)
+    assert_same_logits(model, ref, seq, torch)
     # Back: PyTorch's parameters (perturbed) into a fresh tensorwire model.
     with torch.no_grad():
         for p in ref.parameters():
@@ -112,9 +117,4 @@ def test_state_dict_round_trips_with_pytorch(tmp_path, source_dir):
     tw.save_safetensors(str(tmp_path / "torch.safetensors"), back)
     fresh = tiny()
     tw.load_safetensors_into(str(tmp_path / "torch.safetensors"), fresh, strict=True)
-    with tw.no_grad():
-        fresh.eval()
-        ours = fresh(tw.tensor(seq, dtype=tw.int64)).numpy()
-    with torch.no_grad():
-        theirs = ref(torch.tensor(seq)).numpy()
-    np.testing.assert_allclose(ours, theirs, atol=2e-5)
+    assert_same_logits(fresh, ref, seq, torch)
