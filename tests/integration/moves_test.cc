@@ -269,6 +269,14 @@ class FakeSource {
       (void)!::write(c, head.data(), head.size());
       std::vector<uint8_t> part(static_cast<size_t>(send), 0);
       (void)!::write(c, part.data(), part.size());
+      // End with a FIN, not a reset: closing with the Fetch (sent after the Welcome) still
+      // unread would reset the connection and could drop the bytes written above. Read what
+      // came until the destination closes (bounded by a timeout).
+      ::shutdown(c, SHUT_WR);
+      timeval tv{5, 0};
+      ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      while (::read(c, buf, sizeof buf) > 0) {
+      }
       ::close(c);
       return;
     }
