@@ -14,8 +14,8 @@
 //   std::string url = link->relay_to(server.port());    // tcp://10.77.0.2:P, the delayed path
 //   link->in_client([&] { connection.ensure_connected(); });  // sockets stay in their namespace
 //
-// The relay (in the server's namespace) forwards each direction after rtt/2: a reader thread
-// stamps each chunk as it arrives and a writer sends it once its time has come, so the delay
+// The relay (in the server's namespace) forwards each direction after rtt/2: one thread a
+// direction stamps each burst as it arrives and sends it once its time has come, so the delay
 // does not limit throughput (up to kRelayQueueBytes in flight per direction). blackhole(true)
 // drops every packet on the veth pair: the client's peer (the relay) falls silent, with no RST.
 #pragma once
@@ -27,13 +27,15 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -220,18 +222,15 @@ class ShapedLink {
       std::lock_guard<std::mutex> lock(mu_);
       fds_.push_back(up);
       fds_.push_back(down);
-      auto a2b = std::make_shared<Pipe>(), b2a = std::make_shared<Pipe>();
-      threads_.emplace_back([this, down, a2b] { link_thread([&] { read_side(down, *a2b); }); });
-      threads_.emplace_back([this, up, a2b] { link_thread([&] { write_side(up, *a2b); }); });
-      threads_.emplace_back([this, up, b2a] { link_thread([&] { read_side(up, *b2a); }); });
-      threads_.emplace_back([this, down, b2a] { link_thread([&] { write_side(down, *b2a); }); });
+      threads_.emplace_back([this, down, up] { link_thread([&] { pump(down, up); }); });
+      threads_.emplace_back([this, down, up] { link_thread([&] { pump(up, down); }); });
     }
   }
 
   // The relay stands for the network, not for work of the machine under test: its threads run
   // real-time (SCHED_FIFO, when allowed), so a server's compute threads spinning on every core
   // (OpenMP waits by spinning) do not delay its packets by milliseconds. They never spin: each
-  // waits in poll(), a condition variable or a sleep.
+  // waits in ppoll() with a timeout to the nanosecond (real-time threads have no timer slack).
   template <class F>
   static void link_thread(F&& body) {
     sched_param p{};
@@ -240,73 +239,96 @@ class ShapedLink {
     body();
   }
 
-  struct Chunk {
-    std::chrono::steady_clock::time_point due;
-    std::vector<char> bytes;
-  };
-  struct Pipe {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<Chunk> q;
-    size_t bytes = 0;
-    bool closed = false;
-  };
-
-  void read_side(int fd, Pipe& p) {
-    const auto delay = std::chrono::microseconds(shape_.rtt_us / 2);
-    std::vector<char> buf(256 * 1024);
-    while (!stop_.load()) {
-      {
-        std::unique_lock<std::mutex> lock(p.mu);
-        p.cv.wait_for(lock, std::chrono::milliseconds(50),
-                      [&] { return p.bytes < kRelayQueueBytes; });
-        if (p.bytes >= kRelayQueueBytes) continue;
-      }
-      pollfd pf{fd, POLLIN, 0};
-      if (::poll(&pf, 1, 50) <= 0) continue;
-      ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
-      if (n < 0) continue;
-      std::lock_guard<std::mutex> lock(p.mu);
-      p.q.push_back({std::chrono::steady_clock::now() + delay, {buf.begin(), buf.begin() + n}});
-      p.bytes += static_cast<size_t>(n);
-      p.cv.notify_all();
+  // When the bytes a recvmsg() returned reached the socket, on the steady clock: the kernel's
+  // receive time stamp (SO_TIMESTAMPNS, the real-time clock; for TCP, the newest segment's),
+  // so the relay's own wake-up latency is not added to the link's delay; `now` when there is
+  // none or it is not plausible (more than 10 ms old, or in the future).
+  static std::chrono::steady_clock::time_point arrived(const msghdr& m,
+                                                       std::chrono::steady_clock::time_point now) {
+    for (const cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr;
+         c = CMSG_NXTHDR(const_cast<msghdr*>(&m), const_cast<cmsghdr*>(c))) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_TIMESTAMPNS) continue;
+      timespec stamp, real;
+      std::memcpy(&stamp, CMSG_DATA(c), sizeof stamp);
+      ::clock_gettime(CLOCK_REALTIME, &real);
+      const int64_t age_ns =
+          (real.tv_sec - stamp.tv_sec) * 1000000000LL + (real.tv_nsec - stamp.tv_nsec);
+      if (age_ns >= 0 && age_ns <= 10000000) return now - std::chrono::nanoseconds(age_ns);
     }
-    std::lock_guard<std::mutex> lock(p.mu);
-    p.closed = true;
-    p.cv.notify_all();
+    return now;
   }
 
-  void write_side(int fd, Pipe& p) {
-    for (;;) {
-      Chunk c;
-      {
-        std::unique_lock<std::mutex> lock(p.mu);
-        p.cv.wait_for(lock, std::chrono::milliseconds(50),
-                      [&] { return !p.q.empty() || p.closed || stop_.load(); });
-        if (stop_.load()) return;
-        if (p.q.empty()) {
-          if (p.closed) break;
-          continue;
+  // One direction of a relayed connection, in one thread: bytes read from `from` go into a ring
+  // of kRelayQueueBytes stamped with the time they are due (read time + rtt/2) and are sent to
+  // `to` once due. One wake to read a burst and one to send it (a reader and a writer thread
+  // handing chunks over, as before, woke three times a chunk and took as much CPU as the client
+  // under test). A full ring stops the reading, so TCP's flow control slows the sender. The end
+  // of `from` (FIN, or a reset) is passed on as a FIN after the bytes before it; an error
+  // sending to `to` ends this direction.
+  void pump(int from, int to) {
+    using Clock = std::chrono::steady_clock;
+    const auto delay = std::chrono::microseconds(shape_.rtt_us / 2);
+    struct Span {
+      Clock::time_point due;
+      size_t bytes;
+    };
+    std::vector<char> ring(kRelayQueueBytes);
+    size_t head = 0, used = 0, ready = 0;  // send position; bytes held; of them, due
+    std::deque<Span> waiting;              // held bytes not yet due, oldest first
+    bool ended = false;                    // `from` ended
+    int one = 1;
+    ::setsockopt(from, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);  // see arrived()
+    while (!stop_.load()) {
+      Clock::time_point now = Clock::now();
+      while (!waiting.empty() && waiting.front().due <= now) {
+        ready += waiting.front().bytes;
+        waiting.pop_front();
+      }
+      bool blocked = false;  // `to` cannot take more now
+      while (ready > 0) {
+        const size_t n = std::min(ready, ring.size() - head);
+        const ssize_t sent = ::send(to, ring.data() + head, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent < 0 && errno == EINTR) continue;
+        if (sent < 0 && errno == EAGAIN) {
+          blocked = true;
+          break;
         }
-        c = std::move(p.q.front());
-        p.q.pop_front();
-        p.bytes -= c.bytes.size();
-        p.cv.notify_all();
+        if (sent <= 0) return;
+        head = (head + static_cast<size_t>(sent)) % ring.size();
+        used -= static_cast<size_t>(sent);
+        ready -= static_cast<size_t>(sent);
       }
-      std::this_thread::sleep_until(c.due);
-      size_t off = 0;
-      while (off < c.bytes.size() && !stop_.load()) {
-        pollfd pf{fd, POLLOUT, 0};
-        if (::poll(&pf, 1, 50) <= 0) continue;
-        ssize_t n =
-            ::send(fd, c.bytes.data() + off, c.bytes.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (n <= 0) return;
-        off += static_cast<size_t>(n);
+      if (ended && used == 0) {
+        ::shutdown(to, SHUT_WR);  // the other side ended: pass the end on
+        return;
       }
+      // (a descriptor of -1 is not watched: an ended or full `from`, an unblocked `to`)
+      const bool reading = !ended && used < ring.size();
+      pollfd pf[2] = {{reading ? from : -1, POLLIN, 0}, {blocked ? to : -1, POLLOUT, 0}};
+      auto wait = std::chrono::nanoseconds(std::chrono::milliseconds(50));  // to see stop_
+      if (!waiting.empty() && !blocked)
+        wait = std::min(wait, std::chrono::nanoseconds(waiting.front().due - now));
+      const timespec ts{static_cast<time_t>(wait.count() / 1000000000),
+                        static_cast<long>(wait.count() % 1000000000)};
+      if (::ppoll(pf, 2, &ts, nullptr) <= 0 || !reading || pf[0].revents == 0) continue;
+      const size_t tail = (head + used) % ring.size();
+      const size_t room = tail >= head && used < ring.size() ? ring.size() - tail : head - tail;
+      iovec iov{ring.data() + tail, room};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
+      msghdr m{};
+      m.msg_iov = &iov;
+      m.msg_iovlen = 1;
+      m.msg_control = control;
+      m.msg_controllen = sizeof control;
+      const ssize_t n = ::recvmsg(from, &m, MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n <= 0) {
+        ended = true;
+        continue;
+      }
+      used += static_cast<size_t>(n);
+      waiting.push_back({arrived(m, Clock::now()) + delay, static_cast<size_t>(n)});
     }
-    ::shutdown(fd, SHUT_WR);  // the other side ended: pass the end on
   }
 
   LinkShape shape_;
