@@ -151,8 +151,11 @@ class Connection {
   Result<TensorData> wait_read(std::future<Result<TensorData>>& fut);
   Status sync();
   Result<protocol::ServerStats> stats();
-  // Registers a graph on the session's device and waits for its id (the server validates and
-  // plans it; a refusal names the op). Tasks queued before it are sent first.
+  // Registers a graph on the session's device (the server validates and plans it; a refusal
+  // names the op). Tasks queued before it are sent first. From protocol 11 the id is the
+  // client's and nothing waits (RegisterGraphAs): a refusal poisons the outputs of the runs
+  // that name the graph, so the program reads it at its next read. Before 11, waits for the
+  // server's id or refusal (one round trip).
   Result<ir::GraphId> register_graph(const ir::Graph& graph);
   // Queues a run of a registered graph like an op (one small task whatever the op count); its
   // failure is recorded in the outputs on the server.
@@ -375,6 +378,7 @@ class Connection {
   bool compress_ = false;  // send frames compressed when they pay (Options::compress, protocol 9)
   std::vector<ir::TensorId> drops_;
   uint64_t next_request_ = 1;
+  ir::GraphId next_graph_ = 1;  // RegisterGraphAs's ids (protocol 11)
   using PendingMap = std::unordered_map<uint64_t, std::unique_ptr<Pending>>;
   PendingMap pending_;
   // A node of pending_, its Pending in it, kept for the next request (mu_), so that a request

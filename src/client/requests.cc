@@ -1,6 +1,7 @@
 // The connection's requests with replies (reads, syncs, stats, graph registrations, exports):
 // the pending-request table, its completion by the reader (on_message), and its failure.
 #include "client/connection.h"
+#include "ir/graph.h"
 
 namespace tw::client {
 
@@ -94,21 +95,40 @@ Result<ir::GraphId> Connection::register_graph(const ir::Graph& graph) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     TW_RETURN_NOT_OK(ready_locked());
-    // Alone in its frame: whatever is queued goes first, and the graph must fit one frame.
+    // First in its frame: whatever is queued goes first, and the graph must fit one frame.
     flush_locked();
+    auto too_large = [&] {
+      return resource_exhausted(
+          "register_graph: the graph of " + std::to_string(graph.ops.size()) + " ops takes " +
+          std::to_string(batch_.payload_size()) + " bytes on the wire, over the limit of " +
+          std::to_string(frame_limit_) + " bytes per frame of the server at " + url_.str() +
+          " (tensorwire-server --max-frame)");
+    };
+    if (welcome_.version >= 11) {
+      // Pipelined (RegisterGraphAs): the id is this client's to choose, nothing waits, and the
+      // runs that follow share the frame. The graph is validated here, as the server will, so
+      // a bad one is refused at the call naming the op; a refusal only the server can make
+      // (its quotas, an op its backend lacks) reaches the program in the runs' outputs.
+      if (Result<ir::GraphPlan> plan = ir::validate_graph(graph); !plan.ok())
+        return plan.status().with_context("register_graph on " + url_.str());
+      const ir::GraphId id = next_graph_++;
+      batch_.add_register_graph_as(id, graph);
+      if (batch_.payload_size() > frame_limit_) {
+        Status st = too_large();
+        batch_.remove_last();
+        return st;
+      }
+      return id;
+    }
     Pending* p = nullptr;
     uint64_t req = add_pending_locked(Pending::kGraph, &p, &done);
     fut = p->graph().get_future();
     batch_.add_register_graph(req, graph);
     if (batch_.payload_size() > frame_limit_) {
-      const uint64_t size = batch_.payload_size();
+      Status st = too_large();
       batch_.remove_last();
       pending_.erase(req);
-      return resource_exhausted(
-          "register_graph: the graph of " + std::to_string(graph.ops.size()) + " ops takes " +
-          std::to_string(size) + " bytes on the wire, over the limit of " +
-          std::to_string(frame_limit_) + " bytes per frame of the server at " + url_.str() +
-          " (tensorwire-server --max-frame)");
+      return st;
     }
     ++counters_.round_trips;
     flush_locked();

@@ -31,8 +31,10 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // compressed frames (kCompressed, protocol/compress.h) and deduplicated uploads (the UploadByHash
 // task); version 10 the retryable pull (FetchBound and FetchDone on a peer connection, §8.9: a
 // pull cut mid-transfer is tried again) and the CompressReplies task (a client asks for
-// compressed replies). An older client never sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 10;
+// compressed replies); version 11 the RegisterGraphAs task (a graph registered under an id the
+// client chose, without a reply: registration pipelined with the runs that follow it). An older
+// client never sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 11;
 // Which version brought each op is the op list's `since` column (ir::op_since_protocol): an op
 // appended to the list with a new version bumps kProtocolVersion with it.
 #define TW_SINCE_AT_MOST_CURRENT(Name, code, since)      \

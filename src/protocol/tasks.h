@@ -48,6 +48,8 @@ enum class TaskKind : uint8_t {
   kUploadByHash = 16,
   // Protocol 10: the client asks for its replies compressed (or not) from here on.
   kCompressReplies = 17,
+  // Protocol 11: a graph registered under an id the client chose, with no reply (pipelined).
+  kRegisterGraphAs = 18,
 };
 
 // Where an import (kImport) or a same-server move (kMoveLocal) takes its tensor from: a tensor
@@ -112,6 +114,15 @@ struct RegisterGraphTask {
   uint64_t request_id = 0;
   ir::Graph graph;
   TW_FIELDS(request_id, graph)
+};
+// A graph registered under `graph_id`, chosen by the client (nonzero, not in use in the session):
+// no reply, so a step's first run follows its registration with no round trip between. A
+// refusal is kept under the id, and a RunGraph naming it poisons its outputs with the reason.
+struct RegisterGraphAsTask {
+  static constexpr TaskKind kKind = TaskKind::kRegisterGraphAs;
+  ir::GraphId graph_id = 0;
+  ir::Graph graph;
+  TW_FIELDS(graph_id, graph)
 };
 struct RunGraphTask {
   static constexpr TaskKind kKind = TaskKind::kRunGraph, kPackedKind = TaskKind::kRunGraphPacked;
@@ -192,7 +203,7 @@ struct CompressRepliesTask {
 using Task =
     std::variant<OpTask, ReadTask, SyncTask, DropTask, StatsTask, RegisterGraphTask, RunGraphTask,
                  ExportTask, ImportTask, MoveLocalTask, CollectiveTask, FromSegmentTask,
-                 ReadToSegmentTask, UploadByHashTask, CompressRepliesTask>;
+                 ReadToSegmentTask, UploadByHashTask, CompressRepliesTask, RegisterGraphAsTask>;
 
 // A task's kind (kDrop and kRunGraph for packed ones too: see their packed_ids).
 inline TaskKind task_kind(const Task& t) {
@@ -234,6 +245,9 @@ class BatchWriter {
   void add_stats(uint64_t request_id) { add_fields<StatsTask>(request_id); }
   void add_register_graph(uint64_t request_id, const ir::Graph& graph) {
     add_fields<RegisterGraphTask>(request_id, graph);
+  }
+  void add_register_graph_as(ir::GraphId graph_id, const ir::Graph& graph) {
+    add_fields<RegisterGraphAsTask>(graph_id, graph);
   }
   void add_run_graph(ir::GraphId graph, const IdList& inputs, const IdList& outputs) {
     add_fields<RunGraphTask>(graph, inputs, outputs);

@@ -216,9 +216,20 @@ void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
       return true;
     }
     bool operator()(proto::RegisterGraphTask& t) {
-      proto::encode_graph_result(t.request_id, s.register_graph(std::move(t.graph)), f);
+      Result<ir::GraphId> id = s.graph_names_ == GraphNames::kClient
+                                   ? invalid_argument(
+                                         "RegisterGraph: this session names its graphs itself "
+                                         "(RegisterGraphAs); the two are not mixed")
+                                   : s.register_graph(std::move(t.graph));
+      if (id.ok()) s.graph_names_ = GraphNames::kServer;
+      proto::encode_graph_result(t.request_id, id, f);
       s.settle();
       return true;
+    }
+    bool operator()(proto::RegisterGraphAsTask& t) {
+      s.register_graph_as(t, out);
+      s.settle();
+      return false;
     }
     bool operator()(proto::RunGraphTask& t) {
       s.run_graph(t);
@@ -367,14 +378,59 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
   return id;
 }
 
+void Session::register_graph_as(proto::RegisterGraphAsTask& t, SessionOutput& out) {
+  const ir::GraphId name = t.graph_id;
+  std::string bad;
+  if (graph_names_ == GraphNames::kServer) {
+    bad =
+        "this session registered graphs by RegisterGraph (ids the server chose); the two "
+        "are not mixed";
+  } else if (name == 0) {
+    bad = "graph id 0 is reserved";
+  } else if (client_graphs_.count(name) != 0 || refused_graphs_.count(name) != 0) {
+    bad = "graph id " + std::to_string(name) + " is in use";
+  }
+  if (!bad.empty()) {
+    totals_.metrics.error(ErrorKind::kMalformedBatch);
+    proto::OutFrame f;
+    proto::encode_session_error(invalid_argument("RegisterGraphAs: " + bad), f);
+    out.reply(std::move(f));
+    return;
+  }
+  graph_names_ = GraphNames::kClient;
+  Result<ir::GraphId> id = register_graph(std::move(t.graph));
+  if (id.ok()) {
+    client_graphs_.emplace(name, *id);
+    return;
+  }
+  if (refused_graphs_.size() >= kMaxRefusals) refused_graphs_.clear();
+  refused_graphs_.emplace(name, id.status().with_context("register_graph of graph " +
+                                                         std::to_string(name) + " (refused)"));
+}
+
 void Session::run_graph(const proto::RunGraphTask& t) {
-  auto g = graph_ops_.find(t.graph_id);
+  ir::GraphId id = t.graph_id;
+  if (graph_names_ == GraphNames::kClient) {
+    auto c = client_graphs_.find(id);
+    if (c == client_graphs_.end()) {
+      // Nothing runs; the outputs carry the registration's refusal, or that the id is unknown.
+      auto r = refused_graphs_.find(id);
+      const Status why = r != refused_graphs_.end()
+                             ? r->second
+                             : not_found("run_graph: unknown graph " + std::to_string(id));
+      for (ir::TensorId o : t.outputs)
+        backend_->fail(ir::FromHost{ir::Out{o}, {}, kF32, ir::Bytes{}}, why);
+      return;
+    }
+    id = c->second;
+  }
+  auto g = graph_ops_.find(id);
   if (g != graph_ops_.end()) {
     totals_.ops_executed.fetch_add(g->second, std::memory_order_relaxed);
     totals_.metrics.graph_run();
   }
   // A failure (an unknown graph included) is recorded in the run's outputs.
-  (void)backend_->run_graph(t.graph_id, t.inputs, t.outputs);
+  (void)backend_->run_graph(id, t.inputs, t.outputs);
 }
 
 // ---- moves ----

@@ -225,6 +225,10 @@ class Session {
   // Graph tasks: registration checks the session's graph quotas, then the backend validates
   // and plans the graph; a run's failure is recorded in its outputs, as an op's is.
   Result<ir::GraphId> register_graph(ir::Graph graph);
+  // Protocol 11: a registration under the client's id, no reply (a refusal is kept for the
+  // runs that name it); a session error when the id is 0 or in use, or the session registered
+  // graphs by RegisterGraph before (the two kinds of id are not mixed).
+  void register_graph_as(protocol::RegisterGraphAsTask& t, SessionOutput& out);
   void run_graph(const protocol::RunGraphTask& t);
   // Moves: a capability for a tensor of this session; a tensor made from what a capability
   // granted (or poisoned with why there is none); an import's quota check and pull.
@@ -252,6 +256,15 @@ class Session {
   const uint64_t max_graph_ops_;
   std::unordered_map<ir::GraphId, uint64_t> graph_ops_;  // graph -> ops it counts for
   uint64_t graph_ops_total_ = 0;
+  // Who names this session's graphs: the server (RegisterGraph's replies) or, from protocol 11,
+  // the client (RegisterGraphAs). The first registration decides.
+  enum class GraphNames : uint8_t { kUnset, kServer, kClient };
+  GraphNames graph_names_ = GraphNames::kUnset;
+  std::unordered_map<ir::GraphId, ir::GraphId> client_graphs_;  // client's id -> backend's
+  // Refused RegisterGraphAs ids and why, for the runs that name them (at most kMaxRefusals;
+  // beyond, the oldest are forgotten and a run naming one reads "unknown graph").
+  static constexpr size_t kMaxRefusals = 1024;
+  std::unordered_map<ir::GraphId, Status> refused_graphs_;
   bool compress_replies_ = false;      // CompressRepliesTask (protocol 10)
   uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs, reserved
   std::atomic<uint64_t> ops_{0};       // written by run() only

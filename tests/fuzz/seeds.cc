@@ -293,6 +293,17 @@ int run(const fs::path& dir) {
   replies.add(CompressRepliesTask{true});
   c.add("batch", "compress_replies", replies.take());
 
+  // Protocol 11: a graph registered under the client's id, then run by it.
+  ir::Graph graph;
+  graph.input_ids = {1};
+  graph.inputs = {{{2, 2}, kF32}};
+  graph.ops = {Unary{.kind = UnaryKind::kExp, .x = {1}, .out = {2}}};
+  graph.output_ids = {2};
+  BatchWriter named;
+  named.add_register_graph_as(7, graph);
+  named.add_run_graph(7, {3}, {4});
+  c.add("batch", "register_graph_as", named.take());
+
   const std::vector<uint8_t> hello_bytes = testing::flatten(hello);
   c.add("frame", "hello_batch", stream(255, 255, {hello_bytes, other_tasks}));
   c.add("frame", "small_staging", stream(2, 3, {hello_bytes, {}, other_tasks, empty_batch}));

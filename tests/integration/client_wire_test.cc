@@ -169,6 +169,7 @@ std::string kinds(const std::vector<proto::Task>& tasks) {
       case proto::TaskKind::kReadToSegment: s += 'R'; break;
       case proto::TaskKind::kUploadByHash: s += 'h'; break;
       case proto::TaskKind::kCompressReplies: s += 'z'; break;
+      case proto::TaskKind::kRegisterGraphAs: s += 'G'; break;
     }
   }
   return s;
@@ -202,6 +203,26 @@ TEST(ClientWire, DropsTravelWhereTheProgramReleasedTheTensors) {
   EXPECT_EQ(dropped, want);
 }
 
+// A device on `server` whose batches go out only when something flushes them (a registration, a
+// sync), not when the client falls idle.
+Device flushed_only(const StandInServer& server) {
+  ::setenv("TW_FLUSH_IDLE_US", "30000000", 1);
+  Device d = Device::remote(server.url());
+  ::unsetenv("TW_FLUSH_IDLE_US");
+  return d;
+}
+
+// A graph of `n` adds over one [4] f32 input: x + x, then + x each time (ids 1..n + 1).
+ir::Graph adds(ir::TensorId n) {
+  ir::Graph g;
+  g.input_ids = {1};
+  g.inputs = {{{4}, kF32}};
+  for (ir::TensorId i = 1; i <= n; ++i)
+    g.ops.push_back(ir::Binary{ir::BinaryKind::kAdd, {i}, {1}, {i + 1}});
+  g.output_ids = {n + 1};
+  return g;
+}
+
 // A graph registration waits for its id alone in its frame (what was queued goes first); runs
 // are then batched like ops, one small task each whatever the graph's op count.
 // Protocol 3 runs take 33 bytes each (kind, graph id, two u32 counts, two u64 ids); protocol 4's
@@ -211,17 +232,9 @@ TEST(ClientWire, GraphRunsAreBatchedLikeOps) {
   for (const auto& [version, run_bytes] : {std::pair<uint16_t, uint64_t>{3, 33}, {4, 14}}) {
     SCOPED_TRACE("protocol " + std::to_string(version));
     StandInServer server(version);
-    ::setenv("TW_FLUSH_IDLE_US", "30000000", 1);  // only the registration and the sync send
-    Device d = Device::remote(server.url());
-    ::unsetenv("TW_FLUSH_IDLE_US");
+    Device d = flushed_only(server);  // only the registration and the sync send
     auto& sink = *d.sink();
-    ir::Graph g;
-    g.input_ids = {1};
-    g.inputs = {{{4}, kF32}};
-    for (ir::TensorId i = 1; i <= 100; ++i) {
-      g.ops.push_back(ir::Binary{ir::BinaryKind::kAdd, {i}, {1}, {i + 1}});
-    }
-    g.output_ids = {101};
+    const ir::Graph g = adds(100);
     Tensor x = full({4}, 1.0, kF32, d);  // o, sent before the registration
     auto id = sink.register_graph(g);    // g
     ASSERT_TRUE(id.ok()) << id.status().message();
@@ -247,6 +260,46 @@ TEST(ClientWire, GraphRunsAreBatchedLikeOps) {
     EXPECT_EQ(after.bytes_out - before.bytes_out, 4u + 5 + 3 * run_bytes + 9);
     EXPECT_EQ(run.packed_ids, version >= 4);
   }
+}
+
+// Protocol 11: the client names the graph (RegisterGraphAs) and waits for nothing; the
+// registration leads the frame the runs after it share (what was queued before goes first).
+TEST(ClientWire, AVersion11RegistrationWaitsForNothing) {
+  StandInServer server(11);
+  Device d = flushed_only(server);  // only the registration's flush and the sync send
+  auto& sink = *d.sink();
+  const ir::Graph g = adds(1);
+  Tensor x = full({4}, 1.0, kF32, d);  // o
+  const tw::WireCounters before = wire_counters(d);
+  auto id = sink.register_graph(g);  // G
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  auto second = sink.register_graph(g);  // G
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_NE(*id, *second);
+  for (ir::TensorId out = 1000; out < 1002; ++out) {  // x x
+    const std::vector<ir::TensorId> ins = {x.id()}, outs = {out};
+    ASSERT_TRUE(sink.run_graph(out == 1000 ? *id : *second, ins, outs).ok());
+  }
+  EXPECT_EQ(wire_counters(d).round_trips, before.round_trips);
+  d.sync();  // s
+  EXPECT_EQ(wire_counters(d).round_trips, before.round_trips + 1);
+  ASSERT_EQ(server.error(), "");
+  const std::vector<proto::Task> tasks = server.tasks();
+  ASSERT_EQ(kinds(tasks), "oGGxxs");
+  EXPECT_EQ(std::get<proto::RegisterGraphAsTask>(tasks[1]).graph_id, *id);
+  EXPECT_EQ(std::get<proto::RegisterGraphAsTask>(tasks[2]).graph_id, *second);
+  EXPECT_EQ(std::get<proto::RunGraphTask>(tasks[4]).graph_id, *second);
+  // A bad graph is refused at the call, naming the op, and nothing goes out for it.
+  ir::Graph bad = g;
+  bad.inputs[0] = {{4}, kI64};
+  bad.ops.push_back(ir::MatMul{{2}, {2}, {3}});
+  bad.output_ids = {3};
+  auto refused = sink.register_graph(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("graph op 1"), std::string::npos)
+      << refused.status().message();
+  d.sync();
+  EXPECT_EQ(kinds(server.tasks()), "oGGxxss");
 }
 
 TEST(ClientWire, AVersion1ServerIsNotSentGraphs) {

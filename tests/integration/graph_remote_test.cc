@@ -129,15 +129,67 @@ TEST(GraphRemote, AGraphIsInvisibleToAnotherSession) {
   EXPECT_TRUE(contains(r.status().message(), "unknown graph")) << r.status().message();
 }
 
-TEST(GraphRemote, AGraphOverTheOpQuotaIsRefused) {
+// The three inputs of mlp(), made on `sink`.
+std::vector<ir::TensorId> mlp_inputs(detail::Sink& sink) {
+  const std::vector<ir::TensorId> ins = {sink.new_id(), sink.new_id(), sink.new_id()};
+  EXPECT_TRUE(sink.submit(rand_normal(ins[0], {32, 64}, 1)).ok());
+  EXPECT_TRUE(sink.submit(rand_normal(ins[1], {64, 128}, 2)).ok());
+  EXPECT_TRUE(sink.submit(rand_normal(ins[2], {128, 10}, 3)).ok());
+  return ins;
+}
+
+// Protocol 11: a refusal only the server can make (its graph-op quota) comes back in the outputs
+// of the runs that name the graph (the registration did not wait), naming the limit and its
+// flag; the session goes on, and the graph registered before still runs.
+TEST(GraphRemote, AGraphOverTheOpQuotaIsRefusedInItsRunsOutputs) {
   ServerProcess server({"--max-graph-ops", "8"});
   Device d = Device::remote(server.url());
-  ASSERT_TRUE(d.sink()->register_graph(mlp()).ok());  // 5 ops
-  auto second = d.sink()->register_graph(mlp());      // 10
-  ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_TRUE(contains(second.status().message(), "--max-graph-ops")) << second.status().message();
-  EXPECT_TRUE(contains(second.status().message(), "limit of 8")) << second.status().message();
+  auto& sink = *d.sink();
+  auto first = sink.register_graph(mlp());   // 5 ops
+  auto second = sink.register_graph(mlp());  // 10
+  ASSERT_TRUE(first.ok() && second.ok());
+  const std::vector<ir::TensorId> ins = mlp_inputs(sink);
+  const std::vector<ir::TensorId> refused = {sink.new_id(), sink.new_id()};
+  const std::vector<ir::TensorId> ran = {sink.new_id(), sink.new_id()};
+  ASSERT_TRUE(sink.run_graph(*second, ins, refused).ok());
+  ASSERT_TRUE(sink.run_graph(*first, ins, ran).ok());
+  auto r = sink.read(refused[1]);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(contains(r.status().message(), "--max-graph-ops")) << r.status().message();
+  EXPECT_TRUE(contains(r.status().message(), "limit of 8")) << r.status().message();
+  EXPECT_TRUE(contains(r.status().message(), "register_graph of graph " + std::to_string(*second)))
+      << r.status().message();
+  EXPECT_TRUE(sink.read(ran[1]).ok());
+  EXPECT_EQ((ones({3}, kF32, d) * 2.0).sum().item<float>(), 6.0f);
+}
+
+// Protocol 11: registering a graph costs no round trip; the registration and the runs after it
+// travel together, and the runs compute what the graph says.
+TEST(GraphRemote, RegistrationIsPipelinedWithTheRunsAfterIt) {
+  ServerProcess server;
+  Device d = Device::remote(server.url());
+  auto& sink = *d.sink();
+  const std::vector<ir::TensorId> ins = mlp_inputs(sink);
+  d.sync();
+  const WireCounters before = wire_counters(d);
+  std::vector<std::vector<ir::TensorId>> outs;
+  for (int i = 0; i < 3; ++i) {  // three graphs, each registered and run at once
+    auto id = sink.register_graph(mlp());
+    ASSERT_TRUE(id.ok()) << id.status().message();
+    outs.push_back({sink.new_id(), sink.new_id()});
+    ASSERT_TRUE(sink.run_graph(*id, ins, outs.back()).ok());
+  }
+  const WireCounters after = wire_counters(d);
+  EXPECT_EQ(after.round_trips, before.round_trips);
+  auto want = sink.read(outs[0][1]);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  for (const auto& o : outs) {
+    auto got = sink.read(o[1]);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_EQ(bytes_of(*got), bytes_of(*want));
+  }
+  EXPECT_GE(remote_stats(d).ops_executed, 3 + 3 * mlp().ops.size());
 }
 
 TEST(GraphRemote, AServerKilledDuringALongRunFailsTheWaiterPromptly) {

@@ -170,7 +170,14 @@ TEST_P(Failover, ResumesOnTheNextServerBitIdentical) {
       [&](const Device& d) { run = digits::train_resumable(train_set(), d, o); }, f);
   EXPECT_EQ(on, 1u);
   ASSERT_EQ(moves.size(), 1u);
-  EXPECT_EQ(run.resumed_from, 8);  // the checkpoint before the fault at step 10
+  if (GetParam() == Fault::kDrain) {
+    // The checkpoint before the fault at step 10, or, when the server took the SIGTERM only
+    // after the program ran on to step 12 (a drain lets the session's batches finish, and the
+    // signal is handled asynchronously: it happened once on a loaded machine), that one.
+    EXPECT_TRUE(run.resumed_from == 8 || run.resumed_from == 12) << run.resumed_from;
+  } else {
+    EXPECT_EQ(run.resumed_from, 8);  // kill -9 returns with the server gone: step 11 fails
+  }
   EXPECT_EQ(param_bytes(*run.model), whole);
   if (GetParam() == Fault::kDrain) {
     EXPECT_NE(moves[0].find("server draining"), std::string::npos) << moves[0];

@@ -539,6 +539,7 @@ TEST(Protocol, DecodingIntoReusedTasksReadsAsDecodedFresh) {
         b.add(UploadByHashTask{52, 14, {{4}, kF32}, 1, 2});
       },
       [](BatchWriter& b) { b.add(CompressRepliesTask{true}); },
+      [](BatchWriter& b) { b.add_register_graph_as(9, sample_graph(3)); },
   };
   const size_t n = adds.size();
   std::vector<Task> reused;
@@ -629,7 +630,8 @@ TEST(Protocol, TaskBytesIsWhatAddWrites) {
       std::visit(
           [&](const auto& task) {
             using T = std::decay_t<decltype(task)>;
-            if constexpr (std::is_same_v<T, OpTask> || std::is_same_v<T, RegisterGraphTask>) {
+            if constexpr (std::is_same_v<T, OpTask> || std::is_same_v<T, RegisterGraphTask> ||
+                          std::is_same_v<T, RegisterGraphAsTask>) {
               ADD_FAILURE() << "no size for an op or a graph";
             } else {
               const uint64_t before = b.payload_size(), want = b.task_bytes(task);

@@ -371,5 +371,70 @@ TEST(SessionGraphs, ClosingASessionFreesItsGraphs) {
   EXPECT_EQ(totals.bytes_held.load(), 0);
 }
 
+// Protocol 11: graphs named by the client (RegisterGraphAs) answer nothing; their runs use the
+// client's ids, a refusal is read in the runs' outputs, and misuse (id 0, an id in use, the two
+// kinds of registration mixed) is a session error that changes nothing.
+TEST(SessionGraphs, ClientNamedGraphsRunByTheirIdsAndKeepTheirRefusals) {
+  SessionTotals totals;
+  auto s = open_cpu(totals, uint64_t{1} << 30, /*max_graph_ops=*/20);
+  proto::BatchWriter b;
+  ir::RandNormal in;
+  in.out = {10};
+  in.shape = {4};
+  in.seed = 3;
+  b.add_op(in);
+  b.add_register_graph_as(41, chain(4, 5));  // 15 ops
+  b.add_register_graph_as(42, chain(4, 2));  // 6 more: over the quota of 20
+  b.add_run_graph(41, {10}, {11});
+  b.add_run_graph(42, {10}, {12});
+  b.add_run_graph(43, {10}, {13});  // never registered
+  Replies r;
+  run(*s, b, r);
+  EXPECT_TRUE(r.got.empty());  // nothing answers
+  EXPECT_EQ(s->graph_count(), 1u);
+  ASSERT_TRUE(read(*s, 11).ok());
+  auto refused = read(*s, 12);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("register_graph of graph 42"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("--max-graph-ops"), std::string::npos)
+      << refused.status().message();
+  auto unknown = read(*s, 13);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown graph 43"), std::string::npos)
+      << unknown.status().message();
+
+  // Misuse: each is a session error, and the graph table stays as it was.
+  for (const ir::GraphId id : {ir::GraphId{0}, ir::GraphId{41}, ir::GraphId{42}}) {
+    proto::BatchWriter bad;
+    bad.add_register_graph_as(id, chain(4, 1));
+    Replies e;
+    run(*s, bad, e);
+    ASSERT_EQ(e.got.size(), 1u) << "graph id " << id;
+    EXPECT_EQ(e.got[0].kind, proto::ServerMsg::kSessionError);
+  }
+  auto mixed = register_graph(*s, chain(4, 1));
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("not mixed"), std::string::npos)
+      << mixed.status().message();
+  EXPECT_EQ(s->graph_count(), 1u);
+  EXPECT_EQ(s->graph_ops(), 15u);
+}
+
+// The other way round: a session that registered by RegisterGraph refuses RegisterGraphAs.
+TEST(SessionGraphs, ServerNamedGraphsRefuseClientNamedOnes) {
+  SessionTotals totals;
+  auto s = open_cpu(totals);
+  ASSERT_TRUE(register_graph(*s, chain(4, 1)).ok());
+  proto::BatchWriter b;
+  b.add_register_graph_as(5, chain(4, 1));
+  Replies e;
+  run(*s, b, e);
+  ASSERT_EQ(e.got.size(), 1u);
+  EXPECT_EQ(e.got[0].kind, proto::ServerMsg::kSessionError);
+  EXPECT_EQ(s->graph_count(), 1u);
+}
+
 }  // namespace
 }  // namespace tw::server
