@@ -386,7 +386,7 @@ std::string fingerprint_of(const ServerProcess& s) {
 // FetchBound; resumed from the byte reached, protocol 11's FetchFrom). tls: both servers serve
 // tls:// only, the client pins each one's certificate, the destination pins the source's as the
 // client does, and the relays cut the encrypted streams; unix: both serve unix:// only.
-void moves_over(const Args& a, const std::string& scheme) {
+void moves_over(Args a, const std::string& scheme) {
   const bool tls = scheme == "tls", unix_socket = scheme == "unix";
   const std::string base = fresh_dir("moves");  // (the unix sockets' paths start with it)
   auto server = [&](const std::string& name) {
@@ -467,9 +467,16 @@ void moves_over(const Args& a, const std::string& scheme) {
   for (const char* name : {"a.sock", "b.sock"}) fs::remove(base + name, ec);
 }
 
-// The moves row over each transport.
+// The moves row over each transport (--short: tls:// and unix:// with half the moves and cuts).
 void row_moves(const Args& a) {
-  for (const char* scheme : {"tcp", "tls", "unix"}) moves_over(a, scheme);
+  moves_over(a, "tcp");
+  Args half = a;
+  if (a.short_form) {
+    half.moves /= 2;
+    half.move_cuts /= 2;
+  }
+  moves_over(half, "tls");
+  moves_over(half, "unix");
 }
 
 // `n` chained adds of 1-element tensors, one read at the end.
