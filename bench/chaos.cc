@@ -459,9 +459,10 @@ void moves_over(Args a, const std::string& scheme) {
                   true, off == 0 && sessions == 2});
   rows.push_back(
       {"moves under cuts" + over + ": bytes resent", "the rest only (protocol 11)",
-       fmt("source sent %.1f MiB for %.1f MiB moved (+%.1f MiB)", served, moved, served - moved) +
-           fmt(" over %.0f pull retries, which kept %.1f MiB received before the cut", retries,
-               kept),
+       fmt("source sent %.1f MiB for %.1f MiB moved (+%.1f MiB", served, moved, served - moved) +
+           fmt("; each retry from byte 0: +%.1f MiB) over %.0f pull retries, ", retries * 0.25,
+               retries) +
+           fmt("which kept %.1f MiB received before the cut", kept),
        false});
   std::error_code ec;
   for (const char* name : {"a.sock", "b.sock"}) fs::remove(base + name, ec);

@@ -182,14 +182,15 @@ def main(argv=None):
         if ckpt:
             t = time.perf_counter()
             ckpt.wait()
+            waited = 1e3 * (time.perf_counter() - t)
             print(f"checkpoints: {saved} saved into {a.checkpoint}; the loop spent "
-                  f"{1e3 * stall:.1f} ms in save_async, the last took {1e3 * (time.perf_counter() - t):.1f} ms "
-                  "more to be durable")
+                  f"{1e3 * stall:.1f} ms in save_async, the last took {waited:.1f} ms more to "
+                  "be durable")
         if steps_run <= 0:
             print(f"loss:   not measured (the checkpoint was already at step {start_step})")
             return 0
-        print(f"time per step: {1e3 * secs / steps_run:.1f} ms ({steps_run} steps in {secs:.1f} s); "
-              f"graph: {step.replays} of {steps_run} steps replayed")
+        print(f"time per step: {1e3 * secs / steps_run:.1f} ms ({steps_run} steps in "
+              f"{secs:.1f} s); graph: {step.replays} of {steps_run} steps replayed")
         met = last < a.max_loss
         print(f"loss:   {last:.3f} over the last steps; target < {a.max_loss}: "
               f"{'met' if met else 'MISSED'}")
