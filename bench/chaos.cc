@@ -16,9 +16,11 @@
 //             time until the checkpoint is durable. --ckpt-only (= --only ckpt) runs these alone.
 //   moves     --moves server-to-server moves (t.to(d2): the destination pulls the bytes from the
 //             source by capability) with relays in front of both servers cutting the client's
-//             links and the destination's pulls --move-cuts times in all; every moved tensor must
-//             equal its source bit for bit and the destination must have landed exactly --moves
-//             tensors (its tensorwire_transfers_total{direction="in"}): none lost, none twice.
+//             links and the destination's pulls --move-cuts times in all, over tcp://, tls://
+//             and unix://; every moved tensor must equal its source bit for bit and the
+//             destination must have landed exactly --moves tensors (its
+//             tensorwire_transfers_total{direction="in"}): none lost, none twice. A cut pull
+//             resumes from the byte it reached (the bytes-resent row, not judged).
 //   cost      what resumability costs on the hot path, TW_RESUME=1 against TW_RESUME=0 (keeping
 //             every frame until a reply shows it ran, the Acks) in alternating rounds on one
 //             server: chained 1-element adds (ops/s) and a digits training run (seconds); the
@@ -371,23 +373,50 @@ double transfers_in(const ServerProcess& s) {
   return tw::testing::metric_value(s, "tensorwire_transfers_total{direction=\"in\"}");
 }
 
-// Moves between two servers while relays in front of both cut the client's links (resumed
-// sessions) and the destination's pulls (retried, protocol 10's FetchBound).
-void row_moves(const Args& a) {
-  ServerProcess sa, sb({"--metrics", "tcp://127.0.0.1:0"});
+// The fingerprint a server printed for its generated certificate ("tls certificate sha256 ...").
+std::string fingerprint_of(const ServerProcess& s) {
+  const std::string prefix = "tls certificate sha256 ";
+  for (const std::string& l : s.lines())
+    if (l.rfind(prefix, 0) == 0) return l.substr(prefix.size(), 95);  // AB:CD:... 32 bytes
+  return {};
+}
+
+// Moves between two servers over `scheme` (tcp, tls or unix) while relays in front of both cut
+// the client's links (resumed sessions) and the destination's pulls (retried, protocol 10's
+// FetchBound; resumed from the byte reached, protocol 11's FetchFrom). tls: both servers serve
+// tls:// only, the client pins each one's certificate, the destination pins the source's as the
+// client does, and the relays cut the encrypted streams; unix: both serve unix:// only.
+void moves_over(Args a, const std::string& scheme) {
+  const bool tls = scheme == "tls", unix_socket = scheme == "unix";
+  const std::string base = fresh_dir("moves");  // (the unix sockets' paths start with it)
+  auto server = [&](const std::string& name) {
+    std::vector<std::string> v{"--metrics", "tcp://127.0.0.1:0"};
+    if (tls) v.insert(v.end(), {"--listen", "tls://127.0.0.1:0"});
+    if (unix_socket) v.insert(v.end(), {"--listen", "unix://" + base + name + ".sock"});
+    return std::make_unique<ServerProcess>(v);
+  };
+  const std::unique_ptr<ServerProcess> sa = server("a"), sb = server("b");
   tw::testing::FaultOptions fo;
-  fo.seed = a.seed + 1;
   fo.max_cuts = a.move_cuts / 2;
   // A 256 KiB pull is cut about one time in eight: kPullAttempts cuts in a row, which would fail
   // the move, are out of reach.
   fo.cut_min_bytes = 16 << 10;
   fo.cut_max_bytes = 2 << 20;
-  tw::testing::FaultRelay ra(port_of(sa.url()), fo);
-  fo.seed = a.seed + 2;
-  tw::testing::FaultRelay rb(port_of(sb.url()), fo);
+  auto relay = [&](const ServerProcess& s, const std::string& name, uint64_t seed) {
+    fo.seed = seed;
+    if (unix_socket)
+      return std::make_unique<tw::testing::FaultRelay>(base + name + ".sock",
+                                                       base + name + "_relay.sock", fo);
+    return std::make_unique<tw::testing::FaultRelay>(port_of(s.urls().back()), fo);
+  };
+  const auto ra = relay(*sa, "a", a.seed + 1), rb = relay(*sb, "b", a.seed + 2);
+  auto device = [&](const tw::testing::FaultRelay& r, const ServerProcess& s) {
+    tw::RemoteOptions pin;
+    if (tls) pin.tls_fingerprint = fingerprint_of(s);
+    return tw::remote_device(r.url(tls ? "tls" : "tcp"), 0, pin);
+  };
   const auto t0 = Clock::now();
-  const tw::Device da = tw::Device::remote(ra.url());
-  const tw::Device db = tw::Device::remote(rb.url());
+  const tw::Device da = device(*ra, *sa), db = device(*rb, *sb);
   tw::manual_seed(a.seed);
   std::vector<tw::Tensor> want, got;
   for (int i = 0; i < a.moves; ++i) {
@@ -400,24 +429,55 @@ void row_moves(const Args& a) {
   int differ = 0;
   for (int i = 0; i < a.moves; ++i) differ += want[i].to_bytes() != got[i].to_bytes();
   const double secs = since_ms(t0) / 1000;
-  const int64_t landed = static_cast<int64_t>(transfers_in(sb));
+  const int64_t landed = static_cast<int64_t>(transfers_in(*sb));
   const int64_t off = landed > a.moves ? landed - a.moves : a.moves - landed;
   const uint64_t sessions =
       tw::remote_stats(da).sessions_opened + tw::remote_stats(db).sessions_opened;
-  rows.push_back({"moves under cuts: data", "identical, " + std::to_string(a.move_cuts) + " cuts",
-                  (differ ? std::to_string(differ) + " DIFFER" : std::string("identical")) + ", " +
-                      std::to_string(a.moves) + " moves, " + std::to_string(ra.cuts() + rb.cuts()) +
-                      " cuts: " + std::to_string(ra.cuts()) + " on the source's links (" +
-                      std::to_string(ra.connections()) + " connections: the client's, " +
-                      std::to_string(a.moves) + " pulls, their retries and resumes), " +
-                      std::to_string(rb.cuts()) + " on the client's link to the destination, " +
-                      fmt("%.1f s", secs),
-                  true, differ == 0 && ra.cuts() + rb.cuts() == a.move_cuts});
-  rows.push_back({"moves under cuts: lost or doubled", "0 (destination's transfer counter)",
+  // What the retried pulls cost: the bytes the source sent beyond the tensors moved.
+  constexpr double kMiB = 1 << 20;
+  const double moved = static_cast<double>(a.moves) * (256 << 10) / kMiB;
+  const double served =
+      tw::testing::metric_value(*sa, "tensorwire_transfer_bytes_total{direction=\"out\"}") / kMiB;
+  const double retries = tw::testing::metric_value(*sb, "tensorwire_pull_retries_total");
+  const double kept = tw::testing::metric_value(*sb, "tensorwire_pull_bytes_kept_total") / kMiB;
+  const std::string over = scheme == "tcp" ? "" : " (" + scheme + "://)";
+  rows.push_back(
+      {"moves under cuts" + over + ": data", "identical, " + std::to_string(a.move_cuts) + " cuts",
+       (differ ? std::to_string(differ) + " DIFFER" : std::string("identical")) + ", " +
+           std::to_string(a.moves) + " moves, " + std::to_string(ra->cuts() + rb->cuts()) +
+           " cuts: " + std::to_string(ra->cuts()) + " on the source's links (" +
+           std::to_string(ra->connections()) + " connections: the client's, " +
+           std::to_string(a.moves) + " pulls, their retries and resumes), " +
+           std::to_string(rb->cuts()) + " on the client's link to the destination, " +
+           fmt("%.1f s", secs),
+       true, differ == 0 && ra->cuts() + rb->cuts() == a.move_cuts});
+  rows.push_back({"moves under cuts" + over + ": lost or doubled",
+                  "0 (destination's transfer counter)",
                   std::to_string(off) + " (" + std::to_string(landed) + " landed of " +
                       std::to_string(a.moves) + "; " + std::to_string(sessions) +
                       " sessions opened on 2 servers)",
                   true, off == 0 && sessions == 2});
+  rows.push_back(
+      {"moves under cuts" + over + ": bytes resent", "the rest only (protocol 11)",
+       fmt("source sent %.1f MiB for %.1f MiB moved (+%.1f MiB", served, moved, served - moved) +
+           fmt("; each retry from byte 0: +%.1f MiB) over %.0f pull retries, ", retries * 0.25,
+               retries) +
+           fmt("which kept %.1f MiB received before the cut", kept),
+       false});
+  std::error_code ec;
+  for (const char* name : {"a.sock", "b.sock"}) fs::remove(base + name, ec);
+}
+
+// The moves row over each transport (--short: tls:// and unix:// with half the moves and cuts).
+void row_moves(const Args& a) {
+  moves_over(a, "tcp");
+  Args half = a;
+  if (a.short_form) {
+    half.moves /= 2;
+    half.move_cuts /= 2;
+  }
+  moves_over(half, "tls");
+  moves_over(half, "unix");
 }
 
 // `n` chained adds of 1-element tensors, one read at the end.

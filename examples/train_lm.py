@@ -6,10 +6,16 @@ progress bar with the loss and tokens/s, then a sample generated with the key/va
 
   PYTHONPATH=build/python /usr/bin/python3 examples/train_lm.py [--server tcp://host:port]
       [--steps N] [--batch N] [--context N] [--layers N] [--heads N] [--embd N] [--lr X]
-      [--seed N] [--data PATH] [--max-loss X]
+      [--seed N] [--data PATH] [--max-loss X] [--checkpoint DIR [--checkpoint-every N]]
 
 The vocabulary, the model, its initialisation and the batches (window offsets from the same
 splitmix64) are the C++ example's, so both train the same network on the same data.
+
+With --checkpoint DIR it saves a tw.Checkpoint every N steps (default 100) into DIR in the
+background (save_async: the loop goes on while it writes; parameters, Adam's state, the random
+generator and the step). When DIR already holds one, the run resumes from the newest and ends with
+the parameters an uninterrupted run ends with, bit for bit; a checkpoint saved with other settings
+(--seed, --batch, --lr, --heads, the text) is refused, as apps/train_lm refuses it.
 """
 import argparse
 import gzip
@@ -48,6 +54,29 @@ def batch_offsets(n_tokens, context, batch, seed, step):
     return out
 
 
+def run_settings(a, n_tokens):
+    """What a checkpoint records and a resume checks (apps/lm/lm.cc's run_settings keys)."""
+    return {"lm.lr": "%.17g" % a.lr, "lm.batch": str(a.batch), "lm.seed": str(a.seed),
+            "lm.tokens": str(n_tokens), "lm.heads": str(a.heads)}
+
+
+def resume(ckpt, run, model, opt):
+    """Loads the newest checkpoint in `ckpt` when it was saved with the settings `run`; returns
+    its step (0 when there is none). One saved with other settings is refused: resuming from it
+    would not continue that run."""
+    info = ckpt.latest()
+    if info is None:
+        return 0
+    for k, v in run.items():
+        saved = info.extra.get(k, "(none)")
+        if saved != v:
+            raise SystemExit(f"train_lm.py: the checkpoint {info.manifest} was saved by a run "
+                             f"with {k} {saved}, this run has {v}: resuming would not continue "
+                             "that run (use another --checkpoint DIR)")
+    ckpt.load(info, model, opt)
+    return info.step
+
+
 def progress_bar(step, steps, loss, tokens_per_s, width=30):
     filled = width * step // max(steps, 1)
     bar = "#" * filled + "." * (width - filled)
@@ -72,7 +101,17 @@ def main(argv=None):
     ap.add_argument("--prompt", default="And God said")
     ap.add_argument("--max-loss", type=float, default=2.0,
                     help="exit with status 1 when the final loss is not below this")
+    ap.add_argument("--checkpoint", metavar="DIR",
+                    help="save checkpoints into DIR; resume from the newest one there")
+    ap.add_argument("--checkpoint-every", type=int, metavar="N",
+                    help="steps between checkpoints (default 100)")
     a = ap.parse_args(argv)
+    if a.checkpoint_every is not None and not a.checkpoint:
+        ap.error("--checkpoint-every needs --checkpoint DIR")
+    if a.checkpoint_every is not None and a.checkpoint_every < 1:
+        ap.error("--checkpoint-every must be at least 1")
+    if a.checkpoint and a.checkpoint_every is None:
+        a.checkpoint_every = 100
 
     with gzip.open(a.data, "rb") as f:
         text = f.read()
@@ -93,6 +132,14 @@ def main(argv=None):
               f"{n_params} parameters; Adam lr {a.lr:g}, batch {a.batch} x {a.context} tokens")
         print(f"        loss at chance: ln({len(chars)}) = {math.log(len(chars)):.3f} nats/char")
         data = tw.tensor(tokens, dtype=tw.int64, device=device)
+        ckpt, run, start_step = None, run_settings(a, len(tokens)), 0
+        if a.checkpoint:
+            ckpt = tw.Checkpoint(a.checkpoint)
+            start_step = resume(ckpt, run, model, opt)
+            if start_step > 0:
+                print(f"resumed from the checkpoint at step {start_step} in {a.checkpoint}")
+            print(f"checkpoints: every {a.checkpoint_every} steps into {a.checkpoint}, saved in "
+                  "the background")
 
         def train_step(args):
             text_t, offs = args
@@ -110,23 +157,40 @@ def main(argv=None):
         step = graph.compile(train_step, graph.state_slots(opt))
         start = time.perf_counter()
         window, last = None, float("nan")
-        in_window = 0
-        for s in range(a.steps):
+        in_window, saved, stall = 0, 0, 0.0
+        for s in range(start_step, a.steps):
             offs = tw.tensor(batch_offsets(len(tokens), a.context, a.batch, a.seed, s),
                              dtype=tw.int64, device=device)
             loss = step([data, offs])[0]
             with tw.no_grad():
                 window = loss if window is None else window + loss
             in_window += 1
+            if ckpt and (s + 1) % a.checkpoint_every == 0:
+                t = time.perf_counter()
+                ckpt.save_async(s + 1, model, opt, run)  # waits for the previous save, if any
+                stall += time.perf_counter() - t
+                saved += 1
             if (s + 1) % a.report_every == 0 or s + 1 == a.steps:
                 last = window.item() / in_window
                 window, in_window = None, 0
                 secs = time.perf_counter() - start
-                progress_bar(s + 1, a.steps, last, (s + 1) * a.batch * a.context / secs)
+                progress_bar(s + 1, a.steps, last,
+                             (s + 1 - start_step) * a.batch * a.context / secs)
         device.sync()
+        steps_run = a.steps - start_step
         secs = time.perf_counter() - start
-        print(f"time per step: {1e3 * secs / a.steps:.1f} ms ({a.steps} steps in {secs:.1f} s); "
-              f"graph: {step.replays} of {a.steps} steps replayed")
+        if ckpt:
+            t = time.perf_counter()
+            ckpt.wait()
+            waited = 1e3 * (time.perf_counter() - t)
+            print(f"checkpoints: {saved} saved into {a.checkpoint}; the loop spent "
+                  f"{1e3 * stall:.1f} ms in save_async, the last took {waited:.1f} ms more to "
+                  "be durable")
+        if steps_run <= 0:
+            print(f"loss:   not measured (the checkpoint was already at step {start_step})")
+            return 0
+        print(f"time per step: {1e3 * secs / steps_run:.1f} ms ({steps_run} steps in "
+              f"{secs:.1f} s); graph: {step.replays} of {steps_run} steps replayed")
         met = last < a.max_loss
         print(f"loss:   {last:.3f} over the last steps; target < {a.max_loss}: "
               f"{'met' if met else 'MISSED'}")

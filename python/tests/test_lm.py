@@ -1,6 +1,7 @@
 """tw.nn's transformer modules: PyTorch's parameter names, cached generation against the full
 forward, a few training steps bit-identical on the CPU device and on a remote device, and the
-examples/train_lm.py example's first steps."""
+examples/train_lm.py example's first steps, and its checkpoints (a resumed run ends bit for bit
+where an uninterrupted one does; other settings are refused)."""
 import os
 import subprocess
 import sys
@@ -80,6 +81,27 @@ def test_example_runs():
     assert "served in-process" in r.stdout
     assert "step     4/4 [##############################]" in r.stdout
     assert "target < 10.0: met" in r.stdout and "sample:" in r.stdout
+
+
+def run_lm_example(steps, ckpt_dir, *more):
+    return subprocess.run([sys.executable, EXAMPLE, "--steps", str(steps), "--report-every", "2",
+                           "--layers", "1", "--embd", "32", "--context", "16", "--max-loss", "10",
+                           "--checkpoint", str(ckpt_dir), "--checkpoint-every", "2", *more],
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_example_resumes_from_its_checkpoint_bit_for_bit(tmp_path):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    for steps, d in ((6, whole), (4, cut), (6, cut)):
+        r = run_lm_example(steps, d)
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert "resumed from the checkpoint at step 4" in r.stdout
+    assert "checkpoints: 1 saved" in r.stdout
+    last = "ckpt-000000000006.safetensors"
+    assert (whole / last).read_bytes() == (cut / last).read_bytes()
+    refused = run_lm_example(8, cut, "--lr", "0.002")
+    assert refused.returncode != 0
+    assert "saved by a run with lm.lr 0.001, this run has 0.002" in refused.stderr
 
 
 def assert_same_logits(model, ref, seq, torch):

@@ -104,6 +104,10 @@ void encode_fetch_done(const FetchDone& m, OutFrame& f) {
   encode_fields(ClientMsg::kFetchDone, m, f);
 }
 
+void encode_fetch_from(const FetchFrom& m, OutFrame& f) {
+  encode_fields(ClientMsg::kFetchFrom, m, f);
+}
+
 void encode_attach_segment(const AttachSegment& m, OutFrame& f) {
   encode_fields(ClientMsg::kAttachSegment, m, f);
 }
@@ -131,7 +135,8 @@ Result<ClientMsg> peek_client_msg(const Buffer& payload) {
       k != static_cast<uint8_t>(ClientMsg::kAttachSegment) &&
       k != static_cast<uint8_t>(ClientMsg::kAck) &&
       k != static_cast<uint8_t>(ClientMsg::kFetchBound) &&
-      k != static_cast<uint8_t>(ClientMsg::kFetchDone)) {
+      k != static_cast<uint8_t>(ClientMsg::kFetchDone) &&
+      k != static_cast<uint8_t>(ClientMsg::kFetchFrom)) {
     return data_loss("unknown client message type " + std::to_string(k));
   }
   return static_cast<ClientMsg>(k);
@@ -211,6 +216,11 @@ Result<FetchBound> decode_fetch_bound(const Buffer& payload) {
 Result<FetchDone> decode_fetch_done(const Buffer& payload) {
   return decode_fields<FetchDone>(payload, static_cast<uint8_t>(ClientMsg::kFetchDone),
                                   "a FetchDone message", "FetchDone");
+}
+
+Result<FetchFrom> decode_fetch_from(const Buffer& payload) {
+  return decode_fields<FetchFrom>(payload, static_cast<uint8_t>(ClientMsg::kFetchFrom),
+                                  "a FetchFrom message", "FetchFrom");
 }
 
 Result<AttachSegment> decode_attach_segment(const Buffer& payload) {

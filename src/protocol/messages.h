@@ -31,7 +31,8 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // compressed frames (kCompressed, protocol/compress.h) and deduplicated uploads (the UploadByHash
 // task); version 10 the retryable pull (FetchBound and FetchDone on a peer connection, §8.9: a
 // pull cut mid-transfer is tried again) and the CompressReplies task (a client asks for
-// compressed replies); version 11 the RegisterGraphAs task (a graph registered under an id the
+// compressed replies); version 11 the resumed pull (FetchFrom, §8.9: a retry asks only for the
+// bytes after those it received) and the RegisterGraphAs task (a graph registered under an id the
 // client chose, without a reply: registration pipelined with the runs that follow it). An older
 // client never sends them, so the server still speaks 1.
 inline constexpr uint16_t kProtocolVersion = 11;
@@ -73,6 +74,10 @@ enum class ClientMsg : uint8_t {
   // Protocol 10, on a peer connection: the pull has the tensor; the capability is used up. No
   // reply.
   kFetchDone = 9,
+  // Protocol 11, on a peer connection (docs/protocol.md §8.9): a FetchBound asking only for the
+  // tensor's bytes from `offset` on (a retry after a cut keeps what it received), answered by a
+  // ReadResult whose tensor is those bytes as a u8 vector.
+  kFetchFrom = 10,
 };
 enum class ServerMsg : uint8_t {
   kWelcome = 1,
@@ -227,6 +232,17 @@ struct FetchDone {
   std::string pull;
   TW_FIELDS(capability, pull)
 };
+// kFetchFrom (protocol 11): a FetchBound for the bytes [offset, end) of the tensor; the source
+// refuses an offset past the tensor's byte size.
+struct FetchFrom {
+  uint64_t request_id = 0;
+  uint64_t session_id = 0;
+  ir::TensorId tensor = 0;
+  std::string capability;
+  std::string pull;
+  uint64_t offset = 0;
+  TW_FIELDS(request_id, session_id, tensor, capability, pull, offset)
+};
 
 struct ServerStats {
   uint32_t sessions = 0;
@@ -322,6 +338,7 @@ void encode_capability_result(uint64_t request_id, const Result<Exported>& r, Ou
 void encode_fetch(const Fetch& m, OutFrame& f);
 void encode_fetch_bound(const FetchBound& m, OutFrame& f);
 void encode_fetch_done(const FetchDone& m, OutFrame& f);
+void encode_fetch_from(const FetchFrom& m, OutFrame& f);
 void encode_attach_segment(const AttachSegment& m, OutFrame& f);
 Result<AttachSegment> decode_attach_segment(const Buffer& payload);
 void encode_read_result_in_segment(uint64_t request_id, const TensorMeta& meta, OutFrame& f);
@@ -336,6 +353,7 @@ Result<Hello> decode_hello(const Buffer& payload);
 Result<Fetch> decode_fetch(const Buffer& payload);
 Result<FetchBound> decode_fetch_bound(const Buffer& payload);
 Result<FetchDone> decode_fetch_done(const Buffer& payload);
+Result<FetchFrom> decode_fetch_from(const Buffer& payload);
 // Any message a server sends a client: `kind` says which member holds it (the others keep
 // whatever an earlier message left there).
 struct ServerMessage {

@@ -218,6 +218,16 @@ std::string metrics_text(const ServerView& v, const ServerMetrics& m) {
                  m.transfers(Direction::kIn), m.transfers(Direction::kOut));
   e.by_direction("tensorwire_transfer_bytes_total", "Tensor bytes moved between servers",
                  m.transfer_bytes(Direction::kIn), m.transfer_bytes(Direction::kOut));
+  e.scalar("tensorwire_pull_retries_total", T::Counter,
+           "Pulls of a tensor from another server tried again after their connection was cut",
+           static_cast<double>(m.pull_retries()));
+  e.scalar("tensorwire_pull_bytes_kept_total", T::Counter,
+           "Tensor bytes a retried pull had received and kept (the retry asked for the rest)",
+           static_cast<double>(m.pull_bytes_kept()));
+  e.scalar("tensorwire_pull_bytes_refetched_total", T::Counter,
+           "Tensor bytes a retried pull had received and fetched again (a source before "
+           "protocol 11 sends the tensor whole)",
+           static_cast<double>(m.pull_bytes_refetched()));
   return e.text();
 }
 

@@ -182,6 +182,14 @@ class ServerMetrics {
     transfer_bytes_[static_cast<size_t>(d)].fetch_add(bytes, std::memory_order_relaxed);
   }
 
+  // A pull tried again after its connection was cut (Puller): `kept` bytes it had received stay
+  // (protocol 11's FetchFrom asks only for the rest), `refetched` ones are fetched again.
+  void pull_retried(uint64_t kept, uint64_t refetched) {
+    pull_retries_.fetch_add(1, std::memory_order_relaxed);
+    pull_bytes_kept_.fetch_add(kept, std::memory_order_relaxed);
+    pull_bytes_refetched_.fetch_add(refetched, std::memory_order_relaxed);
+  }
+
   // ---- reading (a scrape) ----
   Latency latency(ir::OpCode code) const;
   uint64_t errors(ErrorKind k) const {
@@ -194,6 +202,11 @@ class ServerMetrics {
   }
   uint64_t transfer_bytes(Direction d) const {
     return transfer_bytes_[static_cast<size_t>(d)].load(std::memory_order_relaxed);
+  }
+  uint64_t pull_retries() const { return pull_retries_.load(std::memory_order_relaxed); }
+  uint64_t pull_bytes_kept() const { return pull_bytes_kept_.load(std::memory_order_relaxed); }
+  uint64_t pull_bytes_refetched() const {
+    return pull_bytes_refetched_.load(std::memory_order_relaxed);
   }
 
  private:
@@ -209,6 +222,7 @@ class ServerMetrics {
   std::array<std::atomic<uint64_t>, kNumErrorKinds> errors_{};
   std::atomic<uint64_t> graphs_registered_{0}, graph_runs_{0};
   std::array<std::atomic<uint64_t>, 2> transfers_{}, transfer_bytes_{};
+  std::atomic<uint64_t> pull_retries_{0}, pull_bytes_kept_{0}, pull_bytes_refetched_{0};
 };
 
 // Which fast ops a session times (OpTimer), kept from batch to batch. An op kind whose last

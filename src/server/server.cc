@@ -253,8 +253,8 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
                                                          [srv] { return srv->view(); }));
       impl->totals.metrics.enable_timing();
     }
-    impl->puller =
-        std::make_unique<server::Puller>(server::Puller::kThreads, opts.transfer_timeout);
+    impl->puller = std::make_unique<server::Puller>(server::Puller::kThreads, opts.transfer_timeout,
+                                                    &impl->totals.metrics);
     impl->collectives = std::make_unique<server::Collectives>(
         opts.credential, server::collective_host(opts, impl->listeners), impl->self_name());
     if (opts.resume_grace.count() > 0) {

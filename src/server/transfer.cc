@@ -246,18 +246,29 @@ void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& f
       table.done(m->capability, m->pull);
     return;
   }
-  // A Fetch is a FetchBound without a pull (the capability is used up at once).
-  Result<proto::FetchBound> m = data_loss("not a fetch");
-  if (kind.ok() && *kind == proto::ClientMsg::kFetchBound) {
-    m = proto::decode_fetch_bound(frame);
-    if (m.ok() && m->pull.size() != proto::kPullIdBytes) {
-      m = data_loss("a FetchBound's pull id holds " + std::to_string(m->pull.size()) +
-                    " bytes, not " + std::to_string(proto::kPullIdBytes));
+  // A Fetch is a FetchFrom without a pull (the capability is used up at once), a FetchBound one
+  // from offset 0 (both answered with the tensor itself).
+  Result<proto::FetchFrom> m = data_loss("not a fetch");
+  const bool from = kind.ok() && *kind == proto::ClientMsg::kFetchFrom;
+  if (from) {
+    m = proto::decode_fetch_from(frame);
+  } else if (kind.ok() && *kind == proto::ClientMsg::kFetchBound) {
+    if (Result<proto::FetchBound> b = proto::decode_fetch_bound(frame); b.ok()) {
+      m = proto::FetchFrom{
+          b->request_id, b->session_id, b->tensor, std::move(b->capability), std::move(b->pull), 0};
+    } else {
+      m = b.status();
     }
   } else if (Result<proto::Fetch> f = proto::decode_fetch(frame); f.ok()) {
-    m = proto::FetchBound{f->request_id, f->session_id, f->tensor, std::move(f->capability), ""};
+    m = proto::FetchFrom{f->request_id, f->session_id, f->tensor, std::move(f->capability), "", 0};
   } else {
     m = f.status();
+  }
+  const bool bound = kind.ok() && *kind != proto::ClientMsg::kFetch;
+  if (m.ok() && bound && m->pull.size() != proto::kPullIdBytes) {
+    m = data_loss("a " + std::string(from ? "FetchFrom" : "FetchBound") + "'s pull id holds " +
+                  std::to_string(m->pull.size()) + " bytes, not " +
+                  std::to_string(proto::kPullIdBytes));
   }
   if (!m.ok()) return proto::encode_read_result(0, m.status().with_context("fetch"), reply);
   Result<TensorData> d = table.redeem(m->capability, m->session_id, m->tensor, m->pull);
@@ -265,6 +276,19 @@ void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& f
     d = resource_exhausted("fetch: tensor " + std::to_string(m->tensor) + " holds " +
                            std::to_string(d->bytes.size()) +
                            " bytes, more than one frame can carry (4 GiB); move it in slices");
+  }
+  if (d.ok() && m->offset > d->bytes.size()) {
+    // (The capability stays bound to this pull: only its own retry gets that far.)
+    d = invalid_argument("fetch: offset " + std::to_string(m->offset) +
+                         " is past the end of tensor " + std::to_string(m->tensor) +
+                         ", which holds " + std::to_string(d->bytes.size()) +
+                         " bytes; a FetchFrom asks for the bytes after those a pull received");
+  }
+  if (d.ok() && from) {
+    // The rest of the bytes, as a u8 vector (a slice: nothing is copied).
+    const uint64_t rest = d->bytes.size() - m->offset;
+    d = TensorData{TensorMeta{{static_cast<int64_t>(rest)}, kU8},
+                   d->bytes.slice(static_cast<size_t>(m->offset), static_cast<size_t>(rest))};
   }
   if (d.ok()) metrics.transfer(Direction::kOut, d->bytes.size());
   proto::encode_read_result(m->request_id, std::move(d), reply);
@@ -299,7 +323,7 @@ asio::error_code step(asio::io_context& io, net::Stream& s, std::chrono::millise
 // offset `aligned` of the payload lands 64-byte aligned (where a tensor's bytes start, so that the
 // tensor can keep them as its storage: an unaligned one would be copied).
 Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
-                          uint64_t max, const char* what, size_t aligned) {
+                          uint64_t max, const char* what, size_t aligned, PartialFrame* partial) {
   uint8_t header[4];
   asio::error_code ec = step(
       io, s, stall, [&](net::IoHandler h) { s.async_read(asio::buffer(header, 4), std::move(h)); });
@@ -322,6 +346,7 @@ Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::mil
         [&](net::IoHandler h) { s.async_read(asio::buffer(payload.data() + at, n), std::move(h)); },
         &got);
     if (ec) {
+      if (partial) *partial = {payload, at + got};
       return unavailable("the connection ended after " + std::to_string(at + got) + " of the " +
                          std::to_string(len) + " bytes of its " + what + " (" + ec.message() + ")");
     }
@@ -330,7 +355,8 @@ Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::mil
   return payload;
 }
 
-Puller::Puller(int threads, std::chrono::milliseconds stall) : stall_(stall) {
+Puller::Puller(int threads, std::chrono::milliseconds stall, ServerMetrics* metrics)
+    : stall_(stall), metrics_(metrics) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
 }
 
@@ -380,10 +406,13 @@ void Puller::run() {
     if (RAND_bytes(reinterpret_cast<unsigned char*>(pull_id.data()),
                    static_cast<int>(pull_id.size())) == 1) {
       auto backoff = std::chrono::milliseconds(5);
+      Received kept;
       for (int attempt = 1;; ++attempt) {
         bool retry = false;
-        got = pull(job.first, pull_id, &retry);
+        got = pull(job.first, pull_id, kept, &retry);
         if (got.ok() || !retry || attempt >= kPullAttempts) break;
+        if (metrics_) metrics_->pull_retried(kept.fresh, kept.lost);
+        kept.fresh = kept.lost = 0;
         {
           std::unique_lock<std::mutex> lock(mu_);
           if (cv_.wait_for(lock, backoff, [&] { return stopping_; })) break;
@@ -402,7 +431,20 @@ void Puller::run() {
   }
 }
 
-Result<TensorData> Puller::pull(const PullRequest& r, const std::string& pull_id, bool* retry) {
+void Puller::keep(Received& kept, const Buffer& frame, size_t data_at, uint64_t rest, uint64_t n) {
+  if (n == 0 || n > rest || frame.size() != data_at + rest) return;
+  if (kept.have == 0) {
+    kept.frame = frame;  // the first reply's frame becomes the tensor's (no copy)
+    kept.data_at = data_at;
+  } else {
+    std::memcpy(kept.frame.data() + kept.data_at + kept.have, frame.data() + data_at, n);
+  }
+  kept.have += n;
+  kept.fresh += n;
+}
+
+Result<TensorData> Puller::pull(const PullRequest& r, const std::string& pull_id, Received& kept,
+                                bool* retry) {
   *retry = false;
   const std::chrono::milliseconds stall = stall_;
   TW_ASSIGN_OR_RETURN(net::Url url, net::parse_url(r.source.url));
@@ -461,9 +503,29 @@ Result<TensorData> Puller::pull(const PullRequest& r, const std::string& pull_id
   }
   if (w.kind != proto::ServerMsg::kWelcome) return data_loss("it sent no Welcome");
   const bool bound = w.welcome.version >= 10;
+  // Protocol 11: each try is a FetchFrom, which a retry asks for the bytes after those kept.
+  const bool resumable = w.welcome.version >= 11;
+  const uint64_t nbytes = proto::meta_bytes(r.meta);
+  if (resumable) {
+    // A FetchFrom's reply carries bytes without their meta: the capability names it (its fields
+    // are signed, and the source refuses one altered).
+    Result<Capability> c = CapabilityTable::parse(r.source.capability);
+    if (c.ok() && !(c->meta == r.meta)) {
+      return invalid_argument("its capability grants a tensor " + meta_str(c->meta) +
+                              ", the move expects " + meta_str(r.meta));
+    }
+  } else {
+    kept.lost += kept.have;
+    kept.have = 0;
+    kept.frame = {};
+  }
+  const uint64_t offset = kept.have;
 
   proto::OutFrame fetch;
-  if (bound) {
+  if (resumable) {
+    proto::encode_fetch_from(
+        {1, r.source.session_id, r.source.tensor, r.source.capability, pull_id, offset}, fetch);
+  } else if (bound) {
     proto::encode_fetch_bound(
         {1, r.source.session_id, r.source.tensor, r.source.capability, pull_id}, fetch);
   } else {
@@ -478,16 +540,30 @@ Result<TensorData> Puller::pull(const PullRequest& r, const std::string& pull_id
     return st;
   }
 
-  const uint64_t nbytes = proto::meta_bytes(r.meta);
+  // The reply's tensor: the move's, or (FetchFrom) its bytes from `offset` on as a u8 vector.
+  const uint64_t rest = nbytes - offset;
+  const TensorMeta want = resumable ? TensorMeta{{static_cast<int64_t>(rest)}, kU8} : r.meta;
   // The tensor's bytes and its header, or a refusal (a status message within kMaxStringBytes).
-  const uint64_t max = nbytes + 64 + 8 * r.meta.shape.size() + proto::kMaxStringBytes;
+  const uint64_t max = rest + 64 + 8 * want.shape.size() + proto::kMaxStringBytes;
   // A ReadResult's bytes follow its type, request id, OK status, meta and length.
   const size_t data_at =
-      1 + 8 + proto::FieldSize::of(Status::OK()) + proto::FieldSize::of(r.meta) + 8;
-  Result<Buffer> payload = read_frame(io, *stream, stall, max, "tensor", data_at);
+      1 + 8 + proto::FieldSize::of(Status::OK()) + proto::FieldSize::of(want) + 8;
+  PartialFrame part;
+  Result<Buffer> payload = read_frame(io, *stream, stall, max, "tensor", data_at, &part);
   if (!payload.ok()) {
     Status st = cut(payload.status());
     if (!bound) *retry = false;
+    // The tensor bytes that arrived, after a whole head of an answer carrying them.
+    const uint64_t arrived =
+        part.received > data_at && proto::read_result_data_offset(part.payload.as<const uint8_t>(),
+                                                                  part.received) == data_at
+            ? part.received - data_at
+            : 0;
+    if (*retry && resumable) {
+      keep(kept, part.payload, data_at, rest, arrived);
+    } else if (*retry) {
+      kept.lost += arrived;
+    }
     return st;
   }
   TW_ASSIGN_OR_RETURN(proto::ServerMessage m, proto::decode_server_message(*payload));
@@ -504,13 +580,22 @@ Result<TensorData> Puller::pull(const PullRequest& r, const std::string& pull_id
                [&](net::IoHandler h) { stream->async_write(bufs, std::move(h)); });
   }
   stream->close();
-  const Result<TensorData>& got = m.read.result;
+  Result<TensorData>& got = m.read.result;
   if (!got.ok()) return Status(got.status().code(), "it refused: " + got.status().message());
-  if (!(got->meta == r.meta)) {
+  if (!(got->meta == want)) {
     return invalid_argument("it sent a tensor " + meta_str(got->meta) + ", the move expects " +
-                            meta_str(r.meta));
+                            meta_str(want));
   }
-  return std::move(m.read.result);
+  if (!resumable) return std::move(got);
+  if (offset == 0) return TensorData{r.meta, std::move(got->bytes)};
+  // The rest joins the bytes kept from the tries before (the first reply's frame, now whole).
+  std::memcpy(kept.frame.data() + kept.data_at + offset, got->bytes.data(), rest);
+  TW_ASSIGN_OR_RETURN(proto::ServerMessage whole, proto::decode_server_message(kept.frame));
+  if (whole.kind != proto::ServerMsg::kReadResult || !whole.read.result.ok() ||
+      !(whole.read.result->meta == TensorMeta{{static_cast<int64_t>(nbytes)}, kU8})) {
+    return data_loss("the bytes kept from its earlier replies do not make the tensor");
+  }
+  return TensorData{r.meta, std::move(whole.read.result->bytes)};
 }
 
 }  // namespace tw::server

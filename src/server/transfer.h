@@ -143,10 +143,17 @@ asio::error_code step(
     asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
     const std::function<void(std::function<void(const asio::error_code&, size_t)>)>& start,
     size_t* moved = nullptr);
+// A frame's payload cut short: what arrived of it.
+struct PartialFrame {
+  Buffer payload;  // the whole payload's room, its first `received` bytes filled
+  size_t received = 0;
+};
 // Reads one frame's payload; `max` bounds its length before anything is allocated. The byte at
-// offset `aligned` of the payload lands 64-byte aligned.
+// offset `aligned` of the payload lands 64-byte aligned. `partial` (when given) gets what arrived
+// when the connection ends within the payload.
 Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
-                          uint64_t max, const char* what, size_t aligned = 0);
+                          uint64_t max, const char* what, size_t aligned = 0,
+                          PartialFrame* partial = nullptr);
 
 // What an importing server needs to pull one tensor.
 struct PullRequest {
@@ -163,11 +170,15 @@ struct PullRequest {
 // up to kPullAttempts times with a backoff from 5 ms doubling, when the source speaks protocol
 // 10 (FetchBound keeps the capability for this pull until FetchDone); a source that refuses the
 // connection (it is gone), stalls past the timeout or refuses the capability is not retried.
+// Against a source that speaks protocol 11 every try is a FetchFrom, and a retry asks only for
+// the bytes after those received before the cut (they are kept); an older source sends the
+// whole tensor again. `metrics` (when given) counts the retries and the bytes kept or refetched.
 class Puller {
  public:
   using Done = std::function<void(Result<TensorData>)>;
   explicit Puller(int threads = kThreads,
-                  std::chrono::milliseconds stall = std::chrono::seconds(30));
+                  std::chrono::milliseconds stall = std::chrono::seconds(30),
+                  ServerMetrics* metrics = nullptr);
   // Aborts the pulls under way (their callbacks get the error) and those queued; later
   // start()s fail at once. The destructor aborts, then joins the threads.
   void abort();
@@ -182,11 +193,26 @@ class Puller {
   static constexpr int kPullAttempts = 8;
 
  private:
+  // What the tries of one pull received so far (kept across cuts, protocol 11): the first
+  // reply's frame, its tensor bytes from `data_at`, the first `have` of them received.
+  // `fresh` of them came in the last try; `lost` bytes it received are fetched again (a source
+  // before protocol 11 sends the tensor whole).
+  struct Received {
+    Buffer frame;
+    size_t data_at = 0;
+    uint64_t have = 0;
+    uint64_t fresh = 0, lost = 0;
+  };
   // One try; *retry says whether a failure may be tried again.
-  Result<TensorData> pull(const PullRequest& r, const std::string& pull_id, bool* retry);
+  Result<TensorData> pull(const PullRequest& r, const std::string& pull_id, Received& kept,
+                          bool* retry);
+  // Keeps `n` tensor bytes a FetchFrom reply for the `rest` bytes from `kept.have` on carries at
+  // `data_at` of `frame` (a frame of another size than such a reply's is not kept).
+  static void keep(Received& kept, const Buffer& frame, size_t data_at, uint64_t rest, uint64_t n);
   void run();
 
   std::chrono::milliseconds stall_;
+  ServerMetrics* metrics_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

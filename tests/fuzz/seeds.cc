@@ -238,6 +238,16 @@ int run(const fs::path& dir) {
   OutFrame fetch;
   encode_fetch(Fetch{1, 2, 3, "capability"}, fetch);
   c.add("fetch", "fetch", fetch);
+  // Protocols 10 and 11: the retryable pull (FetchBound, FetchDone) and the resumed one
+  // (FetchFrom, with an offset).
+  const std::string pull_id(kPullIdBytes, 'p');
+  OutFrame fetch_bound, fetch_done, fetch_from;
+  encode_fetch_bound({1, 2, 3, "capability", pull_id}, fetch_bound);
+  encode_fetch_done({"capability", pull_id}, fetch_done);
+  encode_fetch_from({1, 2, 3, "capability", pull_id, 1 << 20}, fetch_from);
+  c.add("fetch", "fetch_bound", fetch_bound);
+  c.add("fetch", "fetch_done", fetch_done);
+  c.add("fetch", "fetch_from", fetch_from);
   // Protocol 3: a collective's rendezvous (Store, StoreResult) and its task.
   OutFrame store_set, store_get, store_reply;
   encode_store_request({1, StoreOp::kSet, "g1/0", "address"}, store_set);

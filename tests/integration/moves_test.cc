@@ -14,6 +14,7 @@
 #include "api/sink.h"
 #include "client/remote_backend.h"
 #include "support/helpers.h"
+#include "support/metric.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
@@ -211,11 +212,12 @@ TEST(Moves, RefusedCapabilitiesPoisonTheDestination) {
   EXPECT_NE(read_error(move_local(source(*e3))).find("expired"), std::string::npos);
 }
 
-// A fake source server on 127.0.0.1: answers the peer's Hello with a Welcome, then announces a
-// tensor and sends `send` bytes of it before closing (send < 0: stalls, never closing).
+// A fake source server on 127.0.0.1 speaking protocol `version`: answers the peer's Hello with a
+// Welcome, then announces a tensor and sends `send` bytes of it before closing (send < 0: stalls,
+// never closing); a connection after the first (a retry) gets the whole tensor.
 class FakeSource {
  public:
-  explicit FakeSource(long send) {
+  explicit FakeSource(long send, uint16_t version = 9) : version_(version) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -238,6 +240,14 @@ class FakeSource {
   const std::string& url() const { return url_; }
 
  private:
+  static void write_all(int fd, const uint8_t* p, size_t n) {
+    while (n > 0) {
+      const ssize_t w = ::write(fd, p, n);
+      if (w <= 0) return;
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
   static void put(int fd, const proto::OutFrame& f) {
     std::vector<uint8_t> bytes(4);
     const uint64_t n = f.payload_size();
@@ -246,13 +256,19 @@ class FakeSource {
     (void)!::write(fd, bytes.data(), bytes.size());
   }
   void serve(long send) {
-    int c = ::accept(fd_, nullptr, nullptr);
-    if (c < 0) return;
+    for (bool first = true; !stop_; first = false) {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      serve_one(c, first ? send : long{4} << 20);
+    }
+  }
+  void serve_one(int c, long send) {
     char buf[4096];
     (void)!::read(c, buf, sizeof buf);  // the Hello and the Fetch
     proto::OutFrame w;
     proto::Welcome welcome;
-    welcome.version = 9;  // a source before retryable pulls (protocol 10): the cut is final
+    // (9: a source before retryable pulls (protocol 10), the cut is final.)
+    welcome.version = version_;
     proto::encode_welcome(welcome, w);
     put(c, w);
     if (send >= 0) {
@@ -266,9 +282,9 @@ class FakeSource {
       const uint64_t n = r.payload_size();
       for (int i = 0; i < 4; ++i) head[i] = static_cast<uint8_t>(n >> (8 * i));
       head.insert(head.end(), r.head.begin(), r.head.end());
-      (void)!::write(c, head.data(), head.size());
+      write_all(c, head.data(), head.size());
       std::vector<uint8_t> part(static_cast<size_t>(send), 0);
-      (void)!::write(c, part.data(), part.size());
+      write_all(c, part.data(), part.size());
       // End with a FIN, not a reset: closing with the Fetch (sent after the Welcome) still
       // unread would reset the connection and could drop the bytes written above. Read what
       // came until the destination closes (bounded by a timeout).
@@ -283,6 +299,7 @@ class FakeSource {
     while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ::close(c);
   }
+  uint16_t version_;
   int fd_ = -1;
   std::string url_;
   std::atomic<bool> stop_{false};
@@ -313,6 +330,24 @@ TEST(Moves, SourceDyingMidTransferFailsTheMoveNamingBothServers) {
   EXPECT_LT(seconds, 5.0);
   // The session goes on.
   EXPECT_EQ(full({2}, 1.0, kF32, b).to_vector<float>(), std::vector<float>(2, 1.0f));
+}
+
+// An older source (protocol 10: FetchBound, no FetchFrom) keeps working: a pull cut after 1 MiB
+// is tried again and fetches the tensor whole, which the destination counts as refetched.
+TEST(Moves, CutPullFromAProtocol10SourceFetchesTheWholeTensorAgain) {
+  ServerProcess sb({"--metrics", "tcp://127.0.0.1:0"});
+  Device b = Device::remote(sb.url(), 0);
+  FakeSource source(1 << 20, 10);
+  const TensorMeta meta{{1 << 20}, kF32};
+  const ir::TensorId id = b.sink()->new_id();
+  ASSERT_TRUE(conn(b)
+                  .move_in(proto::TaskKind::kImport, id, meta,
+                           proto::TensorSource{1, 1, "capability", source.url(), ""})
+                  .ok());
+  EXPECT_EQ(handle(b, id, meta).to_vector<float>(), std::vector<float>(1 << 20, 0.0f));
+  EXPECT_EQ(testing::metric_value(sb, "tensorwire_pull_retries_total"), 1);
+  EXPECT_EQ(testing::metric_value(sb, "tensorwire_pull_bytes_refetched_total"), 1 << 20);
+  EXPECT_EQ(testing::metric_value(sb, "tensorwire_pull_bytes_kept_total"), 0);
 }
 
 TEST(Moves, StalledSourceTimesOut) {

@@ -1,7 +1,8 @@
 // Server-to-server moves in flight survive dropped connections (issue 35; docs/remote.md,
 // "Dropped connections: resumable sessions"): a fault relay (tests/support/fault_relay.h) in
 // front of the source cuts the destination's pull mid-transfer, which the destination tries again
-// (protocol 10's FetchBound keeps the capability for that pull alone); relays in front of both
+// (protocol 10's FetchBound keeps the capability for that pull alone) and, with protocol 11's
+// FetchFrom, asks only for the bytes it has not received; relays in front of both
 // servers cut the client's own links while moves are in flight, which the resumable sessions
 // absorb. Every move lands exactly once (the destination's transfer counter) with the source's
 // bytes, over tcp:// and unix://.
@@ -43,8 +44,9 @@ std::string fingerprint_of(const ServerProcess& s) {
 // tls: the source serves tls:// and the relay cuts the encrypted stream (the destination pins the
 // certificate the client pins).
 void pull_cut_mid_transfer(bool tls) {
-  ServerProcess sa(tls ? std::vector<std::string>{"--listen", "tls://127.0.0.1:0"}
-                       : std::vector<std::string>{});
+  ServerProcess sa(tls ? std::vector<std::string>{"--listen", "tls://127.0.0.1:0", "--metrics",
+                                                  "tcp://127.0.0.1:0"}
+                       : std::vector<std::string>{"--metrics", "tcp://127.0.0.1:0"});
   ServerProcess sb({"--metrics", "tcp://127.0.0.1:0"});
   FaultOptions fo;
   fo.seed = tls ? 355 : 351;
@@ -70,6 +72,18 @@ void pull_cut_mid_transfer(bool tls) {
   for (int i = 0; i < kMoves; ++i) EXPECT_EQ(xs[i].to_bytes(), ys[i].to_bytes()) << "move " << i;
   EXPECT_EQ(transfers_in(sb), kMoves) << "a move lost or landed twice";
   EXPECT_EQ(remote_stats(a).sessions_opened, 1u) << "the client's session on A was not resumed";
+  // Each retry resumed where its pull was cut: the source sent the remainder only. A try from
+  // offset o sends n - o bytes, o being at least what the retries before it kept.
+  const double retries = testing::metric_value(sb, "tensorwire_pull_retries_total");
+  const double kept = testing::metric_value(sb, "tensorwire_pull_bytes_kept_total");
+  const double served =
+      testing::metric_value(sa, "tensorwire_transfer_bytes_total{direction=\"out\"}");
+  constexpr double kBytes = 4 << 20;
+  EXPECT_GE(retries, kMoves) << "every pull was cut once at least";
+  EXPECT_GT(kept, 0) << "no retry kept what it had received";
+  EXPECT_EQ(testing::metric_value(sb, "tensorwire_pull_bytes_refetched_total"), 0);
+  EXPECT_LE(served, kBytes * (kMoves + retries) - kept) << "bytes received before a cut sent again";
+  EXPECT_GE(served, kBytes * kMoves);
 }
 
 TEST(ResumeMoves, PullCutMidTransferIsRetriedAndLandsOnce) { pull_cut_mid_transfer(false); }

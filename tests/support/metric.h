@@ -18,9 +18,10 @@ inline double metric_value(const ServerProcess& s, const std::string& key) {
   client.set_read_timeout(10, 0);
   auto res = client.Get("/metrics");
   if (!res) return -1;
-  const std::string line = key + " ";
-  const size_t at = res->body.find(line);
-  return at == std::string::npos ? -1 : std::stod(res->body.substr(at + line.size()));
+  // At a line's start: a metric without labels is named in its # HELP and # TYPE lines too.
+  const std::string line = "\n" + key + " ";
+  const size_t at = ("\n" + res->body).find(line);
+  return at == std::string::npos ? -1 : std::stod(res->body.substr(at + line.size() - 1));
 }
 
 }  // namespace tw::testing

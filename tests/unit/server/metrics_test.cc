@@ -103,6 +103,8 @@ TEST(ServerMetrics, SessionsDevicesAndFeatureCountersAreExposed) {
   m.graph_run();
   m.graph_run();
   m.transfer(Direction::kOut, 4096);
+  m.pull_retried(300, 0);
+  m.pull_retried(0, 700);
   m.error(error_kind_of(protocol::RefuseReason::kUnauthorized));
   ServerView v;
   v.stats.sessions = 1;
@@ -121,6 +123,9 @@ TEST(ServerMetrics, SessionsDevicesAndFeatureCountersAreExposed) {
   EXPECT_TRUE(has_line(t, "tensorwire_graph_runs_total 2")) << t;
   EXPECT_TRUE(has_line(t, "tensorwire_transfer_bytes_total{direction=\"out\"} 4096")) << t;
   EXPECT_TRUE(has_line(t, "tensorwire_errors_total{kind=\"refused_unauthorized\"} 1")) << t;
+  EXPECT_TRUE(has_line(t, "tensorwire_pull_retries_total 2")) << t;
+  EXPECT_TRUE(has_line(t, "tensorwire_pull_bytes_kept_total 300")) << t;
+  EXPECT_TRUE(has_line(t, "tensorwire_pull_bytes_refetched_total 700")) << t;
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "protocol/messages.h"
 #include "server/session.h"
 #include "support/frames.h"
@@ -190,6 +192,44 @@ TEST(Capabilities, BoundToOnePullUntilDone) {
   EXPECT_EQ(table.outstanding(), 0u);
   EXPECT_NE(fetch(pull).message().find("used already"), std::string::npos);
   EXPECT_EQ(metrics.transfers(Direction::kOut), 2u) << "each try sent counts";
+}
+
+// Protocol 11's FetchFrom: a retry asks for the bytes after those it received and gets only them
+// (as a u8 vector, a slice of the exported storage); an offset past the tensor is a clear refusal.
+TEST(Capabilities, FetchFromSendsOnlyTheRestAndRefusesAnOffsetPastTheEnd) {
+  CapabilityTable table("9f3a");
+  TensorData d = data_of({1.5f, -2.0f, 4.0f}, {3});
+  auto token = table.issue(3, 4, d);
+  ASSERT_TRUE(token.ok());
+  const std::string pull(proto::kPullIdBytes, 'p');
+  ServerMetrics metrics;
+  auto fetch_from = [&](uint64_t offset, const std::string& by) {
+    proto::OutFrame req, rep;
+    proto::encode_fetch_from({7, 3, 4, *token, by, offset}, req);
+    serve_fetch(table, metrics, payload_of(req), rep);
+    std::vector<uint8_t> out = testing::flatten(rep);
+    auto m = proto::decode_server_message(Buffer::copy_of(out.data(), out.size()));
+    EXPECT_TRUE(m.ok());
+    return std::move(m).value().read.result;
+  };
+  Result<TensorData> whole = fetch_from(0, pull);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  EXPECT_EQ(whole->meta, (TensorMeta{{12}, kU8}));
+  Result<TensorData> rest = fetch_from(5, pull);
+  ASSERT_TRUE(rest.ok()) << rest.status().message();
+  EXPECT_EQ(rest->meta, (TensorMeta{{7}, kU8}));
+  EXPECT_EQ(0, std::memcmp(rest->bytes.data(), d.bytes.data() + 5, 7)) << "the bytes from 5 on";
+  EXPECT_TRUE(fetch_from(12, pull).ok()) << "nothing left is still an answer";
+  Result<TensorData> past = fetch_from(13, pull);
+  ASSERT_FALSE(past.ok());
+  EXPECT_NE(past.status().message().find("offset 13 is past the end of tensor 4, which holds 12"),
+            std::string::npos)
+      << past.status().message();
+  EXPECT_FALSE(fetch_from(~uint64_t{0}, pull).ok());
+  EXPECT_FALSE(fetch_from(0, std::string(3, 'p')).ok()) << "a pull id of the wrong length";
+  EXPECT_FALSE(fetch_from(0, std::string(proto::kPullIdBytes, 'q')).ok()) << "another pull";
+  EXPECT_EQ(table.outstanding(), 1u) << "still bound to the pull";
+  EXPECT_EQ(metrics.transfer_bytes(Direction::kOut), 12u + 7u) << "only the bytes sent count";
 }
 
 // ---- the move tasks on sessions ----
