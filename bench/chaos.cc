@@ -315,7 +315,7 @@ void row_checkpoint(const Args& a, const std::string& root, const std::string& w
   const tw::Device d =
       tw::Device::remote(link ? link->relay_to(port_of(served->url())) : served->url());
   if (link) link->in_client([&] { d.connect(); });  // (its sockets stay in the client namespace)
-  const int64_t floats = a.ckpt_mib << 18;  // MiB * 2^20 / 4
+  const int64_t floats = a.ckpt_mib << 18;          // MiB * 2^20 / 4
   tw::nn::Linear lin(4096, floats / 4096, false, {d, tw::kF32});
   d.sync();
   const std::string dir = root + "/tw_chaos_ckpt_" + std::to_string(::getpid());

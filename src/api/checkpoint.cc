@@ -394,11 +394,11 @@ std::shared_ptr<Mapping> map_file(const void* owner, const Fd& f, uint64_t total
     errno = rc;
     fail_errno("cannot reserve " + std::to_string(total) + " bytes for", f.path());
   }
-  void* p = ::mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE, MAP_SHARED,
-                   f.fd(), 0);
+  void* p =
+      ::mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE, MAP_SHARED, f.fd(), 0);
   if (p == MAP_FAILED) return nullptr;
-  return std::make_shared<Mapping>(static_cast<uint8_t*>(p), static_cast<size_t>(total),
-                                   st.st_dev, st.st_ino);
+  return std::make_shared<Mapping>(static_cast<uint8_t*>(p), static_cast<size_t>(total), st.st_dev,
+                                   st.st_ino);
 }
 
 // After a save: keeps `m` and drops the kept mappings of files no longer in `live`.

@@ -174,7 +174,8 @@ TEST(Framing, ReaderDivertsALargeFramesBulkWhereTheHookSays) {
     whole.push_back(bytes_of(d));
   });
   ASSERT_EQ(got.size(), payloads.size());
-  for (size_t i = 0; i < got.size(); ++i) got[i].insert(got[i].end(), whole[i].begin(), whole[i].end());
+  for (size_t i = 0; i < got.size(); ++i)
+    got[i].insert(got[i].end(), whole[i].begin(), whole[i].end());
   EXPECT_EQ(got, payloads);
   // Diverted: the large frames whose hook answered a Buffer of the right size (frame 2 fits the
   // staging buffer, frame 4's Buffer is a byte short); into the hook's own Buffers.
