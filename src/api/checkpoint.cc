@@ -3,11 +3,13 @@
 #include "tensorwire/checkpoint.h"
 
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <linux/magic.h>
+#include <sys/vfs.h>
+#endif
 
 #include <algorithm>
 #include <bit>
@@ -351,9 +353,8 @@ constexpr size_t kChunk = 256 << 10;  // hashed, then written while still in the
 // (256 MiB mapped anew and touched: 0.6 s, far more than the copy saved; so the first save into
 // a new file is slower), through a kept one nothing (256 MiB copied into it: 20 ms). Only on
 // tmpfs, where the pages are the storage: to a disk (ext4) the same saves took 458-895 ms
-// against 303-416 ms with write() (256 MiB, alternating runs), the writes through the mapping
-// meeting the pages write-protected by the last fsync, and the disk, not the copy, is the
-// slow side there anyway.
+// against 303-416 ms with write() (256 MiB, alternating runs; bench/results/chaos.md), and
+// the disk, not the copy, is the slow side there anyway.
 struct Mapping {
   uint8_t* data = nullptr;
   size_t size = 0;
@@ -381,14 +382,18 @@ bool same_file(const Mapping& m, const std::string& path) {
 std::shared_ptr<Mapping> map_file(const void* owner, const Fd& f, uint64_t total) {
   struct stat st;
   if (::fstat(f.fd(), &st) != 0) return nullptr;
+#ifdef __linux__
   struct statfs fsinfo;
   if (::fstatfs(f.fd(), &fsinfo) != 0 || fsinfo.f_type != TMPFS_MAGIC) return nullptr;
+#else
+  return nullptr;
+#endif
   {
     std::lock_guard<std::mutex> lock(kept_mu);
     for (const std::shared_ptr<Mapping>& m : kept_maps[owner])
       if (m->dev == st.st_dev && m->ino == st.st_ino && m->size >= total) return m;
   }
-  // Its blocks reserved first: a write through a mapping that finds the disk full raises
+  // Its pages reserved first: a write through a mapping that finds the tmpfs full raises
   // SIGBUS, where write() fails with ENOSPC.
   if (const int rc = ::posix_fallocate(f.fd(), 0, static_cast<off_t>(total)); rc != 0) {
     errno = rc;
