@@ -98,6 +98,9 @@ Result<proto::Welcome> enumerate(const net::Url& url, const Options& options) {
 Connection::Connection(net::Url url, uint32_t device_index, Options options)
     : url_(std::move(url)), device_index_(device_index), options_(std::move(options)) {
   restart_batches_locked();
+  reader_.set_divert([this](const uint8_t* payload, size_t at, size_t len) {
+    return divert_target(payload, at, len);
+  });
   profile::enrol(this);
 }
 

@@ -140,6 +140,12 @@ class Connection {
   // no transfer reuses until the result's last Buffer is gone.
   std::future<Result<TensorData>> read(ir::TensorId id, uint64_t expect_bytes);
   Result<TensorData> read_wait(ir::TensorId id, uint64_t expect_bytes);
+  // A read whose values land in `into`, which must be exactly the tensor's size: a reply too
+  // large for the reader's staging buffer is received straight there (net::FrameReader's
+  // divert: one copy, from the kernel to `into`), a smaller or compressed one is copied there.
+  // The result's bytes are `into` (or it is the failure); the caller leaves `into` alone until
+  // the result is in. Never over shared memory (a segment would add a copy).
+  std::future<Result<TensorData>> read_into(ir::TensorId id, Buffer into);
   // A copy of `n` bytes for an upload (a FromHost op submitted next): at least kShmMinBytes over
   // the shared-memory path, straight into a segment, so that submit_op sends the op as an upload
   // from the segment; otherwise a plain copy.
@@ -195,6 +201,8 @@ class Connection {
     // A read into a segment: the slot, and the hold on it that the result's bytes take over.
     std::shared_ptr<ShmSlot> slot;
     std::shared_ptr<const void> lease;
+    // A read_into()'s destination: where the reply's bytes are received or copied.
+    Buffer into;
     // The promise of its kind only (alternatives in Kind's order): a std::promise allocates its
     // shared state when made, so one of each kind cost eight needless allocations per request.
     // None (monostate) when the reply goes to data_out or status_out instead.
@@ -273,7 +281,11 @@ class Connection {
   // A read whose reply lands in the returned future, or in *out (then the future is invalid).
   std::future<Result<TensorData>> read_impl(ir::TensorId id, std::atomic<bool>* done,
                                             uint64_t expect_bytes = 0,
-                                            std::optional<Result<TensorData>>* out = nullptr);
+                                            std::optional<Result<TensorData>>* out = nullptr,
+                                            Buffer into = Buffer());
+  // The reader's divert hook (net::FrameReader::Divert): the destination of the read_into()
+  // that a large ReadResult answers, or nothing.
+  Buffer divert_target(const uint8_t* payload, size_t at, size_t len);
   // Shared memory: a segment of at least `n` bytes, claimed (busy), with the hold that releases
   // it; null when the path does not apply or every segment is busy (then: the socket).
   std::shared_ptr<ShmSlot> claim_segment(size_t n, std::shared_ptr<const void>* lease);
@@ -348,7 +360,9 @@ class Connection {
   void request_park_locked();
   // Sends a parked I/O thread back to the reactor (work was handed to it).
   void kick_io_locked();
-  void on_message(const Buffer& payload);
+  // `diverted`: the tensor bytes of a ReadResult whose head `payload` is, received apart
+  // (divert_target's destination).
+  void on_message(const Buffer& payload, Buffer diverted = Buffer());
   // Counts what the reader received: bytes_in_ and frames_in_ have one writer at a time (the
   // reader, handed over under mu_), so a plain add does, without a lock or a locked add per frame.
   void count_in(uint64_t bytes, uint64_t frames) {

@@ -36,7 +36,7 @@ Status Connection::read_available(bool* closed, const std::function<bool()>& don
       case net::FrameReader::Poll::kFrame: {
         count_in(0, 1);
         if (resume_) resume_->received.fetch_add(1, std::memory_order_relaxed);
-        on_message(frame);
+        on_message(frame, reader_.take_diverted());
         break;
       }
       case net::FrameReader::Poll::kWouldBlock: return Status::OK();

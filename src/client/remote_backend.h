@@ -43,6 +43,10 @@ class RemoteBackend final : public Backend {
   std::future<Result<TensorData>> read_async(ir::TensorId id, uint64_t nbytes) override {
     return conn_.read(id, nbytes);
   }
+  // Connection::read_into: the values received straight into `into` (internal: checkpoints).
+  std::future<Result<TensorData>> read_into(ir::TensorId id, Buffer into) {
+    return conn_.read_into(id, std::move(into));
+  }
   Result<TensorData> await(std::future<Result<TensorData>>& f) override {
     return conn_.wait_read(f);
   }

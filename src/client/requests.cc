@@ -1,5 +1,7 @@
 // The connection's requests with replies (reads, syncs, stats, graph registrations, exports):
 // the pending-request table, its completion by the reader (on_message), and its failure.
+#include <cstring>
+
 #include "client/connection.h"
 #include "ir/graph.h"
 
@@ -31,6 +33,7 @@ void Connection::Pending::reset(Kind k, bool direct) {
   kind = k;
   slot.reset();
   lease.reset();
+  into = Buffer();
   promise = promise_of<decltype(promise)>(direct ? kCapability + 1 : static_cast<int>(k));
   data_out = nullptr;
   status_out = nullptr;
@@ -172,9 +175,27 @@ Result<TensorData> Connection::read_wait(ir::TensorId id, uint64_t expect_bytes)
   return std::move(*out);
 }
 
+std::future<Result<TensorData>> Connection::read_into(ir::TensorId id, Buffer into) {
+  return read_impl(id, nullptr, 0, nullptr, std::move(into));
+}
+
+Buffer Connection::divert_target(const uint8_t* payload, size_t at, size_t len) {
+  // (Called only for a successful ReadResult's head: type, request id, ...; see the aligner.)
+  uint64_t request = 0;
+  for (size_t i = 0; i < 8; ++i) request |= uint64_t{payload[1 + i]} << (8 * i);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(request);
+  if (it == pending_.end() || it->second->kind != Pending::kRead ||
+      it->second->into.size() != len - at) {
+    return Buffer();
+  }
+  return it->second->into;
+}
+
 std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atomic<bool>* done,
                                                       uint64_t expect_bytes,
-                                                      std::optional<Result<TensorData>>* out) {
+                                                      std::optional<Result<TensorData>>* out,
+                                                      Buffer into) {
   std::shared_ptr<const void> lease;
   std::shared_ptr<ShmSlot> slot;
   if (expect_bytes >= kShmMinBytes && expect_bytes <= SIZE_MAX) {
@@ -201,6 +222,7 @@ std::future<Result<TensorData>> Connection::read_impl(ir::TensorId id, std::atom
   } else {
     fut = p->data().get_future();
   }
+  p->into = std::move(into);
   if (slot) {
     // The server writes the tensor into the segment when it fits the room, else answers inline.
     add_task_locked(proto::ReadToSegmentTask{req, id, {slot->id, 0, slot->seg->capacity(), 0}});
@@ -289,7 +311,7 @@ void Connection::fail_all(const Status& why) {
   reader_cv_.notify_all();
 }
 
-void Connection::on_message(const Buffer& payload) {
+void Connection::on_message(const Buffer& payload, Buffer diverted) {
   // Decoded into the one message kept for it: a single reader at a time calls this. Whatever
   // bytes the reply carried and nobody took (an unknown id, a failure) are let go on the way
   // out, not held until the next reply (they may be a large result or a segment's lease).
@@ -307,8 +329,24 @@ void Connection::on_message(const Buffer& payload) {
       if (m.read.result.ok()) m.read.result->bytes = Buffer();
     }
   } let_go{m};
-  if (Status st = proto::decode_server_message(payload, m); !st.ok()) {
-    fail_all(st.with_context("malformed message from " + url_.str()));
+  Status decoded;
+  if (diverted.size()) {
+    // A ReadResult's head; its bytes are in `diverted` (exactly as many as the frame held).
+    Result<proto::ReadResultHead> head = proto::decode_read_result_head(payload);
+    if (!head.ok()) {
+      decoded = head.status();
+    } else if (!head->tensor.ok() || head->tensor->bytes() != diverted.size()) {
+      decoded = data_loss("a ReadResult's byte count disagrees with its frame");
+    } else {
+      m.kind = proto::ServerMsg::kReadResult;
+      m.read.request_id = head->request_id;
+      m.read.result = TensorData{std::move(head->tensor->meta), std::move(diverted)};
+    }
+  } else {
+    decoded = proto::decode_server_message(payload, m);
+  }
+  if (!decoded.ok()) {
+    fail_all(decoded.with_context("malformed message from " + url_.str()));
     stream_->shutdown();  // safe from a reading caller's thread
     return;
   }
@@ -373,7 +411,22 @@ void Connection::on_message(const Buffer& payload) {
     p->deliver_status(status);
   } else {
     switch (p->kind) {
-      case Pending::kRead: p->deliver_data(std::move(*m.read.result)); break;
+      case Pending::kRead: {
+        TensorData& d = *m.read.result;
+        if (p->into.size() && d.bytes.data() != p->into.data()) {
+          // A read_into() answered by bytes received elsewhere (a small or compressed reply).
+          if (d.bytes.size() != p->into.size()) {
+            p->deliver_status(data_loss("the server at " + url_.str() + " answered a read of " +
+                                        std::to_string(p->into.size()) + " bytes with " +
+                                        std::to_string(d.bytes.size())));
+            break;
+          }
+          std::memcpy(p->into.data(), d.bytes.data(), d.bytes.size());
+          d.bytes = p->into;
+        }
+        p->deliver_data(std::move(d));
+        break;
+      }
       case Pending::kSync: p->deliver_status(status); break;
       case Pending::kStats:
         p->stats().set_value(std::move(m.stats.stats));

@@ -214,7 +214,7 @@ Status Connection::resume_locked(std::unique_lock<std::mutex>& lock, const Statu
   stream_->close();
   resume_->retired.push_back(std::move(stream_));
   writer_ = net::FrameWriter();
-  reader_ = net::FrameReader(net::FrameReader::kStagingBytes, proto::read_result_data_offset);
+  reader_.reset();
   watch_armed_ = false;
   Status last = why;
   auto backoff = std::chrono::milliseconds(5);

@@ -40,10 +40,10 @@ FrameReader::Next FrameReader::next(uint64_t limit, Buffer* frame) {
   if (announced_ > limit) return Next::kTooLarge;
   size_t len = static_cast<size_t>(announced_);
   const uint8_t* payload = staging_.data() + begin_ + 4;
-  size_t shift = 0;
+  size_t shift = 0, at = 0;
   if (aligner_ != nullptr) {
     const size_t n = std::min(have - 4, len);
-    size_t at = aligner_(payload, n);
+    at = aligner_(payload, n);
     // The staging buffer always has room for a header, so waiting for the rest of it is safe; a
     // whole frame too short to tell is the decoder's to reject.
     if (at == kNeedMore && n < len) return Next::kNeedBytes;
@@ -58,6 +58,10 @@ FrameReader::Next FrameReader::next(uint64_t limit, Buffer* frame) {
     return Next::kFrame;
   }
   if (4 + len <= staging_.size()) return Next::kNeedBytes;  // fits once the rest arrives
+  if (divert_ && at > 0 && at < len && 4 + at <= staging_.size()) {
+    if (have - 4 < at) return Next::kNeedBytes;  // the hook sees the whole head
+    if (divert_frame(payload, have, at, len)) return Next::kLarge;
+  }
   *frame = shifted(len, shift);
   copied_ = have - 4;
   std::memcpy(frame->data(), staging_.data() + begin_ + 4, copied_);
@@ -65,13 +69,38 @@ FrameReader::Next FrameReader::next(uint64_t limit, Buffer* frame) {
   return Next::kLarge;
 }
 
+bool FrameReader::divert_frame(const uint8_t* payload, size_t have, size_t at, size_t len) {
+  Buffer into = divert_(payload, at, len);
+  if (into.size() != len - at) return false;
+  large_ = Buffer::allocate(at);
+  std::memcpy(large_.data(), payload, at);
+  copied_ = at;
+  into_copied_ = have - 4 - at;  // < len - at: the frame is not all staged
+  std::memcpy(into.data(), payload + at, into_copied_);
+  into_ = std::move(into);
+  begin_ = end_ = 0;
+  return true;
+}
+
+void FrameReader::reset() {
+  begin_ = end_ = 0;
+  announced_ = 0;
+  copied_ = into_copied_ = 0;
+  large_ = into_ = diverted_ = Buffer();
+  drained_ = false;
+}
+
 FrameReader::Poll FrameReader::read_frame(Stream& s, Buffer* frame, asio::error_code* err,
                                           uint64_t* bytes, uint64_t limit) {
+  diverted_ = Buffer();  // (the caller took it after the frame it came with)
   for (;;) {
     if (large_.size()) {
-      if (copied_ == large_.size()) {
+      if (copied_ == large_.size() && into_copied_ == into_.size()) {
         *frame = std::move(large_);
         large_ = Buffer();
+        diverted_ = std::move(into_);
+        into_ = Buffer();
+        into_copied_ = 0;
         return Poll::kFrame;
       }
     } else {
@@ -79,7 +108,7 @@ FrameReader::Poll FrameReader::read_frame(Stream& s, Buffer* frame, asio::error_
       if (n == Next::kFrame) return Poll::kFrame;
       if (n == Next::kTooLarge) return Poll::kTooLarge;
       if (n == Next::kLarge) {
-        large_ = *frame;
+        if (!into_.size()) large_ = *frame;  // (a diverted frame's head is large_ already)
         continue;
       }
     }
@@ -103,7 +132,7 @@ FrameReader::Poll FrameReader::read_frame(Stream& s, Buffer* frame, asio::error_
 }
 
 bool FrameReader::has_frame() const {
-  if (large_.size()) return copied_ == large_.size();
+  if (large_.size()) return copied_ == large_.size() && into_copied_ == into_.size();
   if (end_ - begin_ < 4) return false;
   uint8_t header[4];
   std::memcpy(header, staging_.data() + begin_, 4);
@@ -111,6 +140,7 @@ bool FrameReader::has_frame() const {
 }
 
 asio::mutable_buffer FrameReader::space() {
+  if (into_.size()) return asio::buffer(into_.data() + into_copied_, into_.size() - into_copied_);
   if (large_.size()) return asio::buffer(large_.data() + copied_, large_.size() - copied_);
   if (begin_ > 0) {
     std::memmove(staging_.data(), staging_.data() + begin_, end_ - begin_);

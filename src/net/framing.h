@@ -5,6 +5,7 @@
 #include <asio/error_code.hpp>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "core/buffer.h"
@@ -98,6 +99,20 @@ class FrameReader {
       : staging_(staging_bytes), aligner_(aligner) {}
   Next next(uint64_t limit, Buffer* frame);
 
+  // Diverting a large frame's bulk bytes (read_frame only; needs an aligner): once a frame too
+  // large for staging has its aligner's offset `at` staged, the hook sees the payload's first
+  // `at` bytes and the payload's length `len`, and may name a Buffer of exactly len - at bytes
+  // where bytes [at, len) are to be received (the client lands a read straight in a caller's
+  // destination: one copy, from the kernel to there). read_frame() then returns the frame as
+  // its first `at` bytes only, and take_diverted() the Buffer holding the rest. An empty Buffer
+  // (or one of another size): the frame is received whole, as without the hook.
+  using Divert = std::function<Buffer(const uint8_t* payload, size_t at, size_t len)>;
+  void set_divert(Divert divert) { divert_ = std::move(divert); }
+  // The bytes diverted from the frame read_frame() returned last (empty when none were).
+  Buffer take_diverted() { return std::move(diverted_); }
+  // Forgets every byte received (a new stream follows); the configuration stays.
+  void reset();
+
   // Non-blocking receive (Stream::try_read) for one frame at a time, a large frame across
   // calls. kFrame: *frame is the next payload. kWouldBlock: nothing more now; a receive that
   // returned less than it asked for counts as having emptied the stream, which spares the system
@@ -113,7 +128,9 @@ class FrameReader {
   // staging buffer (compacted first).
   asio::mutable_buffer space();
   void received(size_t n) {
-    if (large_.size()) {
+    if (into_.size()) {
+      into_copied_ += n;
+    } else if (large_.size()) {
       copied_ += n;
     } else {
       end_ += n;
@@ -135,6 +152,13 @@ class FrameReader {
   size_t copied_ = 0;     // of a kLarge frame, bytes taken from staging (read_frame: received)
   Buffer large_;          // read_frame: a large frame being received
   bool drained_ = false;  // read_frame: the last receive emptied the socket
+  Divert divert_;
+  // read_frame, a diverted frame: its head is large_ (all of it staged, copied_ == its size),
+  // the rest lands in into_, into_copied_ of it so far; diverted_ holds it once the frame is out.
+  Buffer into_, diverted_;
+  size_t into_copied_ = 0;
+  // next()'s part for a diverted frame: sets up large_ and into_ when the hook names a place.
+  bool divert_frame(const uint8_t* payload, size_t have, size_t at, size_t len);
 };
 
 inline uint32_t frame_length(const uint8_t (&header)[4]) {

@@ -228,6 +228,11 @@ Result<AttachSegment> decode_attach_segment(const Buffer& payload) {
                                       "an AttachSegment message", "AttachSegment");
 }
 
+Result<ReadResultHead> decode_read_result_head(const Buffer& head) {
+  return decode_fields<ReadResultHead>(head, static_cast<uint8_t>(ServerMsg::kReadResult),
+                                       "a ReadResult", "ReadResult");
+}
+
 Result<StoreRequest> decode_store_request(const Buffer& payload) {
   return decode_fields<StoreRequest>(payload, static_cast<uint8_t>(ClientMsg::kStore),
                                      "a Store message", "Store");

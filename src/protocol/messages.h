@@ -331,6 +331,15 @@ void encode_read_result(uint64_t request_id, Result<TensorData> r, OutFrame& f);
 // offset aligned (net::FrameReader's aligner), so the tensor can keep the bytes where they arrived.
 inline constexpr size_t kNeedMoreBytes = ~size_t{0};
 size_t read_result_data_offset(const uint8_t* payload, size_t n);
+// A ReadResult's head: the payload up to where its tensor bytes start (read_result_data_offset),
+// for a reply whose bytes a receiver landed elsewhere (net::FrameReader's divert). The same wire
+// form as ReadResult's fields without the bytes, the byte count checked against the meta.
+struct ReadResultHead {
+  uint64_t request_id = 0;
+  Result<InSegment> tensor{InSegment{}};
+  TW_FIELDS(request_id, tensor)
+};
+Result<ReadResultHead> decode_read_result_head(const Buffer& head);
 void encode_sync_result(uint64_t request_id, const Status& s, OutFrame& f);
 void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f);
 void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutFrame& f);

@@ -145,6 +145,45 @@ TEST(Framing, ReaderLandsTheAlignersOffsetOn64Bytes) {
   EXPECT_EQ(got, payloads);
 }
 
+TEST(Framing, ReaderDivertsALargeFramesBulkWhereTheHookSays) {
+  SocketPair sp;
+  FrameReader reader(64, first_byte_offset);
+  // Payload byte 0: the aligner's offset (the head's length); byte 1: 1 asks the hook to divert,
+  // 2 to answer a Buffer of the wrong size (ignored: the frame comes whole).
+  std::vector<std::vector<uint8_t>> payloads = {pattern(5000, 17), pattern(3000, 5),
+                                                pattern(40, 3),    pattern(200, 8),
+                                                pattern(100, 1),   pattern(4000, 2)};
+  const uint8_t divert[] = {1, 0, 1, 1, 2, 1};
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    payloads[i][0] = 10;
+    payloads[i][1] = divert[i];
+  }
+  std::vector<Buffer> places;
+  reader.set_divert([&](const uint8_t* payload, size_t at, size_t len) {
+    EXPECT_EQ(at, 10u);
+    if (payload[1] == 0) return Buffer();
+    places.push_back(Buffer::allocate(payload[1] == 1 ? len - at : len - at - 1));
+    return places.back();
+  });
+  std::vector<std::vector<uint8_t>> whole;
+  std::vector<size_t> diverted_at;
+  uint64_t bytes = 0;
+  auto got = deliver_in_pieces(sp, reader, payloads, 23, &bytes, [&](const Buffer&, size_t i) {
+    Buffer d = reader.take_diverted();
+    if (d.size()) diverted_at.push_back(i);
+    whole.push_back(bytes_of(d));
+  });
+  ASSERT_EQ(got.size(), payloads.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    got[i].insert(got[i].end(), whole[i].begin(), whole[i].end());
+  EXPECT_EQ(got, payloads);
+  // Diverted: the large frames whose hook answered a Buffer of the right size (frame 2 fits the
+  // staging buffer, frame 4's Buffer is a byte short); into the hook's own Buffers.
+  EXPECT_EQ(diverted_at, (std::vector<size_t>{0, 3, 5}));
+  ASSERT_EQ(places.size(), 4u);
+  EXPECT_EQ(bytes_of(places[0]), std::vector<uint8_t>(payloads[0].begin() + 10, payloads[0].end()));
+}
+
 TEST(Framing, ReaderRefusesAFrameOverTheLimitBeforeReadingIt) {
   SocketPair sp;
   FrameReader reader;
