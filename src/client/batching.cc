@@ -191,17 +191,29 @@ void Connection::pump_locked() {
                                return;
                              }
                              lock.unlock();
-                             lost(send_failed(ec), gen, /*close_stream=*/true);
+                             send_lost(send_failed(ec), gen);
                            });
       return;
     case net::FrameWriter::Step::kError: {
       // fail_all takes the lock this caller holds: finish on the I/O thread.
       Status why = send_failed(writer_.error());
       kick_io_locked();
-      asio::post(io_, [this, why, gen = gen_] { lost(why, gen, /*close_stream=*/true); });
+      asio::post(io_, [this, why, gen = gen_] { send_lost(why, gen); });
       return;
     }
   }
+}
+
+void Connection::send_lost(Status why, uint64_t gen) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (gen != gen_ || state_ != State::kConnected) return;
+  arm_watch_locked();  // somebody reads: a waiting caller, or else the I/O thread
+  lock.unlock();
+  auto grace = std::make_shared<asio::steady_timer>(io_);
+  grace->expires_after(std::chrono::milliseconds(kSendLostGraceMs));
+  grace->async_wait([this, grace, why = std::move(why), gen](const asio::error_code&) {
+    lost(why, gen, /*close_stream=*/true);
+  });
 }
 
 void Connection::make_room_locked(uint64_t bytes) {

@@ -333,6 +333,12 @@ class Connection {
   // After the handshake: the session is resumable (a token came and Options::resume).
   void start_resume_locked();
   Status send_failed(const asio::error_code& ec) const;
+  // A write of generation `gen` failed (the server closed or reset the connection): lost() a
+  // moment later (kSendLostGraceMs), after the read side had the chance to take what the server
+  // said before it closed (a Draining notice, a session error), so that its reason wins over a
+  // broken pipe. The read side that meets the close meanwhile calls lost() itself.
+  void send_lost(Status why, uint64_t gen);
+  static constexpr int kSendLostGraceMs = 50;
   void arm_idle_timer_locked();
   void fail_all(const Status& why);
   // Reading (see reader.cc): by the I/O thread or by a waiting caller, one at a time.
