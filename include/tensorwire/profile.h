@@ -21,14 +21,20 @@ struct DeviceProfile {
   // Sessions resumed after a dropped connection (TW_RESUME), and how long each resume took.
   uint64_t resumes = 0;
   std::vector<double> resume_seconds;
+  // Training steps marked on this device (a tw::graph::Step called with its tensors, or
+  // step(device)); the report's per-step figures divide by these.
+  uint64_t steps = 0;
 };
 
 // Every remote device this process has connected to, in the order of first connection.
 std::vector<DeviceProfile> devices();
-// Marks the end of one training step (each call of a tw::graph::Step marks one itself), so that
-// the report also gives round trips, time waited and bytes sent per step.
+// Marks the end of one training step (each call of a tw::graph::Step marks one itself, on the
+// device of its tensors), so that the report also gives round trips, time waited and bytes sent
+// per step. A step marked on a device counts for that device's figures only; one marked on none
+// counts for every device that has no step of its own.
 void step();
-// Steps marked so far.
+void step(const std::string& device);  // the name Device::str() gives
+// Steps marked so far, on any device or none.
 uint64_t steps();
 // The same as a table, with the time since the first connection, and a hint when waiting
 // dominates ("" when no remote device was used).

@@ -2,6 +2,7 @@
 // form (ir/trace.h) and its replay on a device.
 #include "tensorwire/graph.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -262,7 +263,14 @@ std::string key_of(const std::vector<Tensor>& args, const std::vector<Slot>& sta
 }  // namespace
 
 std::vector<Tensor> Step::operator()(const std::vector<Tensor>& args) {
-  profile::step();  // TW_PROFILE's per-step figures
+  // TW_PROFILE's per-step figures, on the device of the step's tensors.
+  const auto on =
+      std::find_if(args.begin(), args.end(), [](const Tensor& a) { return a.defined(); });
+  if (on == args.end()) {
+    profile::step();
+  } else {
+    profile::step(on->device().str());
+  }
   for (size_t i = 0; i < args.size(); ++i) {
     if (!args[i].defined())
       throw Error("graph::Step: argument " + std::to_string(i) + " is undefined");

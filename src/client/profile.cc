@@ -90,9 +90,19 @@ namespace tw::profile {
 
 namespace {
 std::atomic<uint64_t> steps_marked{0};
+std::mutex steps_mu;
+std::map<std::string, uint64_t>& device_steps() {  // steps_mu
+  static std::map<std::string, uint64_t> m;
+  return m;
+}
 }  // namespace
 
 void step() { steps_marked.fetch_add(1, std::memory_order_relaxed); }
+void step(const std::string& device) {
+  step();
+  std::lock_guard<std::mutex> lock(steps_mu);
+  ++device_steps()[device];
+}
 uint64_t steps() { return steps_marked.load(std::memory_order_relaxed); }
 
 std::vector<DeviceProfile> devices() {
@@ -102,6 +112,11 @@ std::vector<DeviceProfile> devices() {
   // A live connection's counters take its own lock, never the registry's: no lock order issue.
   for (auto& [conn, row] : r.live) client::profile::add(out[row], conn->counters());
   std::erase_if(out, [](const DeviceProfile& d) { return d.sessions == 0; });
+  std::lock_guard<std::mutex> steps_lock(steps_mu);
+  for (DeviceProfile& d : out) {
+    auto it = device_steps().find(d.device);
+    if (it != device_steps().end()) d.steps = it->second;
+  }
   return out;
 }
 
@@ -153,7 +168,7 @@ std::string report() {
                       "read less often, or batch the reads"
                     : "");
     os << line;
-    if (const uint64_t n = steps(); n > 0) {
+    if (const uint64_t n = d.steps > 0 ? d.steps : steps(); n > 0) {
       const double per = 1.0 / static_cast<double>(n);
       std::snprintf(line, sizeof line,
                     "  per step (%llu steps): %.2f round trips, waited %.3f ms, %s out, %s in\n",

@@ -70,6 +70,27 @@ TEST(Profile, CountsOpsFramesBytesAndWaitingPerDevice) {
   EXPECT_NE(report.find("waited for replies"), std::string::npos) << report;
 }
 
+// Steps count on the device of their tensors: a step run on the CPU (a determinism check beside
+// the remote run, say) does not dilute the remote device's per-step figures.
+TEST(Profile, StepsCountOnTheirOwnDevice) {
+  ServerProcess server;
+  const std::string name = "remote(" + server.url() + ", 0)";
+  Device d = Device::remote(server.url());
+  auto twice = graph::compile([](const std::vector<Tensor>& a) { return std::vector{a[0] * 2.0}; });
+  const uint64_t before = profile::steps();
+  const Tensor on_remote = full({4}, 1.0, kF32, d), on_cpu = full({4}, 1.0, kF32, Device::cpu());
+  for (int i = 0; i < 5; ++i) (void)twice({on_remote});
+  for (int i = 0; i < 7; ++i) (void)twice({on_cpu});
+  d.sync();
+  EXPECT_EQ(profile::steps(), before + 12);
+  const std::vector<profile::DeviceProfile> devices = profile::devices();
+  const profile::DeviceProfile* p = find(devices, name);
+  ASSERT_NE(p, nullptr) << profile::report();
+  EXPECT_EQ(p->steps, 5u);
+  const std::string report = profile::report();
+  EXPECT_NE(report.find("per step (5 steps)"), std::string::npos) << report;
+}
+
 // Run by the test below in a child process of this binary, with TW_PROFILE=1.
 TEST(Profile, ChildForAtExit) {
   const char* url = std::getenv("TW_PROFILE_CHILD_URL");
