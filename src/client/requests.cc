@@ -182,7 +182,7 @@ std::future<Result<TensorData>> Connection::read_into(ir::TensorId id, Buffer in
 Buffer Connection::divert_target(const uint8_t* payload, size_t at, size_t len) {
   // (Called only for a successful ReadResult's head: type, request id, ...; see the aligner.)
   uint64_t request = 0;
-  for (size_t i = 0; i < 8; ++i) request |= uint64_t{payload[1 + i]} << (8 * i);
+  (void)WireReader(payload + 1, 8).u64(request);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(request);
   if (it == pending_.end() || it->second->kind != Pending::kRead ||

@@ -32,6 +32,15 @@ inline void check_round_trip(const protocol::OutFrame& f, const uint8_t* data, s
   const std::vector<uint8_t> again = testing::flatten(f);
   check(again.size() == size && std::equal(again.begin(), again.end(), data), what);
 }
+// The same for a decoder's result: where it accepted the bytes, `encode` must give them back.
+template <class T, class Encode>
+void check_round_trip(const Result<T>& decoded, Encode encode, const uint8_t* data, size_t size,
+                      const char* what) {
+  if (!decoded.ok()) return;
+  protocol::OutFrame f;
+  encode(*decoded, f);
+  check_round_trip(f, data, size, what);
+}
 
 // The tensors of a session as far as inference sees them: what each accepted op made.
 class MetaTable {
