@@ -7,12 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "tensorwire/device.h"
 #include "tensorwire/export.h"
 
 TW_API_BEGIN
 
 namespace tw {
+
+class Device;  // tensorwire/device.h (the api layer, above this one)
 
 struct ServerOptions {
   // Addresses to listen on: tcp://host:port (port 0 picks a free one), tls://host:port (TCP
