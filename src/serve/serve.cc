@@ -1,6 +1,7 @@
 // tw::serve(const Device&): picks the backend a device names and starts tw::Server with it. It
 // needs both a Device (api) and the server, so it lives in a layer above both (README.md here):
 // the server links no client or API code, and the API no server.
+#include "tensorwire/device.h"
 #include "tensorwire/error.h"
 #include "tensorwire/server.h"
 
