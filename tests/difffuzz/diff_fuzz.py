@@ -124,6 +124,11 @@ class Gen:
             s = [self.i(1, 3)] + s
         return tuple(s)
 
+    def sub_partner(self, s):
+        """A shape that broadcasts to s (s itself unchanged)."""
+        s = list(s[self.i(0, len(s)):] if self.r() < 0.4 else s)
+        return tuple(1 if self.r() < 0.3 else d for d in s)
+
     def data(self, shape, dtype):
         np = self.np
         n = int(np.prod(shape)) if shape else 1
@@ -322,7 +327,7 @@ class Gen:
             args = [q, kk, vv]
             mask = self.r() < 0.3
             if mask:
-                args.append(self.fresh(self.partner(s[:-1] + (tk,)), "bool"))
+                args.append(self.fresh(self.sub_partner(s[:-1] + (tk,)), "bool"))
             return k, args, dict(mask=mask, causal=self.r() < 0.3,
                                  scale=self.pick([None, None, 0.5]))
         if k == "cat":
@@ -345,7 +350,7 @@ class Gen:
         if k == "masked_fill":
             x = self.operand()
             m = self.operand(lambda t: t.dtype == T.bool and broadcasts_to(t.shape, v[x].shape),
-                             lambda: self.fresh(self.partner(v[x].shape), "bool"))
+                             lambda: self.fresh(self.sub_partner(v[x].shape), "bool"))
             val = self.pick([0, -1, 2.5]) if v[x].dtype == T.float32 else self.pick([0, 3])
             return k, [x, m], dict(value=val)
         raise AssertionError(k)
@@ -481,7 +486,7 @@ def make_input(side, p, device):
     """(value, leaf): the input's value (a view of the leaf for non-contiguous layouts) and the
     leaf that takes the gradient (None without one)."""
     import numpy as np
-    data = np.ascontiguousarray(p["data"])
+    data = np.array(p["data"], order="C")  # (np.ascontiguousarray makes a 0-d array 1-d)
     if side == "torch":
         import torch
         base = torch.from_numpy(data.copy())
