@@ -109,7 +109,8 @@ bench-graph: build
 # The differential fuzzer against PyTorch (tests/difffuzz/README.md): random programs from seeds
 # drawn from the clock for DIFF_FUZZ_MINUTES; prints every failing seed and how to reproduce it.
 DIFF_FUZZ_MINUTES ?= 10
-diff-fuzz: build
+diff-fuzz: $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target tw_python_package
 	PYTHONPATH=$(BUILD)/python $(PYTHON) tests/difffuzz/diff_fuzz.py --minutes $(DIFF_FUZZ_MINUTES)
 
 $(ASAN_BUILD)/build.ninja: | bootstrap
