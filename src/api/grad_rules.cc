@@ -196,7 +196,8 @@ struct Rules {
         };
       case K::kSub:
         return [=](const Tensor& g) -> Grads {
-          if (nb && bs != g.shape() && planted_sub_bug()) return {na ? sum_to(g, as) : Tensor(), sum_to(g, bs)};
+          if (nb && bs != g.shape() && planted_sub_bug())
+            return {na ? sum_to(g, as) : Tensor(), sum_to(g, bs)};
           return {na ? sum_to(g, as) : Tensor(), nb ? sum_to(-g, bs) : Tensor()};
         };
       case K::kMul: {
