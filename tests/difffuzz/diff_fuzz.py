@@ -32,6 +32,13 @@ import time
 PROVOKE_ERRORS = 0.03
 FLOAT_RTOL = 1e-4
 GRAD_RTOL = 1e-3
+# layer_norm divides the rounding error of x - mean by sqrt(var + eps), up to 1/sqrt(1e-5) = 316:
+# over a row of near-equal values PyTorch's own f32 result is off by 1e-4 (tensorwire's is 0).
+OP_TOLERANCE = {"layer_norm": 300}
+# Ops that combine many elements (sums of products, normalisations): where an input is infinite,
+# two correct arrangements of the formula give NaN (inf - inf) or inf, so their values, like every
+# gradient, count NaN and +-inf as one class. Elementwise ops are held to the exact positions.
+COMPOUND = {"matmul", "attention", "layer_norm", "softmax", "log_softmax", "reduce", "cumsum"}
 
 # ======================================= known bugs ============================================
 # Bugs already filed (issue 52 section 2) whose fixes are in flight on other branches. A mismatch
@@ -68,12 +75,14 @@ def _reduce_dim_0d_grad(op, ins):
 
 
 KNOWN_BUGS = {
-    # issue 52 §2: SIGSEGV in Rules::operator()(ir::Reduce) for x.mean(0) on a 0-d x with grad.
+    # issue 52 §2: SIGSEGV in Rules::operator()(ir::Reduce) for x.mean(0) on a 0-d x with grad
+    # (avoid: never drawn, the predicate sees the generator's PyTorch values).
     "reduce_dim_on_0d_crash": dict(pred=_reduce_dim_0d_grad, kinds=(), avoid=True),
     # issue 52 §2: keepdim=True ignored when dim is None (sum, mean, prod, max, min, argmax...).
     "keepdim_ignored_without_dim": dict(pred=_reduce_no_dim_keepdim, kinds="*", avoid=False),
     # issue 52 §2: prod's gradient is NaN at a zero element.
-    "prod_grad_nan_at_zero": dict(pred=_prod_has_zero, kinds=("grad",), avoid=False),
+    "prod_grad_nan_at_zero": dict(pred=_prod_has_zero, kinds=("grad", "grad_nonfinite"),
+                                  avoid=False),
     # issue 52 §2: max/min's gradient spreads a NaN/inf upstream gradient to unselected elements.
     "maxmin_grad_spreads_nan": dict(pred=_maxmin, kinds=("grad", "grad_nonfinite"), avoid=False),
     # issue 52 §2: attention turns NaN/inf scores into 0.
@@ -87,6 +96,21 @@ KNOWN_BUGS = {
     "attention_grad_spreads_nan": dict(
         pred=lambda op, ins: op["k"] == "attention" and (op["p"]["causal"] or op["p"]["mask"]),
         kinds=("grad_nonfinite",), avoid=False),
+}
+
+
+def _cast_int_undefined(op, ins):
+    t = ins[0]
+    return (op["k"] == "cast" and op["p"]["to"] == "long" and t.is_floating_point() and
+            bool((~t.isfinite() | (t.abs() >= 2.0**63)).any()))
+
+
+# Not bugs: results PyTorch leaves undefined and docs/ops.md defines. Counted as KNOWN_BUGS are,
+# reported apart.
+DOCUMENTED = {
+    # docs/ops.md Cast: float -> integral maps NaN to 0 and saturates out of range; in PyTorch the
+    # conversion is C++ undefined behaviour (INT64_MIN on x86).
+    "cast_nonfinite_to_int": dict(pred=_cast_int_undefined, kinds="*", avoid=False),
 }
 
 # =================================== the program generator ====================================
@@ -681,6 +705,15 @@ def to_np(side, t):
     return np.asarray(t.numpy())
 
 
+def same_bits(a, b):
+    """Equal values, NaN equal to NaN, and +0 apart from -0."""
+    import numpy as np
+    if not np.array_equal(a, b, equal_nan=True):
+        return False
+    num = ~np.isnan(b)
+    return bool(np.array_equal(np.signbit(a)[num], np.signbit(b)[num]))
+
+
 def compare(a, b, rtol, exact, grad=False):
     """None when a (tensorwire) matches b (PyTorch), else (kind suffix, detail). For a gradient
     (grad), NaN and +-inf count as one: where one input is infinite, two correct arrangements of
@@ -744,6 +777,7 @@ class Runner:
         gen = Gen(seed)
         ops, refused = gen.program()
         res = dict(seed=seed, status="refused" if refused else "executed", mismatches=[],
+                   inconclusive=False,
                    known=collections.Counter(), ops=len(ops))
         # Oracle, forward (again, from scratch, as the devices do) and backward.
         tvals, tleaves, terr = run_program("torch", ops, None)
@@ -761,8 +795,8 @@ class Runner:
         tnp = [to_np("torch", v) for v in tvals]
         local = {}
         for name, dev, same_as in self.devices:
-            found = self.check_device(ops, dev, tnp, terr, weights, tgrads)
-            outs = found.pop()
+            found, partial, complete = self.check_device(ops, dev, tnp, terr, weights, tgrads)
+            outs = partial if complete else None
             if same_as is not None and same_as in local and outs is not None:
                 ref = local[same_as]
                 for j, (a, b) in enumerate(zip(outs, ref)):
@@ -774,9 +808,9 @@ class Runner:
             local[name] = outs
             for kind, detail in found:
                 if kind == "drift":
-                    res["status"] = "inconclusive"
+                    res["inconclusive"] = True
                     continue
-                key = self.known(kind, ops, tvals, gen)
+                key = self.known(kind, ops, tvals, gen, partial)
                 if key:
                     res["known"][key] += 1
                 else:
@@ -784,16 +818,25 @@ class Runner:
         res["known"] = dict(res["known"])
         return res
 
-    def known(self, kind, ops, tvals, gen):
+    def known(self, kind, ops, tvals, gen, outs):
+        """The KNOWN_BUGS or DOCUMENTED entry that explains a mismatch, or None. A predicate sees
+        an op's inputs as the device computed them where it has them, else PyTorch's."""
+        import torch
         base = kind.split(":")[0]
-        for key, b in KNOWN_BUGS.items():
+        for key, b in list(DOCUMENTED.items()) + list(KNOWN_BUGS.items()):
+            if b["kinds"] != "*" and base not in b["kinds"]:
+                continue
             for op in ops:
                 if op["k"] == "input":
                     continue
-                ins = [tvals[j] if j < len(tvals) and tvals[j] is not None else gen.vals[j]
-                       for j in op["a"]]
-                if (b["kinds"] == "*" or base in b["kinds"]) and b["pred"](op, ins):
-                    return key
+                for src in ("device", "torch"):
+                    if src == "device" and not all(j < len(outs) for j in op["a"]):
+                        continue
+                    ins = [torch.from_numpy(outs[j].copy()) for j in op["a"]] if src == "device" \
+                        else [tvals[j] if j < len(tvals) and tvals[j] is not None else gen.vals[j]
+                              for j in op["a"]]
+                    if b["pred"](op, ins):
+                        return key
         return None
 
     def check_device(self, ops, dev, tnp, terr, weights, tgrads):
@@ -826,24 +869,31 @@ class Runner:
             found.append((f"tw_accepts:{op_label(ops[-1])}",
                           f"torch refused op {terr_at}: {type(terr).__name__}: "
                           f"{str(terr).splitlines()[0][:200]}"))
-        drifted = set()  # float values within the tolerance but not bit-equal to PyTorch's
+        # Each op's value against PyTorch's op applied to this device's own inputs (so rounding
+        # differences upstream never reach a comparison, a cast or a pole such as 1/x at +-0),
+        # and against the oracle's run: a discrete or non-finite result that differs there
+        # although every op agreed leaves the gradients without a verdict (inconclusive).
+        diverged = None
         for j in range(min(len(outs), len(tnp))):
             if tnp[j] is None:
                 continue
-            bad = compare(outs[j], tnp[j], FLOAT_RTOL, exact=False)
-            if not bad and outs[j].dtype.kind == "f" and not np.array_equal(
-                    outs[j], tnp[j], equal_nan=True):
-                drifted.add(j)
-            if bad and outs[j].dtype.kind in "biu" and any(a in drifted for a in ops[j]["a"]):
-                # A discrete result (a comparison, a cast, an argmax) of float inputs that
-                # differ within the tolerance: no verdict on this program.
-                found.append(("drift", f"value {j} ({op_label(ops[j])}): {bad[1]}"))
-                grads = None
+            ref = tnp[j] if ops[j]["k"] == "input" else local_reference(ops[j], outs)
+            if isinstance(ref, Exception):
+                found.append((f"tw_accepts:{op_label(ops[j])}",
+                              f"value {j}: PyTorch refuses this device's inputs: {ref}"))
                 break
+            bad = compare(outs[j], ref, FLOAT_RTOL * OP_TOLERANCE.get(ops[j]["k"], 1),
+                          exact=False, grad=ops[j]["k"] in COMPOUND)
             if bad:
                 found.append((f"{bad[0]}:{op_label(ops[j])}",
                               f"value {j} ({op_label(ops[j])}): {bad[1]}"))
                 break  # later values depend on this one
+            end_to_end = compare(outs[j], tnp[j], FLOAT_RTOL, exact=False)
+            if end_to_end and diverged is None:
+                diverged = f"value {j} ({op_label(ops[j])}): {end_to_end[1]}"
+        if diverged and not found:
+            found.append(("drift", diverged))
+            grads = None
         if grads is not None and not found:
             for j, g in grads.items():
                 bad = compare(g, tgrads[j], GRAD_RTOL, exact=False, grad=True)
@@ -851,8 +901,18 @@ class Runner:
                     kind = "grad_nonfinite" if bad[0] == "nonfinite" else "grad"
                     found.append((kind, f"gradient of input {j}: {bad[1]}"))
                     break
-        found.append(outs if err is None else None)
-        return found
+        return found, outs, err is None
+
+
+def local_reference(op, outs):
+    """PyTorch's value of op on a device's values of its inputs (or the exception it raised)."""
+    import torch
+    try:
+        with torch.no_grad():
+            return to_np("torch", apply("torch", op, [torch.from_numpy(outs[a].copy())
+                                                      for a in op["a"]]))
+    except Exception as e:  # noqa: BLE001 - reported as a mismatch
+        return e
 
 
 def op_label(op):
@@ -991,6 +1051,7 @@ def drive(args, extra_env=None):
             s = r["seed"] + 1
             tot["programs"] += 1
             tot[r["status"]] += 1
+            tot["inconclusive"] += r["inconclusive"]
             for k, n in r["known"].items():
                 tot["known"][k] += n
             if r["mismatches"]:
@@ -1018,11 +1079,14 @@ def report(tot):
     share = 100.0 * tot["executed"] / n if n else 0.0
     print(f"diff_fuzz: {n} programs from seed {tot['first_seed']} in {tot['seconds']:.0f} s: "
           f"{tot['executed']} executed to the end ({share:.1f}%), {tot['refused']} refused by "
-          f"both sides (provoked errors), {tot['inconclusive']} inconclusive (a comparison or cast "
-          f"of floats within the tolerance came out differently), {tot['crashes']} crashes")
-    if tot["known"]:
-        print("  known bugs (KNOWN_BUGS, issue 52 §2), mismatches attributed: " +
-              ", ".join(f"{k} {v}" for k, v in sorted(tot["known"].items())))
+          f"both sides (provoked errors), {tot['crashes']} crashes; gradients not compared in "
+          f"{tot['inconclusive']} (every op agreed on its inputs, but a comparison, cast or pole "
+          f"of floats within the tolerance came out differently end to end)")
+    for title, table in (("known bugs (KNOWN_BUGS)", KNOWN_BUGS),
+                         ("documented differences (DOCUMENTED)", DOCUMENTED)):
+        rows = [f"{k} {v}" for k, v in sorted(tot["known"].items()) if k in table]
+        if rows:
+            print(f"  {title}, mismatches attributed: " + ", ".join(rows))
     if tot["mismatches"]:
         print("  NEW mismatches by kind: " +
               ", ".join(f"{k} {v}" for k, v in tot["mismatches"].most_common()))
