@@ -96,6 +96,19 @@ KNOWN_BUGS = {
     "attention_grad_spreads_nan": dict(
         pred=lambda op, ins: op["k"] == "attention" and (op["p"]["causal"] or op["p"]["mask"]),
         kinds=("grad_nonfinite",), avoid=False),
+    # NEW (found by this fuzzer; the prod / x formula of the zero case above): the gradient of
+    # prod over a 0-d tensor holding +-inf is NaN, where prod is the identity: x = tw.tensor(inf,
+    # requires_grad=True); x.prod().backward() gives nan, PyTorch 1.
+    "prod_grad_nan_0d_inf": dict(
+        pred=lambda op, ins: op["k"] == "reduce" and op["p"]["fn"] == "prod" and
+        ins[0].dim() == 0 and bool(ins[0].isinf().any()), kinds=("grad", "grad_nonfinite"),
+        avoid=False),
+    # NEW (found by this fuzzer): relu's gradient at a NaN input is 0; PyTorch passes the
+    # upstream gradient (threshold_backward: 0 only where x <= 0): x = tw.tensor(nan,
+    # requires_grad=True); x.relu().backward() gives x.grad 0, PyTorch 1.
+    "relu_grad_zero_at_nan": dict(
+        pred=lambda op, ins: op["k"] == "unary" and op["p"]["fn"] == "relu" and bool(
+            ins[0].isnan().any()), kinds=("grad", "grad_nonfinite"), avoid=False),
 }
 
 
