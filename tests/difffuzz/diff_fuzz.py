@@ -135,6 +135,12 @@ DOCUMENTED = {
     # docs/ops.md Cast: float -> integral maps NaN to 0 and saturates out of range; in PyTorch the
     # conversion is C++ undefined behaviour (INT64_MIN on x86).
     "cast_nonfinite_to_int": dict(pred=_cast_int_undefined, kinds="*", avoid=False),
+    # src/api/grad_rules.cc (kRelu): g * (y > 0), a multiply for speed: "Unlike PyTorch, a NaN or
+    # inf in g where y <= 0 gives NaN there rather than 0" (the max/min case is filed as a bug in
+    # issue 52 §2: the lead may want this one to follow).
+    "relu_grad_spreads_nan": dict(
+        pred=lambda op, ins: op["k"] == "unary" and op["p"]["fn"] == "relu" and bool(
+            (ins[0] <= 0).any()), kinds=("grad_nonfinite",), avoid=False),
 }
 
 # =================================== the program generator ====================================
