@@ -135,6 +135,11 @@ DOCUMENTED = {
     # docs/ops.md Cast: float -> integral maps NaN to 0 and saturates out of range; in PyTorch the
     # conversion is C++ undefined behaviour (INT64_MIN on x86).
     "cast_nonfinite_to_int": dict(pred=_cast_int_undefined, kinds="*", avoid=False),
+    # PyTorch computes x ** 0.5 as sqrt(x): NaN at x = -inf; tensorwire (and numpy) use
+    # std::pow, which gives +inf there (C99 Annex F).
+    "pow_half_at_neg_inf": dict(
+        pred=lambda op, ins: op["k"] in ("scalar", "binary") and op["p"]["fn"] == "pow" and
+        bool(ins[0].isneginf().any()), kinds=("nonfinite",), avoid=False),
     # src/api/grad_rules.cc (kRelu): g * (y > 0), a multiply for speed: "Unlike PyTorch, a NaN or
     # inf in g where y <= 0 gives NaN there rather than 0" (the max/min case is filed as a bug in
     # issue 52 §2: the lead may want this one to follow).
