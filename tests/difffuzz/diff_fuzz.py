@@ -579,10 +579,14 @@ def make_input(side, p, device):
 
 
 def apply(side, op, ins):
+    """op on ins: PyTorch's tensors (side "torch"), tensorwire's ("tw"), or Sym expressions
+    ("sym": the tensorwire code that does it, for source())."""
     k, p = op["k"], op["p"]
     if side == "torch":
         import torch as L
         F = L.nn.functional
+    elif side == "sym":
+        L = F = SymModule()
     else:
         import tensorwire as L
         F = L
@@ -627,7 +631,7 @@ def apply(side, op, ins):
         return F.layer_norm(ins[0], p["ns"], w, b)
     if k == "attention":
         mask = ins[3] if p["mask"] else None
-        if side == "tw":
+        if side != "torch":
             return L.scaled_dot_product_attention(ins[0], ins[1], ins[2], mask=mask,
                                                   causal=p["causal"], scale=p["scale"])
         return torch_attention(ins[0], ins[1], ins[2], mask, p["causal"], p["scale"])
@@ -642,9 +646,7 @@ def apply(side, op, ins):
 
 def reduce_op(side, x, p):
     fn, dim, keepdim = p["fn"], p["dim"], p["keepdim"]
-    if side == "tw":
-        if fn in ("sum", "mean"):
-            return getattr(x, fn)(dim, keepdim)
+    if side != "torch":
         return getattr(x, fn)(dim, keepdim)
     # PyTorch 1.13 has no keepdim without a dim for most reductions; docs/ops.md's meaning: every
     # dim reduced, each kept as size 1.
@@ -968,15 +970,69 @@ def op_label(op):
 # ================================== reproduction source =======================================
 
 
+class Sym:
+    """A tensorwire expression as text: apply("sym", ...) on these writes an op as code."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **kw: Sym(f"{self.text}.{name}({sym_args(a, kw)})")
+
+    def __getitem__(self, index):
+        parts = index if isinstance(index, tuple) else (index,)
+        return Sym(f"{self.text}[{', '.join(sym_index(i) for i in parts)}]")
+
+    def __add__(self, c):
+        return Sym(f"{self.text} + {c!r}")
+
+    def __sub__(self, c):
+        return Sym(f"{self.text} - {c!r}")
+
+    def __rsub__(self, c):
+        return Sym(f"{c!r} - {self.text}")
+
+    def __mul__(self, c):
+        return Sym(f"{self.text} * {c!r}")
+
+    def __truediv__(self, c):
+        return Sym(f"{self.text} / {c!r}")
+
+    def __pow__(self, c):
+        return Sym(f"{self.text} ** {c!r}")
+
+
+class SymModule:
+    """The module `tw` for Sym expressions."""
+
+    def __getattr__(self, name):
+        return lambda *a, **kw: Sym(f"tw.{name}({sym_args(a, kw)})")
+
+
+def sym_args(a, kw):
+    return ", ".join([repr(x) for x in a] + [f"{k}={v!r}" for k, v in kw.items()])
+
+
+def sym_index(i):
+    if not isinstance(i, slice):
+        return repr(i)
+    return ":".join("" if x is None else str(x) for x in (i.start, i.stop, i.step)).rstrip(":") \
+        or ":"
+
+
 def source(ops):
     """The program as tensorwire Python code (dev: the device)."""
     import numpy as np
     lines = ["import numpy as np, tensorwire as tw", "from numpy import nan, inf",
              "dev = tw.Device.cpu()"]
     for j, op in enumerate(ops):
-        p, a = op["p"], [f"v{i}" for i in op["a"]]
-        k = op["k"]
-        if k == "input":
+        p = op["p"]
+        if op["k"] == "input":
             dt = {"f32": "np.float32", "i64": "np.int64", "bool": "np.bool_"}[p["dtype"]]
             data = np.asarray(p["data"])
             arr = f"np.array({data.tolist()!r}, dtype={dt}).reshape({data.shape})"
@@ -987,62 +1043,7 @@ def source(ops):
                     "expanded": f".expand({tuple(p['shape'])})"}[p["layout"]]
             lines.append(f"v{j} = x{j}{view}")
             continue
-        if k == "unary":
-            e = f"{a[0]}.{p['fn']}()"
-        elif k in ("binary", "logical"):
-            e = f"{a[0]}.{p['fn']}({a[1]})"
-        elif k == "scalar":
-            c = p["c"]
-            e = {"add": f"{a[0]} + {c}", "sub": f"{a[0]} - {c}", "mul": f"{a[0]} * {c}",
-                 "div": f"{a[0]} / {c}", "rsub": f"{c} - {a[0]}",
-                 "pow": f"{a[0]} ** {c}"}[p["fn"]]
-        elif k == "where":
-            e = f"tw.where({a[0]}, {a[1]}, {a[2]})"
-        elif k == "clamp":
-            e = f"{a[0]}.clamp(min={p['lo']}, max={p['hi']})"
-        elif k == "reduce":
-            e = f"{a[0]}.{p['fn']}({p['dim']}, {p['keepdim']})"
-        elif k == "cumsum":
-            e = f"{a[0]}.cumsum({p['dim']})"
-        elif k == "view":
-            fn = p["fn"]
-            args = {"reshape": f"{p.get('shape')}", "permute": f"{p.get('dims')}",
-                    "transpose": f"{p.get('d0')}, {p.get('d1')}",
-                    "narrow": f"{p.get('dim')}, {p.get('a')}, {p.get('b')}",
-                    "expand": f"{p.get('shape')}", "unsqueeze": f"{p.get('dim')}",
-                    "squeeze": f"{p.get('dim')}", "flip": f"{p.get('dims')}", "t": "",
-                    "flatten": f"{p.get('a')}, {p.get('b')}"}.get(fn)
-            if fn == "slice":
-                e = f"{a[0]}[{':, ' * p['dim']}{p['a']}:{p['b']}:{p['step']}]"
-            else:
-                e = f"{a[0]}.{fn}({args})"
-        elif k == "index":
-            e = f"{a[0]}[{a[1]}]"
-        elif k == "index_int":
-            e = f"{a[0]}[{p['i']}]"
-        elif k in ("index_select", "gather"):
-            e = f"{a[0]}.{k}({p['dim']}, {a[1]})"
-        elif k == "matmul":
-            e = f"{a[0]}.matmul({a[1]})"
-        elif k in ("softmax", "log_softmax"):
-            e = f"{a[0]}.{k}({p['dim']})"
-        elif k == "layer_norm":
-            rest = iter(a[1:])
-            w = next(rest) if p["w"] else None
-            b = next(rest) if p["b"] else None
-            e = f"tw.layer_norm({a[0]}, {p['ns']}, {w}, {b})"
-        elif k == "attention":
-            m = a[3] if p["mask"] else None
-            e = (f"tw.scaled_dot_product_attention({a[0]}, {a[1]}, {a[2]}, mask={m}, "
-                 f"causal={p['causal']}, scale={p['scale']})")
-        elif k == "cat":
-            e = f"tw.{'stack' if p['stack'] else 'cat'}([{a[0]}, {a[1]}], {p['dim']})"
-        elif k == "cast":
-            e = f"{a[0]}.{p['to']}()"
-        elif k == "masked_fill":
-            e = f"{a[0]}.masked_fill({a[1]}, {p['value']})"
-        else:
-            raise AssertionError(k)
+        e = apply("sym", op, [Sym(f"v{i}") for i in op["a"]])
         lines.append(f"v{j} = {e}")
     lines.append("# backward: the sum over every float value v_j that takes a gradient of "
                  "(v_j * w_j).sum(), w_j drawn from numpy's default_rng(seed ^ 0x5EED)")
