@@ -6,7 +6,7 @@
 #   make install PREFIX=/opt/tw (cmake --install: library, headers, programs, CMake and
 #   pkg-config packages, systemd unit)   make install-python (the Python package into the
 #   user's site-packages)   make bench-python   make bench-graph
-#   make bench-lm    make chaos
+#   make bench-lm    make chaos    make diff-fuzz (random programs against PyTorch, 10 minutes)
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -30,7 +30,7 @@ PYTHON     ?= /usr/bin/python3
 # Where `make install` installs (DESTDIR, as usual, stages it elsewhere).
 PREFIX     ?= /usr/local
 
-.PHONY: all build run test bench bench-train chaos bench-remote bench-graph bench-python bench-onnx bench-net bench-lm install install-python \
+.PHONY: all build run test diff-fuzz bench bench-train chaos bench-remote bench-graph bench-python bench-onnx bench-net bench-lm install install-python \
         asan tsan fuzz \
         format format-check clean bootstrap
 .DEFAULT_GOAL := build
@@ -106,6 +106,13 @@ install-python: build
 bench-graph: build
 	cmake --build $(BUILD) --target tw_bench_graph -j $(JOBS)
 	./$(BUILD)/bench/tw_bench_graph
+
+# The differential fuzzer against PyTorch (tests/difffuzz/README.md): random programs from seeds
+# drawn from the clock for DIFF_FUZZ_MINUTES; prints every failing seed and how to reproduce it.
+DIFF_FUZZ_MINUTES ?= 10
+diff-fuzz: $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target tw_python_package
+	PYTHONPATH=$(BUILD)/python $(PYTHON) tests/difffuzz/diff_fuzz.py --minutes $(DIFF_FUZZ_MINUTES)
 
 $(ASAN_BUILD)/build.ninja: | bootstrap
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTW_SANITIZE=ON \

@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cmath>
 #include <concepts>
+#include <cstdlib>
 #include <numbers>
+#include <string_view>
 
 #include "api/autograd.h"
 #include "api/emit.h"
@@ -99,6 +101,17 @@ Tensor slice_all(const Tensor& x, const std::vector<int64_t>& starts,
 
 Tensor zeros_as(const TensorMeta& m, const Device& d) { return zeros(m.shape, m.dtype, d); }
 
+// Test-only: TW_TEST_PLANT_GRAD_BUG=sub_broadcast in the environment (read once) plants a wrong
+// rule: Sub's gradient for a right operand that was broadcast loses its minus sign. The
+// differential fuzzer's test (tests/difffuzz) sets it and requires the fuzzer to report it.
+bool planted_sub_bug() {
+  static const bool on = [] {
+    const char* e = std::getenv("TW_TEST_PLANT_GRAD_BUG");
+    return e != nullptr && std::string_view(e) == "sub_broadcast";
+  }();
+  return on;
+}
+
 // ================================ the rules ================================
 // One overload per op declared differentiable (ir::Autograd::kRule or kByKind in ir/ops.h);
 // the static_asserts below hold the two in step.
@@ -183,6 +196,8 @@ struct Rules {
         };
       case K::kSub:
         return [=](const Tensor& g) -> Grads {
+          if (nb && bs != g.shape() && planted_sub_bug())
+            return {na ? sum_to(g, as) : Tensor(), sum_to(g, bs)};
           return {na ? sum_to(g, as) : Tensor(), nb ? sum_to(-g, bs) : Tensor()};
         };
       case K::kMul: {
