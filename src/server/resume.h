@@ -92,6 +92,8 @@ class ResumeRegistry {
   using Taker = std::function<bool(Result<ParkedSession>)>;
   void resume(const std::string& token, const std::string& credential, Taker take);
   size_t parked() const;
+  // Every parked session: its id, the tensor bytes it holds, how long until its grace ends.
+  std::vector<protocol::ParkedSessionInfo> parked_sessions() const;
   uint64_t resumed() const;
 
  private:

@@ -220,6 +220,39 @@ TEST(Tls, AWrongPinIsRefusedNamingBothFingerprints) {
   loop.join();
 }
 
+// First contact (issue 50): nothing pinned, a self-signed server fails verification against the
+// system's CAs, and the refusal names the certificate's fingerprint (read while it was verified:
+// the session keeps no peer certificate after a failed verification) and the variable that pins
+// it.
+TEST(Tls, AnUnverifiedCertificateIsRefusedNamingItsFingerprintAndHowToPinIt) {
+  TlsPair p;
+  auto id = generate_self_signed("tw-test");
+  ASSERT_TRUE(id.ok());
+  TlsOptions server_tls;
+  server_tls.cert_pem = id->cert_pem;
+  server_tls.key_pem = id->key_pem;
+  auto l = listen(parse_url("tls://127.0.0.1:0").value(), p.io, server_tls);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  std::unique_ptr<Stream> accepted;
+  (*l)->async_accept(p.io, [&](const asio::error_code&, std::unique_ptr<Stream> s) {
+    accepted = std::move(s);
+    static uint8_t b;
+    accepted->async_read_some(asio::buffer(&b, 1), [](const asio::error_code&, size_t) {});
+  });
+  std::thread loop([&] { p.io.run(); });
+  auto d = dial((*l)->url(), p.io, TlsOptions{});
+  ASSERT_FALSE(d.ok());
+  const std::string& m = d.status().message();
+  EXPECT_NE(m.find("does not verify"), std::string::npos) << m;
+  EXPECT_NE(m.find("(SHA-256 " + id->fingerprint + ")"), std::string::npos) << m;
+  EXPECT_NE(m.find("TW_TLS_FINGERPRINT=" + id->fingerprint), std::string::npos) << m;
+  asio::post(p.io, [&] {
+    if (accepted) accepted->close();
+    (*l)->close();
+  });
+  loop.join();
+}
+
 TEST(Tls, FingerprintsAreNormalisedAndBadOnesNamed) {
   std::string canonical;
   for (int i = 0; i < 32; ++i) canonical += i ? ":0A" : "0A";
