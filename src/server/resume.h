@@ -19,9 +19,11 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "core/status.h"
 #include "core/wire.h"
+#include "protocol/messages.h"
 #include "tensorwire/export.h"
 
 TW_INTERNAL_BEGIN
