@@ -4,7 +4,8 @@
 # CPUS; then the same with libgomp's spinning default restored (GOMP_SPINCOUNT=300000, what a
 # process got before the library answered OMP_WAIT_POLICY=PASSIVE), for the before/after row.
 #   bench/busy_core.sh                       train_digits, 5 rounds of each
-#   LM_STEPS=400 bench/busy_core.sh          also train_lm (400: its default run)
+#   LM_STEPS=400 bench/busy_core.sh          also train_lm (400: its default run; LM_SPIN=1 adds
+#                                            the spinning row for it)
 # Environment: BUILD (build/), CPUS (taskset list the programs and the busy loop share, default
 # 0,1: the busy loop takes the first), ROUNDS (5), LM_STEPS (0: no train_lm rows).
 # Target: train_digits beside a busy core <= 2.5x its ms/step alone (median rounds).
@@ -65,5 +66,9 @@ if [[ $LM_STEPS -gt 0 ]]; then
   lm=("$BUILD/apps/train_lm" --steps "$LM_STEPS" --data data/kjv_genesis_exodus.txt.gz --target 0
       --sample 1)
   ROUNDS=1 row "train_lm --steps $LM_STEPS" "" "${lm[@]}"
-  ROUNDS=1 row "train_lm --steps $LM_STEPS" "GOMP_SPINCOUNT=300000" "${lm[@]}"
+  # (The spinning default took the 400-step run from 2 to 12 minutes on a loaded machine: LM_SPIN=1
+  # adds its row.)
+  if [[ ${LM_SPIN:-0} == 1 ]]; then
+    ROUNDS=1 row "train_lm --steps $LM_STEPS" "GOMP_SPINCOUNT=300000" "${lm[@]}"
+  fi
 fi
