@@ -22,32 +22,52 @@ JOBS       ?= $(shell nproc)
 TEST_JOBS  ?= 2
 # Seconds a single test may run (a default: a test's own TIMEOUT property takes precedence).
 TEST_TIMEOUT ?= 300
-# What `make run` runs: the training example (a CNN on handwritten digits, trained on a remote
-# device served in-process; apps/train_digits.cc).
-RUN_APP    ?= apps/train_digits
+# What `make run` builds and runs: the digits CNN, then a short run of the character-level GPT
+# with a sample, each on a remote device its program serves in-process (apps/train_digits.cc,
+# apps/train_lm.cc). It builds these targets only (not the tests and benchmarks), after
+# installing only the packages they need (scripts/bootstrap.sh --run).
+RUN_TARGETS ?= train_digits train_lm
+RUN_LM_FLAGS ?= --steps 60 --layers 2 --embd 128 --report-every 20 --sample 160 --target 0
 # The interpreter the Python module is built and tested for (CMake's TW_PYTHON has the same default).
 PYTHON     ?= /usr/bin/python3
 # Where `make install` installs (DESTDIR, as usual, stages it elsewhere).
 PREFIX     ?= /usr/local
 
-.PHONY: all build run test diff-fuzz bench bench-train chaos bench-remote bench-graph bench-python bench-onnx bench-net bench-lm install install-python \
+.PHONY: all build reconfigure-if-new run test diff-fuzz bench bench-train chaos bench-remote bench-graph bench-python bench-onnx bench-net bench-lm install install-python \
         asan tsan fuzz \
         format format-check clean bootstrap
 .DEFAULT_GOAL := build
 all: build
 
+# The packages: every one the build and the tests use (make build, make test, ...), or with
+# BOOTSTRAP_SET=--run only those `make run` needs. A stamp records when it installed anything, so
+# that the next build configures again and finds what came (libtorch after make run, say).
+BOOTSTRAP_SET ?=
 bootstrap:
-	@scripts/bootstrap.sh
+	@TW_BOOTSTRAP_STAMP=$(BUILD)/.bootstrap-installed scripts/bootstrap.sh $(BOOTSTRAP_SET)
 
-# Order-only prerequisite: bootstrap runs first but never makes the configure step out of date.
-$(BUILD)/build.ninja: | bootstrap
+# Configuring the first time installs what is missing first. An existing build is not
+# bootstrapped again by what only needs the build (make install).
+$(BUILD)/build.ninja:
+	@TW_BOOTSTRAP_STAMP=$(BUILD)/.bootstrap-installed scripts/bootstrap.sh $(BOOTSTRAP_SET)
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
 
-build: $(BUILD)/build.ninja
+# Packages installed since the build was configured: configure again (CMake then finds them).
+reconfigure-if-new: $(BUILD)/build.ninja
+	@if [ $(BUILD)/.bootstrap-installed -nt $(BUILD)/CMakeCache.txt ]; then \
+	  cmake -S . -B $(BUILD); fi
+
+build: bootstrap reconfigure-if-new
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
-	./$(BUILD)/$(RUN_APP)
+run: BOOTSTRAP_SET = --run
+run: reconfigure-if-new
+	@echo "make run: building $(RUN_TARGETS) only ($(JOBS) jobs; a few minutes the first time," \
+	  "seconds after that); make test builds the rest"
+	@start=$$(date +%s); cmake --build $(BUILD) -j $(JOBS) --target $(RUN_TARGETS) && \
+	  echo "make run: built in $$(( $$(date +%s) - start )) s"
+	./$(BUILD)/apps/train_digits
+	./$(BUILD)/apps/train_lm $(RUN_LM_FLAGS)
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -j $(TEST_JOBS) \
@@ -92,7 +112,10 @@ bench-python: build
 	PYTHONPATH=$(BUILD)/python $(PYTHON) bench/python_bench.py --build $(BUILD)
 
 # cmake/install.cmake says what goes where; tests/install checks it.
-install: build
+# Needs the build only: no packages (an existing build is brought up to date, nothing installed
+# with apt; a fresh checkout is configured and bootstrapped first).
+install: $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The installed Python package (CMake component "python": the extension with the library and

@@ -1,6 +1,8 @@
-// tensorwire: command-line client.
-//   tensorwire info tcp://host:port    devices, limits, sessions, memory
-//   tensorwire ping tcp://host:port    round-trip times (min/median/p99)
+// tensorwire: command-line client (`tensorwire --help` prints the usage below).
+//   tensorwire info URL [--tls-fingerprint FP] [--tls-ca FILE]
+//                                      devices, limits, sessions (live and parked), memory
+//   tensorwire ping URL [COUNT] [--tls-fingerprint FP] [--tls-ca FILE]
+//                                      round-trip times (min/median/p99; COUNT 1000)
 //   tensorwire trace show FILE         a trace file's inputs, ops (one a line) and outputs
 //   tensorwire trace run FILE [--device URL|cpu|torch] [--inputs F.safetensors] [--seed N]
 //                                      replays it (inputs from the file, named input0, input1,
@@ -8,14 +10,18 @@
 //   tensorwire onnx show MODEL.onnx [--shape NAME=D0,D1,...]
 //                                      the imported model: names, specs and its IR ops
 //   tensorwire onnx run MODEL.onnx [--device URL|cpu|torch] [--inputs F.safetensors]
-//                      [--shape NAME=D0,D1,...] [--seed N] [--repeat N]
+//                      [--shape NAME=D0,D1,...] [--seed N] [--repeat N] [--full]
 //                                      runs it (inputs from the file by their ONNX names, else
-//                                      random floats and zero integers)
+//                                      random floats and zero integers); prints each output's
+//                                      summary (shape, min, max, mean, first values), --full
+//                                      every value
+//   tensorwire --help | --version
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,8 +29,89 @@
 #include "tensorwire/onnx.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
+#include "tensorwire/version.h"
 
 namespace {
+
+const char kUsage[] =
+    "usage: tensorwire COMMAND ...\n"
+    "  info URL [--tls-fingerprint FP] [--tls-ca FILE]\n"
+    "      a server's devices, limits, sessions (live and parked) and memory\n"
+    "  ping URL [COUNT] [--tls-fingerprint FP] [--tls-ca FILE]\n"
+    "      COUNT round trips (default 1000): min, median and p99\n"
+    "  trace show FILE\n"
+    "  trace run FILE [--device URL|cpu|torch] [--inputs F.safetensors] [--seed N]\n"
+    "  onnx show MODEL.onnx [--shape NAME=D0,D1,...]\n"
+    "  onnx run MODEL.onnx [--device URL|cpu|torch] [--inputs F.safetensors]\n"
+    "           [--shape NAME=D0,D1,...] [--seed N] [--repeat N] [--full]\n"
+    "  --help, --version\n"
+    "URL: tcp://HOST:PORT, tls://HOST:PORT or unix:///PATH. The environment: TW_CREDENTIAL (the\n"
+    "server's --credential), TW_TLS_FINGERPRINT / TW_TLS_CA (how a tls:// server is trusted),\n"
+    "TW_HANDSHAKE_TIMEOUT_MS (how long to wait for a server's first answer); docs/remote.md.\n";
+
+// A usage error: printed with the usage line of the command, exit status 2.
+struct UsageError {
+  std::string message;
+};
+
+// A command's flags: each one named in `with_value` takes the next argument, each one in
+// `switches` takes none; anything else starting with "--" is an unknown flag, and the other
+// arguments are positional.
+struct Flags {
+  std::map<std::string, std::vector<std::string>> values;
+  std::set<std::string> switches;
+  std::vector<std::string> positional;
+  std::string get(const std::string& f, const std::string& fallback) const {
+    auto it = values.find(f);
+    return it == values.end() ? fallback : it->second.back();
+  }
+};
+
+Flags parse_flags(const std::string& where, const std::vector<std::string>& args,
+                  const std::vector<std::string>& with_value,
+                  const std::vector<std::string>& switches = {}) {
+  auto listed = [](const std::vector<std::string>& v, const std::string& f) {
+    return std::find(v.begin(), v.end(), f) != v.end();
+  };
+  std::string known;
+  for (const auto& f : with_value) known += (known.empty() ? "" : ", ") + f;
+  for (const auto& f : switches) known += (known.empty() ? "" : ", ") + f;
+  Flags out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) {
+      out.positional.push_back(a);
+    } else if (listed(switches, a)) {
+      out.switches.insert(a);
+    } else if (!listed(with_value, a)) {
+      throw UsageError{where + ": unknown flag " + a +
+                       (known.empty() ? " (it takes none)" : " (flags: " + known + ")")};
+    } else if (i + 1 >= args.size()) {
+      throw UsageError{where + ": " + a + " needs a value"};
+    } else {
+      out.values[a].push_back(args[++i]);
+    }
+  }
+  return out;
+}
+
+// A whole positive number, or a usage error naming what was given.
+int positive_int(const std::string& where, const std::string& what, const std::string& v) {
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < 1 || n > 100'000'000) {
+    throw UsageError{where + ": " + what + " must be a whole number from 1, not '" + v + "'"};
+  }
+  return static_cast<int>(n);
+}
+
+// How a tls:// server is trusted: the flags, else the environment (RemoteOptions).
+tw::RemoteOptions remote_options(const Flags& flags) {
+  tw::RemoteOptions o;
+  o.tls_fingerprint = flags.get("--tls-fingerprint", "");
+  o.tls_ca_file = flags.get("--tls-ca", "");
+  return o;
+}
 
 std::string human(uint64_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -36,14 +123,14 @@ std::string human(uint64_t b) {
   return buf;
 }
 
-int info(const std::string& url) {
-  tw::Device dev = tw::Device::remote(url, 0);
+int info(const std::string& url, const tw::RemoteOptions& options) {
+  tw::Device dev = tw::remote_device(url, 0, options);
   tw::RemoteHandshake h = tw::remote_handshake(dev);
   tw::RemoteStats s = tw::remote_stats(dev);
   std::printf("server %s at %s (protocol %d)\n", h.server_id.c_str(), url.c_str(),
               h.protocol_version);
   std::printf("devices (%d):\n", h.device_count);
-  for (const tw::RemoteDeviceInfo& d : tw::remote_devices(url)) {
+  for (const tw::RemoteDeviceInfo& d : tw::remote_devices(url, options)) {
     std::printf("  %d  %-8s backend=%s memory/session=%s\n", d.index, d.name.c_str(),
                 d.backend.c_str(), human(d.memory_bytes).c_str());
   }
@@ -56,6 +143,15 @@ int info(const std::string& url) {
   for (auto& [id, bytes] : s.per_session_bytes) {
     std::printf("  session %llu: %s\n", static_cast<unsigned long long>(id), human(bytes).c_str());
   }
+  uint64_t parked_bytes = 0;
+  for (const auto& p : s.parked_sessions) parked_bytes += p.bytes;
+  std::printf("parked: %zu session(s) waiting for their client to resume, holding %s\n",
+              s.parked_sessions.size(), human(parked_bytes).c_str());
+  for (const auto& p : s.parked_sessions) {
+    std::printf("  session %llu: %s, freed in %.0f s unless resumed\n",
+                static_cast<unsigned long long>(p.session_id), human(p.bytes).c_str(),
+                p.seconds_left);
+  }
   std::printf("traffic: %llu ops executed, %llu frames in (%s), %llu frames out (%s)\n",
               static_cast<unsigned long long>(s.ops_executed),
               static_cast<unsigned long long>(s.frames_in), human(s.bytes_in).c_str(),
@@ -63,8 +159,8 @@ int info(const std::string& url) {
   return 0;
 }
 
-int ping(const std::string& url, int count) {
-  tw::Device dev = tw::Device::remote(url, 0);
+int ping(const std::string& url, int count, const tw::RemoteOptions& options) {
+  tw::Device dev = tw::remote_device(url, 0, options);
   dev.connect();
   std::vector<double> us;
   for (int i = 0; i < count; ++i) {
@@ -129,40 +225,50 @@ void parse_shape(const std::string& v, std::map<std::string, tw::Shape>& shapes)
   shapes[v.substr(0, eq)] = s;
 }
 
-int onnx_show(const std::string& path, const std::vector<std::string>& flags) {
+// A tensor in a line: its values when there are few, else min, max, mean and the first values
+// (`--full` prints them all).
+std::string summary(const tw::Tensor& t) {
+  constexpr int64_t kWhole = 8, kFirst = 4;
+  if (t.numel() <= kWhole) return t.to_string();
+  const std::vector<float> v = t.to(tw::kF32).to_vector<float>();
+  double lo = v[0], hi = v[0], sum = 0;
+  for (float x : v) {
+    lo = std::min<double>(lo, x);
+    hi = std::max<double>(hi, x);
+    sum += x;
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%lld values: min %.6g, max %.6g, mean %.6g, first [",
+                static_cast<long long>(v.size()), lo, hi, sum / static_cast<double>(v.size()));
+  std::string out = buf;
+  for (int64_t i = 0; i < kFirst; ++i) {
+    std::snprintf(buf, sizeof buf, "%s%.6g", i ? ", " : "", v[static_cast<size_t>(i)]);
+    out += buf;
+  }
+  return out + ", ...] (--full prints every value)";
+}
+
+int onnx_show(const std::string& path, const std::vector<std::string>& args) {
   tw::onnx::LoadOptions options;
-  for (size_t i = 0; i < flags.size(); i += 2) {
-    if (flags[i] != "--shape" || i + 1 >= flags.size())
-      throw tw::Error("onnx show: unknown flag " + flags[i] + " (--shape NAME=D0,D1,...)");
-    parse_shape(flags[i + 1], options.input_shapes);
+  const Flags flags = parse_flags("onnx show", args, {"--shape"});
+  if (!flags.positional.empty()) throw UsageError{"onnx show: unexpected " + flags.positional[0]};
+  if (flags.values.count("--shape")) {
+    for (const auto& v : flags.values.at("--shape")) parse_shape(v, options.input_shapes);
   }
   std::fputs(tw::onnx::load(path, options).str().c_str(), stdout);
   return 0;
 }
 
-int onnx_run(const std::string& path, const std::vector<std::string>& flags) {
-  std::string device = "cpu", inputs_path;
-  uint64_t seed = 0;
-  int repeat = 1;
+int onnx_run(const std::string& path, const std::vector<std::string>& args) {
+  const Flags flags = parse_flags(
+      "onnx run", args, {"--device", "--inputs", "--shape", "--seed", "--repeat"}, {"--full"});
+  if (!flags.positional.empty()) throw UsageError{"onnx run: unexpected " + flags.positional[0]};
+  const std::string device = flags.get("--device", "cpu"), inputs_path = flags.get("--inputs", "");
+  const uint64_t seed = std::strtoull(flags.get("--seed", "0").c_str(), nullptr, 10);
+  const int repeat = positive_int("onnx run", "--repeat", flags.get("--repeat", "1"));
   tw::onnx::LoadOptions options;
-  for (size_t i = 0; i < flags.size(); ++i) {
-    const std::string& f = flags[i];
-    if (i + 1 >= flags.size()) throw tw::Error("onnx run: " + f + " needs a value");
-    const std::string& v = flags[++i];
-    if (f == "--device") {
-      device = v;
-    } else if (f == "--inputs") {
-      inputs_path = v;
-    } else if (f == "--shape") {
-      parse_shape(v, options.input_shapes);
-    } else if (f == "--seed") {
-      seed = std::strtoull(v.c_str(), nullptr, 10);
-    } else if (f == "--repeat") {
-      repeat = std::max(1, std::atoi(v.c_str()));
-    } else {
-      throw tw::Error("onnx run: unknown flag " + f +
-                      " (--device, --inputs, --shape, --seed, --repeat)");
-    }
+  if (flags.values.count("--shape")) {
+    for (const auto& v : flags.values.at("--shape")) parse_shape(v, options.input_shapes);
   }
   const tw::Device dev = device_named(device);
   std::map<std::string, tw::Tensor> given;
@@ -183,30 +289,20 @@ int onnx_run(const std::string& path, const std::vector<std::string>& flags) {
                 model.trace.num_ops(), dev.str().c_str(), ms,
                 model.trace.runs_as_graph(dev) ? " as one graph" : "");
   }
+  const bool full = flags.switches.count("--full") > 0;
   for (size_t i = 0; i < out.size(); ++i) {
     std::printf("output %zu '%s': %s %s\n", i, model.output_names[i].c_str(),
-                model.trace.outputs()[i].str().c_str(), out[i].to_string().c_str());
+                model.trace.outputs()[i].str().c_str(),
+                (full ? out[i].to_string() : summary(out[i])).c_str());
   }
   return 0;
 }
 
-int trace_run(const std::string& path, const std::vector<std::string>& flags) {
-  std::string device = "cpu", inputs_path;
-  uint64_t seed = 0;
-  for (size_t i = 0; i < flags.size(); ++i) {
-    const std::string& f = flags[i];
-    if (i + 1 >= flags.size()) throw tw::Error("trace run: " + f + " needs a value");
-    const std::string& v = flags[++i];
-    if (f == "--device") {
-      device = v;
-    } else if (f == "--inputs") {
-      inputs_path = v;
-    } else if (f == "--seed") {
-      seed = std::strtoull(v.c_str(), nullptr, 10);
-    } else {
-      throw tw::Error("trace run: unknown flag " + f + " (--device, --inputs, --seed)");
-    }
-  }
+int trace_run(const std::string& path, const std::vector<std::string>& args) {
+  const Flags flags = parse_flags("trace run", args, {"--device", "--inputs", "--seed"});
+  if (!flags.positional.empty()) throw UsageError{"trace run: unexpected " + flags.positional[0]};
+  const std::string device = flags.get("--device", "cpu"), inputs_path = flags.get("--inputs", "");
+  const uint64_t seed = std::strtoull(flags.get("--seed", "0").c_str(), nullptr, 10);
   const tw::graph::Trace trace = tw::graph::Trace::load(path);
   const tw::Device dev = device_named(device);
   std::map<std::string, tw::Tensor> given;
@@ -233,40 +329,55 @@ int trace_run(const std::string& path, const std::vector<std::string>& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::fprintf(
-        stderr,
-        "usage: tensorwire info URL | tensorwire ping URL [COUNT] | tensorwire trace show FILE"
-        " | tensorwire trace run FILE [--device URL|cpu|torch] [--inputs F.safetensors] [--seed "
-        "N] | tensorwire onnx show|run MODEL.onnx [flags]\n");
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fputs(kUsage, stderr);
     return 2;
   }
-  std::string cmd = argv[1], url = argv[2];
+  const std::string& cmd = args[0];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::printf("tensorwire %s (protocol %d)\n", tw::version(), tw::protocol_version());
+    return 0;
+  }
   try {
-    if (cmd == "info") return info(url);
-    if (cmd == "ping") return ping(url, argc > 3 ? std::max(1, std::atoi(argv[3])) : 1000);
-    if (cmd == "trace" && argc >= 4 && url == "show") return trace_show(argv[3]);
-    if (cmd == "trace" && argc >= 4 && url == "run") {
-      return trace_run(argv[3], std::vector<std::string>(argv + 4, argv + argc));
+    const std::vector<std::string> rest(args.begin() + 1, args.end());
+    if (cmd == "info" || cmd == "ping") {
+      const Flags flags = parse_flags(cmd, rest, {"--tls-fingerprint", "--tls-ca"});
+      const size_t most = cmd == "ping" ? 2 : 1;
+      if (flags.positional.empty() || flags.positional.size() > most) {
+        throw UsageError{
+            cmd + (cmd == "ping" ? " URL [COUNT]" : " URL") +
+            ": give the server's URL (tcp://HOST:PORT, tls://HOST:PORT, unix:///PATH)"};
+      }
+      const std::string& url = flags.positional[0];
+      if (cmd == "info") return info(url, remote_options(flags));
+      const int count =
+          flags.positional.size() > 1 ? positive_int("ping", "COUNT", flags.positional[1]) : 1000;
+      return ping(url, count, remote_options(flags));
     }
-    if (cmd == "trace") {
-      std::fprintf(stderr,
-                   "usage: tensorwire trace show FILE | tensorwire trace run FILE [flags]\n");
-      return 2;
+    if (cmd == "trace" || cmd == "onnx") {
+      const std::string what = rest.empty() ? "" : rest[0];
+      if (rest.size() < 2 || (what != "show" && what != "run")) {
+        throw UsageError{cmd + ": " + cmd + " show FILE | " + cmd + " run FILE [flags]"};
+      }
+      const std::vector<std::string> flags(rest.begin() + 2, rest.end());
+      if (cmd == "trace") {
+        if (what == "show") {
+          if (!flags.empty()) parse_flags("trace show", flags, {});
+          return trace_show(rest[1]);
+        }
+        return trace_run(rest[1], flags);
+      }
+      return what == "show" ? onnx_show(rest[1], flags) : onnx_run(rest[1], flags);
     }
-    if (cmd == "onnx" && argc >= 4 && (url == "show" || url == "run")) {
-      const std::vector<std::string> flags(argv + 4, argv + argc);
-      return url == "show" ? onnx_show(argv[3], flags) : onnx_run(argv[3], flags);
-    }
-    if (cmd == "onnx") {
-      std::fprintf(stderr,
-                   "usage: tensorwire onnx show MODEL.onnx [--shape NAME=D0,D1,...] | tensorwire "
-                   "onnx run MODEL.onnx [--device URL|cpu|torch] [--inputs F.safetensors] [--shape "
-                   "NAME=D0,...] [--seed N] [--repeat N]\n");
-      return 2;
-    }
-    std::fprintf(stderr, "tensorwire: unknown command '%s' (info, ping, trace, onnx)\n",
-                 cmd.c_str());
+    throw UsageError{"unknown command '" + cmd + "' (info, ping, trace, onnx; --help)"};
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "tensorwire: %s\n(tensorwire --help lists the commands and flags)\n",
+                 e.message.c_str());
     return 2;
   } catch (const tw::Error& e) {
     std::fprintf(stderr, "tensorwire: %s\n", e.what());

@@ -221,6 +221,9 @@ int main(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       usage(stdout);
       return 0;
+    } else if (a == "--version") {
+      std::printf("tensorwire-server %s (protocol %d)\n", tw::version(), tw::protocol_version());
+      return 0;
     } else {
       std::fprintf(stderr, "tensorwire-server: unknown option '%s'\n", a.c_str());
       usage(stderr);

@@ -3,6 +3,11 @@
 #   scripts/bootstrap.sh                    the build and test toolchain (what `make test` needs)
 #   scripts/bootstrap.sh PKG...             that list plus PKG... (bench/compare_torch.sh adds
 #                                           python3-torch python3-numpy)
+#   scripts/bootstrap.sh --run              only what configuring and `make run` need (no torch,
+#                                           clang, Python, chromium: a fraction of the download)
+# Before installing it prints the packages and the download size apt reports. With
+# TW_BOOTSTRAP_STAMP=FILE it touches FILE after installing anything (the Makefile then configures
+# again, so CMake finds what came).
 # Fast when everything is present: one dpkg-query, no network. Only when something is
 # missing does it run `apt-get update` once and install the missing packages (as root), so it
 # works on a fresh Debian 12 that reaches only Debian's mirror. Prints one line either way.
@@ -24,6 +29,15 @@ set -euo pipefail
 # libzstd-dev: compressed frames (src/protocol/compress.cc); libxxhash-dev: the content hash of
 # deduplicated uploads (src/protocol/content_hash.cc); iproute2: the shaped link of
 # tests/support/shaped_link.h (ip, tc).
+# What configuring needs (the root CMakeLists.txt's REQUIRED packages, and GoogleTest and Google
+# Benchmark, which it finds when the tests and benchmarks are on) and `make run` builds with.
+run_packages=(build-essential cmake ninja-build g++ pkg-config zlib1g-dev libdnnl-dev libasio-dev
+              libssl-dev libzstd-dev libxxhash-dev prometheus-cpp-dev libcpp-httplib-dev
+              libgloo-dev libonnx-dev libgtest-dev libgmock-dev googletest libbenchmark-dev)
+if [[ "${1:-}" == "--run" ]]; then
+  shift
+  packages=("${run_packages[@]}" "$@")
+else
 packages=(build-essential cmake ninja-build g++ pkg-config clang-format libgtest-dev libgmock-dev googletest zlib1g-dev
           libonnx-dev libonnx-testdata
           libbenchmark-dev libdnnl-dev libasio-dev libssl-dev openssl libtorch-dev python3 clang-16
@@ -31,6 +45,7 @@ packages=(build-essential cmake ninja-build g++ pkg-config clang-format libgtest
           python3-setuptools python3-wheel
           prometheus-cpp-dev libcpp-httplib-dev chromium libgloo-dev python3-torch
           libzstd-dev libxxhash-dev iproute2 "$@")
+fi
 
 # One dpkg-query for all of them (it exits non-zero when some are unknown; their lines are absent).
 installed=" $(dpkg-query -W -f='${Package}=${Status}\n' "${packages[@]}" 2>/dev/null |
@@ -54,10 +69,28 @@ fi
 # apt's own progress goes to a log so that success stays one line; on failure, show it.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-if ! { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
-         --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+echo "bootstrap: installing ${missing[*]} (apt-get, as root)"
+if ! apt-get update >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "bootstrap: apt-get update failed (output above)" >&2
+  exit 1
+fi
+# What apt will fetch, with their dependencies: at a few tens of MB/s, about a minute per
+# 500 MB fetched and unpacked.
+size=$(apt-get install -s --no-install-recommends "${missing[@]}" 2>/dev/null |
+       grep -c '^Inst ' || true)
+fetch=$(DEBIAN_FRONTEND=noninteractive apt-get install --no-install-recommends --assume-no \
+          "${missing[@]}" 2>/dev/null | sed -n 's/^Need to get \([^ ]* [kMG]*B\).*/\1/p' || true)
+echo "bootstrap: that is ${size} packages with their dependencies, ${fetch:-an unknown size} to" \
+     "download (about a minute per 500 MB on a fast mirror)"
+start=$(date +%s)
+if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+       "${missing[@]}" >"$log" 2>&1; then
   cat "$log" >&2
   echo "bootstrap: failed to install ${missing[*]} (apt output above)" >&2
   exit 1
 fi
-echo "bootstrap: installed ${missing[*]}"
+if [[ -n "${TW_BOOTSTRAP_STAMP:-}" ]]; then
+  mkdir -p "$(dirname "$TW_BOOTSTRAP_STAMP")" && touch "$TW_BOOTSTRAP_STAMP"
+fi
+echo "bootstrap: installed ${missing[*]} in $(( $(date +%s) - start )) s"

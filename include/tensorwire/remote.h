@@ -47,6 +47,15 @@ struct RemoteStats {
   uint64_t ops_executed = 0;
   uint64_t frames_in = 0, frames_out = 0, bytes_in = 0, bytes_out = 0;
   std::vector<std::pair<uint64_t, uint64_t>> per_session_bytes;  // (session id, bytes)
+  // Sessions parked for a resume (a client whose connection dropped, or which crashed): they
+  // hold their memory until resumed or until their grace (--resume-grace) ends. From servers
+  // that speak protocol 12; empty from older ones.
+  struct Parked {
+    uint64_t session_id = 0;
+    uint64_t bytes = 0;
+    double seconds_left = 0;
+  };
+  std::vector<Parked> parked_sessions;
 };
 // Asks the server hosting a remote device for its statistics (a round trip).
 RemoteStats remote_stats(const Device& device);

@@ -13,6 +13,7 @@
 #include "tensorwire/serialize.h"
 #include "tensorwire/tensor.h"
 #include "tensorwire/transformer.h"
+#include "tensorwire/version.h"
 
 TW_API_BEGIN
 TW_API_END

@@ -71,6 +71,9 @@ RemoteStats remote_stats(const Device& device) {
   r.bytes_in = s->bytes_in;
   r.bytes_out = s->bytes_out;
   r.per_session_bytes = s->per_session_bytes;
+  for (const auto& p : s->parked.sessions) {
+    r.parked_sessions.push_back({p.session_id, p.bytes, static_cast<double>(p.ms_left) / 1000});
+  }
   return r;
 }
 

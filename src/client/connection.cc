@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 
@@ -39,16 +40,29 @@ Options Options::from_env() {
   if (const char* e = std::getenv("TW_TLS_CA")) o.tls.ca_file = e;
   if (const char* e = std::getenv("TW_TLS_FINGERPRINT")) o.tls.fingerprint = e;
   if (const char* e = std::getenv("TW_TLS_CIPHERS")) o.tls.cipher_suites = e;
+  o.handshake_timeout_ms = net::handshake_timeout_ms();
   return o;
 }
 
 // Blocking handshake on a stream not yet driven by an io thread.
 Result<proto::Welcome> handshake(net::Stream& sock, const net::Url& url, uint32_t device_index,
-                                 const std::string& credential,
-                                 const proto::Hello::Resume* resume) {
+                                 const Options& options, const proto::Hello::Resume* resume) {
   asio::error_code ec;
   proto::OutFrame hello;
-  proto::Hello h{proto::kMinProtocolVersion, proto::kProtocolVersion, device_index, credential};
+  proto::Hello h{proto::kMinProtocolVersion, proto::kProtocolVersion, device_index,
+                 options.credential};
+  // One deadline for the whole exchange: a peer that accepts and never answers (not a tensorwire
+  // server, or one stopped in a debugger) fails the caller instead of holding it.
+  const int timeout_ms =
+      options.handshake_timeout_ms > 0 ? options.handshake_timeout_ms : net::handshake_timeout_ms();
+  const net::Deadline deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const auto silent = [&] {
+    return unavailable("handshake with " + url.str() + " failed: no reply within " +
+                       std::to_string(timeout_ms) +
+                       " ms (TW_HANDSHAKE_TIMEOUT_MS sets the deadline): is a tensorwire server "
+                       "listening there, and not stopped?");
+  };
   if (resume) {
     h.device_index = proto::kResumeSession;
     h.resume = *resume;
@@ -57,9 +71,11 @@ Result<proto::Welcome> handshake(net::Stream& sock, const net::Url& url, uint32_
   uint8_t header[4];
   std::vector<asio::const_buffer> bufs;
   net::frame_buffers(hello, header, bufs);
-  ec = net::write_all(sock, bufs);
+  ec = net::write_all(sock, bufs, deadline);
+  if (ec == asio::error::timed_out) return silent();
   if (ec) return unavailable("handshake with " + url.str() + " failed: " + ec.message());
-  ec = net::read_exact(sock, asio::buffer(header, 4));
+  ec = net::read_exact(sock, asio::buffer(header, 4), deadline);
+  if (ec == asio::error::timed_out) return silent();
   if (ec)
     return unavailable("handshake with " + url.str() +
                        " failed: the server closed the connection (" + ec.message() +
@@ -74,15 +90,25 @@ Result<proto::Welcome> handshake(net::Stream& sock, const net::Url& url, uint32_
     return data_loss("handshake with " + url.str() + ": bad reply frame of " + std::to_string(len) +
                      " bytes; is it a tensorwire server?");
   Buffer payload = Buffer::allocate(len);
-  ec = net::read_exact(sock, asio::buffer(payload.data(), len));
+  ec = net::read_exact(sock, asio::buffer(payload.data(), len), deadline);
+  if (ec == asio::error::timed_out) return silent();
   if (ec) return unavailable("handshake with " + url.str() + " failed: " + ec.message());
   TW_ASSIGN_OR_RETURN(proto::ServerMessage m, proto::decode_server_message(payload));
   if (m.kind == proto::ServerMsg::kRefuse) {
     StatusCode code = m.refuse.reason == proto::RefuseReason::kServerBusy
                           ? StatusCode::kResourceExhausted
                           : StatusCode::kInvalidArgument;
+    std::string hint;
+    if (m.refuse.reason == proto::RefuseReason::kUnauthorized) {
+      hint = options.credential.empty()
+                 ? "; this client sent none: set TW_CREDENTIAL (C++: client::Options::credential;"
+                   " Python: the credential argument) to the server's --credential-file secret"
+                 : "; the one this client sent (TW_CREDENTIAL, or the credential argument) "
+                   "differs from the server's --credential-file secret";
+    }
     return Status(code, "server " + url.str() + " refused the connection (" +
-                            proto::refuse_reason_name(m.refuse.reason) + "): " + m.refuse.message);
+                            proto::refuse_reason_name(m.refuse.reason) + "): " + m.refuse.message +
+                            hint);
   }
   if (m.kind != proto::ServerMsg::kWelcome)
     return data_loss("handshake with " + url.str() + ": unexpected reply");
@@ -91,8 +117,9 @@ Result<proto::Welcome> handshake(net::Stream& sock, const net::Url& url, uint32_
 
 Result<proto::Welcome> enumerate(const net::Url& url, const Options& options) {
   asio::io_context io;
-  TW_ASSIGN_OR_RETURN(std::unique_ptr<net::Stream> stream, net::dial(url, io, options.tls));
-  return handshake(*stream, url, proto::kEnumerateOnly, options.credential);
+  TW_ASSIGN_OR_RETURN(std::unique_ptr<net::Stream> stream,
+                      net::dial(url, io, options.dial_options()));
+  return handshake(*stream, url, proto::kEnumerateOnly, options);
 }
 
 Connection::Connection(net::Url url, uint32_t device_index, Options options)
@@ -117,14 +144,14 @@ Status Connection::ensure_connected() {
 }
 
 Status Connection::connect_locked() {
-  auto dialed = net::dial(url_, io_, options_.tls);
+  auto dialed = net::dial(url_, io_, options_.dial_options());
   if (!dialed.ok()) {
     state_ = State::kDead;
     dead_ = dialed.status();
     return dead_;
   }
   stream_ = std::move(dialed).value();
-  auto w = handshake(*stream_, url_, device_index_, options_.credential);
+  auto w = handshake(*stream_, url_, device_index_, options_);
   if (!w.ok()) {
     state_ = State::kDead;
     dead_ = w.status();

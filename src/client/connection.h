@@ -82,7 +82,17 @@ struct Options {
   // (TW_TLS_FINGERPRINT); the suites offered, tls.cipher_suites (TW_TLS_CIPHERS); see
   // net::TlsOptions.
   net::TlsOptions tls;
+  // How long connecting waits for the server's first answer (the TLS handshake, then the reply
+  // to Hello) on every transport before it fails, naming the address (TW_HANDSHAKE_TIMEOUT_MS;
+  // net::kDefaultHandshakeTimeoutMs).
+  int handshake_timeout_ms = net::kDefaultHandshakeTimeoutMs;
   static Options from_env();
+  // What net::dial needs: tls, with the handshake deadline.
+  net::TlsOptions dial_options() const {
+    net::TlsOptions t = tls;
+    t.handshake_timeout_ms = handshake_timeout_ms;
+    return t;
+  }
 };
 
 struct Counters {

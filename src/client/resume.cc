@@ -224,7 +224,7 @@ Status Connection::resume_locked(std::unique_lock<std::mutex>& lock, const Statu
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     }
-    auto dialed = net::dial(url_, io_, options_.tls);
+    auto dialed = net::dial(url_, io_, options_.dial_options());
     if (!dialed.ok()) {
       last = dialed.status();
       // Nobody listens there: the server process is gone, and its sessions with it.
@@ -236,7 +236,7 @@ Status Connection::resume_locked(std::unique_lock<std::mutex>& lock, const Statu
     }
     std::unique_ptr<net::Stream> s = std::move(dialed).value();
     const proto::Hello::Resume ask{resume_->token, resume_->received.load()};
-    auto w = handshake(*s, url_, device_index_, options_.credential, &ask);
+    auto w = handshake(*s, url_, device_index_, options_, &ask);
     if (!w.ok()) {
       last = w.status();
       // A refusal (the session is gone, the server drains) is final; a link that failed again,

@@ -24,10 +24,13 @@ TW_INTERNAL_BEGIN
 
 namespace tw::client {
 
+struct Options;  // connection.h
+
 // The blocking handshake on a fresh stream (connection.cc): a Hello for `device_index`, or, with
-// `resume`, one that asks to resume that session (device index kResumeSession).
+// `resume`, one that asks to resume that session (device index kResumeSession). It sends
+// options.credential and gives up once options.handshake_timeout_ms pass without the reply.
 Result<protocol::Welcome> handshake(net::Stream& sock, const net::Url& url, uint32_t device_index,
-                                    const std::string& credential,
+                                    const Options& options,
                                     const protocol::Hello::Resume* resume = nullptr);
 
 // Where the window keeps the head bytes of the frames it holds. Fresh heap memory for every copy

@@ -108,8 +108,8 @@ class SocketStream final : public Stream {
     }
   }
 
-  void wait_readable() override { wait_fd(fd_, POLLIN); }
-  void wait_writable() override { wait_fd(fd_, POLLOUT); }
+  bool wait_readable(int timeout_ms) override { return wait_fd(fd_, POLLIN, timeout_ms); }
+  bool wait_writable(int timeout_ms) override { return wait_fd(fd_, POLLOUT, timeout_ms); }
 
   // Over a Unix socket every read goes through try_recvmsg (Asio's reads pass no control buffer,
   // and a descriptor that arrives without one is lost) and every write through try_write (which
@@ -351,9 +351,19 @@ void connect_bounded(Proto::socket& sock, const Proto::endpoint& ep, asio::error
 
 }  // namespace
 
-void wait_fd(int fd, short events) {
+bool wait_fd(int fd, short events, int timeout_ms) {
   pollfd p{fd, events, 0};
-  while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (int wait = timeout_ms;;) {
+    const int rc = ::poll(&p, 1, wait);
+    if (rc > 0 || (rc < 0 && errno != EINTR)) return true;
+    if (rc == 0) return false;
+    if (timeout_ms >= 0) {
+      wait = static_cast<int>(std::max<int64_t>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                   std::chrono::steady_clock::now())
+                 .count()));
+    }
   }
 }
 
@@ -410,9 +420,24 @@ Result<std::unique_ptr<Listener>> listen_socket(const Url& url, asio::io_context
     asio::ip::tcp::endpoint ep = results.begin()->endpoint();
     TW_RETURN_NOT_OK(l->open(Proto::endpoint(ep.data(), ep.size()), text));
   } else {
-    // A socket file left by a server that did not stop cleanly would make bind fail.
+    // A socket file left by a server that did not stop cleanly would make bind fail, so it is
+    // removed, but only once nothing answers there: removing the file of a live server would
+    // leave it running and unreachable while this one took its address (tcp:// refuses a taken
+    // port the same way).
     struct stat st;
-    if (::stat(url.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(url.path.c_str());
+    if (::stat(url.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      Proto::socket probe(io);
+      asio::error_code ec;
+      Proto::endpoint gep{asio::local::stream_protocol::endpoint(url.path)};
+      probe.open(gep.protocol(), ec);
+      if (!ec) probe.connect(gep, ec);
+      if (!ec) {
+        return unavailable("cannot listen on " + text +
+                           ": another server is listening there (it accepted a connection); "
+                           "stop it, or choose another path");
+      }
+      ::unlink(url.path.c_str());
+    }
     TW_RETURN_NOT_OK(
         l->open(Proto::endpoint(asio::local::stream_protocol::endpoint(url.path)), text));
   }

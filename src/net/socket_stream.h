@@ -23,8 +23,9 @@ Result<std::unique_ptr<Listener>> listen_socket(const Url& url, asio::io_context
 // The connected socket under dial_socket(), for a transport that runs over one (TLS). Any
 // host:port scheme connects by TCP.
 Result<Socket> connect_socket(const Url& url, asio::io_context& io);
-// Blocks until `fd` has one of `events` (poll(2) flags), or an error or hang-up to report.
-void wait_fd(int fd, short events);
+// Blocks until `fd` has one of `events` (poll(2) flags), or an error or hang-up to report, or
+// `timeout_ms` passes (-1: no limit; then it returns false).
+bool wait_fd(int fd, short events, int timeout_ms = -1);
 // A Stream over a connected socket descriptor, which it then owns (a socketpair end, say).
 Result<std::unique_ptr<Stream>> adopt_socket(asio::io_context& io, int fd);
 

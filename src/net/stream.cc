@@ -1,6 +1,8 @@
 #include "net/stream.h"
 
+#include <algorithm>
 #include <asio/error.hpp>
+#include <cstdlib>
 
 #include "net/socket_stream.h"
 #include "net/tls_stream.h"
@@ -36,12 +38,33 @@ void consume(std::vector<asio::const_buffer>& bufs, size_t n) {
   if (n && !bufs.empty()) bufs.front() += n;
 }
 
-asio::error_code write_all(Stream& s, std::vector<asio::const_buffer> bufs) {
+int handshake_timeout_ms() {
+  const char* e = std::getenv("TW_HANDSHAKE_TIMEOUT_MS");
+  const long v = e ? std::strtol(e, nullptr, 10) : 0;
+  return v > 0 ? static_cast<int>(std::min<long>(v, 3'600'000)) : kDefaultHandshakeTimeoutMs;
+}
+
+namespace {
+
+// Milliseconds left before `deadline` for a poll (-1: none), at least 0.
+int ms_left(Deadline deadline) {
+  if (deadline == Deadline::max()) return -1;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - std::chrono::steady_clock::now())
+                        .count();
+  return static_cast<int>(std::clamp<int64_t>(left + 1, 0, 3'600'000));
+}
+
+}  // namespace
+
+asio::error_code write_all(Stream& s, std::vector<asio::const_buffer> bufs, Deadline deadline) {
   while (!bufs.empty()) {
     IoResult r = s.try_write(bufs.data(), bufs.size());
     switch (r.kind) {
       case IoResult::kDone: consume(bufs, r.bytes); break;
-      case IoResult::kWouldBlock: s.wait_writable(); break;
+      case IoResult::kWouldBlock:
+        if (!s.wait_writable(ms_left(deadline))) return asio::error::timed_out;
+        break;
       case IoResult::kClosed: return asio::error::eof;
       case IoResult::kError: return r.error;
     }
@@ -49,12 +72,14 @@ asio::error_code write_all(Stream& s, std::vector<asio::const_buffer> bufs) {
   return {};
 }
 
-asio::error_code read_exact(Stream& s, asio::mutable_buffer into) {
+asio::error_code read_exact(Stream& s, asio::mutable_buffer into, Deadline deadline) {
   while (into.size()) {
     IoResult r = s.try_read(into);
     switch (r.kind) {
       case IoResult::kDone: into += r.bytes; break;
-      case IoResult::kWouldBlock: s.wait_readable(); break;
+      case IoResult::kWouldBlock:
+        if (!s.wait_readable(ms_left(deadline))) return asio::error::timed_out;
+        break;
       case IoResult::kClosed: return asio::error::eof;
       case IoResult::kError: return r.error;
     }

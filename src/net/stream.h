@@ -28,6 +28,7 @@
 #include <asio/buffer.hpp>
 #include <asio/error_code.hpp>
 #include <asio/io_context.hpp>
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -59,9 +60,10 @@ class Stream {
   // Writes from the first `count` buffers in order (a gather write), as much as goes now.
   virtual IoResult try_write(const asio::const_buffer* bufs, size_t count) = 0;
   // Block the calling thread until a try_read()/try_write() may make progress, or the stream
-  // fails (then the try call says how). For callers that read or write on their own thread.
-  virtual void wait_readable() = 0;
-  virtual void wait_writable() = 0;
+  // fails (then the try call says how), or `timeout_ms` passes (-1: no limit), which returns
+  // false. For callers that read or write on their own thread.
+  virtual bool wait_readable(int timeout_ms = -1) = 0;
+  virtual bool wait_writable(int timeout_ms = -1) = 0;
 
   // Reads what is available, at least one byte, into `into`.
   virtual void async_read_some(asio::mutable_buffer into, IoHandler done) = 0;
@@ -127,7 +129,17 @@ struct TlsOptions {
   // TLS 1.3 suites to offer or accept, in OpenSSL's form; empty: AES-GCM and ChaCha20-Poly1305
   // (tls_stream.cc says in which order, and why).
   std::string cipher_suites;
+  // Dialing: how long the TLS handshake may take (the client's handshake deadline, which it
+  // passes here; handshake_timeout_ms() below by default).
+  int handshake_timeout_ms = 0;  // 0: handshake_timeout_ms()
 };
+
+// How long a client waits for a server's first answer (the TLS handshake, then the reply to its
+// Hello) before it gives up: TW_HANDSHAKE_TIMEOUT_MS, else kDefaultHandshakeTimeoutMs. A peer that
+// accepts connections and never answers (a process that is not a tensorwire server, a server
+// stopped in a debugger) would otherwise hold the caller forever.
+constexpr int kDefaultHandshakeTimeoutMs = 10'000;
+int handshake_timeout_ms();
 
 // Connects to `url`, blocking until connected (for tls://, until the TLS handshake is done and
 // the certificate verified). The stream's async operations run on `io`.
@@ -139,9 +151,13 @@ Result<std::unique_ptr<Listener>> listen(const Url& url, asio::io_context& io,
                                          const TlsOptions& tls = {});
 
 // Blocking helpers over the non-blocking calls, for exchanges before a stream is driven
-// asynchronously (the handshake). They return the error, or eof when the stream ends first.
-asio::error_code write_all(Stream& s, std::vector<asio::const_buffer> bufs);
-asio::error_code read_exact(Stream& s, asio::mutable_buffer into);
+// asynchronously (the handshake). They return the error, eof when the stream ends first, or
+// timed_out when `deadline` passes first.
+using Deadline = std::chrono::steady_clock::time_point;
+asio::error_code write_all(Stream& s, std::vector<asio::const_buffer> bufs,
+                           Deadline deadline = Deadline::max());
+asio::error_code read_exact(Stream& s, asio::mutable_buffer into,
+                            Deadline deadline = Deadline::max());
 
 // Drops the first `n` bytes of a gather list (what a partial write has already sent).
 void consume(std::vector<asio::const_buffer>& bufs, size_t n);

@@ -51,9 +51,39 @@ std::string fingerprint_of(const X509* cert) {
   return out;
 }
 
+namespace {
+
+// The fingerprint of the certificate the server presented, recorded while OpenSSL verifies it:
+// when verification fails the handshake stops before the session keeps the peer's certificate
+// (SSL_get1_peer_certificate answers null then), and that fingerprint is what a user needs to
+// pin a server met for the first time. Kept in the SSL object's ex_data (freed with it).
+int presented_index() {
+  static const int index = SSL_get_ex_new_index(
+      0, nullptr, nullptr, nullptr, [](void*, void* p, CRYPTO_EX_DATA*, int, long, void*) {
+        delete static_cast<std::string*>(p);
+      });
+  return index;
+}
+
+int remember_presented(int preverify_ok, X509_STORE_CTX* store) {
+  auto* ssl =
+      static_cast<SSL*>(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+  // Called once per certificate of the chain; the leaf (depth 0) is the server's own.
+  if (ssl != nullptr && X509_STORE_CTX_get_error_depth(store) == 0 &&
+      SSL_get_ex_data(ssl, presented_index()) == nullptr) {
+    SSL_set_ex_data(ssl, presented_index(),
+                    new std::string(fingerprint_of(X509_STORE_CTX_get0_cert(store))));
+  }
+  return preverify_ok;
+}
+
+}  // namespace
+
 std::string peer_fingerprint(const SSL* ssl) {
   X509Ptr cert(SSL_get1_peer_certificate(ssl));
-  return fingerprint_of(cert.get());
+  if (cert) return fingerprint_of(cert.get());
+  const auto* presented = static_cast<const std::string*>(SSL_get_ex_data(ssl, presented_index()));
+  return presented ? *presented : std::string();
 }
 
 Status load_identity(asio::ssl::context& ctx, const TlsOptions& tls) {
@@ -94,7 +124,7 @@ Result<bool> set_up_verification(asio::ssl::context& ctx, const TlsOptions& tls,
   }
   // Pinned without a CA: the chain is not checked, the fingerprint is, once the handshake is
   // done and before a byte of the session is sent.
-  SSL_CTX_set_verify(c, verify_chain ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, nullptr);
+  SSL_CTX_set_verify(c, verify_chain ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, remember_presented);
   return verify_chain;
 }
 
@@ -125,9 +155,14 @@ Status handshake_failure(SSL* ssl, const Url& url, const TlsOptions& tls, int er
     ERR_clear_error();
     std::string trust = tls.ca_file.empty() ? "the system's trusted CAs"
                                             : "the CA file " + tls.ca_file + " (TW_TLS_CA)";
-    return unavailable("TLS: refusing " + url.str() + ": its certificate (SHA-256 " +
-                       peer_fingerprint(ssl) + ") does not verify against " + trust + ": " +
-                       X509_verify_cert_error_string(verify));
+    const std::string fp = peer_fingerprint(ssl);
+    return unavailable(
+        "TLS: refusing " + url.str() + ": its certificate (SHA-256 " + fp +
+        ") does not verify against " + trust + ": " + X509_verify_cert_error_string(verify) +
+        ". If that is your server's certificate (tensorwire-server prints its fingerprint when "
+        "it starts), pin it: TW_TLS_FINGERPRINT=" +
+        fp + " (C++: RemoteOptions::tls_fingerprint; tensorwire info --tls-fingerprint " + fp +
+        ")");
   }
   std::string why = err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN
                         ? openssl_error("the server closed the connection")

@@ -40,8 +40,6 @@ constexpr size_t kCoalesceBytes = 16 * 1024;
 // others in bench-remote (e); between the two smaller ones the machine's noise decided).
 constexpr size_t kFlushBytes = 128 * 1024;
 constexpr size_t kReadAheadBytes = 128 * 1024;
-// A dialed server that has not finished the handshake by then is given up on.
-constexpr int kHandshakeTimeoutMs = 10'000;
 
 using Context = std::shared_ptr<asio::ssl::context>;
 
@@ -185,10 +183,12 @@ class TlsStream final : public Stream {
     return {IoResult::kWouldBlock, 0, {}};
   }
 
-  void wait_readable() override {
-    if (!buffered_) wait_fd(fd_, read_wait_.load());
+  bool wait_readable(int timeout_ms) override {
+    return buffered_ || wait_fd(fd_, read_wait_.load(), timeout_ms);
   }
-  void wait_writable() override { wait_fd(fd_, write_wait_.load()); }
+  bool wait_writable(int timeout_ms) override {
+    return wait_fd(fd_, write_wait_.load(), timeout_ms);
+  }
 
   void async_read_some(asio::mutable_buffer into, IoHandler done) override {
     IoResult r = try_read(into);
@@ -220,8 +220,10 @@ class TlsStream final : public Stream {
 
   // Client side, before the stream is shared: the blocking handshake, within the deadline.
   Status handshake(const Url& url, const TlsOptions& tls) {
-    auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandshakeTimeoutMs);
+    // A dialed server that has not finished the handshake by then is given up on.
+    const int timeout_ms =
+        tls.handshake_timeout_ms > 0 ? tls.handshake_timeout_ms : handshake_timeout_ms();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     for (;;) {
       ERR_clear_error();
       int rc = SSL_do_handshake(ssl_);
@@ -240,9 +242,10 @@ class TlsStream final : public Stream {
           deadline - std::chrono::steady_clock::now());
       pollfd p{fd_, events, 0};
       if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) == 0) {
-        return unavailable("TLS handshake with " + url.str() + " timed out after " +
-                           std::to_string(kHandshakeTimeoutMs / 1000) +
-                           " s: is a tensorwire server listening with tls:// there?");
+        return unavailable("TLS handshake with " + url.str() + " timed out: no answer within " +
+                           std::to_string(timeout_ms) +
+                           " ms (TW_HANDSHAKE_TIMEOUT_MS sets the deadline): is a tensorwire "
+                           "server listening with tls:// there?");
       }
     }
   }

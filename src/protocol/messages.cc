@@ -82,8 +82,12 @@ void encode_sync_result(uint64_t request_id, const Status& s, OutFrame& f) {
   encode_fields(ServerMsg::kSyncResult, SyncResult{request_id, s}, f);
 }
 
-void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f) {
+void encode_stats_result(uint64_t request_id, const ServerStats& s, uint16_t version, OutFrame& f) {
   encode_fields(ServerMsg::kStatsResult, StatsResult{request_id, s}, f);
+  // Only a list with sessions in it: none parked is the same bytes as from an older server.
+  if (version < kParkedStatsVersion || s.parked.sessions.empty()) return;
+  WireWriter w(f.head);
+  s.parked.fields(FieldWriter{w});
 }
 
 void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutFrame& f) {
@@ -267,7 +271,17 @@ Status decode_server_message(const Buffer& payload, ServerMessage& m) {
     case ServerMsg::kRefuse: TW_RETURN_NOT_OK(get_fields(r, m.refuse, "Refuse")); break;
     case ServerMsg::kReadResult: TW_RETURN_NOT_OK(get_fields(r, m.read, "ReadResult")); break;
     case ServerMsg::kSyncResult: TW_RETURN_NOT_OK(get_fields(r, m.sync, "SyncResult")); break;
-    case ServerMsg::kStatsResult: TW_RETURN_NOT_OK(get_fields(r, m.stats, "StatsResult")); break;
+    case ServerMsg::kStatsResult:
+      TW_RETURN_NOT_OK(get_fields(r, m.stats, "StatsResult"));
+      m.stats.stats.parked = {};
+      // From a server that speaks kParkedStatsVersion: the parked sessions.
+      if (!r.done()) {
+        TW_RETURN_NOT_OK(get_fields(r, m.stats.stats.parked, "StatsResult parked"));
+        // Sent only when some are parked (encode_stats_result): an empty list is not a server's.
+        if (m.stats.stats.parked.sessions.empty())
+          return data_loss("StatsResult parked sessions: an empty list");
+      }
+      break;
     case ServerMsg::kSessionError: TW_RETURN_NOT_OK(get_fields(r, m.error, "SessionError")); break;
     case ServerMsg::kGraphResult: TW_RETURN_NOT_OK(get_fields(r, m.graph, "GraphResult")); break;
     case ServerMsg::kCapabilityResult:
@@ -289,7 +303,8 @@ void encode_server_message(const ServerMessage& m, OutFrame& f) {
     case ServerMsg::kRefuse: return encode_fields(m.kind, m.refuse, f);
     case ServerMsg::kReadResult: return encode_fields(m.kind, m.read, f);
     case ServerMsg::kSyncResult: return encode_fields(m.kind, m.sync, f);
-    case ServerMsg::kStatsResult: return encode_fields(m.kind, m.stats, f);
+    case ServerMsg::kStatsResult:
+      return encode_stats_result(m.stats.request_id, m.stats.stats, kProtocolVersion, f);
     case ServerMsg::kSessionError: return encode_fields(m.kind, m.error, f);
     case ServerMsg::kGraphResult: return encode_fields(m.kind, m.graph, f);
     case ServerMsg::kCapabilityResult: return encode_fields(m.kind, m.capability, f);

@@ -34,8 +34,11 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // compressed replies); version 11 the resumed pull (FetchFrom, §8.9: a retry asks only for the
 // bytes after those it received) and the RegisterGraphAs task (a graph registered under an id the
 // client chose, without a reply: registration pipelined with the runs that follow it). An older
-// client never sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 11;
+// client never sends them, so the server still speaks 1. Version 12: StatsResult lists the parked
+// sessions after its counters (kParkedStatsVersion).
+inline constexpr uint16_t kProtocolVersion = 12;
+// The first version whose StatsResult ends with the parked sessions (ParkedSessions).
+inline constexpr uint16_t kParkedStatsVersion = 12;
 // Which version brought each op is the op list's `since` column (ir::op_since_protocol): an op
 // appended to the list with a new version bumps kProtocolVersion with it.
 #define TW_SINCE_AT_MOST_CURRENT(Name, code, since)      \
@@ -244,6 +247,19 @@ struct FetchFrom {
   TW_FIELDS(request_id, session_id, tensor, capability, pull, offset)
 };
 
+// A session parked for a resume (its client's connection dropped): what it holds, and how long
+// it is kept before it is freed.
+struct ParkedSessionInfo {
+  uint64_t session_id = 0;
+  uint64_t bytes = 0;
+  uint64_t ms_left = 0;
+  TW_FIELDS(session_id, bytes, ms_left)
+};
+struct ParkedSessions {
+  std::vector<ParkedSessionInfo> sessions;
+  TW_FIELDS(sessions)
+};
+
 struct ServerStats {
   uint32_t sessions = 0;
   uint64_t bytes_held = 0;          // all sessions
@@ -255,6 +271,8 @@ struct ServerStats {
   // After the StatsResult's type byte and request id.
   TW_FIELDS(sessions, bytes_held, session_bytes_held, ops_executed, frames_in, frames_out, bytes_in,
             bytes_out, sessions_opened, per_session_bytes)
+  // Protocol >= kParkedStatsVersion: after the fields above (encode_stats_result).
+  ParkedSessions parked;
 };
 
 // ---- the replies, each after its type byte (a request id first where it answers a request) ----
@@ -341,7 +359,9 @@ struct ReadResultHead {
 };
 Result<ReadResultHead> decode_read_result_head(const Buffer& head);
 void encode_sync_result(uint64_t request_id, const Status& s, OutFrame& f);
-void encode_stats_result(uint64_t request_id, const ServerStats& s, OutFrame& f);
+// `version`: the session's protocol; from kParkedStatsVersion the parked sessions follow (when
+// there are any: an empty list is not sent).
+void encode_stats_result(uint64_t request_id, const ServerStats& s, uint16_t version, OutFrame& f);
 void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutFrame& f);
 void encode_capability_result(uint64_t request_id, const Result<Exported>& r, OutFrame& f);
 void encode_fetch(const Fetch& m, OutFrame& f);

@@ -94,6 +94,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
   void reply(protocol::OutFrame f) override;
   Status begin_import(const protocol::ImportTask& t) override;
   protocol::ServerStats server_stats(uint64_t asking) override;
+  uint16_t protocol_version() const override { return version_; }
   void compress_replies(bool on) override { compress_replies_.store(on); }
 
   // ---- writing: from any thread, under write_mu_ (connection.cc) ----

@@ -3,6 +3,8 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
+
 #include "protocol/messages.h"
 #include "server/session.h"
 
@@ -182,6 +184,21 @@ size_t ResumeRegistry::parked() const {
   size_t n = 0;
   for (const auto& [t, e] : entries_) n += e.parked.session ? 1 : 0;
   return n;
+}
+
+std::vector<protocol::ParkedSessionInfo> ResumeRegistry::parked_sessions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<protocol::ParkedSessionInfo> v;
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [t, e] : entries_) {
+    if (!e.parked.session) continue;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(e.deadline - now);
+    v.push_back({e.parked.id, e.parked.session->held(),
+                 static_cast<uint64_t>(std::max<int64_t>(left.count(), 0))});
+  }
+  std::sort(v.begin(), v.end(),
+            [](const auto& a, const auto& b) { return a.session_id < b.session_id; });
+  return v;
 }
 
 uint64_t ResumeRegistry::resumed() const {

@@ -19,9 +19,11 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "core/status.h"
 #include "core/wire.h"
+#include "protocol/messages.h"
 #include "tensorwire/export.h"
 
 TW_INTERNAL_BEGIN
@@ -92,6 +94,8 @@ class ResumeRegistry {
   using Taker = std::function<bool(Result<ParkedSession>)>;
   void resume(const std::string& token, const std::string& credential, Taker take);
   size_t parked() const;
+  // Every parked session: its id, the tensor bytes it holds, how long until its grace ends.
+  std::vector<protocol::ParkedSessionInfo> parked_sessions() const;
   uint64_t resumed() const;
 
  private:

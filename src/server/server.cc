@@ -92,6 +92,7 @@ proto::ServerStats Server::Impl::snapshot(uint64_t asking) {
   s.bytes_in = bytes_in.load();
   s.bytes_out = bytes_out.load();
   s.sessions_opened = sessions_opened.load();
+  if (resume) s.parked.sessions = resume->parked_sessions();
   return s;
 }
 

@@ -212,7 +212,7 @@ void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
       return true;
     }
     bool operator()(proto::StatsTask& t) {
-      proto::encode_stats_result(t.request_id, out.server_stats(s.id_), f);
+      proto::encode_stats_result(t.request_id, out.server_stats(s.id_), out.protocol_version(), f);
       return true;
     }
     bool operator()(proto::RegisterGraphTask& t) {

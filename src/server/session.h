@@ -47,6 +47,8 @@ class SessionOutput {
   virtual void reply(protocol::OutFrame frame) = 0;
   // The server's figures, as a stats task reports them to session `asking`.
   virtual protocol::ServerStats server_stats(uint64_t asking) = 0;
+  // The protocol version the session's handshake settled on (what its replies may carry).
+  virtual uint16_t protocol_version() const { return protocol::kProtocolVersion; }
   // The client asked for its replies compressed when they pay, or not (protocol 10).
   virtual void compress_replies(bool on) { (void)on; }
   // Starts pulling the tensor an import task names from its source server (transfer.h's

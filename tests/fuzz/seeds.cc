@@ -222,8 +222,15 @@ int run(const fs::path& dir) {
   f = {};
   encode_stats_result(
       10, ServerStats{.sessions = 2, .bytes_held = 100, .per_session_bytes = {{1, 60}, {2, 40}}},
-      f);
+      kProtocolVersion, f);
   c.add("server_msg", "stats_result", f);
+  f = {};
+  {
+    ServerStats s{.sessions = 1, .bytes_held = 60, .per_session_bytes = {{1, 60}}};
+    s.parked.sessions = {{7, 1 << 20, 42000}};
+    encode_stats_result(11, s, kProtocolVersion, f);
+  }
+  c.add("server_msg", "stats_result_parked", f);
   f = {};
   encode_session_error(invalid_argument("batch task 0 of 1: matmul: bad"), f);
   c.add("server_msg", "session_error", f);

@@ -334,6 +334,15 @@ TEST(Faults, CredentialIsChecked) {
     ADD_FAILURE() << "a client without the credential must be refused";
   } catch (const Error& e) {
     EXPECT_TRUE(contains(e.what(), "unauthorised")) << e.what();
+    // What to do: the refusal names the variable that sets the credential (issue 50).
+    EXPECT_TRUE(contains(e.what(), "this client sent none: set TW_CREDENTIAL")) << e.what();
+  }
+  ::setenv("TW_CREDENTIAL", "wrong", 1);
+  try {
+    Device::remote(server->url()).connect();
+    ADD_FAILURE() << "a client with another credential must be refused";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "the one this client sent (TW_CREDENTIAL")) << e.what();
   }
   ::setenv("TW_CREDENTIAL", "s3cret", 1);
   Device d = Device::remote(server->url());  // reads TW_CREDENTIAL
@@ -562,22 +571,16 @@ TEST(Faults, UnknownIdsInReadAndDrop) {
 
 // ---------------------------------------------------------------- dead clients and limits
 
-TEST(Faults, KilledClientsMemoryIsFreed) {
-  // A dead client's session is kept for its grace period (resumable sessions, protocol 9), still
-  // counted, then freed: a short grace keeps the test short.
-  ServerProcess server({"--resume-grace", "0.3"});
-  Device observer = Device::remote(server.url());
-  expect_healthy(observer, 14);
-  // What the other sessions hold (the observer's own tensors come and go with its drops).
-  auto others = [&](const RemoteStats& s) { return s.bytes_held - s.session_bytes_held; };
-  RemoteStats before = remote_stats(observer);
-
+// Starts tw_client_helper on `url`: a client process holding a 32 MiB tensor there, which waits
+// to be killed. Its pid once the server holds the tensor (`held`: the bytes its session holds),
+// or -1.
+pid_t start_holding_client(const std::string& server_url, unsigned long long& held) {
   int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const char* url = server.url().c_str();  // the child makes async-signal-safe calls only
+  if (pipe(out) != 0) return -1;
+  const char* url = server_url.c_str();  // the child makes async-signal-safe calls only
   const pid_t parent = getpid();
   pid_t pid = fork();
-  ASSERT_GE(pid, 0);
+  if (pid < 0) return -1;
   if (pid == 0) {
     // It waits to be killed: if this test's process dies first (aborted by a sanitizer
     // finding), the kernel kills it, so that it does not hold ctest's output pipe open.
@@ -593,13 +596,28 @@ TEST(Faults, KilledClientsMemoryIsFreed) {
   char line[256] = {};
   bool got = std::fgets(line, sizeof line, f) != nullptr;
   std::fclose(f);
-  unsigned long long held = 0;
-  bool ready = got && std::sscanf(line, "ready %llu", &held) == 1;
-  if (!ready) {
+  if (!got || std::sscanf(line, "ready %llu", &held) != 1) {
+    ADD_FAILURE() << "helper did not get ready: '" << line << "'";
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
-    FAIL() << "helper did not get ready: '" << line << "'";
+    return -1;
   }
+  return pid;
+}
+
+TEST(Faults, KilledClientsMemoryIsFreed) {
+  // A dead client's session is kept for its grace period (resumable sessions, protocol 9), still
+  // counted, then freed: a short grace keeps the test short.
+  ServerProcess server({"--resume-grace", "0.3"});
+  Device observer = Device::remote(server.url());
+  expect_healthy(observer, 14);
+  // What the other sessions hold (the observer's own tensors come and go with its drops).
+  auto others = [&](const RemoteStats& s) { return s.bytes_held - s.session_bytes_held; };
+  RemoteStats before = remote_stats(observer);
+
+  unsigned long long held = 0;
+  const pid_t pid = start_holding_client(server.url(), held);
+  ASSERT_GT(pid, 0) << "the client helper did not get ready";
   EXPECT_GE(held, 32u << 20);
   RemoteStats during = remote_stats(observer);
   EXPECT_EQ(during.sessions, before.sessions + 1);
@@ -617,6 +635,45 @@ TEST(Faults, KilledClientsMemoryIsFreed) {
                      << " bytes; before it connected: " << before.sessions << ", "
                      << others(before);
   expect_healthy(observer, 15);
+}
+
+// A killed client's session is parked for its grace period, holding its memory: the stats list
+// it (protocol 12), with its bytes and the time left, and so does `tensorwire info` (issue 50).
+TEST(Faults, AKilledClientsParkedSessionIsListed) {
+  ServerProcess server({"--resume-grace", "30"});
+  Device observer = Device::remote(server.url());
+  expect_healthy(observer, 16);
+  EXPECT_TRUE(remote_stats(observer).parked_sessions.empty());
+  unsigned long long held = 0;
+  const pid_t pid = start_holding_client(server.url(), held);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(waitpid(pid, nullptr, 0), pid);
+  RemoteStats after;
+  const bool parked = eventually([&] {
+    after = remote_stats(observer);
+    return after.parked_sessions.size() == 1;
+  });
+  ASSERT_TRUE(parked) << after.parked_sessions.size() << " parked sessions listed";
+  EXPECT_EQ(after.parked_sessions[0].bytes, held);
+  EXPECT_GT(after.parked_sessions[0].seconds_left, 1.0);
+  EXPECT_LE(after.parked_sessions[0].seconds_left, 30.0);
+  // The CLI prints them.
+  const std::string cmd = std::string(TW_CLI_BINARY) + " info " + server.url() + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << out;
+  EXPECT_NE(out.find("parked: 1 session(s) waiting for their client to resume, holding 32.0 MiB"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("session " + std::to_string(after.parked_sessions[0].session_id) +
+                     ": 32.0 MiB, freed in "),
+            std::string::npos)
+      << out;
+  expect_healthy(observer, 17);
 }
 
 TEST(Faults, SessionMemoryQuota) {

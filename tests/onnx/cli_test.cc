@@ -9,6 +9,7 @@
 #include <string>
 
 #include "support/server_process.h"
+#include "tensorwire/version.h"
 
 namespace tw::testing {
 namespace {
@@ -51,6 +52,59 @@ TEST(OnnxCli, UnsupportedOpIsAnErrorNamingNodeAndOp) {
   const auto [status, out] = cli("onnx show " + kData + "/node/test_nonzero_example/model.onnx");
   EXPECT_EQ(status, 1) << out;
   EXPECT_NE(out.find("(NonZero): op type NonZero is not supported"), std::string::npos) << out;
+}
+
+// The first hour's surface (issue 50): --help and --version exit 0, a bad ping count and an
+// unknown flag are refused by name (exit 2), and onnx run prints summaries unless --full.
+TEST(Cli, HelpAndVersionExitZero) {
+  auto [status, out] = cli("--help");
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("usage: tensorwire"), std::string::npos) << out;
+  EXPECT_NE(out.find("onnx run MODEL.onnx"), std::string::npos) << out;
+  std::tie(status, out) = cli("--version");
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(std::string("tensorwire ") + tw::version()), std::string::npos) << out;
+  std::tie(status, out) = cli("");
+  EXPECT_EQ(status, 2) << out;
+}
+
+TEST(Cli, PingRefusesACountThatIsNotANumber) {
+  // (Refused before any connection: nothing listens at port 1.)
+  auto [status, out] = cli("ping tcp://127.0.0.1:1 abc");
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("COUNT must be a whole number from 1, not 'abc'"), std::string::npos) << out;
+  std::tie(status, out) = cli("ping tcp://127.0.0.1:1 0");
+  EXPECT_EQ(status, 2) << out;
+}
+
+TEST(Cli, AnUnknownFlagIsNamedAsUnknown) {
+  const std::string model = kData + "/node/test_gemm_default_single_elem_vector_bias/model.onnx";
+  for (const std::string& args :
+       {"onnx run " + model + " --bogus-flag", "onnx run " + model + " --bogus-flag 3",
+        "onnx show " + model + " --bogus-flag",
+        std::string("info tcp://127.0.0.1:1 --bogus-flag")}) {
+    const auto [status, out] = cli(args);
+    EXPECT_EQ(status, 2) << args << ": " << out;
+    EXPECT_NE(out.find("unknown flag --bogus-flag"), std::string::npos) << args << ": " << out;
+    EXPECT_EQ(out.find("needs a value"), std::string::npos) << args << ": " << out;
+  }
+  const auto [status, out] = cli("onnx run " + model + " --seed");
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("--seed needs a value"), std::string::npos) << out;
+}
+
+TEST(Cli, OnnxRunPrintsASummaryUnlessFull) {
+  // Conv2d's output has 2*4*5*4 = 160 values (f32[2, 4, 5, 4]).
+  const std::string model = kData + "/pytorch-converted/test_Conv2d/model.onnx";
+  auto [status, out] = cli("onnx run " + model);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("160 values: min "), std::string::npos) << out;
+  EXPECT_LT(out.size(), 1000u) << out;
+  std::string full;
+  std::tie(status, full) = cli("onnx run " + model + " --full");
+  ASSERT_EQ(status, 0) << full;
+  EXPECT_EQ(full.find("160 values: min "), std::string::npos) << full;
+  EXPECT_GT(full.size(), out.size() + 500) << full;
 }
 
 }  // namespace

@@ -187,37 +187,58 @@ TEST(Tls, EveryByteAWriteReportsReachesThePeerWithoutAnotherCall) {
   p.listener->close();
 }
 
-TEST(Tls, AWrongPinIsRefusedNamingBothFingerprints) {
-  TlsPair p;
-  std::string wrong;
-  for (int i = 0; i < 32; ++i) wrong += i ? ":AB" : "AB";
+// Dials a tls:// listener with a generated identity (its fingerprint in `fingerprint`) as
+// `client_tls` says, the listener's side driving its handshake as a session's first read would:
+// the dial's error, or OK when it connected.
+Status dial_self_signed(const TlsOptions& client_tls, std::string& fingerprint) {
   auto id = generate_self_signed("tw-test");
-  ASSERT_TRUE(id.ok());
+  if (!id.ok()) return id.status();
+  fingerprint = id->fingerprint;
+  asio::io_context io;
   TlsOptions server_tls;
   server_tls.cert_pem = id->cert_pem;
   server_tls.key_pem = id->key_pem;
-  auto l = listen(parse_url("tls://127.0.0.1:0").value(), p.io, server_tls);
-  ASSERT_TRUE(l.ok()) << l.status().message();
+  auto l = listen(parse_url("tls://127.0.0.1:0").value(), io, server_tls);
+  if (!l.ok()) return l.status();
   std::unique_ptr<Stream> accepted;
-  (*l)->async_accept(p.io, [&](const asio::error_code&, std::unique_ptr<Stream> s) {
+  (*l)->async_accept(io, [&](const asio::error_code&, std::unique_ptr<Stream> s) {
     accepted = std::move(s);
-    // The server's handshake, driven as a session's read would.
     static uint8_t b;
     accepted->async_read_some(asio::buffer(&b, 1), [](const asio::error_code&, size_t) {});
   });
-  std::thread loop([&] { p.io.run(); });
-  TlsOptions client_tls;
-  client_tls.fingerprint = wrong;
-  auto d = dial((*l)->url(), p.io, client_tls);
-  ASSERT_FALSE(d.ok());
-  const std::string& m = d.status().message();
-  EXPECT_NE(m.find(wrong), std::string::npos) << m;
-  EXPECT_NE(m.find(id->fingerprint), std::string::npos) << m;
-  asio::post(p.io, [&] {
+  std::thread loop([&] { io.run(); });
+  auto d = dial((*l)->url(), io, client_tls);
+  asio::post(io, [&] {
     if (accepted) accepted->close();
     (*l)->close();
   });
   loop.join();
+  return d.status();
+}
+
+TEST(Tls, AWrongPinIsRefusedNamingBothFingerprints) {
+  TlsOptions client_tls;
+  for (int i = 0; i < 32; ++i) client_tls.fingerprint += i ? ":AB" : "AB";
+  std::string fingerprint;
+  const Status st = dial_self_signed(client_tls, fingerprint);
+  ASSERT_FALSE(st.ok());
+  const std::string& m = st.message();
+  EXPECT_NE(m.find(client_tls.fingerprint), std::string::npos) << m;
+  EXPECT_NE(m.find(fingerprint), std::string::npos) << m;
+}
+
+// First contact (issue 50): nothing pinned, a self-signed server fails verification against the
+// system's CAs, and the refusal names the certificate's fingerprint (read while it was verified:
+// the session keeps no peer certificate after a failed verification) and the variable that pins
+// it.
+TEST(Tls, AnUnverifiedCertificateIsRefusedNamingItsFingerprintAndHowToPinIt) {
+  std::string fingerprint;
+  const Status st = dial_self_signed(TlsOptions{}, fingerprint);
+  ASSERT_FALSE(st.ok());
+  const std::string& m = st.message();
+  EXPECT_NE(m.find("does not verify"), std::string::npos) << m;
+  EXPECT_NE(m.find("(SHA-256 " + fingerprint + ")"), std::string::npos) << m;
+  EXPECT_NE(m.find("TW_TLS_FINGERPRINT=" + fingerprint), std::string::npos) << m;
 }
 
 TEST(Tls, FingerprintsAreNormalisedAndBadOnesNamed) {

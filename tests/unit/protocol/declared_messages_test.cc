@@ -139,13 +139,32 @@ TEST(DeclaredMessages, EveryMessageRoundTripsWithEveryFieldSet) {
     const ServerStats m = testing::sample_stats();
     expect_every_field_set(m, "ServerStats");
     OutFrame f;
-    encode_stats_result(42, m, f);
+    encode_stats_result(42, m, kProtocolVersion, f);
     EXPECT_EQ(testing::flatten(f).size(), 1 + 8 + size_of(m));
     auto got = decode_server_message(payload_of(f));
     ASSERT_TRUE(got.ok()) << got.status().message();
     ASSERT_EQ(got->kind, ServerMsg::kStatsResult);
     EXPECT_EQ(got->request_id(), 42u);
     EXPECT_TRUE(same(got->stats.stats, m));
+  }
+  {
+    // Protocol 12: the parked sessions follow, when there are any, and only for a session that
+    // speaks 12 (an older client's decoder would refuse the trailing bytes).
+    ServerStats m = testing::sample_stats();
+    m.parked.sessions = {{7, 1 << 30, 59000}, {9, 4096, 100}};
+    OutFrame old, now;
+    encode_stats_result(42, m, kParkedStatsVersion - 1, old);
+    encode_stats_result(42, m, kParkedStatsVersion, now);
+    EXPECT_EQ(testing::flatten(old).size(), 1 + 8 + size_of(static_cast<const ServerStats&>(m)));
+    EXPECT_EQ(testing::flatten(now).size(), testing::flatten(old).size() + 4 + 2 * 24);
+    auto got = decode_server_message(payload_of(now));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ASSERT_EQ(got->stats.stats.parked.sessions.size(), 2u);
+    EXPECT_EQ(got->stats.stats.parked.sessions[0].bytes, 1u << 30);
+    EXPECT_EQ(got->stats.stats.parked.sessions[1].ms_left, 100u);
+    auto older = decode_server_message(payload_of(old));
+    ASSERT_TRUE(older.ok()) << older.status().message();
+    EXPECT_TRUE(older->stats.stats.parked.sessions.empty());
   }
   {
     const StoreRequest m{9, StoreOp::kGet, "g1/rank_0", std::string("\0v", 2)};

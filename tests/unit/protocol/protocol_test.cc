@@ -171,7 +171,7 @@ std::vector<Encoded> every_message(size_t data_numel, size_t op_bytes) {
   encode_sync_result(44, Status::OK(), f);
   out.push_back({"sync result", flatten(f), Encoded::kServer});
   f = {};
-  encode_stats_result(45, testing::sample_stats(), f);
+  encode_stats_result(45, testing::sample_stats(), kProtocolVersion, f);
   out.push_back({"stats result", flatten(f), Encoded::kServer});
   f = {};
   encode_graph_result(49, ir::GraphId{3}, f);
@@ -364,7 +364,7 @@ TEST(Protocol, SyncAndStatsResultRoundTrip) {
     EXPECT_EQ(m->status().code(), s.code());
   }
   OutFrame f;
-  encode_stats_result(6, testing::sample_stats(), f);
+  encode_stats_result(6, testing::sample_stats(), kProtocolVersion, f);
   auto m = decode_server_message(payload_of(f));
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_EQ(m->kind, ServerMsg::kStatsResult);
