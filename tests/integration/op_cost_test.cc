@@ -70,7 +70,7 @@ TEST(OpCost, AnOpOverTheLimitIsRefusedNamingItsCostAndTheFlag) {
   g.input_ids = {1};
   g.inputs = {TensorMeta{{1, 262144, 4}, kF32}};
   g.ops.push_back(ir::ScaledDotProductAttention{
-      .query = {1}, .key = {1}, .value = {1}, .scale = 0.5, .out = {2}});
+      .query = {1}, .key = {1}, .value = {1}, .mask = {}, .causal = false, .scale = 0.5, .out = {2}});
   g.output_ids = {2};
   proto::BatchWriter b;
   b.add_register_graph(7, g);
@@ -166,7 +166,7 @@ TEST(OpCost, CostliestAdmittedShapesLeaveTheServerResponsive) {
     return n;
   };
   const ir::Op attn = ir::ScaledDotProductAttention{
-      .query = {1}, .key = {1}, .value = {1}, .scale = 0.5, .out = {2}};
+      .query = {1}, .key = {1}, .value = {1}, .mask = {}, .causal = false, .scale = 0.5, .out = {2}};
   const int64_t t = largest(64, 0.95, [&](int64_t n) {
     return estimate(attn, {TensorMeta{{1, n, 4}, kF32}});
   });

@@ -19,7 +19,7 @@ inline protocol::OutFrame attention_frame(int64_t t, ir::TensorId base = 1, uint
   protocol::BatchWriter b;
   b.add_op(ir::Full{.out = {base}, .shape = {1, t, 4}, .dtype = kF32, .value = 1.0});
   b.add_op(ir::ScaledDotProductAttention{
-      .query = {base}, .key = {base}, .value = {base}, .scale = 0.5, .out = {base + 1}});
+      .query = {base}, .key = {base}, .value = {base}, .mask = {}, .causal = false, .scale = 0.5, .out = {base + 1}});
   b.add_sync(sync);
   return b.take();
 }
