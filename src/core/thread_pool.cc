@@ -1,5 +1,7 @@
 #include "core/thread_pool.h"
 
+#include "core/cancel.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -65,6 +67,15 @@ void ThreadPool::drain(int own, int64_t base, const std::function<void(int64_t)>
 
 void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
+  if (const std::atomic<bool>* flag = cancel_flag()) {
+    // A caller whose work can be cancelled (a server's long op, core/cancel.h): once it is, the
+    // chunks not yet started are skipped (its output is unfinished, and the caller poisons it).
+    const std::function<void(int64_t)> checked = [flag, &fn](int64_t i) {
+      if (!cancelled(flag)) fn(i);
+    };
+    const CancelScope plain(nullptr);  // (the run below takes the unchecked path)
+    return run(n, checked);
+  }
   std::unique_lock<std::mutex> run_lock(run_mu_, std::defer_lock);
 #ifdef _OPENMP
   const bool parallel = n > 1 && threads_ > 1 && !t_in_pool_task && run_lock.try_lock();

@@ -9,7 +9,6 @@
 #include <mutex>
 #include <vector>
 
-#include "core/cancel.h"
 #include "tensorwire/export.h"
 
 TW_INTERNAL_BEGIN
@@ -79,11 +78,7 @@ void parallel_chunks(int64_t total, int64_t grain, F&& fn) {
     fn(int64_t{0}, int64_t{0}, total);
     return;
   }
-  // A cancelled caller's remaining chunks are skipped (core/cancel.h): its output is unfinished,
-  // and the caller poisons it.
-  const std::atomic<bool>* flag = cancel_flag();
   std::function<void(int64_t)> body = [&](int64_t c) {
-    if (cancelled(flag)) return;
     int64_t b = c * grain;
     int64_t e = b + grain < total ? b + grain : total;
     fn(c, b, e);

@@ -6,6 +6,7 @@
 #include "ir/cost.h"
 
 #include <cstdio>
+#include <unordered_map>
 #include <variant>
 
 namespace tw::ir {
@@ -319,6 +320,26 @@ double cost_seconds(const OpCost& c, const DeviceRate& r) {
 OpCost op_cost(const Op& op, const MetaLookup& lookup, const std::vector<TensorMeta>& outputs) {
   const C c(lookup, outputs);
   return std::visit([&](const auto& o) { return cost_of(o, c); }, op);
+}
+
+Result<std::vector<OpCost>> graph_op_costs(const Graph& graph) {
+  if (graph.input_ids.size() != graph.inputs.size()) return invalid_argument("graph: bad inputs");
+  std::unordered_map<TensorId, TensorMeta> metas;
+  for (size_t i = 0; i < graph.input_ids.size(); ++i) metas[graph.input_ids[i]] = graph.inputs[i];
+  const MetaLookup lookup = [&](TensorId id) -> Result<TensorMeta> {
+    auto it = metas.find(id);
+    if (it == metas.end()) return not_found("graph: no tensor " + std::to_string(id));
+    return it->second;
+  };
+  std::vector<OpCost> costs;
+  costs.reserve(graph.ops.size());
+  for (const Op& op : graph.ops) {
+    TW_ASSIGN_OR_RETURN(std::vector<TensorMeta> outs, infer(op, lookup));
+    costs.push_back(op_cost(op, lookup, outs));
+    const std::vector<TensorId> ids = op_outputs(op);
+    for (size_t k = 0; k < ids.size() && k < outs.size(); ++k) metas[ids[k]] = outs[k];
+  }
+  return costs;
 }
 
 std::string cost_str(const OpCost& c) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/shape.h"
+#include "ir/graph.h"
 #include "ir/infer.h"
 #include "ir/ops.h"
 #include "tensorwire/export.h"
@@ -41,6 +42,10 @@ double cost_seconds(const OpCost& c, const DeviceRate& r);
 // The cost of `op`, whose inputs `lookup` finds and whose outputs ir::infer gave `outputs`
 // (call it only on an op infer accepted). Never fails on such an op.
 OpCost op_cost(const Op& op, const MetaLookup& lookup, const std::vector<TensorMeta>& outputs);
+
+// The cost of each op of a graph that ir::validate_graph accepts, in order (each op inferred
+// against the metas before it, as validation does); an error for a graph it would refuse.
+Result<std::vector<OpCost>> graph_op_costs(const Graph& graph);
 
 // "6.9e+10 FLOPs, 2.1MB, 6.9e+10 transcendentals": the parts, for messages.
 std::string cost_str(const OpCost& c);

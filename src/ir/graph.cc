@@ -52,8 +52,6 @@ Result<GraphPlan> validate_graph(const Graph& graph) {
     }
     return it->second;
   };
-  std::vector<OpCost> costs;
-  costs.reserve(graph.ops.size());
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     const Op& op = graph.ops[i];
     const std::string where = "graph op " + std::to_string(i);
@@ -61,7 +59,6 @@ Result<GraphPlan> validate_graph(const Graph& graph) {
     const std::string name = where + " (" + op_name(op) + ")";
     Result<std::vector<TensorMeta>> out_metas = infer(op, lookup);
     if (!out_metas.ok()) return out_metas.status().with_context(name);
-    costs.push_back(op_cost(op, lookup, *out_metas));
     for (TensorId id : op_inputs(op)) {
       auto it = last_reader.find(id);
       if (it != last_reader.end()) it->second = static_cast<int64_t>(i);
@@ -77,7 +74,6 @@ Result<GraphPlan> validate_graph(const Graph& graph) {
   }
   GraphPlan plan;
   plan.free_after.resize(graph.ops.size());
-  plan.costs = std::move(costs);
   std::unordered_set<TensorId> outputs;
   for (TensorId id : graph.output_ids) {
     if (!last_reader.count(id)) {

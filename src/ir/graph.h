@@ -9,7 +9,6 @@
 
 #include "core/shape.h"
 #include "core/status.h"
-#include "ir/cost.h"
 #include "ir/ops.h"
 #include "tensorwire/export.h"
 
@@ -37,8 +36,6 @@ struct GraphPlan {
   std::vector<TensorMeta> outputs;  // metas of output_ids, in order
   // For each op, the intermediates whose last reader it is: a run frees them right after it.
   std::vector<std::vector<TensorId>> free_after;
-  // Each op's estimated cost (ir/cost.h), for a server's --max-op-cost.
-  std::vector<OpCost> costs;
 };
 
 // Checks a graph: input ids nonzero and distinct with one meta each, every op valid under

@@ -11,7 +11,6 @@
 #include "backend/registry.h"
 #include "core/cancel.h"
 #include "core/thread_pool.h"
-#include "ir/graph.h"
 #include "server/collective.h"
 
 namespace tw::server {
@@ -437,14 +436,14 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
   // Every op's cost against --max-op-cost (a graph that does not validate is refused by the
   // backend below, naming why), and a run's estimated time, to run a long one as long work.
   double seconds = 0;
-  if (Result<ir::GraphPlan> plan = ir::validate_graph(graph); plan.ok()) {
+  if (Result<std::vector<ir::OpCost>> costs = ir::graph_op_costs(graph); costs.ok()) {
     for (size_t i = 0; i < graph.ops.size(); ++i) {
-      const double s = ir::cost_seconds(plan->costs[i], limits_.rate);
+      const double s = ir::cost_seconds((*costs)[i], limits_.rate);
       if (limits_.max_seconds > 0 && s > limits_.max_seconds) {
         totals_.metrics.error(ErrorKind::kOverCost);
         return resource_exhausted(over_cost("register_graph: graph op " + std::to_string(i) +
                                                 " (" + ir::op_name(graph.ops[i]) + ")",
-                                            plan->costs[i], s));
+                                            (*costs)[i], s));
       }
       seconds += s;
     }
