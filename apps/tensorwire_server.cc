@@ -213,8 +213,7 @@ int main(int argc, char** argv) {
                      v);
         return 2;
       }
-    }
-    else if (a == "--tls-cert")
+    } else if (a == "--tls-cert")
       opts.tls_cert_file = value("--tls-cert");
     else if (a == "--tls-key")
       opts.tls_key_file = value("--tls-key");

@@ -1326,8 +1326,8 @@ void bench_abandoned_work(const std::string& binary, bool quick) {
     rows.push_back({"x",
                     "default --resume-grace: ops of the parked sessions' queued frames that ran "
                     "(each sent the " +
-                        frame_bytes + " then Full + Sync; ops run in all: " +
-                        std::to_string(ran_ops) + ")",
+                        frame_bytes +
+                        " then Full + Sync; ops run in all: " + std::to_string(ran_ops) + ")",
                     std::to_string(queued_ran), "", "", "0", queued_ran == 0});
   }
   {
@@ -1339,8 +1339,7 @@ void bench_abandoned_work(const std::string& binary, bool quick) {
     for (int round = 0; round < (quick ? 2 : 5); ++round) {
       std::vector<std::thread> clients;
       for (int i = 0; i < kClients; ++i) {
-        clients.emplace_back(
-            [&] { tt::send_and_go(server.url(), {tt::attention_frame(131072)}); });
+        clients.emplace_back([&] { tt::send_and_go(server.url(), {tt::attention_frame(131072)}); });
       }
       for (std::thread& t : clients) t.join();
       stops.push_back(seconds_until_sessions(watch, 1, 120));
@@ -1352,9 +1351,8 @@ void bench_abandoned_work(const std::string& binary, bool quick) {
                         ", T = 131072: 1.7e10 scores, a minute of work) until their work has "
                         "stopped and the sessions ended, min / median / max s over " +
                         std::to_string(stops.size()) + " rounds",
-                    fmt3(st.min, st.median, *std::max_element(stops.begin(), stops.end())), "",
-                    "", "<= 1 s",
-                    st.min >= 0 && *std::max_element(stops.begin(), stops.end()) <= 1.0});
+                    fmt3(st.min, st.median, *std::max_element(stops.begin(), stops.end())), "", "",
+                    "<= 1 s", st.min >= 0 && *std::max_element(stops.begin(), stops.end()) <= 1.0});
   }
 }
 

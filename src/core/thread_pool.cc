@@ -1,11 +1,11 @@
 #include "core/thread_pool.h"
 
-#include "core/cancel.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <thread>
+
+#include "core/cancel.h"
 
 #ifdef _OPENMP
 #include <omp.h>

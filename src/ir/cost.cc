@@ -127,7 +127,7 @@ OpCost cost_of(const Eye&, const C& c) { return c.elementwise(0); }
 OpCost cost_of(const FromHost& o, const C& c) {
   return {0, static_cast<double>(o.data.data.size()) + c.out_bytes(), 0};
 }
-OpCost cost_of(const RandUniform&, const C& c) { return c.elementwise(0, 12); }   // Philox
+OpCost cost_of(const RandUniform&, const C& c) { return c.elementwise(0, 12); }    // Philox
 OpCost cost_of(const RandNormal&, const C& c) { return c.elementwise(0, 16, 2); }  // log, cos
 OpCost cost_of(const Bernoulli& o, const C& c) { return c.elementwise(c.in_bytes(o.p), 13); }
 
@@ -186,9 +186,8 @@ OpCost cost_of(const Gather& o, const C& c) {
 }
 OpCost cost_of(const ScatterAdd& o, const C& c) {
   const TensorMeta src = c.in(o.src);
-  return {n_of(src) + c.out_n(), c.in_bytes(o.x) + c.in_bytes(o.index) + 2 * bytes_of(src) +
-                                     c.out_bytes(),
-          0};
+  return {n_of(src) + c.out_n(),
+          c.in_bytes(o.x) + c.in_bytes(o.index) + 2 * bytes_of(src) + c.out_bytes(), 0};
 }
 OpCost cost_of(const IndexSelect& o, const C& c) { return c.elementwise(c.in_bytes(o.index), 0); }
 OpCost cost_of(const OneHot& o, const C& c) { return c.elementwise(c.in_bytes(o.x)); }
@@ -238,8 +237,8 @@ OpCost cost_of(const Conv2dBackwardWeight& o, const C& c) {
 }
 OpCost cost_of(const Pool2dBackward& o, const C& c) {
   const TensorMeta g = c.in(o.grad);
-  return {n_of(g) * window(o.kernel) * 2 + c.out_n(),
-          bytes_of(g) + c.in_bytes(o.x) + c.out_bytes(), 0};
+  return {n_of(g) * window(o.kernel) * 2 + c.out_n(), bytes_of(g) + c.in_bytes(o.x) + c.out_bytes(),
+          0};
 }
 OpCost cost_of(const IndexSelectBackward& o, const C& c) {
   const TensorMeta g = c.in(o.grad);

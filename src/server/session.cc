@@ -46,7 +46,7 @@ Status over_server_limit(const std::string& what, const MemoryBudget& budget, ui
 ir::DeviceRate device_rate(const std::string& backend) {
   (void)backend;  // every backend of this build runs on the cpu's cores
   const double threads = std::max(1, get_num_threads());
-  return {16e9 * threads, std::min(4e9 * threads, 20e9), 5e8 * threads};
+  return {16e9 * threads, std::min(2e9 * threads, 10e9), 5e8 * threads};
 }
 
 Result<std::unique_ptr<Session>> Session::open(uint64_t id, const std::string& backend,
@@ -313,7 +313,8 @@ Status Session::run_op(ir::Op& op, SessionOutput& out, OpTimer& timer) {
   }
   // (An upload is a copy of bytes that arrived, and takes its bytes from the frame's
   // reservation, which only the running batch has: never handed over.)
-  if (seconds > OpLimits::kLongSeconds && out.runs_long() && !std::holds_alternative<ir::FromHost>(op)) {
+  if (seconds > OpLimits::kLongSeconds && out.runs_long() &&
+      !std::holds_alternative<ir::FromHost>(op)) {
     long_ = true;
     out.run_long([this, op = std::move(op), metas = std::move(*metas)]() mutable {
       run_long_op(op, std::move(metas));
@@ -360,7 +361,8 @@ void Session::run_long_op(ir::Op& op, std::vector<TensorMeta> metas) {
   if (st.ok() && cancelled()) {
     // Its kernel stopped early: what it made is unfinished, and nobody is left to read it.
     for (ir::TensorId id : ir::op_outputs(op)) (void)backend_->drop(id);
-    backend_->fail(op, unavailable(ir::op_name(op) + ": cancelled: its session ended while it ran"));
+    backend_->fail(op,
+                   unavailable(ir::op_name(op) + ": cancelled: its session ended while it ran"));
   }
 }
 
@@ -441,8 +443,8 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
       const double s = ir::cost_seconds((*costs)[i], limits_.rate);
       if (limits_.max_seconds > 0 && s > limits_.max_seconds) {
         totals_.metrics.error(ErrorKind::kOverCost);
-        return resource_exhausted(over_cost("register_graph: graph op " + std::to_string(i) +
-                                                " (" + ir::op_name(graph.ops[i]) + ")",
+        return resource_exhausted(over_cost("register_graph: graph op " + std::to_string(i) + " (" +
+                                                ir::op_name(graph.ops[i]) + ")",
                                             (*costs)[i], s));
       }
       seconds += s;

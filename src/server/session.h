@@ -86,10 +86,11 @@ struct OpLimits {
   static constexpr double kLongSeconds = 0.002;
 };
 // The rate of a backend's device, for op costs: for cpu (and torch, whose kernels run on the
-// same cores) per intra-op thread, 16 GFLOP/s, 4 GB/s of memory traffic (at most 20 GB/s in
-// all) and 500 M transcendental functions a second. The figures are what the cpu backend's
-// kernels do on one AVX2 core of the build VM (attention: docs/remote.md, "Limits"), rounded
-// down, so that the default --max-op-cost of 1 s admits about one second of work.
+// same cores) per intra-op thread, 16 GFLOP/s, 2 GB/s of memory traffic (at most 10 GB/s in
+// all) and 500 M transcendental functions a second: the cpu backend's kernels on the build VM's
+// AVX2 cores, rounded so that the estimate errs high (a oneDNN GEMM runs about 2x faster than
+// 16 GFLOP/s a thread; attention and elementwise ops about as estimated), so that the default
+// --max-op-cost of 1 s admits about one second of work (docs/remote.md, "Limits").
 ir::DeviceRate device_rate(const std::string& backend);
 
 // A received batch and how far it has run: a session runs a long batch in slices (run()),
@@ -304,8 +305,8 @@ class Session {
   // ---- graphs ----
   const uint64_t max_graph_ops_;
   struct GraphEntry {
-    uint64_t ops = 0;     // what it counts for in graph_ops_total_
-    double seconds = 0;   // a run's estimated time (ir/cost.h), its ops' together
+    uint64_t ops = 0;    // what it counts for in graph_ops_total_
+    double seconds = 0;  // a run's estimated time (ir/cost.h), its ops' together
   };
   std::unordered_map<ir::GraphId, GraphEntry> graph_ops_;
   uint64_t graph_ops_total_ = 0;
@@ -318,12 +319,12 @@ class Session {
   // beyond, the oldest are forgotten and a run naming one reads "unknown graph").
   static constexpr size_t kMaxRefusals = 1024;
   std::unordered_map<ir::GraphId, Status> refused_graphs_;
-  bool compress_replies_ = false;      // CompressRepliesTask (protocol 10)
+  bool compress_replies_ = false;  // CompressRepliesTask (protocol 10)
   const OpLimits limits_;
   bool long_ = false;  // long work handed to SessionOutput::run_long, not yet finished
   // The inputs' metas of the op run_op() is inferring, found once for inference and the cost.
   std::vector<std::pair<ir::TensorId, TensorMeta>> op_inputs_;
-  std::deque<Batch> stashed_;  // stash_queue()
+  std::deque<Batch> stashed_;          // stash_queue()
   uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs, reserved
   std::atomic<uint64_t> ops_{0};       // written by run() only
   server::OpSampling sampling_;        // which fast ops run() times (--metrics)

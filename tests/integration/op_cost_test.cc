@@ -69,8 +69,13 @@ TEST(OpCost, AnOpOverTheLimitIsRefusedNamingItsCostAndTheFlag) {
   ir::Graph g;
   g.input_ids = {1};
   g.inputs = {TensorMeta{{1, 262144, 4}, kF32}};
-  g.ops.push_back(ir::ScaledDotProductAttention{
-      .query = {1}, .key = {1}, .value = {1}, .mask = {}, .causal = false, .scale = 0.5, .out = {2}});
+  g.ops.push_back(ir::ScaledDotProductAttention{.query = {1},
+                                                .key = {1},
+                                                .value = {1},
+                                                .mask = {},
+                                                .causal = false,
+                                                .scale = 0.5,
+                                                .out = {2}});
   g.output_ids = {2};
   proto::BatchWriter b;
   b.add_register_graph(7, g);
@@ -99,7 +104,8 @@ TEST(OpCost, AbandonedAttentionStopsAndTheServerStaysResponsive) {
   ASSERT_EQ(testing::server_stats(*watch, 1).sessions, 2u);
   std::vector<std::thread> hostile;
   for (int i = 0; i < 4; ++i) {
-    hostile.emplace_back([&] { testing::send_and_go(server.url(), {testing::attention_frame(131072)}); });
+    hostile.emplace_back(
+        [&] { testing::send_and_go(server.url(), {testing::attention_frame(131072)}); });
   }
   for (std::thread& t : hostile) t.join();
   const auto closed = Clock::now();
@@ -165,8 +171,13 @@ TEST(OpCost, CostliestAdmittedShapesLeaveTheServerResponsive) {
       if (secs(n + s) < limit) n += s;
     return n;
   };
-  const ir::Op attn = ir::ScaledDotProductAttention{
-      .query = {1}, .key = {1}, .value = {1}, .mask = {}, .causal = false, .scale = 0.5, .out = {2}};
+  const ir::Op attn = ir::ScaledDotProductAttention{.query = {1},
+                                                    .key = {1},
+                                                    .value = {1},
+                                                    .mask = {},
+                                                    .causal = false,
+                                                    .scale = 0.5,
+                                                    .out = {2}};
   const int64_t t = largest(64, 0.95, [&](int64_t n) {
     return estimate(attn, {TensorMeta{{1, n, 4}, kF32}});
   });
@@ -179,15 +190,18 @@ TEST(OpCost, CostliestAdmittedShapesLeaveTheServerResponsive) {
     std::function<Tensor(int64_t)> run;
     int64_t size;
   };
-  const std::vector<Case> cases = {
-      {"attention", [&](int64_t s) {
-         Tensor x = full({1, s, 4}, 1.0, kF32, heavy);
-         return scaled_dot_product_attention(x, x, x, {}, false, 0.5);
-       }, t},
-      {"matmul", [&](int64_t s) {
-         Tensor a = full({s, s}, 0.5, kF32, heavy);
-         return a.matmul(a);
-       }, n}};
+  const std::vector<Case> cases = {{"attention",
+                                    [&](int64_t s) {
+                                      Tensor x = full({1, s, 4}, 1.0, kF32, heavy);
+                                      return scaled_dot_product_attention(x, x, x, {}, false, 0.5);
+                                    },
+                                    t},
+                                   {"matmul",
+                                    [&](int64_t s) {
+                                      Tensor a = full({s, s}, 0.5, kF32, heavy);
+                                      return a.matmul(a);
+                                    },
+                                    n}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what + " of size " + std::to_string(c.size));
     const auto t0 = Clock::now();

@@ -18,8 +18,13 @@ namespace tw::testing {
 inline protocol::OutFrame attention_frame(int64_t t, ir::TensorId base = 1, uint64_t sync = 1) {
   protocol::BatchWriter b;
   b.add_op(ir::Full{.out = {base}, .shape = {1, t, 4}, .dtype = kF32, .value = 1.0});
-  b.add_op(ir::ScaledDotProductAttention{
-      .query = {base}, .key = {base}, .value = {base}, .mask = {}, .causal = false, .scale = 0.5, .out = {base + 1}});
+  b.add_op(ir::ScaledDotProductAttention{.query = {base},
+                                         .key = {base},
+                                         .value = {base},
+                                         .mask = {},
+                                         .causal = false,
+                                         .scale = 0.5,
+                                         .out = {base + 1}});
   b.add_sync(sync);
   return b.take();
 }

@@ -1,8 +1,8 @@
 #include "backend/cpu/dnnl_util.h"
 
-#include "core/cancel.h"
-
 #include <vector>
+
+#include "core/cancel.h"
 
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
 #include <omp.h>

@@ -24,9 +24,13 @@ using testing::contains;
 using testing::full_op;
 
 ir::Op attention(ir::TensorId x, ir::TensorId out) {
-  return ir::ScaledDotProductAttention{
-      .query = {x}, .key = {x}, .value = {x}, .mask = {}, .causal = false, .scale = 0.5,
-      .out = {out}};
+  return ir::ScaledDotProductAttention{.query = {x},
+                                       .key = {x},
+                                       .value = {x},
+                                       .mask = {},
+                                       .causal = false,
+                                       .scale = 0.5,
+                                       .out = {out}};
 }
 
 // What a server's Session does with a batch.
@@ -95,8 +99,7 @@ TEST(OpCost, AnOpOverTheLimitIsRefusedAndTheSessionGoesOn) {
   const Status& refused = out.got[0].status();
   EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
   EXPECT_TRUE(contains(refused.message(), "full: estimated cost")) << refused.message();
-  EXPECT_TRUE(contains(refused.message(), "tensorwire-server --max-op-cost"))
-      << refused.message();
+  EXPECT_TRUE(contains(refused.message(), "tensorwire-server --max-op-cost")) << refused.message();
   EXPECT_TRUE(out.got[1].status().ok()) << out.got[1].status().message();
   EXPECT_EQ(totals.metrics.errors(ErrorKind::kOverCost), 1u);
   // A graph holding such an op is refused at registration.
@@ -158,8 +161,7 @@ TEST(OpCost, ACancelledLongOpIsPoisoned) {
   s->finish_long();
   EXPECT_TRUE(s->run(batch, out, Session::Clock::time_point::max()));
   ASSERT_EQ(out.got.size(), 1u);
-  EXPECT_TRUE(contains(out.got[0].status().message(),
-                       "scaled_dot_product_attention: cancelled"))
+  EXPECT_TRUE(contains(out.got[0].status().message(), "scaled_dot_product_attention: cancelled"))
       << out.got[0].status().message();
 }
 
