@@ -34,5 +34,19 @@ class CancelScope {
   const std::atomic<bool>* prev_;
 };
 
+// Marks the calling thread as running long work (a server's LongWork thread around an op) for
+// its lifetime: meanwhile release_idle_threads() does nothing, because handing the OpenMP threads
+// back waits for every parallel kernel of the process to end (libgomp's lock), which would stall
+// the idle server thread that asks for the whole of a long op.
+class LongWorkScope {
+ public:
+  LongWorkScope();
+  ~LongWorkScope();
+  LongWorkScope(const LongWorkScope&) = delete;
+  LongWorkScope& operator=(const LongWorkScope&) = delete;
+};
+// How many threads are inside a LongWorkScope now.
+int long_work_running();
+
 }  // namespace tw
 TW_INTERNAL_END

@@ -106,7 +106,7 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
 
 void release_idle_threads() {
 #ifdef _OPENMP
-  if (omp_in_parallel()) return;
+  if (omp_in_parallel() || long_work_running() > 0) return;  // (core/cancel.h says why)
   (void)omp_pause_resource_all(omp_pause_soft);
 #endif
 }

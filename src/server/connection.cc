@@ -461,6 +461,7 @@ proto::ServerStats Connection::server_stats(uint64_t asking) { return srv_.snaps
 void Connection::run_long(std::function<void()> work) {
   srv_.long_work->post([self = shared_from_this(), work = std::move(work)] {
     {
+      const LongWorkScope long_work;
       const CancelScope scope(&self->cancel_);
       work();
     }

@@ -35,10 +35,13 @@ void LongWork::loop() {
   for (;;) {
     if (queue_.empty()) {
       if (stop_) return;
-      // Idle: hand back the OpenMP threads this thread's kernels started (shard.cc says why).
-      lock.unlock();
-      release_idle_threads();
-      lock.lock();
+      // Idle: hand back the OpenMP threads this thread's kernels started (shard.cc says why),
+      // unless another long op runs (handing back waits for every parallel kernel to end).
+      if (running_ == 0) {
+        lock.unlock();
+        release_idle_threads();
+        lock.lock();
+      }
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       continue;
     }

@@ -309,7 +309,12 @@ Status Session::run_op(ir::Op& op, SessionOutput& out, OpTimer& timer) {
   const ir::OpCost cost = ir::op_cost(op, lookup, *metas);
   const double seconds = ir::cost_seconds(cost, limits_.rate);
   if (limits_.max_seconds > 0 && seconds > limits_.max_seconds) {
-    return refuse_op(op, cost, seconds);
+    // An op whose outputs could never fit the session's quota is refused for that (the backend
+    // asks admit()), the plainer reason.
+    double need = 0;
+    for (const TensorMeta& m : *metas)
+      need += static_cast<double>(numel(m.shape)) * static_cast<double>(dtype_size(m.dtype));
+    if (need <= static_cast<double>(memory_quota_)) return refuse_op(op, cost, seconds);
   }
   // (An upload is a copy of bytes that arrived, and takes its bytes from the frame's
   // reservation, which only the running batch has: never handed over.)

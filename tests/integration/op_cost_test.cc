@@ -133,16 +133,17 @@ TEST(OpCost, AParkedSessionRunsNoQueuedOp) {
   auto watch = raw_session(server.url());
   ASSERT_TRUE(watch);
   const uint64_t ops_before = testing::server_stats(*watch, 1).ops_executed;
-  proto::BatchWriter queued;
-  queued.add_op(testing::full_op(10, {4}, kF32, 2.0));
+  proto::BatchWriter queued;  // ten ops: had it run, the count would show them
+  for (ir::TensorId id = 10; id < 20; ++id) queued.add_op(testing::full_op(id, {4}, kF32, 2.0));
   queued.add_sync(2);
   // Attention over T = 16384 (2.7e8 scores, a fraction of a second): long enough for the second
   // frame to be queued behind it when the connection drops.
   testing::send_and_go(server.url(), {testing::attention_frame(16384), queued.take()},
                        /*resumable=*/true);
   ASSERT_GE(wait_for_sessions(*watch, 1, 30.0), 0) << "the session was not parked";
-  EXPECT_EQ(testing::server_stats(*watch, 2).ops_executed - ops_before, 2u)
-      << "the parked session ran a queued op (2: the first frame's Full and attention)";
+  // The first frame's Full and attention at most (what had started before the close was seen).
+  EXPECT_LE(testing::server_stats(*watch, 2).ops_executed - ops_before, 2u)
+      << "the parked session ran its queued frame";
 }
 
 // The costliest attention and matmul the default limit admits (shapes found from the cost
