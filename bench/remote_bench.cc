@@ -1310,7 +1310,8 @@ void bench_abandoned_work(const std::string& binary, bool quick) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     const double ran_s = us_since(t0) / 1e6;
-    const uint64_t ran_ops = tt::server_stats(watch, 3).ops_executed - ops0;
+    // (Less the light session's ops: one a sample.)
+    const uint64_t ran_ops = tt::server_stats(watch, 3).ops_executed - ops0 - read.size();
     if (welcome.empty()) throw std::runtime_error("dos: the work ended before any sample");
     const Dist w = dist(welcome), r = dist(read), iw = dist(idle_welcome), idr = dist(idle_read);
     const std::string during = "while " + std::to_string(kClients) +
