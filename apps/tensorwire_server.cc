@@ -68,6 +68,9 @@ void usage(FILE* to) {
       "                        before it sleeps (default 50, at most 10000; 0: off)\n"
       "  --spin-threads N      at most N threads spin at once (default: cores - 1, at least 1)\n"
       "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
+      "  --max-op-cost SECONDS refuse an op whose work, estimated from its shapes, would take\n"
+      "                        longer than this on its device (default 1; fractions allowed;\n"
+      "                        0: no limit)\n"
       "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
       "                        on the client side); encrypted over tls://, clear text otherwise\n"
       "  --metrics URL         tcp://host:port (port 0 picks a free one): Prometheus text at\n"
@@ -199,7 +202,18 @@ int main(int argc, char** argv) {
       opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
     else if (a == "--max-graph-ops")
       opts.max_graph_ops = number("--max-graph-ops");
-    else if (a == "--tls-cert")
+    else if (a == "--max-op-cost") {  // (0 allowed: no limit)
+      const char* v = value("--max-op-cost");
+      char* end = nullptr;
+      opts.max_op_cost = std::strtod(v, &end);
+      if (end == v || *end || !(opts.max_op_cost >= 0) || opts.max_op_cost > 1e9) {
+        std::fprintf(stderr,
+                     "tensorwire-server: --max-op-cost expects seconds (>= 0; 0: no limit), got "
+                     "'%s'\n",
+                     v);
+        return 2;
+      }
+    } else if (a == "--tls-cert")
       opts.tls_cert_file = value("--tls-cert");
     else if (a == "--tls-key")
       opts.tls_key_file = value("--tls-key");

@@ -27,7 +27,12 @@
 //   (q) data-parallel digits CNN training on 2 servers beside 1
 //   (s) unix:// upload and download of 256 MiB through shared memory (protocol 5) vs one memcpy
 //       (and net::parallel_copy) of 256 MiB in the same run; the socket path (TW_SHM=0) beside
-// Usage: tw_bench_remote [--quick] [--only abcdefghimnopqs] [--server PATH]. Measures; never
+//   (x) denial of service (issue 52): with --max-op-cost 0 (every op admitted), 4 clients each
+//       send the 119-byte frame (Full [1,T,4] f32; attention q = k = v; Sync) and disconnect: a
+//       new connection's Welcome and a light session's read while that work runs (default grace:
+//       resumable clients, whose running op finishes), the queued ops of those parked sessions
+//       that ran (none should), and with --resume-grace 0 how soon the abandoned work stops
+// Usage: tw_bench_remote [--quick] [--only abcdefghimnopqsx] [--server PATH]. Measures; never
 // asserts.
 #include <arpa/inet.h>
 #include <httplib.h>
@@ -61,6 +66,7 @@
 #include "ir/graph.h"
 #include "net/shm.h"
 #include "server/metrics.h"
+#include "support/abandon.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/server.h"
@@ -1243,10 +1249,120 @@ void bench_shm(const std::string& binary, size_t bytes, int reps) {
                   "(for comparison)", true});
 }
 
+// ---------------------------------------------------------------- (x) denial of service
+
+// Seconds until the server's session count, as `watch` sees it, is `n` (at most `limit`).
+double seconds_until_sessions(tw::testing::RawClient& watch, uint32_t n, double limit) {
+  const auto t0 = Clock::now();
+  for (uint64_t req = 1000; us_since(t0) < limit * 1e6; ++req) {
+    if (tw::testing::server_stats(watch, req).sessions == n) return us_since(t0) / 1e6;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return -1;
+}
+
+// A new connection's handshake, microseconds.
+double welcome_us(const std::string& url) {
+  const auto t0 = Clock::now();
+  tw::testing::RawClient c(url, 30000);
+  auto w = c.hello();
+  if (!w.ok() || w->kind != tw::protocol::ServerMsg::kWelcome) {
+    throw std::runtime_error("dos: a new connection got no Welcome");
+  }
+  return us_since(t0);
+}
+
+void bench_abandoned_work(const std::string& binary, bool quick) {
+  namespace tt = tw::testing;
+  constexpr int kClients = 4;
+  const std::string frame_bytes =
+      std::to_string(tt::flatten(tt::attention_frame(131072)).size() + 4) + "-byte frame";
+  {
+    // Default grace, resumable clients: each one's attention (T = 32768, about 1e9 scores) runs
+    // to its end while its session is parked; a second frame queued behind it must not run.
+    tt::ServerProcess server({"--max-op-cost", "0"}, binary);
+    tt::RawClient watch(server.url(), 60000);
+    if (!watch.hello().ok()) throw std::runtime_error("dos: no watch session");
+    tw::Device light = tw::Device::remote(server.url());
+    tw::Tensor x = tw::full({1}, 1.0, tw::kF32, light);
+    std::vector<double> idle_welcome, idle_read, welcome, read;
+    for (int i = 0; i < 50; ++i) {
+      idle_welcome.push_back(welcome_us(server.url()));
+      idle_read.push_back(light_sync_us(x));
+    }
+    const uint64_t ops0 = tt::server_stats(watch, 1).ops_executed;
+    std::vector<std::thread> clients;
+    for (int i = 0; i < kClients; ++i) {
+      clients.emplace_back([&] {
+        tw::protocol::BatchWriter queued;
+        for (tw::ir::TensorId id = 10; id < 20; ++id)  // ten ops: had they run, the count shows
+          queued.add_op(tw::ir::Full{.out = {id}, .shape = {4}, .dtype = tw::kF32, .value = 2.0});
+        queued.add_sync(2);
+        tt::send_and_go(server.url(), {tt::attention_frame(32768), queued.take()}, true);
+      });
+    }
+    for (std::thread& t : clients) t.join();
+    // While the sessions' work runs (their sessions still count until it has returned).
+    const auto t0 = Clock::now();
+    while (tt::server_stats(watch, 2).sessions > 2 && us_since(t0) < 120e6) {
+      welcome.push_back(welcome_us(server.url()));
+      read.push_back(light_sync_us(x));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    const double ran_s = us_since(t0) / 1e6;
+    // (Less the light session's ops: one a sample.)
+    const uint64_t ran_ops = tt::server_stats(watch, 3).ops_executed - ops0 - read.size();
+    if (welcome.empty()) throw std::runtime_error("dos: the work ended before any sample");
+    const Dist w = dist(welcome), r = dist(read), iw = dist(idle_welcome), idr = dist(idle_read);
+    const std::string during = "while " + std::to_string(kClients) +
+                               " abandoned attention ops over T = 32768 run (" +
+                               fmt("%.1f s", ran_s) + ", " + std::to_string(welcome.size()) +
+                               " samples), min / median / p99 ms; baseline: idle p99";
+    rows.push_back({"x", "a new connection's Welcome " + during,
+                    fmt3(w.min / 1e3, w.median / 1e3, w.p99 / 1e3), fmt("%.2f ms", iw.p99 / 1e3),
+                    fmt("%.1fx", w.p99 / iw.p99), "p99 <= 50 ms", w.p99 <= 50e3});
+    rows.push_back({"x", "a light session's 1-element op + read " + during,
+                    fmt3(r.min / 1e3, r.median / 1e3, r.p99 / 1e3), fmt("%.2f ms", idr.p99 / 1e3),
+                    fmt("%.1fx", r.p99 / idr.p99), "p99 <= 50 ms", r.p99 <= 50e3});
+    // The first frames' Full and attention at most; a queued frame that ran adds ten.
+    const int64_t queued_ran = std::max<int64_t>(0, static_cast<int64_t>(ran_ops) - 2 * kClients);
+    rows.push_back({"x",
+                    "default --resume-grace: ops of the parked sessions' queued frames that ran "
+                    "(each sent the " +
+                        frame_bytes +
+                        " then 10 Fulls + Sync; ops run in all: " + std::to_string(ran_ops) + ")",
+                    std::to_string(queued_ran), "", "", "0", queued_ran == 0});
+  }
+  {
+    // --resume-grace 0: the sessions end with their connections, and their work is cancelled.
+    tt::ServerProcess server({"--max-op-cost", "0", "--resume-grace", "0"}, binary);
+    tt::RawClient watch(server.url(), 60000);
+    if (!watch.hello().ok()) throw std::runtime_error("dos: no watch session");
+    std::vector<double> stops;
+    for (int round = 0; round < (quick ? 2 : 5); ++round) {
+      std::vector<std::thread> clients;
+      for (int i = 0; i < kClients; ++i) {
+        clients.emplace_back([&] { tt::send_and_go(server.url(), {tt::attention_frame(131072)}); });
+      }
+      for (std::thread& t : clients) t.join();
+      stops.push_back(seconds_until_sessions(watch, 1, 120));
+    }
+    const Dist st = dist(stops);
+    rows.push_back({"x",
+                    "--resume-grace 0: from the last of " + std::to_string(kClients) +
+                        " clients' close (each sent the " + frame_bytes +
+                        ", T = 131072: 1.7e10 scores, a minute of work) until their work has "
+                        "stopped and the sessions ended, min / median / max s over " +
+                        std::to_string(stops.size()) + " rounds",
+                    fmt3(st.min, st.median, *std::max_element(stops.begin(), stops.end())), "", "",
+                    "<= 1 s", st.min >= 0 && *std::max_element(stops.begin(), stops.end()) <= 1.0});
+  }
+}
+
 int main(int argc, char** argv) {
   std::string binary = TW_SERVER_BINARY;
   bool quick = false;
-  std::string only = "abcdefghimnopqs";
+  std::string only = "abcdefghimnopqsx";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick")
@@ -1257,7 +1373,7 @@ int main(int argc, char** argv) {
       only = argv[++i];
     else {
       std::fprintf(stderr,
-                   "usage: tw_bench_remote [--quick] [--only abcdefghimnopqs] [--server PATH]\n");
+                   "usage: tw_bench_remote [--quick] [--only abcdefghimnopqsx] [--server PATH]\n");
       return 2;
     }
   }
@@ -1297,6 +1413,7 @@ int main(int argc, char** argv) {
     }
     if (on('p') || on('q')) bench_dist(binary, size_t{64} << 20, quick ? 3 : 5, on('p'), on('q'));
     if (on('s')) bench_shm(binary, size_t{256} << 20, quick ? 3 : 5);
+    if (on('x')) bench_abandoned_work(binary, quick);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tw_bench_remote: %s\n", e.what());
     return 1;

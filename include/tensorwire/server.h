@@ -34,6 +34,12 @@ struct ServerOptions {
   // Ops all of one session's registered graphs may hold together (a graph of no ops counts as
   // one); a registration past it is refused. Graphs' planned buffers count in the memory above.
   uint64_t max_graph_ops = uint64_t{1} << 18;
+  // The most one op may cost, in seconds of work estimated from its shapes before it runs on the
+  // device it is sent to (FLOPs, bytes moved and transcendental functions over that device's
+  // rate: docs/remote.md, "Limits"). An op over it is refused, its outputs poisoned with an
+  // error naming the op, its cost and tensorwire-server --max-op-cost; a graph holding one is
+  // refused at registration. The same seconds admit more work on a faster device. 0: no limit.
+  double max_op_cost = 1.0;
   // Tensor bytes all sessions together may hold (with what else their work reserves); an op
   // that would pass it fails for its session, naming this limit. 0: 80% of physical memory.
   uint64_t max_memory_bytes = 0;

@@ -1420,7 +1420,7 @@ void bind_io_and_server(py::module_& m) {
   m.def("_serve",
         [](const std::vector<std::string>& listen, int devices, const std::string& backend,
            int worker_threads, uint32_t max_sessions, uint64_t max_frame_bytes,
-           uint64_t session_memory_bytes, uint32_t session_queue_depth) {
+           uint64_t session_memory_bytes, uint32_t session_queue_depth, double max_op_cost) {
           ServerOptions o;
           o.listen = listen;
           o.devices = devices;
@@ -1430,6 +1430,7 @@ void bind_io_and_server(py::module_& m) {
           o.max_frame_bytes = max_frame_bytes;
           o.session_memory_bytes = session_memory_bytes;
           o.session_queue_depth = session_queue_depth;
+          o.max_op_cost = max_op_cost;
           py::gil_scoped_release r;
           return std::shared_ptr<Server>(serve(o));
         });

@@ -324,16 +324,19 @@ def load_safetensors_into(path, module, strict=True):
 
 def serve(device=None, listen=None, devices=1, backend=None, worker_threads=0,
           max_sessions=4096, max_frame_bytes=1 << 30, session_memory_bytes=8 << 30,
-          session_queue_depth=64):
+          session_queue_depth=64, max_op_cost=1.0):
     """Starts a compute server in this process (tw::serve) and returns it: .urls, .url, .stop(),
     .wait(), and it is a context manager that stops it on exit.
 
     listen: addresses (default ["tcp://127.0.0.1:0"], port 0 picks a free port); backend: "cpu",
-    "torch" or one per device ("cpu,torch"), default the kind of `device` (default cpu)."""
+    "torch" or one per device ("cpu,torch"), default the kind of `device` (default cpu);
+    max_op_cost: seconds of estimated work one op may take (tensorwire-server --max-op-cost;
+    0: no limit)."""
     if backend is None:
         backend = "cpu" if device is None else device.kind
     return _C._serve(list(listen or ["tcp://127.0.0.1:0"]), devices, backend, worker_threads,
-                     max_sessions, max_frame_bytes, session_memory_bytes, session_queue_depth)
+                     max_sessions, max_frame_bytes, session_memory_bytes, session_queue_depth,
+                     max_op_cost)
 
 
 from . import dist, graph, nn, onnx, optim  # noqa: E402,F401

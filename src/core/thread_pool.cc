@@ -5,6 +5,8 @@
 #include <memory>
 #include <thread>
 
+#include "core/cancel.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -65,6 +67,15 @@ void ThreadPool::drain(int own, int64_t base, const std::function<void(int64_t)>
 
 void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
+  if (const std::atomic<bool>* flag = cancel_flag()) {
+    // A caller whose work can be cancelled (a server's long op, core/cancel.h): once it is, the
+    // chunks not yet started are skipped (its output is unfinished, and the caller poisons it).
+    const std::function<void(int64_t)> checked = [flag, &fn](int64_t i) {
+      if (!cancelled(flag)) fn(i);
+    };
+    const CancelScope plain(nullptr);  // (the run below takes the unchecked path)
+    return run(n, checked);
+  }
   std::unique_lock<std::mutex> run_lock(run_mu_, std::defer_lock);
 #ifdef _OPENMP
   const bool parallel = n > 1 && threads_ > 1 && !t_in_pool_task && run_lock.try_lock();
@@ -95,7 +106,7 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
 
 void release_idle_threads() {
 #ifdef _OPENMP
-  if (omp_in_parallel()) return;
+  if (omp_in_parallel() || long_work_running() > 0) return;  // (core/cancel.h says why)
   (void)omp_pause_resource_all(omp_pause_soft);
 #endif
 }

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/buffer.h"
+#include "core/cancel.h"
 #include "net/shm.h"
 #include "protocol/compress.h"
 
@@ -30,6 +31,10 @@ Connection::~Connection() {
     std::lock_guard<std::mutex> lock(srv_.sessions_mu);
     srv_.sessions.erase(id_);
   }
+  // The batches not run go with a session parked for resume (its next connection runs them),
+  // or are dropped with it.
+  srv_.batches_in_flight.fetch_sub(static_cast<int64_t>(exec_q_.size()));
+  if (session_ && !exec_q_.empty()) session_->stash_queue(std::move(exec_q_));
   if (!park_session()) {
     if (session_ && srv_.collectives) srv_.collectives->forget(id_);
     session_.reset();
@@ -73,6 +78,8 @@ void Connection::close_when_flushed() {
 void Connection::shutdown_locked() {
   if (lingering_ && srv_.stopping) return stream_->shutdown();  // ends a lingering close now
   if (closed_.exchange(true)) return;
+  // A session that will not be resumed ends: its long work under way is abandoned.
+  if (!(resume_ && srv_.resume && resume_->resumable())) cancel_.store(true);
   if (linger_) return linger_locked();
   stream_->shutdown();
   give_slot_back();
@@ -375,7 +382,9 @@ void Connection::drain() {
     server::Batch* batch;
     {
       std::lock_guard<std::mutex> lock(exec_mu_);
-      if (exec_q_.empty()) {
+      // A closed connection runs nothing more: its session is parked for a resume with what is
+      // queued, or ends and drops it (~Connection).
+      if (exec_q_.empty() || (closed_ && !srv_.stopping)) {
         executing_ = false;
         return;
       }
@@ -446,6 +455,22 @@ Status Connection::begin_import(const proto::ImportTask& t) {
 }
 
 proto::ServerStats Connection::server_stats(uint64_t asking) { return srv_.snapshot(asking); }
+
+// On the server's LongWork threads, with this connection's cancellation flag; the session (parked
+// meanwhile, so nothing else runs it) resumes on this shard's thread once the work has run.
+void Connection::run_long(std::function<void()> work) {
+  srv_.long_work->post([self = shared_from_this(), work = std::move(work)] {
+    {
+      const LongWorkScope long_work;
+      const CancelScope scope(&self->cancel_);
+      work();
+    }
+    asio::post(self->shard_.io, [self] {
+      self->session_->finish_long();
+      self->drain();
+    });
+  });
+}
 
 // ---- writing ----
 

@@ -95,6 +95,8 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
   Status begin_import(const protocol::ImportTask& t) override;
   protocol::ServerStats server_stats(uint64_t asking) override;
   uint16_t protocol_version() const override { return version_; }
+  bool runs_long() const override { return srv_.long_work != nullptr; }
+  void run_long(std::function<void()> work) override;
   void compress_replies(bool on) override { compress_replies_.store(on); }
 
   // ---- writing: from any thread, under write_mu_ (connection.cc) ----
@@ -112,6 +114,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
   std::atomic<bool> compress_replies_{false};
   std::unique_ptr<Session> session_;  // set by the handshake; run by the draining thread
   std::atomic<bool> closed_{false};
+  // Set when the connection closes and its session will not be parked for a resume: its long
+  // work under way stops at the kernel's next look (core/cancel.h).
+  std::atomic<bool> cancel_{false};
   std::atomic<bool> closing_{false};               // to close once the replies queued are out
   std::atomic<bool> has_slot_{false};              // holds one of srv_.slots_taken
   asio::steady_timer handshake_timer_{shard_.io};  // drops a peer that never completes Hello

@@ -82,9 +82,11 @@ void Connection::on_hello(const Buffer& frame) {
     id_ = srv_.next_session.fetch_add(1);
     srv_.sessions[id_] = weak_from_this();
   }
+  const server::OpLimits limits{srv_.opts.max_op_cost,
+                                server::device_rate(srv_.backends[h.device_index])};
   auto session =
       server::Session::open(id_, srv_.backends[h.device_index], srv_.opts.session_memory_bytes,
-                            srv_.totals, srv_.opts.max_graph_ops);
+                            srv_.totals, srv_.opts.max_graph_ops, limits);
   if (!session.ok()) return refuse(proto::RefuseReason::kCannotHost, session.status().message());
   {
     std::lock_guard<std::mutex> lock(srv_.sessions_mu);  // snapshot() reads held() under it

@@ -51,6 +51,7 @@ inline constexpr int kOpCodeSlots =
 #define TW_SERVER_ERROR_KINDS(X)                                                               \
   X(kOpFailed, "op_failed", "an op failed (its outputs are poisoned with the error)")          \
   X(kOverQuota, "over_quota", "an op was refused by the session's memory quota")               \
+  X(kOverCost, "over_cost", "an op or graph was refused over --max-op-cost")                   \
   X(kReadFailed, "read_failed", "a read answered an error")                                    \
   X(kMalformedBatch, "malformed_batch", "a batch did not decode")                              \
   X(kFrameTooLarge, "frame_too_large", "a frame exceeded --max-frame; the session was closed") \

@@ -102,6 +102,19 @@ void Connection::adopt(Result<ParkedSession> got, uint64_t acked, proto::Welcome
   welcomed_ = true;
   version_ = version;
   handshake_timer_.cancel();
+  // What the session's last connection had received and not run runs first (issue 52: nothing
+  // ran while it was parked).
+  std::deque<Batch> stashed = session_->take_queue();
+  bool run_stashed = false;
+  if (!stashed.empty()) {
+    std::lock_guard<std::mutex> lock(exec_mu_);
+    for (Batch& b : stashed) {
+      exec_q_.push_back(std::move(b));
+      ++queued_;
+      srv_.batches_in_flight.fetch_add(1);
+    }
+    if (!executing_) run_stashed = executing_ = true;
+  }
   w.session_id = id_;
   w.device_index = device_;
   w.session.token = p.state->token;
@@ -120,6 +133,7 @@ void Connection::adopt(Result<ParkedSession> got, uint64_t acked, proto::Welcome
   }
   resume_ = std::move(p.state);
   if (!closed_ && !writer_.writing()) pump_locked();
+  if (run_stashed) asio::post(shard_.io, [self = shared_from_this()] { self->drain(); });
 }
 
 }  // namespace tw::server

@@ -193,6 +193,7 @@ std::string Server::limits_summary() const {
      << " session-memory=" << human_bytes(o.session_memory_bytes)
      << " max-memory=" << human_bytes(impl_->totals.memory.limit())
      << " queue-depth=" << o.session_queue_depth << " max-graph-ops=" << o.max_graph_ops
+     << " max-op-cost=" << o.max_op_cost << "s"
      << " handshake-timeout=" << o.handshake_timeout.count() / 1000.0 << "s";
   return os.str();
 }
@@ -223,6 +224,9 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
   if (opts.max_frame_bytes < 1024) return invalid_argument("max frame size must be >= 1024 bytes");
   if (opts.handshake_timeout.count() <= 0)
     return invalid_argument("the handshake timeout must be > 0");
+  if (!(opts.max_op_cost >= 0))
+    return invalid_argument("--max-op-cost must be >= 0 seconds (0: no limit), got " +
+                            std::to_string(opts.max_op_cost));
   TW_ASSIGN_OR_RETURN(std::vector<std::string> backends, device_backends(opts));
   opts.devices = static_cast<int>(backends.size());
   auto impl = std::make_unique<Server::Impl>();
@@ -254,6 +258,7 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
                                                          [srv] { return srv->view(); }));
       impl->totals.metrics.enable_timing();
     }
+    impl->long_work = std::make_unique<server::LongWork>(impl->worker_count);
     impl->puller = std::make_unique<server::Puller>(server::Puller::kThreads, opts.transfer_timeout,
                                                     &impl->totals.metrics);
     impl->collectives = std::make_unique<server::Collectives>(

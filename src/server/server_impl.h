@@ -16,6 +16,7 @@
 #include "net/stream.h"
 #include "protocol/messages.h"
 #include "server/collective.h"
+#include "server/long_work.h"
 #include "server/metrics.h"
 #include "server/resume.h"
 #include "server/session.h"
@@ -82,6 +83,10 @@ struct Server::Impl {
   // Imports' pulls from other servers (transfer.h); after the shards, so destroyed before them:
   // its threads post their outcomes to the shards.
   std::unique_ptr<server::Puller> puller;
+  // Ops and graph runs estimated long (long_work.h); like the puller, its threads post outcomes
+  // to the shards. Null when the server runs long work in place (no --max-op-cost checks: see
+  // start_server).
+  std::unique_ptr<server::LongWork> long_work;
   // Collectives' parts (collective.h), and the rendezvous keys this server hosts for them; like
   // the puller, its threads post outcomes to the shards.
   std::unique_ptr<server::Collectives> collectives;
@@ -104,6 +109,7 @@ struct Server::Impl {
   ~Impl() {
     metrics.reset();
     puller.reset();
+    long_work.reset();
     if (collectives) collectives->join();
     works.clear();
     shards.clear();

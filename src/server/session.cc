@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
 #include <variant>
 
 #include "backend/registry.h"
+#include "core/cancel.h"
+#include "core/thread_pool.h"
 #include "server/collective.h"
 
 namespace tw::server {
@@ -40,11 +43,18 @@ Status over_server_limit(const std::string& what, const MemoryBudget& budget, ui
 
 }  // namespace
 
+ir::DeviceRate device_rate(const std::string& backend) {
+  (void)backend;  // every backend of this build runs on the cpu's cores
+  const double threads = std::max(1, get_num_threads());
+  return {16e9 * threads, std::min(2e9 * threads, 10e9), 5e8 * threads};
+}
+
 Result<std::unique_ptr<Session>> Session::open(uint64_t id, const std::string& backend,
                                                uint64_t memory_quota, SessionTotals& totals,
-                                               uint64_t max_graph_ops) {
+                                               uint64_t max_graph_ops, OpLimits op_limits) {
   TW_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, make_backend(backend));
-  std::unique_ptr<Session> s(new Session(id, std::move(b), totals, memory_quota, max_graph_ops));
+  std::unique_ptr<Session> s(
+      new Session(id, std::move(b), totals, memory_quota, max_graph_ops, op_limits));
   s->set_backend_limit(0);
   return s;
 }
@@ -175,7 +185,8 @@ void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
     totals_.ops_executed.fetch_add(1, std::memory_order_relaxed);
     ops_.store(ops_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // A failure (over a limit too) is recorded in the op's outputs; the metrics count it.
-    const Status st = timer.run(t->op, [&] { return backend_->execute(t->op); });
+    const Status st = run_op(t->op, out, timer);
+    if (long_) return;  // (settled when it has run)
     if (const auto* up = std::get_if<ir::FromHost>(&t->op);
         up && st.ok() && up->data.data.size() >= ContentCache::kMinBytes) {
       totals_.content.remember(up->data.data);  // for a later UploadByHash (protocol 9)
@@ -232,6 +243,11 @@ void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
       return false;
     }
     bool operator()(proto::RunGraphTask& t) {
+      if (s.graph_seconds(t.graph_id) > OpLimits::kLongSeconds && out.runs_long()) {
+        s.long_ = true;
+        out.run_long([&s = s, t = std::move(t)] { s.run_graph(t); });
+        return false;
+      }
       s.run_graph(t);
       s.settle();
       return false;
@@ -278,8 +294,100 @@ void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
   if (std::visit(Run{*this, out, f}, task)) out.reply(std::move(f));
 }
 
+Status Session::run_op(ir::Op& op, SessionOutput& out, OpTimer& timer) {
+  op_inputs_.clear();
+  const ir::MetaLookup lookup = [this](ir::TensorId id) -> Result<TensorMeta> {
+    for (const auto& [seen, meta] : op_inputs_)
+      if (seen == id) return meta;
+    Result<TensorMeta> m = backend_->meta(id);
+    if (m.ok()) op_inputs_.emplace_back(id, *m);
+    return m;
+  };
+  Result<std::vector<TensorMeta>> metas = ir::infer(op, lookup);
+  // An op inference refuses: the backend reports it, as it always has (bad ids first).
+  if (!metas.ok()) return timer.run(op, [&] { return backend_->execute(op); });
+  const ir::OpCost cost = ir::op_cost(op, lookup, *metas);
+  const double seconds = ir::cost_seconds(cost, limits_.rate);
+  if (limits_.max_seconds > 0 && seconds > limits_.max_seconds) {
+    // An op whose outputs could never fit the session's quota is refused for that (the backend
+    // asks admit()), the plainer reason.
+    double need = 0;
+    for (const TensorMeta& m : *metas)
+      need += static_cast<double>(numel(m.shape)) * static_cast<double>(dtype_size(m.dtype));
+    if (need <= static_cast<double>(memory_quota_)) return refuse_op(op, cost, seconds);
+  }
+  // (An upload is a copy of bytes that arrived, and takes its bytes from the frame's
+  // reservation, which only the running batch has: never handed over.)
+  if (seconds > OpLimits::kLongSeconds && out.runs_long() &&
+      !std::holds_alternative<ir::FromHost>(op)) {
+    long_ = true;
+    out.run_long([this, op = std::move(op), metas = std::move(*metas)]() mutable {
+      run_long_op(op, std::move(metas));
+    });
+    return Status::OK();
+  }
+  return timer.run(op, [&] { return backend_->execute_inferred(op, std::move(*metas)); });
+}
+
+std::string Session::over_cost(const std::string& what, const ir::OpCost& cost,
+                               double seconds) const {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%.3g s of work on this device", seconds);
+  char limit[64];
+  std::snprintf(limit, sizeof limit, "%g s", limits_.max_seconds);
+  return what + ": estimated cost " + buf + " (" + ir::cost_str(cost) +
+         ") is over the server's limit of " + limit +
+         " per op (tensorwire-server --max-op-cost); split the work into smaller ops or raise "
+         "--max-op-cost";
+}
+
+Status Session::refuse_op(const ir::Op& op, const ir::OpCost& cost, double seconds) {
+  // Bad output ids and poisoned inputs are reported as the backend reports them (it runs
+  // nothing then): only an op that would otherwise run is refused for its cost.
+  std::vector<ir::TensorId> ids = ir::op_inputs(op);
+  for (ir::TensorId id : ids)
+    if (!backend_->readable(id).ok()) return backend_->execute(op);
+  ids = ir::op_outputs(op);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == 0 || backend_->meta(ids[i]).ok() ||
+        std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(i), ids[i]) !=
+            ids.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return backend_->execute(op);
+    }
+  }
+  totals_.metrics.error(ErrorKind::kOverCost);
+  Status err = resource_exhausted(over_cost(ir::op_name(op), cost, seconds));
+  backend_->fail(op, err);
+  return err;
+}
+
+void Session::run_long_op(ir::Op& op, std::vector<TensorMeta> metas) {
+  const Status st = backend_->execute_inferred(op, std::move(metas));
+  if (st.ok() && cancelled()) {
+    // Its kernel stopped early: what it made is unfinished, and nobody is left to read it.
+    for (ir::TensorId id : ir::op_outputs(op)) (void)backend_->drop(id);
+    backend_->fail(op,
+                   unavailable(ir::op_name(op) + ": cancelled: its session ended while it ran"));
+  }
+}
+
+void Session::finish_long() {
+  long_ = false;
+  settle();
+}
+
+double Session::graph_seconds(ir::GraphId id) const {
+  if (graph_names_ == GraphNames::kClient) {
+    auto c = client_graphs_.find(id);
+    if (c == client_graphs_.end()) return 0;
+    id = c->second;
+  }
+  auto g = graph_ops_.find(id);
+  return g == graph_ops_.end() ? 0 : g->second.seconds;
+}
+
 bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
-  if (parked_) return false;
+  if (parked()) return false;
   if (batch.attach) {
     proto::OutFrame f;
     proto::encode_sync_result(batch.attach->msg.request_id, attach_segment(*batch.attach), f);
@@ -290,7 +398,7 @@ bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
   running_ = &batch;
   while (batch.refill()) {
     run_task(batch.tasks[batch.next++], out, timer);
-    if (parked_ || (batch.refill() && Clock::now() >= until)) {
+    if (parked() || (batch.refill() && Clock::now() >= until)) {
       running_ = nullptr;
       return false;
     }
@@ -332,6 +440,21 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
                               std::to_string(max_graph_ops_) +
                               " graph ops per session (tensorwire-server --max-graph-ops)");
   }
+  // Every op's cost against --max-op-cost (a graph that does not validate is refused by the
+  // backend below, naming why), and a run's estimated time, to run a long one as long work.
+  double seconds = 0;
+  if (Result<std::vector<ir::OpCost>> costs = ir::graph_op_costs(graph); costs.ok()) {
+    for (size_t i = 0; i < graph.ops.size(); ++i) {
+      const double s = ir::cost_seconds((*costs)[i], limits_.rate);
+      if (limits_.max_seconds > 0 && s > limits_.max_seconds) {
+        totals_.metrics.error(ErrorKind::kOverCost);
+        return resource_exhausted(over_cost("register_graph: graph op " + std::to_string(i) + " (" +
+                                                ir::op_name(graph.ops[i]) + ")",
+                                            (*costs)[i], s));
+      }
+      seconds += s;
+    }
+  }
   // Constants (FromHost ops) stay in the graph for as long as it is registered.
   uint64_t constants = 0;
   for (const ir::Op& op : graph.ops) {
@@ -372,7 +495,7 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
     }
     return id.status();
   }
-  graph_ops_[*id] = ops;
+  graph_ops_[*id] = {ops, seconds};
   graph_ops_total_ += ops;
   totals_.metrics.graph_registered();
   return id;
@@ -426,7 +549,7 @@ void Session::run_graph(const proto::RunGraphTask& t) {
   }
   auto g = graph_ops_.find(id);
   if (g != graph_ops_.end()) {
-    totals_.ops_executed.fetch_add(g->second, std::memory_order_relaxed);
+    totals_.ops_executed.fetch_add(g->second.ops, std::memory_order_relaxed);
     totals_.metrics.graph_run();
   }
   // A failure (an unknown graph included) is recorded in the run's outputs.

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +18,7 @@
 #include "backend/backend.h"
 #include "core/buffer.h"
 #include "core/status.h"
+#include "ir/cost.h"
 #include "net/shm.h"
 #include "protocol/messages.h"
 #include "server/dedup.h"
@@ -65,7 +68,32 @@ class SessionOutput {
     return unimplemented("collective of group " + t.collective.group +
                          ": this server does not run collectives");
   }
+  // Long work (an op or a graph run estimated over OpLimits::kLongSeconds): whether this output
+  // runs it off the thread that runs the session, and run_long() handing it over. The session
+  // runs no further task until the server calls finish_long() on the session's thread once
+  // `work` has run (with the session's cancellation flag set on its thread: core/cancel.h).
+  // Without it (a Session driven by a test) long work runs in place.
+  virtual bool runs_long() const { return false; }
+  virtual void run_long(std::function<void()> work) { work(); }
 };
+
+// What an op may cost (issue 52; ir/cost.h): its estimated time on the session's device.
+struct OpLimits {
+  // Refused over this many seconds of estimated work (tensorwire-server --max-op-cost); 0: no
+  // limit. A graph with such an op is refused at registration.
+  double max_seconds = 0;
+  ir::DeviceRate rate;  // the device's (device_rate())
+  // Past this an op or a graph run goes to SessionOutput::run_long: about two fairness slices
+  // (connection.h's kSlice), so the shard's other sessions wait for no op longer than that.
+  static constexpr double kLongSeconds = 0.002;
+};
+// The rate of a backend's device, for op costs: for cpu (and torch, whose kernels run on the
+// same cores) per intra-op thread, 16 GFLOP/s, 2 GB/s of memory traffic (at most 10 GB/s in
+// all) and 500 M transcendental functions a second: the cpu backend's kernels on the build VM's
+// AVX2 cores, rounded so that the estimate errs high (a oneDNN GEMM runs about 2x faster than
+// 16 GFLOP/s a thread; attention and elementwise ops about as estimated), so that the default
+// --max-op-cost of 1 s admits about one second of work (docs/remote.md, "Limits").
+ir::DeviceRate device_rate(const std::string& backend);
 
 // A received batch and how far it has run: a session runs a long batch in slices (run()),
 // decoding it a window of tasks at a time, so that what it holds decoded is bounded whatever the
@@ -120,7 +148,8 @@ class Session {
   // session.
   static Result<std::unique_ptr<Session>> open(uint64_t id, const std::string& backend,
                                                uint64_t memory_quota, SessionTotals& totals,
-                                               uint64_t max_graph_ops = uint64_t{1} << 18);
+                                               uint64_t max_graph_ops = uint64_t{1} << 18,
+                                               OpLimits op_limits = {});
   // Frees the session's tensors and graphs and returns what it had reserved to the server's
   // budget.
   ~Session();
@@ -139,11 +168,20 @@ class Session {
   // ---- moves (protocol 3; transfer.h) ----
   // True between an import task that started a pull and finish_import(): run() returns false
   // at once, and the connection resumes it once the pull is over, without holding a thread.
-  bool parked() const { return parked_.has_value(); }
+  bool parked() const { return parked_.has_value() || long_; }
   // The outcome of the parked import: the tensor lands under its id, or the error poisons it.
   void finish_import(Result<TensorData> got);
   // The outcome of the parked collective part: its output lands, or the error poisons it.
   void finish_collective(Result<TensorData> got);
+  // The long work handed to SessionOutput::run_long has run: the session may go on.
+  void finish_long();
+
+  // ---- a dropped connection's queue (issue 52) ----
+  // The batches its connection had received and not run, kept with a session parked for resume
+  // (none runs while it is parked) and given to the connection that resumes it, which runs
+  // them first; dropped with the session when it ends.
+  void stash_queue(std::deque<Batch> q) { stashed_ = std::move(q); }
+  std::deque<Batch> take_queue() { return std::exchange(stashed_, {}); }
 
   // Memory this session's work holds outside its tensor table (a graph registration, a
   // transfer being received), counted in the server-wide budget beside its tensors so that
@@ -182,13 +220,25 @@ class Session {
 
  private:
   Session(uint64_t id, std::unique_ptr<Backend> backend, SessionTotals& totals,
-          uint64_t memory_quota, uint64_t max_graph_ops)
+          uint64_t memory_quota, uint64_t max_graph_ops, OpLimits op_limits)
       : id_(id),
         backend_(std::move(backend)),
         totals_(totals),
         memory_quota_(memory_quota),
-        max_graph_ops_(max_graph_ops) {}
+        max_graph_ops_(max_graph_ops),
+        limits_(op_limits) {}
   void run_task(protocol::Task& t, SessionOutput& out, OpTimer& timer);
+  // An op task: inferred, its cost estimated and checked against the limit (refused over it),
+  // then run here, or handed to out.run_long() when it is long.
+  Status run_op(ir::Op& op, SessionOutput& out, OpTimer& timer);
+  // The refusal of an op over --max-op-cost, its outputs poisoned with it (an op that fails for
+  // another reason first, bad output ids or a poisoned input, reports that instead).
+  Status refuse_op(const ir::Op& op, const ir::OpCost& cost, double seconds);
+  std::string over_cost(const std::string& what, const ir::OpCost& cost, double seconds) const;
+  // On the long-work thread: the op run; its outputs poisoned when the session was cancelled.
+  void run_long_op(ir::Op& op, std::vector<TensorMeta> metas);
+  // A registered graph's run, estimated (0: an unknown graph, whose run fails at once).
+  double graph_seconds(ir::GraphId id) const;
   // The backend's question before an op that needs `need` bytes more while the session's
   // backend holds `have`: OK once the bytes are reserved, or the error that poisons the op's
   // outputs. The quota counts graphs' constants beside `have`.
@@ -256,7 +306,11 @@ class Session {
 
   // ---- graphs ----
   const uint64_t max_graph_ops_;
-  std::unordered_map<ir::GraphId, uint64_t> graph_ops_;  // graph -> ops it counts for
+  struct GraphEntry {
+    uint64_t ops = 0;    // what it counts for in graph_ops_total_
+    double seconds = 0;  // a run's estimated time (ir/cost.h), its ops' together
+  };
+  std::unordered_map<ir::GraphId, GraphEntry> graph_ops_;
   uint64_t graph_ops_total_ = 0;
   // Who names this session's graphs: the server (RegisterGraph's replies) or, from protocol 11,
   // the client (RegisterGraphAs). The first registration decides.
@@ -267,7 +321,12 @@ class Session {
   // beyond, the oldest are forgotten and a run naming one reads "unknown graph").
   static constexpr size_t kMaxRefusals = 1024;
   std::unordered_map<ir::GraphId, Status> refused_graphs_;
-  bool compress_replies_ = false;      // CompressRepliesTask (protocol 10)
+  bool compress_replies_ = false;  // CompressRepliesTask (protocol 10)
+  const OpLimits limits_;
+  bool long_ = false;  // long work handed to SessionOutput::run_long, not yet finished
+  // The inputs' metas of the op run_op() is inferring, found once for inference and the cost.
+  std::vector<std::pair<ir::TensorId, TensorMeta>> op_inputs_;
+  std::deque<Batch> stashed_;          // stash_queue()
   uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs, reserved
   std::atomic<uint64_t> ops_{0};       // written by run() only
   server::OpSampling sampling_;        // which fast ops run() times (--metrics)

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ir/cost.h"
 #include "ir/infer.h"
 #include "protocol/messages.h"
 #include "support/frames.h"
@@ -58,6 +59,11 @@ class MetaTable {
     }
     const std::vector<ir::TensorId> outs = ir::op_outputs(op);
     check(metas->size() == outs.size(), "infer gave a meta count != the op's outputs");
+    // The server estimates the cost of every op infer accepts (ir/cost.h, --max-op-cost): a
+    // number, never negative, whatever shapes a peer sends (NaN would pass any limit).
+    const ir::OpCost c = ir::op_cost(op, lookup_, *metas);
+    check(c.flops >= 0 && c.bytes >= 0 && c.transcendentals >= 0,
+          "op_cost gave a negative or NaN estimate");
     for (size_t i = 0; i < outs.size(); ++i) {
       const TensorMeta& m = (*metas)[i];
       check(validate_shape(m.shape).ok(), "infer accepted an invalid output shape");

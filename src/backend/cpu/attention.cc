@@ -26,6 +26,7 @@
 #include "backend/cpu/strided.h"
 #include "backend/cpu/structured_util.h"
 #include "backend/cpu/vec_math.h"
+#include "core/cancel.h"
 
 namespace tw::cpu {
 namespace {
@@ -176,7 +177,9 @@ void forward_block(const Dims& z, const Attends& at, T scale, const T* q, const 
   std::vector<T> s(static_cast<size_t>(rows * std::min(kKeyBlock, std::max<int64_t>(kend, 1))));
   std::vector<T> m(static_cast<size_t>(rows), kNegInf), l(static_cast<size_t>(rows), 0);
   std::fill(ob, ob + rows * z.dv, T(0));
+  const std::atomic<bool>* flag = cancel_flag();
   for (int64_t j0 = 0; j0 < kend; j0 += kKeyBlock) {
+    if (cancelled(flag)) return;  // (the output is poisoned: core/cancel.h)
     const int64_t cols = std::min(kKeyBlock, kend - j0);
     gemm(false, true, rows, cols, z.d, scale, qb, z.d, kb + j0 * z.d, z.d, T(0), s.data(), cols);
     for (int64_t r = 0; r < rows; ++r) {
@@ -220,7 +223,9 @@ void backward_head(const Dims& z, const Attends& at, T scale, const T* g, const 
   std::fill(dvb, dvb + z.tk * z.dv, T(0));
   std::vector<T> p(static_cast<size_t>(kQueryBlock * std::max<int64_t>(z.tk, 1)));
   std::vector<T> dp(p.size());
+  const std::atomic<bool>* flag = cancel_flag();
   for (int64_t i0 = 0; i0 < z.tq; i0 += kQueryBlock) {
+    if (cancelled(flag)) return;
     const int64_t rows = std::min(kQueryBlock, z.tq - i0);
     const int64_t kend = z.key_end(at.causal, i0, rows);
     const T* qb = q + (bh * z.tq + i0) * z.d;

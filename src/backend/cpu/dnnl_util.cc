@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "core/cancel.h"
+
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
 #include <omp.h>
 #endif
@@ -97,16 +99,24 @@ DnnlSingleThread::~DnnlSingleThread() {
 #endif
 }
 
+// A cancelled caller's remaining tasks are skipped (core/cancel.h), and each task runs with the
+// caller's flag, so that a long one (attention's block of queries) can look at it too.
 void dnnl_parallel_for(int64_t n, const std::function<void(int64_t)>& task) {
+  const std::atomic<bool>* flag = cancel_flag();
+  auto run = [&](int64_t i) {
+    if (cancelled(flag)) return;
+    const CancelScope scope(flag);
+    task(i);
+  };
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
   const int threads = omp_get_max_threads();
   if (threads > 1 && n > 1) {
 #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t i = 0; i < n; ++i) task(i);
+    for (int64_t i = 0; i < n; ++i) run(i);
     return;
   }
 #endif
-  for (int64_t i = 0; i < n; ++i) task(i);
+  for (int64_t i = 0; i < n; ++i) run(i);
 }
 
 Status dnnl_parallel_chunks(const char* op, int64_t n,
