@@ -6,7 +6,7 @@ initialised as PyTorch does from the global seeded generator (tw.manual_seed).
 """
 from collections import OrderedDict as _OrderedDict
 
-from . import _tensorwire as _C
+from .. import _tensorwire as _C
 
 _cnn = _C.nn
 Parameter = _cnn.Parameter
@@ -208,25 +208,7 @@ class Identity(Module):
         return x
 
 
-class functional:  # noqa: N801  (used as a namespace: tw.nn.functional.relu)
-    """Functional forms (as torch.nn.functional)."""
-
-    relu = staticmethod(lambda x: x.relu())
-    gelu = staticmethod(lambda x: x.gelu())
-    sigmoid = staticmethod(lambda x: x.sigmoid())
-    tanh = staticmethod(lambda x: x.tanh())
-    softmax = staticmethod(_C.softmax)
-    log_softmax = staticmethod(_C.log_softmax)
-    conv2d = staticmethod(_C.conv2d)
-    max_pool2d = staticmethod(_C.max_pool2d)
-    avg_pool2d = staticmethod(_C.avg_pool2d)
-    adaptive_avg_pool2d = staticmethod(_C.adaptive_avg_pool2d)
-    layer_norm = staticmethod(_C.layer_norm)
-    scaled_dot_product_attention = staticmethod(_C.scaled_dot_product_attention)
-    embedding = staticmethod(_C.embedding)
-    one_hot = staticmethod(_C.one_hot)
-    cross_entropy = staticmethod(cross_entropy)
-    mse_loss = staticmethod(mse_loss)
+from . import functional  # noqa: E402  (tw.nn.functional: import tensorwire.nn.functional as F)
 
 
 class init:  # noqa: N801
