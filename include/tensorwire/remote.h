@@ -19,8 +19,9 @@ struct RemoteDeviceInfo {
   uint64_t memory_bytes = 0;
 };
 
-// How a remote device authenticates itself and verifies a tls:// server (docs/remote.md, TLS). A field left empty takes
-// its environment variable's value; Device::remote(url, index) takes them all from there.
+// How a remote device authenticates itself and verifies a tls:// server (docs/remote.md, TLS). A
+// field left empty takes its environment variable's value; Device::remote(url, index) takes them
+// all from there.
 struct RemoteOptions {
   // A PEM file of the CA(s) the server's certificate must chain to; the certificate must also
   // name the host of the URL (TW_TLS_CA).

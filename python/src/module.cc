@@ -1631,8 +1631,8 @@ void bind_graph(py::module_& m) {
 
 }  // namespace
 
-void bind_onnx(py::module_& m);        // onnx.cc
-void bind_checkpoint(py::module_& m);  // checkpoint.cc
+void bind_onnx(py::module_& m);            // onnx.cc
+void bind_checkpoint(py::module_& m);      // checkpoint.cc
 void bind_server_options(py::module_& m);  // server.cc
 }  // namespace tw::python
 

@@ -212,7 +212,7 @@ def _extremum(c, arg, result, name):
     method.__name__ = name
     method.__doc__ = (f"{name} over all elements, or over dim: then a named tuple (values, "
                       f"indices), as torch.{name}(x, dim). x.{name}(other) is the elementwise "
-                      f"{name}imum.")
+                      f"{name}imum.\n\n" + (c.__doc__ or ""))
     return method
 
 
@@ -409,6 +409,8 @@ def _sub(self, other, alpha=1):
     return _c_sub(self, other if alpha == 1 else other * alpha)
 
 
+_add.__doc__ += "\n\n" + (_c_add.__doc__ or "")
+_sub.__doc__ += "\n\n" + (_c_sub.__doc__ or "")
 Tensor.add = _add
 Tensor.sub = _sub
 Tensor.subtract = _sub
@@ -433,6 +435,7 @@ def _div(self, other, rounding_mode=None):
     raise Error(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
 
 
+_div.__doc__ += "\n\n" + (_c_div.__doc__ or "")
 Tensor.div = _div
 Tensor.divide = _div
 Tensor.true_divide = _c_div
@@ -633,7 +636,9 @@ def _check_inplace(self, name):
                     f"write y = x.{name.rstrip('_')}(...) to make a new tensor")
 
 
-def _rebind(self, out, name):
+def checked_result(self, out, name):
+    """An in-place op's result `out` for tensor `self`: its shape, and its dtype cast to self's
+    (refused where PyTorch refuses: a float result into an integer tensor)."""
     if tuple(out.shape) != tuple(self.shape):
         raise Error(f"{name}: the result's shape {tuple(out.shape)} differs from the tensor's "
                     f"{tuple(self.shape)} (an in-place op cannot broadcast the tensor itself)")
@@ -642,6 +647,11 @@ def _rebind(self, out, name):
             raise Error(f"{name}: the result's dtype {out.dtype} cannot be written into a "
                         f"{self.dtype} tensor in place (as in PyTorch); convert it first")
         out = _c_to(out, self.dtype)
+    return out
+
+
+def _rebind(self, out, name):
+    out = checked_result(self, out, name)
     if self.requires_grad and self.is_leaf:  # under no_grad: keep the leaf's flag and grad
         grad = self.grad
         out = out.detach()
@@ -680,7 +690,7 @@ def _random(kind):
     return fn
 
 
-_INPLACE = {
+INPLACE = {
     "add_": _add, "sub_": _sub, "mul_": Tensor.mul, "div_": _div, "pow_": Tensor.pow,
     "remainder_": Tensor.remainder, "floor_divide_": _floor_divide,
     "clamp_": Tensor.clamp, "clip_": Tensor.clamp, "clamp_min_": Tensor.clamp_min,
@@ -691,13 +701,14 @@ _INPLACE = {
     "uniform_": _random("uniform"), "normal_": _random("normal"),
     "index_select_": None,
 }
-del _INPLACE["index_select_"]
+del INPLACE["index_select_"]
 for _n in ("neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
            "relu", "gelu", "floor", "ceil", "round", "sign", "square", "reciprocal", "trunc",
            "frac", "expm1", "silu"):
-    _INPLACE[_n + "_"] = getattr(Tensor, _n)
-for _n, _f in _INPLACE.items():
+    INPLACE[_n + "_"] = getattr(Tensor, _n)
+for _n, _f in INPLACE.items():
     setattr(Tensor, _n, _inplace(_n, _f))
-for _op, _n in (("add", "add_"), ("sub", "sub_"), ("mul", "mul_"), ("truediv", "div_"),
-                ("floordiv", "floor_divide_"), ("mod", "remainder_"), ("pow", "pow_")):
+IOPS = (("add", "add_"), ("sub", "sub_"), ("mul", "mul_"), ("truediv", "div_"),
+          ("floordiv", "floor_divide_"), ("mod", "remainder_"), ("pow", "pow_"))
+for _op, _n in IOPS:
     setattr(Tensor, f"__i{_op}__", getattr(Tensor, _n))

@@ -9,7 +9,7 @@ import math as _math
 import numpy as _np
 
 from .. import _tensorwire as _C
-from .._tensorwire import Error, Tensor
+from .._tensorwire import Error
 
 _cnn = _C.nn
 
@@ -364,4 +364,4 @@ def pad(input, pad, mode="constant", value=None):  # noqa: A002
 
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in (
-    "Error", "Tensor")]
+    "Error",)]
