@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tensorwire/error.h"
 #include "tensorwire/remote.h"
 
 namespace py = pybind11;

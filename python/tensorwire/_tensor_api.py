@@ -19,6 +19,10 @@ import numpy as _np
 from . import _tensorwire as _C
 from ._tensorwire import Device, Error, Tensor, dtype
 
+def _dname(d):
+    return str(d).split(".")[-1]  # "f32" (str of the enum value is "dtype.f32")
+
+
 _f32, _f64, _i32, _i64, _u8, _bool = (dtype.f32, dtype.f64, dtype.i32, dtype.i64, dtype.u8,
                                       dtype.bool)
 
@@ -189,7 +193,7 @@ Tensor.nelement = Tensor.numel
 
 def _type(self, dt=None):
     if dt is None:
-        return f"tensorwire.{self.dtype}"
+        return f"tensorwire.{_dname(self.dtype)}"
     return _c_to(self, _as_dtype(dt))
 
 
@@ -590,7 +594,7 @@ def normalize_index(x, index):
         if isinstance(it, Tensor):
             if it.dtype.is_floating_point:
                 raise IndexError(f"indexing: tensors used as indices must be integer or bool, "
-                                 f"got {it.dtype}")
+                                 f"got {_dname(it.dtype)}")
             if it.dtype != _bool:
                 advanced.append(len(out))
         elif not (it is None or it is Ellipsis or isinstance(it, (slice, _b.int, _b.bool,
@@ -644,8 +648,9 @@ def checked_result(self, out, name):
                     f"{tuple(self.shape)} (an in-place op cannot broadcast the tensor itself)")
     if out.dtype != self.dtype:
         if out.dtype.is_floating_point and not self.dtype.is_floating_point:
-            raise Error(f"{name}: the result's dtype {out.dtype} cannot be written into a "
-                        f"{self.dtype} tensor in place (as in PyTorch); convert it first")
+            raise Error(f"{name}: the result's dtype {_dname(out.dtype)} cannot be written into "
+                        f"a {_dname(self.dtype)} tensor in place (as in PyTorch); convert it "
+                        f"first")
         out = _c_to(out, self.dtype)
     return out
 

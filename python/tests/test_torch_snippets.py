@@ -70,7 +70,7 @@ def plain(r):
         return str(r).replace("torch.", "")
     if isinstance(r, tw.dtype):
         return {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "u8": "uint8",
-                "bool": "bool", "f16": "float16", "bf16": "bfloat16"}[str(r)]
+                "bool": "bool", "f16": "float16", "bf16": "bfloat16"}[str(r).split(".")[-1]]
     if isinstance(r, np.ndarray):
         return r
     return r
