@@ -669,6 +669,14 @@ void bind_device(py::module_& m) {
       .def("__str__", [](DType d) { return std::string(dtype_name(d)); });
 
   py::class_<Device>(m, "Device", "Where tensors live and where their ops run.")
+      .def(py::init([](const py::object& spec) {
+             // tensorwire.device keeps one Device per URL, so that a string names one session.
+             return py::module_::import("tensorwire").attr("device")(spec).cast<Device>();
+           }),
+           py::arg("spec"),
+           "A device from a string, as tw.device(spec) and torch.device: 'cpu', 'torch', "
+           "'tcp://host:port', 'tls://host:port', 'unix:///path' (optionally '#index'). Every "
+           "argument that takes a Device takes such a string too.")
       .def_static("cpu", &Device::cpu, "The process's local CPU device (eager).")
       .def_static("torch", &Device::torch,
                   "The local LibTorch device (ATen kernels with tensorwire's semantics); raises "
@@ -712,6 +720,7 @@ void bind_device(py::module_& m) {
       .def("__repr__", [](const Device& d) { return "Device(" + d.str() + ")"; })
       .def("__eq__", [](const Device& a, const Device& b) { return a == b; })
       .def("__hash__", [](const Device& d) { return std::hash<const void*>()(d.sink().get()); });
+  py::implicitly_convertible<py::str, Device>();
 }
 
 void bind_tensor(py::module_& m) {

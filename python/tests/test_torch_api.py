@@ -52,6 +52,12 @@ def test_device_strings_name_one_session_per_url(server):
     assert y.to("cpu").device == tw.Device.cpu()
     assert y.cpu().tolist() == [2.0, 3.0]
     assert tw.device(str(d)) == d  # what str(Device) prints parses back
+    # Every argument the C++ module takes as a Device takes the string too.
+    assert tw.Device(server.url) == d and tw.Device("cpu") == tw.Device.cpu()
+    lin = tw.nn.Linear(2, 3, device=server.url)
+    assert lin.weight.data.device == d
+    assert lin.to("cpu").weight.data.device == tw.Device.cpu()
+    assert tw.wire_counters(server.url).ops > 0
     with pytest.raises(tw.Error, match="unknown device string 'cuda:0'"):
         tw.zeros(2, device="cuda:0")
 

@@ -28,6 +28,8 @@ SNIPPETS = [
     "torch.tensor([1.0, 2.0], device='cpu')",
     "a.to(torch.device('cpu'))",
     "str(a.to('cpu').device.type)",
+    "torch.nn.Linear(3, 2, device='cpu').weight.shape",
+    "torch.nn.functional.relu(a)",
     "a.reshape(4, 3)",
     "a.reshape((2, -1))",
     "a.view(-1)",
