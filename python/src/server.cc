@@ -1,6 +1,6 @@
-// tw.serve()'s options and a remote device's credential and TLS pins, bound in a file of their
-// own. The server's options are not typed again here: ServerOptions::fields (tensorwire/server.h)
-// lists them once, and tw.serve(**options) takes exactly those names.
+// tw.serve()'s options, bound in a file of their own. They are not typed again here:
+// ServerOptions::fields (tensorwire/server.h) lists them once, and tw.serve(**options) takes
+// exactly those names.
 #include "tensorwire/server.h"
 
 #include <pybind11/pybind11.h>
@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "tensorwire/error.h"
-#include "tensorwire/remote.h"
 
 namespace py = pybind11;
 
@@ -91,20 +90,6 @@ void bind_server_options(py::module_& m) {
         return std::shared_ptr<Server>(device ? serve(*device, o) : serve(o));
       },
       py::arg("device"), py::arg("options"));
-  py::class_<RemoteOptions>(m, "RemoteOptions",
-                            "How a remote device authenticates itself (credential) and verifies a "
-                            "tls:// server (tls_ca_file, tls_fingerprint); an empty field takes "
-                            "its environment variable (TW_CREDENTIAL, TW_TLS_CA, "
-                            "TW_TLS_FINGERPRINT).")
-      .def(py::init(
-               [](std::string credential, std::string tls_ca_file, std::string tls_fingerprint) {
-                 return RemoteOptions{std::move(tls_ca_file), std::move(tls_fingerprint),
-                                      std::move(credential)};
-               }),
-           py::arg("credential") = "", py::arg("tls_ca_file") = "", py::arg("tls_fingerprint") = "")
-      .def_readwrite("credential", &RemoteOptions::credential)
-      .def_readwrite("tls_ca_file", &RemoteOptions::tls_ca_file)
-      .def_readwrite("tls_fingerprint", &RemoteOptions::tls_fingerprint);
 }
 
 }  // namespace tw::python

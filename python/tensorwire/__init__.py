@@ -34,7 +34,7 @@ from ._tensorwire import (  # noqa: F401,E402  (re-exported)
     run_with_failover, set_rng_state, Server, Tensor, WireCounters, adaptive_avg_pool2d,
     avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes, get_num_threads,
     is_grad_enabled, layer_norm, log_softmax, manual_seed, matmul, max_pool2d, one_hot,
-    remote_devices, RemoteOptions, scaled_dot_product_attention, set_grad_enabled,
+    remote_devices, scaled_dot_product_attention, set_grad_enabled,
     set_num_threads, softmax, stack, wire_counters,
 )
 from ._tensor_api import device  # noqa: E402,F401

@@ -684,15 +684,12 @@ def _fill(self, value):
     return _C.full(list(self.shape), value, self.dtype, self.device)
 
 
-def _random(kind):
-    def fn(self, a=None, b=None):
-        from . import uniform, normal  # noqa: I001
-        if kind == "uniform":
-            return uniform(self.shape, 0.0 if a is None else a, 1.0 if b is None else b,
-                           dtype=self.dtype, device=self.device)
-        return normal(self.shape, 0.0 if a is None else a, 1.0 if b is None else b,
-                      dtype=self.dtype, device=self.device)
-    return fn
+def _uniform(self, a=0.0, b=1.0):
+    return _C.uniform(list(self.shape), a, b, self.dtype, self.device)
+
+
+def _normal(self, mean=0.0, std=1.0):
+    return _C.normal(list(self.shape), mean, std, self.dtype, self.device)
 
 
 INPLACE = {
@@ -703,10 +700,8 @@ INPLACE = {
     "maximum_": Tensor.maximum, "minimum_": Tensor.minimum,
     "zero_": lambda self: _C.zeros(list(self.shape), self.dtype, self.device),
     "fill_": _fill, "copy_": lambda self, src: _fill(self, src.to(self.device)),
-    "uniform_": _random("uniform"), "normal_": _random("normal"),
-    "index_select_": None,
+    "uniform_": _uniform, "normal_": _normal,
 }
-del INPLACE["index_select_"]
 for _n in ("neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
            "relu", "gelu", "floor", "ceil", "round", "sign", "square", "reciprocal", "trunc",
            "frac", "expm1", "silu"):

@@ -129,3 +129,23 @@ def test_list_index_on_remote(remote):
     x[[0, 2]] = 1.0
     a[[0, 2]] = 1.0
     np.testing.assert_array_equal(x.numpy(), a)
+
+
+def test_random_fills_in_place(device):
+    x = tw.zeros(2000, device=device)
+    x.uniform_(2.0, 3.0)
+    assert 2.0 <= x.min().item() and x.max().item() < 3.0
+    x.normal_(5.0, 0.5)
+    assert abs(x.mean().item() - 5.0) < 0.1 and abs(x.std().item() - 0.5) < 0.1
+
+
+def test_parameter_in_place_only_under_no_grad():
+    lin = tw.nn.Linear(2, 2)
+    w = lin.weight
+    with pytest.raises(tw.Error, match="zero_: a Parameter"):
+        w.zero_()
+    with tw.no_grad():
+        w.zero_()
+        w += 1.5
+    assert lin.weight.data.tolist() == [[1.5, 1.5], [1.5, 1.5]]
+    assert lin.weight.data.requires_grad
