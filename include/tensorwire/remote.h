@@ -19,8 +19,9 @@ struct RemoteDeviceInfo {
   uint64_t memory_bytes = 0;
 };
 
-// How a remote device verifies a tls:// server (docs/remote.md, TLS). A field left empty takes
-// its environment variable's value; Device::remote(url, index) takes them all from there.
+// How a remote device authenticates itself and verifies a tls:// server (docs/remote.md, TLS). A
+// field left empty takes its environment variable's value; Device::remote(url, index) takes them
+// all from there.
 struct RemoteOptions {
   // A PEM file of the CA(s) the server's certificate must chain to; the certificate must also
   // name the host of the URL (TW_TLS_CA).
@@ -30,6 +31,9 @@ struct RemoteOptions {
   // neither, the system's trusted CAs and the host name decide. A mismatch refuses the
   // connection with a message naming both fingerprints.
   std::string tls_fingerprint;
+  // The credential to present in the handshake, for a server started with one (TW_CREDENTIAL).
+  // Per device, so one process can talk to servers with different credentials.
+  std::string credential;
 };
 
 // Device `index` of the server at `url`, as Device::remote, verified as `options` says.

@@ -92,6 +92,37 @@ struct ServerOptions {
   // waited for the scheduler's time slices (a round trip on each took 125 us a pair instead of
   // 15-40).
   uint32_t spin_threads = 0;
+
+  // Every option above once, by the name the Python keyword of tw.serve() takes (and the CLI
+  // flag's, dashes for underscores): fields(v) calls v(name, member) for each, in declaration
+  // order, so a front end sets options by name without typing them again. A new option is added
+  // here too (python/tests/test_torch_api.py compares this list with the members declared above).
+  template <class V>
+  void fields(V&& v) {
+    v("listen", listen);
+    v("devices", devices);
+    v("backend", backend);
+    v("worker_threads", worker_threads);
+    v("max_sessions", max_sessions);
+    v("max_frame_bytes", max_frame_bytes);
+    v("session_memory_bytes", session_memory_bytes);
+    v("max_graph_ops", max_graph_ops);
+    v("max_op_cost", max_op_cost);
+    v("max_memory_bytes", max_memory_bytes);
+    v("handshake_timeout", handshake_timeout);
+    v("session_queue_depth", session_queue_depth);
+    v("credential", credential);
+    v("tls_cert_file", tls_cert_file);
+    v("tls_key_file", tls_key_file);
+    v("insecure", insecure);
+    v("metrics", metrics);
+    v("capability_ttl", capability_ttl);
+    v("transfer_timeout", transfer_timeout);
+    v("resume_grace", resume_grace);
+    v("collective_host", collective_host);
+    v("spin_us", spin_us);
+    v("spin_threads", spin_threads);
+  }
 };
 
 struct ServerStatsSnapshot {

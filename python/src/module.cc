@@ -669,15 +669,32 @@ void bind_device(py::module_& m) {
       .def("__str__", [](DType d) { return std::string(dtype_name(d)); });
 
   py::class_<Device>(m, "Device", "Where tensors live and where their ops run.")
+      .def(py::init([](const py::object& spec) {
+             // tensorwire.device keeps one Device per URL, so that a string names one session.
+             return py::module_::import("tensorwire").attr("device")(spec).cast<Device>();
+           }),
+           py::arg("spec"),
+           "A device from a string, as tw.device(spec) and torch.device: 'cpu', 'torch', "
+           "'tcp://host:port', 'tls://host:port', 'unix:///path' (optionally '#index'). Every "
+           "argument that takes a Device takes such a string too.")
       .def_static("cpu", &Device::cpu, "The process's local CPU device (eager).")
       .def_static("torch", &Device::torch,
                   "The local LibTorch device (ATen kernels with tensorwire's semantics); raises "
                   "tw.Error when this build has no torch backend.")
       .def_static("torch_available", &Device::torch_available)
-      .def_static("remote", &Device::remote, py::arg("url"), py::arg("index") = 0,
-                  "Device `index` of the compute server at `url` (tcp://host:port or "
-                  "unix:///path). Each call opens its own session; nothing is contacted until "
-                  "first use or connect().")
+      .def_static(
+          "remote",
+          [](const std::string& url, int index, const std::string& credential,
+             const std::string& tls_ca_file, const std::string& tls_fingerprint) {
+            return remote_device(url, index, {tls_ca_file, tls_fingerprint, credential});
+          },
+          py::arg("url"), py::arg("index") = 0, py::kw_only(), py::arg("credential") = "",
+          py::arg("tls_ca_file") = "", py::arg("tls_fingerprint") = "",
+          "Device `index` of the compute server at `url` (tcp://host:port, tls://host:port or "
+          "unix:///path). Each call opens its own session; nothing is contacted until first use "
+          "or connect(). credential: what a server started with one requires; tls_ca_file, "
+          "tls_fingerprint: how a tls:// server is verified. Each left empty takes its "
+          "environment variable (TW_CREDENTIAL, TW_TLS_CA, TW_TLS_FINGERPRINT).")
       .def_static("capture", &Device::capture, py::arg("inner"),
                   "A fresh capture device over `inner` (cpu, torch or remote): records every op "
                   "issued to its tensors as a trace and runs it on `inner` too. Use it through "
@@ -703,6 +720,7 @@ void bind_device(py::module_& m) {
       .def("__repr__", [](const Device& d) { return "Device(" + d.str() + ")"; })
       .def("__eq__", [](const Device& a, const Device& b) { return a == b; })
       .def("__hash__", [](const Device& d) { return std::hash<const void*>()(d.sink().get()); });
+  py::implicitly_convertible<py::str, Device>();
 }
 
 void bind_tensor(py::module_& m) {
@@ -996,7 +1014,11 @@ void bind_tensor(py::module_& m) {
           },
           py::arg("gradient") = py::none(), py::arg("retain_graph") = false,
           "Backpropagates from this tensor (the gradient defaults to ones for one element).")
-      .def("detach", &Tensor::detach, "The same values cut from the graph.");
+      .def("detach", &Tensor::detach, "The same values cut from the graph.")
+      .def(
+          "_rebind", [](Tensor& x, const Tensor& value) { x = value; }, py::arg("value"),
+          "Makes this Python object hold `value` (the in-place ops of __init__.py: tensors are "
+          "functional, so an in-place op rebinds the object to its result).");
 }
 
 void bind_functions(py::module_& m) {
@@ -1380,11 +1402,14 @@ void bind_io_and_server(py::module_& m) {
       .def_readonly("memory_bytes", &RemoteDeviceInfo::memory_bytes);
   m.def(
       "remote_devices",
-      [](const std::string& url) {
+      [](const std::string& url, const std::string& credential, const std::string& tls_ca_file,
+         const std::string& tls_fingerprint) {
         py::gil_scoped_release r;
-        return remote_devices(url);
+        return remote_devices(url, {tls_ca_file, tls_fingerprint, credential});
       },
-      py::arg("url"), "Every device the server at `url` hosts.");
+      py::arg("url"), py::kw_only(), py::arg("credential") = "", py::arg("tls_ca_file") = "",
+      py::arg("tls_fingerprint") = "",
+      "Every device the server at `url` hosts (credential and TLS pins as Device.remote).");
   py::class_<WireCounters>(m, "WireCounters")
       .def_readonly("frames_out", &WireCounters::frames_out)
       .def_readonly("bytes_out", &WireCounters::bytes_out)
@@ -1405,6 +1430,13 @@ void bind_io_and_server(py::module_& m) {
                                               "A compute server hosted by this process (tw.serve).")
       .def_property_readonly("urls", &Server::urls)
       .def_property_readonly("url", &Server::url)
+      .def_property_readonly("metrics_url", &Server::metrics_url,
+                             "http://host:port of the metrics endpoint (serve(metrics=...)); "
+                             "'' without one.")
+      .def_property_readonly("tls_fingerprint", &Server::tls_fingerprint,
+                             "The SHA-256 fingerprint of the tls:// certificate, for clients to "
+                             "pin (Device.remote(url, tls_fingerprint=...)); '' without TLS.")
+      .def_property_readonly("tls_self_signed", &Server::tls_self_signed)
       .def("limits_summary", &Server::limits_summary)
       .def("stats", &Server::stats)
       .def("stop", &Server::stop, Release(), "Stops the server (idempotent).")
@@ -1417,23 +1449,6 @@ void bind_io_and_server(py::module_& m) {
         py::gil_scoped_release r;
         s.stop();
       });
-  m.def("_serve",
-        [](const std::vector<std::string>& listen, int devices, const std::string& backend,
-           int worker_threads, uint32_t max_sessions, uint64_t max_frame_bytes,
-           uint64_t session_memory_bytes, uint32_t session_queue_depth, double max_op_cost) {
-          ServerOptions o;
-          o.listen = listen;
-          o.devices = devices;
-          o.backend = backend;
-          o.worker_threads = worker_threads;
-          o.max_sessions = max_sessions;
-          o.max_frame_bytes = max_frame_bytes;
-          o.session_memory_bytes = session_memory_bytes;
-          o.session_queue_depth = session_queue_depth;
-          o.max_op_cost = max_op_cost;
-          py::gil_scoped_release r;
-          return std::shared_ptr<Server>(serve(o));
-        });
 }
 
 // tw.dist (tensorwire/dist.h): each call returns the list of results (the C++ calls replace the
@@ -1625,8 +1640,9 @@ void bind_graph(py::module_& m) {
 
 }  // namespace
 
-void bind_onnx(py::module_& m);        // onnx.cc
-void bind_checkpoint(py::module_& m);  // checkpoint.cc
+void bind_onnx(py::module_& m);            // onnx.cc
+void bind_checkpoint(py::module_& m);      // checkpoint.cc
+void bind_server_options(py::module_& m);  // server.cc
 }  // namespace tw::python
 
 PYBIND11_MODULE(_tensorwire, m) {
@@ -1643,4 +1659,6 @@ PYBIND11_MODULE(_tensorwire, m) {
   bind_graph(m);
   bind_onnx(m);
   bind_checkpoint(m);
+  bind_server_options(m);
+  m.attr("__version__") = TW_VERSION;
 }

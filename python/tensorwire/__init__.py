@@ -28,15 +28,18 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as _np  # noqa: E402
 
 from . import _tensorwire as _C  # noqa: E402
+from . import _tensor_api as _api  # noqa: E402
 from ._tensorwire import (  # noqa: F401,E402  (re-exported)
     Checkpoint, CheckpointInfo, Device, Error, RemoteDeviceInfo, RngState, rng_state,
     run_with_failover, set_rng_state, Server, Tensor, WireCounters, adaptive_avg_pool2d,
-    avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes, from_dlpack,
-    from_numpy, full_like, get_num_threads, is_grad_enabled, layer_norm, log_softmax,
-    manual_seed, matmul, max_pool2d, one_hot, ones_like, remote_devices,
-    scaled_dot_product_attention, set_grad_enabled, set_num_threads, softmax, stack, where,
-    wire_counters, zeros_like,
+    avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes, get_num_threads,
+    is_grad_enabled, layer_norm, log_softmax, manual_seed, matmul, max_pool2d, one_hot,
+    remote_devices, scaled_dot_product_attention, set_grad_enabled,
+    set_num_threads, softmax, stack, wire_counters,
 )
+from ._tensor_api import device  # noqa: E402,F401
+
+__version__ = _C.__version__
 
 float32 = dtype.f32
 float64 = dtype.f64
@@ -86,8 +89,8 @@ def _size(size):
     return [*size]
 
 
-def _device(device):
-    return Device.cpu() if device is None else device
+def _device(d):
+    return _api.device(d)
 
 
 def _finish(t, requires_grad):
@@ -109,9 +112,12 @@ def ones(*size, dtype=None, device=None, requires_grad=False):
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
-    """A tensor of fill_value."""
-    return _finish(_C.full([*size], fill_value, as_dtype(dtype) or float32, _device(device)),
-                   requires_grad)
+    """A tensor of fill_value; dtype defaults as in torch.full: bool for a bool, i64 for an int,
+    else f32."""
+    if dtype is None:
+        dtype = bool_ if isinstance(fill_value, _builtins.bool) else int64 if isinstance(
+            fill_value, (_builtins.int, _np.integer)) else float32
+    return _finish(_C.full([*size], fill_value, as_dtype(dtype), _device(device)), requires_grad)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
@@ -186,6 +192,73 @@ def as_tensor(data, dtype=None, device=None):
     return tensor(data, dtype=dtype, device=dev)
 
 
+def zeros_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    """Zeros of input's shape (and dtype and device unless given)."""
+    return full_like(input, 0, dtype, device, requires_grad)
+
+
+def ones_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    """Ones of input's shape (and dtype and device unless given)."""
+    return full_like(input, 1, dtype, device, requires_grad)
+
+
+def full_like(input, fill_value, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    """fill_value in input's shape (and dtype and device unless given)."""
+    return _finish(_C.full(list(input.shape), fill_value, as_dtype(dtype) or input.dtype,
+                           input.device if device is None else _device(device)), requires_grad)
+
+
+def rand_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    return rand(*input.shape, dtype=dtype or input.dtype,
+                device=input.device if device is None else device, requires_grad=requires_grad)
+
+
+def randn_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    return randn(*input.shape, dtype=dtype or input.dtype,
+                 device=input.device if device is None else device, requires_grad=requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False):
+    """As torch.empty; the values are zeros (there is no uninitialised memory to hand out)."""
+    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def empty_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    return zeros_like(input, dtype, device, requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    """steps values from start to end, evenly spaced (computed in f64, then cast)."""
+    dt = as_dtype(dtype) or float32
+    if steps == 1:
+        return full([1], start, dtype=dt, device=device, requires_grad=requires_grad)
+    i = _C.arange(0, steps, 1, float64, _device(device))
+    out = (i * ((end - start) / (steps - 1)) + start).to(dt)
+    return _finish(out, requires_grad)
+
+
+def from_numpy(array, device=None):
+    """A tensor over a C-contiguous numpy array. On the CPU device it shares the array's memory
+    (writes to the array are seen by the tensor; the tensor keeps the array alive); on other
+    devices it is an upload."""
+    return _C.from_numpy(array, _device(device))
+
+
+def from_dlpack(obj, device=None):
+    """A tensor over the memory of an object with __dlpack__ (see _tensorwire.from_dlpack)."""
+    return _C.from_dlpack(obj, _device(device))
+
+
+def where(condition, input, other):  # noqa: A002
+    """input where condition is true, else other (either may be a number), broadcast."""
+    like = input if isinstance(input, Tensor) else other
+    if not isinstance(input, Tensor):
+        input = _api._operand(like, input)  # noqa: A001
+    if not isinstance(other, Tensor):
+        other = _api._operand(like, other)
+    return _C.where(condition, input, other)
+
+
 # ---- autograd ----
 
 class no_grad:
@@ -251,8 +324,11 @@ def _mask_rows(t, mask):
 
 
 def _getitem(self, index):
+    index, advanced = _api.normalize_index(self, index)
     mask = _bool_mask(index)
     if mask is None:
+        if advanced:
+            return _api.getitem_advanced(_c_getitem, self, index, advanced)
         return _c_getitem(self, index)
     if mask.ndim == 0:  # numpy: t[True] is t[None], t[False] an empty t[None]
         return self[None] if mask else self[None][0:0]
@@ -261,6 +337,16 @@ def _getitem(self, index):
 
 
 def _setitem(self, index, value):
+    index, advanced = _api.normalize_index(self, index)
+    if advanced:
+        # t[[i, j, ...]] = v: the rows i, j, ... of dim 0 (an integer index alone).
+        if isinstance(index, tuple) or index.dim() != 1:
+            raise IndexError("indexing: assignment takes an integer index only alone and 1-D "
+                             "(t[[0, 2]] = v); for other forms assign a slice or a mask")
+        picked = index.numpy().astype(_np.int64) % _builtins.max(self.shape[0], 1)
+        if len(_np.unique(picked)) != len(picked):
+            raise IndexError("indexing: an assignment's integer index repeats a row")
+        return _assign_rows(self, picked, self, value)
     mask = _bool_mask(index)
     if mask is None:
         return _c_setitem(self, index, value)
@@ -269,16 +355,25 @@ def _setitem(self, index, value):
             _c_setitem(self, Ellipsis, value)
         return None
     rows, idx = _mask_rows(self, mask)
-    count = _builtins.int(idx.numel())
+    return _assign_rows(self, _np.flatnonzero(mask), rows, value, mask)
+
+
+def _assign_rows(self, picked, rows, value, mask=None):
+    """self with rows[picked[r]] = value[r] (value broadcast to the picked rows); `rows` is self
+    flattened over the mask's dims (dim 0 without a mask)."""
+    count = len(picked)
     if count == 0:
         return None
+    if mask is None:
+        mask = _np.zeros(rows.shape[0], dtype=_np.bool_)
+        mask[picked] = True
     rest = list(rows.shape[1:])
     if not isinstance(value, Tensor):
         value = tensor(value, dtype=self.dtype, device=self.device)
     # Row r of the result takes value row pos[r] where the mask is set, its own row elsewhere.
     src = value.to(self.dtype).expand([count, *rest])
     pos = _np.zeros(mask.size, dtype=_np.int64)
-    pos[_np.flatnonzero(mask)] = _np.arange(count)
+    pos[picked] = _np.arange(count)
     spread = src.index_select(0, _C._copy_from_numpy(pos, self.device))
     sel = _C._copy_from_numpy(mask.reshape(-1, *([1] * len(rest))), self.device)
     out = where(sel.expand(list(rows.shape)), spread, rows).reshape(list(self.shape))
@@ -322,23 +417,40 @@ def load_safetensors_into(path, module, strict=True):
     return module
 
 
-def serve(device=None, listen=None, devices=1, backend=None, worker_threads=0,
-          max_sessions=4096, max_frame_bytes=1 << 30, session_memory_bytes=8 << 30,
-          session_queue_depth=64, max_op_cost=1.0):
-    """Starts a compute server in this process (tw::serve) and returns it: .urls, .url, .stop(),
-    .wait(), and it is a context manager that stops it on exit.
+def serve(device=None, listen=None, *, tls=False, **options):
+    """Starts a compute server in this process (tw::serve) and returns it: .urls, .url,
+    .metrics_url, .tls_fingerprint, .stop(), .wait(), and it is a context manager that stops it on
+    exit.
 
-    listen: addresses (default ["tcp://127.0.0.1:0"], port 0 picks a free port); backend: "cpu",
-    "torch" or one per device ("cpu,torch"), default the kind of `device` (default cpu);
-    max_op_cost: seconds of estimated work one op may take (tensorwire-server --max-op-cost;
-    0: no limit)."""
-    if backend is None:
-        backend = "cpu" if device is None else device.kind
-    return _C._serve(list(listen or ["tcp://127.0.0.1:0"]), devices, backend, worker_threads,
-                     max_sessions, max_frame_bytes, session_memory_bytes, session_queue_depth,
-                     max_op_cost)
+    listen: an address or a list (default "tcp://127.0.0.1:0", or "tls://127.0.0.1:0" with
+    tls=True; port 0 picks a free port). device: its kind is the backend unless backend= is
+    given ("cpu", "torch" or one per device, "cpu,torch"). The other keywords are the members of
+    tw::ServerOptions (tensorwire/server.h, declared once there; tw.serve_options() lists them),
+    durations in seconds: devices, backend, worker_threads, max_sessions, max_frame_bytes,
+    session_memory_bytes, max_graph_ops, max_op_cost (seconds of estimated work one op may take;
+    0: no limit), max_memory_bytes, handshake_timeout,
+    session_queue_depth, credential (clients must present it: Device.remote(url,
+    credential=...)), tls_cert_file and tls_key_file (PEM; without them a tls:// address gets a
+    self-signed certificate, whose fingerprint clients pin: Device.remote(url,
+    tls_fingerprint=server.tls_fingerprint)), insecure, metrics ("tcp://127.0.0.1:0": Prometheus
+    text at .metrics_url + "/metrics"), capability_ttl, transfer_timeout, resume_grace,
+    collective_host, spin_us, spin_threads."""
+    if listen is None:
+        listen = ["tls://127.0.0.1:0" if tls else "tcp://127.0.0.1:0"]
+    elif isinstance(listen, str):
+        listen = [listen]
+    options["listen"] = list(listen)
+    if "backend" not in options and device is not None:
+        options["backend"] = _device(device).kind
+    return _C._serve(None, options)
+
+
+def serve_options():
+    """The keywords tw.serve() takes besides device, listen and tls: tw::ServerOptions' members."""
+    return list(_C._server_option_names())
 
 
 from . import dist, graph, nn, onnx, optim  # noqa: E402,F401
+from ._functions import *  # noqa: E402,F401,F403  (torch.X(tensor, ...) forms; last: they shadow builtins)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -25,6 +25,7 @@ client::Options client_options(const RemoteOptions& options) {
   client::Options o = client::Options::from_env();
   if (!options.tls_ca_file.empty()) o.tls.ca_file = options.tls_ca_file;
   if (!options.tls_fingerprint.empty()) o.tls.fingerprint = options.tls_fingerprint;
+  if (!options.credential.empty()) o.credential = options.credential;
   return o;
 }
 }  // namespace

@@ -17,7 +17,9 @@ from support import Server, main, run
 
 CLIENT = """
 import sys, tensorwire as tw
+import tensorwire.nn.functional as F  # a subpackage's module is installed too
 assert tw.__file__.startswith(sys.argv[1]), tw.__file__
+assert F.__file__.startswith(sys.argv[1]) and tw.__version__, F.__file__
 devices = [tw.Device.cpu()] + ([tw.Device.torch()] if sys.argv[3] == "1" else [])
 if sys.argv[2]:
     devices.append(tw.Device.remote(sys.argv[2]))

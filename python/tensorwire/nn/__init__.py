@@ -6,7 +6,8 @@ initialised as PyTorch does from the global seeded generator (tw.manual_seed).
 """
 from collections import OrderedDict as _OrderedDict
 
-from . import _tensorwire as _C
+from .. import _tensor_api as _api
+from .. import _tensorwire as _C
 
 _cnn = _C.nn
 Parameter = _cnn.Parameter
@@ -41,6 +42,27 @@ for _op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
             "__gt__", "__ge__", "__len__", "__array__"):
     setattr(Parameter, _op, (lambda n: lambda self, *a: getattr(self.data, n)(*a))(_op))
 Parameter.__repr__ = lambda self: "Parameter containing:\n" + repr(self.data)
+
+
+def _param_inplace(name, fn):
+    """p.add_(...) and the other in-place ops on a Parameter: allowed under tw.no_grad() (as in
+    PyTorch), where p is rebound to the result (p.set keeps requires_grad and the grad)."""
+    def method(self, *args, **kwargs):
+        if _C.is_grad_enabled():
+            raise _C.Error(f"{name}: a Parameter (a leaf that requires grad) cannot be changed in "
+                           f"place while grad mode is on (as in PyTorch); do it inside "
+                           f"`with tw.no_grad():`")
+        value = self.data
+        self.set(_api.checked_result(value, fn(value.detach(), *args, **kwargs), name))
+        return self
+    method.__name__ = name
+    return method
+
+
+for _n, _f in _api.INPLACE.items():
+    setattr(Parameter, _n, _param_inplace(_n, _f))
+for _op, _n in _api.IOPS:
+    setattr(Parameter, f"__i{_op}__", getattr(Parameter, _n))
 
 
 def _is_module(v):
@@ -208,25 +230,7 @@ class Identity(Module):
         return x
 
 
-class functional:  # noqa: N801  (used as a namespace: tw.nn.functional.relu)
-    """Functional forms (as torch.nn.functional)."""
-
-    relu = staticmethod(lambda x: x.relu())
-    gelu = staticmethod(lambda x: x.gelu())
-    sigmoid = staticmethod(lambda x: x.sigmoid())
-    tanh = staticmethod(lambda x: x.tanh())
-    softmax = staticmethod(_C.softmax)
-    log_softmax = staticmethod(_C.log_softmax)
-    conv2d = staticmethod(_C.conv2d)
-    max_pool2d = staticmethod(_C.max_pool2d)
-    avg_pool2d = staticmethod(_C.avg_pool2d)
-    adaptive_avg_pool2d = staticmethod(_C.adaptive_avg_pool2d)
-    layer_norm = staticmethod(_C.layer_norm)
-    scaled_dot_product_attention = staticmethod(_C.scaled_dot_product_attention)
-    embedding = staticmethod(_C.embedding)
-    one_hot = staticmethod(_C.one_hot)
-    cross_entropy = staticmethod(cross_entropy)
-    mse_loss = staticmethod(mse_loss)
+from . import functional  # noqa: E402  (tw.nn.functional: import tensorwire.nn.functional as F)
 
 
 class init:  # noqa: N801
