@@ -119,8 +119,9 @@ Result<Buffer> decompress(const Buffer& payload, uint64_t limit, PayloadAligner 
   uint64_t raw = 0;
   for (int i = 0; i < 8; ++i) raw |= uint64_t{p[1 + i]} << (8 * i);
   if (raw == 0) {  // as an empty frame (§1): malformed, not over a limit
-    return data_loss("compressed frame announces 0 bytes: the message it holds has at least its "
-                     "type byte");
+    return data_loss(
+        "compressed frame announces 0 bytes: the message it holds has at least its "
+        "type byte");
   }
   if (raw > limit) {
     return resource_exhausted("compressed frame announces " + std::to_string(raw) +

@@ -74,9 +74,9 @@ int code_after(const std::string& phrase) {
   return std::regex_search(rest, m, code) ? std::stoi(m[1]) : -1;
 }
 
-#define DOC_CODE(var, phrase)                                                               \
-  const int var = code_after(phrase);                                                       \
-  ASSERT_GE(var, 0) << "docs/protocol.md no longer states a code after \"" << phrase        \
+#define DOC_CODE(var, phrase)                                                        \
+  const int var = code_after(phrase);                                                \
+  ASSERT_GE(var, 0) << "docs/protocol.md no longer states a code after \"" << phrase \
                     << "\": update the phrase here with the sentence that states it"
 
 TEST(ProtocolDocCodes, TheTableIsTheServersStatusCodes) {
@@ -200,8 +200,7 @@ TEST_F(ProtocolDocServer, FramingErrors) {
   std::fill(zero.begin() + 1, zero.begin() + 9, 0);
   std::vector<uint8_t> wrong = compressed(sync);
   wrong[1] += 1;
-  for (const auto& [what, payload] :
-       std::vector<std::pair<std::string, std::vector<uint8_t>>>{
+  for (const auto& [what, payload] : std::vector<std::pair<std::string, std::vector<uint8_t>>>{
            {"announcing 0 bytes", zero},
            {"nested", compressed(compressed(sync))},
            {"of a wrong length", wrong}}) {

@@ -33,7 +33,8 @@ TEST(Regress, AttentionTurnedNanScoresIntoZeros) {
     for (float bad : {nan, inf, -inf}) {
       SCOPED_TRACE(bad);
       // One bad key; and every key bad (a whole tile skipped by the kernel before).
-      for (std::vector<float> keys : {std::vector<float>{bad, 0.5f}, std::vector<float>{bad, bad}}) {
+      for (std::vector<float> keys :
+           {std::vector<float>{bad, 0.5f}, std::vector<float>{bad, bad}}) {
         Tensor k = from_vector<float>(keys, {2, 1}, d);
         Tensor out = scaled_dot_product_attention(q, k, v);
         const bool finite_softmax = bad == -inf && keys[1] == 0.5f;  // exp(-inf) = 0: fine

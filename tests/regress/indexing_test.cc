@@ -31,8 +31,8 @@ TEST(Regress, NegativeIndexTensorsWereRefused) {
     (leaf.index_select(0, tensor<int64_t>({-1, 2}, d)).sum() + leaf.gather(1, idx).sum())
         .backward();
     EXPECT_EQ(leaf.grad().to_vector<float>(), (std::vector<float>{1, 1, 1, 1, 2, 2}));
-    Tensor s = zeros({3}, kF32, d).scatter_add(0, tensor<int64_t>({-1, -1, 0}, d),
-                                               tensor<float>({1, 2, 4}, d));
+    Tensor s = zeros({3}, kF32, d)
+                   .scatter_add(0, tensor<int64_t>({-1, -1, 0}, d), tensor<float>({1, 2, 4}, d));
     EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{4, 0, 3}));
     // Out of range either way: a clear error naming the index and the size.
     for (int64_t bad : {3, -4}) {
@@ -41,8 +41,7 @@ TEST(Regress, NegativeIndexTensorsWereRefused) {
         ADD_FAILURE() << "index " << bad << " was accepted";
       } catch (const Error& e) {
         const std::string m = e.what();
-        EXPECT_NE(m.find("index " + std::to_string(bad) + " out of range"), std::string::npos)
-            << m;
+        EXPECT_NE(m.find("index " + std::to_string(bad) + " out of range"), std::string::npos) << m;
         EXPECT_NE(m.find("size 3"), std::string::npos) << m;
       }
     }

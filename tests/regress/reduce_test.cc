@@ -40,7 +40,6 @@ TEST(Regress, SumAndMeanOverAnEmptyDimListReducedNothing) {
   EXPECT_EQ(kept.item<float>(), 15.0f);
 }
 
-
 // Issue 52: a reduction of a 0-d tensor over dim 0 (accepted, as PyTorch does) crashed autograd:
 // the rule normalised the dims against rank 0 and read x.shape()[0] of an empty shape (SIGSEGV
 // in Rules::operator()(ir::Reduce)). A 0-d input now reduces no dim and passes the gradient on.
