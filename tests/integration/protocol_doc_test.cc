@@ -63,12 +63,12 @@ std::map<int, std::string> code_table() {
   return t;
 }
 
-// The status code the document states first after `phrase` ("code N"), or -1.
+// The status code the document states first after `phrase` ("code N", "code is N"), or -1.
 int code_after(const std::string& phrase) {
   const std::string& d = doc();
   const size_t at = d.find(phrase);
   if (at == std::string::npos) return -1;
-  static const std::regex code(R"(code (\d+))");
+  static const std::regex code(R"(code (?:is )?(\d+))");
   std::smatch m;
   const std::string rest = d.substr(at + phrase.size(), 400);
   return std::regex_search(rest, m, code) ? std::stoi(m[1]) : -1;
