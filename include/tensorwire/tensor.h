@@ -155,10 +155,13 @@ class Tensor {
   // ---- reductions ----
   // Per kind (tensorwire/op_kinds.h): over every element, over one dim, and for the kinds whose
   // dims column is kDimList over a list of dims (an empty list reduces every dim, as in
-  // PyTorch). max and min give the values.
-#define TW_REDUCE_DECL(Kind, ir_name, api_name, grad, dims) \
-  Tensor api_name() const;                                  \
-  Tensor api_name(int64_t dim, bool keepdim = false) const; \
+  // PyTorch). max and min give the values. The std::optional form is Python's `dim=None`:
+  // no dim reduces every element, and keepdim then keeps all of x's dims as size 1
+  // (`x.argmax(std::nullopt, true)`).
+#define TW_REDUCE_DECL(Kind, ir_name, api_name, grad, dims)        \
+  Tensor api_name() const;                                         \
+  Tensor api_name(int64_t dim, bool keepdim = false) const;        \
+  Tensor api_name(std::optional<int64_t> dim, bool keepdim) const; \
   TW_REDUCE_DIMS_DECL_##dims(api_name)
 #define TW_REDUCE_DIMS_DECL_kDimList(api_name) \
   Tensor api_name(const std::vector<int64_t>& dims, bool keepdim = false) const;

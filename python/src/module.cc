@@ -914,7 +914,7 @@ void bind_tensor(py::module_& m) {
       [](T x, py::object dim, bool keepdim) {                                       \
         if (dim.is_none()) {                                                        \
           py::gil_scoped_release r;                                                 \
-          return x.name();                                                          \
+          return x.name(std::nullopt, keepdim);                                     \
         }                                                                           \
         std::vector<int64_t> dims = dims_arg(dim);                                  \
         py::gil_scoped_release r;                                                   \
@@ -927,7 +927,7 @@ void bind_tensor(py::module_& m) {
       #name,                                                   \
       [](T x, std::optional<int64_t> dim, bool keepdim) {      \
         py::gil_scoped_release r;                              \
-        return dim ? x.name(*dim, keepdim) : x.name();         \
+        return x.name(dim, keepdim);                           \
       },                                                       \
       py::arg("dim") = py::none(), py::arg("keepdim") = false, \
       doc(#name, #name " over all elements, or over one dim."));

@@ -50,9 +50,11 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
   return r.shape() == shape ? r : r.reshape(shape);
 }
 
-// The dims a Reduce op reduced, normalised and sorted (empty attribute: all).
+// The dims a Reduce op reduced, normalised and sorted (empty attribute: all). A 0-d input has
+// none, whatever dim it was given (0 and -1 are accepted, as in PyTorch: ir/infer.cc).
 std::vector<int64_t> reduced_dims(const std::vector<int64_t>& dims, int64_t rank) {
   std::vector<int64_t> out;
+  if (rank == 0) return out;
   if (dims.empty()) {
     for (int64_t d = 0; d < rank; ++d) out.push_back(d);
   } else {
@@ -342,18 +344,35 @@ struct Rules {
         };
       }
       case K::kProd: {
-        // prod / x: not defined where x has zeros (gives inf or nan there).
-        Tensor y = r.saved_out();
-        return [=](const Tensor& g) -> Grads { return {expand_back(g * y, xs, dims) / x}; };
+        // prod / x where x has no zero in its slice. With one zero, that element gets the product
+        // of the others and the rest 0; with several, every element gets 0 (as torch does).
+        // Computed with the zeros replaced by 1, so no 0/0 reaches the result.
+        const std::vector<int64_t> one_dim = op.dims;
+        return [=](const Tensor& g) -> Grads {
+          const Tensor zero = x.eq(0.0);
+          const Tensor safe = x.masked_fill(zero, 1.0);
+          const bool all = dims.empty() || one_dim.empty();
+          // Per element: the product of its slice's nonzero elements, and its slice's zeros.
+          const Tensor others =
+              expand_back(all ? safe.prod() : safe.prod(one_dim[0], /*keepdim=*/true), xs, dims);
+          const Tensor zeros = expand_back(
+              dims.empty() ? zero.to(x.dtype()) : zero.to(x.dtype()).sum(dims, /*keepdim=*/true),
+              xs, dims);
+          const Tensor factor = where(zero, others.masked_fill(zeros.ne(1.0), 0.0),
+                                      (others / safe).masked_fill(zeros.ne(0.0), 0.0));
+          return {expand_back(g, xs, dims) * factor};
+        };
       }
       case K::kMax:
       case K::kMin: {
-        // To the positions holding the extreme value, split evenly between ties.
+        // To the positions holding the extreme value (a NaN extreme: the NaNs), split evenly
+        // between ties; the others get exactly 0, whatever g holds (as torch's masked_fill).
         Tensor y = r.saved_out();
         return [=](const Tensor& g) -> Grads {
-          Tensor hit = x.eq(expand_back(y, xs, dims)).to(x.dtype());
-          Tensor count = dims.empty() ? hit : hit.sum(dims, /*keepdim=*/true);
-          return {hit * (expand_back(g, xs, dims) / count)};
+          Tensor hit = x.eq(expand_back(y, xs, dims)).logical_or(x.ne(x));
+          Tensor count = hit.to(x.dtype());
+          if (!dims.empty()) count = count.sum(dims, /*keepdim=*/true);
+          return {(expand_back(g, xs, dims) / count).masked_fill(hit.logical_not(), 0.0)};
         };
       }
       default: return nullptr;  // argmax, argmin

@@ -275,6 +275,10 @@ Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
   Tensor Tensor::api_name(int64_t d, bool keepdim) const {                                      \
     return reduce(*this, ir::ReduceKind::k##Kind, {d}, keepdim);                                \
   }                                                                                             \
+  Tensor Tensor::api_name(std::optional<int64_t> d, bool keepdim) const {                       \
+    return reduce(*this, ir::ReduceKind::k##Kind,                                               \
+                  d ? std::vector<int64_t>{*d} : std::vector<int64_t>{}, keepdim);              \
+  }                                                                                             \
   TW_REDUCE_DIMS_METHOD_##dims(Kind, api_name)
 #define TW_REDUCE_DIMS_METHOD_kDimList(Kind, api_name)                            \
   Tensor Tensor::api_name(const std::vector<int64_t>& dims, bool keepdim) const { \

@@ -281,18 +281,26 @@ Status TableBackend<T>::execute_with(const ir::Op& op, std::vector<TensorMeta>* 
   const std::vector<ir::TensorId>& outs = outs_scratch_;
   // The op's name only for errors: building it for every op costs more than small ops do.
   auto name = [&op] { return ir::op_name(op); };
-  // Output ids must be fresh and distinct; an op may not overwrite a live tensor. (An op has a
-  // few outputs: comparing pairs beats a set.)
+  // Output ids must be fresh and distinct; an op may not overwrite a live tensor. A refusal
+  // poisons the op's fresh ids (a repeated one once) with it, as any failed op's (§8.2 of
+  // docs/protocol.md), so that a read of them reports it. (An op has a few outputs: comparing
+  // pairs beats a set.)
   for (size_t i = 0; i < outs.size(); ++i) {
     const ir::TensorId id = outs[i];
-    if (id == 0) return invalid_argument(name() + ": output id 0 is reserved for 'no tensor'");
-    if (table_.count(id)) {
-      return invalid_argument(name() + ": output id " + tensor_id_str(id) + " is already in use");
+    Status bad;
+    if (id == 0) {
+      bad = invalid_argument(name() + ": output id 0 is reserved for 'no tensor'");
+    } else if (table_.count(id)) {
+      bad = invalid_argument(name() + ": output id " + tensor_id_str(id) + " is already in use");
     }
-    for (size_t j = 0; j < i; ++j) {
+    for (size_t j = 0; bad.ok() && j < i; ++j) {
       if (outs[j] == id) {
-        return invalid_argument(name() + ": output id " + tensor_id_str(id) + " appears twice");
+        bad = invalid_argument(name() + ": output id " + tensor_id_str(id) + " appears twice");
       }
+    }
+    if (!bad.ok()) {
+      poison(outs, nullptr, bad);
+      return bad;
     }
   }
   if (!supports(ir::op_code(op))) {

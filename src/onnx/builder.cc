@@ -117,29 +117,33 @@ HostTensor host_tensor(const ::onnx::TensorProto& t, const std::string& what) {
                   shape_str(h.meta.shape));
     }
   };
+  // An empty tensor's repeated field may have no storage at all (data() null): nothing to copy.
+  auto copy = [&](const void* from) {
+    if (!h.bytes.empty()) std::memcpy(h.bytes.data(), from, h.bytes.size());
+  };
   if (t.has_raw_data()) {
     count(t.raw_data().size() / es);
     if (t.raw_data().size() % es != 0)
       throw Error(what + ": raw_data size is not a whole element count");
-    std::memcpy(h.bytes.data(), t.raw_data().data(), h.bytes.size());
+    copy(t.raw_data().data());
     return h;
   }
   switch (*d) {
     case kF32:
       count(t.float_data_size());
-      std::memcpy(h.bytes.data(), t.float_data().data(), h.bytes.size());
+      copy(t.float_data().data());
       break;
     case kF64:
       count(t.double_data_size());
-      std::memcpy(h.bytes.data(), t.double_data().data(), h.bytes.size());
+      copy(t.double_data().data());
       break;
     case kI64:
       count(t.int64_data_size());
-      std::memcpy(h.bytes.data(), t.int64_data().data(), h.bytes.size());
+      copy(t.int64_data().data());
       break;
     case kI32:
       count(t.int32_data_size());
-      std::memcpy(h.bytes.data(), t.int32_data().data(), h.bytes.size());
+      copy(t.int32_data().data());
       break;
     case kU8:
     case kBool:

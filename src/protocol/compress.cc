@@ -118,7 +118,12 @@ Result<Buffer> decompress(const Buffer& payload, uint64_t limit, PayloadAligner 
   const uint8_t* p = payload.as<const uint8_t>();
   uint64_t raw = 0;
   for (int i = 0; i < 8; ++i) raw |= uint64_t{p[1 + i]} << (8 * i);
-  if (raw == 0 || raw > limit) {
+  if (raw == 0) {  // as an empty frame (§1): malformed, not over a limit
+    return data_loss(
+        "compressed frame announces 0 bytes: the message it holds has at least its "
+        "type byte");
+  }
+  if (raw > limit) {
     return resource_exhausted("compressed frame announces " + std::to_string(raw) +
                               " bytes, over the limit of " + std::to_string(limit) +
                               " bytes per frame");
@@ -167,6 +172,11 @@ Result<Buffer> decompress(const Buffer& payload, uint64_t limit, PayloadAligner 
     return data_loss("compressed frame does not decompress to the " + std::to_string(n) +
                      " bytes it announces" +
                      (ZSTD_isError(r) ? std::string(": ") + ZSTD_getErrorName(r) : std::string()));
+  }
+  // One level only: a Compressed message inside one is malformed (docs/protocol.md §1.1).
+  if (out.as<const uint8_t>()[0] == p[0]) {
+    return data_loss("compressed frame holds another compressed frame (message type " +
+                     std::to_string(p[0]) + "); compress a message once");
   }
   return out;
 }

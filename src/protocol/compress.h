@@ -47,8 +47,9 @@ OutFrame maybe_compress(OutFrame f, uint8_t type);
 inline bool is_compressed(const Buffer& payload, uint8_t type) {
   return payload.size() > 0 && payload.as<const uint8_t>()[0] == type;
 }
-// The original payload of a Compressed message; an error when it is malformed, announces more
-// than `limit` bytes (checked before allocating) or does not decompress to exactly its length.
+// The original payload of a Compressed message; an error when it is malformed (code 7: it
+// announces 0 bytes, does not decompress to exactly its length, or holds a Compressed message
+// itself) or announces more than `limit` bytes (code 5, checked before allocating).
 // `aligner` (as net::FrameReader's) places a reply's tensor bytes 64-byte aligned.
 using PayloadAligner = size_t (*)(const uint8_t* payload, size_t n);
 Result<Buffer> decompress(const Buffer& payload, uint64_t limit, PayloadAligner aligner = nullptr);

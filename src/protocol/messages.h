@@ -33,12 +33,23 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // pull cut mid-transfer is tried again) and the CompressReplies task (a client asks for
 // compressed replies); version 11 the resumed pull (FetchFrom, §8.9: a retry asks only for the
 // bytes after those it received) and the RegisterGraphAs task (a graph registered under an id the
-// client chose, without a reply: registration pipelined with the runs that follow it). An older
-// client never sends them, so the server still speaks 1. Version 12: StatsResult lists the parked
-// sessions after its counters (kParkedStatsVersion).
-inline constexpr uint16_t kProtocolVersion = 12;
+// client chose, without a reply: registration pipelined with the runs that follow it); version 12
+// StatsResult lists the parked sessions after its counters (kParkedStatsVersion); version 13
+// negative indices (kWrapsNegativeIndicesSince) and the stricter frame and output-id checks
+// (kStrictChecksSince). An older client never sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 13;
 // The first version whose StatsResult ends with the parked sessions (ParkedSessions).
 inline constexpr uint16_t kParkedStatsVersion = 12;
+// Servers from this version wrap an index in [-size, 0) of Gather, ScatterAdd, IndexSelect and
+// IndexSelectBackward (docs/ops.md); older ones poison the op with "out of range". The server
+// does so for every session: the op codes are unchanged, only an error became a result.
+inline constexpr uint16_t kWrapsNegativeIndicesSince = 13;
+// Servers from this version answer a Compressed frame announcing 0 bytes or holding another
+// Compressed frame with a SessionError of code 7 and close (docs/protocol.md §1.1; older ones
+// gave code 5, or ran the inner frame as a malformed batch), and poison the fresh output ids of
+// an op refused for a repeated or live output id (§8.2; older ones poisoned none). Every session
+// gets them: they only change how malformed input is refused.
+inline constexpr uint16_t kStrictChecksSince = 13;
 // Which version brought each op is the op list's `since` column (ir::op_since_protocol): an op
 // appended to the list with a new version bumps kProtocolVersion with it.
 #define TW_SINCE_AT_MOST_CURRENT(Name, code, since)      \

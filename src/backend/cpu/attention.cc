@@ -102,22 +102,41 @@ struct Attends {
   int64_t si = 0, sj = 0;             // the mask's strides along queries and keys
   bool causal = false;
 
-  // Sets s[c] (scores of query i, keys j0 + c) to -inf where not attended.
+  // Sets s[c] (scores of query i, keys j0 + c) to -inf where not attended; returns whether any
+  // key is attended (a score of -inf from the data is attended, and gives 0/0 when all are).
   template <class T>
-  void apply(T* s, int64_t bh, int64_t i, int64_t j0, int64_t cols) const {
+  bool apply(T* s, int64_t bh, int64_t i, int64_t j0, int64_t cols) const {
     constexpr T kNegInf = -std::numeric_limits<T>::infinity();
     if (causal) {
       const int64_t limit = std::clamp<int64_t>(i - j0 + 1, 0, cols);
       std::fill(s + limit, s + cols, kNegInf);
       cols = limit;
     }
-    if (mask) {
-      const uint8_t* mr = mask + batch_offset[static_cast<size_t>(bh)] + i * si + j0 * sj;
-      for (int64_t c = 0; c < cols; ++c)
-        if (!mr[c * sj]) s[c] = kNegInf;
+    if (!mask) return cols > 0;
+    const uint8_t* mr = mask + batch_offset[static_cast<size_t>(bh)] + i * si + j0 * sj;
+    bool any = false;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (!mr[c * sj]) {
+        s[c] = kNegInf;
+      } else {
+        any = true;
+      }
     }
+    return any;
   }
 };
+
+// The maximum of a row of scores, NaN when one is NaN (std::max would skip it).
+template <class T>
+T row_max(const T* s, int64_t cols) {
+  T mx = -std::numeric_limits<T>::infinity();
+  bool nan = false;
+  for (int64_t c = 0; c < cols; ++c) {
+    mx = std::max(mx, s[c]);
+    nan |= s[c] != s[c];
+  }
+  return nan ? std::numeric_limits<T>::quiet_NaN() : mx;
+}
 
 Attends make_attends(const KernelContext& ctx, ir::In mask_in, bool causal, const Shape& scores,
                      int64_t bh_count) {
@@ -167,7 +186,7 @@ struct Dims {
 template <class T>
 void forward_block(const Dims& z, const Attends& at, T scale, const T* q, const T* k, const T* v,
                    T* out, int64_t bh, int64_t i0) {
-  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  constexpr T kInf = std::numeric_limits<T>::infinity(), kNegInf = -kInf;
   const int64_t rows = std::min(kQueryBlock, z.tq - i0);
   const int64_t kend = z.key_end(at.causal, i0, rows);
   const T* qb = q + (bh * z.tq + i0) * z.d;
@@ -176,6 +195,8 @@ void forward_block(const Dims& z, const Attends& at, T scale, const T* q, const 
   T* ob = out + (bh * z.tq + i0) * z.dv;
   std::vector<T> s(static_cast<size_t>(rows * std::min(kKeyBlock, std::max<int64_t>(kend, 1))));
   std::vector<T> m(static_cast<size_t>(rows), kNegInf), l(static_cast<size_t>(rows), 0);
+  // Whether the row attends any key: l == 0 then means 0/0 (NaN), not "nothing attended" (0).
+  std::vector<uint8_t> attends(static_cast<size_t>(rows), 0);
   std::fill(ob, ob + rows * z.dv, T(0));
   const std::atomic<bool>* flag = cancel_flag();
   for (int64_t j0 = 0; j0 < kend; j0 += kKeyBlock) {
@@ -184,10 +205,11 @@ void forward_block(const Dims& z, const Attends& at, T scale, const T* q, const 
     gemm(false, true, rows, cols, z.d, scale, qb, z.d, kb + j0 * z.d, z.d, T(0), s.data(), cols);
     for (int64_t r = 0; r < rows; ++r) {
       T* sr = s.data() + r * cols;
-      at.apply(sr, bh, i0 + r, j0, cols);
-      T mx = kNegInf;
-      for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, sr[c]);
-      if (mx == kNegInf) {  // nothing attended in this tile
+      attends[r] |= at.apply(sr, bh, i0 + r, j0, cols);
+      const T mx = row_max(sr, cols);
+      // A NaN or +inf score (inf - inf) makes the row's softmax NaN: l stays NaN from here.
+      if (!(mx < kInf)) l[r] = std::numeric_limits<T>::quiet_NaN();
+      if (!(mx > kNegInf && mx < kInf)) {  // nothing attended in this tile, or NaN above
         std::fill(sr, sr + cols, T(0));
         continue;
       }
@@ -206,15 +228,20 @@ void forward_block(const Dims& z, const Attends& at, T scale, const T* q, const 
   }
   for (int64_t r = 0; r < rows; ++r) {
     T* orow = ob + r * z.dv;
-    const T inv = l[r] > 0 ? T(1) / l[r] : T(0);  // no attended key: zeros
-    for (int64_t c = 0; c < z.dv; ++c) orow[c] = l[r] > 0 ? orow[c] * inv : T(0);
+    if (l[r] > 0) {
+      const T inv = T(1) / l[r];
+      for (int64_t c = 0; c < z.dv; ++c) orow[c] *= inv;
+    } else {  // no attended key: zeros; else a NaN or inf score, or all -inf: NaN, as softmax
+      const T fill = attends[r] ? std::numeric_limits<T>::quiet_NaN() : T(0);
+      std::fill(orow, orow + z.dv, fill);
+    }
   }
 }
 
 template <class T>
 void backward_head(const Dims& z, const Attends& at, T scale, const T* g, const T* q, const T* k,
                    const T* v, T* dq, T* dk, T* dv, int64_t bh) {
-  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  constexpr T kInf = std::numeric_limits<T>::infinity(), kNegInf = -kInf;
   const T* kb = k + bh * z.tk * z.d;
   const T* vb = v + bh * z.tk * z.dv;
   T* dkb = dk + bh * z.tk * z.d;
@@ -238,11 +265,11 @@ void backward_head(const Dims& z, const Attends& at, T scale, const T* g, const 
     gemm(false, true, rows, kend, z.d, scale, qb, z.d, kb, z.d, T(0), p.data(), kend);
     for (int64_t r = 0; r < rows; ++r) {
       T* pr = p.data() + r * kend;
-      at.apply(pr, bh, i0 + r, 0, kend);
-      T mx = kNegInf;
-      for (int64_t c = 0; c < kend; ++c) mx = std::max(mx, pr[c]);
-      if (mx == kNegInf) {
-        std::fill(pr, pr + kend, T(0));
+      const bool attends = at.apply(pr, bh, i0 + r, 0, kend);
+      const T mx = row_max(pr, kend);
+      // Nothing attended: zeros; a NaN or +inf score, or only -inf ones: NaN (as the forward).
+      if (!(mx > kNegInf && mx < kInf)) {
+        std::fill(pr, pr + kend, attends ? std::numeric_limits<T>::quiet_NaN() : T(0));
         continue;
       }
       const T inv = T(1) / exp_sub_sum(pr, kend, mx);

@@ -1,6 +1,7 @@
 // Indexing ops: Gather, ScatterAdd, IndexSelect, OneHot. Index values come from data, so each op
 // first checks them all and fails with the first bad one in row-major order (the same message
-// for any thread count), before anything is read through them.
+// for any thread count), before anything is read through them. An index in [-size, 0) counts
+// from the end, as in numpy and PyTorch's indexing (wrap()); OneHot's values do not.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -24,12 +25,14 @@ void dispatch_index(DType d, F&& fn) {
   }
 }
 
-// The first element (row-major) of a contiguous index tensor outside [0, limit), if any.
+// The first element (row-major) of a contiguous index tensor outside [-limit, limit) (outside
+// [0, limit) when !negatives), if any.
 struct BadIndex {
   int64_t pos = -1;
   int64_t value = 0;
 };
-BadIndex find_bad_index(const CpuTensor& index, int64_t limit) {
+BadIndex find_bad_index(const CpuTensor& index, int64_t limit, bool negatives = true) {
+  const int64_t lower = negatives ? -limit : 0;
   const int64_t n = index.numel();
   constexpr int64_t kGrain = int64_t{1} << 16;
   std::vector<BadIndex> first((n + kGrain - 1) / kGrain);
@@ -38,7 +41,7 @@ BadIndex find_bad_index(const CpuTensor& index, int64_t limit) {
     parallel_chunks(n, kGrain, [&](int64_t chunk, int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const int64_t x = static_cast<int64_t>(v[i]);
-        if (x < 0 || x >= limit) {
+        if (x < lower || x >= limit) {
           first[chunk] = {i, x};
           return;
         }
@@ -54,7 +57,15 @@ BadIndex find_bad_index(const CpuTensor& index, int64_t limit) {
 Status index_error(const char* op, int64_t value, int64_t dim, int64_t size) {
   return out_of_range(std::string(op) + ": index " + std::to_string(value) +
                       " out of range for dim " + std::to_string(dim) + " of size " +
-                      std::to_string(size));
+                      std::to_string(size) + " (expected " + std::to_string(-size) + ".." +
+                      std::to_string(size - 1) + ")");
+}
+
+// An index checked by find_bad_index, counted from the end when negative.
+template <class I>
+int64_t wrap(I v, int64_t size) {
+  const int64_t x = static_cast<int64_t>(v);
+  return x < 0 ? x + size : x;
 }
 
 int64_t norm_dim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
@@ -99,7 +110,7 @@ Status run(const ir::Gather& op, KernelContext& ctx) {
         StridedIter<1> it(out.shape, {xs});
         it.seek(b);
         for (int64_t i = b; i < e; ++i, it.next()) {
-          od[i] = xd[it.off[0] + static_cast<int64_t>(iv[i]) * dim_stride];
+          od[i] = xd[it.off[0] + wrap(iv[i], size) * dim_stride];
         }
       });
     });
@@ -147,7 +158,7 @@ Status run(const ir::ScatterAdd& op, KernelContext& ctx) {
         it.seek(b);
         for (int64_t r = b; r < e; ++r, it.next()) {
           for (int64_t l = 0; l < len; ++l) {
-            const int64_t v = static_cast<int64_t>(iv[it.off[0] + l * id]);
+            const int64_t v = wrap(iv[it.off[0] + l * id], size);
             A& dst = op_[it.off[2] + v * od];
             dst = static_cast<A>(dst + sp[it.off[1] + l * sd]);
           }
@@ -185,7 +196,7 @@ Status run(const ir::IndexSelect& op, KernelContext& ctx) {
     parallel_chunks(outer * len, rows_per_chunk(inner), [&](int64_t, int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const int64_t o = r / len, j = r % len;
-        const int64_t from = o * size + static_cast<int64_t>(iv[j]);
+        const int64_t from = o * size + wrap(iv[j], size);
         std::memcpy(out.bytes() + static_cast<size_t>(r) * run_bytes,
                     x.bytes() + static_cast<size_t>(from) * run_bytes, run_bytes);
       }
@@ -221,7 +232,7 @@ Status run(const ir::IndexSelectBackward& op, KernelContext& ctx) {
       parallel_chunks(outer * size, rows_per_chunk(inner), [&](int64_t, int64_t b, int64_t e) {
         for (int64_t ob = b / size; ob <= (e - 1) / size; ++ob) {
           for (int64_t j = 0; j < len; ++j) {
-            const int64_t row = ob * size + static_cast<int64_t>(iv[j]);
+            const int64_t row = ob * size + wrap(iv[j], size);
             if (row < b || row >= e) continue;
             T* dst = o + row * inner;
             const T* src = g + (ob * len + j) * inner;
@@ -237,7 +248,7 @@ Status run(const ir::IndexSelectBackward& op, KernelContext& ctx) {
 Status run(const ir::OneHot& op, KernelContext& ctx) {
   const CpuTensor x = contiguous(ctx.in(op.x));
   CpuTensor& out = ctx.alloc(op.out);
-  const BadIndex bad = find_bad_index(x, op.num_classes);
+  const BadIndex bad = find_bad_index(x, op.num_classes, /*negatives=*/false);
   if (bad.pos >= 0) {
     return out_of_range("one_hot: value " + std::to_string(bad.value) +
                         " out of range for num_classes " + std::to_string(op.num_classes));

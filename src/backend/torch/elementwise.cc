@@ -178,13 +178,18 @@ at::Tensor scalar_tensor(const ir::Scalar& s, DType d) {
   });
 }
 
-BadIndex find_bad_index(const at::Tensor& index, int64_t limit) {
+BadIndex find_bad_index(const at::Tensor& index, int64_t limit, bool negatives) {
   if (index.numel() == 0) return {};
   const at::Tensor flat = index.reshape({-1}).to(at::kLong);
-  const at::Tensor bad = flat.lt(0).logical_or_(flat.ge(limit));
+  const at::Tensor bad = flat.lt(negatives ? -limit : 0).logical_or_(flat.ge(limit));
   if (!bad.any().item<bool>()) return {};
   const int64_t pos = bad.to(at::kByte).argmax().item<int64_t>();  // the first one
   return {pos, flat[pos].item<int64_t>()};
+}
+
+at::Tensor wrap_index(const at::Tensor& index, int64_t size) {
+  const at::Tensor i = index.to(at::kLong);
+  return at::where(i.lt(0), i.add(size), i);
 }
 
 // ---- creation ----

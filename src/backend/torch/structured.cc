@@ -21,7 +21,8 @@ int64_t norm_dim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
 Status index_error(const char* op, const BadIndex& bad, int64_t dim, int64_t size) {
   return out_of_range(std::string(op) + ": index " + std::to_string(bad.value) +
                       " out of range for dim " + std::to_string(dim) + " of size " +
-                      std::to_string(size));
+                      std::to_string(size) + " (expected " + std::to_string(-size) + ".." +
+                      std::to_string(size - 1) + ")");
 }
 
 at::Tensor zeros(const TensorMeta& m) { return at::zeros(sizes(m.shape), options(m.dtype)); }
@@ -169,7 +170,7 @@ Result<at::Tensor> run(const ir::Gather& op, const Ctx& ctx) {
   if (index.numel() == 0) return at::empty(sizes(ctx.out().shape), x.options());
   const BadIndex bad = find_bad_index(index, size);
   if (bad.pos >= 0) return index_error("gather", bad, dim, size);
-  return at::gather(x, dim, index.to(at::kLong));
+  return at::gather(x, dim, wrap_index(index, size));
 }
 
 Result<at::Tensor> run(const ir::ScatterAdd& op, const Ctx& ctx) {
@@ -180,7 +181,7 @@ Result<at::Tensor> run(const ir::ScatterAdd& op, const Ctx& ctx) {
   if (index.numel() == 0) return x;
   const BadIndex bad = find_bad_index(index, size);
   if (bad.pos >= 0) return index_error("scatter_add", bad, dim, size);
-  return at::scatter_add(x, dim, index.to(at::kLong), ctx.in(op.src));
+  return at::scatter_add(x, dim, wrap_index(index, size), ctx.in(op.src));
 }
 
 Result<at::Tensor> run(const ir::IndexSelect& op, const Ctx& ctx) {
@@ -190,7 +191,7 @@ Result<at::Tensor> run(const ir::IndexSelect& op, const Ctx& ctx) {
   const int64_t size = x.dim() == 0 ? 1 : x.size(dim);
   const BadIndex bad = find_bad_index(index, size);
   if (bad.pos >= 0) return index_error("index_select", bad, dim, size);
-  return at::index_select(x, dim, index);
+  return at::index_select(x, dim, wrap_index(index, size));
 }
 
 Result<at::Tensor> run(const ir::IndexSelectBackward& op, const Ctx& ctx) {
@@ -203,12 +204,13 @@ Result<at::Tensor> run(const ir::IndexSelectBackward& op, const Ctx& ctx) {
   const BadIndex bad = find_bad_index(index, size);
   if (bad.pos >= 0) return index_error("index_select_backward", bad, dim, size);
   if (rank == 0) return grad.clone();
-  return at::zeros(sizes(out.shape), options(out.dtype)).index_add_(dim, index.to(at::kLong), grad);
+  return at::zeros(sizes(out.shape), options(out.dtype))
+      .index_add_(dim, wrap_index(index, size), grad);
 }
 
 Result<at::Tensor> run(const ir::OneHot& op, const Ctx& ctx) {
   const at::Tensor& x = ctx.in(op.x);
-  const BadIndex bad = find_bad_index(x, op.num_classes);
+  const BadIndex bad = find_bad_index(x, op.num_classes, /*negatives=*/false);
   if (bad.pos >= 0) {
     return out_of_range("one_hot: value " + std::to_string(bad.value) +
                         " out of range for num_classes " + std::to_string(op.num_classes));

@@ -95,11 +95,15 @@ at::Scalar scalar_in(const ir::Scalar& s, DType d);
 // A Clamp bound (integer bounds saturate to d's range; float bounds convert as Cast does).
 at::Scalar clamp_bound_in(const ir::Scalar& s, DType d);
 
-// The first element (row-major) of an integer tensor outside [0, limit), if any.
+// The first element (row-major) of an integer tensor outside [-limit, limit) (outside [0, limit)
+// when !negatives), if any.
 struct BadIndex {
   int64_t pos = -1;
   int64_t value = 0;
 };
-BadIndex find_bad_index(const at::Tensor& index, int64_t limit);
+BadIndex find_bad_index(const at::Tensor& index, int64_t limit, bool negatives = true);
+// A checked index as i64 with its negative values counted from the end (+ size), as ATen's
+// gather, scatter and index kernels take only [0, size).
+at::Tensor wrap_index(const at::Tensor& index, int64_t size);
 
 }  // namespace tw::torch

@@ -1053,10 +1053,11 @@ HostTensor repeat(const HostTensor& x, const std::vector<int64_t>& repeats) {
 // ================================ indexing ================================
 
 namespace {
+// An index in [-size, size), a negative one counting from the end (docs/ops.md, Indexing).
 int64_t checked_index(const HostTensor& index, int64_t k, int64_t size, const std::string& op) {
   int64_t v = index.i[k];
-  if (v < 0 || v >= size) fail(op + ": index " + std::to_string(v) + " out of range");
-  return v;
+  if (v < -size || v >= size) fail(op + ": index " + std::to_string(v) + " out of range");
+  return v < 0 ? v + size : v;
 }
 void require_index_dtype(const std::string& op, DType d) {
   if (d != kI32 && d != kI64) fail(op + ": index must be i32 or i64");
@@ -1482,9 +1483,7 @@ HostTensor index_select_backward(const HostTensor& grad, int64_t dim, const Host
   std::vector<double> acc(out.f.size(), 0.0);
   for (int64_t k = 0; k < grad.numel(); ++k) {
     std::vector<int64_t> idx = unravel(k, grad.shape);
-    const int64_t v = index.i[idx[dim]];
-    if (v < 0 || v >= x_shape[dim]) fail("index_select_backward: index out of range");
-    idx[dim] = v;
+    idx[dim] = checked_index(index, idx[dim], x_shape[dim], "index_select_backward");
     int64_t flat = 0;
     for (int64_t d = 0; d < rank; ++d) flat = flat * x_shape[d] + idx[d];
     acc[flat] += grad.f[k];
