@@ -24,13 +24,17 @@ set -euo pipefail
 # libzstd-dev: compressed frames (src/protocol/compress.cc); libxxhash-dev: the content hash of
 # deduplicated uploads (src/protocol/content_hash.cc); iproute2: the shaped link of
 # tests/support/shaped_link.h (ip, tc).
+# libvulkan-dev and glslc: the vulkan backend (src/backend/vulkan: the loader's headers, and the
+# GLSL compiler its shaders are built with); mesa-vulkan-drivers (lavapipe, a Vulkan device on
+# the CPU) and vulkan-validationlayers: its tests; vulkan-tools: vulkaninfo (docs/vulkan.md).
 packages=(build-essential cmake ninja-build g++ pkg-config clang-format libgtest-dev libgmock-dev googletest zlib1g-dev
           libonnx-dev libonnx-testdata
           libbenchmark-dev libdnnl-dev libasio-dev libssl-dev openssl libtorch-dev python3 clang-16
           libclang-rt-16-dev python3-dev pybind11-dev python3-numpy python3-pytest python3-pip
           python3-setuptools python3-wheel
           prometheus-cpp-dev libcpp-httplib-dev chromium libgloo-dev python3-torch
-          libzstd-dev libxxhash-dev iproute2 "$@")
+          libzstd-dev libxxhash-dev iproute2
+          libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers vulkan-tools "$@")
 
 # One dpkg-query for all of them (it exits non-zero when some are unknown; their lines are absent).
 installed=" $(dpkg-query -W -f='${Package}=${Status}\n' "${packages[@]}" 2>/dev/null |
