@@ -13,8 +13,9 @@ Result<VkTensor> Kernels::run(const ir::Reduce& op) {
   const TensorMeta& m = out_meta();
   const size_t rank = x->shape.size();
   std::vector<bool> reduced(rank, op.dims.empty());
-  for (int64_t d : op.dims)
-    reduced[static_cast<size_t>(d < 0 ? d + static_cast<int64_t>(rank) : d)] = true;
+  for (int64_t d : op.dims) {  // (a 0-d tensor's dim 0 or -1 names the tensor itself)
+    if (rank > 0) reduced[static_cast<size_t>(d < 0 ? d + static_cast<int64_t>(rank) : d)] = true;
+  }
   Shape kept_shape, red_shape;
   std::vector<int64_t> kept_strides, red_strides;
   for (size_t d = 0; d < rank; ++d) {

@@ -32,6 +32,10 @@ int64_t f2i(float x, int dt) {
   if (x >= 9223372036854775808.0) return int64_t(0x7fffffffffffffffUL);
   return int64_t(x);
 }
+// An i32's bits widened with their sign. (Spelled with shifts: lavapipe widened
+// int64_t(int(u)) without the sign.)
+int64_t sext32(uint u) { return int64_t(uint64_t(u) << 32) >> 32; }
+
 // Integer -> narrower integer wraps (two's complement); bool is `!= 0`.
 int64_t i2i(int64_t x, int dt) {
   if (dt == DT_I32) return int64_t(int(x));
@@ -80,7 +84,7 @@ uint f2h(float x) {
     return ldf64_##N(dt, i);                                                                   \
   }                                                                                            \
   int64_t ldi##N(int dt, uint i) {                                                             \
-    if (dt == DT_I32) return int64_t(int(b##N##_32.v[i]));                                     \
+    if (dt == DT_I32) return sext32(b##N##_32.v[i]);                                           \
     if (dt == DT_I64) return int64_t(b##N##_64.v[i]);                                          \
     if (dt == DT_U8) return int64_t(uint(b##N##_8.v[i]));                                      \
     if (dt == DT_BOOL) return b##N##_8.v[i] != uint8_t(0) ? 1 : 0;                             \
@@ -125,7 +129,7 @@ int64_t d2i(double x, int dt) {
   double ldd##N(int dt, uint i) {                                                              \
     if (dt == DT_F64) return uint64BitsToDouble(b##N##_64.v[i]);                               \
     if (dt == DT_I64) return double(int64_t(b##N##_64.v[i]));                                  \
-    if (dt == DT_I32) return double(int(b##N##_32.v[i]));                                      \
+    if (dt == DT_I32) return double(sext32(b##N##_32.v[i]));                                   \
     if (dt == DT_U8) return double(uint(b##N##_8.v[i]));                                       \
     if (dt == DT_BOOL) return b##N##_8.v[i] != uint8_t(0) ? 1.0LF : 0.0LF;                     \
     return double(ldf##N(dt, i));                                                              \

@@ -74,11 +74,45 @@ float tanh_f(float x) {
   float r = 1.0 - 2.0 / (exp(2.0 * ax) + 1.0);
   return x < 0.0 ? -r : r;
 }
+// log(x) as the cpu backend computes it (vec_math.h log_f32): x = 2^e m, m in [sqrt(1/2),
+// sqrt(2)), log(1 + f) = f - f^2/2 + f^3 Q(f) plus e ln 2 in two parts. Within an ulp or two,
+// where GLSL's log is only bounded in absolute error near 1.
+// log(1 + f) + e ln 2 for f in [sqrt(1/2) - 1, sqrt(2) - 1).
+float log_core(float f, float e) {
+  const float z = f * f;
+  float q = 6.675271690e-02;
+  q = q * f - 1.164643466e-01;
+  q = q * f + 1.190471202e-01;
+  q = q * f - 1.241126880e-01;
+  q = q * f + 1.421789080e-01;
+  q = q * f - 1.666764319e-01;
+  q = q * f + 2.000220418e-01;
+  q = q * f - 2.500001490e-01;
+  q = q * f + 3.333331048e-01;
+  float y = f * z * q;
+  y += e * -2.12194440054690583e-4;
+  y += z * -0.5;
+  return e * 0.693359375 + (f + y);
+}
+float log_f(float x) {
+  if (isnan(x) || x < 0.0) return uintBitsToFloat(0x7fc00000u);
+  if (x == 0.0) return uintBitsToFloat(0xff800000u);
+  if (isinf(x)) return x;
+  float e = 0.0;
+  if (x < 1.17549435e-38) {
+    x *= 8388608.0;
+    e = -23.0;
+  }
+  const int u = int(floatBitsToUint(x)) - 0x3f3504f3;
+  e += float(u >> 23);
+  return log_core(uintBitsToFloat(uint((u & 0x007fffff) + 0x3f3504f3)) - 1.0, e);
+}
+// log1p: near 0 the polynomial takes x itself (1 + x would round it away; and the usual
+// log(u) x / (u - 1) is folded back into log(u) by compilers that reassociate, as lavapipe's).
 float log1p_f(float x) {
-  float u = 1.0 + x;
-  if (u == 1.0) return x;
-  if (isinf(u)) return u;
-  return log(u) * (x / (u - 1.0));
+  if (isinf(x)) return x > 0.0 ? x : uintBitsToFloat(0x7fc00000u);
+  if (x > -0.29289321 && x < 0.41421356) return x == 0.0 ? x : log_core(x, 0.0);
+  return log_f(1.0 + x);
 }
 bool is_int(float y) { return floor(y) == y && !isinf(y); }
 bool is_odd_int(float y) { return is_int(y) && abs(mod(y, 2.0)) == 1.0; }
@@ -107,7 +141,7 @@ float unary_f(float x) {
     case UK_Neg: return -x;
     case UK_Abs: return abs(x);
     case UK_Exp: return exp(x);
-    case UK_Log: return log(x);
+    case UK_Log: return log_f(x);
     case UK_Log1p: return log1p_f(x);
     case UK_Sqrt: return sqrt(x);
     case UK_Rsqrt: return 1.0 / sqrt(x);
@@ -229,7 +263,12 @@ double unary_d(double x) {
     case UK_Recip: return 1.0LF / x;
     case UK_Floor: return floor(x);
     case UK_Ceil: return ceil(x);
-    case UK_Round: return roundEven(x);
+    case UK_Round: {  // half to even, by hand: lavapipe's double roundEven rounds halves down
+      double r = floor(x);
+      const double d = x - r;
+      if (d > 0.5LF || (d == 0.5LF && r - 2.0LF * floor(r * 0.5LF) != 0.0LF)) r += 1.0LF;
+      return r == 0.0LF && x < 0.0LF ? -0.0LF : r;
+    }
     case UK_Sign: return isnan(x) ? x : (x > 0.0LF ? 1.0LF : (x < 0.0LF ? -1.0LF : 0.0LF));
     case UK_Square: return x * x;
     case UK_LogicalNot: return x == 0.0LF ? 1.0LF : 0.0LF;
