@@ -179,9 +179,8 @@ int ping(const std::string& url, int count, const tw::RemoteOptions& options) {
 }
 
 tw::Device device_named(const std::string& name) {
-  if (name == "cpu") return tw::Device::cpu();
-  if (name == "torch") return tw::Device::torch();
-  return tw::Device::remote(name, 0);
+  if (name.find("://") != std::string::npos) return tw::Device::remote(name, 0);
+  return tw::Device::local(name);  // cpu, torch, vulkan:0
 }
 
 int trace_show(const std::string& path) {

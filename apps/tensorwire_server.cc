@@ -1,6 +1,7 @@
 // tensorwire-server: hosts compute devices for remote clients.
 //   tensorwire-server --listen tcp://127.0.0.1:7070 --devices 2
 //   tensorwire-server --backend cpu,torch      (device 0 on cpu, device 1 on torch)
+//   tensorwire-server --backend vulkan:0       (the first Vulkan device)
 //   tensorwire-server --listen tls://0.0.0.0:7070 --credential-file key.txt
 // Prints "listening on <url>" for every bound address (with the real port when 0 was asked),
 // the TLS certificate's fingerprint when an address is tls://, "metrics on <url>" for the
@@ -39,9 +40,10 @@ void usage(FILE* to) {
       "  --tls-key PATH        the certificate's private key (PEM)\n"
       "  --insecure            serve a reachable address without TLS or a credential\n"
       "  --devices N           devices to host (default 1)\n"
-      "  --backend NAME        cpu (default) or torch (builds with libtorch), or one per\n"
-      "                        device, comma-separated: cpu,torch hosts device 0 on cpu\n"
-      "                        and device 1 on torch\n"
+      "  --backend SPEC        cpu (default), torch (builds with libtorch) or vulkan:N\n"
+      "                        (Vulkan device N, builds with libvulkan-dev), or one per\n"
+      "                        device, comma-separated: cpu,vulkan:0 hosts device 0 on cpu\n"
+      "                        and device 1 on the first Vulkan device\n"
       "  --workers N           execution threads shared by all sessions (default: cores)\n"
       "  --threads N           intra-op threads per kernel (default: cores)\n"
       "  --max-sessions N      (default 4096)\n"

@@ -41,13 +41,13 @@ if(TARGET tensorwire_onnx)
 else()
   set(TW_INSTALL_ONNX OFF)
 endif()
-if(TW_TORCH_FOUND)
-  # Where backend/torch_loader.cc looks first: tensorwire/ beside the loaded libtensorwire.so.
-  # INSTALL_RPATH_USE_LINK_PATH keeps a libtorch found outside the system's directories.
-  set_target_properties(tw_backend_torch PROPERTIES
+foreach(m ${TW_BACKEND_MODULES})
+  # Where backend/module_loader.cc looks first: tensorwire/ beside the loaded libtensorwire.so.
+  # INSTALL_RPATH_USE_LINK_PATH keeps a runtime found outside the system's directories.
+  set_target_properties(tw_backend_${m} PROPERTIES
     INSTALL_RPATH "$ORIGIN/.." INSTALL_RPATH_USE_LINK_PATH ON)
-  install(TARGETS tw_backend_torch LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/tensorwire)
-endif()
+  install(TARGETS tw_backend_${m} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/tensorwire)
+endforeach()
 
 # The CMake package. The target is written here rather than exported (install(EXPORT)): the
 # library links the layers' object libraries PUBLIC, whose usage requirements (src/ includes,

@@ -29,6 +29,9 @@ set -euo pipefail
 # libzstd-dev: compressed frames (src/protocol/compress.cc); libxxhash-dev: the content hash of
 # deduplicated uploads (src/protocol/content_hash.cc); iproute2: the shaped link of
 # tests/support/shaped_link.h (ip, tc).
+# libvulkan-dev and glslc: the vulkan backend (src/backend/vulkan: the loader's headers, and the
+# GLSL compiler its shaders are built with); mesa-vulkan-drivers (lavapipe, a Vulkan device on
+# the CPU) and vulkan-validationlayers: its tests; vulkan-tools: vulkaninfo (docs/vulkan.md).
 # What configuring needs (the root CMakeLists.txt's REQUIRED packages, and GoogleTest and Google
 # Benchmark, which it finds when the tests and benchmarks are on) and `make run` builds with.
 run_packages=(build-essential cmake ninja-build g++ pkg-config zlib1g-dev libdnnl-dev libasio-dev
@@ -44,7 +47,8 @@ packages=(build-essential cmake ninja-build g++ pkg-config clang-format libgtest
           libclang-rt-16-dev python3-dev pybind11-dev python3-numpy python3-pytest python3-pip
           python3-setuptools python3-wheel
           prometheus-cpp-dev libcpp-httplib-dev chromium libgloo-dev python3-torch
-          libzstd-dev libxxhash-dev iproute2 "$@")
+          libzstd-dev libxxhash-dev iproute2
+          libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers vulkan-tools "$@")
 fi
 
 # One dpkg-query for all of them (it exits non-zero when some are unknown; their lines are absent).

@@ -29,6 +29,13 @@ class Device {
   static Device torch();
   // Whether this build has the torch backend (CMake found libtorch).
   static bool torch_available();
+  // Device `ordinal` of the local backend `backend` ("cpu", "torch", "vulkan"): one per
+  // (backend, ordinal) and process, as cpu() and torch() are. Throws tw::Error naming what is
+  // missing when this build has no such backend or the machine no such device (no Vulkan
+  // driver, say). local("vulkan", 0).str() is "vulkan:0".
+  static Device local(const std::string& backend, int ordinal);
+  // The same from a spec: "cpu", "torch", "vulkan:0".
+  static Device local(const std::string& spec);
   // Device `index` of the compute server at `url` (tcp://host:port or unix:///path). Each call
   // opens its own session (its own connection and tensor table), so keep the Device and pass it
   // around; copies of it share the session. Nothing is contacted until first use (or

@@ -9,7 +9,9 @@ TW_API_BEGIN
 
 namespace tw {
 
-enum class DeviceKind : uint8_t { kCpu = 0, kRemote = 1, kCapture = 2, kTorch = 3 };
+// kLocal: another backend of this process, named by its device spec (Device::local("vulkan", 0),
+// str() "vulkan:0").
+enum class DeviceKind : uint8_t { kCpu = 0, kRemote = 1, kCapture = 2, kTorch = 3, kLocal = 4 };
 
 }  // namespace tw
 TW_API_END

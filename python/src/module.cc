@@ -682,6 +682,9 @@ void bind_device(py::module_& m) {
                   "The local LibTorch device (ATen kernels with tensorwire's semantics); raises "
                   "tw.Error when this build has no torch backend.")
       .def_static("torch_available", &Device::torch_available)
+      .def_static("local", py::overload_cast<const std::string&>(&Device::local), py::arg("spec"),
+                  "The local device named by `spec` (\"cpu\", \"torch\", \"vulkan:0\"); raises "
+                  "tw.Error naming what is missing when this build or machine has no such device.")
       .def_static(
           "remote",
           [](const std::string& url, int index, const std::string& credential,
@@ -706,6 +709,7 @@ void bind_device(py::module_& m) {
                                  case Device::Kind::kRemote: return "remote";
                                  case Device::Kind::kCapture: return "capture";
                                  case Device::Kind::kTorch: return "torch";
+                                 case Device::Kind::kLocal: return "local";
                                }
                                return "?";
                              })

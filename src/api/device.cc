@@ -1,3 +1,6 @@
+#include <map>
+#include <mutex>
+
 #include "api/sink.h"
 #include "backend/registry.h"
 #include "core/thread_pool.h"
@@ -46,6 +49,24 @@ Device Device::torch() {
 }
 
 bool Device::torch_available() { return has_backend("torch"); }
+
+Device Device::local(const std::string& backend, int ordinal) {
+  if (backend == "cpu" && ordinal == 0) return cpu();
+  if (backend == "torch" && ordinal == 0) return torch();
+  static std::mutex mu;
+  static auto* sinks = new std::map<std::string, std::shared_ptr<detail::Sink>*>;  // leaked
+  const std::string spec = DeviceSpec{backend, ordinal}.str();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = sinks->find(spec);
+  if (it == sinks->end()) it = sinks->emplace(spec, local_sink(spec)).first;  // throws: retried
+  return Device(*it->second);
+}
+
+Device Device::local(const std::string& spec) {
+  Result<DeviceSpec> s = parse_device_spec(spec);
+  if (!s.ok()) throw Error(s.status().message());
+  return local(s->backend, s->ordinal);
+}
 
 Device::Kind Device::kind() const { return sink_->kind(); }
 std::string Device::str() const { return sink_->str(); }

@@ -13,6 +13,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -42,6 +43,21 @@ class Backend {
   // Whether a server may host it (tw::serve, a session's backend): OK for a backend that
   // executes ops itself; a remote or capture backend says why not.
   virtual Status hostable() const { return Status::OK(); }
+  // Compute work this backend has given its device so far (a GPU backend's dispatches), for the
+  // op table's check that each case on such a device ran there (host-side computing would pass
+  // on a device whose memory the host can see, as lavapipe's); 0 for backends that compute on
+  // the host.
+  virtual uint64_t device_dispatches() const { return 0; }
+  virtual bool counts_dispatches() const { return false; }  // whether the above is counted
+  // A device's debugging layer, when one is loaded (Vulkan's VK_LAYER_KHRONOS_validation, with
+  // TW_VULKAN_VALIDATION=1): its name and the warnings and errors it reported, with the last
+  // one's text. Null: none loaded.
+  struct DebugLayer {
+    std::string name;
+    uint64_t messages = 0;
+    std::string last;
+  };
+  virtual std::optional<DebugLayer> debug_layer() const { return std::nullopt; }
   // Whether calls may come from several threads at once without the caller's lock: the API
   // (api/sink.h) serialises every call to a backend that is not, and none to one that is (the
   // remote backend, whose reads wait without blocking other threads' ops).

@@ -48,6 +48,15 @@ inline Status unsupported_op(const std::string& op, const std::string& backend) 
                        " backend; run it on a device whose backend supports it (such as cpu)");
 }
 
+// The error for a dtype (or a case of an op) a backend declares it does not run: names the op,
+// the dtype, the backend and why, so that the refusal reads as one (the op table checks that).
+inline Status unsupported_dtype(const std::string& op, DType dtype, const std::string& backend,
+                                const std::string& why) {
+  return unimplemented(op + " on " + std::string(dtype_name(dtype)) + ": not supported by the " +
+                       backend + " backend (" + why +
+                       "); cast it, or run it on a device whose backend supports it (such as cpu)");
+}
+
 template <class T>
 class TableBackend : public Backend {
  public:

@@ -11,6 +11,7 @@ std::unique_ptr<Server> serve(const Device& device, ServerOptions options) {
   switch (device.kind()) {
     case Device::Kind::kCpu: options.backend = "cpu"; return serve(std::move(options));
     case Device::Kind::kTorch: options.backend = "torch"; return serve(std::move(options));
+    case Device::Kind::kLocal: options.backend = device.str(); return serve(std::move(options));
     case Device::Kind::kRemote:
       throw Error("cannot serve " + device.str() +
                   ": a remote device only forwards ops to another server; a server hosts devices "

@@ -63,8 +63,10 @@ uint32_t all_compute_dtypes() {
 std::vector<proto::DeviceInfo> Server::Impl::device_infos() const {
   std::vector<proto::DeviceInfo> v;
   for (int i = 0; i < opts.devices; ++i) {
-    v.push_back({backends[i] + ":" + std::to_string(i), backends[i], opts.session_memory_bytes,
-                 all_compute_dtypes()});
+    // A backend with ordinals is named by its spec ("vulkan:0"); cpu and torch by the index.
+    const bool spec = backends[i].find(':') != std::string::npos;
+    v.push_back({spec ? backends[i] : backends[i] + ":" + std::to_string(i), backends[i],
+                 opts.session_memory_bytes, all_compute_dtypes()});
   }
   return v;
 }

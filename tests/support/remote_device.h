@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/local_backends.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
@@ -121,12 +122,13 @@ inline const std::string& test_server_url() {
 // Device 0 of the test server over `t`.
 inline Device remote_test_device(Transport t = Transport::kTcp) { return test_server().device(t); }
 
-// "cpu", "torch", or a remote_name(): what parameterised tests are instantiated over.
+// "cpu", a remote_name(), or a local backend's name ("torch", "vulkan": local_backends.h):
+// what parameterised tests are instantiated over.
 inline Device test_device(const std::string& name) {
   for (Transport t : kTransports) {
     if (name == remote_name(t)) return remote_test_device(t);
   }
-  if (name == "torch") return Device::torch();
+  if (const LocalBackend* b = local_backend_named(name)) return Device::local(b->spec);
   return Device::cpu();
 }
 

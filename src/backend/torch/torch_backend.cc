@@ -5,12 +5,14 @@
 // tensorwire's buffer pool (core/buffer.h). Every tensor ATen creates then lives in a pooled
 // Buffer: freed results are reused instead of paying for fresh pages (very slow on our hosts),
 // and a read hands the result's Buffer over without a copy, as the CPU backend does.
-#include "backend/torch/torch_backend.h"
+#include "backend/module.h"
 
 #include <ATen/Parallel.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -291,11 +293,24 @@ class TorchBackend final : public TableBackend<at::Tensor> {
 
 }  // namespace tw
 
-extern "C" tw::Backend* tw_torch_backend_create() {
+// The module's entry (backend/module.h): the torch backend has one device.
+extern "C" tw::Backend* tw_backend_create(int ordinal, char* error, size_t error_size) {
+  auto fail = [&](const std::string& why) -> tw::Backend* {
+    if (error_size > 0) {
+      const size_t n = std::min(why.size(), error_size - 1);
+      std::memcpy(error, why.data(), n);
+      error[n] = '\0';
+    }
+    return nullptr;
+  };
+  if (ordinal != 0) {
+    return fail("the torch backend has one device, torch (torch:0); torch:" +
+                std::to_string(ordinal) + " does not exist");
+  }
   try {
     tw::torch::install_allocator();
     return new tw::torch::TorchBackend();
-  } catch (const std::exception&) {
-    return nullptr;
+  } catch (const std::exception& e) {
+    return fail(std::string("the torch backend could not be created: ") + e.what());
   }
 }

@@ -7,9 +7,11 @@
 // (tests/support/remote_device.h) reached over tcp://127.0.0.1, a Unix socket (large payloads
 // through shared memory) and tls://127.0.0.1: the whole suite is the contract every transport
 // meets, and each must give the cpu device's bytes. The server starts on first use and stops
-// when the test binary exits; each transport's cases share one session. When this build has the
-// torch backend, the same server hosts cpu and torch devices (--backend cpu,torch), and "torch"
-// (local) and "remote_torch" (that server's device 1, over tcp) join the list.
+// when the test binary exits; each transport's cases share one session. Every other backend the
+// registry has (support/local_backends.h: torch, vulkan) joins the list as its local device 0
+// ("vulkan") and that device hosted by the same server ("remote_vulkan", over tcp: --backend
+// cpu,torch,vulkan:0), which must give the local device's bytes. A backend whose device this
+// machine lacks is listed once, with the reason its tests skip.
 #pragma once
 #include <functional>
 #include <ostream>
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "support/local_backends.h"
 #include "support/remote_device.h"
 #include "tensorwire/device.h"
 
@@ -27,29 +30,66 @@ struct DeviceFactory {
   std::function<tw::Device()> make;
   // The device this one must match bit for bit (same backend); empty for a backend's first.
   std::string same_bytes_as;
+  // Why the device cannot be made here ("": it can): its tests skip with this reason, or fail
+  // under CI=true (support/local_backends.h).
+  std::string unavailable;
+  // Whether its backend runs every op (a backend may declare ops unsupported: the op table
+  // checks its refusals; suites that call ops freely run on the complete devices only).
+  bool complete = true;
 };
 
 // Test names and failure messages show the device by name.
 inline void PrintTo(const DeviceFactory& f, std::ostream* os) { *os << f.name; }
 
+// The backends besides cpu whose device 0 this machine has, in registry order.
+inline std::vector<const tw::testing::LocalBackend*> available_local_backends() {
+  std::vector<const tw::testing::LocalBackend*> v;
+  for (const tw::testing::LocalBackend& b : tw::testing::local_backends()) {
+    if (b.unavailable.empty()) v.push_back(&b);
+  }
+  return v;
+}
+
+// One server hosts cpu (device 0) and device 0 of every other available backend (devices 1...).
 inline tw::testing::TransportServer& test_server() {
-  static tw::testing::TransportServer server(
-      tw::Device::torch_available() ? std::vector<std::string>{"--backend", "cpu,torch"}
-                                    : std::vector<std::string>{});
+  static tw::testing::TransportServer server([] {
+    std::string list = "cpu";
+    for (const auto* b : available_local_backends()) list += "," + b->spec;
+    return std::vector<std::string>{"--backend", list};
+  }());
   return server;
 }
 
 inline std::vector<DeviceFactory> test_devices() {
   std::vector<DeviceFactory> v = {
-      {"cpu", [] { return tw::Device::cpu(); }, ""},
+      {"cpu", [] { return tw::Device::cpu(); }, "", ""},
   };
   for (tw::testing::Transport t : tw::testing::kTransports) {
-    v.push_back({tw::testing::remote_name(t), [t] { return test_server().device(t, 0); }, "cpu"});
+    v.push_back(
+        {tw::testing::remote_name(t), [t] { return test_server().device(t, 0); }, "cpu", ""});
   }
-  if (tw::Device::torch_available()) {
-    v.push_back({"torch", [] { return tw::Device::torch(); }, ""});
-    v.push_back({"remote_torch",
-                 [] { return test_server().device(tw::testing::Transport::kTcp, 1); }, "torch"});
+  int index = 1;
+  for (const tw::testing::LocalBackend& b : tw::testing::local_backends()) {
+    if (!b.unavailable.empty()) {
+      v.push_back({b.name, [] { return tw::Device::cpu(); }, "", b.unavailable, false});
+      continue;
+    }
+    const std::string spec = b.spec;
+    v.push_back({b.name, [spec] { return tw::Device::local(spec); }, "", "", b.complete});
+    v.push_back({"remote_" + b.name,
+                 [index] { return test_server().device(tw::testing::Transport::kTcp, index); },
+                 b.name, "", b.complete});
+    ++index;
+  }
+  return v;
+}
+
+// The devices whose backends run every op: for suites that are not about refusals (random ops,
+// error messages, half-precision bits).
+inline std::vector<DeviceFactory> complete_test_devices() {
+  std::vector<DeviceFactory> v;
+  for (DeviceFactory& f : test_devices()) {
+    if (f.complete) v.push_back(std::move(f));
   }
   return v;
 }

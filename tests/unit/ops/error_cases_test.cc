@@ -257,7 +257,7 @@ TEST_P(ErrorTable, Throws) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, ErrorTable,
-                         ::testing::Combine(::testing::ValuesIn(test_devices()),
+                         ::testing::Combine(::testing::ValuesIn(complete_test_devices()),
                                             ::testing::Range(size_t{0}, error_cases().size())),
                          [](const ::testing::TestParamInfo<ErrorParam>& info) {
                            return std::get<0>(info.param).name + "_" +
@@ -281,7 +281,7 @@ TEST(ErrorReads, ToVectorChecksDtype) {
 
 // After a failed op the device keeps working.
 TEST(ErrorReads, DeviceUsableAfterError) {
-  for (const DeviceFactory& f : test_devices()) {
+  for (const DeviceFactory& f : complete_test_devices()) {
     Device d = f.make();
     Tensor bad = zeros({3}, kF32, d).gather(0, i64s({3}, d));
     EXPECT_THROW((void)bad.to_bytes(), Error);

@@ -208,7 +208,7 @@ TEST_P(Half, MovementCopiesBits) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, Half, ::testing::ValuesIn(test_devices()),
+INSTANTIATE_TEST_SUITE_P(Devices, Half, ::testing::ValuesIn(complete_test_devices()),
                          [](const ::testing::TestParamInfo<DeviceFactory>& info) {
                            return info.param.name;
                          });

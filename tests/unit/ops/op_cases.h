@@ -140,8 +140,11 @@ std::vector<CaseRun> run_all_bytes(const std::vector<OpCase>& cases, const Devic
 // The two runs of a case gave the same bytes (and neither threw).
 ::testing::AssertionResult same_run(const CaseRun& a, const CaseRun& b);
 
-// The case on `device` agrees with the reference within the case's tolerance.
-::testing::AssertionResult matches_reference(const OpCase& c, const Device& device);
+// The case on `device` agrees with the reference within the case's tolerance. With `refusal`
+// given, a device's declared refusal of the op or dtype (support/local_backends.h: is_refusal)
+// is not a failure: its message goes there instead.
+::testing::AssertionResult matches_reference(const OpCase& c, const Device& device,
+                                             std::string* refusal = nullptr);
 // Two results are identical: shape, dtype and every byte.
 ::testing::AssertionResult bit_identical(const DeviceResult& a, const DeviceResult& b);
 

@@ -231,7 +231,7 @@ TEST_P(Random, DropoutIsSeededAndTheSameEverywhere) {
   set_num_threads(before);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, Random, ::testing::ValuesIn(test_devices()),
+INSTANTIATE_TEST_SUITE_P(Devices, Random, ::testing::ValuesIn(complete_test_devices()),
                          [](const ::testing::TestParamInfo<DeviceFactory>& info) {
                            return info.param.name;
                          });

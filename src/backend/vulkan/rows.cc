@@ -1,0 +1,100 @@
+// Softmax, log_softmax and layer_norm through one shader (shaders/rows.comp): a workgroup per
+// row. f32 compute (f16 and bf16 as storage); f64 is refused (GLSL has no double exp, and this
+// backend keeps layer_norm's statistics in f32).
+#include <algorithm>
+
+#include "backend/vulkan/kernels.h"
+
+namespace tw::vk {
+
+Result<const VkTensor*> Kernels::dense(const VkTensor& t, VkTensor& keep) {
+  if (t.contiguous()) return &t;
+  TW_ASSIGN_OR_RETURN(keep, contiguous(t));
+  return &keep;
+}
+
+namespace {
+constexpr int32_t kSoftmax = 0, kLogSoftmax = 1, kLayerNorm = 2;
+}  // namespace
+
+Result<VkTensor> Kernels::run(const ir::Softmax& op) {
+  TW_ASSIGN_OR_RETURN(const VkTensor* x0, in(op.x));
+  const std::string name = op.log ? "log_softmax" : "softmax";
+  if (x0->dtype == kF64) {
+    return unsupported_dtype(name, kF64, device(), "GLSL has no double-precision exp");
+  }
+  VkTensor keep;
+  TW_ASSIGN_OR_RETURN(const VkTensor* x, dense(*x0, keep));
+  const int64_t rank = static_cast<int64_t>(x->shape.size());
+  const int64_t dim = rank == 0 ? 0 : (op.dim < 0 ? op.dim + rank : op.dim);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x->shape[d];
+  for (int64_t d = dim + 1; d < rank; ++d) inner *= x->shape[d];
+  const int64_t len = rank == 0 ? 1 : x->shape[dim];
+  RowsParams p;
+  p.rows = static_cast<uint32_t>(outer * inner);
+  p.len = static_cast<uint32_t>(len);
+  p.inner = static_cast<uint32_t>(inner);
+  TW_ASSIGN_OR_RETURN(VkTensor out, fresh(out_meta()));
+  if (out.numel() == 0) return out;
+  const std::vector<int32_t> spec = {op.log ? kLogSoftmax : kSoftmax,
+                                     static_cast<int32_t>(x->dtype), 0, 0};
+  // x's offset: a contiguous view may start inside its buffer.
+  if (x->offset != 0) {
+    TW_ASSIGN_OR_RETURN(keep, contiguous(*x));
+    x = &keep;
+  }
+  TW_RETURN_NOT_OK(ctx_->dispatch("rows", false, spec, {{out.storage.get()}, {x->storage.get()}},
+                                  &p, sizeof p, std::min<uint32_t>(p.rows, 65535)));
+  return out;
+}
+
+Result<VkTensor> Kernels::run(const ir::LayerNorm& op) {
+  TW_ASSIGN_OR_RETURN(const VkTensor* x0, in(op.x));
+  if (x0->dtype == kF64) {
+    return unsupported_dtype("layer_norm", kF64, device(),
+                             "this backend computes layer_norm's statistics in f32 only");
+  }
+  VkTensor kx, kw, kb;
+  TW_ASSIGN_OR_RETURN(const VkTensor* x, dense(*x0, kx));
+  if (x->offset != 0) {
+    TW_ASSIGN_OR_RETURN(kx, contiguous(*x));
+    x = &kx;
+  }
+  const VkTensor* w = nullptr;
+  const VkTensor* b = nullptr;
+  // Weight and bias are read at [0, len): made contiguous from offset 0.
+  auto flat = [&](const ir::In& id, VkTensor& keep) -> Result<const VkTensor*> {
+    TW_ASSIGN_OR_RETURN(const VkTensor* t, in(id));
+    if (t->contiguous() && t->offset == 0) return t;
+    TW_ASSIGN_OR_RETURN(keep, contiguous(*t));
+    return &keep;
+  };
+  if (op.weight.id != 0) {
+    TW_ASSIGN_OR_RETURN(w, flat(op.weight, kw));
+  }
+  if (op.bias.id != 0) {
+    TW_ASSIGN_OR_RETURN(b, flat(op.bias, kb));
+  }
+  int64_t len = 1;
+  const int64_t rank = static_cast<int64_t>(x->shape.size());
+  for (int64_t d = rank - op.normalized_dims; d < rank; ++d) len *= x->shape[d];
+  RowsParams p;
+  p.rows = static_cast<uint32_t>(len == 0 ? 0 : x->numel() / len);
+  p.len = static_cast<uint32_t>(len);
+  p.inner = 1;
+  p.eps = static_cast<float>(op.eps);
+  TW_ASSIGN_OR_RETURN(VkTensor out, fresh(out_meta()));
+  if (out.numel() == 0) return out;
+  const std::vector<int32_t> spec = {kLayerNorm, static_cast<int32_t>(x->dtype), w ? 1 : 0,
+                                     b ? 1 : 0};
+  std::vector<Binding> bindings = {{out.storage.get()},
+                                   {x->storage.get()},
+                                   {w ? w->storage.get() : nullptr},
+                                   {b ? b->storage.get() : nullptr}};
+  TW_RETURN_NOT_OK(ctx_->dispatch("rows", false, spec, bindings, &p, sizeof p,
+                                  std::min<uint32_t>(p.rows, 65535)));
+  return out;
+}
+
+}  // namespace tw::vk

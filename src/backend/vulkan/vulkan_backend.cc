@@ -1,0 +1,111 @@
+// The vulkan backend's executor: a table of VkTensors (table_backend.h), the dispatch of each op
+// it runs to its kernel (kernels.h), reads, and the module's entry (backend/module.h). An op it
+// has no kernel for is refused by supports() (TableBackend names op and device); a dtype or case
+// a kernel does not run is refused by the kernel (unsupported_dtype). Nothing runs on the host
+// in the device's place.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/module.h"
+#include "backend/vulkan/kernels.h"
+
+namespace tw::vk {
+namespace {
+
+template <class Op>
+constexpr bool kHasKernel = requires(const Op& op, Kernels& k) {
+  k.run(op);
+};
+
+class VulkanBackend final : public TableBackend<VkTensor> {
+ public:
+  explicit VulkanBackend(Context* ctx)
+      : ctx_(ctx), name_("vulkan:" + std::to_string(ctx->ordinal())), kernels_(ctx, name_, this) {}
+  std::string name() const override { return name_; }
+  DeviceKind kind() const override { return DeviceKind::kLocal; }
+  bool supports(ir::OpCode code) override { return kernel_codes()[static_cast<size_t>(code)]; }
+  uint64_t device_dispatches() const override { return ctx_->dispatches(); }
+  bool counts_dispatches() const override { return true; }
+  std::optional<DebugLayer> debug_layer() const override {
+    if (!ctx_->validation_enabled()) return std::nullopt;
+    return DebugLayer{"VK_LAYER_KHRONOS_validation", ctx_->validation_messages(),
+                      ctx_->last_validation_message()};
+  }
+  Status sync() override { return ctx_->sync(); }
+
+  Result<TensorData> read(ir::TensorId id) override {
+    TW_ASSIGN_OR_RETURN(const VkTensor* t, tensor(id));
+    TensorData d;
+    d.meta = t->meta();
+    const uint64_t es = dtype_size(t->dtype);
+    const uint64_t n = static_cast<uint64_t>(t->numel()) * es;
+    if (n == 0) return d;
+    if (t->contiguous()) {
+      TW_ASSIGN_OR_RETURN(d.bytes, ctx_->download(*t->storage, t->offset * es, n));
+      return d;
+    }
+    TW_ASSIGN_OR_RETURN(VkTensor dense, kernels_.contiguous(*t));
+    TW_ASSIGN_OR_RETURN(d.bytes, ctx_->download(*dense.storage, 0, n));
+    return d;
+  }
+
+ protected:
+  Result<std::vector<VkTensor>> run(const ir::Op& op,
+                                    const std::vector<TensorMeta>& metas) override {
+    kernels_.set_metas(&metas);
+    Result<VkTensor> r = std::visit(
+        [&](const auto& o) -> Result<VkTensor> {
+          using O = std::decay_t<decltype(o)>;
+          if constexpr (kHasKernel<O>) {
+            return kernels_.run(o);
+          } else {
+            return unsupported_op(ir::op_name(op), name_);
+          }
+        },
+        op);
+    kernels_.set_metas(nullptr);
+    if (!r.ok()) return r.status();
+    std::vector<VkTensor> v;
+    v.push_back(std::move(r).value());
+    return v;
+  }
+
+ private:
+  // Which op codes have a kernel here (Kernels::run overloads), from the op list.
+  static const std::vector<bool>& kernel_codes() {
+    static const std::vector<bool> codes = [] {
+      std::vector<bool> v(256, false);
+#define TW_VK_CODE(Name, code, since) v[code] = kHasKernel<ir::Name>;
+      TW_OP_LIST(TW_VK_CODE)
+#undef TW_VK_CODE
+      return v;
+    }();
+    return codes;
+  }
+
+  Context* ctx_;
+  std::string name_;
+  Kernels kernels_;
+};
+
+}  // namespace
+}  // namespace tw::vk
+
+// The module's entry (backend/module.h): device `ordinal` of the Vulkan devices this machine has.
+extern "C" tw::Backend* tw_backend_create(int ordinal, char* error, size_t error_size) {
+  auto fail = [&](const std::string& why) -> tw::Backend* {
+    if (error_size > 0) {
+      const size_t n = std::min(why.size(), error_size - 1);
+      std::memcpy(error, why.data(), n);
+      error[n] = '\0';
+    }
+    return nullptr;
+  };
+  try {
+    tw::Result<tw::vk::Context*> ctx = tw::vk::Context::get(ordinal);
+    if (!ctx.ok()) return fail(ctx.status().message());
+    return new tw::vk::VulkanBackend(*ctx);
+  } catch (const std::exception& e) {
+    return fail(std::string("the vulkan backend could not be created: ") + e.what());
+  }
+}

@@ -1,0 +1,78 @@
+// The local backends every device-parameterised suite runs on, taken from the registry
+// (backend/registry.h): a backend that registers itself (cpu, torch, vulkan, a later cuda) is
+// tested by the op table, the autograd gradchecks and the graph suite with no test edit.
+//
+// Each backend's device 0 is probed once per binary. A device that cannot be made (a Vulkan
+// build on a machine without a Vulkan driver) is listed with the reason, and the suites skip its
+// cases with that reason; under CI=true they fail instead, so that CI cannot pass by skipping
+// (CI installs lavapipe, a Vulkan device on the CPU).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend/registry.h"
+#include "tensorwire/device.h"
+
+namespace tw::testing {
+
+struct LocalBackend {
+  std::string name;         // "torch", "vulkan": test names use it
+  std::string spec;         // "torch", "vulkan:0"
+  std::string unavailable;  // why device 0 cannot be made ("": it can)
+  bool complete = false;    // it runs every op of the IR (it declares none unsupported)
+};
+
+// Every registered backend but cpu (every suite's first device) and test-only ones.
+inline const std::vector<LocalBackend>& local_backends() {
+  static const std::vector<LocalBackend> v = [] {
+    std::vector<LocalBackend> out;
+    for (const std::string& name : backend_names()) {
+      if (name == "cpu" || name.rfind("test-", 0) == 0) continue;
+      LocalBackend b{name, DeviceSpec{name, 0}.str(), ""};
+      Result<std::unique_ptr<Backend>> made = make_backend(b.spec);
+      if (!made.ok()) {
+        b.unavailable = made.status().message();
+      } else {
+        b.complete = true;
+        for (int code = 1; code <= ir::kNumOps; ++code)
+          b.complete &= (*made)->supports(static_cast<ir::OpCode>(code));
+      }
+      out.push_back(std::move(b));
+    }
+    return out;
+  }();
+  return v;
+}
+
+inline const LocalBackend* local_backend_named(const std::string& name) {
+  for (const LocalBackend& b : local_backends()) {
+    if (b.name == name) return &b;
+  }
+  return nullptr;
+}
+
+inline bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && std::string(ci) == "true";
+}
+
+// Skips the test (fails it under CI=true) when `reason` is not empty.
+#define TW_SKIP_IF_UNAVAILABLE(reason)                                                 \
+  do {                                                                                 \
+    const std::string tw_reason_ = (reason);                                           \
+    if (!tw_reason_.empty()) {                                                         \
+      if (::tw::testing::in_ci()) FAIL() << "CI=true and the device is missing: " << tw_reason_; \
+      GTEST_SKIP() << tw_reason_;                                                      \
+    }                                                                                  \
+  } while (0)
+
+// Whether an error is a device's declared refusal of an op or dtype (table_backend.h's
+// unsupported_op, unsupported_dtype): it names the op and says "not supported by the".
+inline bool is_refusal(const std::string& message) {
+  return message.find("not supported by the ") != std::string::npos;
+}
+
+}  // namespace tw::testing
