@@ -33,7 +33,8 @@ _remotes = {}  # (url, index, credential, ca, fingerprint) -> Device: one sessio
 
 
 def device(spec=None, index=None, *, credential="", tls_ca_file="", tls_fingerprint=""):
-    """A tw.Device from a Device or a string, as torch.device: 'cpu' (also 'cpu:0'), 'torch', or
+    """A tw.Device from a Device or a string, as torch.device: 'cpu' (also 'cpu:0'), 'torch',
+    another registered backend's spec ('vulkan:0'), or
     a server's URL ('tcp://host:port', 'tls://host:port', 'unix:///path', optionally with the
     device index after '#': 'tcp://host:7070#1'; also what str(device) prints,
     'remote(tcp://host:7070, 1)'). The same URL, index and options give the same Device (one
@@ -71,9 +72,12 @@ def device(spec=None, index=None, *, credential="", tls_ca_file="", tls_fingerpr
         return Device.cpu()
     if name == "torch" and idx in ("", "0") and index in (None, 0):
         return Device.torch()
-    raise Error(f"device: unknown device string '{spec}': expected 'cpu', 'torch', or a "
-                f"server URL 'tcp://host:port', 'tls://host:port', 'unix:///path' (optionally "
-                f"'#index'); a GPU is reached through a server hosting it")
+    if index is not None:
+        if idx:
+            raise Error(f"device: '{spec}' names ordinal {idx} and index={index} is given too")
+        s = f"{name}:{index}"
+    # Any other backend the registry knows ('vulkan:0', ...); its refusal names what is missing.
+    return Device.local(s)
 
 
 Device.type = property(lambda d: d.kind, doc="As torch.device.type: 'cpu', 'remote', ...")

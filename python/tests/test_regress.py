@@ -52,3 +52,19 @@ def test_negative_index_tensors_were_refused(device):
     assert x[tw.tensor([-3, 2], device=device)].tolist() == [[1.0, 2.0], [5.0, 6.0]]
     with pytest.raises(tw.Error, match=r"index -4 out of range for dim 0 of size 3"):
         x[tw.tensor([-4], device=device)].tolist()
+
+
+# Found by the differential fuzzer (tests/difffuzz): gradients that hid a NaN PyTorch gives.
+def test_relu_gradient_was_zero_at_a_nan_input(device):
+    x = tw.tensor([float("nan"), -1.0, 2.0], device=device, requires_grad=True)
+    x.relu().sum().backward()
+    assert x.grad.tolist() == [1.0, 0.0, 1.0]  # torch: threshold_backward passes g at NaN
+
+
+def test_pow_gradient_dropped_a_nan_upstream_gradient(device):
+    y = tw.tensor([2.0], device=device, requires_grad=True)
+    (tw.zeros(1, device=device).pow(y) * float("nan")).sum().backward()
+    assert math.isnan(y.grad.tolist()[0])  # torch: [nan]
+    b = tw.tensor([3.0], device=device, requires_grad=True)
+    (b.pow(tw.zeros(1, device=device)) * float("nan")).sum().backward()
+    assert math.isnan(b.grad.tolist()[0])

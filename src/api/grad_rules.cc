@@ -151,11 +151,12 @@ struct Rules {
         return [y](const Tensor& g) -> Grads { return {g * (y * (1.0 - y))}; };
       }
       case K::kRelu: {
-        // g * (y > 0): a multiply by the bool mask is several times faster than a masked_fill
-        // or where on the CPU (no data-dependent branch). Unlike PyTorch, a NaN or inf in g
-        // where y <= 0 gives NaN there rather than 0.
+        // g * !(y <= 0): a multiply by the bool mask is several times faster than a
+        // masked_fill or where on the CPU (no data-dependent branch). As PyTorch's
+        // threshold_backward, a NaN input passes g (NaN <= 0 is false). Unlike PyTorch, a NaN or
+        // inf in g where y <= 0 gives NaN there rather than 0.
         Tensor y = r.saved_out();
-        return [y](const Tensor& g) -> Grads { return {g * y.gt(0)}; };
+        return [y](const Tensor& g) -> Grads { return {g * y.le(0).logical_not()}; };
       }
       case K::kGelu:  // d/dx x * Phi(x) = Phi(x) + x * phi(x)
         return [x](const Tensor& g) -> Grads {
@@ -218,11 +219,12 @@ struct Rules {
         Tensor y = nb ? r.saved_out() : Tensor();
         return [=](const Tensor& g) -> Grads {
           Grads out(2);
-          // As PyTorch: an exponent of 0 gives 0 (not 0 * inf), and so does a base of 0 for
-          // the exponent's gradient when the exponent is >= 0.
-          if (na) out[0] = sum_to((g * b * a.pow(b - 1.0)).masked_fill(b.eq(0), 0), as);
+          // As PyTorch: an exponent of 0 gives a partial of 0 (not 0 * inf), and so does a base
+          // of 0 for the exponent's partial when the exponent is >= 0. The partial is masked
+          // before g multiplies it, so a NaN in g still gives NaN there, as in PyTorch.
+          if (na) out[0] = sum_to(g * (b * a.pow(b - 1.0)).masked_fill(b.eq(0), 0), as);
           if (nb)
-            out[1] = sum_to((g * y * a.log()).masked_fill(a.eq(0).logical_and(b.ge(0)), 0), bs);
+            out[1] = sum_to(g * (y * a.log()).masked_fill(a.eq(0).logical_and(b.ge(0)), 0), bs);
           return out;
         };
       }

@@ -44,54 +44,16 @@ OP_TOLERANCE = {"layer_norm": 300}
 COMPOUND = {"matmul", "attention", "layer_norm", "softmax", "log_softmax", "reduce", "cumsum"}
 
 # ======================================= known bugs ============================================
-# Bugs already filed (issue 52 section 2) whose fixes are in flight on other branches. A mismatch
-# of one of the listed kinds in a program with an op the predicate matches is counted under the
-# bug's key, not as a finding; "avoid" ones (crashes, which would end the worker) are not drawn
-# at all. Empty this table entry by entry as the fixes merge: each then becomes a live check.
+# Bugs found and not yet fixed. A mismatch of one of the listed kinds in a program with an op the
+# predicate matches is counted under the bug's key, not as a finding; "avoid" ones (crashes,
+# which would end the worker) are not drawn at all. Empty this table entry by entry as the fixes
+# land: each then becomes a live check.
 #   predicate(op, ins): op is the op's dict, ins the PyTorch values of its inputs.
 
 
-def _reduce_no_dim_keepdim(op, ins):
-    return op["k"] == "reduce" and op["p"]["dim"] is None and op["p"]["keepdim"]
-
-
-def _prod_has_zero(op, ins):
-    return op["k"] == "reduce" and op["p"]["fn"] == "prod" and bool((ins[0] == 0).any())
-
-
-def _maxmin(op, ins):
-    return op["k"] == "reduce" and op["p"]["fn"] in ("max", "min")
-
-
-def _attention_nonfinite(op, ins):
-    return op["k"] == "attention" and any(
-        t.is_floating_point() and not bool(t.isfinite().all()) for t in ins)
-
-
-def _negative_index(op, ins):
-    return op["k"] == "index" and bool((ins[1] < 0).any())
-
-
-def _reduce_dim_0d_grad(op, ins):
-    return (op["k"] == "reduce" and op["p"]["fn"] == "mean" and op["p"]["dim"] is not None and
-            ins[0].dim() == 0 and ins[0].requires_grad)
-
-
 KNOWN_BUGS = {
-    # issue 52 §2: SIGSEGV in Rules::operator()(ir::Reduce) for x.mean(0) on a 0-d x with grad
-    # (avoid: never drawn, the predicate sees the generator's PyTorch values).
-    "reduce_dim_on_0d_crash": dict(pred=_reduce_dim_0d_grad, kinds=(), avoid=True),
-    # issue 52 §2: keepdim=True ignored when dim is None (sum, mean, prod, max, min, argmax...).
-    "keepdim_ignored_without_dim": dict(pred=_reduce_no_dim_keepdim, kinds="*", avoid=False),
-    # issue 52 §2: prod's gradient is NaN at a zero element.
-    "prod_grad_nan_at_zero": dict(pred=_prod_has_zero, kinds=("grad", "grad_nonfinite"),
-                                  avoid=False),
-    # issue 52 §2: max/min's gradient spreads a NaN/inf upstream gradient to unselected elements.
-    "maxmin_grad_spreads_nan": dict(pred=_maxmin, kinds=("grad", "grad_nonfinite"), avoid=False),
-    # issue 52 §2: attention turns NaN/inf scores into 0.
-    "attention_hides_nan": dict(pred=_attention_nonfinite, kinds="*", avoid=False),
-    # issue 52 §2: negative index tensors are refused.
-    "negative_index_refused": dict(pred=_negative_index, kinds=("tw_refuses",), avoid=False),
+    # Fixed, with a regression test each (tests/regress, python/tests/test_regress.py): the
+    # six of issue 52 §2, and pow's and relu's gradients at a NaN (found by this fuzzer).
     # NEW (found by this fuzzer, reported with issue 52 §4): attention's backward spreads a NaN
     # upstream gradient to keys that the query does not attend (causal or masked), where PyTorch
     # gives a finite gradient: q = k = [[1], [2]], v = [[-1], [2]], causal,
@@ -106,20 +68,6 @@ KNOWN_BUGS = {
         pred=lambda op, ins: op["k"] == "reduce" and op["p"]["fn"] == "prod" and
         ins[0].dim() == 0 and bool(ins[0].isinf().any()), kinds=("grad", "grad_nonfinite"),
         avoid=False),
-    # NEW (found by this fuzzer): pow's gradients drop a NaN upstream gradient where the partial
-    # derivative is taken as 0 (src/api/grad_rules.cc masks g * partial, PyTorch masks the partial
-    # and then multiplies): y = tw.tensor([2.], requires_grad=True);
-    # (tw.zeros(1).pow(y) * nan).sum().backward() gives y.grad [0], PyTorch [nan].
-    "pow_grad_hides_nan": dict(
-        pred=lambda op, ins: op["k"] == "binary" and op["p"]["fn"] == "pow" and bool(
-            (ins[0] == 0).any() or (ins[1] == 0).any()), kinds=("grad", "grad_nonfinite"),
-        avoid=False),
-    # NEW (found by this fuzzer): relu's gradient at a NaN input is 0; PyTorch passes the
-    # upstream gradient (threshold_backward: 0 only where x <= 0): x = tw.tensor(nan,
-    # requires_grad=True); x.relu().backward() gives x.grad 0, PyTorch 1.
-    "relu_grad_zero_at_nan": dict(
-        pred=lambda op, ins: op["k"] == "unary" and op["p"]["fn"] == "relu" and bool(
-            ins[0].isnan().any()), kinds=("grad", "grad_nonfinite"), avoid=False),
 }
 
 

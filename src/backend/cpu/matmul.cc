@@ -58,6 +58,7 @@ struct MatMulPrimitive {
   dnnl::primitive prim;
   dnnl::memory::desc a_md, b_md, c_md, scratchpad;
   bool reference = false;  // oneDNN fell back to its slow reference kernel
+  bool brgemm = false;     // the kernel is brgemm (AVX-512 and up), whose k order is fixed
   // With b_blocked: b is first reordered to the blocked layout the kernel chose (b_blocked's
   // desc), then the primitive reads that.
   std::optional<DnnlReorder> b_reorder;
@@ -128,6 +129,70 @@ dnnl::memory::desc operand_md(const Shape& batch, const Strides& bs, int64_t row
   return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
 }
 
+// oneDNN's brgemm kernel sums over k in one order whatever its thread count; the gemm:jit kernel
+// it takes on a CPU without AVX-512 splits k across threads when it has several, so its sums
+// would depend on the thread count (1 vs 2 threads differed in the last bits of 59 of 64
+// elements of a [8, 65536] x [65536, 8] product). There the product runs as a grid of tiles fixed
+// by the shape alone, each a single-threaded primitive over the whole k, the tiles spread over
+// the threads: the same bytes at any thread count.
+constexpr int64_t kTileTasks = 16;  // tasks a product is cut into: enough for 16 threads
+constexpr int64_t kMinTileRows = 32, kMinTileCols = 64;
+
+int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+Status matmul_tiles(const Operand& a, const Operand& b, CpuTensor& out, const Shape& batch,
+                    const Strides& as, const Strides& bs, const Strides& cs, int64_t rows,
+                    int64_t k, int64_t m) {
+  const int64_t batches = numel(batch);
+  const int64_t per_batch = std::max<int64_t>(1, (kTileTasks + batches - 1) / batches);
+  const int64_t row_tiles = std::clamp<int64_t>(per_batch, 1, (rows + kMinTileRows - 1) / kMinTileRows);
+  const int64_t col_tiles = std::clamp<int64_t>((per_batch + row_tiles - 1) / row_tiles, 1,
+                                                (m + kMinTileCols - 1) / kMinTileCols);
+  const int64_t tr = round_up((rows + row_tiles - 1) / row_tiles, 8);
+  const int64_t tc = round_up((m + col_tiles - 1) / col_tiles, 16);
+  const int64_t nr = (rows + tr - 1) / tr, nc = (m + tc - 1) / tc;
+  // The (at most four) tile shapes' primitives, made for one thread.
+  auto tile = [&](int64_t h, int64_t w) {
+    const std::vector<int64_t> key = {-1, h, k, w, a.rs, a.cs, b.rs, b.cs, m};
+    return matmul_cache().get(key, "matmul", [&] {
+      const DnnlThreadsFor one_thread(0);
+      MatMulPrimitive p;
+      p.a_md = operand_md({}, {}, h, k, a.rs, a.cs);
+      p.b_md = operand_md({}, {}, k, w, b.rs, b.cs);
+      p.c_md = operand_md({}, {}, h, w, m, 1);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a_md, p.b_md, p.c_md), dnnl_attr(),
+                                      dnnl_engine());
+      p.scratchpad = pd.scratchpad_desc();
+      p.prim = dnnl::matmul(pd);
+      return p;
+    });
+  };
+  const int64_t last_r = rows - (nr - 1) * tr, last_c = m - (nc - 1) * tc;
+  std::shared_ptr<const MatMulPrimitive> prims[2][2];
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      TW_ASSIGN_OR_RETURN(prims[i][j], tile(i ? last_r : tr, j ? last_c : tc));
+    }
+  }
+  std::vector<int64_t> aoff(batches), boff(batches), coff(batches);
+  StridedIter<3> it(batch, {as, bs, cs});
+  for (int64_t i = 0; i < batches; ++i, it.next()) {
+    aoff[i] = it.off[0];
+    boff[i] = it.off[1];
+    coff[i] = it.off[2];
+  }
+  return dnnl_parallel_chunks("matmul", batches * nr * nc, [&](int64_t task) -> Status {
+    const int64_t bi = task / (nr * nc), ri = task / nc % nr, ci = task % nc;
+    const MatMulPrimitive& p = *prims[ri + 1 == nr][ci + 1 == nc];
+    const DnnlThreadsFor one_thread(0);  // the tile's kernel runs on this thread alone
+    dnnl::memory am(p.a_md, dnnl_engine(), a.t.data<float>() + aoff[bi] + ri * tr * a.rs);
+    dnnl::memory bm(p.b_md, dnnl_engine(), b.t.data<float>() + boff[bi] + ci * tc * b.cs);
+    dnnl::memory cm(p.c_md, dnnl_engine(), out.data<float>() + coff[bi] + ri * tr * m + ci * tc);
+    return dnnl_run("matmul", p.prim, p.scratchpad,
+                    {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  });
+}
+
 Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, int64_t m) {
   const Shape out_batch(out.shape.begin(), out.shape.end() - 2);
   for (int attempt = 0;; ++attempt) {
@@ -185,6 +250,7 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a_md, block_b ? any_b : p.b_md, p.c_md),
                                       dnnl_attr(), dnnl_engine());
       p.reference = std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+      p.brgemm = std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
       p.scratchpad = pd.scratchpad_desc();
       p.prim = dnnl::matmul(pd);
       if (block_b) {
@@ -197,6 +263,9 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
     TW_RETURN_NOT_OK(made.status());
     const MatMulPrimitive& p = **made;
     if (p.reference && attempt == 0) continue;
+    if (!p.brgemm && numel(batch) * rows * k * m >= kDnnlSerialMacs) {
+      return matmul_tiles(a, b, out, batch, as, bs, cs, rows, k, m);
+    }
     const Shape outer_shape(batch.begin(), batch.begin() + outer);
     const Strides oas(as.begin(), as.begin() + outer), obs(bs.begin(), bs.begin() + outer);
     const Strides ocs(cs.begin(), cs.begin() + outer);
