@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages needed to build and test tensorwire, and nothing else.
 #   scripts/bootstrap.sh                    the build and test toolchain (what `make test` needs)
 #   scripts/bootstrap.sh PKG...             that list plus PKG... (bench/compare_torch.sh adds
-#                                           python3-torch python3-numpy)
+#                                           python3-torch python3-numpy; the bench scripts with a
+#                                           PyTorch side add python3-threadpoolctl)
 # Fast when everything is present: one dpkg-query, no network. Only when something is
 # missing does it run `apt-get update` once and install the missing packages (as root), so it
 # works on a fresh Debian 12 that reaches only Debian's mirror. Prints one line either way.
