@@ -6,7 +6,7 @@
 #   make install PREFIX=/opt/tw (cmake --install: library, headers, programs, CMake and
 #   pkg-config packages, systemd unit)   make install-python (the Python package into the
 #   user's site-packages)   make bench-python   make bench-graph
-#   make bench-lm    make chaos    make diff-fuzz (random programs against PyTorch, 10 minutes)
+#   make bench-lm    make bench-lowp    make chaos    make diff-fuzz (random programs against PyTorch, 10 minutes)
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -33,7 +33,7 @@ PYTHON     ?= /usr/bin/python3
 # Where `make install` installs (DESTDIR, as usual, stages it elsewhere).
 PREFIX     ?= /usr/local
 
-.PHONY: all build reconfigure-if-new run test diff-fuzz bench bench-train chaos bench-remote bench-graph bench-python bench-onnx bench-net bench-lm install install-python \
+.PHONY: all build reconfigure-if-new run test diff-fuzz bench bench-train chaos bench-remote bench-graph bench-python bench-onnx bench-net bench-lm bench-lowp install install-python \
         asan tsan fuzz \
         format format-check clean bootstrap
 .DEFAULT_GOAL := build
@@ -107,6 +107,10 @@ bench-onnx:
 # The character-level GPT against PyTorch: step time, generation, loss agreement (bench/lm_bench.sh).
 bench-lm:
 	bash bench/lm_bench.sh
+
+# bf16 matmul against f32 and the bf16 FMA peak (bench/lowp_bench.sh; docs/lowp.md).
+bench-lowp:
+	bash bench/lowp_bench.sh
 
 bench-python: build
 	PYTHONPATH=$(BUILD)/python $(PYTHON) bench/python_bench.py --build $(BUILD)

@@ -127,7 +127,9 @@ def main():
         f"{datetime.date.today()}, commit {commit}; {ctx.get('num_cpus', '?')} CPUs at "
         f"{ctx.get('mhz_per_cpu', '?')} MHz; tensorwire threads {ctx.get('tw_threads', '?')}, "
         f"torch {meta.get('torch', '?')} threads {meta.get('threads', '?')} "
-        f"(BLAS {os.path.basename(meta.get('blas', '?'))}); "
+        f"(BLAS {os.path.basename(meta.get('blas', '?'))}: "
+        f"{meta.get('blas_kernel', 'kernel not reported')}, OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE "
+        "unset for PyTorch); "
         f"load average at the end {load}.",
         f"Times in ms (lower is better): each side's median over {len(rounds)} rounds of the "
         "median of its repetitions. In each round the sides of a workload run back to back "

@@ -52,7 +52,9 @@ class TorchServer:
     """A torch_kernels.py --serve process: one workload name in, one result line out."""
 
     def __init__(self, python, threads, env_extra):
-        env = dict(os.environ, **env_extra)
+        # OpenBLAS's handicap variables are unset for PyTorch alone (bench/blas_info.py).
+        env = {k: v for k, v in dict(os.environ, **env_extra).items()
+               if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
         self.proc = subprocess.Popen(
             [python, os.path.join(HERE, "torch_kernels.py"), "--serve", "--threads", str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -85,12 +87,14 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3")
     ap.add_argument("--tuned-env", default="", help="GLIBC_TUNABLES for the tuned torch side")
     ap.add_argument("--results", required=True)
+    ap.add_argument("--filter", default="", help="only the workloads whose name contains this")
     args = ap.parse_args()
 
     binary = os.path.join(args.build, "bench", "tw_bench_kernels")
     # Google Benchmark lists "add_f32_16M/process_time/real_time"; the workload is the first part.
     listed = [n.split("/")[0] for n in subprocess.run(
         [binary, "--benchmark_list_tests"], capture_output=True, text=True, check=True).stdout.split()]
+    listed = [n for n in listed if args.filter in n]
     have_tw_torch = subprocess.run([binary, "--benchmark_list_tests"], capture_output=True,
                                    env=dict(os.environ, TW_BENCH_DEVICE="torch")).returncode == 0
     if not have_tw_torch:
@@ -99,6 +103,7 @@ def main():
 
     plain = TorchServer(args.python, args.threads, {})
     tuned = TorchServer(args.python, args.threads, {"GLIBC_TUNABLES": args.tuned_env})
+    print(f"== PyTorch's BLAS: {plain.meta.get('blas_kernel', '?')}", flush=True)
     context = {}
 
     def tw_cpu(name):

@@ -13,8 +13,10 @@
 #      2x within a minute, so each ratio is taken within a round, seconds apart,
 #   4. prints the comparison table (bench/compare_table.py: medians over rounds) and writes it to
 #      bench/results/kernels.md.
-# Both sides use $THREADS threads (default 2). OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are left as
-# the environment has them.
+# FILTER=TEXT runs only the workloads whose name contains TEXT (the table is printed, not written).
+# Both sides use $THREADS threads (default 2). OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for
+# the PyTorch processes alone (bench/compare_torch.py; bench/blas_info.py prints which OpenBLAS
+# kernel they then run).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,9 +29,8 @@ TORCH_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.tri
 
 # Debian's torch does its GEMMs through libblas.so.3, which is the unoptimised reference BLAS
 # unless an optimised one provides that alternative; without OpenBLAS the matmul anchor would be
-# tens of times too slow to mean anything. (OpenBLAS reads OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE from the
-# environment; they are left alone.)
-scripts/bootstrap.sh python3-torch python3-numpy libopenblas0-pthread
+# tens of times too slow to mean anything. threadpoolctl reports which OpenBLAS kernel torch runs.
+scripts/bootstrap.sh python3-torch python3-numpy libopenblas0-pthread python3-threadpoolctl
 
 source bench/build_release.sh
 build_release compare_torch tw_bench_kernels
@@ -48,9 +49,11 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 $PY bench/compare_torch.py --build "$BUILD" --threads "$THREADS" --rounds "$ROUNDS" \
-  --repetitions "$REPETITIONS" --tuned-env "$TORCH_TUNABLES" --results "$out/results.json"
+  --repetitions "$REPETITIONS" --tuned-env "$TORCH_TUNABLES" --results "$out/results.json" \
+  --filter "${FILTER:-}"
 # The chip's f32 FMA peak on the same threads, right after: the ceiling the matmul rows sit under.
 peak=$("$BUILD/bench/tw_bench_fma_peak" --threads "$THREADS")
 mkdir -p bench/results
+# A run of some rows only (FILTER=name-part) leaves the table of record alone.
 $PY bench/compare_table.py --results "$out/results.json" --fma-peak "$peak" \
-  --out bench/results/kernels.md
+  --out "$([[ -n ${FILTER:-} ]] && echo "$out/kernels.md" || echo bench/results/kernels.md)"

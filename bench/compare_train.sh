@@ -20,7 +20,8 @@ ROUNDS=${ROUNDS:-20}
 STEPS=${STEPS:-50}
 PY=/usr/bin/python3
 
-scripts/bootstrap.sh python3-torch
+scripts/bootstrap.sh python3-torch python3-threadpoolctl
+source bench/torch_env.sh
 
 source bench/build_release.sh
 build_release compare_train tw_bench_train
@@ -35,10 +36,10 @@ echo "== tensorwire ($THREADS threads, $ROUNDS rounds of $STEPS steps)"
 # faults); each workload takes the faster of the two.
 export OPENBLAS_NUM_THREADS=$THREADS
 echo "== torch ($THREADS threads, as installed)"
-$PY bench/torch_train.py --threads "$THREADS" --rounds "$ROUNDS" --steps "$STEPS" | tee "$out/torch.jsonl"
+torch_py bench/torch_train.py --threads "$THREADS" --rounds "$ROUNDS" --steps "$STEPS" | tee "$out/torch.jsonl"
 echo "== torch ($THREADS threads, malloc tuned)"
 GLIBC_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296 \
-  $PY bench/torch_train.py --threads "$THREADS" --rounds "$ROUNDS" --steps "$STEPS" | tee -a "$out/torch.jsonl"
+  torch_py bench/torch_train.py --threads "$THREADS" --rounds "$ROUNDS" --steps "$STEPS" | tee -a "$out/torch.jsonl"
 
 mkdir -p bench/results
 $PY - "$out/tw.jsonl" "$out/torch.jsonl" bench/results/train.md <<'PYEOF'
@@ -57,7 +58,8 @@ names = {"mlp_b256": "MLP 64-512-512-10, batch 256", "cnn_b64": "digits CNN, bat
 lines = [
     f"Training step (forward, cross-entropy, backward, Adam), ms per step; "
     f"{datetime.date.today()}, load average {os.getloadavg()[0]:.2f}, torch {meta.get('torch', '?')} "
-    f"with {meta.get('threads', '?')} threads.",
+    f"with {meta.get('threads', '?')} threads; PyTorch's BLAS {meta.get('blas_kernel', '?')} "
+    "(OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for it).",
     "",
     "| workload | tw local | tw remote | remote / local (target <= 1.10) | tw local cpu | tw remote cpu "
     "| params identical | torch | local / torch (targets: CNN <= 1.0, MLP <= 0.52) |",

@@ -199,6 +199,85 @@ void bm_conv2d(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// ---- depthwise conv2d: x [n, c, hw, hw], w [c, 1, 3, 3], bias [c], groups c, padding 1 ----
+// MobileNet/EfficientNet layers (issue 53); forward, or forward and both gradients (bias on
+// PyTorch's side too). The check compares sampled outputs, d x and every d w with double sums.
+void bm_depthwise(benchmark::State& state, int64_t n, int64_t c, int64_t hw, bool backward) {
+  constexpr int64_t kK = 3, kPad = 1;
+  tw::manual_seed(kSeed);
+  tw::Tensor x = tw::randn({n, c, hw, hw}, tw::kF32, device());
+  tw::Tensor w = tw::randn({c, 1, kK, kK}, tw::kF32, device());
+  tw::Tensor bias = tw::randn({c}, tw::kF32, device());
+  tw::Tensor g = tw::randn({n, c, hw, hw}, tw::kF32, device());
+  if (backward) {
+    x.set_requires_grad();
+    w.set_requires_grad();
+  }
+  auto conv = [&] { return tw::conv2d(x, w, bias, {1, 1}, {kPad, kPad}, {1, 1}, c); };
+  auto step = [&] {
+    x.zero_grad();
+    w.zero_grad();
+    conv().backward(g);
+  };
+  auto check = [&] {
+    const std::vector<float> xv = x.to_vector<float>(), wv = w.to_vector<float>(),
+                             bv = bias.to_vector<float>(), gv = g.to_vector<float>();
+    const std::vector<float> yv = conv().to_vector<float>();
+    std::vector<float> dx, dwv;
+    if (backward) {
+      step();
+      dx = x.grad().to_vector<float>();
+      dwv = w.grad().to_vector<float>();
+    }
+    std::vector<double> want_dw(static_cast<size_t>(c * kK * kK), 0.0);
+    std::vector<double> mag_dw(want_dw.size(), 0.0);
+    const int64_t plane = hw * hw;
+    for (int64_t p = 0; p < n * c * plane; ++p) {
+      const int64_t ox = p % hw, oy = p / hw % hw, ch = p / plane % c;
+      double want = bv[ch], mag = std::abs(want), want_dx = 0, mag_dx = 0;
+      for (int64_t ky = 0; ky < kK; ++ky)
+        for (int64_t kx = 0; kx < kK; ++kx) {
+          const int64_t wi = ch * kK * kK + ky * kK + kx, row0 = p - ox - oy * hw;
+          // d x at p: the outputs whose window holds p (the kernel turned around).
+          const int64_t gy = oy - ky + kPad, gx = ox - kx + kPad;
+          if (gy >= 0 && gy < hw && gx >= 0 && gx < hw) {
+            const double t = double{gv[row0 + gy * hw + gx]} * wv[wi];
+            want_dx += t;
+            mag_dx += std::abs(t);
+          }
+          const int64_t iy = oy + ky - kPad, ix = ox + kx - kPad;
+          if (iy < 0 || iy >= hw || ix < 0 || ix >= hw) continue;
+          const int64_t xi = row0 + iy * hw + ix;
+          want += double{xv[xi]} * wv[wi];
+          mag += std::abs(double{xv[xi]} * wv[wi]);
+          want_dw[wi] += double{gv[p]} * xv[xi];
+          mag_dw[wi] += std::abs(double{gv[p]} * xv[xi]);
+        }
+      if (p % 97 == 0)
+        expect_near(yv[p], want, 1e-5 * mag + 1e-6, "depthwise y " + std::to_string(p));
+      if (backward && p % 89 == 0)
+        expect_near(dx[p], want_dx, 1e-5 * mag_dx + 1e-6, "depthwise d x " + std::to_string(p));
+    }
+    for (size_t i = 0; backward && i < want_dw.size(); ++i)
+      expect_near(dwv[i], want_dw[i], 1e-5 * mag_dw[i] + 1e-6,
+                  "depthwise d w " + std::to_string(i));
+  };
+  if (backward) {
+    run_checked(state, check, [&] {
+      step();
+      x.grad().device().sync();
+    });
+  } else {
+    run_checked(state, check, [&] {
+      tw::Tensor y = conv();
+      y.device().sync();
+    });
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter((backward ? 3.0 : 1.0) * 2.0 * n * c * hw * hw * kK * kK * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // ---- add, exp, sum over 16M f32 ----
 void bm_add(benchmark::State& state) {
   tw::manual_seed(kSeed);
@@ -477,6 +556,14 @@ int main(int argc, char** argv) {
   add_benchmark("batched_matmul_f32_8x256x768x3072", bm_batched_matmul);
   add_benchmark("permute_copy_f32_64x256x1024", bm_permute_copy);
   add_benchmark("conv2d_f32_b32_c3to64_32x32_k3p1", bm_conv2d);
+  add_benchmark("depthwise_conv2d_f32_2x144x56x56_k3p1",
+                [](benchmark::State& s) { bm_depthwise(s, 2, 144, 56, false); });
+  add_benchmark("depthwise_conv2d_f32_2x384x14x14_k3p1",
+                [](benchmark::State& s) { bm_depthwise(s, 2, 384, 14, false); });
+  add_benchmark("depthwise_conv2d_fwd_bwd_f32_2x144x56x56_k3p1",
+                [](benchmark::State& s) { bm_depthwise(s, 2, 144, 56, true); });
+  add_benchmark("depthwise_conv2d_fwd_bwd_f32_2x384x14x14_k3p1",
+                [](benchmark::State& s) { bm_depthwise(s, 2, 384, 14, true); });
   add_benchmark("add_f32_16M", bm_add);
   add_benchmark("exp_f32_16M", bm_exp);
   add_benchmark("sum_f32_16M", bm_sum);

@@ -7,6 +7,11 @@
 // and batches and prints the table.
 //
 //   tw_bench_lm OUT_DIR [--steps N] [--batch N] [--profile-steps N]
+//   tw_bench_lm OUT_DIR --gen-serve 1
+// The second form serves bench/lm_torch.py's interleaved generation rounds: it builds the model
+// from the seed on the local device and on a remote device served in-process, generates once on
+// each (recording their graphs), prints "ready", then answers each line "local" or "remote" on
+// stdin with the tokens per second of one generation there.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -18,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -97,6 +103,43 @@ double generation(const Setup& s, tw::nn::GPT& model, bool use_graph,
   return best;
 }
 
+// One greedy generation of s.gen_tokens tokens with the cache: tokens per second.
+double generate_once(const Setup& s, tw::nn::Generator& gen, const tw::Device& dev) {
+  dev.sync();
+  const auto t0 = Clock::now();
+  const std::vector<int64_t> out = gen.generate({1}, s.gen_tokens, {.temperature = 0});
+  return static_cast<double>(out.size()) / since(t0);
+}
+
+// --gen-serve (the usage above). Generation's speed does not depend on the weights' values, so
+// the untrained model from the seed stands for the trained one.
+int gen_serve(const Setup& s) {
+  std::unique_ptr<tw::Server> server = tw::serve(tw::Device::cpu());
+  const tw::Device remote = tw::Device::remote(server->url());
+  remote.connect();
+  tw::manual_seed(s.seed);
+  tw::nn::GPT local(s.cfg, {tw::Device::cpu(), tw::kF32});
+  tw::manual_seed(s.seed);
+  tw::nn::GPT far(s.cfg, {remote, tw::kF32});
+  tw::nn::Generator gen_local(local, true), gen_remote(far, true);
+  (void)generate_once(s, gen_local, tw::Device::cpu());
+  (void)generate_once(s, gen_remote, remote);
+  std::printf("ready\n");
+  std::fflush(stdout);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line == "local") {
+      std::printf("%.1f\n", generate_once(s, gen_local, tw::Device::cpu()));
+    } else if (line == "remote") {
+      std::printf("%.1f\n", generate_once(s, gen_remote, remote));
+    } else {
+      std::printf("error: unknown request '%s' (local or remote)\n", line.c_str());
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 // GET http://127.0.0.1:PORT/metrics.
 std::string http_get(const std::string& url) {
   const auto colon = url.rfind(':');
@@ -160,6 +203,7 @@ int main(int argc, char** argv) {
   }
   const std::string out_dir = argv[1];
   Setup s;
+  bool serve_generation = false;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string f = argv[i];
     const int64_t v = std::atoll(argv[i + 1]);
@@ -169,6 +213,8 @@ int main(int argc, char** argv) {
       s.batch = v;
     else if (f == "--profile-steps")
       s.profile_steps = v;
+    else if (f == "--gen-serve")
+      serve_generation = v != 0;
   }
   try {
     const std::string data = tw::lm::default_path();
@@ -176,6 +222,7 @@ int main(int argc, char** argv) {
     const tw::lm::Vocab vocab(text);
     const std::vector<int64_t> tokens = vocab.encode(text);
     s.cfg = {.vocab_size = vocab.size(), .context = 128, .n_layer = 4, .n_head = 4, .n_embd = 192};
+    if (serve_generation) return gen_serve(s);
 
     tw::manual_seed(s.seed);
     tw::save_safetensors(out_dir + "/init.safetensors", tw::nn::GPT(s.cfg));

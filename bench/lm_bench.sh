@@ -6,8 +6,11 @@
 #      served in-process (graph steps), generation with the key/value cache on both, a per-op
 #      profile of an eager step; it writes the initial parameters (safetensors) and results (JSON),
 #   3. runs bench/lm_torch.py: the same module in PyTorch loaded from those parameters, the same
-#      batches, Adam, its own cached generation loop, with the same thread count; prints the table
-#      (also written to bench/results/lm.md with the profile).
+#      batches, Adam, its own cached generation loop, with the same thread count (OPENBLAS_CORETYPE
+#      and OPENBLAS_L2_SIZE unset for it: bench/torch_env.sh); generation is measured in
+#      $GEN_ROUNDS (default 9) interleaved rounds of tensorwire local, remote and PyTorch, medians
+#      (tw_bench_lm --gen-serve); prints the table (also written to bench/results/lm.md with the
+#      profile).
 # TW_PROFILE=1 adds the client's wire profile of the remote device at exit.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -15,9 +18,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD=${BUILD:-build}
 THREADS=${THREADS:-2}
 STEPS=${STEPS:-50}
-PY=/usr/bin/python3
 
-scripts/bootstrap.sh python3-torch
+scripts/bootstrap.sh python3-torch python3-threadpoolctl
+source bench/torch_env.sh
 
 source bench/build_release.sh
 build_release bench-lm tw_bench_lm
@@ -40,7 +43,8 @@ mkdir -p bench/results
   echo "# make bench-lm, $(date -u +%Y-%m-%d), load average $(cut -d' ' -f1 /proc/loadavg)"
   echo
   echo '```'
-  $PY bench/lm_torch.py --init "$out/init.safetensors" --tw "$out/tw.json" --threads "$THREADS"
+  torch_py bench/lm_torch.py --init "$out/init.safetensors" --tw "$out/tw.json" --threads "$THREADS" \
+    --tw-gen "$BUILD/bench/tw_bench_lm" --gen-rounds "${GEN_ROUNDS:-9}"
   echo
   cat "$out/profile.txt"
   echo '```'

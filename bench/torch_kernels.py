@@ -24,6 +24,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+import blas_info
+
 BIG_NUMEL = 1 << 24  # 16M f32, as kBigNumel in kernels_bench.cc
 WARMUP_RUNS = 3
 MAX_RUNS = 1000
@@ -53,6 +55,24 @@ def workloads():
         w = torch.randn(64, 3, 3, 3)
         bias = torch.randn(64)
         return lambda: F.conv2d(x, w, bias, stride=1, padding=1)
+
+    def depthwise(n, c, hw, backward):
+        def setup():
+            x = torch.randn(n, c, hw, hw, requires_grad=backward)
+            w = torch.randn(c, 1, 3, 3, requires_grad=backward)
+            bias = torch.randn(c)
+            g = torch.randn(n, c, hw, hw)
+            if not backward:
+                return lambda: F.conv2d(x, w, bias, stride=1, padding=1, groups=c)
+
+            def run():
+                x.grad = None
+                w.grad = None
+                with torch.enable_grad():
+                    F.conv2d(x, w, bias, stride=1, padding=1, groups=c).backward(g)
+                return x.grad
+            return run
+        return setup
 
     def add():
         a, b = torch.rand(BIG_NUMEL), torch.rand(BIG_NUMEL)
@@ -134,6 +154,10 @@ def workloads():
         ("batched_matmul_f32_8x256x768x3072", batched_matmul),
         ("permute_copy_f32_64x256x1024", permute_copy),
         ("conv2d_f32_b32_c3to64_32x32_k3p1", conv2d),
+        ("depthwise_conv2d_f32_2x144x56x56_k3p1", depthwise(2, 144, 56, False)),
+        ("depthwise_conv2d_f32_2x384x14x14_k3p1", depthwise(2, 384, 14, False)),
+        ("depthwise_conv2d_fwd_bwd_f32_2x144x56x56_k3p1", depthwise(2, 144, 56, True)),
+        ("depthwise_conv2d_fwd_bwd_f32_2x384x14x14_k3p1", depthwise(2, 384, 14, True)),
         ("add_f32_16M", add),
         ("exp_f32_16M", exp),
         ("sum_f32_16M", sum_),
@@ -186,7 +210,8 @@ def main():
     torch.manual_seed(20240601)
     print(json.dumps({"meta": {"torch": torch.__version__, "threads": torch.get_num_threads(),
                                "python": platform.python_version(),
-                               "blas": blas_library()}}), flush=True)
+                               "blas": blas_library(), "blas_kernel": blas_info.describe()}}),
+          flush=True)
     setups = dict(workloads())
 
     def run(name):

@@ -19,6 +19,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import blas_info
+
 
 def mlp():
     return nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
@@ -42,7 +44,8 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(1234)
     print(json.dumps({"meta": {"torch": torch.__version__, "threads": torch.get_num_threads(),
-                               "python": platform.python_version()}}), flush=True)
+                               "python": platform.python_version(),
+                               "blas_kernel": blas_info.describe()}}), flush=True)
     for name, make, shape in WORKLOADS:
         model = make()
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)

@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages needed to build and test tensorwire, and nothing else.
 #   scripts/bootstrap.sh                    the build and test toolchain (what `make test` needs)
 #   scripts/bootstrap.sh PKG...             that list plus PKG... (bench/compare_torch.sh adds
-#                                           python3-torch python3-numpy)
+#                                           python3-torch python3-numpy; the bench scripts with a
+#                                           PyTorch side add python3-threadpoolctl)
 #   scripts/bootstrap.sh --run              only what configuring and `make run` need (no torch,
 #                                           clang, Python, chromium: a fraction of the download)
 # Before installing it prints the packages and the download size apt reports. With

@@ -36,6 +36,26 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Mixed precision (docs/lowp.md). While an autocast guard lives, on this thread, matmul (and so
+// nn::Linear) on two f32 operands computes in bf16: both operands rounded to bf16, their products
+// summed in f32, an f32 result. Gradients flow back to the f32 tensors, so parameters (master
+// weights) and the optimizer stay f32; the gradients' own matmuls run in bf16 too.
+//   { auto amp = tw::autocast(tw::kBF16); loss = model.forward(x) ...; loss.backward(); }
+// kF32 turns it off within an enclosing guard; other dtypes are an error.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(DType dtype);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  DType previous_;
+};
+[[nodiscard]] inline AutocastGuard autocast(DType dtype) { return AutocastGuard(dtype); }
+// kBF16 inside an autocast(kBF16) scope on this thread, else kF32.
+DType autocast_dtype();
+
 // backward() from several tensors at once: accumulates d(sum_i <roots[i], grads[i]>) into the
 // leaves. grads may be empty (every root must then have one element) or give one per root.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -1143,6 +1144,19 @@ void bind_functions(py::module_& m) {
   m.def("get_num_threads", &get_num_threads);
   m.def("is_grad_enabled", &is_grad_enabled);
   m.def("set_grad_enabled", &set_grad_enabled, py::arg("enabled"));
+  // tw.autocast's scope: the C++ guard, made on __enter__ and dropped on __exit__ (one thread).
+  struct AutocastScope {
+    DType dtype;
+    std::unique_ptr<AutocastGuard> guard;
+  };
+  py::class_<AutocastScope>(m, "_AutocastScope")
+      .def(py::init([](DType d) {
+             return AutocastScope{d, nullptr};
+           }),
+           py::arg("dtype"))
+      .def("enter", [](AutocastScope& s) { s.guard = std::make_unique<AutocastGuard>(s.dtype); })
+      .def("exit", [](AutocastScope& s) { s.guard.reset(); });
+  m.def("autocast_dtype", &autocast_dtype);
   m.def(
       "backward",
       [](const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain) {

@@ -32,8 +32,8 @@ from . import _tensor_api as _api  # noqa: E402
 from ._tensorwire import (  # noqa: F401,E402  (re-exported)
     Checkpoint, CheckpointInfo, Device, Error, RemoteDeviceInfo, RngState, rng_state,
     run_with_failover, set_rng_state, Server, Tensor, WireCounters, adaptive_avg_pool2d,
-    avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes, get_num_threads,
-    is_grad_enabled, layer_norm, log_softmax, manual_seed, matmul, max_pool2d, one_hot,
+    autocast_dtype, avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes,
+    get_num_threads, is_grad_enabled, layer_norm, log_softmax, manual_seed, matmul, max_pool2d, one_hot,
     remote_devices, scaled_dot_product_attention, set_grad_enabled,
     set_num_threads, softmax, stack, wire_counters,
 )
@@ -288,6 +288,24 @@ class enable_grad(no_grad):
     """Turns autograd recording back on inside a no_grad block."""
 
     _enable = True
+
+
+class autocast:
+    """Inside `with tw.autocast(tw.bfloat16):`, on this thread, matmul (and so nn.Linear) on two
+    f32 operands computes in bf16: both rounded to bf16, products summed in f32, an f32 result;
+    gradients reach the f32 tensors (master weights and optimizer stay f32). tw.float32 turns it
+    off inside an enclosing block (docs/lowp.md)."""
+
+    def __init__(self, dtype=None):
+        self._scope = _C._AutocastScope(as_dtype(dtype) if dtype is not None else bfloat16)
+
+    def __enter__(self):
+        self._scope.enter()
+        return self
+
+    def __exit__(self, *exc):
+        self._scope.exit()
+        return False
 
 
 # ---- boolean-mask indexing ----

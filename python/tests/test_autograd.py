@@ -95,6 +95,35 @@ def test_no_grad(device):
     assert not f(t).requires_grad
 
 
+def test_autocast_bf16(device):
+    """matmul in bf16 inside tw.autocast: the product of the rounded operands, f32 gradients
+    within bf16 rounding of f32's, the scope restored on exit (docs/lowp.md)."""
+    a_np = rng.standard_normal((16, 40)).astype(np.float32)
+    b_np = rng.standard_normal((40, 8)).astype(np.float32)
+    a = tw.tensor(a_np, device=device, requires_grad=True)
+    b = tw.tensor(b_np, device=device)
+    assert tw.autocast_dtype() == tw.float32
+    with tw.autocast(tw.bfloat16):
+        assert tw.autocast_dtype() == tw.bfloat16
+        y = a @ b
+        with tw.autocast(tw.float32):
+            assert tw.autocast_dtype() == tw.float32
+    assert tw.autocast_dtype() == tw.float32
+    assert y.dtype == tw.float32
+    ar = a.detach().to(tw.bfloat16).to(tw.float32).numpy().astype(np.float64)
+    br = b.to(tw.bfloat16).to(tw.float32).numpy().astype(np.float64)
+    bound = 1.01 * 40 * 2.0 ** -24 * (np.abs(ar) @ np.abs(br))
+    assert np.all(np.abs(y.numpy() - ar @ br) <= bound)
+    assert not np.array_equal(y.numpy(), (a.detach() @ b).numpy())
+    y.sum().backward()
+    assert a.grad.dtype == tw.float32
+    want = np.ones((16, 8)) @ b_np.T.astype(np.float64)
+    np.testing.assert_allclose(a.grad.numpy(), want, rtol=0, atol=2.0 ** -7 * np.abs(want).max())
+    with pytest.raises(tw.Error, match="autocast"):
+        with tw.autocast(tw.float16):
+            pass
+
+
 def test_backward_with_gradient_and_multiple_roots(device):
     t = tw.tensor([1.0, 2.0], device=device, requires_grad=True)
     (t * t).backward(tw.tensor([1.0, 10.0], device=device))

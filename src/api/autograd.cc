@@ -22,6 +22,7 @@ using detail::TensorImpl;
 namespace {
 
 thread_local bool t_grad_enabled = true;
+thread_local DType t_autocast = kF32;  // autocast(): kBF16 inside a scope
 std::atomic<uint64_t> g_node_seq{0};
 
 TensorImpl& impl_ref(const Tensor& t, const char* what) {
@@ -50,6 +51,16 @@ Tensor autograd::alias_of(const Tensor& t) {
 
 // ---- grad mode ----
 bool is_grad_enabled() { return t_grad_enabled; }
+
+AutocastGuard::AutocastGuard(DType dtype) : previous_(t_autocast) {
+  if (dtype != kF32 && dtype != kBF16) {
+    throw Error("autocast: dtype " + std::string(dtype_name(dtype)) +
+                " is not supported (kBF16 to compute matmul and Linear in bf16, kF32 for off)");
+  }
+  t_autocast = dtype;
+}
+AutocastGuard::~AutocastGuard() { t_autocast = previous_; }
+DType autocast_dtype() { return t_autocast; }
 void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
 
 // ---- Tensor methods ----

@@ -65,6 +65,10 @@ void record(const ir::Op& op, std::span<const Tensor* const> inputs, Tensor& out
 void record_composite(std::string name, std::span<const Tensor* const> inputs, Tensor& out,
                       BackwardFn fn);
 
+// a x b for f32 a and b under autocast(kBF16): both rounded to bf16, an f32 result; recorded as
+// one node whose backward multiplies in bf16 too (api/grad_rules.cc).
+Tensor autocast_matmul(const Tensor& a, const Tensor& b);
+
 // A second handle on t's values without t's autograd state (no op is emitted).
 Tensor alias_of(const Tensor& t);
 

@@ -673,6 +673,32 @@ TW_OP_LIST(TW_CHECK_RULE)
 
 }  // namespace
 
+Tensor autocast_matmul(const Tensor& a, const Tensor& b) {
+  const Tensor* inputs[] = {&a, &b};
+  const bool record = needs_record(inputs);
+  Tensor a16, b16, y;
+  {
+    NoGradGuard no_grad;
+    a16 = a.to(kBF16);
+    b16 = b.to(kBF16);
+    y = a16.matmul(b16);
+  }
+  if (!record) return y;
+  const bool na = a.requires_grad(), nb = b.requires_grad();
+  const Shape as = a.shape(), bs = b.shape();
+  // The bf16 copies are what the gradients need (half the bytes of the f32 operands).
+  record_composite(
+      "matmul_bf16", inputs, y,
+      [sa = nb ? a16 : Tensor(), sb = na ? b16 : Tensor(), na, nb, as, bs](const Tensor& grad) {
+        const Tensor g = grad.to(kBF16);
+        Grads grads(2);
+        if (na) grads[0] = sum_to(g.matmul(sb.transpose(-1, -2)), as);
+        if (nb) grads[1] = sum_to(sa.transpose(-1, -2).matmul(g), bs);
+        return grads;
+      });
+  return y;
+}
+
 BackwardFn backward_rule(const ir::Op& op, const RuleInputs& inputs) {
   return std::visit(
       [&](const auto& o) -> BackwardFn {

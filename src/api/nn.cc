@@ -189,7 +189,9 @@ Tensor Linear::apply(const Tensor& x, bool relu) {
   std::vector<const Tensor*> inputs = {&x, &w};
   if (bias_) inputs.push_back(&b);
   const bool record = autograd::needs_record(inputs);
-  if (x.dim() != 2) {
+  // Under autocast(kBF16) (or for rows of another rank) the product is a matmul, which then
+  // computes in bf16 itself.
+  if (x.dim() != 2 || autocast_dtype() == kBF16) {
     Tensor y = x.matmul(w.t());
     if (bias_) y = y + b;
     return relu ? y.relu() : y;

@@ -10,10 +10,12 @@
 #include <limits>
 #include <sstream>
 
+#include "api/autograd.h"
 #include "api/emit.h"
 #include "api/sink.h"
 #include "core/splitmix.h"
 #include "core/thread_pool.h"
+#include "tensorwire/autograd.h"
 
 namespace tw {
 
@@ -304,6 +306,9 @@ Tensor Tensor::matmul(const Tensor& o) const {
   if (dim() == 1 && o.dim() == 1) return unsqueeze(0).matmul(o.unsqueeze(1)).reshape({});
   if (dim() == 1) return unsqueeze(0).matmul(o).squeeze(-2);
   if (o.dim() == 1) return matmul(o.unsqueeze(1)).squeeze(-1);
+  if (autocast_dtype() == kBF16 && dtype() == kF32 && o.dtype() == kF32) {
+    return autograd::autocast_matmul(*this, o);
+  }
   return emit1(*this, ir::MatMul{in(*this), in(o), {}}, {this, &o});
 }
 

@@ -408,9 +408,12 @@ Result<Metas> infer_op(const MatMul& op, const Ctx& c) {
     return c.error("expects tensors of rank >= 2, got " + shapes);
   }
   if (a.dtype != b.dtype) return c.error("dtypes differ: " + dt(a.dtype) + " x " + dt(b.dtype));
-  TW_RETURN_NOT_OK(c.computable(a.dtype));
-  if (a.dtype != kF32 && a.dtype != kF64 && a.dtype != kI32 && a.dtype != kI64) {
-    return c.error("dtype " + dt(a.dtype) + " is not supported (expected f32, f64, i32 or i64)");
+  // bf16 x bf16 computes: products of bf16 values summed in f32, an f32 result (docs/ops.md).
+  const bool bf16 = a.dtype == kBF16;
+  if (!bf16) TW_RETURN_NOT_OK(c.computable(a.dtype));
+  if (!bf16 && a.dtype != kF32 && a.dtype != kF64 && a.dtype != kI32 && a.dtype != kI64) {
+    return c.error("dtype " + dt(a.dtype) +
+                   " is not supported (expected f32, f64, i32, i64, or bf16 with an f32 result)");
   }
   const size_t ra = a.shape.size(), rb = b.shape.size();
   if (a.shape[ra - 1] != b.shape[rb - 2]) return c.error("inner dimensions differ: " + shapes);
@@ -424,7 +427,7 @@ Result<Metas> infer_op(const MatMul& op, const Ctx& c) {
   Shape out = std::move(batch).value();
   out.push_back(a.shape[ra - 2]);
   out.push_back(b.shape[rb - 1]);
-  return one(std::move(out), a.dtype);
+  return one(std::move(out), bf16 ? kF32 : a.dtype);
 }
 
 // ================================ movement ================================

@@ -5,6 +5,8 @@
 // ms against 0.73-0.83 ms for the oneDNN path below on bench/kernels_bench.cc's conv2d (3 -> 64
 // channels, 32x32, batch 32), where the transpose of oneDNN's blocked result took as long as the
 // convolution.
+// f32 depthwise convolution (one input channel per group, as many groups as channels) runs on
+// conv_depthwise.h's direct kernel: oneDNN has no fast kernel for it on plain NCHW.
 // Other f32 runs on oneDNN's convolution. Its fast kernels want blocked layouts, so the weights
 // are reordered and the source too unless the channel count is small (oneDNN's first-layer
 // kernels read plain NCHW directly). A result in nChw16c is turned into NCHW by tile.h's AVX-512
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "backend/cpu/conv_depthwise.h"
 #include "backend/cpu/conv_first.h"
 #include "backend/cpu/dnnl_util.h"
 #include "backend/cpu/kernels.h"
@@ -300,7 +303,11 @@ Status run(const ir::Conv2d& op, KernelContext& ctx) {
     if (x.numel() == 0 || w.numel() == 0) {
       fill_bias<T>(g, b, out.data<T>());
     } else if constexpr (std::is_same_v<T, float>) {
-      if (conv_first_layer_fits(g.cg, g.kh, g.kw, g.wo, g.groups, g.sw)) {
+      const DepthwiseConv d{g.n,  g.c,  g.h,  g.w,  g.kh, g.kw, g.ho,
+                            g.wo, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw};
+      if (depthwise_fits(d, g.o, g.cg, g.groups)) {
+        depthwise_forward(d, x.data<float>(), w.data<float>(), b, out.data<float>());
+      } else if (conv_first_layer_fits(g.cg, g.kh, g.kw, g.wo, g.groups, g.sw)) {
         conv_first_layer(
             {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.ho, g.wo, g.sh, g.ph, g.dh, g.pw, g.dw},
             x.data<float>(), w.data<float>(), b, out.data<float>());

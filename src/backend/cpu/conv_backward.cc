@@ -11,6 +11,8 @@
 // depend neither on the thread count nor on whether the kernel runs in this process or in a
 // server.
 //
+// f32 depthwise convolution runs on conv_depthwise.h's direct kernels (per plane and per channel,
+// so neither depends on the thread count either).
 // f64 runs on direct loops over unrolled patches: a patch row holds one window's (in channel,
 // ky, kx) values, the layout of a weight slice w[o], so both gradients become long multiply-adds
 // along rows. Every output element belongs to exactly one task (an image for d x, an out channel
@@ -19,6 +21,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/cpu/conv_depthwise.h"
 #include "backend/cpu/dnnl_util.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/strided.h"
@@ -42,6 +45,10 @@ ConvGradGeometry geometry(const Op& op, const Shape& x, const Shape& w, const Sh
           w[1],          w[2],           w[3],          op.groups,    w[0] / op.groups,
           grad[2],       grad[3],        op.stride[0],  op.stride[1], op.padding[0],
           op.padding[1], op.dilation[0], op.dilation[1]};
+}
+
+DepthwiseConv depthwise(const ConvGradGeometry& g) {
+  return {g.n, g.c, g.h, g.w, g.kh, g.kw, g.ho, g.wo, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw};
 }
 
 // Columns of the unrolled patch: (ci, ky, kx) of one group, row-major, so a weight slice
@@ -349,8 +356,14 @@ Status run(const ir::Conv2dBackwardInput& op, KernelContext& ctx) {
     std::fill(out.bytes(), out.bytes() + out.numel() * dtype_size(out.dtype), std::byte{0});
     return Status::OK();
   }
-  if (out.dtype == kF32)
+  if (out.dtype == kF32) {
+    const DepthwiseConv d = depthwise(g);
+    if (depthwise_fits(d, g.o, g.cg, g.groups)) {
+      depthwise_input_grad(d, grad.data<float>(), w.data<float>(), out.data<float>());
+      return Status::OK();
+    }
     return input_grad_dnnl(g, grad.data<float>(), w.data<float>(), out.data<float>());
+  }
   const int64_t image_cost = std::max<int64_t>(g.o * patch_cols(g) * g.ho * g.wo, g.c * g.h * g.w);
   const double* gd = grad.data<double>();
   const double* wd = w.data<double>();
@@ -376,6 +389,11 @@ Status run(const ir::Conv2dBackwardWeight& op, KernelContext& ctx) {
     return Status::OK();
   }
   if (out.dtype == kF32) {
+    const DepthwiseConv d = depthwise(g);
+    if (depthwise_fits(d, g.o, g.cg, g.groups)) {
+      depthwise_weight_grad(d, x.data<float>(), grad.data<float>(), out.data<float>());
+      return Status::OK();
+    }
     return weight_grad_dnnl(g, x.data<float>(), grad.data<float>(), out.data<float>(), out.numel());
   }
   const int64_t cols = patch_cols(g), positions = g.ho * g.wo;

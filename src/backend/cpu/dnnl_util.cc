@@ -133,4 +133,11 @@ Status dnnl_parallel_chunks(const char* op, int64_t n,
   return Status::OK();
 }
 
+bool bf16_native() {
+  static const bool yes = __builtin_cpu_supports("avx512bf16") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return yes;
+}
+
 }  // namespace tw::cpu

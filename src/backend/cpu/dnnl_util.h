@@ -119,6 +119,10 @@ struct DnnlKeyHash {
   }
 };
 
+// Whether bf16 products run on oneDNN's bf16 kernels: the CPU has AVX512_BF16 (checked once).
+// Elsewhere tensorwire computes bf16 through f32 (matmul.cc): the same products, slower.
+bool bf16_native();
+
 // Created primitives by key, least recently used dropped first. Entries are shared_ptr so a
 // primitive evicted while another thread runs it stays alive until that run ends. `make` runs
 // outside the lock (two threads may both create the same entry; one copy wins).

@@ -3,6 +3,8 @@
 // f32 runs on oneDNN's matmul primitive, which reads strided operands directly: transposed
 // matrices, sliced batches and broadcast batch dims (given to oneDNN as size 1) need no copy.
 // Operands whose layout oneDNN's fast kernels do not take are copied to contiguous first.
+// bf16 x bf16 (an f32 result) runs on oneDNN's bf16 kernels where the CPU has AVX512_BF16, and
+// on the f32 path with both operands widened elsewhere (matmul_bf16).
 // f64, i32 and i64 run on the register-tiled loops below; each output element sums over k in
 // order within one task, so results do not depend on the thread count. Integer products and
 // sums wrap (computed on the unsigned type of the same width).
@@ -108,7 +110,8 @@ void coalesce_batch(Shape& shape, std::vector<Strides*> strides) {
 // Dims and strides of one operand for oneDNN: broadcast batch dims become size 1 with a stride
 // spanning the rest (oneDNN rejects stride 0).
 dnnl::memory::desc operand_md(const Shape& batch, const Strides& bs, int64_t rows, int64_t cols,
-                              int64_t rs, int64_t cs) {
+                              int64_t rs, int64_t cs,
+                              dnnl::memory::data_type type = dnnl::memory::data_type::f32) {
   const size_t nb = batch.size();
   dnnl::memory::dims dims(nb + 2), strides(nb + 2);
   dims[nb] = rows;
@@ -126,7 +129,7 @@ dnnl::memory::desc operand_md(const Shape& batch, const Strides& bs, int64_t row
       span = std::max(span, (batch[i] - 1) * bs[i] + span);
     }
   }
-  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+  return dnnl::memory::desc(dims, type, strides);
 }
 
 // oneDNN's brgemm kernel sums over k in one order whatever its thread count; the gemm:jit kernel
@@ -193,7 +196,11 @@ Status matmul_tiles(const Operand& a, const Operand& b, CpuTensor& out, const Sh
   });
 }
 
-Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, int64_t m) {
+// c (f32) = a x b, with a and b f32, or both bf16 (`type`; products of bf16 values summed in f32
+// by oneDNN's bf16 kernels, only where the CPU has them: bf16_native()).
+Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, int64_t m,
+                   dnnl::memory::data_type type = dnnl::memory::data_type::f32) {
+  const int64_t esize = type == dnnl::memory::data_type::f32 ? 4 : 2;
   const Shape out_batch(out.shape.begin(), out.shape.end() - 2);
   for (int attempt = 0;; ++attempt) {
     if (attempt == 1) {  // the strided operands were refused or would run slowly: copy them
@@ -234,19 +241,26 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
     const Strides ics(cs.begin() + outer, cs.end());
     const DnnlThreadsFor dnnl_threads(numel(batch) * rows * k * m);
     const int threads = dnnl_threads.threads();
-    std::vector<int64_t> key = {
-        threads, static_cast<int64_t>(inner_batch.size()), rows, k, m, a.rs, a.cs, b.rs, b.cs,
-        block_b};
+    std::vector<int64_t> key = {threads,
+                                static_cast<int64_t>(inner_batch.size()),
+                                rows,
+                                k,
+                                m,
+                                a.rs,
+                                a.cs,
+                                b.rs,
+                                b.cs,
+                                block_b,
+                                static_cast<int64_t>(type)};
     for (size_t i = 0; i < inner_batch.size(); ++i) {
       key.insert(key.end(), {inner_batch[i], ias[i], ibs[i], ics[i]});
     }
     auto made = matmul_cache().get(key, "matmul", [&] {
       MatMulPrimitive p;
-      p.a_md = operand_md(inner_batch, ias, rows, k, a.rs, a.cs);
-      p.b_md = operand_md(inner_batch, ibs, k, m, b.rs, b.cs);
+      p.a_md = operand_md(inner_batch, ias, rows, k, a.rs, a.cs, type);
+      p.b_md = operand_md(inner_batch, ibs, k, m, b.rs, b.cs, type);
       p.c_md = operand_md(inner_batch, ics, rows, m, m, 1);
-      const dnnl::memory::desc any_b({k, m}, dnnl::memory::data_type::f32,
-                                     dnnl::memory::format_tag::any);
+      const dnnl::memory::desc any_b({k, m}, type, dnnl::memory::format_tag::any);
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a_md, block_b ? any_b : p.b_md, p.c_md),
                                       dnnl_attr(), dnnl_engine());
       p.reference = std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
@@ -263,7 +277,8 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
     TW_RETURN_NOT_OK(made.status());
     const MatMulPrimitive& p = **made;
     if (p.reference && attempt == 0) continue;
-    if (!p.brgemm && numel(batch) * rows * k * m >= kDnnlSerialMacs) {
+    if (type == dnnl::memory::data_type::f32 && !p.brgemm &&
+        numel(batch) * rows * k * m >= kDnnlSerialMacs) {
       return matmul_tiles(a, b, out, batch, as, bs, cs, rows, k, m);
     }
     const Shape outer_shape(batch.begin(), batch.begin() + outer);
@@ -275,8 +290,8 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
     int64_t blocked_from = -1;  // the offset in b of the matrix `blocked` holds
     for (int64_t i = 0; i < outer_count; ++i, it.next()) {
       try {
-        dnnl::memory am(p.a_md, dnnl_engine(), a.t.data<float>() + it.off[0]);
-        dnnl::memory bm(p.b_md, dnnl_engine(), b.t.data<float>() + it.off[1]);
+        dnnl::memory am(p.a_md, dnnl_engine(), a.t.bytes() + it.off[0] * esize);
+        dnnl::memory bm(p.b_md, dnnl_engine(), b.t.bytes() + it.off[1] * esize);
         dnnl::memory cm(p.c_md, dnnl_engine(), out.data<float>() + it.off[2]);
         if (p.b_reorder) {
           if (!blocked.data()) blocked = Buffer::allocate(p.b_blocked.get_size());
@@ -296,6 +311,33 @@ Status matmul_dnnl(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, i
     }
     return Status::OK();
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// bf16 x bf16 -> f32
+
+// An operand's values as f32 (exact: a bf16 is the top half of an f32), contiguous.
+Operand widened(const Operand& o, const Shape& out_batch) {
+  const CpuTensor src = contiguous(o.t);
+  CpuTensor f = alloc_tensor({src.shape, kF32});
+  const uint16_t* from = reinterpret_cast<const uint16_t*>(src.bytes());
+  uint32_t* to = reinterpret_cast<uint32_t*>(f.bytes());
+  parallel_chunks(src.numel(), int64_t{1} << 16, [&](int64_t, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) to[i] = uint32_t{from[i]} << 16;
+  });
+  return make_operand(std::move(f), out_batch);
+}
+
+// On a CPU with AVX512_BF16, oneDNN's bf16 kernels; elsewhere both operands widened to f32 and
+// multiplied by the f32 kernel: the same products (a product of two bf16 values is exact in f32)
+// summed in f32, in another order. The path depends on the CPU only, so a local and a remote
+// device on one machine give the same bytes.
+Status matmul_bf16(Operand a, Operand b, CpuTensor& out, int64_t n, int64_t k, int64_t m) {
+  const Shape out_batch(out.shape.begin(), out.shape.end() - 2);
+  if (bf16_native()) {
+    return matmul_dnnl(std::move(a), std::move(b), out, n, k, m, dnnl::memory::data_type::bf16);
+  }
+  return matmul_dnnl(widened(a, out_batch), widened(b, out_batch), out, n, k, m);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -418,6 +460,7 @@ Status run(const ir::MatMul& op, KernelContext& ctx) {
   const Shape out_batch(out.shape.begin(), out.shape.end() - 2);
   Operand oa = make_operand(a, out_batch);
   Operand ob = make_operand(ctx.in(op.b), out_batch);
+  if (a.dtype == kBF16) return matmul_bf16(std::move(oa), std::move(ob), out, n, k, m);
   switch (out.dtype) {
     case kF32: return matmul_dnnl(std::move(oa), std::move(ob), out, n, k, m);
     case kF64: matmul_loops<double>(oa, std::move(ob), out, n, k, m); break;

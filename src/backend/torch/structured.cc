@@ -94,7 +94,10 @@ Result<at::Tensor> run(const ir::Cumsum& op, const Ctx& ctx) {
 // ---- linear algebra ----
 
 Result<at::Tensor> run(const ir::MatMul& op, const Ctx& ctx) {
-  return at::matmul(ctx.in(op.a), ctx.in(op.b));
+  const at::Tensor &a = ctx.in(op.a), &b = ctx.in(op.b);
+  // bf16 x bf16 gives f32 (docs/ops.md): the exact products of the bf16 values summed in f32.
+  if (a.scalar_type() == at::kBFloat16) return at::matmul(a.to(at::kFloat), b.to(at::kFloat));
+  return at::matmul(a, b);
 }
 
 // ---- movement ----
