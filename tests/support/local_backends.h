@@ -60,13 +60,13 @@ inline bool in_ci() {
 }
 
 // Skips the test (fails it under CI=true) when `reason` is not empty.
-#define TW_SKIP_IF_UNAVAILABLE(reason)                                                 \
-  do {                                                                                 \
-    const std::string tw_reason_ = (reason);                                           \
-    if (!tw_reason_.empty()) {                                                         \
+#define TW_SKIP_IF_UNAVAILABLE(reason)                                                           \
+  do {                                                                                           \
+    const std::string tw_reason_ = (reason);                                                     \
+    if (!tw_reason_.empty()) {                                                                   \
       if (::tw::testing::in_ci()) FAIL() << "CI=true and the device is missing: " << tw_reason_; \
-      GTEST_SKIP() << tw_reason_;                                                      \
-    }                                                                                  \
+      GTEST_SKIP() << tw_reason_;                                                                \
+    }                                                                                            \
   } while (0)
 
 // Whether an error is a device's declared refusal of an op or dtype (table_backend.h's

@@ -148,7 +148,8 @@ Status matmul_tiles(const Operand& a, const Operand& b, CpuTensor& out, const Sh
                     int64_t k, int64_t m) {
   const int64_t batches = numel(batch);
   const int64_t per_batch = std::max<int64_t>(1, (kTileTasks + batches - 1) / batches);
-  const int64_t row_tiles = std::clamp<int64_t>(per_batch, 1, (rows + kMinTileRows - 1) / kMinTileRows);
+  const int64_t row_tiles =
+      std::clamp<int64_t>(per_batch, 1, (rows + kMinTileRows - 1) / kMinTileRows);
   const int64_t col_tiles = std::clamp<int64_t>((per_batch + row_tiles - 1) / row_tiles, 1,
                                                 (m + kMinTileCols - 1) / kMinTileCols);
   const int64_t tr = round_up((rows + row_tiles - 1) / row_tiles, 8);

@@ -5,8 +5,6 @@
 // tensorwire's buffer pool (core/buffer.h). Every tensor ATen creates then lives in a pooled
 // Buffer: freed results are reused instead of paying for fresh pages (very slow on our hosts),
 // and a read hands the result's Buffer over without a copy, as the CPU backend does.
-#include "backend/module.h"
-
 #include <ATen/Parallel.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -16,6 +14,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "backend/module.h"
 #include "backend/registry.h"
 #include "backend/table_backend.h"
 #include "backend/torch/torch_ops.h"

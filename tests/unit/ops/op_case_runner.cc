@@ -7,9 +7,8 @@
 #include <random>
 #include <sstream>
 
-#include "unit/ops/op_cases.h"
-
 #include "support/local_backends.h"
+#include "unit/ops/op_cases.h"
 
 namespace tw::optest {
 namespace {
