@@ -558,8 +558,10 @@ TEST_F(InferTest, MatMul) {
   EXPECT_TRUE(
       fails_with(mm(t({3}), t({3, 4})), "matmul: expects tensors of rank >= 2, got [3] x [3, 4]"));
   EXPECT_TRUE(fails_with(mm(t({2, 3}), t({3, 4}, kF64)), "matmul: dtypes differ: f32 x f64"));
-  EXPECT_TRUE(fails_with(mm(t({2, 3}, kU8), t({3, 4}, kU8)),
-                         "matmul: dtype u8 is not supported (expected f32, f64, i32 or i64)"));
+  EXPECT_TRUE(fails_with(
+      mm(t({2, 3}, kU8), t({3, 4}, kU8)),
+      "matmul: dtype u8 is not supported (expected f32, f64, i32, i64, or bf16 with an f32 "
+      "result)"));
   EXPECT_TRUE(fails_with(mm(t({2, 3}, kF16), t({3, 4}, kF16)),
                          "matmul: dtype f16 is storage-only; cast to f32 first"));
   EXPECT_TRUE(fails_with(mm(t({2, 2, 3}), t({3, 3, 4})),
