@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tensorwire/device.h"
 #include "tensorwire/error.h"
 
 namespace py = pybind11;

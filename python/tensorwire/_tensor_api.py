@@ -214,8 +214,8 @@ def _extremum(c, arg, result, name):
     def method(self, dim=None, keepdim=False):
         if isinstance(dim, Tensor):  # torch.max(a, b): the elementwise maximum
             return self.maximum(dim) if name == "max" else self.minimum(dim)
-        if dim is None:
-            return c(self)
+        if dim is None:  # keepdim keeps every dim, as size 1 (docs/ops.md)
+            return c(self, None, keepdim)
         return result(c(self, dim, keepdim), getattr(self, arg)(dim, keepdim))
     method.__name__ = name
     method.__doc__ = (f"{name} over all elements, or over dim: then a named tuple (values, "

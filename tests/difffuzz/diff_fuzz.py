@@ -88,6 +88,21 @@ DOCUMENTED = {
     "pow_half_at_neg_inf": dict(
         pred=lambda op, ins: op["k"] in ("scalar", "binary") and op["p"]["fn"] == "pow" and
         bool(ins[0].isneginf().any()), kinds=("nonfinite",), avoid=False),
+    # docs/ops.md ScaledDotProductAttention: a query row that attends no key (its mask row all
+    # false, or causal with more queries than keys) gives zeros; the softmax over only -inf that
+    # this fuzzer composes on the PyTorch side gives NaN there.
+    "attention_row_attends_nothing": dict(
+        pred=lambda op, ins: op["k"] == "attention" and (
+            (op["p"]["mask"] and bool((~ins[3]).all(-1).any())) or
+            (op["p"]["causal"] and ins[0].shape[-2] > ins[1].shape[-2])),
+        kinds=("nonfinite", "grad_nonfinite"), avoid=False),
+    # docs/ops.md Reduce: a max/min whose result is NaN sends the gradient to the NaN elements, as
+    # torch.max(x, dim) does through its index; the amax/amin this fuzzer compares with (for its
+    # even split of ties) divides by the count of elements equal to the result, 0 for NaN, and
+    # gives NaN everywhere.
+    "maxmin_grad_at_a_nan_result": dict(
+        pred=lambda op, ins: op["k"] == "reduce" and op["p"]["fn"] in ("max", "min") and bool(
+            ins[0].isnan().any()), kinds=("grad_nonfinite", "grad"), avoid=False),
     # src/api/grad_rules.cc (kRelu): g * (y > 0), a multiply for speed: "Unlike PyTorch, a NaN or
     # inf in g where y <= 0 gives NaN there rather than 0" (the max/min case is filed as a bug in
     # issue 52 §2: the lead may want this one to follow).
@@ -595,6 +610,8 @@ def apply(side, op, ins):
 def reduce_op(side, x, p):
     fn, dim, keepdim = p["fn"], p["dim"], p["keepdim"]
     if side != "torch":
+        if fn in ("max", "min") and dim is not None:  # x.max(dim) is (values, indices), as torch's
+            return getattr(x, fn)(dim, keepdim).values
         return getattr(x, fn)(dim, keepdim)
     # PyTorch 1.13 has no keepdim without a dim for most reductions; docs/ops.md's meaning: every
     # dim reduced, each kept as size 1.

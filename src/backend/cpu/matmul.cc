@@ -152,8 +152,8 @@ Status matmul_tiles(const Operand& a, const Operand& b, CpuTensor& out, const Sh
       std::clamp<int64_t>(per_batch, 1, (rows + kMinTileRows - 1) / kMinTileRows);
   const int64_t col_tiles = std::clamp<int64_t>((per_batch + row_tiles - 1) / row_tiles, 1,
                                                 (m + kMinTileCols - 1) / kMinTileCols);
-  const int64_t tr = round_up((rows + row_tiles - 1) / row_tiles, 8);
-  const int64_t tc = round_up((m + col_tiles - 1) / col_tiles, 16);
+  const int64_t tr = std::min(rows, round_up((rows + row_tiles - 1) / row_tiles, 8));
+  const int64_t tc = std::min(m, round_up((m + col_tiles - 1) / col_tiles, 16));
   const int64_t nr = (rows + tr - 1) / tr, nc = (m + tc - 1) / tc;
   // The (at most four) tile shapes' primitives, made for one thread.
   auto tile = [&](int64_t h, int64_t w) {

@@ -156,7 +156,7 @@ void run_every_op(const Device& d) {
   };
   step([&] { r.push_back(arange(0, 12, 1, kF32, d)); });
   const std::vector<float> twelve = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
-  Tensor x = tensor<float>(twelve, d).reshape({3, 4}) * 0.25;  // FromHost, BinaryScalar
+  Tensor x = from_vector<float>(twelve, {3, 4}, d) * 0.25;  // FromHost, BinaryScalar
   Tensor idx = tensor<int64_t>({2, 0, 1}, d);
   step([&] { r.push_back(full({2}, 1.5, kF32, d)); });
   step([&] { r.push_back(eye(3, std::nullopt, kF32, d)); });
@@ -191,7 +191,7 @@ void run_every_op(const Device& d) {
   step([&] {
     std::vector<float> pixels(2 * 3 * 6 * 6);
     for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = 0.01f * static_cast<float>(i);
-    Tensor img = tensor<float>(pixels, d).reshape({2, 3, 6, 6}).detach();
+    Tensor img = from_vector<float>(pixels, {2, 3, 6, 6}, d).detach();
     img.set_requires_grad();
     Tensor w = ones({4, 3, 3, 3}, kF32, d);
     w.set_requires_grad();
@@ -231,7 +231,11 @@ void run_every_op(const Device& d) {
   });
   // Linear, through nn::Linear (which issues it for f32 rows where the device supports it).
   step([&] {
-    nn::Linear layer(4, 2, true, {d, kF32});
+    // Its parameters made on the CPU and set on `d`: a device without the random ops still
+    // gets the Linear op.
+    nn::Linear layer(4, 2, true, {Device::cpu(), kF32});
+    layer.weight()->set(ones({2, 4}, kF32, d) * 0.5);
+    layer.bias()->set(ones({2}, kF32, d));
     r.push_back(layer.forward_relu(x));
   });
   // AdamStep, through the optimizer (which issues it where the device supports it).
