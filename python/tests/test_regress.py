@@ -68,3 +68,9 @@ def test_pow_gradient_dropped_a_nan_upstream_gradient(device):
     b = tw.tensor([3.0], device=device, requires_grad=True)
     (b.pow(tw.zeros(1, device=device)) * float("nan")).sum().backward()
     assert math.isnan(b.grad.tolist()[0])
+
+
+def test_prod_gradient_of_a_0d_inf_was_nan(device):
+    x = tw.tensor(float("inf"), device=device, requires_grad=True)
+    x.prod().backward()
+    assert x.grad.item() == 1.0  # torch: prod of a 0-d tensor is the identity

@@ -350,6 +350,9 @@ struct Rules {
         // of the others and the rest 0; with several, every element gets 0 (as torch does).
         // Computed with the zeros replaced by 1, so no 0/0 reaches the result.
         const std::vector<int64_t> one_dim = op.dims;
+        // Of a 0-d x, prod is x itself: its gradient is g, also where x is inf (inf / inf would
+        // give NaN; torch gives g).
+        if (xs.empty()) return [](const Tensor& g) -> Grads { return {g}; };
         return [=](const Tensor& g) -> Grads {
           const Tensor zero = x.eq(0.0);
           const Tensor safe = x.masked_fill(zero, 1.0);

@@ -53,7 +53,8 @@ COMPOUND = {"matmul", "attention", "layer_norm", "softmax", "log_softmax", "redu
 
 KNOWN_BUGS = {
     # Fixed, with a regression test each (tests/regress, python/tests/test_regress.py): the
-    # six of issue 52 §2, and pow's and relu's gradients at a NaN (found by this fuzzer).
+    # six of issue 52 §2, and pow's and relu's gradients at a NaN and prod's of a 0-d inf (found
+    # by this fuzzer).
     # NEW (found by this fuzzer, reported with issue 52 §4): attention's backward spreads a NaN
     # upstream gradient to keys that the query does not attend (causal or masked), where PyTorch
     # gives a finite gradient: q = k = [[1], [2]], v = [[-1], [2]], causal,
@@ -61,13 +62,6 @@ KNOWN_BUGS = {
     "attention_grad_spreads_nan": dict(
         pred=lambda op, ins: op["k"] == "attention" and (op["p"]["causal"] or op["p"]["mask"]),
         kinds=("grad_nonfinite",), avoid=False),
-    # NEW (found by this fuzzer; the prod / x formula of the zero case above): the gradient of
-    # prod over a 0-d tensor holding +-inf is NaN, where prod is the identity: x = tw.tensor(inf,
-    # requires_grad=True); x.prod().backward() gives nan, PyTorch 1.
-    "prod_grad_nan_0d_inf": dict(
-        pred=lambda op, ins: op["k"] == "reduce" and op["p"]["fn"] == "prod" and
-        ins[0].dim() == 0 and bool(ins[0].isinf().any()), kinds=("grad", "grad_nonfinite"),
-        avoid=False),
 }
 
 
