@@ -294,14 +294,7 @@ class TorchBackend final : public TableBackend<at::Tensor> {
 
 // The module's entry (backend/module.h): the torch backend has one device.
 extern "C" tw::Backend* tw_backend_create(int ordinal, char* error, size_t error_size) {
-  auto fail = [&](const std::string& why) -> tw::Backend* {
-    if (error_size > 0) {
-      const size_t n = std::min(why.size(), error_size - 1);
-      std::memcpy(error, why.data(), n);
-      error[n] = '\0';
-    }
-    return nullptr;
-  };
+  auto fail = [&](const std::string& why) { return tw::module_failure(why, error, error_size); };
   if (ordinal != 0) {
     return fail("the torch backend has one device, torch (torch:0); torch:" +
                 std::to_string(ordinal) + " does not exist");

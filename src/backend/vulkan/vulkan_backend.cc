@@ -93,14 +93,7 @@ class VulkanBackend final : public TableBackend<VkTensor> {
 
 // The module's entry (backend/module.h): device `ordinal` of the Vulkan devices this machine has.
 extern "C" tw::Backend* tw_backend_create(int ordinal, char* error, size_t error_size) {
-  auto fail = [&](const std::string& why) -> tw::Backend* {
-    if (error_size > 0) {
-      const size_t n = std::min(why.size(), error_size - 1);
-      std::memcpy(error, why.data(), n);
-      error[n] = '\0';
-    }
-    return nullptr;
-  };
+  auto fail = [&](const std::string& why) { return tw::module_failure(why, error, error_size); };
   try {
     tw::Result<tw::vk::Context*> ctx = tw::vk::Context::get(ordinal);
     if (!ctx.ok()) return fail(ctx.status().message());
