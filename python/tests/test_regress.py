@@ -74,3 +74,13 @@ def test_prod_gradient_of_a_0d_inf_was_nan(device):
     x = tw.tensor(float("inf"), device=device, requires_grad=True)
     x.prod().backward()
     assert x.grad.item() == 1.0  # torch: prod of a 0-d tensor is the identity
+
+
+def test_attention_backward_spread_a_nan_to_keys_not_attended(device):
+    q = tw.tensor([[1.], [2.]], device=device, requires_grad=True)
+    k = tw.tensor([[1.], [2.]], device=device, requires_grad=True)
+    v = tw.tensor([[-1.], [2.]], device=device)
+    tw.scaled_dot_product_attention(q, k, v, causal=True).sqrt().sum().backward()
+    g = k.grad.tolist()
+    assert math.isnan(g[0][0])
+    assert g[1][0] == pytest.approx(0.2458, abs=1e-4)  # torch's masked_fill composition

@@ -66,5 +66,64 @@ TEST(Regress, AttentionTurnedNanScoresIntoZeros) {
   }
 }
 
+// Issue 52 §4 (found by the differential fuzzer): the backward's dS = P (dP - rowsum(P dP))
+// gave 0 x NaN = NaN for keys a query does not attend when that query's upstream gradient was
+// NaN, so the NaN reached their key gradients: q = k = [[1], [2]], v = [[-1], [2]], causal,
+// sqrt(sdpa(q, k, v)).sum() gave k.grad [nan, nan], where PyTorch's masked_fill composition
+// gives [nan, 0.2458] (query 0 attends key 0 only, and its output -1 has a NaN sqrt gradient).
+TEST(Regress, AttentionBackwardSpreadNanToKeysNotAttended) {
+  testing::RegressDevices devs;
+  for (const Device& d : devs.all) {
+    SCOPED_TRACE(d.str());
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(causal ? "causal" : "mask");
+      Tensor q = from_vector<float>({1, 2}, {2, 1}, d);
+      Tensor k = from_vector<float>({1, 2}, {2, 1}, d);
+      k.set_requires_grad();
+      q.set_requires_grad();
+      Tensor v = from_vector<float>({-1, 2}, {2, 1}, d);
+      Tensor mask;  // the causal pattern as an explicit mask
+      if (!causal) mask = from_vector<uint8_t>({1, 0, 1, 1}, {2, 2}, d).to(kBool);
+      Tensor out = causal ? scaled_dot_product_attention(q, k, v, Tensor(), true)
+                          : scaled_dot_product_attention(q, k, v, mask);
+      out.sqrt().sum().backward();
+      const std::vector<float> dk = k.grad().to_vector<float>();
+      ASSERT_EQ(dk.size(), 2u);
+      EXPECT_TRUE(std::isnan(dk[0]));
+      // Row 1 alone: p = softmax([2, 4]), out_1 = p . v, g = 1 / (2 sqrt(out_1));
+      // dk_1 = q_1 dS_11 = 2 p_1 (1 - p_1) (v_1 - v_0) g.
+      const double p1 = 1 / (1 + std::exp(-2.0)), o1 = -(1 - p1) + 2 * p1;
+      const double want = 2 * p1 * (1 - p1) * 3 * (0.5 / std::sqrt(o1));
+      EXPECT_NEAR(dk[1], want, 1e-5) << "key 1 is attended only by query 1";
+      EXPECT_NEAR(want, 0.2458, 1e-4);
+      // Query 1's gradient is finite; query 0's is NaN (its own output's sqrt).
+      const std::vector<float> dq = q.grad().to_vector<float>();
+      EXPECT_TRUE(std::isnan(dq[0]));
+      EXPECT_TRUE(std::isfinite(dq[1]));
+    }
+    // Every pair enters the formula, a pair not attended as 0 x its values (docs/ops.md): an
+    // inf value of a key the causal rule leaves out makes the output NaN, on a backend that
+    // skips such keys (cpu) as on one that does not (torch); a NaN in a query reaches the
+    // key gradient of a key it does not attend.
+    const float inf = std::numeric_limits<float>::infinity();
+    Tensor q1 = from_vector<float>({1}, {1, 1}, d);
+    Tensor k2 = from_vector<float>({1, 2}, {2, 1}, d);
+    EXPECT_TRUE(all_nan(
+        scaled_dot_product_attention(q1, k2, from_vector<float>({3, inf}, {2, 1}, d), {}, true)
+            .to_vector<float>()));
+    EXPECT_EQ(scaled_dot_product_attention(q1, k2, from_vector<float>({3, 4}, {2, 1}, d), {}, true)
+                  .to_vector<float>(),
+              (std::vector<float>{3}));
+    Tensor qn = from_vector<float>({1, std::numeric_limits<float>::quiet_NaN()}, {2, 1}, d);
+    Tensor kk = from_vector<float>({1, 2, 3}, {3, 1}, d);
+    kk.set_requires_grad();
+    scaled_dot_product_attention(qn, kk, from_vector<float>({1, 2, 3}, {3, 1}, d), {}, true)
+        .sum()
+        .backward();
+    const std::vector<float> dk = kk.grad().to_vector<float>();
+    EXPECT_TRUE(std::isnan(dk[2])) << "key 2 is attended by no query, but q_1 is NaN";
+  }
+}
+
 }  // namespace
 }  // namespace tw

@@ -7,18 +7,21 @@
 //
 // Backward: each task takes one batch-head and walks its query blocks in order; for each it
 // recomputes the block's full rows of probabilities P (kQueryBlock x Tk, exact softmax), then
-//   dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)) scale, dQ = dS K, dK += dS^T Q.
+//   dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)) scale, dQ = dS K, dK += dS^T Q,
+// with dS = 0 for a pair (query, key) that is not attended (masked or causal).
 // Memory per task: two kQueryBlock x Tk tiles, O(T), not O(T^2). dK and dV sum over query
 // blocks in block order inside one task, so no sum crosses a task.
 //
 // The tiles' products run on oneDNN's sgemm (f32) on one thread each, tasks split over oneDNN's
 // threads; f64 runs the plain loops below. Tasks and tile sizes depend only on the problem, so
 // results do not depend on the thread count. Causal attention skips key blocks wholly above
-// the diagonal (key j > query i).
+// the diagonal (key j > query i), unless a NaN or inf there would reach the result through
+// 0 x inf (Dims::key_end).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/dnnl_util.h"
@@ -102,14 +105,15 @@ struct Attends {
   int64_t si = 0, sj = 0;             // the mask's strides along queries and keys
   bool causal = false;
 
-  // Sets s[c] (scores of query i, keys j0 + c) to -inf where not attended; returns whether any
-  // key is attended (a score of -inf from the data is attended, and gives 0/0 when all are).
+  // Sets s[c] (scores of query i, keys j0 + c) to `fill` (-inf by default) where not attended;
+  // returns whether any key is attended (a score of -inf from the data is attended, and gives
+  // 0/0 when all are).
   template <class T>
-  bool apply(T* s, int64_t bh, int64_t i, int64_t j0, int64_t cols) const {
-    constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  bool apply(T* s, int64_t bh, int64_t i, int64_t j0, int64_t cols,
+             T fill = -std::numeric_limits<T>::infinity()) const {
     if (causal) {
       const int64_t limit = std::clamp<int64_t>(i - j0 + 1, 0, cols);
-      std::fill(s + limit, s + cols, kNegInf);
+      std::fill(s + limit, s + cols, fill);
       cols = limit;
     }
     if (!mask) return cols > 0;
@@ -117,7 +121,7 @@ struct Attends {
     bool any = false;
     for (int64_t c = 0; c < cols; ++c) {
       if (!mr[c * sj]) {
-        s[c] = kNegInf;
+        s[c] = fill;
       } else {
         any = true;
       }
@@ -162,6 +166,20 @@ Attends make_attends(const KernelContext& ctx, ir::In mask_in, bool causal, cons
   return a;
 }
 
+// Whether any of p[0, n) is NaN or infinite (exponent bits all set; vectorises).
+template <class T>
+bool any_nonfinite(const T* p, int64_t n) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  constexpr U kExp = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);
+  U hit = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    U b;
+    std::memcpy(&b, p + i, sizeof b);
+    hit |= U((b & kExp) == kExp);
+  }
+  return hit != 0;
+}
+
 // The problem's sizes: bh batch-heads of q [tq, d], k [tk, d], v [tk, dv].
 struct Dims {
   int64_t bh = 0, tq = 0, tk = 0, d = 0, dv = 0;
@@ -172,9 +190,22 @@ struct Dims {
     return s;
   }
   int64_t query_blocks() const { return (tq + kQueryBlock - 1) / kQueryBlock; }
-  // Keys a block of queries [i0, i0 + rows) may attend.
-  int64_t key_end(bool causal, int64_t i0, int64_t rows) const {
-    return causal ? std::min(tk, i0 + rows) : tk;
+  // Keys a block of queries [i0, i0 + rows) may attend: causal attention skips the keys after
+  // them, whose pairs with the block contribute exact zeros (0 x a finite value) to the formula.
+  // They do not when a value they meet is NaN or infinite (0 x inf is NaN): the block then
+  // takes every key, so that the result is the formula's over all pairs, as docs/ops.md says.
+  // Forward, a skipped pair (i, j) adds 0 x v_j; backward, 0 x g_i to dv_j, 0 x (g_i . v_j) to
+  // row i's sum, 0 x k_j to dq_i and 0 x q_i to dk_j. `rows_nonfinite` says whether the block's
+  // own rows of q (and g) hold one.
+  template <class T>
+  int64_t key_end(bool causal, int64_t i0, int64_t rows, const T* keys_k, const T* keys_v,
+                  bool rows_nonfinite) const {
+    if (!causal) return tk;
+    const int64_t end = std::min(tk, i0 + rows);
+    if (end == tk) return end;
+    const bool dense = rows_nonfinite || any_nonfinite(keys_v + end * dv, (tk - end) * dv) ||
+                       (keys_k != nullptr && any_nonfinite(keys_k + end * d, (tk - end) * d));
+    return dense ? tk : end;
   }
   Shape scores(const Shape& q) const {
     Shape s(q.begin(), q.end() - 1);
@@ -188,11 +219,12 @@ void forward_block(const Dims& z, const Attends& at, T scale, const T* q, const 
                    T* out, int64_t bh, int64_t i0) {
   constexpr T kInf = std::numeric_limits<T>::infinity(), kNegInf = -kInf;
   const int64_t rows = std::min(kQueryBlock, z.tq - i0);
-  const int64_t kend = z.key_end(at.causal, i0, rows);
   const T* qb = q + (bh * z.tq + i0) * z.d;
   const T* kb = k + bh * z.tk * z.d;
   const T* vb = v + bh * z.tk * z.dv;
   T* ob = out + (bh * z.tq + i0) * z.dv;
+  // A skipped key's score is masked whatever q and k hold: only its value matters.
+  const int64_t kend = z.key_end<T>(at.causal, i0, rows, nullptr, vb, false);
   std::vector<T> s(static_cast<size_t>(rows * std::min(kKeyBlock, std::max<int64_t>(kend, 1))));
   std::vector<T> m(static_cast<size_t>(rows), kNegInf), l(static_cast<size_t>(rows), 0);
   // Whether the row attends any key: l == 0 then means 0/0 (NaN), not "nothing attended" (0).
@@ -254,10 +286,12 @@ void backward_head(const Dims& z, const Attends& at, T scale, const T* g, const 
   for (int64_t i0 = 0; i0 < z.tq; i0 += kQueryBlock) {
     if (cancelled(flag)) return;
     const int64_t rows = std::min(kQueryBlock, z.tq - i0);
-    const int64_t kend = z.key_end(at.causal, i0, rows);
     const T* qb = q + (bh * z.tq + i0) * z.d;
     const T* gb = g + (bh * z.tq + i0) * z.dv;
     T* dqb = dq + (bh * z.tq + i0) * z.d;
+    const int64_t kend = z.key_end<T>(
+        at.causal, i0, rows, kb, vb,
+        at.causal && (any_nonfinite(qb, rows * z.d) || any_nonfinite(gb, rows * z.dv)));
     if (kend == 0) {
       std::fill(dqb, dqb + rows * z.d, T(0));
       continue;
@@ -283,6 +317,9 @@ void backward_head(const Dims& z, const Attends& at, T scale, const T* g, const 
       T delta = 0;
       for (int64_t c = 0; c < kend; ++c) delta += pr[c] * dr[c];
       for (int64_t c = 0; c < kend; ++c) dr[c] = pr[c] * (dr[c] - delta) * scale;
+      // A pair not attended has no score gradient (docs/ops.md): 0, not 0 x (NaN - NaN) when
+      // the upstream gradient of this row is not finite.
+      at.apply(dr, bh, i0 + r, 0, kend, T(0));
     }
     gemm(false, false, rows, z.d, kend, T(1), dp.data(), kend, kb, z.d, T(0), dqb, z.d);
     gemm(true, false, kend, z.d, rows, T(1), dp.data(), kend, qb, z.d, T(1), dkb, z.d);

@@ -372,15 +372,20 @@ Result<at::Tensor> run(const ir::AdaptiveAvgPool2dBackward& op, const Ctx& ctx) 
 
 namespace {
 
+// Which pairs (query, key) are attended, broadcast to the scores [..., Tq, Tk].
+at::Tensor attended_pairs(const at::Tensor& s, const at::Tensor& mask, bool causal) {
+  const int64_t tq = s.size(-2), tk = s.size(-1);
+  at::Tensor allowed = at::ones({tq, tk}, s.options().dtype(at::kBool));
+  if (causal) allowed = at::tril(allowed);
+  if (mask.defined()) allowed = at::logical_and(allowed, mask);
+  return allowed.expand(s.sizes());
+}
+
 // softmax(scale q k^T) over the attended keys, zero rows where none is attended.
 at::Tensor attention_probs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask,
                            bool causal, double scale) {
   at::Tensor s = at::matmul(q, k.transpose(-2, -1)).mul(scale);
-  const int64_t tq = q.size(-2), tk = k.size(-2);
-  at::Tensor allowed = at::ones({tq, tk}, q.options().dtype(at::kBool));
-  if (causal) allowed = at::tril(allowed);
-  if (mask.defined()) allowed = at::logical_and(allowed, mask);
-  allowed = allowed.expand(s.sizes());
+  const at::Tensor allowed = attended_pairs(s, mask, causal);
   s = s.masked_fill(at::logical_not(allowed), -std::numeric_limits<double>::infinity());
   at::Tensor p = at::softmax(s, -1);
   return at::where(allowed.any(-1, true), p, at::zeros({}, p.options()));
@@ -416,7 +421,12 @@ Result<std::vector<at::Tensor>> run(const ir::ScaledDotProductAttentionBackward&
   const at::Tensor p = attention_probs(q, k, optional_in(ctx, op.mask), op.causal, op.scale);
   const at::Tensor dv = at::matmul(p.transpose(-2, -1), g);
   const at::Tensor dp = at::matmul(g, v.transpose(-2, -1));
-  const at::Tensor ds = p.mul(dp.sub(p.mul(dp).sum(-1, true))).mul(op.scale);
+  // A pair not attended has no score gradient: 0, also where dp is not finite.
+  const at::Tensor ds =
+      p.mul(dp.sub(p.mul(dp).sum(-1, true)))
+          .mul(op.scale)
+          .masked_fill(at::logical_not(attended_pairs(dp, optional_in(ctx, op.mask), op.causal)),
+                       0.0);
   return std::vector<at::Tensor>{at::matmul(ds, k).contiguous(),
                                  at::matmul(ds.transpose(-2, -1), q).contiguous(), dv.contiguous()};
 }
