@@ -122,6 +122,13 @@ TEST(Regress, AttentionBackwardSpreadNanToKeysNotAttended) {
         .backward();
     const std::vector<float> dk = kk.grad().to_vector<float>();
     EXPECT_TRUE(std::isnan(dk[2])) << "key 2 is attended by no query, but q_1 is NaN";
+    // Values of width 0: the gradient is empty, dS = P (0 - 0) is still NaN where P is (the
+    // torch backend returned zeros for an empty gradient).
+    Tensor qz = from_vector<float>({std::numeric_limits<float>::quiet_NaN()}, {1, 1}, d);
+    Tensor kz = from_vector<float>({1}, {1, 1}, d);
+    kz.set_requires_grad();
+    scaled_dot_product_attention(qz, kz, zeros({1, 0}, kF32, d)).sum().backward();
+    EXPECT_TRUE(all_nan(kz.grad().to_vector<float>()));
   }
 }
 

@@ -415,7 +415,9 @@ Result<std::vector<at::Tensor>> run(const ir::ScaledDotProductAttentionBackward&
   const at::Tensor& q = ctx.in(op.query);
   const at::Tensor& k = ctx.in(op.key);
   const at::Tensor& v = ctx.in(op.value);
-  if (g.numel() == 0 || k.size(-2) == 0) {
+  // No key: nothing reaches q, k or v. (An empty grad with keys, as with Dv = 0, still gives
+  // dS = P (0 - 0): NaN where P is, which reaches d query and d key.)
+  if (k.size(-2) == 0) {
     return std::vector<at::Tensor>{at::zeros_like(q), at::zeros_like(k), at::zeros_like(v)};
   }
   const at::Tensor p = attention_probs(q, k, optional_in(ctx, op.mask), op.causal, op.scale);
