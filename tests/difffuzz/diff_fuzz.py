@@ -59,6 +59,19 @@ KNOWN_BUGS = {
 }
 
 
+def _attends_nothing(op, ins):
+    """Whether a query row of an attention attends no key: its mask row all false, the causal
+    rule leaving it no key (more queries than keys), or both together."""
+    import torch
+    tq, tk = ins[0].shape[-2], ins[1].shape[-2]
+    keep = torch.ones((tq, tk), dtype=torch.bool)
+    if op["p"]["causal"]:
+        keep = keep.tril()
+    if op["p"]["mask"]:
+        keep = keep & ins[3]
+    return tk > 0 and bool((~keep).all(-1).any())
+
+
 def _cast_int_undefined(op, ins):
     t = ins[0]
     return (op["k"] == "cast" and op["p"]["to"] == "long" and t.is_floating_point() and
@@ -80,17 +93,13 @@ DOCUMENTED = {
     # false, or causal with more queries than keys) gives zeros; the softmax over only -inf that
     # this fuzzer composes on the PyTorch side gives NaN there.
     "attention_row_attends_nothing": dict(
-        pred=lambda op, ins: op["k"] == "attention" and (
-            (op["p"]["mask"] and bool((~ins[3]).all(-1).any())) or
-            (op["p"]["causal"] and ins[0].shape[-2] > ins[1].shape[-2])),
+        pred=lambda op, ins: op["k"] == "attention" and _attends_nothing(op, ins),
         kinds=("nonfinite", "grad_nonfinite"), avoid=False),
-    # docs/ops.md Reduce: a max/min whose result is NaN sends the gradient to the NaN elements, as
-    # torch.max(x, dim) does through its index; the amax/amin this fuzzer compares with (for its
-    # even split of ties) divides by the count of elements equal to the result, 0 for NaN, and
-    # gives NaN everywhere.
-    "maxmin_grad_at_a_nan_result": dict(
-        pred=lambda op, ins: op["k"] == "reduce" and op["p"]["fn"] in ("max", "min") and bool(
-            ins[0].isnan().any()), kinds=("grad_nonfinite", "grad"), avoid=False),
+    # docs/ops.md Gradients: abs's gradient g * sign(x) is NaN at a NaN x, since sign(NaN) is NaN
+    # as numpy's; PyTorch 1.13's sign(NaN) is 0, and so is its abs gradient there.
+    "abs_grad_at_nan": dict(
+        pred=lambda op, ins: op["k"] == "unary" and op["p"]["fn"] == "abs" and bool(
+            ins[0].isnan().any()), kinds=("grad_nonfinite",), avoid=False),
     # src/api/grad_rules.cc (kRelu): g * (y > 0), a multiply for speed: "Unlike PyTorch, a NaN or
     # inf in g where y <= 0 gives NaN there rather than 0" (the max/min case is filed as a bug in
     # issue 52 §2: the lead may want this one to follow).
@@ -606,9 +615,36 @@ def reduce_op(side, x, p):
     if dim is None:
         out = getattr(x, fn)()
         return out.reshape((1,) * x.dim()) if keepdim else out
-    if fn in ("max", "min"):  # amax/amin: a tie shares the gradient evenly, as tensorwire's rule
-        return getattr(x, "a" + fn)(dim, keepdim)
+    if fn in ("max", "min"):
+        return _extreme(fn, dim, keepdim).apply(x)
     return getattr(x, fn)(dim, keepdim)
+
+
+def _extreme(fn, dim, keepdim):
+    """max/min over dim with docs/ops.md's gradient (src/api/grad_rules.cc): to the elements
+    equal to the result (a NaN result: the NaNs), split evenly between ties, the others exactly 0
+    whatever the upstream gradient holds, as torch.max(x) without a dim does (masked_fill).
+    PyTorch 1.13 has no single op for it: amax splits ties but multiplies the others by 0, so a
+    NaN upstream gradient reaches them; max(dim) sends all to one index."""
+    import torch
+
+    class Extreme(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = getattr(x, "a" + fn)(dim, keepdim)
+            ctx.save_for_backward(x, y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            x, y = ctx.saved_tensors
+            if not keepdim:
+                y, g = y.unsqueeze(dim), g.unsqueeze(dim)
+            hit = (x == y) | (x != x)
+            count = hit.sum(dim, keepdim=True).to(x.dtype)
+            return torch.where(hit, g / count, torch.zeros((), dtype=x.dtype))
+
+    return Extreme
 
 
 def view_op(x, p):
