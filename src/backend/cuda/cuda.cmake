@@ -59,4 +59,18 @@ if(TW_CUDA_FOUND)
   # The toolkit's headers as system headers for the C++ files (cudart's API, cuBLASLt's).
   target_include_directories(tw_backend_cuda SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(tw_backend_cuda PRIVATE CUDA::cudart_static CUDA::cublasLt)
+  # cuDNN (convolution and pooling, conv.cc) has no CMake target: its header and library beside
+  # the toolkit, or where CUDNN_ROOT says. Without it those ops are refused by name.
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(CUDNN_LIBRARY cudnn HINTS ${CUDNN_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+               ${CUDAToolkit_LIBRARY_ROOT} PATH_SUFFIXES lib lib64)
+  if(CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY)
+    message(STATUS "cuDNN found (${CUDNN_LIBRARY}): the cuda backend runs convolutions")
+    target_include_directories(tw_backend_cuda SYSTEM PRIVATE ${CUDNN_INCLUDE_DIR})
+    target_link_libraries(tw_backend_cuda PRIVATE ${CUDNN_LIBRARY})
+    target_compile_definitions(tw_backend_cuda PRIVATE TW_CUDA_CUDNN=1)
+  else()
+    message(STATUS "cuDNN not found: the cuda backend refuses convolutions and pooling")
+  endif()
 endif()

@@ -30,6 +30,9 @@ class CudaBackend final : public TableBackend<CuTensor> {
     // in stream order afterwards, and keep the stream alive until then).
     if (ex_.dev->enter().ok()) (void)cudaStreamSynchronize(ex_.stream->s);
     if (ex_.lt) cublasLtDestroy(ex_.lt);
+#if TW_CUDA_CUDNN
+    if (ex_.dnn) cudnnDestroy(ex_.dnn);
+#endif
   }
   std::string name() const override { return name_; }
   DeviceKind kind() const override { return DeviceKind::kLocal; }
@@ -143,6 +146,14 @@ Result<Exec> make_exec(Device* dev) {
   if (cublasLtCreate(&ex.lt) != CUBLAS_STATUS_SUCCESS) {
     return unavailable(dev->name() + ": cublasLtCreate failed (is libcublasLt usable here?)");
   }
+#if TW_CUDA_CUDNN
+  if (cudnnCreate(&ex.dnn) != CUDNN_STATUS_SUCCESS ||
+      cudnnSetStream(ex.dnn, ex.stream->s) != CUDNN_STATUS_SUCCESS) {
+    if (ex.dnn) cudnnDestroy(ex.dnn);
+    cublasLtDestroy(ex.lt);
+    return unavailable(dev->name() + ": cudnnCreate failed (is libcudnn usable here?)");
+  }
+#endif
   ex.workspace = std::make_shared<DeviceBlock>();
   ex.workspace->stream = ex.stream;
   Status st = dev->check(
@@ -150,6 +161,9 @@ Result<Exec> make_exec(Device* dev) {
       "cuBLASLt workspace");
   if (!st.ok()) {
     cublasLtDestroy(ex.lt);
+#if TW_CUDA_CUDNN
+    cudnnDestroy(ex.dnn);
+#endif
     return st;
   }
   ex.workspace->size = kWorkspaceBytes;

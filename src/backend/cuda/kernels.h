@@ -3,10 +3,14 @@
 // unary and binary kind, casts, where, clamp, masked fill, full, arange, eye: one kernel,
 // kernels.cu), movement.cc (views; reshape copies when no view can express it), reduce.cc
 // (Reduce; softmax, log_softmax, layer_norm: row kernels), matmul.cc (MatMul and Linear through
-// cuBLASLt). Kernels may assume ir::infer accepted the op; they refuse, naming op, dtype and
-// device (unsupported_dtype), what the device does not run.
+// cuBLASLt), conv.cc (Conv2d, its gradients and Pool2d through cuDNN, where the build has it).
+// Kernels may assume ir::infer accepted the op; they refuse, naming op, dtype and device
+// (unsupported_dtype), what the device does not run.
 #pragma once
 #include <cublasLt.h>
+#if TW_CUDA_CUDNN
+#include <cudnn.h>
+#endif
 
 #include <string>
 #include <vector>
@@ -33,8 +37,11 @@ struct Exec {
   Device* dev = nullptr;
   std::shared_ptr<Stream> stream;
   cublasLtHandle_t lt = nullptr;
-  Storage workspace;    // cuBLASLt's, kWorkspaceBytes
-  bool tf32 = false;    // TW_CUDA_TF32=1: f32 GEMMs may use TF32 tensor cores
+  Storage workspace;  // cuBLASLt's, kWorkspaceBytes
+  bool tf32 = false;  // TW_CUDA_TF32=1: f32 GEMMs may use TF32 tensor cores
+#if TW_CUDA_CUDNN
+  cudnnHandle_t dnn = nullptr;  // on `stream`
+#endif
   std::string last_op;  // the last op queued: named by errors found at a later sync
 };
 inline constexpr uint64_t kWorkspaceBytes = 32ull << 20;
@@ -65,6 +72,12 @@ class Kernels {
   Result<CuTensor> run(const ir::Linear& op);
   Result<CuTensor> run(const ir::Softmax& op);
   Result<CuTensor> run(const ir::LayerNorm& op);
+#if TW_CUDA_CUDNN
+  Result<CuTensor> run(const ir::Conv2d& op);  // conv.cc: cuDNN
+  Result<CuTensor> run(const ir::Conv2dBackwardInput& op);
+  Result<CuTensor> run(const ir::Conv2dBackwardWeight& op);
+  Result<CuTensor> run(const ir::Pool2d& op);
+#endif
 
   // A contiguous copy of a view (reads of strided tensors, reshapes no view can express).
   Result<CuTensor> contiguous(const CuTensor& t);
@@ -81,6 +94,9 @@ class Kernels {
   Status launched(int err, const std::string& op);
   // t itself when contiguous from its buffer's start, else such a copy (kept in `keep`).
   Result<const CuTensor*> dense(const CuTensor& t, CuTensor& keep);
+  // An input as a dense NCHW tensor from its buffer's start (cuDNN's descriptors): itself, or a
+  // copy kept in `keep`.
+  Result<const CuTensor*> nchw(const ir::In& id, CuTensor& keep);
   // One launch of the row kernel over dense x (a's op, rows, len, inner, eps and w, b set).
   Result<CuTensor> rows(RowsArgs a, const CuTensor& x, const std::string& op);
   Result<CuTensor> matmul(const CuTensor& a, const CuTensor& b, const CuTensor* bias, bool relu,

@@ -1,6 +1,9 @@
 #include "backend/cuda/plan.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <utility>
 
 namespace tw::cuda {
 
@@ -154,6 +157,79 @@ Result<GemmPlan> plan_gemm(const View& a, const View& b, const Shape& out, bool 
     p.b.batch_stride = ix.strides[1][0];
   }
   return p;
+}
+
+namespace {
+// A value cuDNN's int parameters can hold, or the refusal naming it.
+Status fits_int(int64_t v, const char* what, const std::string& op, const std::string& device) {
+  if (v >= 0 && v <= INT32_MAX) return Status::OK();
+  return unimplemented(op + ": " + what + " " + std::to_string(v) + " is not supported by the " +
+                       device + " backend (cuDNN's descriptors take 32-bit ints)");
+}
+// (size + 2 pad - dilation (window - 1) - 1) / stride + 1: a window's positions along a dim.
+int64_t window_positions(int64_t size, int64_t window, int64_t stride, int64_t pad,
+                         int64_t dilation) {
+  return (size + 2 * pad - dilation * (window - 1) - 1) / stride + 1;
+}
+}  // namespace
+
+Result<ConvPlan> plan_conv(const Shape& x, const Shape& w, const std::vector<int64_t>& stride,
+                           const std::vector<int64_t>& padding,
+                           const std::vector<int64_t>& dilation, int64_t groups,
+                           const std::string& op, const std::string& device) {
+  const int64_t p = window_positions(x[2], w[2], stride[0], padding[0], dilation[0]);
+  const int64_t q = window_positions(x[3], w[3], stride[1], padding[1], dilation[1]);
+  const std::pair<int64_t, const char*> all[] = {
+      {x[0], "batch"},           {x[1], "channels"},        {x[2], "height"},
+      {x[3], "width"},           {w[0], "filters"},         {w[1], "filter channels"},
+      {w[2], "kernel height"},   {w[3], "kernel width"},    {padding[0], "padding"},
+      {padding[1], "padding"},   {stride[0], "stride"},     {stride[1], "stride"},
+      {dilation[0], "dilation"}, {dilation[1], "dilation"}, {groups, "groups"},
+      {p, "output height"},      {q, "output width"}};
+  for (const auto& [v, what] : all) TW_RETURN_NOT_OK(fits_int(v, what, op, device));
+  ConvPlan c;
+  c.n = static_cast<int32_t>(x[0]);
+  c.c = static_cast<int32_t>(x[1]);
+  c.h = static_cast<int32_t>(x[2]);
+  c.w = static_cast<int32_t>(x[3]);
+  c.k = static_cast<int32_t>(w[0]);
+  c.cg = static_cast<int32_t>(w[1]);
+  c.r = static_cast<int32_t>(w[2]);
+  c.s = static_cast<int32_t>(w[3]);
+  c.pad_h = static_cast<int32_t>(padding[0]);
+  c.pad_w = static_cast<int32_t>(padding[1]);
+  c.stride_h = static_cast<int32_t>(stride[0]);
+  c.stride_w = static_cast<int32_t>(stride[1]);
+  c.dil_h = static_cast<int32_t>(dilation[0]);
+  c.dil_w = static_cast<int32_t>(dilation[1]);
+  c.groups = static_cast<int32_t>(groups);
+  c.p = static_cast<int32_t>(p);
+  c.q = static_cast<int32_t>(q);
+  return c;
+}
+
+Result<PoolPlan> plan_pool(const Shape& x, const std::vector<int64_t>& kernel,
+                           const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                           const std::string& op, const std::string& device) {
+  const int64_t p = window_positions(x[2], kernel[0], stride[0], padding[0], 1);
+  const int64_t q = window_positions(x[3], kernel[1], stride[1], padding[1], 1);
+  for (int64_t v : {x[0], x[1], x[2], x[3], kernel[0], kernel[1], p, q}) {
+    TW_RETURN_NOT_OK(fits_int(v, "dim", op, device));
+  }
+  PoolPlan l;
+  l.n = static_cast<int32_t>(x[0]);
+  l.c = static_cast<int32_t>(x[1]);
+  l.h = static_cast<int32_t>(x[2]);
+  l.w = static_cast<int32_t>(x[3]);
+  l.win_h = static_cast<int32_t>(kernel[0]);
+  l.win_w = static_cast<int32_t>(kernel[1]);
+  l.pad_h = static_cast<int32_t>(padding[0]);
+  l.pad_w = static_cast<int32_t>(padding[1]);
+  l.stride_h = static_cast<int32_t>(stride[0]);
+  l.stride_w = static_cast<int32_t>(stride[1]);
+  l.p = static_cast<int32_t>(p);
+  l.q = static_cast<int32_t>(q);
+  return l;
 }
 
 }  // namespace tw::cuda

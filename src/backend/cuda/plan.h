@@ -72,4 +72,28 @@ Result<GemmPlan> plan_gemm(const View& a, const View& b, const Shape& out, bool 
 // cuBLASLt's heuristic is told of a pointer's alignment.
 uint32_t pointer_alignment(uint64_t byte_offset);
 
+// ---- cuDNN ----
+// A 2-d convolution's parameters as cuDNN's 4-d descriptors take them (NCHW, ints): x [n, c, h,
+// w], filter [k, c / groups, r, s], output [n, k, p, q]. Refuses (naming op and device) a dim
+// beyond int32, which the descriptors cannot hold.
+struct ConvPlan {
+  int32_t n = 0, c = 0, h = 0, w = 0;   // x
+  int32_t k = 0, cg = 0, r = 0, s = 0;  // filter (cg = c / groups)
+  int32_t pad_h = 0, pad_w = 0, stride_h = 1, stride_w = 1, dil_h = 1, dil_w = 1, groups = 1;
+  int32_t p = 0, q = 0;  // output height and width
+};
+Result<ConvPlan> plan_conv(const Shape& x, const Shape& w, const std::vector<int64_t>& stride,
+                           const std::vector<int64_t>& padding,
+                           const std::vector<int64_t>& dilation, int64_t groups,
+                           const std::string& op, const std::string& device);
+// A 2-d pooling window as cudnnSetPooling2dDescriptor takes it, with x's and the output's dims.
+struct PoolPlan {
+  int32_t n = 0, c = 0, h = 0, w = 0;
+  int32_t win_h = 0, win_w = 0, pad_h = 0, pad_w = 0, stride_h = 1, stride_w = 1;
+  int32_t p = 0, q = 0;
+};
+Result<PoolPlan> plan_pool(const Shape& x, const std::vector<int64_t>& kernel,
+                           const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                           const std::string& op, const std::string& device);
+
 }  // namespace tw::cuda

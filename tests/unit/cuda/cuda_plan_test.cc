@@ -11,12 +11,14 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "backend/cpu/strided.h"
 #include "backend/cuda/plan.h"
 #include "backend/kind_math.h"
 #include "backend/registry.h"
 #include "backend/upload.h"
+#include "ir/infer.h"
 
 namespace tw {
 namespace {
@@ -399,6 +401,59 @@ TEST(CudaPlan, GemmComputeTypesAndRefusals) {
   EXPECT_EQ(cuda::pointer_alignment(0), 256u);
   EXPECT_EQ(cuda::pointer_alignment(4), 4u);
   EXPECT_EQ(cuda::pointer_alignment(48), 16u);
+}
+
+// ---- cuDNN parameters ----
+
+// The output dims plan_conv and plan_pool give cuDNN's descriptors are the ones ir::infer gives
+// the op (the output tensor cuDNN writes), for strides, padding, dilation and groups.
+TEST(CudaPlan, ConvAndPoolDescriptorsMatchInference) {
+  struct ConvCase {
+    Shape x, w;
+    std::vector<int64_t> stride, padding, dilation;
+    int64_t groups;
+  };
+  const std::vector<ConvCase> convs = {
+      {{2, 3, 8, 8}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
+      {{1, 4, 9, 7}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, 2},
+      {{3, 8, 16, 16}, {8, 1, 5, 5}, {2, 2}, {2, 2}, {1, 1}, 8},
+      {{1, 1, 5, 5}, {1, 1, 1, 1}, {3, 3}, {0, 0}, {1, 1}, 1},
+  };
+  for (const ConvCase& c : convs) {
+    const std::map<ir::TensorId, TensorMeta> metas = {{1, {c.x, kF32}}, {2, {c.w, kF32}}};
+    const ir::Op op = ir::Conv2d{ir::In{1}, ir::In{2},  ir::In{0}, c.stride,
+                                 c.padding, c.dilation, c.groups,  ir::Out{3}};
+    Result<std::vector<TensorMeta>> want =
+        ir::infer(op, [&](ir::TensorId id) -> Result<TensorMeta> { return metas.at(id); });
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    Result<cuda::ConvPlan> p =
+        cuda::plan_conv(c.x, c.w, c.stride, c.padding, c.dilation, c.groups, "conv2d", "cuda:0");
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ((Shape{p->n, p->k, p->p, p->q}), (*want)[0].shape) << shape_str(c.x);
+    EXPECT_EQ(p->cg * p->groups, p->c);
+  }
+  const Shape x = {2, 3, 7, 6};
+  for (const auto& [kernel, stride, padding] :
+       {std::tuple{std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, 2},
+                   std::vector<int64_t>{0, 0}},
+        std::tuple{std::vector<int64_t>{3, 2}, std::vector<int64_t>{1, 2},
+                   std::vector<int64_t>{1, 1}}}) {
+    const std::map<ir::TensorId, TensorMeta> metas = {{1, {x, kF32}}};
+    const ir::Op op =
+        ir::Pool2d{ir::PoolKind::kAvg, ir::In{1}, kernel, stride, padding, ir::Out{3}};
+    Result<std::vector<TensorMeta>> want =
+        ir::infer(op, [&](ir::TensorId id) -> Result<TensorMeta> { return metas.at(id); });
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    Result<cuda::PoolPlan> p = cuda::plan_pool(x, kernel, stride, padding, "avg_pool2d", "cuda:0");
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ((Shape{p->n, p->c, p->p, p->q}), (*want)[0].shape);
+  }
+  // A dim beyond int32 is refused, naming op and device.
+  Result<cuda::ConvPlan> big = cuda::plan_conv({int64_t{1} << 32, 1, 4, 4}, {1, 1, 1, 1}, {1, 1},
+                                               {0, 0}, {1, 1}, 1, "conv2d", "cuda:2");
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("conv2d"), std::string::npos);
+  EXPECT_NE(big.status().message().find("cuda:2"), std::string::npos);
 }
 
 // ---- the device ----
