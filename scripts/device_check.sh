@@ -40,9 +40,7 @@ packages=(libdnnl-dev libdnnl2 libasio-dev libssl-dev libssl3 libzstd-dev libzst
           pkgconf pkgconf-bin libpkgconf3)
 
 if [[ $mode == fetch ]]; then
-  mkdir -p "$debs"
-  grep -qx '/.devdeps/' "$root/.git/info/exclude" 2>/dev/null ||
-    echo '/.devdeps/' >>"$(git -C "$root" rev-parse --git-common-dir)/info/exclude"
+  mkdir -p "$debs"  # (ignored by .gitignore: it travels as a carried path)
   (cd "$debs" && apt-get download "${packages[@]}")
   echo "device_check: $(ls "$debs"/*.deb | wc -l) packages, $(du -sm "$debs" | cut -f1) MiB in $debs"
   exit 0
