@@ -29,6 +29,11 @@ std::string missing_backend_reason(const std::string& name) {
            "glslc (scripts/bootstrap.sh installs libvulkan-dev and glslc; reconfigure with "
            "-DTW_WITH_VULKAN=ON)";
   }
+  if (name == "cuda") {
+    return "this build has no cuda backend: it was configured without nvcc and the CUDA toolkit "
+           "(put nvcc on PATH, or set CMAKE_CUDA_COMPILER, and reconfigure with -DTW_WITH_CUDA=ON; "
+           "docs/cuda.md)";
+  }
   return {};
 }
 
