@@ -274,8 +274,8 @@ Status Context::init(int ordinal) {
 
   // One layout for every shader: four tensor bindings and the parameter block, pushed per
   // dispatch (VK_KHR_push_descriptor: no descriptor pools to manage).
-  VkDescriptorSetLayoutBinding b[kTensorBindings + 1] = {};
-  for (uint32_t i = 0; i <= kTensorBindings; ++i) {
+  VkDescriptorSetLayoutBinding b[kTensorBindings + 1 + kExtraBindings] = {};
+  for (uint32_t i = 0; i < kTensorBindings + 1 + kExtraBindings; ++i) {
     b[i].binding = i;
     b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     b[i].descriptorCount = 1;
@@ -283,7 +283,7 @@ Status Context::init(int ordinal) {
   }
   VkDescriptorSetLayoutCreateInfo dl{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
   dl.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
-  dl.bindingCount = kTensorBindings + 1;
+  dl.bindingCount = kTensorBindings + 1 + kExtraBindings;
   dl.pBindings = b;
   TW_VK(vkCreateDescriptorSetLayout(device_, &dl, nullptr, &set_layout_),
         "vkCreateDescriptorSetLayout");
@@ -543,8 +543,12 @@ Status Context::dispatch(const std::string& shader, bool f64, const std::vector<
   std::memcpy(b->params_map + slot, params, params_size);
   b->params_used += kParamsSlot;
   vkCmdBindPipeline(b->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
-  VkDescriptorBufferInfo infos[kTensorBindings + 1];
-  VkWriteDescriptorSet writes[kTensorBindings + 1];
+  if (bindings.size() > static_cast<size_t>(kTensorBindings + kExtraBindings)) {
+    return internal_error("a dispatch of " + std::to_string(bindings.size()) +
+                          " tensors: at most " + std::to_string(kTensorBindings + kExtraBindings));
+  }
+  VkDescriptorBufferInfo infos[kTensorBindings + 1 + kExtraBindings];
+  VkWriteDescriptorSet writes[kTensorBindings + 1 + kExtraBindings];
   uint32_t nw = 0;
   // Unused bindings get the output's buffer (a binding the shader declares must be valid).
   const DeviceBuffer* fallback = bindings.empty() ? nullptr : bindings[0].buf;
@@ -566,6 +570,18 @@ Status Context::dispatch(const std::string& shader, bool f64, const std::vector<
   writes[nw].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
   writes[nw].pBufferInfo = &infos[nw];
   ++nw;
+  // The extra bindings (5-8) only where the dispatch has them: a shader that declares them is
+  // given them all.
+  for (uint32_t i = kTensorBindings; i < bindings.size(); ++i) {
+    const DeviceBuffer* buf = bindings[i].buf ? bindings[i].buf : fallback;
+    infos[nw] = {buf->buffer, 0, VK_WHOLE_SIZE};
+    writes[nw] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    writes[nw].dstBinding = i + 1;
+    writes[nw].descriptorCount = 1;
+    writes[nw].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[nw].pBufferInfo = &infos[nw];
+    ++nw;
+  }
   push_descriptors_(b->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, layout_, 0, nw, writes);
   vkCmdDispatch(b->cmd, gx, gy, gz);
   barrier_locked(b->cmd);

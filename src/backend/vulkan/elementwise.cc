@@ -149,13 +149,15 @@ Result<VkTensor> Kernels::run(const ir::FromHost& op) {
   return t;
 }
 
-Result<VkTensor> Kernels::run(const ir::Full& op) {
+Result<VkTensor> Kernels::filled(const TensorMeta& m, DType dtype, const ir::Scalar& v) {
   Ew ew;
   ew.family = kEwFill;
-  TW_ASSIGN_OR_RETURN(ew.cls, cls_of(op.dtype, "full"));
-  set_scalar(ew.params, 0, op.dtype, op.value, false);
-  return elementwise(ew, {}, out_meta(), "full");
+  TW_ASSIGN_OR_RETURN(ew.cls, cls_of(dtype, "full"));
+  set_scalar(ew.params, 0, dtype, v, false);
+  return elementwise(ew, {}, m, "full");
 }
+
+Result<VkTensor> Kernels::run(const ir::Full& op) { return filled(out_meta(), op.dtype, op.value); }
 
 Result<VkTensor> Kernels::run(const ir::Unary& op) {
   TW_ASSIGN_OR_RETURN(const VkTensor* x, in(op.x));
@@ -245,6 +247,20 @@ Result<VkTensor> Kernels::run(const ir::MaskedFill& op) {
   TW_ASSIGN_OR_RETURN(ew.cls, cls_of(x->dtype, "masked_fill"));
   set_scalar(ew.params, 0, x->dtype, op.value, false);
   return elementwise(ew, {x, mask}, out_meta(), "masked_fill");
+}
+
+Result<VkTensor> Kernels::run(const ir::GeluBackward& op) {
+  TW_ASSIGN_OR_RETURN(const VkTensor* g, in(op.grad));
+  TW_ASSIGN_OR_RETURN(const VkTensor* x, in(op.x));
+  Ew ew;
+  ew.family = kEwGeluBackward;
+  TW_ASSIGN_OR_RETURN(ew.cls, cls_of(x->dtype, "gelu_backward"));
+  if (ew.cls != kClsF32) {
+    return unsupported_dtype(
+        "gelu_backward", x->dtype, device_,
+        x->dtype == kF64 ? "GLSL has no double-precision erf and exp" : "float dtypes only");
+  }
+  return elementwise(ew, {g, x}, out_meta(), "gelu_backward");
 }
 
 Result<VkTensor> Kernels::run(const ir::Cast& op) {

@@ -334,6 +334,11 @@ void main() {
       if (CLS == CLS_I64) sti0(DT_OUT, i, m ? s_i(p.s0i_lo, p.s0i_hi) : ldi1(DT_A, ua));
       else if (CLS == CLS_F64) std0(DT_OUT, i, m ? s_d(p.s0d_lo, p.s0d_hi) : ldd1(DT_A, ua));
       else stf0(DT_OUT, i, m ? uintBitsToFloat(p.s0f) : ldf1(DT_A, ua));
+    } else if (FAMILY == EW_GELU_BACKWARD) {  // a: grad, b: x; f32 (the erf form)
+      const float g = ldf1(DT_A, ua), x = ldf2(DT_B, ub);
+      const float cdf = 0.5 * (1.0 + erf_f(x * 0.70710678118654752));
+      const float pdf = exp(-0.5 * x * x) * 0.39894228040143268;
+      stf0(DT_OUT, i, g * (cdf + x * pdf));
     } else if (FAMILY == EW_CLAMP) {  // KIND bit 0: lo given, bit 1: hi given; NaN propagates
       if (CLS == CLS_I64) {
         int64_t x = ldi1(DT_A, ua);
