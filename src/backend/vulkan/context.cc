@@ -1,6 +1,8 @@
 #include "backend/vulkan/context.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -522,8 +524,25 @@ Result<VkPipeline> Context::pipeline_locked(const std::string& shader, bool f64,
   ci.stage.pSpecializationInfo = &si;
   ci.layout = layout_;
   VkPipeline p;
+  const auto t0 = std::chrono::steady_clock::now();
   TW_VK(vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &ci, nullptr, &p),
         "vkCreateComputePipelines");
+  // TW_VULKAN_PIPELINE_STATS=1: pipelines made per shader and the seconds they took, printed at
+  // exit (pipeline creation compiles on lavapipe: the first thing to look at when tests slow).
+  static std::map<std::string, std::pair<int, double>> stats;
+  auto& st = stats[shader];
+  st.first++;
+  st.second += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (std::getenv("TW_VULKAN_PIPELINE_STATS")) {
+    static bool reg = [] {
+      std::atexit([] {
+        for (auto& [k, v] : stats)
+          std::fprintf(stderr, "pipelines %s: %d, %.2f s\n", k.c_str(), v.first, v.second);
+      });
+      return true;
+    }();
+    (void)reg;
+  }
   pipelines_[{key, spec}] = Pipeline{p};
   return p;
 }

@@ -120,13 +120,19 @@ Result<VkTensor> Kernels::elementwise(Ew ew, const std::vector<const VkTensor*>&
   }
   TW_ASSIGN_OR_RETURN(VkTensor out, fresh(m));
   if (n == 0) return out;
-  const std::vector<int32_t> spec = {
-      ew.family, ew.kind, dt(0), dt(1), dt(2), static_cast<int32_t>(m.dtype), ew.cls, ew.scalar};
+  p.dta = static_cast<uint32_t>(dt(0));
+  p.dtb = static_cast<uint32_t>(dt(1));
+  p.dtc = static_cast<uint32_t>(dt(2));
+  const std::vector<int32_t> spec = {ew.family, ew.kind, static_cast<int32_t>(m.dtype), ew.cls,
+                                     ew.scalar};
   std::vector<Binding> bindings = {{out.storage.get()}};
   for (const VkTensor* t : inputs) bindings.push_back({t->storage.get()});
   const uint32_t groups =
       static_cast<uint32_t>(std::min<int64_t>((n + kGroupSize - 1) / kGroupSize, 65535));
-  TW_RETURN_NOT_OK(ctx_->dispatch("elementwise", f64, spec, bindings, &p, sizeof p, groups));
+  // The shader's part (vulkan.cmake): 1 unary, casts and copies; 2 binary; 3 the rest.
+  const int part = ew.family == kEwUnary ? 1 : (ew.family == kEwBinary ? 2 : 3);
+  const std::string shader = "elementwise_" + std::to_string(part) + "_" + std::to_string(ew.cls);
+  TW_RETURN_NOT_OK(ctx_->dispatch(shader, f64, spec, bindings, &p, sizeof p, groups));
   return out;
 }
 

@@ -32,6 +32,7 @@ struct EwParams {
   uint32_t oa = 0, ob = 0, oc = 0;
   uint32_t s0f = 0, s0d_lo = 0, s0d_hi = 0, s0i_lo = 0, s0i_hi = 0;
   uint32_t s1f = 0, s1d_lo = 0, s1d_hi = 0, s1i_lo = 0, s1i_hi = 0;
+  uint32_t dta = 0, dtb = 0, dtc = 0;  // the operands' dtypes
 };
 
 // The reduce shader's parameter block (std430, in this order).
