@@ -169,7 +169,9 @@ Result<VkTensor> Kernels::run(const ir::RandUniform& op) {
     p.u[2] = float_bits(low);
     p.u[4] = float_bits(static_cast<float>(op.high) - low);
   }
-  const int32_t cls = m.dtype == kF64 ? kClsF64 : kClsF32;
+  // The shader's variant with doubles where the device has them: f32's fused low + range * u
+  // computes in double there (shaders/index.comp, fused()).
+  const int32_t cls = m.dtype == kF64 || ctx_->info().f64 ? kClsF64 : kClsF32;
   return index_dispatch(kIxRandUniform, p, m, nullptr, nullptr, nullptr, cls, numel(m.shape),
                         "rand_uniform");
 }

@@ -102,6 +102,27 @@ void copy_bits(uint io, uint ia) {
   else b0_32.v[io] = b1_32.v[ia];
 }
 
+// a * b + c with one rounding, as the cpu backend's build computes low + range * u (GCC
+// contracts it into an FMA there). GLSL's fma() is not fused on every driver (lavapipe splits
+// it), so: f32 through double (the product is exact there, and so is the sum unless c is far
+// smaller than it); f64 by Dekker's exact product and a compensated sum (one rounding but in
+// rare halfway cases).
+#if TW_F64
+float fused(float a, float b, float c) { return float(double(a) * double(b) + double(c)); }
+double fused(double a, double b, double c) {
+  const double k = 134217729.0LF;  // 2^27 + 1
+  const double ca = k * a, cb = k * b;
+  const double ah = ca - (ca - a), al = a - ah, bh = cb - (cb - b), bl = b - bh;
+  const double pr = a * b;
+  const double e = ((ah * bh - pr) + ah * bl + al * bh) + al * bl;
+  const double s = pr + c, bb = s - pr;
+  const double t = (pr - (s - bb)) + (c - bb);
+  return s + (t + e);
+}
+#else
+float fused(float a, float b, float c) { return a * b + c; }  // (f32 without doubles)
+#endif
+
 int64_t wrap_index(int64_t v) { return v < 0 ? v + int64_t(p.size) : v; }
 
 void main() {
@@ -173,12 +194,12 @@ void main() {
 #if TW_F64
         const uint64_t bits = (uint64_t(r.x) << 21) ^ uint64_t(r.y >> 11);
         const double u = double(bits & 0x1FFFFFFFFFFFFFUL) * (1.0LF / 9007199254740992.0LF);
-        precise double v = d64(p.u2, p.u3) + d64(p.u4, p.u5) * u;
+        const double v = fused(d64(p.u4, p.u5), u, d64(p.u2, p.u3));
         std0(DT_OUT, i, v);
 #endif
       } else {
         const float u = float(r.x >> 8) * (1.0 / 16777216.0);
-        precise float v = uintBitsToFloat(p.u2) + uintBitsToFloat(p.u4) * u;
+        const float v = fused(uintBitsToFloat(p.u4), u, uintBitsToFloat(p.u2));
         stf0(DT_OUT, i, v);
       }
     } else if (MODE == IX_RAND_NORMAL) {  // mean + std * N(seed, i): Box-Muller in double
@@ -186,8 +207,8 @@ void main() {
       const uvec4 r = philox(uint64_t(i), uint64_t(s64(p.u0, p.u1)));
       const double u1 = (double(r.x) + 1.0LF) * (1.0LF / 4294967296.0LF);
       const double u2 = double(r.y) * (1.0LF / 4294967296.0LF);
-      precise double nrm = sqrt(-2.0LF * log_d(u1)) * cos_d(6.283185307179586LF * u2);
-      precise double v = d64(p.u2, p.u3) + d64(p.u4, p.u5) * nrm;
+      const double nrm = sqrt(-2.0LF * log_d(u1)) * cos_d(6.283185307179586LF * u2);
+      const double v = fused(d64(p.u4, p.u5), nrm, d64(p.u2, p.u3));
       std0(DT_OUT, i, v);
 #endif
     } else if (MODE == IX_BERNOULLI) {  // U(seed, i) (double) < a[ia], in a's dtype
