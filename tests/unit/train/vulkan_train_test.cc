@@ -28,10 +28,10 @@ TEST(VulkanTraining, DigitsCnnReachesItsAccuracyTarget) {
   const auto [train_set, test_set] = digits::split(all, 360, 7);
   manual_seed(7);
   auto model = digits::make_model(digits::ModelKind::kCnn, {dev, kF32});
-  optim::Adam opt(model->parameters(), {.lr = 3e-3});
+  optim::Adam opt(model->parameters(), {.lr = 1e-2});  // 96.1% on cpu after 3 epochs
   const digits::DeviceData data = digits::upload(train_set, digits::ModelKind::kCnn, dev);
   digits::Trainer trainer(*model, opt, data, 64);
-  const int epochs = 4;
+  const int epochs = 3;
   for (int e = 1; e <= epochs; ++e) trainer.run_epoch(e, epochs, 7, 0);
   ASSERT_TRUE(trainer.finish().has_value());
   const double acc =
