@@ -44,6 +44,7 @@ using tw::digits::ModelKind;
 struct Args {
   ModelKind model = ModelKind::kCnn;
   std::string device = "remote";
+  std::string backend = "cpu";       // the device that computes: served in-process, or local
   std::string server;                // empty: host one in-process
   std::vector<std::string> servers;  // every --server, in order
   int parallel = 0;                  // --servers N
@@ -63,7 +64,8 @@ struct Args {
   std::fprintf(
       stderr,
       "train_digits: %s\n"
-      "usage: train_digits [--model cnn|mlp] [--device remote|cpu] [--server tcp://host:port]\n"
+      "usage: train_digits [--model cnn|mlp] [--device remote|cpu] [--backend cpu|vulkan[:N]]\n"
+      "                    [--server tcp://host:port]\n"
       "                    [--epochs N] [--batch N] [--lr X] [--seed N] [--report-every N] [--data "
       "PATH]\n"
       "                    [--no-graph] [--checkpoint DIR --checkpoint-every N]\n"
@@ -91,6 +93,8 @@ Args parse(int argc, char** argv) {
       a.device = f.value();
       if (a.device != "remote" && a.device != "cpu")
         usage("--device takes remote or cpu, got '" + a.device + "'");
+    } else if (f.is("--backend")) {
+      a.backend = f.value();  // cpu, vulkan, vulkan:0, torch: checked by Device::local
     } else if (f.is("--server")) {
       a.server = f.value();
       a.servers.push_back(a.server);
@@ -350,11 +354,14 @@ int main(int argc, char** argv) {
 
     std::unique_ptr<tw::Server> server;
     std::optional<tw::Device> remote;
-    tw::Device device = tw::Device::cpu();
+    // --backend: the device the in-process server hosts, or the local device (--device cpu).
+    const tw::Device backend =
+        a.backend == "cpu" ? tw::Device::cpu() : tw::Device::local(a.backend);
+    tw::Device device = backend;
     if (a.device == "remote") {
       std::string url = a.server;
       if (url.empty()) {
-        server = tw::serve(tw::Device::cpu());
+        server = tw::serve(backend);
         url = server->url();
       }
       remote = tw::Device::remote(url);

@@ -32,11 +32,14 @@ constexpr int64_t kBigNumel = int64_t{1} << 24;
 constexpr uint64_t kSeed = 20240601;
 
 // The device every benchmark runs on: the CPU device, or the torch device (PyTorch's kernels
-// behind tensorwire's op IR) when TW_BENCH_DEVICE=torch. bench/compare_torch.sh runs both.
+// behind tensorwire's op IR) when TW_BENCH_DEVICE=torch, or any local device it names
+// (TW_BENCH_DEVICE=vulkan:0). bench/compare_torch.sh runs cpu and torch.
 const tw::Device& device() {
   static const tw::Device d = [] {
     const char* e = std::getenv("TW_BENCH_DEVICE");
-    return e && std::string(e) == "torch" ? tw::Device::torch() : tw::Device::cpu();
+    if (!e || std::string(e) == "cpu") return tw::Device::cpu();
+    if (std::string(e) == "torch") return tw::Device::torch();
+    return tw::Device::local(e);  // vulkan, vulkan:0, ... (scripts/device_check.sh)
   }();
   return d;
 }

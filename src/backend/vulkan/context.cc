@@ -1,6 +1,8 @@
 #include "backend/vulkan/context.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -274,8 +276,8 @@ Status Context::init(int ordinal) {
 
   // One layout for every shader: four tensor bindings and the parameter block, pushed per
   // dispatch (VK_KHR_push_descriptor: no descriptor pools to manage).
-  VkDescriptorSetLayoutBinding b[kTensorBindings + 1] = {};
-  for (uint32_t i = 0; i <= kTensorBindings; ++i) {
+  VkDescriptorSetLayoutBinding b[kTensorBindings + 1 + kExtraBindings] = {};
+  for (uint32_t i = 0; i < kTensorBindings + 1 + kExtraBindings; ++i) {
     b[i].binding = i;
     b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     b[i].descriptorCount = 1;
@@ -283,7 +285,7 @@ Status Context::init(int ordinal) {
   }
   VkDescriptorSetLayoutCreateInfo dl{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
   dl.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
-  dl.bindingCount = kTensorBindings + 1;
+  dl.bindingCount = kTensorBindings + 1 + kExtraBindings;
   dl.pBindings = b;
   TW_VK(vkCreateDescriptorSetLayout(device_, &dl, nullptr, &set_layout_),
         "vkCreateDescriptorSetLayout");
@@ -522,8 +524,25 @@ Result<VkPipeline> Context::pipeline_locked(const std::string& shader, bool f64,
   ci.stage.pSpecializationInfo = &si;
   ci.layout = layout_;
   VkPipeline p;
+  const auto t0 = std::chrono::steady_clock::now();
   TW_VK(vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &ci, nullptr, &p),
         "vkCreateComputePipelines");
+  // TW_VULKAN_PIPELINE_STATS=1: pipelines made per shader and the seconds they took, printed at
+  // exit (pipeline creation compiles on lavapipe: the first thing to look at when tests slow).
+  static std::map<std::string, std::pair<int, double>> stats;
+  auto& st = stats[shader];
+  st.first++;
+  st.second += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (std::getenv("TW_VULKAN_PIPELINE_STATS")) {
+    static bool reg = [] {
+      std::atexit([] {
+        for (auto& [k, v] : stats)
+          std::fprintf(stderr, "pipelines %s: %d, %.2f s\n", k.c_str(), v.first, v.second);
+      });
+      return true;
+    }();
+    (void)reg;
+  }
   pipelines_[{key, spec}] = Pipeline{p};
   return p;
 }
@@ -543,8 +562,12 @@ Status Context::dispatch(const std::string& shader, bool f64, const std::vector<
   std::memcpy(b->params_map + slot, params, params_size);
   b->params_used += kParamsSlot;
   vkCmdBindPipeline(b->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
-  VkDescriptorBufferInfo infos[kTensorBindings + 1];
-  VkWriteDescriptorSet writes[kTensorBindings + 1];
+  if (bindings.size() > static_cast<size_t>(kTensorBindings + kExtraBindings)) {
+    return internal_error("a dispatch of " + std::to_string(bindings.size()) +
+                          " tensors: at most " + std::to_string(kTensorBindings + kExtraBindings));
+  }
+  VkDescriptorBufferInfo infos[kTensorBindings + 1 + kExtraBindings];
+  VkWriteDescriptorSet writes[kTensorBindings + 1 + kExtraBindings];
   uint32_t nw = 0;
   // Unused bindings get the output's buffer (a binding the shader declares must be valid).
   const DeviceBuffer* fallback = bindings.empty() ? nullptr : bindings[0].buf;
@@ -566,6 +589,18 @@ Status Context::dispatch(const std::string& shader, bool f64, const std::vector<
   writes[nw].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
   writes[nw].pBufferInfo = &infos[nw];
   ++nw;
+  // The extra bindings (5-8) only where the dispatch has them: a shader that declares them is
+  // given them all.
+  for (uint32_t i = kTensorBindings; i < bindings.size(); ++i) {
+    const DeviceBuffer* buf = bindings[i].buf ? bindings[i].buf : fallback;
+    infos[nw] = {buf->buffer, 0, VK_WHOLE_SIZE};
+    writes[nw] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    writes[nw].dstBinding = i + 1;
+    writes[nw].descriptorCount = 1;
+    writes[nw].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[nw].pBufferInfo = &infos[nw];
+    ++nw;
+  }
   push_descriptors_(b->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, layout_, 0, nw, writes);
   vkCmdDispatch(b->cmd, gx, gy, gz);
   barrier_locked(b->cmd);

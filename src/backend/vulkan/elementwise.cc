@@ -120,13 +120,19 @@ Result<VkTensor> Kernels::elementwise(Ew ew, const std::vector<const VkTensor*>&
   }
   TW_ASSIGN_OR_RETURN(VkTensor out, fresh(m));
   if (n == 0) return out;
-  const std::vector<int32_t> spec = {
-      ew.family, ew.kind, dt(0), dt(1), dt(2), static_cast<int32_t>(m.dtype), ew.cls, ew.scalar};
+  p.dta = static_cast<uint32_t>(dt(0));
+  p.dtb = static_cast<uint32_t>(dt(1));
+  p.dtc = static_cast<uint32_t>(dt(2));
+  const std::vector<int32_t> spec = {ew.family, ew.kind, static_cast<int32_t>(m.dtype), ew.cls,
+                                     ew.scalar};
   std::vector<Binding> bindings = {{out.storage.get()}};
   for (const VkTensor* t : inputs) bindings.push_back({t->storage.get()});
   const uint32_t groups =
       static_cast<uint32_t>(std::min<int64_t>((n + kGroupSize - 1) / kGroupSize, 65535));
-  TW_RETURN_NOT_OK(ctx_->dispatch("elementwise", f64, spec, bindings, &p, sizeof p, groups));
+  // The shader's part (vulkan.cmake): 1 unary, casts and copies; 2 binary; 3 the rest.
+  const int part = ew.family == kEwUnary ? 1 : (ew.family == kEwBinary ? 2 : 3);
+  const std::string shader = "elementwise_" + std::to_string(part) + "_" + std::to_string(ew.cls);
+  TW_RETURN_NOT_OK(ctx_->dispatch(shader, f64, spec, bindings, &p, sizeof p, groups));
   return out;
 }
 
@@ -149,13 +155,15 @@ Result<VkTensor> Kernels::run(const ir::FromHost& op) {
   return t;
 }
 
-Result<VkTensor> Kernels::run(const ir::Full& op) {
+Result<VkTensor> Kernels::filled(const TensorMeta& m, DType dtype, const ir::Scalar& v) {
   Ew ew;
   ew.family = kEwFill;
-  TW_ASSIGN_OR_RETURN(ew.cls, cls_of(op.dtype, "full"));
-  set_scalar(ew.params, 0, op.dtype, op.value, false);
-  return elementwise(ew, {}, out_meta(), "full");
+  TW_ASSIGN_OR_RETURN(ew.cls, cls_of(dtype, "full"));
+  set_scalar(ew.params, 0, dtype, v, false);
+  return elementwise(ew, {}, m, "full");
 }
+
+Result<VkTensor> Kernels::run(const ir::Full& op) { return filled(out_meta(), op.dtype, op.value); }
 
 Result<VkTensor> Kernels::run(const ir::Unary& op) {
   TW_ASSIGN_OR_RETURN(const VkTensor* x, in(op.x));
@@ -245,6 +253,20 @@ Result<VkTensor> Kernels::run(const ir::MaskedFill& op) {
   TW_ASSIGN_OR_RETURN(ew.cls, cls_of(x->dtype, "masked_fill"));
   set_scalar(ew.params, 0, x->dtype, op.value, false);
   return elementwise(ew, {x, mask}, out_meta(), "masked_fill");
+}
+
+Result<VkTensor> Kernels::run(const ir::GeluBackward& op) {
+  TW_ASSIGN_OR_RETURN(const VkTensor* g, in(op.grad));
+  TW_ASSIGN_OR_RETURN(const VkTensor* x, in(op.x));
+  Ew ew;
+  ew.family = kEwGeluBackward;
+  TW_ASSIGN_OR_RETURN(ew.cls, cls_of(x->dtype, "gelu_backward"));
+  if (ew.cls != kClsF32) {
+    return unsupported_dtype(
+        "gelu_backward", x->dtype, device_,
+        x->dtype == kF64 ? "GLSL has no double-precision erf and exp" : "float dtypes only");
+  }
+  return elementwise(ew, {g, x}, out_meta(), "gelu_backward");
 }
 
 Result<VkTensor> Kernels::run(const ir::Cast& op) {

@@ -29,6 +29,7 @@ class Kernels {
   Result<VkTensor> run(const ir::Clamp& op);
   Result<VkTensor> run(const ir::MaskedFill& op);
   Result<VkTensor> run(const ir::Cast& op);
+  Result<VkTensor> run(const ir::GeluBackward& op);
   Result<VkTensor> run(const ir::Reshape& op);
   Result<VkTensor> run(const ir::Permute& op);
   Result<VkTensor> run(const ir::Expand& op);
@@ -38,9 +39,47 @@ class Kernels {
   Result<VkTensor> run(const ir::Linear& op);
   Result<VkTensor> run(const ir::Softmax& op);
   Result<VkTensor> run(const ir::LayerNorm& op);
+  Result<std::vector<VkTensor>> run(const ir::LayerNormBackward& op);  // shaders/lnback.comp
+  // indexing.cc (shaders/index.comp)
+  Result<VkTensor> run(const ir::Arange& op);
+  Result<VkTensor> run(const ir::Eye& op);
+  Result<VkTensor> run(const ir::RandUniform& op);
+  Result<VkTensor> run(const ir::RandNormal& op);
+  Result<VkTensor> run(const ir::Bernoulli& op);
+  Result<VkTensor> run(const ir::Flip& op);
+  Result<VkTensor> run(const ir::Repeat& op);
+  Result<VkTensor> run(const ir::Cat& op);
+  Result<VkTensor> run(const ir::SliceAssign& op);
+  Result<VkTensor> run(const ir::Gather& op);
+  Result<VkTensor> run(const ir::IndexSelect& op);
+  Result<VkTensor> run(const ir::OneHot& op);
+  Result<VkTensor> run(const ir::ScatterAdd& op);
+  Result<VkTensor> run(const ir::IndexSelectBackward& op);
+  Result<VkTensor> run(const ir::Cumsum& op);
+  // optim.cc (shaders/adam.comp): three outputs
+  Result<std::vector<VkTensor>> run(const ir::AdamStep& op);
+  // attention.cc (shaders/attention.comp)
+  Result<VkTensor> run(const ir::ScaledDotProductAttention& op);
+  Result<std::vector<VkTensor>> run(const ir::ScaledDotProductAttentionBackward& op);
+  // conv.cc (shaders/conv.comp)
+  Result<VkTensor> run(const ir::Conv2d& op);
+  Result<VkTensor> run(const ir::Conv2dBackwardInput& op);
+  Result<VkTensor> run(const ir::Conv2dBackwardWeight& op);
+  Result<VkTensor> run(const ir::Pool2d& op);
+  Result<VkTensor> run(const ir::Pool2dBackward& op);
+  Result<VkTensor> run(const ir::AdaptiveAvgPool2d& op);
+  Result<VkTensor> run(const ir::AdaptiveAvgPool2dBackward& op);
 
   // A contiguous copy of a view (reads of strided tensors, reshapes no view can express).
   Result<VkTensor> contiguous(const VkTensor& t);
+
+  // Attention's operands made contiguous (q, k, v, and grad), the mask expanded to the scores.
+  struct Attention {
+    VkTensor t[4];  // q, k, v, grad: contiguous
+    VkTensor mask;
+    bool has_mask = false;
+    int64_t bh = 0, tq = 0, tk = 0, d = 0, dv = 0;
+  };
 
  private:
   const TensorMeta& out_meta() const { return (*metas_)[0]; }
@@ -54,6 +93,25 @@ class Kernels {
   Result<VkTensor> elementwise(Ew ew, const std::vector<const VkTensor*>& inputs,
                                const TensorMeta& m, const std::string& op);
   const std::string& device() const { return device_; }
+  // A new tensor of m filled with v (Full's kernel).
+  Result<VkTensor> filled(const TensorMeta& m, DType dtype, const ir::Scalar& v);
+  // One dispatch of shaders/index.comp in `mode` over `threads` threads, writing into `out`
+  // (null: a new tensor of m), reading a and b (either may be null).
+  Result<VkTensor> index_dispatch(int32_t mode, IndexParams& p, const TensorMeta& m,
+                                  const VkTensor* out, const VkTensor* a, const VkTensor* b,
+                                  int32_t cls, int64_t threads, const std::string& op);
+  Result<Attention> attention_operands(const ir::In& q, const ir::In& k, const ir::In& v,
+                                       const ir::In& mask, const ir::In* grad,
+                                       const std::string& op);
+  // One dispatch of shaders/conv.comp over the output m's elements, operands made contiguous.
+  Result<VkTensor> conv_dispatch(int32_t mode, int32_t kind, ConvParams& p, const TensorMeta& m,
+                                 const VkTensor* a, const VkTensor* b, const VkTensor* c,
+                                 const std::string& op);
+  // dst (a view of a buffer this op owns) = src broadcast to it.
+  Result<VkTensor> copy_into(const VkTensor& dst, const VkTensor& src, const std::string& op);
+  // An index tensor's values (read back from the device) and their check against [-size, size).
+  Result<std::vector<int64_t>> index_values(const VkTensor& index);
+  Status check_indices(const VkTensor& index, int64_t size, int64_t dim, const std::string& op);
   // t itself when contiguous, else a contiguous copy (kept in `keep`).
   Result<const VkTensor*> dense(const VkTensor& t, VkTensor& keep);
   // C = A B (+ bias, relu) with A [batch..., M, K] and B [batch..., K, N] as views.

@@ -2,6 +2,7 @@
 // row. f32 compute (f16 and bf16 as storage); f64 is refused (GLSL has no double exp, and this
 // backend keeps layer_norm's statistics in f32).
 #include <algorithm>
+#include <cstring>
 
 #include "backend/vulkan/kernels.h"
 
@@ -95,6 +96,83 @@ Result<VkTensor> Kernels::run(const ir::LayerNorm& op) {
   TW_RETURN_NOT_OK(ctx_->dispatch("rows", false, spec, bindings, &p, sizeof p,
                                   std::min<uint32_t>(p.rows, 65535)));
   return out;
+}
+
+}  // namespace tw::vk
+
+namespace tw::vk {
+
+Result<std::vector<VkTensor>> Kernels::run(const ir::LayerNormBackward& op) {
+  const std::string name = "layer_norm_backward";
+  TW_ASSIGN_OR_RETURN(const VkTensor* g0, in(op.grad));
+  TW_ASSIGN_OR_RETURN(const VkTensor* x0, in(op.x));
+  const DType d = x0->dtype;
+  if (d != kF32 && d != kF64 && d != kF16 && d != kBF16) {
+    return unsupported_dtype(name, d, device_, "float dtypes only");
+  }
+  if (!ctx_->info().f64) {
+    return unsupported_dtype(name, d, device_,
+                             "it computes in double; the device lacks shaderFloat64");
+  }
+  VkTensor kg, kx, kw;
+  TW_ASSIGN_OR_RETURN(const VkTensor* g, dense(*g0, kg));
+  TW_ASSIGN_OR_RETURN(const VkTensor* x, dense(*x0, kx));
+  const VkTensor* w = nullptr;
+  if (op.weight.id != 0) {
+    TW_ASSIGN_OR_RETURN(const VkTensor* w0, in(op.weight));
+    TW_ASSIGN_OR_RETURN(w, dense(*w0, kw));
+  }
+  // Every operand from its buffer's start (the shader indexes from 0).
+  for (auto [t, keep] : {std::pair{&g, &kg}, std::pair{&x, &kx}, std::pair{&w, &kw}}) {
+    if (*t && (*t)->offset != 0) {
+      TW_ASSIGN_OR_RETURN(*keep, contiguous(**t));
+      *t = keep;
+    }
+  }
+  std::vector<VkTensor> outs(3);
+  for (int k = 0; k < 3; ++k) {
+    TW_ASSIGN_OR_RETURN(outs[k], fresh((*metas_)[k]));
+  }
+  const int64_t n = outs[1].numel();
+  if (n == 0) return outs;
+  if (x->numel() == 0) {  // no rows: dw and db are empty sums
+    for (int k = 1; k < 3; ++k) {
+      TW_ASSIGN_OR_RETURN(outs[k], filled((*metas_)[k], (*metas_)[k].dtype, ir::Scalar(0.0)));
+    }
+    return outs;
+  }
+  const int64_t rows = x->numel() / n;
+  if (x->numel() >= (int64_t{1} << 31)) {
+    return unimplemented(name + " of " + std::to_string(x->numel()) +
+                         " elements: not supported by the " + device_ +
+                         " backend (at most 2^31 - 1)");
+  }
+  struct {
+    uint32_t rows, n, eps_lo, eps_hi;
+  } p{static_cast<uint32_t>(rows), static_cast<uint32_t>(n), 0, 0};
+  uint64_t eps_bits;
+  std::memcpy(&eps_bits, &op.eps, 8);
+  p.eps_lo = static_cast<uint32_t>(eps_bits);
+  p.eps_hi = static_cast<uint32_t>(eps_bits >> 32);
+  TW_ASSIGN_OR_RETURN(Storage stats, ctx_->alloc(static_cast<uint64_t>(rows) * 16));
+  const int32_t dt = static_cast<int32_t>(d), has_w = w ? 1 : 0;
+  auto groups = [](int64_t threads) {
+    return static_cast<uint32_t>(std::min<int64_t>((threads + 63) / 64, 65535));
+  };
+  const Binding wb{w ? w->storage.get() : nullptr};
+  TW_RETURN_NOT_OK(ctx_->dispatch(
+      "lnback", true, {0, dt, has_w},
+      {{outs[0].storage.get()}, {g->storage.get()}, {x->storage.get()}, wb, {stats.get()}}, &p,
+      sizeof p, groups(rows)));
+  TW_RETURN_NOT_OK(ctx_->dispatch("lnback", true, {1, dt, has_w},
+                                  {{outs[1].storage.get()},
+                                   {g->storage.get()},
+                                   {x->storage.get()},
+                                   wb,
+                                   {stats.get()},
+                                   {outs[2].storage.get()}},
+                                  &p, sizeof p, groups(n)));
+  return outs;
 }
 
 }  // namespace tw::vk

@@ -53,21 +53,27 @@ class VulkanBackend final : public TableBackend<VkTensor> {
   Result<std::vector<VkTensor>> run(const ir::Op& op,
                                     const std::vector<TensorMeta>& metas) override {
     kernels_.set_metas(&metas);
-    Result<VkTensor> r = std::visit(
-        [&](const auto& o) -> Result<VkTensor> {
+    // A kernel gives its op's one output, or all of them (ops with several outputs).
+    Result<std::vector<VkTensor>> r = std::visit(
+        [&](const auto& o) -> Result<std::vector<VkTensor>> {
           using O = std::decay_t<decltype(o)>;
           if constexpr (kHasKernel<O>) {
-            return kernels_.run(o);
+            auto one = kernels_.run(o);
+            if constexpr (std::is_same_v<decltype(one), Result<std::vector<VkTensor>>>) {
+              return one;
+            } else {
+              if (!one.ok()) return one.status();
+              std::vector<VkTensor> v;
+              v.push_back(std::move(one).value());
+              return v;
+            }
           } else {
             return unsupported_op(ir::op_name(op), name_);
           }
         },
         op);
     kernels_.set_metas(nullptr);
-    if (!r.ok()) return r.status();
-    std::vector<VkTensor> v;
-    v.push_back(std::move(r).value());
-    return v;
+    return r;
   }
 
  private:

@@ -99,7 +99,17 @@ TEST_P(Random, NormalMatchesPhilox) {
     ASSERT_EQ(f[i], static_cast<float>(1.5 + 2.0 * philox_normal(seed, i))) << i;
   seed = peek_seed(8);
   auto d = randn({1025}, kF64, device()).to_vector<double>();
-  for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d[i], 0.0 + 1.0 * philox_normal(seed, i)) << i;
+  // The cpu backend's devices give the C library's log and cos exactly; a GPU backend computes
+  // them itself (GLSL has no double log or cos), within 4 ulp (docs/vulkan.md).
+  const bool cpu_math = GetParam().name == "cpu" || GetParam().same_bytes_as == "cpu";
+  for (size_t i = 0; i < d.size(); ++i) {
+    const double want = 0.0 + 1.0 * philox_normal(seed, i);
+    if (cpu_math) {
+      ASSERT_EQ(d[i], want) << i;
+    } else {
+      ASSERT_LE(std::abs(d[i] - want), 4 * std::abs(std::nextafter(want, 0.0) - want)) << i;
+    }
+  }
 }
 
 // Element i = (philox_uniform_f64(seed, i) < p[i]) ? 1 : 0, in p's dtype and shape.

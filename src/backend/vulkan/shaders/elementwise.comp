@@ -7,15 +7,25 @@
 // the output is contiguous.
 #include "common.glsl"
 
+// This build's part: EW_PART 1 unary (casts, copies), 2 binary, 3 the rest; EW_CLASS: the
+// compute class whose kind functions it has (vulkan.cmake builds each pair; a pipeline parses
+// only its own part, which keeps pipeline creation short on drivers that compile at creation).
+#ifndef EW_PART
+#define EW_PART 1
+#define EW_CLASS 0
+#endif
+
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const int FAMILY = 0;  // EW_* (kinds.glsl)
 layout(constant_id = 1) const int KIND = 0;    // the family's kind; -1: cast; -2: bit copy
-layout(constant_id = 2) const int DT_A = 0;
-layout(constant_id = 3) const int DT_B = 0;
-layout(constant_id = 4) const int DT_C = 0;
-layout(constant_id = 5) const int DT_OUT = 0;
-layout(constant_id = 6) const int CLS = 0;     // CLS_F32, CLS_F64, CLS_I64: how values compute
-layout(constant_id = 7) const int SCALAR = 0;  // 0: b is a tensor; 1: b is the scalar; 2: a is
+layout(constant_id = 2) const int DT_OUT = 0;
+layout(constant_id = 3) const int CLS = 0;     // CLS_F32, CLS_F64, CLS_I64: how values compute
+layout(constant_id = 4) const int SCALAR = 0;  // 0: b is a tensor; 1: b is the scalar; 2: a is
+// The inputs' dtypes are parameters, not specialisation constants: a pipeline per combination
+// of operand dtypes made pipeline creation (a compile, on lavapipe) most of the suite's time.
+#define DT_A int(p.dta)
+#define DT_B int(p.dtb)
+#define DT_C int(p.dtc)
 
 TW_TENSOR(0)  // out
 TW_TENSOR(1)  // a (x, cond of where)
@@ -31,6 +41,7 @@ layout(set = 0, binding = 4) readonly buffer Params {
   // Scalars (BinaryScalar's, Full's, Clamp's lo and hi), converted on the host per class.
   uint s0f, s0d_lo, s0d_hi, s0i_lo, s0i_hi;
   uint s1f, s1d_lo, s1d_hi, s1i_lo, s1i_hi;
+  uint dta, dtb, dtc;  // the operands' dtypes
 } p;
 
 int64_t s_i(uint lo, uint hi) { return int64_t(uint64_t(lo) | (uint64_t(hi) << 32)); }
@@ -40,6 +51,7 @@ double s_d(uint lo, uint hi) { return uint64BitsToDouble(uint64_t(lo) | (uint64_
 float s_d(uint lo, uint hi) { return 0.0; }
 #endif
 
+#if EW_CLASS == CLS_F32
 // ---- float kinds (f32; the f64 class has the correctly rounded ones: elementwise.cc) ----
 float erf_f(float x) {
   float ax = min(abs(x), 4.0);
@@ -136,6 +148,7 @@ float pow_f(float x, float y) {
   bool neg = (x < 0.0 || (x == 0.0 && floatBitsToUint(x) != 0u)) && is_odd_int(y);
   return neg ? -r : r;
 }
+#if EW_PART == 1
 float unary_f(float x) {
   switch (KIND) {
     case UK_Neg: return -x;
@@ -165,6 +178,10 @@ float unary_f(float x) {
   }
   return x;  // KIND -1: a copy or cast
 }
+#else
+float unary_f(float x) { return x; }
+#endif
+#if EW_PART == 2
 float remainder_f(float a, float b) {
   float m = a - b * trunc(a / b);  // fmod's sign: a's
   if (isinf(b) && !isinf(a)) m = a;
@@ -199,6 +216,19 @@ bool compare_f(float a, float b) {
   return false;
 }
 
+#else
+float remainder_f(float a, float b) { return a; }
+float binary_f(float a, float b) { return a; }
+bool compare_f(float a, float b) { return false; }
+#endif
+#else
+float erf_f(float x) { return x; }
+float unary_f(float x) { return x; }
+float binary_f(float a, float b) { return a; }
+bool compare_f(float a, float b) { return false; }
+#endif
+
+#if EW_CLASS == CLS_I64
 // ---- integer kinds (computed in i64; a narrower output wraps when stored) ----
 int64_t ipow(int64_t base, int64_t e) {
   if (e < 0) {
@@ -251,7 +281,13 @@ bool compare_i(int64_t a, int64_t b) {
   return false;
 }
 
-#if TW_F64
+#else
+int64_t unary_i(int64_t x) { return x; }
+int64_t binary_i(int64_t a, int64_t b) { return a; }
+bool compare_i(int64_t a, int64_t b) { return false; }
+#endif
+
+#if TW_F64 && EW_CLASS == CLS_F64
 // ---- f64: the correctly rounded kinds only (elementwise.cc refuses the others on f64) ----
 double unary_d(double x) {
   switch (KIND) {
@@ -300,6 +336,10 @@ bool compare_d(double a, double b) {
   }
   return false;
 }
+#elif TW_F64
+double unary_d(double x) { return x; }
+double binary_d(double a, double b) { return a; }
+bool compare_d(double a, double b) { return false; }
 #endif
 
 void main() {
@@ -334,6 +374,11 @@ void main() {
       if (CLS == CLS_I64) sti0(DT_OUT, i, m ? s_i(p.s0i_lo, p.s0i_hi) : ldi1(DT_A, ua));
       else if (CLS == CLS_F64) std0(DT_OUT, i, m ? s_d(p.s0d_lo, p.s0d_hi) : ldd1(DT_A, ua));
       else stf0(DT_OUT, i, m ? uintBitsToFloat(p.s0f) : ldf1(DT_A, ua));
+    } else if (FAMILY == EW_GELU_BACKWARD) {  // a: grad, b: x; f32 (the erf form)
+      const float g = ldf1(DT_A, ua), x = ldf2(DT_B, ub);
+      const float cdf = 0.5 * (1.0 + erf_f(x * 0.70710678118654752));
+      const float pdf = exp(-0.5 * x * x) * 0.39894228040143268;
+      stf0(DT_OUT, i, g * (cdf + x * pdf));
     } else if (FAMILY == EW_CLAMP) {  // KIND bit 0: lo given, bit 1: hi given; NaN propagates
       if (CLS == CLS_I64) {
         int64_t x = ldi1(DT_A, ua);

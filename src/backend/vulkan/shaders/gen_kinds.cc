@@ -55,9 +55,22 @@ int main(int argc, char** argv) {
   std::fprintf(
       f,
       "#define EW_UNARY %d\n#define EW_BINARY %d\n#define EW_WHERE %d\n#define EW_FILL %d\n"
-      "#define EW_CLAMP %d\n#define EW_MASKED_FILL %d\n",
-      kEwUnary, kEwBinary, kEwWhere, kEwFill, kEwClamp, kEwMaskedFill);
+      "#define EW_CLAMP %d\n#define EW_MASKED_FILL %d\n#define EW_GELU_BACKWARD %d\n",
+      kEwUnary, kEwBinary, kEwWhere, kEwFill, kEwClamp, kEwMaskedFill, kEwGeluBackward);
   std::fprintf(f, "#define CLS_F32 %d\n#define CLS_F64 %d\n#define CLS_I64 %d\n", kClsF32, kClsF64,
                kClsI64);
+  std::fprintf(f,
+               "#define IX_COPY %d\n#define IX_ARANGE %d\n#define IX_EYE %d\n#define IX_GATHER %d\n"
+               "#define IX_ONE_HOT %d\n#define IX_SCATTER %d\n#define IX_CUMSUM %d\n"
+               "#define IX_RAND_UNIFORM %d\n#define IX_BERNOULLI %d\n#define IX_RAND_NORMAL %d\n",
+               kIxCopy, kIxArange, kIxEye, kIxGather, kIxOneHot, kIxScatter, kIxCumsum,
+               kIxRandUniform, kIxBernoulli, kIxRandNormal);
+  std::fprintf(
+      f,
+      "#define CV_FORWARD %d\n#define CV_BACKWARD_INPUT %d\n#define CV_BACKWARD_WEIGHT %d\n"
+      "#define CV_POOL %d\n#define CV_POOL_BACKWARD %d\n#define CV_ADAPTIVE %d\n"
+      "#define CV_ADAPTIVE_BACKWARD %d\n",
+      kCvForward, kCvBackwardInput, kCvBackwardWeight, kCvPool, kCvPoolBackward, kCvAdaptive,
+      kCvAdaptiveBackward);
   return std::fclose(f) == 0 ? 0 : 1;
 }
