@@ -10,6 +10,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <vector>
 
@@ -52,9 +53,21 @@ bool fsync_dir(const std::string& dir) {
   return ok;
 }
 
-void touch(const std::string& path) { (void)::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
-
 }  // namespace
+
+// Sets the file's times to a moment after every earlier touch of this store: the kernel's clock
+// for file times ticks coarsely (milliseconds), and the order at the next open must be the
+// order of use.
+void DiskStore::touch_locked(const std::string& path) {
+  struct timespec now;
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  int64_t ns = int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
+  ns = std::max(ns, last_touch_ns_ + 1000);
+  last_touch_ns_ = ns;
+  const struct timespec t[2] = {{ns / 1000000000, ns % 1000000000},
+                                {ns / 1000000000, ns % 1000000000}};
+  (void)::utimensat(AT_FDCWD, path.c_str(), t, 0);
+}
 
 std::string DiskStore::name_of(const protocol::ContentHash& h, uint64_t size) {
   uint8_t b[16];
@@ -82,7 +95,7 @@ Result<std::unique_ptr<DiskStore>> DiskStore::open(const std::string& dir, uint6
   struct Found {
     std::string name;
     uint64_t size;
-    fs::file_time_type when;
+    int64_t when;  // modification time, ns
   };
   std::vector<Found> found;
   for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
@@ -98,7 +111,11 @@ Result<std::unique_ptr<DiskStore>> DiskStore::open(const std::string& dir, uint6
       fs::remove(e.path(), ec);
       continue;
     }
-    found.push_back({name, size, e.last_write_time(ec)});
+    struct stat st;
+    if (::stat(e.path().c_str(), &st) != 0) continue;
+    const int64_t when = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+    found.push_back({name, size, when});
+    s->last_touch_ns_ = std::max(s->last_touch_ns_, when);
   }
   std::sort(found.begin(), found.end(),
             [](const Found& a, const Found& b) { return a.when > b.when; });
@@ -131,7 +148,7 @@ Status DiskStore::put(const protocol::ContentHash& h, const Buffer& bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = index_.find(name); it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
-      touch(final_path);
+      touch_locked(final_path);
       return Status::OK();
     }
     tmp = final_path + ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(++tmp_seq_);
@@ -159,6 +176,7 @@ Status DiskStore::put(const protocol::ContentHash& h, const Buffer& bytes) {
     ::unlink(tmp.c_str());
     return st;
   }
+  touch_locked(final_path);
   (void)fsync_dir(path_);
   lru_.push_front({name, bytes.size()});
   index_[name] = lru_.begin();
@@ -189,11 +207,11 @@ Buffer DiskStore::get(const protocol::ContentHash& h, uint64_t size) {
   }
   if (fd >= 0) ::close(fd);
   // Verified against its name: a load never hands out bytes that are not the hash's.
+  std::lock_guard<std::mutex> lock(mu_);
   if (ok && protocol::content_hash(out.data(), size) == h) {
-    touch(path);
+    touch_locked(path);
     return out;
   }
-  std::lock_guard<std::mutex> lock(mu_);
   if (auto it = index_.find(name); it != index_.end()) {
     ::unlink(path.c_str());
     held_ -= it->second->size;

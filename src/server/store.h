@@ -49,6 +49,7 @@ class DiskStore {
  private:
   DiskStore(std::string path, uint64_t capacity) : path_(std::move(path)), capacity_(capacity) {}
   void evict_locked(uint64_t room);
+  void touch_locked(const std::string& path);
   struct Entry {
     std::string name;
     uint64_t size;
@@ -60,6 +61,7 @@ class DiskStore {
   std::list<Entry> lru_;  // front: most recently used
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
   uint64_t tmp_seq_ = 0;
+  int64_t last_touch_ns_ = 0;  // the latest file time this store set
 };
 
 }  // namespace tw::server

@@ -67,8 +67,10 @@ TEST(Store, EntriesSurviveAReopenAndAreVerifiedAtEveryLoad) {
   const std::string file = s->path() + "/" + DiskStore::name_of(h, a.size());
   {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(5000);
+    const char was = static_cast<char>(f.get());
     f.seekp(5000);
-    f.put('\x7f');
+    f.put(static_cast<char>(~was));
   }
   EXPECT_EQ(s->get(h, a.size()).size(), 0u);
   EXPECT_FALSE(fs::exists(file));
