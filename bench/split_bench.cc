@@ -157,6 +157,37 @@ int main(int argc, char** argv) {
     tw::nn::Pipeline ptwo(two, tw::nn::place(two, {d0b, d1}), o.micro);
     tw::optim::Adam opt_two(two.parameters());
     const std::vector<tw::Device> all = {d0, d0b, d1};
+    // Generation first, while both models still hold the same (initial) weights.
+    if (has('G')) {
+      const std::vector<int64_t> prompt = {1, 2, 3, 4};
+      auto wire = [&]() {
+        uint64_t b = 0;
+        for (const tw::Device& d : all) {
+          const tw::WireCounters w = tw::wire_counters(d);
+          b += w.bytes_out + w.bytes_in;
+        }
+        return b;
+      };
+      tw::nn::PipelineGenerator g1(pone), g2(ptwo);
+      uint64_t w = wire();
+      auto t = Clock::now();
+      const auto a = g1.generate(prompt, o.gen, {.temperature = 0});
+      const double ta = secs_since(t);
+      const double ba = static_cast<double>(wire() - w) / static_cast<double>(a.size() + 3);
+      w = wire();
+      t = Clock::now();
+      const auto b = g2.generate(prompt, o.gen, {.temperature = 0});
+      const double tb = secs_since(t);
+      const double bb = static_cast<double>(wire() - w) / static_cast<double>(b.size() + 3);
+      std::printf(
+          "G   generation tokens/s: 1 server %.1f, pipeline over 2 %.1f (same tokens: %s)\n",
+          static_cast<double>(a.size()) / ta, static_cast<double>(b.size()) / tb,
+          a == b ? "yes" : "NO");
+      std::printf(
+          "G   client wire bytes per token: 1 server %.0f B, 2 servers %.0f B "
+          "(activations: %lld B per token per layer boundary)\n",
+          ba, bb, static_cast<long long>(o.embd * 4));
+    }
     if (has('P')) {
       const double a = time_steps(o, all, [&](int) {
         opt_one.zero_grad();
@@ -206,36 +237,6 @@ int main(int argc, char** argv) {
         std::printf("G   tensor-parallel generation: %.1f tokens/s (%zu tokens)\n",
                     static_cast<double>(out.size()) / secs_since(t), out.size());
       }
-    }
-    if (has('G')) {
-      const std::vector<int64_t> prompt = {1, 2, 3, 4};
-      auto wire = [&]() {
-        uint64_t b = 0;
-        for (const tw::Device& d : all) {
-          const tw::WireCounters w = tw::wire_counters(d);
-          b += w.bytes_out + w.bytes_in;
-        }
-        return b;
-      };
-      tw::nn::PipelineGenerator g1(pone), g2(ptwo);
-      uint64_t w = wire();
-      auto t = Clock::now();
-      const auto a = g1.generate(prompt, o.gen, {.temperature = 0});
-      const double ta = secs_since(t);
-      const double ba = static_cast<double>(wire() - w) / static_cast<double>(a.size() + 3);
-      w = wire();
-      t = Clock::now();
-      const auto b = g2.generate(prompt, o.gen, {.temperature = 0});
-      const double tb = secs_since(t);
-      const double bb = static_cast<double>(wire() - w) / static_cast<double>(b.size() + 3);
-      std::printf(
-          "G   generation tokens/s: 1 server %.1f, pipeline over 2 %.1f (same tokens: %s)\n",
-          static_cast<double>(a.size()) / ta, static_cast<double>(b.size()) / tb,
-          a == b ? "yes" : "NO");
-      std::printf(
-          "G   client wire bytes per token: 1 server %.0f B, 2 servers %.0f B "
-          "(activations: %lld B per token per layer boundary)\n",
-          ba, bb, static_cast<long long>(o.embd * 4));
     }
     if (has('S')) {
       const std::string dir =

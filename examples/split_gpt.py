@@ -3,7 +3,8 @@
 placed by the servers' free memory (tw.nn.place) and trained as a pipeline, the activations
 moving from server to server, or split tensor-parallel (--mode tensor); then a sample generated
 with each server holding its own key/value cache. The servers are started in-process (tw.serve),
-each with a --max-memory too small for the whole model, or given with --server URL twice.
+each limited (max_memory_bytes) to 70% of the whole model's training state (Adam: 4x its
+parameters) plus 8 MiB for activations, or given with --server URL twice.
 
   PYTHONPATH=build/python /usr/bin/python3 examples/split_gpt.py [--mode pipeline|tensor]
       [--server URL --server URL] [--steps N] [--batch N] [--micro-batches M]
@@ -49,7 +50,7 @@ def main(argv=None):
     servers = []
     if not a.server:
         # Each server may hold 70% of what training the whole model needs (Adam: 4x the
-        # parameters, and room for activations): the model runs split or not at all.
+        # parameters), and room for activations.
         limit = int(n_bytes * 4 * 0.7) + (8 << 20)
         servers = [tw.serve(max_memory_bytes=limit) for _ in range(2)]
         urls = [s.url for s in servers]
