@@ -6,7 +6,7 @@
 #   make install PREFIX=/opt/tw (cmake --install: library, headers, programs, CMake and
 #   pkg-config packages, systemd unit)   make install-python (the Python package into the
 #   user's site-packages)   make bench-python   make bench-graph
-#   make bench-lm    make bench-lowp    make chaos    make diff-fuzz (random programs against PyTorch, 10 minutes)
+#   make bench-lm    make bench-lowp    make bench-split    make chaos    make diff-fuzz (random programs against PyTorch, 10 minutes)
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
