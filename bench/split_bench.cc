@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
         return b;
       };
       tw::nn::PipelineGenerator g1(pone), g2(ptwo);
+      sync_all(all);  // the parameters' uploads, sent in the background, are not the tokens'
       uint64_t w = wire();
       auto t = Clock::now();
       const auto a = g1.generate(prompt, o.gen, {.temperature = 0});
