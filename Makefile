@@ -6,7 +6,7 @@
 #   make install PREFIX=/opt/tw (cmake --install: library, headers, programs, CMake and
 #   pkg-config packages, systemd unit)   make install-python (the Python package into the
 #   user's site-packages)   make bench-python   make bench-graph
-#   make bench-lm    make bench-lowp    make chaos    make diff-fuzz (random programs against PyTorch, 10 minutes)
+#   make bench-lm    make bench-lowp    make bench-split    make chaos    make diff-fuzz (random programs against PyTorch, 10 minutes)
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -33,7 +33,7 @@ PYTHON     ?= /usr/bin/python3
 # Where `make install` installs (DESTDIR, as usual, stages it elsewhere).
 PREFIX     ?= /usr/local
 
-.PHONY: all build reconfigure-if-new run test diff-fuzz bench bench-train chaos bench-remote bench-graph bench-python bench-onnx bench-net bench-lm bench-lowp install install-python \
+.PHONY: all build reconfigure-if-new run test diff-fuzz bench bench-train chaos bench-remote bench-graph bench-python bench-onnx bench-net bench-split bench-lm bench-lowp install install-python \
         asan tsan fuzz \
         format format-check clean bootstrap
 .DEFAULT_GOAL := build
@@ -98,6 +98,13 @@ bench-net: build
 	# kernels (the default) delay the others by scheduler ticks; passive waits stand for the
 	# server's own machine (bench/results/net.md, rows T).
 	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} ./$(BUILD)/bench/tw_bench_net --rtt-us $(NET_RTT_US) --rate $(NET_RATE)
+
+# One model over two servers pinned to a core each (pipeline, tensor parallel, --store) against
+# one server (bench/split_bench.cc; SPLIT_FLAGS=--gpt2-small for issue 51's model).
+SPLIT_FLAGS ?=
+bench-split: build
+	cmake --build $(BUILD) --target tw_bench_split -j $(JOBS)
+	./$(BUILD)/bench/tw_bench_split $(SPLIT_FLAGS)
 
 # Python vs C++ on remote devices (bench/python_bench.py runs the C++ rows itself).
 # Imported ONNX models remote against local (bench/results/onnx_remote.md).

@@ -69,6 +69,9 @@ void usage(FILE* to) {
       "  --spin-us N           after work, a server thread polls for more this long\n"
       "                        before it sleeps (default 50, at most 10000; 0: off)\n"
       "  --spin-threads N      at most N threads spin at once (default: cores - 1, at least 1)\n"
+      "  --store DIR           keep deduplicated uploads (4 MiB or more) on disk in DIR, by hash\n"
+      "                        and credential, so re-uploads after a restart send the hash only\n"
+      "  --store-bytes BYTES   the store's size limit, least recently used out (default 16G)\n"
       "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
       "  --max-op-cost SECONDS refuse an op whose work, estimated from its shapes, would take\n"
       "                        longer than this on its device (default 1; fractions allowed;\n"
@@ -198,6 +201,10 @@ int main(int argc, char** argv) {
       opts.collective_host = value("--collective-host");
     else if (a == "--spin-us")
       opts.spin_us = static_cast<uint32_t>(std::min<uint64_t>(number("--spin-us"), 10000));
+    else if (a == "--store")
+      opts.store_dir = value("--store");
+    else if (a == "--store-bytes")
+      opts.store_bytes = bytes("--store-bytes");
     else if (a == "--spin-threads")
       opts.spin_threads = static_cast<uint32_t>(std::min<uint64_t>(number("--spin-threads"), 4096));
     else if (a == "--queue-depth")

@@ -8,6 +8,8 @@
 //            [--checkpoint DIR [--checkpoint-every N]]
 //            [--sample N] [--temperature X] [--top-k N] [--prompt TEXT]
 //   train_lm --servers N [--server URL]...   (data-parallel over N servers)
+//   train_lm --pipeline N [--micro-batches M] [--server URL]...  (one model split over N servers)
+//   train_lm --tensor-parallel N [--server URL]...  (every block split over N servers)
 //
 // With --checkpoint DIR it saves a tw::Checkpoint every N steps (default 100) into DIR: the
 // parameters, Adam's state, the random generator's state (dropout's masks) and the step, in the
@@ -20,8 +22,15 @@
 // --no-graph, runs as one replayed graph (tw::graph::Step). With --servers N (or --server given
 // more than once) it trains data-parallel: one replica per server, each batch split over them,
 // gradients summed with tw::dist::all_reduce; the replicas' parameters are then checked
-// bit-identical. The exit status is 0 when the loss fell below 2.0 nats per character (--target
-// X: below X; --target 0: any loss, for a short demonstration run such as `make run`'s).
+// bit-identical. With --pipeline N the model is split instead (tw::nn::place, by the servers'
+// free memory): each server holds its layers only, the activations and their gradients cross
+// from server to server, each batch in M micro-batches (default 4) so that the servers work at
+// the same time, and generation keeps each layer's cache on its server. With --tensor-parallel N
+// every block's heads and MLP are split over the servers (tw::nn::TensorParallelGPT), the
+// partial sums added with all_reduce. The exit status is 0 when the loss fell below 2.0 nats per
+// character (--target X: below X; --target 0: any loss, for a short demonstration run such as `make
+// run`'s).
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -44,6 +53,9 @@ struct Args {
   std::string device = "remote";
   std::vector<std::string> servers;  // every --server, in order
   int parallel = 0;                  // --servers N
+  int pipeline = 0;                  // --pipeline N
+  int64_t micro_batches = 4;         // --micro-batches M (with --pipeline)
+  int tensor_parallel = 0;           // --tensor-parallel N
   int64_t steps = 400, batch = 16, context = 128, layers = 4, heads = 4, embd = 192;
   double dropout = 0, lr = 1e-3;
   uint64_t seed = 1;
@@ -71,7 +83,10 @@ struct Args {
                "one)\n"
                "                [--sample N] [--temperature X] [--top-k N] [--prompt TEXT]\n"
                "                [--target NATS]  (the loss to reach; 0: none)\n"
-               "       train_lm --servers N [--server URL]... [--steps N] ...\n",
+               "       train_lm --servers N [--server URL]... [--steps N] ...\n"
+               "       train_lm --pipeline N [--micro-batches M] [--server URL]... [--steps N] "
+               "...\n"
+               "       train_lm --tensor-parallel N [--server URL]... [--steps N] ...\n",
                problem.c_str());
   std::exit(2);
 }
@@ -89,6 +104,14 @@ Args parse(int argc, char** argv) {
     } else if (f.is("--servers")) {
       a.parallel = static_cast<int>(f.count(1));
       if (a.parallel > 64) usage("--servers takes 1 to 64");
+    } else if (f.is("--pipeline")) {
+      a.pipeline = static_cast<int>(f.count(1));
+      if (a.pipeline > 64) usage("--pipeline takes 1 to 64");
+    } else if (f.is("--tensor-parallel")) {
+      a.tensor_parallel = static_cast<int>(f.count(1));
+      if (a.tensor_parallel > 64) usage("--tensor-parallel takes 1 to 64");
+    } else if (f.is("--micro-batches")) {
+      a.micro_batches = f.count(1);
     } else if (f.is("--steps")) {
       a.steps = f.count(1);
     } else if (f.is("--batch")) {
@@ -141,7 +164,24 @@ Args parse(int argc, char** argv) {
   if (a.embd % a.heads != 0) usage("--embd must be a multiple of --heads");
   if (!a.servers.empty() && a.device == "cpu")
     usage("--server names a remote device; drop --device cpu");
-  if (a.servers.size() > 1 && a.parallel == 0) a.parallel = static_cast<int>(a.servers.size());
+  if (a.tensor_parallel > 0) {
+    if (a.pipeline > 0) usage("--pipeline and --tensor-parallel: choose one");
+    a.pipeline = a.tensor_parallel;  // the same devices and checks below
+    a.micro_batches = 1;
+    if (a.heads % a.tensor_parallel != 0)
+      usage("--tensor-parallel N needs --heads to be a multiple of N");
+  }
+  if (a.pipeline > 0) {
+    if (a.parallel > 0) usage("--pipeline and --servers: choose one");
+    if (a.device == "cpu") usage("--pipeline splits the model over servers; drop --device cpu");
+    if (!a.servers.empty() && a.servers.size() != static_cast<size_t>(a.pipeline))
+      usage("--pipeline N with --server URLs: give N URLs, or none to host N servers here");
+    if (a.batch % a.micro_batches != 0) usage("--batch must be a multiple of --micro-batches");
+    if (!a.checkpoint.empty()) usage("--checkpoint trains on one device; drop --pipeline");
+    if (a.dropout > 0) usage("--pipeline trains without dropout");
+  }
+  if (a.servers.size() > 1 && a.parallel == 0 && a.pipeline == 0)
+    a.parallel = static_cast<int>(a.servers.size());
   if (a.parallel > 0 && !a.servers.empty() && a.servers.size() != static_cast<size_t>(a.parallel))
     usage("--servers N with --server URLs: give N URLs, or none to host N servers here");
   if (a.parallel > 0 && a.device == "cpu")
@@ -181,6 +221,101 @@ struct Replica {
   tw::Tensor text;
 };
 
+// --pipeline N: the model split over the devices, trained and sampled as a pipeline.
+int train_pipeline(const Args& a, const tw::nn::GPTConfig& cfg, const tw::lm::Vocab& vocab,
+                   const std::vector<int64_t>& tokens, const std::vector<int64_t>& prompt,
+                   const std::vector<tw::Device>& devices) {
+  tw::manual_seed(a.seed);
+  tw::nn::GPT model(cfg);  // on the host; place() uploads each layer to its own server
+  const bool tp = a.tensor_parallel > 0;
+  std::unique_ptr<tw::nn::TensorParallelGPT> tpm;
+  std::unique_ptr<tw::nn::Pipeline> pipe;
+  if (tp) {
+    tpm = std::make_unique<tw::nn::TensorParallelGPT>(model, devices);
+    std::printf("tensor-parallel over %zu servers: %" PRId64
+                " heads and the MLP of each block split, all_reduce twice a block\n",
+                devices.size(), a.heads / a.tensor_parallel);
+  } else {
+    // Adam holds a gradient and two moments beside each parameter.
+    const tw::nn::LayerPlan plan =
+        tw::nn::place(model, devices, {.layers = {}, .memory_factor = 4});
+    std::printf("pipeline over %zu servers, %" PRId64 " micro-batches: %s\n", devices.size(),
+                a.micro_batches, plan.to_string().c_str());
+    pipe = std::make_unique<tw::nn::Pipeline>(model, plan, a.micro_batches);
+  }
+  tw::optim::Adam opt(tp ? tpm->parameters() : model.parameters(), {.lr = a.lr});
+  const auto n = static_cast<int64_t>(tokens.size());
+  const tw::Tensor text_first = tw::from_vector<int64_t>(tokens, {n}, devices.front());
+  // The targets where the loss is taken: the last stage of a pipeline, the first device with
+  // tensor parallelism.
+  const tw::Device& ydev = tp ? devices.front() : devices.back();
+  const tw::Tensor text_last =
+      ydev == devices.front() ? text_first : tw::from_vector<int64_t>(tokens, {n}, ydev);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  double first = 0, last = 0;
+  tw::Tensor window;
+  int64_t in_window = 0;
+  for (int64_t s = 0; s < a.steps; ++s) {
+    const std::vector<int64_t> offs = tw::lm::batch_offsets(n, a.context, a.batch, a.seed, s);
+    const tw::Tensor x =
+        tw::lm::windows(text_first, tw::from_vector<int64_t>(offs, {a.batch}, devices.front()),
+                        a.context)
+            .first;
+    const tw::Tensor y =
+        tw::lm::windows(text_last, tw::from_vector<int64_t>(offs, {a.batch}, ydev), a.context)
+            .second;
+    opt.zero_grad();
+    tw::Tensor loss;
+    if (tp) {
+      loss = tpm->loss(x, y);
+      loss.backward();
+      tpm->reduce_grads();
+      loss = loss.detach();
+    } else {
+      loss = pipe->forward_backward(x, y);
+    }
+    opt.step();
+    {
+      tw::NoGradGuard no_grad;
+      window = window.defined() ? window + loss : loss;
+    }
+    ++in_window;
+    if (s == 0) first = loss.item<float>();
+    if ((s + 1) % a.report_every == 0 || s + 1 == a.steps) {
+      last = window.item<float>() / static_cast<double>(in_window);
+      window = tw::Tensor();
+      in_window = 0;
+      const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+      print_progress(s + 1, a.steps, last,
+                     static_cast<double>((s + 1) * a.batch * a.context) / secs);
+    }
+  }
+  for (const tw::Device& d : devices) d.sync();
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  const double n_run = static_cast<double>(std::max<int64_t>(a.steps, 1));
+  std::printf("time per step: %.1f ms (%" PRId64 " steps in %.1f s, %.0f tokens/s)\n",
+              1e3 * secs / n_run, a.steps, secs,
+              static_cast<double>(a.steps * a.batch * a.context) / secs);
+  const double bound = a.target > 0 ? a.target : std::numeric_limits<double>::infinity();
+  std::printf("loss:   %.3f at the first step, %.3f over the last steps; %s\n", first, last,
+              a.target > 0 ? (last < bound ? "target met" : "target MISSED") : "no target");
+  const int64_t room = a.context - static_cast<int64_t>(prompt.size());
+  const int64_t n_new = a.sample < 0 ? room : std::min(a.sample, room);
+  const auto g0 = Clock::now();
+  const tw::nn::SampleOptions so{.temperature = a.temperature, .top_k = a.top_k, .seed = a.seed};
+  const std::vector<int64_t> out =
+      tp ? tpm->generate(prompt, n_new, so)
+         : tw::nn::PipelineGenerator(*pipe).generate(prompt, n_new, so);
+  const double gs = std::chrono::duration<double>(Clock::now() - g0).count();
+  std::printf("sample (temperature %g, top-k %" PRId64
+              ", %.0f tokens/s, each server holding its own KV cache):\n",
+              a.temperature, a.top_k,
+              static_cast<double>(prompt.size() + out.size()) / std::max(gs, 1e-9));
+  std::printf("------\n%s%s\n------\n", a.prompt.c_str(), vocab.decode(out).c_str());
+  return last < bound ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,10 +331,10 @@ int main(int argc, char** argv) {
                 vocab.size());
     std::printf("        %s\n", tw::lm::kAttribution);
 
-    // The devices: N servers (data-parallel), one remote device, or the local CPU.
+    // The devices: N servers (data-parallel or a pipeline), one remote device, or the local CPU.
     std::vector<std::unique_ptr<tw::Server>> hosted;
     std::vector<tw::Device> devices;
-    const int n_remote = a.device == "cpu" ? 0 : std::max(a.parallel, 1);
+    const int n_remote = a.device == "cpu" ? 0 : std::max({a.parallel, a.pipeline, 1});
     std::vector<std::string> urls = a.servers;
     while (static_cast<int>(urls.size()) < n_remote) {
       hosted.push_back(tw::serve(tw::Device::cpu()));
@@ -224,6 +359,7 @@ int main(int argc, char** argv) {
                                 .n_head = a.heads,
                                 .n_embd = a.embd,
                                 .dropout = a.dropout};
+    if (a.pipeline > 0) return train_pipeline(a, cfg, vocab, tokens, prompt, devices);
     std::vector<Replica> reps;
     for (const tw::Device& d : devices) {
       tw::manual_seed(a.seed);  // the same initial parameters on every replica

@@ -78,6 +78,12 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> state_dict() const;
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
 
+  // The layers tw::nn::place() (tensorwire/split.h) may put on different devices, in order: each
+  // the modules whose parameters go to one device together. By default the module itself, one
+  // layer; a Sequential's are its modules, a GPT's its embeddings, each block, then its final
+  // norm and head.
+  virtual std::vector<std::vector<Module*>> layers() { return {{this}}; }
+
  protected:
   ParameterPtr register_parameter(std::string name, Tensor value);
   template <class M>
@@ -250,6 +256,7 @@ class Sequential : public Module {
   }
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Sequential"; }
+  std::vector<std::vector<Module*>> layers() override;
   size_t size() const { return children().size(); }
   Module& operator[](size_t i) const { return *children().at(i).second; }
 };

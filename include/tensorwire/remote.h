@@ -60,6 +60,9 @@ struct RemoteStats {
     double seconds_left = 0;
   };
   std::vector<Parked> parked_sessions;
+  // The server's --max-memory and what all its sessions hold of it. From servers that speak
+  // protocol 14; zeros from older ones.
+  uint64_t max_memory_bytes = 0, memory_used_bytes = 0;
 };
 // Asks the server hosting a remote device for its statistics (a round trip).
 RemoteStats remote_stats(const Device& device);

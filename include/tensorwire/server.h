@@ -92,6 +92,14 @@ struct ServerOptions {
   // waited for the scheduler's time slices (a round trip on each took 125 us a pair instead of
   // 15-40).
   uint32_t spin_threads = 0;
+  // A directory for the persistent weight store (tensorwire-server --store; docs/remote.md
+  // "Weights that stay"): the bytes of deduplicated uploads (4 MiB or more) kept on disk by
+  // their hash, so that after a restart of the client or of the server re-uploading them sends
+  // the hash only. Entries are scoped by the credential, written crash-safe, verified against
+  // their hash at every load. Empty: none.
+  std::string store_dir;
+  // The store's size limit (--store-bytes), least recently used entries out first; 0: 16 GiB.
+  uint64_t store_bytes = 0;
 
   // Every option above once, by the name the Python keyword of tw.serve() takes (and the CLI
   // flag's, dashes for underscores): fields(v) calls v(name, member) for each, in declaration
@@ -122,6 +130,8 @@ struct ServerOptions {
     v("collective_host", collective_host);
     v("spin_us", spin_us);
     v("spin_threads", spin_threads);
+    v("store_dir", store_dir);
+    v("store_bytes", store_bytes);
   }
 };
 

@@ -11,6 +11,7 @@
 #include "tensorwire/nn.h"
 #include "tensorwire/optim.h"
 #include "tensorwire/serialize.h"
+#include "tensorwire/split.h"
 #include "tensorwire/tensor.h"
 #include "tensorwire/transformer.h"
 #include "tensorwire/version.h"

@@ -113,8 +113,19 @@ class GPT : public Module {
   std::string name() const override { return "GPT"; }
   const GPTConfig& config() const { return c_; }
 
+  // The pieces forward() and forward_step() are made of, for running the model split over
+  // several devices (tensorwire/split.h); layers() lists their modules: {wte, wpe}, each block,
+  // {ln_f, head}.
+  std::vector<std::vector<Module*>> layers() override;
+  // Token and position embeddings of tokens i64 [B, T] as rows [B*T, E] (dropout applied).
+  Tensor embed_rows(const Tensor& tokens);
+  // The same for one position: tokens i64 [B] at pos (i64 [1]) -> [B, E].
+  Tensor embed_step(const Tensor& tokens, const Tensor& pos);
+  TransformerBlock& block(size_t i) { return *block_list_.at(i); }
+  size_t block_count() const { return block_list_.size(); }
+  Tensor head_rows(const Tensor& x);  // final norm and head over rows [N, E] -> [N, V]
+
  private:
-  Tensor head_rows(const Tensor& x);         // final norm and head over rows [N, E] -> [N, V]
   Tensor logits_rows(const Tensor& tokens);  // [B, T] -> [B*T, V]
   GPTConfig c_;
   std::shared_ptr<Embedding> wte_, wpe_;
@@ -173,6 +184,15 @@ class Generator {
   std::unique_ptr<graph::Step> step_, sample_step_;
   int64_t pos_ = 0;
 };
+
+namespace internal {
+// Generator::generate()'s draw on the device: argmax(logits [V] * inv_temp + noise [V]) over the
+// top_k (f32 [1]) highest logits, -> i64 [1]; and the Gumbel noise [V] it adds, drawn on the host
+// from `state`. Shared with tw::nn::PipelineGenerator (tensorwire/split.h).
+Tensor draw_token(const Tensor& logits, const Tensor& inv_temp, const Tensor& top_k,
+                  const Tensor& noise);
+std::vector<float> gumbel_noise(int64_t v, uint64_t& state);
+}  // namespace internal
 
 }  // namespace tw::nn
 TW_API_END

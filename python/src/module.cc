@@ -74,6 +74,13 @@ constexpr auto kWaitSlice = std::chrono::milliseconds(20);
 
 bool is_eager(const Device& d) { return d.kind() != Device::Kind::kRemote; }
 
+// generate(prompt, new_tokens, temperature, top_k, seed) of the split models' generators.
+template <class G>
+std::vector<int64_t> split_generate(G& g, const std::vector<int64_t>& prompt, int64_t new_tokens,
+                                    double temperature, int64_t top_k, uint64_t seed) {
+  return g.generate(prompt, new_tokens, {.temperature = temperature, .top_k = top_k, .seed = seed});
+}
+
 // Runs `fn` (which may block for long) with the GIL released. For a remote device it runs on a
 // helper thread and this thread waits in slices, checking signals between them: a pending
 // KeyboardInterrupt is raised here while the helper completes the wait on its own.
@@ -1344,6 +1351,69 @@ void bind_nn(py::module_& m) {
           "Feeds the prompt from position 0, then samples new_tokens tokens (temperature <= 0: "
           "greedy).")
       .def_property_readonly("position", &nn::Generator::position);
+  // One model over several devices (tensorwire/split.h).
+  py::class_<nn::LayerPlan>(nn, "LayerPlan", "Where place() put a model's layers.")
+      .def_readonly("devices", &nn::LayerPlan::devices)
+      .def_readonly("first", &nn::LayerPlan::first,
+                    "device i holds layers first[i] .. first[i + 1] - 1")
+      .def_readonly("bytes", &nn::LayerPlan::bytes, "parameter bytes on each device")
+      .def_readonly("free", &nn::LayerPlan::free, "free bytes each device had (2**64 - 1: unknown)")
+      .def("device_of", &nn::LayerPlan::device_of, py::arg("layer"))
+      .def("__repr__", &nn::LayerPlan::to_string);
+  nn.def(
+      "place",
+      [](nn::Module& model, const std::vector<Device>& devices,
+         const std::optional<std::vector<int64_t>>& layers, double memory_factor) {
+        return nn::place(
+            model, devices,
+            {.layers = layers.value_or(std::vector<int64_t>{}), .memory_factor = memory_factor});
+      },
+      py::arg("model"), py::arg("devices"), py::arg("layers") = py::none(),
+      py::arg("memory_factor") = 1.0, Release(),
+      "Puts the model's layers on the devices, in proportion to their servers' free memory (or "
+      "layers[i] on device i), uploading each layer's parameters to its own server; raises, "
+      "naming the sizes, when the model does not fit.");
+  nn.def("free_memory", &nn::free_memory, py::arg("device"), Release(),
+         "Bytes the device's session may still take, as its server reports them.");
+  py::class_<nn::Pipeline>(nn, "Pipeline",
+                           "A placed GPT run stage by stage, activations moving between servers.")
+      .def(py::init([](const std::shared_ptr<nn::GPT>& model, const nn::LayerPlan& plan,
+                       int64_t micro_batches) {
+             return std::make_unique<nn::Pipeline>(*model, plan, micro_batches);
+           }),
+           py::arg("model"), py::arg("plan"), py::arg("micro_batches") = 1, py::keep_alive<1, 2>())
+      .def("forward", &nn::Pipeline::forward, py::arg("tokens"), Release(),
+           "Logits [B, T, V] of tokens [B, T], on the last device.")
+      .def("__call__", &nn::Pipeline::forward, py::arg("tokens"), Release())
+      .def("forward_backward", &nn::Pipeline::forward_backward, py::arg("tokens"),
+           py::arg("targets"), Release(),
+           "Forward and backward of every micro-batch (GPipe); returns the loss, gradients in "
+           "the parameters.")
+      .def_property_readonly("plan", &nn::Pipeline::plan);
+  py::class_<nn::PipelineGenerator>(nn, "PipelineGenerator",
+                                    "Generation over a Pipeline, each server holding its "
+                                    "layers' key/value caches.")
+      .def(py::init(
+               [](nn::Pipeline& pipe) { return std::make_unique<nn::PipelineGenerator>(pipe); }),
+           py::arg("pipeline"), py::keep_alive<1, 2>())
+      .def("generate", split_generate<nn::PipelineGenerator>, py::arg("prompt"),
+           py::arg("new_tokens"), py::arg("temperature") = 1.0, py::arg("top_k") = 0,
+           py::arg("seed") = 0, Release());
+  py::class_<nn::TensorParallelGPT>(nn, "TensorParallelGPT",
+                                    "A GPT's heads and MLPs split over devices (Megatron style).")
+      .def(py::init([](const std::shared_ptr<nn::GPT>& model, const std::vector<Device>& devices) {
+             return std::make_unique<nn::TensorParallelGPT>(*model, devices);
+           }),
+           py::arg("model"), py::arg("devices"), Release())
+      .def("forward", &nn::TensorParallelGPT::forward, py::arg("tokens"), Release())
+      .def("__call__", &nn::TensorParallelGPT::forward, py::arg("tokens"), Release())
+      .def("loss", &nn::TensorParallelGPT::loss, py::arg("tokens"), py::arg("targets"), Release())
+      .def("reduce_grads", &nn::TensorParallelGPT::reduce_grads, Release(),
+           "After backward(): sums the replicated parameters' gradients over the devices.")
+      .def("parameters", &nn::TensorParallelGPT::parameters)
+      .def("generate", split_generate<nn::TensorParallelGPT>, py::arg("prompt"),
+           py::arg("new_tokens"), py::arg("temperature") = 1.0, py::arg("top_k") = 0,
+           py::arg("seed") = 0, Release());
   nn.def("cross_entropy", &nn::cross_entropy, py::arg("logits"), py::arg("target"), Release(),
          "Mean over the batch of -log softmax(logits)[target]: logits [N, C] float, target [N] "
          "i64.");

@@ -369,6 +369,12 @@ void Sequential::push_back(std::shared_ptr<Module> module) {
   register_module(std::to_string(children().size()), std::move(module));
 }
 
+std::vector<std::vector<Module*>> Sequential::layers() {
+  std::vector<std::vector<Module*>> out;
+  for (const auto& [name, m] : children()) out.push_back({m.get()});
+  return out;
+}
+
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   const auto& mods = children();

@@ -75,6 +75,8 @@ RemoteStats remote_stats(const Device& device) {
   for (const auto& p : s->parked.sessions) {
     r.parked_sessions.push_back({p.session_id, p.bytes, static_cast<double>(p.ms_left) / 1000});
   }
+  r.max_memory_bytes = s->memory.max_memory_bytes;
+  r.memory_used_bytes = s->memory.used_bytes;
   return r;
 }
 

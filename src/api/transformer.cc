@@ -198,12 +198,29 @@ Tensor GPT::logits_rows(const Tensor& tokens) {
     throw Error("GPT: tokens must be i64 [B, T] with T <= " + std::to_string(c_.context) +
                 ", got " + std::string(dtype_name(tokens.dtype())) + shape_str(tokens.shape()));
   }
+  const int64_t b = tokens.size(0), t = tokens.size(1);
+  Tensor x = embed_rows(tokens);
+  for (const auto& blk : block_list_) x = blk->forward_rows(x, b, t);
+  return head_rows(x);
+}
+
+Tensor GPT::embed_rows(const Tensor& tokens) {
   const int64_t b = tokens.size(0), t = tokens.size(1), e = c_.n_embd;
   const Tensor tok = (*wte_)(tokens);                         // [B, T, E]
   const Tensor pos = wpe_->weight()->value().slice(0, 0, t);  // [T, E]
-  Tensor x = dropout((tok + pos).reshape({b * t, e}), c_.dropout, is_training());
-  for (const auto& blk : block_list_) x = blk->forward_rows(x, b, t);
-  return head_rows(x);
+  return dropout((tok + pos).reshape({b * t, e}), c_.dropout, is_training());
+}
+
+Tensor GPT::embed_step(const Tensor& tokens, const Tensor& pos) {
+  return (*wte_)(tokens) + (*wpe_)(pos.reshape({1}));  // [B, E] + [1, E]
+}
+
+std::vector<std::vector<Module*>> GPT::layers() {
+  std::vector<std::vector<Module*>> out = {{wte_.get(), wpe_.get()}};
+  for (const auto& blk : block_list_) out.push_back({blk.get()});
+  out.push_back({ln_f_.get()});
+  if (head_) out.back().push_back(head_.get());
+  return out;
 }
 
 Tensor GPT::forward(const Tensor& tokens) {
@@ -229,7 +246,7 @@ Tensor GPT::forward_step(const Tensor& tokens, const Tensor& pos, std::vector<KV
     throw Error("GPT::forward_step: the cache has " + std::to_string(cache.size()) +
                 " layers, the model " + std::to_string(block_list_.size()));
   }
-  Tensor x = (*wte_)(tokens) + (*wpe_)(pos.reshape({1}));  // [B, E] + [1, E]
+  Tensor x = embed_step(tokens, pos);
   for (size_t i = 0; i < block_list_.size(); ++i)
     x = block_list_[i]->forward_step(x, pos, cache[i]);
   return head_rows(x);
@@ -301,14 +318,30 @@ std::vector<graph::Slot> Generator::slots() {
 // k tokens of highest logits: with Gumbel noise a sample from softmax(logits / temperature)
 // restricted to the top k (the Gumbel-max trick), with zero noise the argmax.
 Tensor Generator::sample_on_device(const std::vector<Tensor>& a) {
-  const int64_t v = model_.config().vocab_size;
-  const Tensor z = model_.forward_step(a[0], a[1], cache_).reshape({v}) * a[2];
+  return internal::draw_token(model_.forward_step(a[0], a[1], cache_), a[2], a[3], a[4]);
+}
+
+namespace internal {
+Tensor draw_token(const Tensor& logits, const Tensor& inv_temp, const Tensor& top_k,
+                  const Tensor& noise) {
+  const int64_t v = noise.numel();
+  const Tensor z = logits.reshape({v}) * inv_temp;
   // rank[i]: how many logits exceed logit i (the [V, V] comparison: generate() keeps the draw on
   // the host beyond kDeviceSampleMaxVocab).
   const Tensor rank = z.reshape({1, v}).gt(z.reshape({v, 1})).to(z.dtype()).sum(1);
-  const Tensor kept = z.masked_fill(rank.ge(a[3]), -std::numeric_limits<double>::infinity());
-  return (kept + a[4]).argmax(0).reshape({1});
+  const Tensor kept = z.masked_fill(rank.ge(top_k), -std::numeric_limits<double>::infinity());
+  return (kept + noise).argmax(0).reshape({1});
 }
+
+std::vector<float> gumbel_noise(int64_t v, uint64_t& state) {
+  std::vector<float> g(static_cast<size_t>(v));
+  for (float& x : g) {
+    const double u = (static_cast<double>(splitmix64_next(state) >> 11) + 0.5) * 0x1.0p-53;
+    x = static_cast<float>(-std::log(-std::log(u)));
+  }
+  return g;
+}
+}  // namespace internal
 
 void Generator::reset() {
   cache_ = model_.empty_cache(1, device_);
@@ -399,12 +432,7 @@ std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int
       // Noise only where a token is drawn (the prompt's own positions ignore theirs).
       Tensor noise = no_noise;
       if (!greedy && i + 1 >= static_cast<int64_t>(prompt.size())) {
-        std::vector<float> g(static_cast<size_t>(v));
-        for (float& x : g) {
-          const double u = (static_cast<double>(splitmix64_next(state) >> 11) + 0.5) * 0x1.0p-53;
-          x = static_cast<float>(-std::log(-std::log(u)));
-        }
-        noise = from_vector<float>(g, {v}, device_);
+        noise = from_vector<float>(internal::gumbel_noise(v, state), {v}, device_);
       }
       const std::vector<Tensor> args = {in, pos, inv_temp, top_k, noise};
       token = sample_step_ ? (*sample_step_)(args)[0] : sample_on_device(args);

@@ -84,10 +84,13 @@ void encode_sync_result(uint64_t request_id, const Status& s, OutFrame& f) {
 
 void encode_stats_result(uint64_t request_id, const ServerStats& s, uint16_t version, OutFrame& f) {
   encode_fields(ServerMsg::kStatsResult, StatsResult{request_id, s}, f);
-  // Only a list with sessions in it: none parked is the same bytes as from an older server.
-  if (version < kParkedStatsVersion || s.parked.sessions.empty()) return;
+  // Before kMemoryStatsVersion, only a list with sessions in it: none parked is the same bytes
+  // as from an older server. From it, the list always, then the memory figures.
+  if (version < kParkedStatsVersion) return;
+  if (version < kMemoryStatsVersion && s.parked.sessions.empty()) return;
   WireWriter w(f.head);
   s.parked.fields(FieldWriter{w});
+  if (version >= kMemoryStatsVersion) s.memory.fields(FieldWriter{w});
 }
 
 void encode_graph_result(uint64_t request_id, const Result<ir::GraphId>& r, OutFrame& f) {
@@ -274,12 +277,18 @@ Status decode_server_message(const Buffer& payload, ServerMessage& m) {
     case ServerMsg::kStatsResult:
       TW_RETURN_NOT_OK(get_fields(r, m.stats, "StatsResult"));
       m.stats.stats.parked = {};
-      // From a server that speaks kParkedStatsVersion: the parked sessions.
+      m.stats.stats.memory = {};
+      // From a server that speaks kParkedStatsVersion: the parked sessions; from one that speaks
+      // kMemoryStatsVersion, then its memory figures.
       if (!r.done()) {
         TW_RETURN_NOT_OK(get_fields(r, m.stats.stats.parked, "StatsResult parked"));
-        // Sent only when some are parked (encode_stats_result): an empty list is not a server's.
-        if (m.stats.stats.parked.sessions.empty())
+        if (!r.done()) {
+          TW_RETURN_NOT_OK(get_fields(r, m.stats.stats.memory, "StatsResult memory"));
+        } else if (m.stats.stats.parked.sessions.empty()) {
+          // Without the memory figures, sent only when some are parked: an empty list alone is
+          // not a server's.
           return data_loss("StatsResult parked sessions: an empty list");
+        }
       }
       break;
     case ServerMsg::kSessionError: TW_RETURN_NOT_OK(get_fields(r, m.error, "SessionError")); break;

@@ -36,10 +36,15 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // client chose, without a reply: registration pipelined with the runs that follow it); version 12
 // StatsResult lists the parked sessions after its counters (kParkedStatsVersion); version 13
 // negative indices (kWrapsNegativeIndicesSince) and the stricter frame and output-id checks
-// (kStrictChecksSince). An older client never sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 13;
+// (kStrictChecksSince); version 14 StatsResult ends with the server's memory figures
+// (kMemoryStatsVersion). An older client never sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 14;
 // The first version whose StatsResult ends with the parked sessions (ParkedSessions).
 inline constexpr uint16_t kParkedStatsVersion = 12;
+// The first version whose StatsResult ends with the server's memory figures (MemoryFigures, after
+// the parked sessions, which it then sends even when there are none): what tw::nn::place() reads
+// to split a model by each server's free memory.
+inline constexpr uint16_t kMemoryStatsVersion = 14;
 // Servers from this version wrap an index in [-size, 0) of Gather, ScatterAdd, IndexSelect and
 // IndexSelectBackward (docs/ops.md); older ones poison the op with "out of range". The server
 // does so for every session: the op codes are unchanged, only an error became a result.
@@ -271,6 +276,14 @@ struct ParkedSessions {
   TW_FIELDS(sessions)
 };
 
+// Protocol >= kMemoryStatsVersion: the server's --max-memory and what all sessions hold of it
+// (with the bytes that only capabilities keep alive).
+struct MemoryFigures {
+  uint64_t max_memory_bytes = 0;
+  uint64_t used_bytes = 0;
+  TW_FIELDS(max_memory_bytes, used_bytes)
+};
+
 struct ServerStats {
   uint32_t sessions = 0;
   uint64_t bytes_held = 0;          // all sessions
@@ -284,6 +297,9 @@ struct ServerStats {
             bytes_out, sessions_opened, per_session_bytes)
   // Protocol >= kParkedStatsVersion: after the fields above (encode_stats_result).
   ParkedSessions parked;
+  // Protocol >= kMemoryStatsVersion: after the parked sessions (encode_stats_result); absent
+  // (zeros) from older servers.
+  MemoryFigures memory;
 };
 
 // ---- the replies, each after its type byte (a request id first where it answers a request) ----

@@ -1,5 +1,6 @@
 #include "server/dedup.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 namespace tw::server {
@@ -10,9 +11,19 @@ ContentCache::ContentCache() : capacity_(uint64_t{2} << 30) {
 }
 
 void ContentCache::remember(const Buffer& bytes) {
-  if (bytes.size() < kMinBytes || bytes.size() > capacity_) return;
+  if (bytes.size() < kMinBytes || (bytes.size() > capacity_ && !store_)) return;
   const ContentHash h = protocol::content_hash(bytes.data(), bytes.size());
+  if (store_) {
+    // A store that cannot write (a full disk) only misses later: the upload itself succeeded.
+    if (Status st = store_->put(h, bytes); !st.ok())
+      std::fprintf(stderr, "tensorwire-server: %s\n", st.message().c_str());
+  }
+  if (bytes.size() > capacity_) return;
   std::lock_guard<std::mutex> lock(mu_);
+  keep_locked(h, bytes);
+}
+
+void ContentCache::keep_locked(const ContentHash& h, const Buffer& bytes) {
   if (auto it = index_.find(h); it != index_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);
     return;
@@ -28,11 +39,21 @@ void ContentCache::remember(const Buffer& bytes) {
 }
 
 Buffer ContentCache::find(const ContentHash& h, uint64_t size) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = index_.find(h);
-  if (it == index_.end() || it->second->bytes.size() != size) return Buffer();
-  lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = index_.find(h);
+    if (it != index_.end() && it->second->bytes.size() == size) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->bytes;
+    }
+  }
+  if (!store_) return Buffer();
+  Buffer b = store_->get(h, size);  // verified against h
+  if (b.size() == size && size > 0 && size <= capacity_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    keep_locked(h, b);
+  }
+  return b;
 }
 
 }  // namespace tw::server

@@ -16,6 +16,7 @@
 
 #include "core/buffer.h"
 #include "protocol/content_hash.h"
+#include "server/store.h"
 #include "tensorwire/export.h"
 
 TW_INTERNAL_BEGIN
@@ -36,8 +37,13 @@ class ContentCache {
   // The bytes held under `h` when they are `size` long; an empty Buffer when none.
   Buffer find(const ContentHash& h, uint64_t size);
   uint64_t capacity() const { return capacity_; }
+  // The persistent store behind the cache (tensorwire-server --store, store.h): remember()
+  // writes there too, and find() looks there after memory. Set before the first session opens.
+  void set_store(std::unique_ptr<DiskStore> store) { store_ = std::move(store); }
+  DiskStore* store() const { return store_.get(); }
 
  private:
+  void keep_locked(const ContentHash& h, const Buffer& bytes);
   struct HashOf {
     size_t operator()(const ContentHash& h) const { return static_cast<size_t>(h.lo ^ h.hi); }
   };
@@ -50,6 +56,7 @@ class ContentCache {
   uint64_t held_ = 0;
   std::list<Entry> lru_;  // front: most recently used
   std::unordered_map<ContentHash, std::list<Entry>::iterator, HashOf> index_;
+  std::unique_ptr<DiskStore> store_;
 };
 
 }  // namespace tw::server

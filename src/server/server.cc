@@ -95,6 +95,8 @@ proto::ServerStats Server::Impl::snapshot(uint64_t asking) {
   s.bytes_out = bytes_out.load();
   s.sessions_opened = sessions_opened.load();
   if (resume) s.parked.sessions = resume->parked_sessions();
+  s.memory.max_memory_bytes = totals.memory.limit();
+  s.memory.used_bytes = totals.memory.used() + totals.memory.pinned();
   return s;
 }
 
@@ -236,6 +238,14 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
   impl->backends = std::move(backends);
   impl->totals.memory.set_limit(opts.max_memory_bytes ? opts.max_memory_bytes
                                                       : server::default_max_memory());
+  if (!opts.store_dir.empty()) {
+    TW_ASSIGN_OR_RETURN(
+        std::unique_ptr<server::DiskStore> store,
+        server::DiskStore::open(opts.store_dir,
+                                opts.store_bytes ? opts.store_bytes : uint64_t{16} << 30,
+                                opts.credential));
+    impl->totals.content.set_store(std::move(store));
+  }
   impl->totals.memory.set_pool(&BufferPool::global());
   impl->totals.memory.set_pinned(
       [caps = &impl->totals.capabilities] { return caps->pinned_bytes(); });

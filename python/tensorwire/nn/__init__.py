@@ -25,6 +25,13 @@ MultiheadAttention = _cnn.MultiheadAttention
 TransformerBlock = _cnn.TransformerBlock
 GPT = _cnn.GPT
 Generator = _cnn.Generator
+# One model over several devices (tensorwire/split.h).
+LayerPlan = _cnn.LayerPlan
+place = _cnn.place
+free_memory = _cnn.free_memory
+Pipeline = _cnn.Pipeline
+PipelineGenerator = _cnn.PipelineGenerator
+TensorParallelGPT = _cnn.TensorParallelGPT
 cross_entropy = _cnn.cross_entropy
 mse_loss = _cnn.mse_loss
 

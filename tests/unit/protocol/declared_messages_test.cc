@@ -139,7 +139,7 @@ TEST(DeclaredMessages, EveryMessageRoundTripsWithEveryFieldSet) {
     const ServerStats m = testing::sample_stats();
     expect_every_field_set(m, "ServerStats");
     OutFrame f;
-    encode_stats_result(42, m, kProtocolVersion, f);
+    encode_stats_result(42, m, kMemoryStatsVersion - 1, f);
     EXPECT_EQ(testing::flatten(f).size(), 1 + 8 + size_of(m));
     auto got = decode_server_message(payload_of(f));
     ASSERT_TRUE(got.ok()) << got.status().message();
@@ -165,6 +165,23 @@ TEST(DeclaredMessages, EveryMessageRoundTripsWithEveryFieldSet) {
     auto older = decode_server_message(payload_of(old));
     ASSERT_TRUE(older.ok()) << older.status().message();
     EXPECT_TRUE(older->stats.stats.parked.sessions.empty());
+  }
+  {
+    // Protocol 14: the parked sessions' list always (empty here), then the memory figures.
+    ServerStats m = testing::sample_stats();
+    m.memory = {uint64_t{3} << 30, 123456};
+    OutFrame old, now;
+    encode_stats_result(42, m, kMemoryStatsVersion - 1, old);
+    encode_stats_result(42, m, kMemoryStatsVersion, now);
+    EXPECT_EQ(testing::flatten(now).size(), testing::flatten(old).size() + 4 + 16);
+    auto got = decode_server_message(payload_of(now));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_TRUE(got->stats.stats.parked.sessions.empty());
+    EXPECT_EQ(got->stats.stats.memory.max_memory_bytes, uint64_t{3} << 30);
+    EXPECT_EQ(got->stats.stats.memory.used_bytes, 123456u);
+    auto older = decode_server_message(payload_of(old));
+    ASSERT_TRUE(older.ok()) << older.status().message();
+    EXPECT_EQ(older->stats.stats.memory.max_memory_bytes, 0u);
   }
   {
     const StoreRequest m{9, StoreOp::kGet, "g1/rank_0", std::string("\0v", 2)};
