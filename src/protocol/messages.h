@@ -36,8 +36,13 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // client chose, without a reply: registration pipelined with the runs that follow it); version 12
 // StatsResult lists the parked sessions after its counters (kParkedStatsVersion); version 13
 // negative indices (kWrapsNegativeIndicesSince) and the stricter frame and output-id checks
-// (kStrictChecksSince). An older client never sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 13;
+// (kStrictChecksSince); version 14 the i8 dtype (code 8) and the quantization ops Quantize,
+// Dequantize, PackBlocks, UnpackBlocks, LinearBlocks and LinearInt8 (codes 46-51,
+// kQuantizationSince). An older client never sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 14;
+// The first version whose servers know dtype i8 and the quantization ops (the op list's `since`
+// column says 14 for each; a client never sends an i8 tensor to an older server).
+inline constexpr uint16_t kQuantizationSince = 14;
 // The first version whose StatsResult ends with the parked sessions (ParkedSessions).
 inline constexpr uint16_t kParkedStatsVersion = 12;
 // Servers from this version wrap an index in [-size, 0) of Gather, ScatterAdd, IndexSelect and
