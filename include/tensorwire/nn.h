@@ -29,7 +29,7 @@ namespace tw::nn {
 // A trainable tensor with a stable identity. Ops are functional, so an optimizer's update makes a
 // new tensor; set() rebinds this Parameter to it (keeping requires_grad and the accumulated
 // grad), and every holder of the Parameter (its module, the optimizer, the user) sees the new
-// value.
+// value. f32 and f64 values require grad; others (a Linear's packed quantized weight) do not.
 class Parameter {
  public:
   explicit Parameter(Tensor value);

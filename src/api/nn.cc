@@ -21,10 +21,15 @@ std::string pair_str(const std::vector<int64_t>& v) {
 }  // namespace
 
 // ---- Parameter ----
+namespace {
+// f32 and f64 parameters take gradients; others (a packed quantized weight) are frozen.
+bool trainable(const Tensor& t) { return t.dtype() == kF32 || t.dtype() == kF64; }
+}  // namespace
+
 Parameter::Parameter(Tensor value) {
   if (!value.defined()) throw Error("Parameter: the value is undefined");
   value_ = value.detach();
-  value_.set_requires_grad(true);
+  value_.set_requires_grad(trainable(value_));
 }
 
 void Parameter::set(Tensor value) {
@@ -37,7 +42,7 @@ void Parameter::set(Tensor value) {
   Tensor grad = value_.grad();
   // A fresh handle: the caller's tensor keeps its own autograd state.
   Tensor v = value.detach();
-  v.set_requires_grad(true);
+  v.set_requires_grad(trainable(v));
   if (grad.defined() && grad.device() == v.device()) v.set_grad(grad);
   value_ = std::move(v);
 }

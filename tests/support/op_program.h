@@ -192,7 +192,13 @@ inline std::vector<ir::Op> every_op_program() {
       Full{.out = {77}, .shape = {4}, .dtype = kF32, .value = 0.5},
       LinearBlocks{.x = {70}, .w = {75}, .bias = {77}, .format = BlockFormat::kQ4_0, .out = {78}},
       Full{.out = {79}, .shape = {4}, .dtype = kF32, .value = 0.01},
-      Quantize{.x = {70}, .scale = {79}, .axis = 0, .dtype = kI8, .out = {80}},
+      Quantize{.x = {70},
+               .scale = {79},
+               .zero_point = {},
+               .axis = 0,
+               .block = 0,
+               .dtype = kI8,
+               .out = {80}},
       LinearInt8{.x = {70}, .w = {80}, .w_scale = {79}, .bias = {77}, .out = {81}},
   };
 }

@@ -243,9 +243,9 @@ void quantize_acts(const float* x, int64_t n, const ActQuant& q, uint8_t* out) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), iv);
       for (int j = 0; j < 8; ++j) out[i + j] = static_cast<uint8_t>(tmp[j]);
     }
-    for (; i < end; ++i) {
-      const float v = std::clamp(std::nearbyint(x[i] / q.scale) + zp, 0.0f, kActMax);
-      out[i] = static_cast<uint8_t>(v);
+    for (; i < end; ++i) {  // as the vector loop: NaN gives 0 (maxps returns its second operand)
+      const float v = std::nearbyint(x[i] / q.scale) + zp;
+      out[i] = v != v ? 0 : static_cast<uint8_t>(std::clamp(v, 0.0f, kActMax));
     }
   });
 }
