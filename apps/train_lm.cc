@@ -6,7 +6,7 @@
 //            [--context N] [--layers N] [--heads N] [--embd N] [--dropout P] [--lr X] [--seed N]
 //            [--report-every N] [--data PATH] [--no-graph] [--save PATH]
 //            [--checkpoint DIR [--checkpoint-every N]]
-//            [--sample N] [--temperature X] [--top-k N] [--prompt TEXT]
+//            [--sample N] [--temperature X] [--top-k N] [--prompt TEXT] [--quantize q8|q4]
 //   train_lm --servers N [--server URL]...   (data-parallel over N servers)
 //   train_lm --pipeline N [--micro-batches M] [--server URL]...  (one model split over N servers)
 //   train_lm --tensor-parallel N [--server URL]...  (every block split over N servers)
@@ -30,6 +30,8 @@
 // partial sums added with all_reduce. The exit status is 0 when the loss fell below 2.0 nats per
 // character (--target X: below X; --target 0: any loss, for a short demonstration run such as `make
 // run`'s).
+// --quantize q8|q4 packs the trained model's Linear weights into ggml Q8_0/Q4_0 blocks
+// (tw::nn::quantize, weight-only) before sampling: the sample then runs on the packed weights.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -67,7 +69,8 @@ struct Args {
   int64_t sample = -1;  // -1: fill the context
   double temperature = 0.8;
   int64_t top_k = 10;
-  double target = 2.0;  // nats/char the last steps' loss must be under (0: no target)
+  double target = 2.0;   // nats/char the last steps' loss must be under (0: no target)
+  std::string quantize;  // --quantize q8|q4: sample with packed weights ("": f32)
 };
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -82,6 +85,7 @@ struct Args {
                "                [--checkpoint DIR [--checkpoint-every N]]  (resumes when DIR holds "
                "one)\n"
                "                [--sample N] [--temperature X] [--top-k N] [--prompt TEXT]\n"
+               "                [--quantize q8|q4]  (sample with packed weights)\n"
                "                [--target NATS]  (the loss to reach; 0: none)\n"
                "       train_lm --servers N [--server URL]... [--steps N] ...\n"
                "       train_lm --pipeline N [--micro-batches M] [--server URL]... [--steps N] "
@@ -152,6 +156,9 @@ Args parse(int argc, char** argv) {
       a.top_k = f.count(0);
     } else if (f.is("--prompt")) {
       a.prompt = f.value();
+    } else if (f.is("--quantize")) {
+      a.quantize = f.value();
+      if (a.quantize != "q8" && a.quantize != "q4") usage("--quantize takes q8 or q4");
     } else if (f.is("--target")) {
       a.target = f.number();
       if (!(a.target >= 0)) usage("--target must be >= 0 (0: no target)");
@@ -561,6 +568,11 @@ int main(int argc, char** argv) {
       std::printf("saved:  %s\n", a.save.c_str());
     }
 
+    if (!a.quantize.empty()) {
+      const int packed = tw::nn::quantize(*reps[0].model, a.quantize);
+      std::printf("quantized: %d Linear layers' weights packed as %s (weight-only)\n", packed,
+                  a.quantize == "q8" ? "Q8_0" : "Q4_0");
+    }
     // A sample with the key/value cache: one graph step per character.
     const int64_t room = a.context - static_cast<int64_t>(prompt.size());
     const int64_t n_new = a.sample < 0 ? room : std::min(a.sample, room);

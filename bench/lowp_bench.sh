@@ -3,7 +3,10 @@
 # tw_bench_fma_peak (Release, in $BUILD, default build/), measures the f32 and the bf16 FMA peaks
 # on $THREADS threads (default 2; the bf16 one needs AVX512_BF16 and prints n/a elsewhere), then
 # runs tw_bench_lowp: bf16 matmul 2048^3 against tensorwire's f32 in $ROUNDS (default 5)
-# interleaved rounds, medians, the ratios against the targets, and which path bf16 computes on.
+# interleaved rounds, medians, the ratios against the targets, and which path bf16 computes on;
+# then the quantization rows: int8 linear against f32 and against PyTorch's quantize_dynamic
+# (bench/lowp_torch.py, each quantized engine, the fastest reported), and batch-1 generation of a
+# GPT-2-small-sized model in f32, q8 and q4 with its upload bytes.
 # The table goes to bench/results/lowp.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,6 +19,13 @@ source bench/build_release.sh
 build_release bench-lowp tw_bench_lowp
 build_release bench-lowp tw_bench_fma_peak
 
+source bench/torch_env.sh
+# PyTorch's dynamic int8 Linear on each quantized engine it has (the fastest first) and its f32.
+torch_out=$(torch_py bench/lowp_torch.py --threads "$THREADS" || true)
+torch_engine=$(awk '$1 == "engine" {print $2; exit}' <<<"$torch_out")
+torch_int8=$(awk '$1 == "engine" {print $3; exit}' <<<"$torch_out")
+torch_f32=$(awk '$1 == "f32" {print $2}' <<<"$torch_out")
+
 f32_peak=$("$BUILD/bench/tw_bench_fma_peak" --threads "$THREADS")
 bf16_peak=$("$BUILD/bench/tw_bench_fma_peak" --threads "$THREADS" --dtype bf16)
 mkdir -p bench/results
@@ -23,5 +33,6 @@ mkdir -p bench/results
   echo "# make bench-lowp, $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
   echo
   "$BUILD/bench/tw_bench_lowp" --threads "$THREADS" --rounds "$ROUNDS" \
-    --f32-peak "$f32_peak" --bf16-peak "$bf16_peak"
+    --f32-peak "$f32_peak" --bf16-peak "$bf16_peak" \
+    --torch-engine "${torch_engine:-n/a}" --torch-int8-ms "${torch_int8:-0}" --torch-f32-ms "${torch_f32:-0}"
 } | tee bench/results/lowp.md

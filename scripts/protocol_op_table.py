@@ -32,7 +32,7 @@ for m in re.finditer(r'struct (\w+) \{(?:\s*//([^\n]*))?\n(.*?)TW_FIELDS\(([^)]*
     structs[name]=(comment,[(f,types.get(f,'?')) for f in fl])
 lst=re.search(r'#define TW_OP_LIST\(X\)(.*?)\n\n',src,re.S).group(1)
 ops=re.findall(r'X\((\w+), (\d+)(?:, \d+)?\)',lst)
-tmap={'In':'In','Out':'Out','std::vector<In>':'In[]','std::vector<int64_t>':'i64[]','Shape':'i64[]','int64_t':'i64','uint64_t':'u64','double':'f64','bool':'bool','DType':'DType','Scalar':'Scalar','Bytes':'Bytes','UnaryKind':'UnaryKind','BinaryKind':'BinaryKind','ReduceKind':'ReduceKind','PoolKind':'PoolKind'}
+tmap={'In':'In','Out':'Out','std::vector<In>':'In[]','std::vector<int64_t>':'i64[]','Shape':'i64[]','int64_t':'i64','uint64_t':'u64','double':'f64','bool':'bool','DType':'DType','Scalar':'Scalar','Bytes':'Bytes','UnaryKind':'UnaryKind','BinaryKind':'BinaryKind','ReduceKind':'ReduceKind','PoolKind':'PoolKind','BlockFormat':'BlockFormat'}
 print('| code | op | fields, in wire order | notes |')
 print('|---:|---|---|---|')
 for n,c in ops:

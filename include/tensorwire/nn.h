@@ -29,7 +29,7 @@ namespace tw::nn {
 // A trainable tensor with a stable identity. Ops are functional, so an optimizer's update makes a
 // new tensor; set() rebinds this Parameter to it (keeping requires_grad and the accumulated
 // grad), and every holder of the Parameter (its module, the optimizer, the user) sees the new
-// value.
+// value. f32 and f64 values require grad; others (a Linear's packed quantized weight) do not.
 class Parameter {
  public:
   explicit Parameter(Tensor value);
@@ -77,6 +77,9 @@ class Module {
   // and dtypes must match; strict: the names must match exactly).
   std::vector<std::pair<std::string, Tensor>> state_dict() const;
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+  // Packs the weight of every Linear in this module and its children into `format` blocks
+  // (weight-only quantization, for inference; nn::quantize below). Returns how many it packed.
+  int quantize_linears(BlockFormat format);
 
   // The layers tw::nn::place() (tensorwire/split.h) may put on different devices, in order: each
   // the modules whose parameters go to one device together. By default the module itself, one
@@ -86,6 +89,9 @@ class Module {
 
  protected:
   ParameterPtr register_parameter(std::string name, Tensor value);
+  // Rebinds parameter `name` to a new Parameter holding `value` (any shape and dtype: a packed
+  // weight); holders of the old Parameter keep the old value.
+  ParameterPtr replace_parameter(const std::string& name, Tensor value);
   template <class M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
     children_.emplace_back(std::move(name), module);
@@ -119,12 +125,27 @@ class Linear : public Module {
   std::string name() const override;
   const ParameterPtr& weight() const { return weight_; }
   const ParameterPtr& bias() const { return bias_; }
+  // Replaces the f32 weight by its `format` blocks: "weight" then holds u8 [out, in / 32 *
+  // block bytes] (state_dict and checkpoints carry it packed) and forward runs linear_blocks,
+  // without gradients. in_features must be a multiple of 32.
+  void quantize(BlockFormat format);
+  std::optional<BlockFormat> quantized() const { return format_; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
 
  private:
   Tensor apply(const Tensor& x, bool relu);
   int64_t in_, out_;
   ParameterPtr weight_, bias_;
+  std::optional<BlockFormat> format_;
 };
+
+// Weight-only quantization of a model for inference: every Linear whose in_features is a
+// multiple of 32 (the module itself, when it is one) gets "q8" (ggml Q8_0 blocks) or "q4" (Q4_0)
+// weights (Module::quantize_linears). Returns how many Linears were packed; throws for another
+// scheme. block_format_of also takes the format names "q8_0" and "q4_0".
+int quantize(Module& module, const std::string& scheme);
+BlockFormat block_format_of(const std::string& scheme);
 
 struct Conv2dOptions {
   int64_t in_channels = 1, out_channels = 1;

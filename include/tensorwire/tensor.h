@@ -14,6 +14,7 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensorwire/device.h"
@@ -54,6 +55,8 @@ template <>
 inline constexpr DType dtype_of_v<int64_t> = DType::kI64;
 template <>
 inline constexpr DType dtype_of_v<uint8_t> = DType::kU8;
+template <>
+inline constexpr DType dtype_of_v<int8_t> = DType::kI8;
 template <>
 inline constexpr DType dtype_of_v<bool> = DType::kBool;
 [[noreturn]] void throw_dtype_mismatch(const char* what, DType have, DType want);
@@ -358,6 +361,30 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& mask = {}, bool causal = false,
                                     std::optional<double> scale = std::nullopt);
+
+// ---- quantization (docs/ops.md, "Quantization") ----
+// Affine quantization as ONNX's QuantizeLinear/DequantizeLinear: q = saturate(round_half_even(x /
+// scale) + zero_point) in i8 or u8, x = (q - zero_point) * scale. One scale (0-d or [1]), one per
+// channel along `axis` (block 0), or one per block of `block` along axis; zero_point undefined
+// (0) or the scale's shape in the quantized dtype.
+Tensor quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point = {},
+                DType dtype = kI8, int64_t axis = 1, int64_t block = 0);
+Tensor dequantize(const Tensor& q, const Tensor& scale, const Tensor& zero_point = {},
+                  int64_t axis = 1, int64_t block = 0);
+// Rows of f32 (last dim a multiple of 32) packed into ggml's Q8_0 / Q4_0 blocks (u8 bytes; the
+// layout is in docs/ops.md), and back.
+Tensor pack_blocks(const Tensor& x, BlockFormat format);
+Tensor unpack_blocks(const Tensor& packed, BlockFormat format);
+// x [N, in] f32 times packed rows w [out, in / 32 * block bytes] transposed, plus bias: the
+// weights are dequantized inside the kernel (weight-only quantization).
+Tensor linear_blocks(const Tensor& x, const Tensor& w_packed, BlockFormat format,
+                     const Tensor& bias = {});
+// x [N, in] f32 quantized per call to u8 (per tensor, 7 bits) times w [out, in] i8 with one scale
+// per output row, plus bias; f32 out. w and w_scale come from quantize_weight_int8.
+Tensor linear_int8(const Tensor& x, const Tensor& w, const Tensor& w_scale,
+                   const Tensor& bias = {});
+// w [out, in] f32 -> (w_q i8, w_scale f32 [out]): symmetric per-row scales max|w| / 127.
+std::pair<Tensor, Tensor> quantize_weight_int8(const Tensor& w);
 
 // Intra-op threads used by the local CPU kernels (default: TW_NUM_THREADS or all cores).
 void set_num_threads(int n);

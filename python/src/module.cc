@@ -180,6 +180,7 @@ std::optional<DType> dtype_of_numpy(const py::dtype& d) {
   if (d.kind() == 'i' && d.itemsize() == 4) return kI32;
   if (d.kind() == 'i' && d.itemsize() == 8) return kI64;
   if (d.kind() == 'u' && d.itemsize() == 1) return kU8;
+  if (d.kind() == 'i' && d.itemsize() == 1) return kI8;
   if (d.kind() == 'b') return kBool;
   return std::nullopt;
 }
@@ -191,6 +192,7 @@ py::dtype numpy_dtype_of(DType d) {
     case DType::kI32: return py::dtype("int32");
     case DType::kI64: return py::dtype("int64");
     case DType::kU8: return py::dtype("uint8");
+    case DType::kI8: return py::dtype("int8");
     case DType::kBool: return py::dtype("bool");
     case DType::kF16: return py::dtype("float16");
     case DType::kBF16: break;
@@ -264,6 +266,7 @@ py::object item(const Tensor& t) {
     case DType::kI32: return py::int_(*static_cast<const int32_t*>(v.data));
     case DType::kI64: return py::int_(*static_cast<const int64_t*>(v.data));
     case DType::kU8: return py::int_(*static_cast<const uint8_t*>(v.data));
+    case DType::kI8: return py::int_(*static_cast<const int8_t*>(v.data));
     case DType::kBool: return py::bool_(*static_cast<const uint8_t*>(v.data) != 0);
     default: {
       const Tensor f = t.to(kF32);
@@ -309,6 +312,7 @@ DLDataType dl_dtype_of(DType d) {
     case DType::kF64:
     case DType::kF16: return {kDLFloat, bits, 1};
     case DType::kBF16: return {kDLBfloat, bits, 1};
+    case DType::kI8:
     case DType::kI32:
     case DType::kI64: return {kDLInt, bits, 1};
     case DType::kU8: return {kDLUInt, bits, 1};
@@ -319,7 +323,7 @@ DLDataType dl_dtype_of(DType d) {
 
 std::optional<DType> dtype_of_dl(DLDataType t) {
   if (t.lanes != 1) return std::nullopt;
-  for (DType d : {kF32, kF64, kF16, kBF16, kI32, kI64, kU8, kBool}) {
+  for (DType d : {kF32, kF64, kF16, kBF16, kI8, kI32, kI64, kU8, kBool}) {
     const DLDataType o = dl_dtype_of(d);
     if (o.code == t.code && o.bits == t.bits) return d;
   }
@@ -669,6 +673,7 @@ void bind_device(py::module_& m) {
       .value("i32", DType::kI32)
       .value("i64", DType::kI64)
       .value("u8", DType::kU8)
+      .value("i8", DType::kI8)
       .value("bool", DType::kBool)
       .value("f16", DType::kF16)
       .value("bf16", DType::kBF16)
@@ -1143,6 +1148,73 @@ void bind_functions(py::module_& m) {
       doc("scaled_dot_product_attention",
           "softmax(scale q k^T) v over the attended keys (mask: bool, true attends; causal: key "
           "<= query), without materialising the scores. scale defaults to 1/sqrt(D)."));
+  // ---- quantization (docs/ops.md, "Quantization"); block formats by name: "q8"/"q8_0",
+  // "q4"/"q4_0"
+  auto opt_tensor = [](const py::object& o) { return o.is_none() ? Tensor() : o.cast<Tensor>(); };
+  m.def(
+      "quantize",
+      [opt_tensor](T x, T scale, const py::object& zp, DType dtype, int64_t axis, int64_t block) {
+        Tensor z = opt_tensor(zp);
+        py::gil_scoped_release r;
+        return quantize(x, scale, z, dtype, axis, block);
+      },
+      py::arg("x"), py::arg("scale"), py::arg("zero_point") = py::none(), py::arg("dtype") = kI8,
+      py::arg("axis") = 1, py::arg("block") = 0,
+      doc("quantize",
+          "saturate(round_half_even(x / scale) + zero_point) in i8 or u8: per tensor, "
+          "per channel along axis, or per block of `block` along axis."));
+  m.def(
+      "dequantize",
+      [opt_tensor](T q, T scale, const py::object& zp, int64_t axis, int64_t block) {
+        Tensor z = opt_tensor(zp);
+        py::gil_scoped_release r;
+        return dequantize(q, scale, z, axis, block);
+      },
+      py::arg("q"), py::arg("scale"), py::arg("zero_point") = py::none(), py::arg("axis") = 1,
+      py::arg("block") = 0, doc("dequantize", "(q - zero_point) * scale in f32."));
+  m.def(
+      "pack_blocks",
+      [](T x, const std::string& format) {
+        const BlockFormat f = nn::block_format_of(format);
+        py::gil_scoped_release r;
+        return pack_blocks(x, f);
+      },
+      py::arg("x"), py::arg("format"),
+      doc("pack_blocks", "f32 rows packed into ggml Q8_0 or Q4_0 blocks (u8 bytes)."));
+  m.def(
+      "unpack_blocks",
+      [](T x, const std::string& format) {
+        const BlockFormat f = nn::block_format_of(format);
+        py::gil_scoped_release r;
+        return unpack_blocks(x, f);
+      },
+      py::arg("packed"), py::arg("format"), doc("unpack_blocks", "Packed blocks back to f32."));
+  m.def(
+      "linear_blocks",
+      [opt_tensor](T x, T w, const std::string& format, const py::object& b) {
+        const BlockFormat f = nn::block_format_of(format);
+        Tensor bias = opt_tensor(b);
+        py::gil_scoped_release r;
+        return linear_blocks(x, w, f, bias);
+      },
+      py::arg("x"), py::arg("weight"), py::arg("format"), py::arg("bias") = py::none(),
+      doc("linear_blocks", "x w^T + bias with w packed blocks, dequantized inside the kernel."));
+  m.def(
+      "linear_int8",
+      [opt_tensor](T x, T w, T ws, const py::object& b) {
+        Tensor bias = opt_tensor(b);
+        py::gil_scoped_release r;
+        return linear_int8(x, w, ws, bias);
+      },
+      py::arg("x"), py::arg("weight"), py::arg("weight_scale"), py::arg("bias") = py::none(),
+      doc("linear_int8", "x quantized per call to u8 times i8 w [out, in] with per-row scales."));
+  m.def(
+      "quantize_weight_int8",
+      [](T w) {
+        py::gil_scoped_release r;
+        return quantize_weight_int8(w);
+      },
+      py::arg("weight"), doc("quantize_weight_int8", "(i8 weight, f32 per-row scales)."));
   m.def("softmax", py::overload_cast<const Tensor&, int64_t>(&softmax), py::arg("x"),
         py::arg("dim"), Release(), doc("softmax", "Softmax along dim."));
   m.def("log_softmax", py::overload_cast<const Tensor&, int64_t>(&log_softmax), py::arg("x"),
@@ -1230,7 +1302,18 @@ void bind_nn(py::module_& m) {
            py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true,
            py::arg("device") = py::none(), py::arg("dtype") = kF32)
       .def_property_readonly("weight", &nn::Linear::weight)
-      .def_property_readonly("bias", &nn::Linear::bias);
+      .def_property_readonly("bias", &nn::Linear::bias)
+      .def_property_readonly("quantized", [](const nn::Linear& l) -> std::optional<std::string> {
+        if (!l.quantized()) return std::nullopt;
+        return std::string(block_format_name(*l.quantized()));
+      });
+  nn.def(
+      "_quantize",
+      [](nn::Module& mod, const std::string& scheme) {
+        py::gil_scoped_release r;
+        return nn::quantize(mod, scheme);
+      },
+      py::arg("module"), py::arg("scheme"));
   py::class_<nn::Conv2d, nn::Module, std::shared_ptr<nn::Conv2d>>(nn, "Conv2d")
       .def(py::init([placement](int64_t in, int64_t out, const py::object& k,
                                 const py::object& stride, const py::object& padding,

@@ -34,6 +34,8 @@ from ._tensorwire import (  # noqa: F401,E402  (re-exported)
     run_with_failover, set_rng_state, Server, Tensor, WireCounters, adaptive_avg_pool2d,
     autocast_dtype, avg_pool2d, backward, bernoulli, cat, conv2d, dtype, embedding, from_bytes,
     get_num_threads, is_grad_enabled, layer_norm, log_softmax, manual_seed, matmul, max_pool2d, one_hot,
+    quantize, dequantize, pack_blocks, unpack_blocks, linear_blocks, linear_int8,
+    quantize_weight_int8,
     remote_devices, scaled_dot_product_attention, set_grad_enabled,
     set_num_threads, softmax, stack, wire_counters,
 )
@@ -46,6 +48,7 @@ float64 = dtype.f64
 int32 = dtype.i32
 int64 = dtype.i64
 uint8 = dtype.u8
+int8 = dtype.i8
 bool_ = dtype.bool
 float16 = dtype.f16
 bfloat16 = dtype.bf16
@@ -58,7 +61,7 @@ half = dtype.f16
 _DTYPE_NAMES = {
     "f32": float32, "float32": float32, "float": float32, "f64": float64, "float64": float64,
     "double": float64, "i32": int32, "int32": int32, "int": int32, "i64": int64, "int64": int64,
-    "long": int64, "u8": uint8, "uint8": uint8, "bool": bool_, "f16": float16, "float16": float16,
+    "long": int64, "u8": uint8, "uint8": uint8, "i8": int8, "int8": int8, "bool": bool_, "f16": float16, "float16": float16,
     "half": float16, "bf16": bfloat16, "bfloat16": bfloat16,
 }
 
@@ -80,7 +83,7 @@ def as_dtype(d):
 def _numpy_dtype(d):
     return None if d == bfloat16 else _np.dtype(
         {float32: "float32", float64: "float64", int32: "int32", int64: "int64",
-         uint8: "uint8", bool_: "bool", float16: "float16"}[d])
+         uint8: "uint8", int8: "int8", bool_: "bool", float16: "float16"}[d])
 
 
 def _size(size):
@@ -163,7 +166,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     if not isinstance(data, _np.ndarray) and dt is None:
         if arr.dtype == _np.float64:
             arr = arr.astype(_np.float32)
-        elif arr.dtype.kind in "iu" and arr.dtype != _np.uint8:
+        elif arr.dtype.kind in "iu" and arr.dtype not in (_np.uint8, _np.int8):
             arr = arr.astype(_np.int64)
     if dt is not None:
         npd = _numpy_dtype(dt)
@@ -171,7 +174,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         if npd is None:
             t = t.to(dt)
     else:
-        if arr.dtype.kind in "iu" and arr.dtype not in (_np.int32, _np.int64, _np.uint8):
+        if arr.dtype.kind in "iu" and arr.dtype not in (_np.int32, _np.int64, _np.uint8, _np.int8):
             arr = arr.astype(_np.int64)
         elif arr.dtype.kind == "f" and arr.dtype not in (_np.float16, _np.float32, _np.float64):
             arr = arr.astype(_np.float64)

@@ -21,10 +21,15 @@ std::string pair_str(const std::vector<int64_t>& v) {
 }  // namespace
 
 // ---- Parameter ----
+namespace {
+// f32 and f64 parameters take gradients; others (a packed quantized weight) are frozen.
+bool trainable(const Tensor& t) { return t.dtype() == kF32 || t.dtype() == kF64; }
+}  // namespace
+
 Parameter::Parameter(Tensor value) {
   if (!value.defined()) throw Error("Parameter: the value is undefined");
   value_ = value.detach();
-  value_.set_requires_grad(true);
+  value_.set_requires_grad(trainable(value_));
 }
 
 void Parameter::set(Tensor value) {
@@ -37,7 +42,7 @@ void Parameter::set(Tensor value) {
   Tensor grad = value_.grad();
   // A fresh handle: the caller's tensor keeps its own autograd state.
   Tensor v = value.detach();
-  v.set_requires_grad(true);
+  v.set_requires_grad(trainable(v));
   if (grad.defined() && grad.device() == v.device()) v.set_grad(grad);
   value_ = std::move(v);
 }
@@ -47,6 +52,47 @@ ParameterPtr Module::register_parameter(std::string name, Tensor value) {
   auto p = std::make_shared<Parameter>(std::move(value));
   params_.emplace_back(std::move(name), p);
   return p;
+}
+
+ParameterPtr Module::replace_parameter(const std::string& name, Tensor value) {
+  for (auto& [n, p] : params_) {
+    if (n == name) {
+      p = std::make_shared<Parameter>(std::move(value));
+      return p;
+    }
+  }
+  throw Error("replace_parameter: module " + this->name() + " has no parameter '" + name + "'");
+}
+
+int Module::quantize_linears(BlockFormat format) {
+  int packed = 0;
+  for (auto& [n, child] : children_) {
+    if (auto* linear = dynamic_cast<Linear*>(child.get())) {
+      if (!linear->quantized() && linear->in_features() % kQuantBlock == 0) {
+        linear->quantize(format);
+        ++packed;
+      }
+    } else {
+      packed += child->quantize_linears(format);
+    }
+  }
+  return packed;
+}
+
+BlockFormat block_format_of(const std::string& scheme) {
+  if (scheme == "q8" || scheme == "q8_0") return BlockFormat::kQ8_0;
+  if (scheme == "q4" || scheme == "q4_0") return BlockFormat::kQ4_0;
+  throw Error("quantize: unknown scheme '" + scheme + "' (expected \"q8\" or \"q4\")");
+}
+
+int quantize(Module& module, const std::string& scheme) {
+  const BlockFormat format = block_format_of(scheme);
+  if (auto* linear = dynamic_cast<Linear*>(&module)) {
+    if (linear->quantized() || linear->in_features() % kQuantBlock != 0) return 0;
+    linear->quantize(format);
+    return 1;
+  }
+  return module.quantize_linears(format);
 }
 
 std::vector<ParameterPtr> Module::parameters() const {
@@ -183,9 +229,36 @@ Tensor Linear::forward(const Tensor& x) { return apply(x, false); }
 
 Tensor Linear::forward_relu(const Tensor& x) { return apply(x, true); }
 
+void Linear::quantize(BlockFormat format) {
+  if (format_) throw Error("Linear.quantize: the weight is already packed");
+  if (in_ % kQuantBlock != 0) {
+    throw Error("Linear.quantize: in_features " + std::to_string(in_) + " is not a multiple of " +
+                std::to_string(kQuantBlock) + " (whole blocks)");
+  }
+  Tensor packed;
+  {
+    NoGradGuard no_grad;
+    packed = pack_blocks(weight_->value().detach(), format);
+  }
+  weight_ = replace_parameter("weight", packed);
+  format_ = format;
+}
+
 Tensor Linear::apply(const Tensor& x, bool relu) {
   const Tensor& w = weight_->value();
   const Tensor b = bias_ ? bias_->value() : Tensor();
+  if (format_) {  // packed weights: no gradient flows to them (inference only)
+    if (x.dim() < 1 || x.shape().back() != in_) {
+      throw Error("Linear: input " + shape_str(x.shape()) + " must end in " + std::to_string(in_) +
+                  " features");
+    }
+    Shape out_shape = x.shape();
+    out_shape.back() = out_;
+    const Tensor rows = x.dim() == 2 ? x : x.reshape({-1, in_});
+    Tensor y = linear_blocks(rows, w, *format_, b);
+    if (relu) y = y.relu();
+    return x.dim() == 2 ? y : y.reshape(out_shape);
+  }
   std::vector<const Tensor*> inputs = {&x, &w};
   if (bias_) inputs.push_back(&b);
   const bool record = autograd::needs_record(inputs);
@@ -240,7 +313,8 @@ Tensor Linear::apply(const Tensor& x, bool relu) {
 
 std::string Linear::name() const {
   return "Linear(in_features=" + std::to_string(in_) + ", out_features=" + std::to_string(out_) +
-         ", bias=" + b(bias_ != nullptr) + ")";
+         ", bias=" + b(bias_ != nullptr) +
+         (format_ ? ", weight=" + std::string(block_format_name(*format_)) : std::string()) + ")";
 }
 
 // ---- Conv2d ----

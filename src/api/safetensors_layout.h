@@ -20,8 +20,8 @@ namespace tw::safetensors {
 
 // The format's dtype names.
 inline constexpr std::pair<const char*, DType> kDTypes[] = {
-    {"F32", kF32}, {"F64", kF64},   {"I32", kI32}, {"I64", kI64},
-    {"U8", kU8},   {"BOOL", kBool}, {"F16", kF16}, {"BF16", kBF16},
+    {"F32", kF32}, {"F64", kF64},   {"I32", kI32}, {"I64", kI64},   {"U8", kU8},
+    {"I8", kI8},   {"BOOL", kBool}, {"F16", kF16}, {"BF16", kBF16},
 };
 
 // One tensor of the file; [begin, end) are offsets into the data section and hold exactly

@@ -143,6 +143,7 @@ double element_as_double(const detail::HostValues& v, int64_t i) {
     case DType::kI32: return static_cast<const int32_t*>(p)[i];
     case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
     case DType::kU8: return static_cast<const uint8_t*>(p)[i];
+    case DType::kI8: return static_cast<const int8_t*>(p)[i];
     case DType::kBool: return static_cast<const uint8_t*>(p)[i] ? 1 : 0;
     default: return 0;
   }
@@ -554,6 +555,7 @@ template TW_API Tensor from_vector<double>(std::vector<double>&&, const Shape&, 
 template TW_API Tensor from_vector<int32_t>(std::vector<int32_t>&&, const Shape&, const Device&);
 template TW_API Tensor from_vector<int64_t>(std::vector<int64_t>&&, const Shape&, const Device&);
 template TW_API Tensor from_vector<uint8_t>(std::vector<uint8_t>&&, const Shape&, const Device&);
+template TW_API Tensor from_vector<int8_t>(std::vector<int8_t>&&, const Shape&, const Device&);
 template TW_API Tensor from_vector<bool>(std::vector<bool>&&, const Shape&, const Device&);
 
 template TW_API Tensor from_vector<float>(std::span<const float>, const Shape&, const Device&);
@@ -561,6 +563,7 @@ template TW_API Tensor from_vector<double>(std::span<const double>, const Shape&
 template TW_API Tensor from_vector<int32_t>(std::span<const int32_t>, const Shape&, const Device&);
 template TW_API Tensor from_vector<int64_t>(std::span<const int64_t>, const Shape&, const Device&);
 template TW_API Tensor from_vector<uint8_t>(std::span<const uint8_t>, const Shape&, const Device&);
+template TW_API Tensor from_vector<int8_t>(std::span<const int8_t>, const Shape&, const Device&);
 template TW_API Tensor from_vector<bool>(std::span<const bool>, const Shape&, const Device&);
 
 // ---- random ----
@@ -628,6 +631,41 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
     us.push_back(x.unsqueeze(d));
   }
   return cat(us, d);
+}
+
+Tensor quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, DType dtype,
+                int64_t axis, int64_t block) {
+  return emit1(x, ir::Quantize{in(x), in(scale), in(zero_point), axis, block, dtype, {}},
+               {&x, &scale, &zero_point});
+}
+Tensor dequantize(const Tensor& q, const Tensor& scale, const Tensor& zero_point, int64_t axis,
+                  int64_t block) {
+  return emit1(q, ir::Dequantize{in(q), in(scale), in(zero_point), axis, block, {}},
+               {&q, &scale, &zero_point});
+}
+Tensor pack_blocks(const Tensor& x, BlockFormat format) {
+  return emit1(x, ir::PackBlocks{in(x), format, {}}, {&x});
+}
+Tensor unpack_blocks(const Tensor& packed, BlockFormat format) {
+  return emit1(packed, ir::UnpackBlocks{in(packed), format, {}}, {&packed});
+}
+Tensor linear_blocks(const Tensor& x, const Tensor& w_packed, BlockFormat format,
+                     const Tensor& bias) {
+  return emit1(x, ir::LinearBlocks{in(x), in(w_packed), in(bias), format, {}},
+               {&x, &w_packed, &bias});
+}
+Tensor linear_int8(const Tensor& x, const Tensor& w, const Tensor& w_scale, const Tensor& bias) {
+  return emit1(x, ir::LinearInt8{in(x), in(w), in(w_scale), in(bias), {}},
+               {&x, &w, &w_scale, &bias});
+}
+std::pair<Tensor, Tensor> quantize_weight_int8(const Tensor& w) {
+  if (w.dim() != 2) {
+    throw Error("quantize_weight_int8: w must be 2-D [out, in], got " + shape_str(w.shape()));
+  }
+  // A row of zeros gets scale 1 (its codes are all 0 either way).
+  const Tensor amax = w.abs().max(1);
+  const Tensor scale = where(amax.gt(0), amax / 127.0, ones_like(amax));
+  return {quantize(w, scale, {}, kI8, 0, 0), scale};
 }
 
 Tensor one_hot(const Tensor& x, int64_t num_classes) {

@@ -100,7 +100,8 @@ Tensor MultiheadAttention::forward_step(const Tensor& x, const Tensor& pos, KVCa
 
 KVCache MultiheadAttention::empty_cache(int64_t batch, int64_t capacity,
                                         const Device& device) const {
-  const DType dt = qkv_->weight()->value().dtype();
+  // The weights' dtype, f32 for packed (quantized) weights.
+  const DType dt = qkv_->quantized() ? kF32 : qkv_->weight()->value().dtype();
   const Shape s = {batch, h_, capacity, e_ / h_};
   return {zeros(s, dt, device), zeros(s, dt, device)};
 }

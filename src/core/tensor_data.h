@@ -36,6 +36,10 @@ constexpr DType dtype_of<uint8_t>() {
   return kU8;
 }
 template <>
+constexpr DType dtype_of<int8_t>() {
+  return kI8;
+}
+template <>
 constexpr DType dtype_of<bool>() {
   return kBool;
 }

@@ -257,6 +257,33 @@ OpCost cost_of(const AdaptiveAvgPool2dBackward& o, const C& c) {
   return {c.out_n() * 4 + n_of(g), bytes_of(g) + c.out_bytes(), 0};
 }
 
+// -- quantization: elementwise over x (Pack/Unpack: a few flops per value, the block max too) --
+OpCost cost_of(const Quantize& o, const C& c) {
+  return c.elementwise(c.in_bytes(o.x) + c.in_bytes(o.scale) + c.in_bytes(o.zero_point), 4);
+}
+OpCost cost_of(const Dequantize& o, const C& c) {
+  return c.elementwise(c.in_bytes(o.x) + c.in_bytes(o.scale) + c.in_bytes(o.zero_point), 2);
+}
+OpCost cost_of(const PackBlocks& o, const C& c) {
+  return {4 * n_of(c.in(o.x)), c.in_bytes(o.x) + c.out_bytes(), 0};
+}
+OpCost cost_of(const UnpackBlocks& o, const C& c) { return c.elementwise(c.in_bytes(o.x), 2); }
+// out [N, M] from x [N, K]: 2 K flops per output, plus unpacking (LinearBlocks) or quantizing x.
+OpCost cost_of(const LinearBlocks& o, const C& c) {
+  const TensorMeta x = c.in(o.x);
+  const double k = x.shape.size() == 2 ? static_cast<double>(x.shape[1]) : 1;
+  return {2 * c.out_n() * k + c.out_n(),
+          bytes_of(x) + c.in_bytes(o.w) + c.in_bytes(o.bias) + c.out_bytes(), 0};
+}
+OpCost cost_of(const LinearInt8& o, const C& c) {
+  const TensorMeta x = c.in(o.x);
+  const double k = x.shape.size() == 2 ? static_cast<double>(x.shape[1]) : 1;
+  return {
+      2 * c.out_n() * k + 4 * n_of(x) + 2 * c.out_n(),
+      bytes_of(x) + c.in_bytes(o.w) + c.in_bytes(o.w_scale) + c.in_bytes(o.bias) + c.out_bytes(),
+      0};
+}
+
 // -- fused --
 OpCost cost_of(const Linear& o, const C& c) {  // out [N, out] = x [N, in] w^T
   const TensorMeta x = c.in(o.x), w = c.in(o.w);

@@ -813,6 +813,163 @@ Result<Metas> infer_op(const LayerNorm& op, const Ctx& c) {
 }
 
 // Gradient ops: defined in their own block at the end of this file.
+// ================================ quantization ================================
+
+// The scale (and zero point) of Quantize/Dequantize against x: per tensor (0-d or [1]), per
+// channel along axis (block 0: [x.shape[axis]]) or per block along axis (block > 0: x's shape
+// with dim axis ceil(size / block)); a zero point has the scale's shape and `zp_dtype`.
+Status check_quant_params(const Ctx& c, const TensorMeta& x, const TensorMeta& scale,
+                          const std::optional<TensorMeta>& zp, int64_t axis, int64_t block,
+                          DType zp_dtype) {
+  if (scale.dtype != kF32) return c.error("scale " + meta_str(scale) + " must be f32");
+  if (zp && (zp->shape != scale.shape || zp->dtype != zp_dtype)) {
+    return c.error("zero_point " + meta_str(*zp) + " must have the scale's shape " +
+                   shape_str(scale.shape) + " and dtype " + dt(zp_dtype));
+  }
+  if (block < 0) return c.error("block " + num(block) + " must be >= 0");
+  const bool per_tensor = numel(scale.shape) == 1 && scale.shape.size() <= 1 && block == 0;
+  if (per_tensor) return Status::OK();
+  if (x.shape.empty()) {
+    return c.error("a 0-d x takes one scale (0-d or [1], block 0), got scale " +
+                   shape_str(scale.shape) + " and block " + num(block));
+  }
+  TW_ASSIGN_OR_RETURN(int64_t a, c.dim(axis, rank_of(x.shape)));
+  if (block == 0) {
+    if (scale.shape != Shape{x.shape[a]}) {
+      return c.error("per-channel scale " + shape_str(scale.shape) + " must be [" +
+                     num(x.shape[a]) + "] (dim " + num(a) + " of x " + shape_str(x.shape) +
+                     "), or 0-d for one scale");
+    }
+    return Status::OK();
+  }
+  Shape want = x.shape;
+  want[a] = x.shape[a] == 0 ? 0 : (x.shape[a] - 1) / block + 1;  // ceil, without overflow
+  if (scale.shape != want) {
+    return c.error("per-block scale " + shape_str(scale.shape) + " must be " + shape_str(want) +
+                   " (x " + shape_str(x.shape) + " in blocks of " + num(block) + " along dim " +
+                   num(a) + ")");
+  }
+  return Status::OK();
+}
+
+Result<Metas> infer_op(const Quantize& op, const Ctx& c) {
+  TW_RETURN_NOT_OK(c.dtype_attr(op.dtype));
+  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
+  TW_ASSIGN_OR_RETURN(TensorMeta scale, c.input(op.scale, "scale"));
+  TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> zp, c.optional_input(op.zero_point, "zero_point"));
+  if (x.dtype != kF32) return c.error("x " + meta_str(x) + " must be f32");
+  if (op.dtype != kI8 && op.dtype != kU8) {
+    return c.error("dtype " + dt(op.dtype) + " is not supported (expected i8 or u8)");
+  }
+  TW_RETURN_NOT_OK(check_quant_params(c, x, scale, zp, op.axis, op.block, op.dtype));
+  return one(x.shape, op.dtype);
+}
+
+Result<Metas> infer_op(const Dequantize& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
+  TW_ASSIGN_OR_RETURN(TensorMeta scale, c.input(op.scale, "scale"));
+  TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> zp, c.optional_input(op.zero_point, "zero_point"));
+  if (x.dtype != kI8 && x.dtype != kU8 && x.dtype != kI32) {
+    return c.error("x " + meta_str(x) + " must be i8, u8 or i32");
+  }
+  TW_RETURN_NOT_OK(check_quant_params(c, x, scale, zp, op.axis, op.block, x.dtype));
+  return one(x.shape, kF32);
+}
+
+Status check_block_format(const Ctx& c, BlockFormat f) {
+  if (f >= BlockFormat::kCount) {
+    return c.error("unknown block format " + num(int64_t{static_cast<uint8_t>(f)}));
+  }
+  return Status::OK();
+}
+
+// The packed width of rows of k values, or an error when k is not whole blocks.
+Result<int64_t> packed_width(const Ctx& c, const std::string& what, const Shape& shape,
+                             BlockFormat f) {
+  if (shape.empty()) return c.error(what + " must have at least one dim, got 0-d");
+  const int64_t k = shape.back();
+  if (k % kQuantBlock != 0) {
+    return c.error(what + " " + shape_str(shape) + ": the last dim " + num(k) +
+                   " must be a multiple of " + num(kQuantBlock) + " (whole " +
+                   std::string(block_format_name(f)) + " blocks)");
+  }
+  return k / kQuantBlock * block_bytes(f);
+}
+
+// The logical width of packed rows of `bytes` bytes, or an error when not whole blocks.
+Result<int64_t> unpacked_width(const Ctx& c, const std::string& what, const TensorMeta& w,
+                               BlockFormat f) {
+  if (w.dtype != kU8) return c.error(what + " " + meta_str(w) + " must be u8 (packed blocks)");
+  if (w.shape.empty()) return c.error(what + " must have at least one dim, got 0-d");
+  const int64_t bytes = w.shape.back(), bb = block_bytes(f);
+  if (bytes % bb != 0) {
+    return c.error(what + " " + shape_str(w.shape) + ": the last dim " + num(bytes) +
+                   " is not whole " + std::string(block_format_name(f)) + " blocks of " + num(bb) +
+                   " bytes");
+  }
+  return bytes / bb * kQuantBlock;
+}
+
+Result<Metas> infer_op(const PackBlocks& op, const Ctx& c) {
+  TW_RETURN_NOT_OK(check_block_format(c, op.format));
+  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
+  if (x.dtype != kF32) return c.error("x " + meta_str(x) + " must be f32");
+  TW_ASSIGN_OR_RETURN(int64_t width, packed_width(c, "x", x.shape, op.format));
+  Shape out = x.shape;
+  out.back() = width;
+  return one(out, kU8);
+}
+
+Result<Metas> infer_op(const UnpackBlocks& op, const Ctx& c) {
+  TW_RETURN_NOT_OK(check_block_format(c, op.format));
+  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
+  TW_ASSIGN_OR_RETURN(int64_t width, unpacked_width(c, "x", x, op.format));
+  Shape out = x.shape;
+  out.back() = width;
+  return one(out, kF32);
+}
+
+// x [N, K] f32 against rows of M outputs taking k features; bias [M] f32 or absent.
+Result<Metas> check_linear_rows(const Ctx& c, const TensorMeta& x, const Shape& w, int64_t k,
+                                const std::optional<TensorMeta>& bias) {
+  if (x.dtype != kF32) return c.error("x " + meta_str(x) + " must be f32");
+  if (x.shape.size() != 2 || w.size() != 2) {
+    return c.error("x must be [N, in] and w 2-d, got " + shape_str(x.shape) + " and " +
+                   shape_str(w));
+  }
+  if (x.shape[1] != k) {
+    return c.error("x " + shape_str(x.shape) + " has " + num(x.shape[1]) + " features but w " +
+                   shape_str(w) + " takes " + num(k));
+  }
+  if (bias && (bias->dtype != kF32 || bias->shape != Shape{w[0]})) {
+    return c.error("bias " + meta_str(*bias) + " must be f32[" + num(w[0]) + "]");
+  }
+  return one({x.shape[0], w[0]}, kF32);
+}
+
+Result<Metas> infer_op(const LinearBlocks& op, const Ctx& c) {
+  TW_RETURN_NOT_OK(check_block_format(c, op.format));
+  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
+  TW_ASSIGN_OR_RETURN(TensorMeta w, c.input(op.w, "w"));
+  TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> bias, c.optional_input(op.bias, "bias"));
+  TW_ASSIGN_OR_RETURN(int64_t k, unpacked_width(c, "w", w, op.format));
+  return check_linear_rows(c, x, w.shape, k, bias);
+}
+
+Result<Metas> infer_op(const LinearInt8& op, const Ctx& c) {
+  TW_ASSIGN_OR_RETURN(TensorMeta x, c.input(op.x, "x"));
+  TW_ASSIGN_OR_RETURN(TensorMeta w, c.input(op.w, "w"));
+  TW_ASSIGN_OR_RETURN(TensorMeta ws, c.input(op.w_scale, "w_scale"));
+  TW_ASSIGN_OR_RETURN(std::optional<TensorMeta> bias, c.optional_input(op.bias, "bias"));
+  if (w.dtype != kI8 || w.shape.size() != 2) {
+    return c.error("w " + meta_str(w) + " must be i8 [out, in]");
+  }
+  if (ws.dtype != kF32 || ws.shape != Shape{w.shape[0]}) {
+    return c.error("w_scale " + meta_str(ws) + " must be f32[" + num(w.shape[0]) + "]");
+  }
+  return check_linear_rows(c, x, w.shape, w.shape[1], bias);
+}
+
 Result<Metas> infer_op(const Conv2dBackwardInput& op, const Ctx& c);
 Result<Metas> infer_op(const Conv2dBackwardWeight& op, const Ctx& c);
 Result<Metas> infer_op(const Pool2dBackward& op, const Ctx& c);

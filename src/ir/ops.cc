@@ -25,6 +25,9 @@ const char* kind_name(PoolKind k) {
   return k < PoolKind::kCount ? kNames[static_cast<int>(k)] : "?";
 }
 #undef TW_KIND_NAME_ENTRY
+const char* kind_name(BlockFormat f) {
+  return f < BlockFormat::kCount ? block_format_name(f).data() : "?";
+}
 
 bool Bytes::operator==(const Bytes& o) const {
   return data.size() == o.data.size() &&

@@ -76,6 +76,7 @@ const char* kind_name(UnaryKind k);
 const char* kind_name(BinaryKind k);
 const char* kind_name(ReduceKind k);
 const char* kind_name(PoolKind k);
+const char* kind_name(BlockFormat f);
 
 // ---- the traits columns, as values ----
 namespace kind_traits {
@@ -439,6 +440,42 @@ struct AdamStep {  // one Adam/AdamW update of a parameter and its two moments (
             weight_decay, lr, decoupled, param_out, exp_avg_out, exp_avg_sq_out)
 };
 
+// -- quantization (docs/ops.md, "Quantization") --
+// Affine quantization as ONNX's QuantizeLinear: out = saturate(round_half_even(x / scale) + zp)
+// in i8 or u8. Per tensor (scale 0-d or [1]), per channel (block 0, scale [x.shape[axis]]) or per
+// block (block > 0, scale as x but dim axis ceil(size / block)); zero_point absent or scale's
+// shape in `dtype`.
+struct Quantize {  // i8/u8 = saturate(round_half_even(x / scale) + zero_point) (docs/ops.md)
+  static constexpr Autograd kAutograd = Autograd::kNone;
+  In x, scale, zero_point; int64_t axis = 1; int64_t block = 0; DType dtype = kI8; Out out;
+  TW_FIELDS(x, scale, zero_point, axis, block, dtype, out)
+};
+struct Dequantize {  // out f32 = (x - zero_point) * scale, x i8, u8 or i32; scale as Quantize's
+  static constexpr Autograd kAutograd = Autograd::kNone;
+  In x, scale, zero_point; int64_t axis = 1; int64_t block = 0; Out out;
+  TW_FIELDS(x, scale, zero_point, axis, block, out)
+};
+struct PackBlocks {  // f32 [..., K] -> u8 [..., K / 32 * block_bytes(format)], K % 32 == 0
+  static constexpr Autograd kAutograd = Autograd::kNone;
+  In x; BlockFormat format = BlockFormat::kQ8_0; Out out;
+  TW_FIELDS(x, format, out)
+};
+struct UnpackBlocks {  // u8 packed [..., B * block_bytes(format)] -> f32 [..., B * 32]
+  static constexpr Autograd kAutograd = Autograd::kNone;
+  In x; BlockFormat format = BlockFormat::kQ8_0; Out out;
+  TW_FIELDS(x, format, out)
+};
+struct LinearBlocks {  // x [N, K] f32, w packed u8 [M, K / 32 * bytes], bias [M] or absent
+  static constexpr Autograd kAutograd = Autograd::kNone;
+  In x, w, bias; BlockFormat format = BlockFormat::kQ8_0; Out out;
+  TW_FIELDS(x, w, bias, format, out)
+};
+struct LinearInt8 {  // x [N, K] f32 quantized per call to u8; w i8 [M, K], w_scale f32 [M]
+  static constexpr Autograd kAutograd = Autograd::kNone;
+  In x, w, w_scale, bias; Out out;
+  TW_FIELDS(x, w, w_scale, bias, out)
+};
+
 // ================================ the list ================================
 // (struct, wire code, since): `since` is the first protocol version whose servers know the op
 // (docs/protocol.md's version history): a client never sends an op to a server older than that
@@ -454,7 +491,9 @@ struct AdamStep {  // one Adam/AdamW update of a parameter and its two moments (
   X(LayerNorm, 34, 1) X(Conv2dBackwardInput, 35, 1) X(Conv2dBackwardWeight, 36, 1) \
   X(Pool2dBackward, 37, 1) X(AdaptiveAvgPool2dBackward, 38, 1) X(AdamStep, 39, 6) \
   X(Linear, 40, 7) X(ScaledDotProductAttention, 41, 8) X(ScaledDotProductAttentionBackward, 42, 8) \
-  X(IndexSelectBackward, 43, 8) X(LayerNormBackward, 44, 9) X(GeluBackward, 45, 9)
+  X(IndexSelectBackward, 43, 8) X(LayerNormBackward, 44, 9) X(GeluBackward, 45, 9) \
+  X(Quantize, 46, 15) X(Dequantize, 47, 15) X(PackBlocks, 48, 15) X(UnpackBlocks, 49, 15) \
+  X(LinearBlocks, 50, 15) X(LinearInt8, 51, 15)
 // clang-format on
 
 #define TW_OP_VARIANT_ENTRY(Name, code, since) Name,

@@ -26,6 +26,7 @@ double element(const HostTensor& h, int64_t i) {
     case kI32: return load_le<int32_t>(p);
     case kI64: return static_cast<double>(load_le<int64_t>(p));
     case kU8: return *p;
+    case kI8: return static_cast<int8_t>(*p);
     case kBool: return *p != 0;
     case kF16: return f16_to_f32(load_le<uint16_t>(p));
     case kBF16: return bf16_to_f32(load_le<uint16_t>(p));
@@ -78,6 +79,7 @@ std::optional<DType> dtype_of(int32_t t) {
     case P::INT32: return kI32;
     case P::INT64: return kI64;
     case P::UINT8: return kU8;
+    case P::INT8: return kI8;
     case P::BOOL: return kBool;
     case P::FLOAT16: return kF16;
     case P::BFLOAT16: return kBF16;
@@ -96,9 +98,10 @@ HostTensor host_tensor(const ::onnx::TensorProto& t, const std::string& what) {
   using P = ::onnx::TensorProto;
   std::optional<DType> d = dtype_of(t.data_type());
   if (!d) {
-    throw Error(what + ": data type " + onnx_type_name(t.data_type()) +
-                " has no tensorwire dtype (supported: FLOAT, DOUBLE, INT32, INT64, UINT8, BOOL, "
-                "FLOAT16, BFLOAT16)");
+    throw Error(
+        what + ": data type " + onnx_type_name(t.data_type()) +
+        " has no tensorwire dtype (supported: FLOAT, DOUBLE, INT32, INT64, UINT8, INT8, BOOL, "
+        "FLOAT16, BFLOAT16)");
   }
   if (t.data_location() == P::EXTERNAL) throw Error(what + ": external data is not supported");
   HostTensor h;
@@ -146,6 +149,7 @@ HostTensor host_tensor(const ::onnx::TensorProto& t, const std::string& what) {
       copy(t.int32_data().data());
       break;
     case kU8:
+    case kI8:  // two's complement: the low byte of each int32
     case kBool:
       count(t.int32_data_size());
       for (size_t i = 0; i < n; ++i)

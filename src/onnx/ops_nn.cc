@@ -129,11 +129,9 @@ std::vector<int64_t> ints_or(Node& n, const char* name, size_t count, int64_t df
   return v;
 }
 
-void conv_op(Node& n) {
-  n.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+// The convolution of Conv's attributes over float x and w (and bias, 0 for none), in their dtype.
+TensorId conv_of(Node& n, TensorId x, TensorId w, TensorId bias) {
   Builder& b = n.b;
-  const DType d = n.input_meta(0).dtype;
-  TensorId x = computable(n, 0), w = computable(n, 1);
   const Shape xs = b.meta(x).shape, ws = b.meta(w).shape;
   if (xs.size() < 3 || xs.size() > 5) {
     n.fail("only 1-D, 2-D and 3-D convolutions are supported (input rank " +
@@ -172,7 +170,6 @@ void conv_op(Node& n) {
     after[2 + i] = pads[i + k] - sym[j];
   }
   x = b.pad_constant(x, before, after, 0.0);
-  const TensorId bias = n.has_input(2) ? computable(n, 2) : 0;
   const int64_t group = n.attr_int("group", 1);
   const std::vector<int64_t> s2(strides.end() - 2, strides.end()), d2(dil.end() - 2, dil.end());
   auto conv2d = [&](TensorId in, TensorId weight, TensorId with_bias) {
@@ -209,7 +206,167 @@ void conv_op(Node& n) {
     Shape os = b.meta(out).shape;
     out = b.reshape(out, {os[0], os[1], os[3]});
   }
-  n.set_output(0, b.cast(out, d));
+  return out;
+}
+
+void conv_op(Node& n) {
+  n.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  const DType d = n.input_meta(0).dtype;
+  const TensorId x = computable(n, 0), w = computable(n, 1);
+  const TensorId bias = n.has_input(2) ? computable(n, 2) : 0;
+  n.set_output(0, n.b.cast(conv_of(n, x, w, bias), d));
+}
+
+// ---- quantized ops (docs/onnx.md): onto Quantize/Dequantize and exact integer arithmetic ----
+
+// Input i (an integer tensor) minus zero point `zp` (an input index; absent: 0) in `d`: a zero
+// point of one element, or one per entry of dim `dim` of the input (ONNX's per-row/per-column
+// and per-output-channel zero points).
+TensorId minus_zero_point(Node& n, size_t i, size_t zp, DType d, int64_t dim) {
+  Builder& b = n.b;
+  const TensorId x = b.cast(n.input(i), d);
+  if (!n.has_input(zp)) return x;
+  TensorId z = b.cast(n.input(zp), d);
+  const Shape xs = b.meta(x).shape, zs = b.meta(z).shape;
+  if (numel(zs) != 1) {
+    const int64_t rank = static_cast<int64_t>(xs.size());
+    const int64_t a = dim < 0 ? dim + rank : dim;
+    if (zs.size() != 1 || a < 0 || a >= rank || zs[0] != xs[a]) {
+      n.fail("zero point " + shape_str(zs) + " must have one element or " +
+             (a >= 0 && a < rank ? std::to_string(xs[a]) : std::string("?")) + " (input " +
+             std::to_string(i) + " " + shape_str(xs) + ")");
+    }
+    Shape s(xs.size(), 1);
+    s[a] = zs[0];
+    z = b.reshape(z, s);
+  } else {
+    z = b.reshape(z, {});
+  }
+  return b.binary(BK::kSub, x, z);
+}
+
+// A scale input as f32 (0-d when it has one element).
+TensorId scale_input(Node& n, size_t i) {
+  TensorId s = n.b.cast(n.input(i), kF32);
+  return numel(n.b.meta(s).shape) == 1 ? n.b.reshape(s, {}) : s;
+}
+
+// The quantized dtype of a zero-point input (absent: u8, ONNX's default).
+DType zero_point_dtype(Node& n, size_t i) {
+  const DType d = n.has_input(i) ? n.input_meta(i).dtype : kU8;
+  if (d != kU8 && d != kI8)
+    n.fail("zero point dtype " + std::string(dtype_name(d)) + ": u8 or i8 only");
+  return d;
+}
+
+TensorId quantize_to(Node& n, TensorId x, TensorId scale, size_t zp, int64_t axis) {
+  Builder& b = n.b;
+  const DType d = zero_point_dtype(n, zp);
+  TensorId z = n.has_input(zp) ? n.input(zp) : 0;
+  if (z && numel(b.meta(z).shape) == 1) z = b.reshape(z, {});
+  const TensorId out = b.new_id();
+  b.append(ir::Quantize{{x}, {scale}, {z}, axis, 0, d, {out}});
+  return out;
+}
+
+void quantize_linear_op(Node& n) {
+  n.check_attrs({"axis"});
+  const TensorId x = n.b.cast(n.input(0), kF32);
+  n.set_output(0, quantize_to(n, x, scale_input(n, 1), 2, n.attr_int("axis", 1)));
+}
+
+void dequantize_linear_op(Node& n) {
+  n.check_attrs({"axis"});
+  Builder& b = n.b;
+  const TensorId x = n.input(0);
+  TensorId z = n.has_input(2) ? n.input(2) : 0;
+  if (z && numel(b.meta(z).shape) == 1) z = b.reshape(z, {});
+  const TensorId out = b.new_id();
+  b.append(ir::Dequantize{{x}, {scale_input(n, 1)}, {z}, n.attr_int("axis", 1), 0, {out}});
+  n.set_output(0, out);
+}
+
+// y_scale = (max(x, 0) - min(x, 0)) / 255, y_zero_point = clamp(round(-min / y_scale), 0, 255),
+// y = saturate(round(x / y_scale) + y_zero_point) in u8 (halves to even throughout).
+void dynamic_quantize_linear_op(Node& n) {
+  n.check_attrs({});
+  Builder& b = n.b;
+  const TensorId x = b.cast(n.input(0), kF32);
+  const TensorId lo = b.scalar(BK::kMinimum, b.reduce(RK::kMin, x, {}, false), 0.0);
+  const TensorId hi = b.scalar(BK::kMaximum, b.reduce(RK::kMax, x, {}, false), 0.0);
+  const TensorId scale = b.scalar(BK::kDiv, b.binary(BK::kSub, hi, lo), 255.0);
+  const TensorId zf = b.clamp(b.unary(UK::kRound, b.binary(BK::kDiv, b.unary(UK::kNeg, lo), scale)),
+                              ir::Scalar(0.0), ir::Scalar(255.0));
+  const TensorId zp = b.cast(zf, kU8);
+  const TensorId y = b.new_id();
+  b.append(ir::Quantize{{x}, {scale}, {zp}, 1, 0, kU8, {y}});
+  n.set_output(0, y);
+  if (n.wants_output(1)) n.set_output(1, scale);
+  if (n.wants_output(2)) n.set_output(2, zp);
+}
+
+// (A - a_zp)(B - b_zp) exactly in i32: a_zp per row of A (dim -2) or one, b_zp per column of B.
+TensorId integer_matmul(Node& n, size_t a, size_t azp, size_t bb, size_t bzp) {
+  Builder& b = n.b;
+  const TensorId x = minus_zero_point(n, a, azp, kI32, -2),
+                 y = minus_zero_point(n, bb, bzp, kI32, -1);
+  if (b.meta(x).shape.size() < 2 || b.meta(y).shape.size() < 2)
+    n.fail("1-D operands are not supported");
+  return b.matmul(x, y);
+}
+
+void matmul_integer_op(Node& n) {
+  n.check_attrs({});
+  n.set_output(0, integer_matmul(n, 0, 2, 1, 3));
+}
+
+// y = saturate(round((A - a_zp)(B - b_zp) a_scale b_scale / y_scale) + y_zp): the integer product
+// exact, scaled in f32, then quantized as QuantizeLinear.
+void qlinear_matmul_op(Node& n) {
+  n.check_attrs({});
+  Builder& b = n.b;
+  for (size_t s : {1, 4, 6}) {
+    if (numel(n.input_meta(s).shape) != 1) n.fail("only per-tensor scales are supported");
+  }
+  const TensorId acc = b.cast(integer_matmul(n, 0, 2, 3, 5), kF32);
+  const TensorId ab = b.binary(BK::kMul, scale_input(n, 1), scale_input(n, 4));
+  n.set_output(0, quantize_to(n, b.binary(BK::kMul, acc, ab), scale_input(n, 6), 7, 1));
+}
+
+// The convolution of x - x_zp and w - w_zp (per output channel or one) in f64, exact for the
+// sizes f64 sums integers exactly (< 2^53), as i32.
+TensorId integer_conv(Node& n, size_t x, size_t xzp, size_t w, size_t wzp) {
+  const TensorId xs = minus_zero_point(n, x, xzp, kF64, 1);
+  const TensorId ws = minus_zero_point(n, w, wzp, kF64, 0);
+  return conv_of(n, xs, ws, 0);
+}
+
+void conv_integer_op(Node& n) {
+  n.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  n.set_output(0, n.b.cast(integer_conv(n, 0, 2, 1, 3), kI32));
+}
+
+// QLinearConv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias?): the integer
+// convolution plus the i32 bias, times x_scale * w_scale (per output channel or one) in f32,
+// quantized with y_scale and y_zp.
+void qlinear_conv_op(Node& n) {
+  n.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  Builder& b = n.b;
+  if (numel(n.input_meta(1).shape) != 1 || numel(n.input_meta(6).shape) != 1) {
+    n.fail("x_scale and y_scale must be per tensor");
+  }
+  TensorId acc = integer_conv(n, 0, 2, 3, 5);  // f64 [N, O, ...]
+  const int64_t rank = static_cast<int64_t>(b.meta(acc).shape.size());
+  auto per_out_channel = [&](TensorId v) {
+    if (numel(b.meta(v).shape) == 1) return b.reshape(v, {});
+    Shape s(static_cast<size_t>(rank), 1);
+    s[1] = numel(b.meta(v).shape);
+    return b.reshape(v, s);
+  };
+  if (n.has_input(8)) acc = b.binary(BK::kAdd, acc, per_out_channel(b.cast(n.input(8), kF64)));
+  const TensorId scale = b.binary(BK::kMul, scale_input(n, 1), per_out_channel(scale_input(n, 4)));
+  n.set_output(
+      0, quantize_to(n, b.binary(BK::kMul, b.cast(acc, kF32), scale), scale_input(n, 6), 7, 1));
 }
 
 // ConvTranspose is Conv2d's gradient with respect to its input (Conv2dBackwardInput): X plays
@@ -632,6 +789,13 @@ void register_nn_ops() {
   t["LogSoftmax"] = [](Node& n) { softmax_like(n, 1); };
   t["Hardmax"] = [](Node& n) { softmax_like(n, 2); };
   t["Conv"] = conv_op;
+  t["QuantizeLinear"] = quantize_linear_op;
+  t["DequantizeLinear"] = dequantize_linear_op;
+  t["DynamicQuantizeLinear"] = dynamic_quantize_linear_op;
+  t["MatMulInteger"] = matmul_integer_op;
+  t["QLinearMatMul"] = qlinear_matmul_op;
+  t["ConvInteger"] = conv_integer_op;
+  t["QLinearConv"] = qlinear_conv_op;
   t["ConvTranspose"] = conv_transpose_op;
   t["MaxPool"] = [](Node& n) { pool_op(n, ir::PoolKind::kMax); };
   t["AveragePool"] = [](Node& n) { pool_op(n, ir::PoolKind::kAvg); };

@@ -37,8 +37,13 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // StatsResult lists the parked sessions after its counters (kParkedStatsVersion); version 13
 // negative indices (kWrapsNegativeIndicesSince) and the stricter frame and output-id checks
 // (kStrictChecksSince); version 14 StatsResult ends with the server's memory figures
-// (kMemoryStatsVersion). An older client never sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 14;
+// (kMemoryStatsVersion); version 15 the i8 dtype (code 8) and the quantization ops Quantize,
+// Dequantize, PackBlocks, UnpackBlocks, LinearBlocks and LinearInt8 (codes 46-51,
+// kQuantizationSince). An older client never sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 15;
+// The first version whose servers know dtype i8 and the quantization ops (the op list's `since`
+// column says 15 for each; a client never sends an i8 tensor to an older server).
+inline constexpr uint16_t kQuantizationSince = 15;
 // The first version whose StatsResult ends with the parked sessions (ParkedSessions).
 inline constexpr uint16_t kParkedStatsVersion = 12;
 // The first version whose StatsResult ends with the server's memory figures (MemoryFigures, after

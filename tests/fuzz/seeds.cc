@@ -146,6 +146,7 @@ void add_safetensors_seeds(Corpus& c) {
       {"steps", kI64, {4}, {i64_bytes, sizeof(i64)}},
       {"empty", kBF16, {0, 5}, {}},
       {"scalar \"q\"\n", kU8, {}, {f32_bytes, 1}},
+      {"codes", kI8, {3}, {i64_bytes, 3}},  // i8 (protocol 14): -1, -1, -1
   };
   const std::vector<uint8_t> file =
       safetensors::write_file(tensors, {{"format", "pt"}, {"note", "caf\u00e9 \\ \x01"}});

@@ -174,6 +174,32 @@ inline std::vector<ir::Op> every_op_program() {
                         .grad_weight = {67},
                         .grad_bias = {68}},
       GeluBackward{.grad = {53}, .x = {55}, .out = {69}},
+      // -- quantization (protocol 14): f32 rows [4, 64], per-block u8, Q4_0 blocks, int8 --
+      RandUniform{.out = {70}, .shape = {4, 64}, .dtype = kF32, .seed = 5, .low = -1, .high = 1},
+      Full{.out = {71}, .shape = {4, 2}, .dtype = kF32, .value = 0.05},
+      Full{.out = {72}, .shape = {4, 2}, .dtype = kU8, .value = 3},
+      Quantize{.x = {70},
+               .scale = {71},
+               .zero_point = {72},
+               .axis = -1,
+               .block = 32,
+               .dtype = kU8,
+               .out = {73}},
+      Dequantize{
+          .x = {73}, .scale = {71}, .zero_point = {72}, .axis = -1, .block = 32, .out = {74}},
+      PackBlocks{.x = {70}, .format = BlockFormat::kQ4_0, .out = {75}},
+      UnpackBlocks{.x = {75}, .format = BlockFormat::kQ4_0, .out = {76}},
+      Full{.out = {77}, .shape = {4}, .dtype = kF32, .value = 0.5},
+      LinearBlocks{.x = {70}, .w = {75}, .bias = {77}, .format = BlockFormat::kQ4_0, .out = {78}},
+      Full{.out = {79}, .shape = {4}, .dtype = kF32, .value = 0.01},
+      Quantize{.x = {70},
+               .scale = {79},
+               .zero_point = {},
+               .axis = 0,
+               .block = 0,
+               .dtype = kI8,
+               .out = {80}},
+      LinearInt8{.x = {70}, .w = {80}, .w_scale = {79}, .bias = {77}, .out = {81}},
   };
 }
 

@@ -244,3 +244,15 @@ class init:  # noqa: N801
     """Initialisers (tensorwire/nn.h's nn::init)."""
 
     kaiming_uniform = staticmethod(_cnn.kaiming_uniform)
+
+
+def quantize(model, scheme):
+    """Weight-only quantization for inference, in place: every Linear of `model` whose in_features
+    is a multiple of 32 gets "q8" (ggml Q8_0 blocks) or "q4" (Q4_0) weights, packed (its "weight"
+    parameter then holds the u8 bytes, which state_dict and checkpoints carry packed) and
+    dequantized inside the kernel. Returns how many Linears were packed."""
+    if scheme not in ("q8", "q4"):
+        raise _C.Error(f"quantize: unknown scheme '{scheme}' (expected \"q8\" or \"q4\")")
+    if isinstance(model, _cnn._CModule):
+        return _cnn._quantize(model, scheme)
+    return sum(quantize(child, scheme) for child in model.children())

@@ -140,4 +140,9 @@ bool bf16_native() {
   return yes;
 }
 
+bool int8_native() {
+  static const bool yes = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+  return yes;
+}
+
 }  // namespace tw::cpu

@@ -122,6 +122,9 @@ struct DnnlKeyHash {
 // Whether bf16 products run on oneDNN's bf16 kernels: the CPU has AVX512_BF16 (checked once).
 // Elsewhere tensorwire computes bf16 through f32 (matmul.cc): the same products, slower.
 bool bf16_native();
+// Whether the CPU has VNNI (AVX512_VNNI or AVX_VNNI), whose int8 dot products oneDNN's u8 x s8
+// kernels use; elsewhere (AVX2) they pair vpmaddubsw and vpmaddwd (LinearInt8, quantize.cc).
+bool int8_native();
 
 // Created primitives by key, least recently used dropped first. Entries are shared_ptr so a
 // primitive evicted while another thread runs it stays alive until that run ends. `make` runs

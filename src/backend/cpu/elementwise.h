@@ -60,6 +60,7 @@ Status visit_dtype(DType d, const char* op, F&& f) {
     case DType::kI32: return f(Tag<int32_t>{});
     case DType::kI64: return f(Tag<int64_t>{});
     case DType::kU8: return f(Tag<uint8_t>{});
+    case DType::kI8: return f(Tag<int8_t>{});
     case DType::kBool: return f(Tag<bool>{});
     case DType::kF16: return f(Tag<Half>{});
     case DType::kBF16: return f(Tag<BFloat16>{});
@@ -81,6 +82,7 @@ Status visit_compute(DType d, const char* op, F&& f) {
     case DType::kI32: return f(Tag<int32_t>{});
     case DType::kI64: return f(Tag<int64_t>{});
     case DType::kU8: return f(Tag<uint8_t>{});
+    case DType::kI8: return f(Tag<int8_t>{});
     case DType::kBool: return f(Tag<bool>{});
     default: return unsupported_dtype(op, d);
   }
@@ -95,6 +97,7 @@ Status visit_numeric(DType d, const char* op, F&& f) {
     case DType::kI32: return f(Tag<int32_t>{});
     case DType::kI64: return f(Tag<int64_t>{});
     case DType::kU8: return f(Tag<uint8_t>{});
+    case DType::kI8: return f(Tag<int8_t>{});
     default: return unsupported_dtype(op, d);
   }
 }

@@ -28,6 +28,7 @@ auto visit_compute(DType d, F&& f) {
     case kI32: return f(int32_t{});
     case kI64: return f(int64_t{});
     case kU8: return f(uint8_t{});
+    case kI8: return f(int8_t{});
     case kBool: return f(bool{});
     default: return f(float{});
   }

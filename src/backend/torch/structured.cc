@@ -433,4 +433,28 @@ Result<std::vector<at::Tensor>> run(const ir::ScaledDotProductAttentionBackward&
                                  at::matmul(ds.transpose(-2, -1), q).contiguous(), dv.contiguous()};
 }
 
+// ---- quantization: tensorwire's CPU kernels through the host runner (torch_ops.h says why) ----
+namespace {
+template <class O>
+Result<at::Tensor> on_host(const O& op, const Ctx& ctx) {
+  O host = op;
+  host.fields([&](const char*, auto& f) {
+    using F = std::decay_t<decltype(f)>;
+    if constexpr (std::is_same_v<F, ir::In>) {
+      if (f.id != 0) f = ctx.host().put(ctx.in(f));
+    } else if constexpr (std::is_same_v<F, ir::Out>) {
+      f = ctx.host().fresh();
+    }
+  });
+  return ctx.host().run(host);
+}
+}  // namespace
+
+Result<at::Tensor> run(const ir::Quantize& op, const Ctx& ctx) { return on_host(op, ctx); }
+Result<at::Tensor> run(const ir::Dequantize& op, const Ctx& ctx) { return on_host(op, ctx); }
+Result<at::Tensor> run(const ir::PackBlocks& op, const Ctx& ctx) { return on_host(op, ctx); }
+Result<at::Tensor> run(const ir::UnpackBlocks& op, const Ctx& ctx) { return on_host(op, ctx); }
+Result<at::Tensor> run(const ir::LinearBlocks& op, const Ctx& ctx) { return on_host(op, ctx); }
+Result<at::Tensor> run(const ir::LinearInt8& op, const Ctx& ctx) { return on_host(op, ctx); }
+
 }  // namespace tw::torch

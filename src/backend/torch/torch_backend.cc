@@ -109,6 +109,7 @@ at::ScalarType scalar_type(DType d) {
     case kI32: return at::kInt;
     case kI64: return at::kLong;
     case kU8: return at::kByte;
+    case kI8: return at::kChar;
     case kBool: return at::kBool;
     case kF16: return at::kHalf;
     case kBF16: return at::kBFloat16;
@@ -125,6 +126,7 @@ Result<DType> dtype_of(at::ScalarType t) {
     case at::kInt: return kI32;
     case at::kLong: return kI64;
     case at::kByte: return kU8;
+    case at::kChar: return kI8;
     case at::kBool: return kBool;
     case at::kHalf: return kF16;
     case at::kBFloat16: return kBF16;

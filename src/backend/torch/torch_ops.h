@@ -32,7 +32,9 @@ Buffer buffer_of(const at::Tensor& contiguous);
 
 // Runs ops on the host with tensorwire's own CPU kernels: the random ops, whose values come from
 // tensorwire's counter-based generator (core/philox.h), so that a seed gives the same tensor on
-// every backend. Inputs and results cross without a copy when their storage is pooled.
+// every backend; and the quantization ops, whose rounding and block layouts (docs/ops.md) ATen's
+// quantized kernels do not share. Inputs and results cross without a copy when their storage is
+// pooled.
 class HostRunner {
  public:
   virtual ~HostRunner() = default;

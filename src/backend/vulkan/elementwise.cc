@@ -44,6 +44,7 @@ void set_scalar(EwParams& p, int slot, DType d, const ir::Scalar& s, bool bound)
     case kI32: i = to(int32_t{}); break;
     case kI64: i = to(int64_t{}); break;
     case kU8: i = to(uint8_t{}); break;
+    case kI8: i = to(int8_t{}); break;
     case kBool: i = to(bool{}) ? 1 : 0; break;
   }
   uint64_t dbits, ibits = static_cast<uint64_t>(i);

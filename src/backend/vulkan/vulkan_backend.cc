@@ -52,6 +52,16 @@ class VulkanBackend final : public TableBackend<VkTensor> {
  protected:
   Result<std::vector<VkTensor>> run(const ir::Op& op,
                                     const std::vector<TensorMeta>& metas) override {
+    // i8 (the quantized element type) has no shader type here: refused whole, in or out.
+    for (const TensorMeta& m : metas) {
+      if (m.dtype == kI8) return unsupported_dtype(ir::op_name(op), kI8, name_, "no i8 shaders");
+    }
+    for (ir::TensorId id : ir::op_inputs(op)) {
+      Result<const VkTensor*> t = tensor(id);
+      if (t.ok() && (*t)->dtype == kI8) {
+        return unsupported_dtype(ir::op_name(op), kI8, name_, "no i8 shaders");
+      }
+    }
     kernels_.set_metas(&metas);
     // A kernel gives its op's one output, or all of them (ops with several outputs).
     Result<std::vector<VkTensor>> r = std::visit(

@@ -145,7 +145,7 @@ TEST(Codec, InvalidFieldValuesAreErrors) {
     std::string want;
   };
   const std::vector<Case> cases = {
-      {Cast{.x = {1}, .dtype = kF32, .out = {2}}, 2 + 8, 8, "Cast.dtype: unknown dtype code 8"},
+      {Cast{.x = {1}, .dtype = kF32, .out = {2}}, 2 + 8, 9, "Cast.dtype: unknown dtype code 9"},
       {Unary{.kind = UnaryKind::kExp, .x = {1}, .out = {2}}, 2, 21,
        "Unary.kind: unknown kind code 21"},
       {Softmax{.x = {1}, .dim = 0, .log = false, .out = {2}}, 2 + 8 + 8, 2,

@@ -232,6 +232,83 @@ TEST_F(InferTest, AcceptsOneInstanceOfEveryOp) {
   const Op gelu_grad = GeluBackward{.grad = t({2, 3}, kF64), .x = t({2, 3}, kF64), .out = kOut};
   EXPECT_TRUE(gives(gelu_grad, {2, 3}, kF64));
   covered.insert(op_code(gelu_grad));
+  // Quantization (docs/ops.md, "Quantization").
+  const Op quant = Quantize{.x = t({2, 70}),
+                            .scale = t({2, 3}),
+                            .zero_point = t({2, 3}, kU8),
+                            .axis = -1,
+                            .block = 32,
+                            .dtype = kU8,
+                            .out = kOut};
+  EXPECT_TRUE(gives(quant, {2, 70}, kU8));
+  const Op dequant = Dequantize{
+      .x = t({4, 6}, kI8), .scale = t({6}), .zero_point = {}, .axis = 1, .block = 0, .out = kOut};
+  EXPECT_TRUE(gives(dequant, {4, 6}, kF32));
+  const Op pack = PackBlocks{.x = t({3, 64}), .format = BlockFormat::kQ4_0, .out = kOut};
+  EXPECT_TRUE(gives(pack, {3, 36}, kU8));
+  const Op unpack = UnpackBlocks{.x = t({3, 68}, kU8), .format = BlockFormat::kQ8_0, .out = kOut};
+  EXPECT_TRUE(gives(unpack, {3, 64}, kF32));
+  const Op lin_blocks = LinearBlocks{.x = t({5, 64}),
+                                     .w = t({7, 36}, kU8),
+                                     .bias = t({7}),
+                                     .format = BlockFormat::kQ4_0,
+                                     .out = kOut};
+  EXPECT_TRUE(gives(lin_blocks, {5, 7}, kF32));
+  const Op lin8 =
+      LinearInt8{.x = t({5, 40}), .w = t({3, 40}, kI8), .w_scale = t({3}), .bias = {}, .out = kOut};
+  EXPECT_TRUE(gives(lin8, {5, 3}, kF32));
+  for (const Op& op : {quant, dequant, pack, unpack, lin_blocks, lin8}) covered.insert(op_code(op));
+  EXPECT_TRUE(fails_containing(
+      Quantize{.x = t({2, 70}),
+               .scale = t({2, 2}),
+               .zero_point = {},
+               .axis = 1,
+               .block = 32,
+               .dtype = kI8,
+               .out = kOut},
+      "quantize: per-block scale [2, 2] must be [2, 3] (x [2, 70] in blocks of 32 along dim 1)"));
+  EXPECT_TRUE(fails_containing(Quantize{.x = t({2}),
+                                        .scale = t({}),
+                                        .zero_point = {},
+                                        .axis = 1,
+                                        .block = 0,
+                                        .dtype = kI32,
+                                        .out = kOut},
+                               "quantize: dtype i32 is not supported (expected i8 or u8)"));
+  EXPECT_TRUE(fails_containing(Quantize{.x = t({}),
+                                        .scale = t({3}),
+                                        .zero_point = {},
+                                        .axis = 0,
+                                        .block = 0,
+                                        .dtype = kI8,
+                                        .out = kOut},
+                               "a 0-d x takes one scale"));
+  EXPECT_TRUE(fails_containing(Quantize{.x = t({4}),
+                                        .scale = t({2}),
+                                        .zero_point = {},
+                                        .axis = 0,
+                                        .block = std::numeric_limits<int64_t>::max(),
+                                        .dtype = kI8,
+                                        .out = kOut},
+                               "per-block scale [2] must be [1]"));
+  EXPECT_TRUE(
+      fails_containing(PackBlocks{.x = t({2, 33}), .format = BlockFormat::kQ8_0, .out = kOut},
+                       "the last dim 33 must be a multiple of 32"));
+  EXPECT_TRUE(fails_containing(
+      PackBlocks{.x = t({2, 32}), .format = static_cast<BlockFormat>(7), .out = kOut},
+      "unknown block format 7"));
+  EXPECT_TRUE(fails_containing(
+      UnpackBlocks{.x = t({2, 35}, kU8), .format = BlockFormat::kQ8_0, .out = kOut},
+      "is not whole q8_0 blocks of 34 bytes"));
+  EXPECT_TRUE(fails_containing(LinearBlocks{.x = t({5, 32}),
+                                            .w = t({7, 36}, kU8),
+                                            .bias = {},
+                                            .format = BlockFormat::kQ4_0,
+                                            .out = kOut},
+                               "x [5, 32] has 32 features but w [7, 36] takes 64"));
+  EXPECT_TRUE(fails_containing(
+      LinearInt8{.x = t({5, 40}), .w = t({3, 40}, kI8), .w_scale = t({4}), .bias = {}, .out = kOut},
+      "w_scale f32[4] must be f32[3]"));
   // A new op added to TW_OP_LIST must get a case here.
   EXPECT_EQ(static_cast<int>(covered.size()), kNumOps);
 }

@@ -19,6 +19,7 @@ double dtype_min(DType d) {
     case kI64: return -9.2e18;
     case kU8:
     case kBool: return 0;
+    case kI8: return -128;
     default: return -INFINITY;
   }
 }
@@ -27,6 +28,7 @@ double dtype_max(DType d) {
     case kI32: return std::numeric_limits<int32_t>::max();
     case kI64: return 9.2e18;
     case kU8: return 255;
+    case kI8: return 127;
     case kBool: return 1;
     default: return INFINITY;
   }

@@ -11,9 +11,9 @@
 namespace tw::optest {
 namespace {
 
-const std::vector<DType> kNumeric = {kF32, kF64, kI32, kI64, kU8};
-const std::vector<DType> kNonStorage = {kF32, kF64, kI32, kI64, kU8, kBool};
-const std::vector<DType> kAnyDtype = {kF32, kF64, kI32, kI64, kU8, kBool, kF16, kBF16};
+const std::vector<DType> kNumeric = {kF32, kF64, kI32, kI64, kU8, kI8};
+const std::vector<DType> kNonStorage = {kF32, kF64, kI32, kI64, kU8, kI8, kBool};
+const std::vector<DType> kAnyDtype = {kF32, kF64, kI32, kI64, kU8, kI8, kBool, kF16, kBF16};
 const std::vector<DType> kFloats = {kF32, kF64};
 const std::vector<DType> kMatmulDtypes = {kF32, kF64, kI32, kI64};
 const std::vector<DType> kIndexDtypes = {kI32, kI64};
@@ -1031,6 +1031,8 @@ void neural_cases(Table& t) {
   }
 }
 
+void quantization_cases(Table& t);  // below, beside the large cases
+
 std::vector<OpCase> build_cases() {
   Table t;
   creation_cases(t);
@@ -1043,7 +1045,75 @@ std::vector<OpCase> build_cases() {
   movement_cases(t);
   indexing_cases(t);
   neural_cases(t);
+  quantization_cases(t);
   return t.take();
+}
+
+// docs/ops.md, "Quantization": axis .dim, block .n, quantized dtype .dtype, Q4_0 when .flag.
+void quantization_cases(Table& t) {
+  const Family E = Family::kExact, M = Family::kMatmul;
+  const InputSpec x = In({4, 6}, kF32).range(-3, 3);
+  const InputSpec s0 = In({}, kF32).range(0.01, 0.05);
+  for (DType d : {kI8, kU8}) {
+    t.add("quantize", {x, s0}, {.dtype = d}, E, "per_tensor");
+    t.add("quantize",
+          {x, In({1}, kF32).range(0.02, 0.03),
+           In({1}, d).range(d == kI8 ? -10 : 100, d == kI8 ? 10 : 150)},
+          {.dtype = d}, E, "zero_point");
+    t.add(
+        "quantize",
+        {In({3, 4, 5}, kF32).range(-2, 2), In({4}, kF32).range(0.01, 0.1), In({4}, d).range(0, 20)},
+        {.dim = 1, .dtype = d}, E, "per_channel");
+    t.add("quantize", {In({5, 3}, kF32).as(Layout::kTransposed), In({5}, kF32).range(0.01, 0.1)},
+          {.dim = 0, .dtype = d}, E, "axis0_transposed");
+    t.add("quantize",
+          {In({2, 70}, kF32).range(-2, 2), In({2, 3}, kF32).range(0.01, 0.1),
+           In({2, 3}, d).range(0, 9)},
+          {.dim = -1, .n = 32, .dtype = d}, E, "per_block");
+    t.add("quantize", {In({24}, kF32).with(Gen::kHalves).range(-4, 4), In({}, kF32).range(1, 1)},
+          {.dtype = d}, E, "ties_to_even");
+    t.add("quantize", {In({16}, kF32).with(Gen::kSpecial), In({}, kF32).range(0.5, 0.5)},
+          {.dtype = d}, E, "special");
+    t.add("dequantize", {In({4, 6}, d).with(Gen::kWrap), In({}, kF32).range(0.01, 0.1)}, {}, E,
+          "per_tensor");
+    t.add("dequantize",
+          {In({3, 4, 5}, d).with(Gen::kWrap), In({4}, kF32).range(0.01, 0.1),
+           In({4}, d).with(Gen::kWrap)},
+          {.dim = 1}, E, "per_channel");
+    t.add("dequantize",
+          {In({2, 70}, d).with(Gen::kWrap).as(Layout::kStrided), In({2, 3}, kF32).range(0.01, 0.1),
+           In({2, 3}, d).with(Gen::kWrap)},
+          {.dim = 1, .n = 32}, E, "per_block");
+  }
+  t.add("dequantize",
+        {In({4, 6}, kI32).with(Gen::kWrap), In({6}, kF32).range(0.01, 0.1),
+         In({6}, kI32).with(Gen::kWrap)},
+        {.dim = -1}, E, "i32");
+  for (bool q4 : {false, true}) {
+    const std::string f = q4 ? "q4_0" : "q8_0";
+    t.add("pack_blocks", {In({3, 64}, kF32).range(-2, 2)}, {.flag = q4}, E, f);
+    t.add("pack_blocks", {In({2, 32}, kF32).range(0, 0)}, {.flag = q4}, E, f + "_zeros");
+    t.add("pack_blocks", {In({2, 2, 32}, kF32).with(Gen::kHalves).as(Layout::kTransposed)},
+          {.flag = q4}, E, f + "_halves");
+    t.add("unpack_blocks", {In({3, q4 ? 36 : 68}, kU8).with(Gen::kWrap)}, {.flag = q4}, E, f);
+    t.add("linear_blocks", {In({5, 64}, kF32), In({3, 64}, kF32), In({3}, kF32)}, {.flag = q4}, M,
+          f);
+    t.add("linear_blocks", {In({1, 96}, kF32).as(Layout::kStrided), In({7, 96}, kF32)},
+          {.flag = q4}, M, f + "_row");
+    t.add("linear_blocks", {In({0, 32}, kF32), In({2, 32}, kF32)}, {.flag = q4}, M, f + "_empty");
+  }
+  t.add("linear_int8",
+        {In({5, 64}, kF32), In({3, 64}, kI8).range(-127, 127), In({3}, kF32).range(0.001, 0.01),
+         In({3}, kF32)},
+        {}, M);
+  t.add("linear_int8",
+        {In({2, 40}, kF32).range(0.5, 2).as(Layout::kTransposed), In({6, 40}, kI8).range(-127, 127),
+         In({6}, kF32).range(0.001, 0.01)},
+        {}, M, "positive");
+  t.add("linear_int8",
+        {In({3, 16}, kF32).range(-2, -1), In({4, 16}, kI8).range(-127, 127),
+         In({4}, kF32).range(0.001, 0.01)},
+        {}, M, "negative");
 }
 
 // Large inputs: past the chunk size of every parallel kernel, so that work is split across
@@ -1148,6 +1218,18 @@ std::vector<OpCase> build_large_cases() {
   t.add("full", {}, {.shape = big, .s0 = F(0.5), .dtype = kF32}, E);
   t.add("arange", {}, {.s0 = I(0), .s1 = I(1 << 20), .s2 = F(0.5), .dtype = kF32}, E);
   t.add("eye", {}, {.n = 1024, .dtype = kF64}, E);
+  t.add("quantize", {In(big, kF32), In({1024}, kF32).range(0.01, 0.1)}, {.dim = 0, .dtype = kI8},
+        E);
+  t.add("dequantize", {In(big, kU8).with(Gen::kWrap), In({1024, 32}, kF32).range(0.01, 0.1)},
+        {.dim = 1, .n = 32}, E);
+  t.add("pack_blocks", {In({512, 1024}, kF32)}, {.flag = true}, E);
+  t.add("unpack_blocks", {In({512, 34 * 32}, kU8).with(Gen::kWrap)}, {}, E);
+  t.add("linear_blocks", {In({7, 512}, kF32), In({600, 512}, kF32)}, {.flag = false}, E, "q8_0");
+  t.add("linear_blocks", {In({3, 512}, kF32), In({600, 512}, kF32)}, {.flag = true}, E, "q4_0");
+  t.add("linear_int8",
+        {In({64, 512}, kF32), In({300, 512}, kI8).range(-127, 127),
+         In({300}, kF32).range(0.001, 0.01)},
+        {}, E);
   return t.take();
 }
 

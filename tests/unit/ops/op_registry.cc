@@ -38,6 +38,8 @@ std::optional<ref::HostTensor> opt(const Hs& x, size_t k) {
   return k < x.size() ? std::optional<ref::HostTensor>(x[k]) : std::nullopt;
 }
 
+BlockFormat fmt(const Attrs& a) { return a.flag ? BlockFormat::kQ4_0 : BlockFormat::kQ8_0; }
+
 DType arange_dtype(const Attrs& a) {
   if (a.dtype) return *a.dtype;
   bool ints = !a.s0->is_float && !a.s1->is_float && !(a.s2 && a.s2->is_float);
@@ -354,6 +356,20 @@ std::map<std::string, OpDef> build_registry() {
         if (a.s0) scale = a.s0->f;
         return ref::scaled_dot_product_attention_backward(x[3], x[0], x[1], x[2], opt(x, 4), a.flag, scale);
       });
+  // ---- quantization: axis a.dim, block a.n; block format by a.flag (false Q8_0, true Q4_0) ----
+  def("quantize", [](const Ts& x, const Attrs& a, const Device&) { return quantize(x[0], x[1], opt(x, 2), *a.dtype, a.dim, a.n); },
+      [](const Hs& x, const Attrs& a) { return ref::quantize(x[0], x[1], opt(x, 2), *a.dtype, a.dim, a.n); });
+  def("dequantize", [](const Ts& x, const Attrs& a, const Device&) { return dequantize(x[0], x[1], opt(x, 2), a.dim, a.n); },
+      [](const Hs& x, const Attrs& a) { return ref::dequantize(x[0], x[1], opt(x, 2), a.dim, a.n); });
+  def("pack_blocks", [](const Ts& x, const Attrs& a, const Device&) { return pack_blocks(x[0], fmt(a)); },
+      [](const Hs& x, const Attrs& a) { return ref::pack_blocks(x[0], a.flag); });
+  def("unpack_blocks", [](const Ts& x, const Attrs& a, const Device&) { return unpack_blocks(x[0], fmt(a)); },
+      [](const Hs& x, const Attrs& a) { return ref::unpack_blocks(x[0], a.flag); });
+  // w arrives as f32 [M, K] and is packed first (random bytes would make random f16 scales).
+  def("linear_blocks", [](const Ts& x, const Attrs& a, const Device&) { return linear_blocks(x[0], pack_blocks(x[1], fmt(a)), fmt(a), opt(x, 2)); },
+      [](const Hs& x, const Attrs& a) { return ref::linear_blocks(x[0], ref::pack_blocks(x[1], a.flag), a.flag, opt(x, 2)); });
+  def("linear_int8", [](const Ts& x, const Attrs&, const Device&) { return linear_int8(x[0], x[1], x[2], opt(x, 3)); },
+      [](const Hs& x, const Attrs&) { return ref::linear_int8(x[0], x[1], x[2], opt(x, 3)); });
   // clang-format on
   return r;
 }

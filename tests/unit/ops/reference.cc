@@ -272,6 +272,7 @@ int64_t wrap_int(int64_t v, DType d) {
     case kI64: return v;
     case kI32: return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v)));
     case kU8: return static_cast<int64_t>(static_cast<uint64_t>(v) & 0xffu);
+    case kI8: return static_cast<int8_t>(static_cast<uint8_t>(static_cast<uint64_t>(v) & 0xffu));
     case kBool: return v != 0;
     default: fail("wrap_int: not an integral dtype");
   }
@@ -300,6 +301,10 @@ Num convert(Num v, DType to) {
       lo_i = 0;
       hi_i = 255;
       break;
+    case kI8:
+      lo_i = -128;
+      hi_i = 127;
+      break;
     default:
       lo_i = std::numeric_limits<int64_t>::min();
       hi_i = std::numeric_limits<int64_t>::max();
@@ -325,6 +330,7 @@ DType promote_types(DType a, DType b) {
     switch (d) {
       case kBool: return 0;
       case kU8: return 1;
+      case kI8: return 1;
       case kI32: return 2;
       case kI64: return 3;
       case kF32: return 4;
@@ -332,6 +338,7 @@ DType promote_types(DType a, DType b) {
       default: fail("promote: storage-only dtype");
     }
   };
+  if (a != b && rank(a) == 1 && rank(b) == 1) return kI32;  // u8 with i8
   return rank(a) >= rank(b) ? a : b;
 }
 
@@ -370,6 +377,7 @@ std::vector<uint8_t> to_bytes(const HostTensor& t) {
         break;
       }
       case kU8:
+      case kI8:
       case kBool: *p = static_cast<uint8_t>(t.i[k]); break;
     }
   }
@@ -416,6 +424,7 @@ HostTensor from_bytes(const std::vector<uint8_t>& bytes, const Shape& shape, DTy
         break;
       }
       case kU8: t.i[k] = *p; break;
+      case kI8: t.i[k] = static_cast<int8_t>(*p); break;
       case kBool: t.i[k] = *p ? 1 : 0; break;
     }
   }
@@ -1490,6 +1499,174 @@ HostTensor index_select_backward(const HostTensor& grad, int64_t dim, const Host
   }
   for (size_t k = 0; k < acc.size(); ++k) out.f[k] = round_to_float(acc[k], grad.dtype);
   return out;
+}
+
+// ================================ quantization ================================
+
+namespace {
+// The parameter index of element k of x (docs/ops.md: per tensor, channel or block along axis).
+int64_t quant_param(const Shape& x, const Shape& scale, int64_t axis, int64_t block, int64_t k) {
+  if (numel(scale) == 1 && scale.size() <= 1 && block == 0) return 0;
+  const int64_t a = norm_dim(axis, static_cast<int64_t>(x.size()));
+  std::vector<int64_t> idx = unravel(k, x);
+  if (block == 0) return idx[a];
+  idx[a] /= block;
+  return ravel(idx, scale);
+}
+int64_t int_range_lo(DType d) { return d == kI8 ? -128 : 0; }
+int64_t int_range_hi(DType d) { return d == kI8 ? 127 : 255; }
+}  // namespace
+
+HostTensor quantize(const HostTensor& x, const HostTensor& scale,
+                    const std::optional<HostTensor>& zero_point, DType dtype, int64_t axis,
+                    int64_t block) {
+  HostTensor out = alloc(x.shape, dtype);
+  for (int64_t k = 0; k < x.numel(); ++k) {
+    const int64_t p = quant_param(x.shape, scale.shape, axis, block, k);
+    const float q = static_cast<float>(x.f[k]) / static_cast<float>(scale.f[p]);
+    double r = std::nearbyint(static_cast<double>(q));  // half to even
+    if (std::isnan(r)) r = 0;
+    r += zero_point ? static_cast<double>(zero_point->i[p]) : 0.0;
+    r = std::clamp(r, static_cast<double>(int_range_lo(dtype)),
+                   static_cast<double>(int_range_hi(dtype)));
+    out.i[k] = static_cast<int64_t>(r);
+  }
+  return out;
+}
+
+HostTensor dequantize(const HostTensor& x, const HostTensor& scale,
+                      const std::optional<HostTensor>& zero_point, int64_t axis, int64_t block) {
+  HostTensor out = alloc(x.shape, kF32);
+  for (int64_t k = 0; k < x.numel(); ++k) {
+    const int64_t p = quant_param(x.shape, scale.shape, axis, block, k);
+    const int64_t diff = x.i[k] - (zero_point ? zero_point->i[p] : 0);
+    out.f[k] = static_cast<float>(static_cast<float>(diff) * static_cast<float>(scale.f[p]));
+  }
+  return out;
+}
+
+namespace {
+constexpr int64_t kBlock = 32;
+int64_t block_bytes_of(int format) { return format == 0 ? 34 : 18; }
+}  // namespace
+
+// ggml's reference quantizers, step by step in f32.
+HostTensor pack_blocks(const HostTensor& x, int format) {
+  const int64_t k = x.shape.back(), bb = block_bytes_of(format);
+  Shape s = x.shape;
+  s.back() = k / kBlock * bb;
+  HostTensor out = alloc(s, kU8);
+  for (int64_t b = 0; b < x.numel() / kBlock; ++b) {
+    float v[kBlock];
+    for (int64_t j = 0; j < kBlock; ++j) v[j] = static_cast<float>(x.f[b * kBlock + j]);
+    int64_t* o = out.i.data() + b * bb;
+    float d = 0;
+    if (format == 0) {
+      float amax = 0;
+      for (float e : v) amax = std::max(amax, std::fabs(e));
+      d = amax / 127.0f;
+    } else {
+      float amax = 0, max = 0;
+      for (float e : v) {
+        if (amax < std::fabs(e)) {
+          amax = std::fabs(e);
+          max = e;
+        }
+      }
+      d = max / -8.0f;
+    }
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t h = encode_f16(d);
+    o[0] = h & 0xff;
+    o[1] = h >> 8;
+    if (format == 0) {
+      for (int64_t j = 0; j < kBlock; ++j) {
+        const volatile float p = v[j] * id;  // rounded to f32 (never contracted)
+        o[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(p)));
+      }
+    } else {
+      for (int64_t j = 0; j < kBlock / 2; ++j) {
+        // Each product rounded to f32 before the sum (volatile: never contracted to an FMA).
+        const volatile float m0 = v[j] * id, m1 = v[kBlock / 2 + j] * id;
+        const float p0 = m0 + 8.5f, p1 = m1 + 8.5f;
+        const int64_t q0 = std::min<int64_t>(15, static_cast<int64_t>(p0));
+        const int64_t q1 = std::min<int64_t>(15, static_cast<int64_t>(p1));
+        o[2 + j] = q0 | (q1 << 4);
+      }
+    }
+  }
+  return out;
+}
+
+HostTensor unpack_blocks(const HostTensor& packed, int format) {
+  const int64_t bb = block_bytes_of(format);
+  Shape s = packed.shape;
+  s.back() = s.back() / bb * kBlock;
+  HostTensor out = alloc(s, kF32);
+  for (int64_t b = 0; b < packed.numel() / bb; ++b) {
+    const int64_t* p = packed.i.data() + b * bb;
+    const auto d = static_cast<float>(decode_f16(static_cast<uint16_t>(p[0] | (p[1] << 8))));
+    for (int64_t j = 0; j < kBlock; ++j) {
+      int64_t q = 0;
+      if (format == 0) {
+        q = static_cast<int8_t>(static_cast<uint8_t>(p[2 + j]));
+      } else {
+        const int64_t byte = p[2 + j % (kBlock / 2)];
+        q = (j < kBlock / 2 ? byte & 0x0f : byte >> 4) - 8;
+      }
+      out.f[b * kBlock + j] = d * static_cast<float>(q);
+    }
+  }
+  return out;
+}
+
+namespace {
+// x [N, K] (doubles) times w [M, K] transposed plus bias, in double, rounded to f32.
+HostTensor rows_times(const HostTensor& x, const std::vector<double>& w, int64_t m,
+                      const std::optional<HostTensor>& bias) {
+  const int64_t n = x.shape[0], k = x.shape[1];
+  HostTensor out = alloc({n, m}, kF32);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < m; ++j) {
+      double acc = bias ? bias->f[j] : 0.0;
+      for (int64_t c = 0; c < k; ++c) acc += x.f[r * k + c] * w[j * k + c];
+      out.f[r * m + j] = round_to_float(acc, kF32);
+    }
+  }
+  return out;
+}
+}  // namespace
+
+HostTensor linear_blocks(const HostTensor& x, const HostTensor& w, int format,
+                         const std::optional<HostTensor>& bias) {
+  const HostTensor wf = unpack_blocks(w, format);
+  return rows_times(x, wf.f, w.shape[0], bias);
+}
+
+// Activations: per tensor to 0..127 over the range [min(x, 0), max(x, 0)]; then exact integer
+// sums, scaled by x's and the row's scale.
+HostTensor linear_int8(const HostTensor& x, const HostTensor& w, const HostTensor& w_scale,
+                       const std::optional<HostTensor>& bias) {
+  float lo = 0, hi = 0;
+  for (double v : x.f) {
+    lo = std::min(lo, static_cast<float>(v));
+    hi = std::max(hi, static_cast<float>(v));
+  }
+  const float span = hi - lo;
+  const float s = span > 0 ? span / 127.0f : 1.0f;
+  const double zp = std::clamp(std::nearbyint(static_cast<double>(-lo / s)), 0.0, 127.0);
+  HostTensor xq = x;
+  for (double& v : xq.f) {
+    const double q = std::nearbyint(static_cast<double>(static_cast<float>(v) / s)) + zp;
+    v = std::clamp(q, 0.0, 127.0) - zp;
+  }
+  const int64_t m = w.shape[0], k = w.shape[1];
+  std::vector<double> wf(static_cast<size_t>(m * k));
+  for (int64_t j = 0; j < m; ++j) {
+    const double row_scale = static_cast<float>(s * static_cast<float>(w_scale.f[j]));
+    for (int64_t c = 0; c < k; ++c) wf[j * k + c] = static_cast<double>(w.i[j * k + c]) * row_scale;
+  }
+  return rows_times(xq, wf, m, bias);
 }
 
 }  // namespace tw::ref

@@ -152,4 +152,19 @@ HostTensor scaled_dot_product_attention_backward(const HostTensor& grad, const H
                                                  const std::optional<HostTensor>& mask, bool causal,
                                                  std::optional<double> scale);
 
+// ---- quantization (docs/ops.md, "Quantization") ----
+// axis/block: per tensor (scale 0-d or [1], block 0), per channel (block 0), per block.
+HostTensor quantize(const HostTensor& x, const HostTensor& scale,
+                    const std::optional<HostTensor>& zero_point, DType dtype, int64_t axis,
+                    int64_t block);
+HostTensor dequantize(const HostTensor& x, const HostTensor& scale,
+                      const std::optional<HostTensor>& zero_point, int64_t axis, int64_t block);
+// format 0: Q8_0, 1: Q4_0 (the byte layouts of docs/ops.md).
+HostTensor pack_blocks(const HostTensor& x, int format);
+HostTensor unpack_blocks(const HostTensor& packed, int format);
+HostTensor linear_blocks(const HostTensor& x, const HostTensor& w, int format,
+                         const std::optional<HostTensor>& bias);
+HostTensor linear_int8(const HostTensor& x, const HostTensor& w, const HostTensor& w_scale,
+                       const std::optional<HostTensor>& bias);
+
 }  // namespace tw::ref

@@ -980,6 +980,7 @@ struct FieldTypes {
   void operator()(const char* f, ir::BinaryKind) { add(f, "BinaryKind"); }
   void operator()(const char* f, ir::ReduceKind) { add(f, "ReduceKind"); }
   void operator()(const char* f, ir::PoolKind) { add(f, "PoolKind"); }
+  void operator()(const char* f, BlockFormat) { add(f, "BlockFormat"); }
 };
 
 TEST(ProtocolDoc, OpTableListsEveryOpWithItsFieldsInWireOrder) {

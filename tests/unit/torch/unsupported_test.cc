@@ -250,6 +250,21 @@ void run_every_op(const Device& d) {
     adam.step();
     r.push_back(param->value());
   });
+  // The quantization ops (protocol 14), each step apart.
+  const Tensor rows = ones({3, 64}, kF32, d) * 0.25;
+  const Tensor w = ones({2, 64}, kF32, d) * 0.5;
+  const Tensor scale = ones({}, kF32, d) * 0.125;
+  step([&] { r.push_back(quantize(rows, scale, {}, kI8)); });
+  step([&] { r.push_back(dequantize(quantize(rows, scale, {}, kU8), scale)); });
+  step([&] { r.push_back(pack_blocks(w, BlockFormat::kQ4_0)); });
+  step([&] { r.push_back(unpack_blocks(pack_blocks(w, BlockFormat::kQ8_0), BlockFormat::kQ8_0)); });
+  step([&] {
+    r.push_back(linear_blocks(rows, pack_blocks(w, BlockFormat::kQ8_0), BlockFormat::kQ8_0));
+  });
+  step([&] {
+    auto [wq, ws] = quantize_weight_int8(w);
+    r.push_back(linear_int8(rows, wq, ws));
+  });
   for (const Tensor& t : r) step([&] { (void)t.to_bytes(); });
 }
 
