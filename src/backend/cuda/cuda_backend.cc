@@ -68,6 +68,16 @@ class CudaBackend final : public TableBackend<CuTensor> {
   Result<std::vector<CuTensor>> run(const ir::Op& op,
                                     const std::vector<TensorMeta>& metas) override {
     TW_RETURN_NOT_OK(ex_.dev->enter());
+    // i8 (the quantized element type) has no kernel type here yet: refused whole, in or out.
+    for (const TensorMeta& m : metas) {
+      if (m.dtype == kI8) return unsupported_dtype(ir::op_name(op), kI8, name_, "no i8 kernels");
+    }
+    for (ir::TensorId id : ir::op_inputs(op)) {
+      Result<const CuTensor*> t = tensor(id);
+      if (t.ok() && (*t)->dtype == kI8) {
+        return unsupported_dtype(ir::op_name(op), kI8, name_, "no i8 kernels");
+      }
+    }
     kernels_.set_metas(&metas);
     Result<std::vector<CuTensor>> r = run_kernel<CuTensor>(kernels_, op, name_);
     kernels_.set_metas(nullptr);

@@ -27,6 +27,7 @@ ScalarArg scalar_arg(DType d, const ir::Scalar& s, bool bound) {
     case kI32: a.i = to(int32_t{}); break;
     case kI64: a.i = to(int64_t{}); break;
     case kU8: a.i = to(uint8_t{}); break;
+    case kI8: a.i = to(int8_t{}); break;
     case kBool: a.i = to(bool{}) ? 1 : 0; break;
   }
   return a;
