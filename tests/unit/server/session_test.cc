@@ -141,7 +141,9 @@ TEST(Session, ReportsAMalformedBatchAfterRunningTheTasksBeforeIt) {
   b.add_read(4, 1);
   b.add_sync(5);
   std::vector<uint8_t> bytes = testing::flatten(b.take());
-  bytes.resize(bytes.size() - 4);  // the sync task cut short
+  bytes.erase(
+      bytes.end() - 4,
+      bytes.end());  // the sync task cut short (GCC 12 -O1 sees resize(size - 4) as a 2^64 memset)
   Decoded d = decode(Buffer::copy_of(bytes.data(), bytes.size()));
   ASSERT_FALSE(d.status.ok());
   ASSERT_EQ(d.tasks.size(), 2u);
