@@ -113,6 +113,23 @@ HostTensor host_tensor(const ::onnx::TensorProto& t, const std::string& what) {
   Status st = validate_shape(h.meta.shape);
   if (!st.ok()) throw Error(what + ": " + st.message());
   const size_t n = static_cast<size_t>(h.numel()), es = dtype_size(*d);
+  // The values the message holds, checked against the shape before any memory is taken for it
+  // (a shape of 2^40 elements with a few values is an error, not an allocation failure).
+  size_t held = 0;
+  if (t.has_raw_data()) {
+    held = t.raw_data().size() / es;
+  } else {
+    switch (*d) {
+      case kF32: held = static_cast<size_t>(t.float_data_size()); break;
+      case kF64: held = static_cast<size_t>(t.double_data_size()); break;
+      case kI64: held = static_cast<size_t>(t.int64_data_size()); break;
+      default: held = static_cast<size_t>(t.int32_data_size()); break;
+    }
+  }
+  if (held != n) {
+    throw Error(what + ": " + std::to_string(held) + " values for shape " +
+                shape_str(h.meta.shape));
+  }
   h.bytes.resize(n * es);
   auto count = [&](size_t have) {
     if (have != n) {
