@@ -10,7 +10,9 @@ set_property(CACHE TW_WITH_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(TW_CUDA_ARCHITECTURES "90-real" CACHE STRING
     "GPU architectures the cuda backend's kernels are compiled for (90-real: sm_90 SASS; 90: with PTX)")
 set(TW_CUDA_FOUND OFF)
-if(NOT TW_WITH_CUDA STREQUAL "OFF" AND NOT TW_FUZZ AND NOT TW_SANITIZE_THREAD)
+# Not in the sanitizer builds: their flags reach nvcc's host compiler through -Xcompiler, which
+# splits -fsanitize=address,undefined at the comma, and no GPU runs the module there anyway.
+if(NOT TW_WITH_CUDA STREQUAL "OFF" AND NOT TW_FUZZ AND NOT TW_SANITIZE_THREAD AND NOT TW_SANITIZE)
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
