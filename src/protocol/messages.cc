@@ -278,12 +278,15 @@ Status decode_server_message(const Buffer& payload, ServerMessage& m) {
       TW_RETURN_NOT_OK(get_fields(r, m.stats, "StatsResult"));
       m.stats.stats.parked = {};
       m.stats.stats.memory = {};
+      m.stats_version = kParkedStatsVersion - 1;
       // From a server that speaks kParkedStatsVersion: the parked sessions; from one that speaks
       // kMemoryStatsVersion, then its memory figures.
       if (!r.done()) {
         TW_RETURN_NOT_OK(get_fields(r, m.stats.stats.parked, "StatsResult parked"));
+        m.stats_version = kMemoryStatsVersion - 1;
         if (!r.done()) {
           TW_RETURN_NOT_OK(get_fields(r, m.stats.stats.memory, "StatsResult memory"));
+          m.stats_version = kMemoryStatsVersion;
         } else if (m.stats.stats.parked.sessions.empty()) {
           // Without the memory figures, sent only when some are parked: an empty list alone is
           // not a server's.
@@ -313,7 +316,7 @@ void encode_server_message(const ServerMessage& m, OutFrame& f) {
     case ServerMsg::kReadResult: return encode_fields(m.kind, m.read, f);
     case ServerMsg::kSyncResult: return encode_fields(m.kind, m.sync, f);
     case ServerMsg::kStatsResult:
-      return encode_stats_result(m.stats.request_id, m.stats.stats, kProtocolVersion, f);
+      return encode_stats_result(m.stats.request_id, m.stats.stats, m.stats_version, f);
     case ServerMsg::kSessionError: return encode_fields(m.kind, m.error, f);
     case ServerMsg::kGraphResult: return encode_fields(m.kind, m.graph, f);
     case ServerMsg::kCapabilityResult: return encode_fields(m.kind, m.capability, f);

@@ -429,6 +429,10 @@ struct ServerMessage {
   CapabilityResult capability;
   ReadResultInSegment in_segment;
   Draining draining;
+  // The version a StatsResult's trailers belong to, as decoded (no trailer: before
+  // kParkedStatsVersion; the parked list alone: before kMemoryStatsVersion); the generic encoder
+  // writes the same trailers back.
+  uint16_t stats_version = kProtocolVersion;
   // The request it answers; 0 for Welcome, Refuse and SessionError.
   uint64_t request_id() const;
   // The status a result or a session error carries; OK for the other kinds.
