@@ -133,6 +133,14 @@ int info(const std::string& url, const tw::RemoteOptions& options) {
   for (const tw::RemoteDeviceInfo& d : tw::remote_devices(url, options)) {
     std::printf("  %d  %-8s backend=%s memory/session=%s\n", d.index, d.name.c_str(),
                 d.backend.c_str(), human(d.memory_bytes).c_str());
+    if (!d.model.empty()) {
+      std::string dtypes;
+      for (tw::DType t : d.dtypes)
+        dtypes += (dtypes.empty() ? "" : ",") + std::string(tw::dtype_name(t));
+      std::printf("     %s; %s memory %s, %s free; dtypes %s; %zu ops\n", d.model.c_str(),
+                  d.host_memory ? "host" : "device", human(d.memory_total).c_str(),
+                  human(d.memory_free).c_str(), dtypes.c_str(), d.ops.size());
+    }
   }
   std::printf("limits: max-sessions=%u max-frame=%s session-memory=%s queue-depth=%u\n",
               h.max_sessions, human(h.max_frame_bytes).c_str(),

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tensorwire/device.h"
+#include "tensorwire/dtype.h"
 #include "tensorwire/export.h"
 
 TW_API_BEGIN
@@ -14,9 +15,16 @@ namespace tw {
 
 struct RemoteDeviceInfo {
   int index = 0;
-  std::string name;     // "cpu:0", "torch:1"
-  std::string backend;  // "cpu" or "torch"
-  uint64_t memory_bytes = 0;
+  std::string name;           // "cpu:0", "torch:1", "vulkan:0"
+  std::string backend;        // "cpu", "torch", "vulkan", "cuda"
+  uint64_t memory_bytes = 0;  // what one session on it may hold (--session-memory)
+  // What the device is, from a server of protocol 16 or later (empty or 0 from an older one):
+  std::string model;             // the hardware: "AMD EPYC 7B13 ... (2 threads)", a GPU's name
+  uint64_t memory_total = 0;     // bytes of the memory its tensors live in
+  uint64_t memory_free = 0;      // of which free when asked (in host memory: within --max-memory)
+  bool host_memory = true;       // whether its tensors live in the server's host memory
+  std::vector<DType> dtypes;     // the dtypes it runs
+  std::vector<std::string> ops;  // the ops it runs, by IR name ("MatMul", "Conv2d", ...)
 };
 
 // How a remote device authenticates itself and verifies a tls:// server (docs/remote.md, TLS). A

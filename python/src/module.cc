@@ -1570,7 +1570,13 @@ void bind_io_and_server(py::module_& m) {
       .def_readonly("index", &RemoteDeviceInfo::index)
       .def_readonly("name", &RemoteDeviceInfo::name)
       .def_readonly("backend", &RemoteDeviceInfo::backend)
-      .def_readonly("memory_bytes", &RemoteDeviceInfo::memory_bytes);
+      .def_readonly("memory_bytes", &RemoteDeviceInfo::memory_bytes)
+      .def_readonly("model", &RemoteDeviceInfo::model)
+      .def_readonly("memory_total", &RemoteDeviceInfo::memory_total)
+      .def_readonly("memory_free", &RemoteDeviceInfo::memory_free)
+      .def_readonly("host_memory", &RemoteDeviceInfo::host_memory)
+      .def_readonly("dtypes", &RemoteDeviceInfo::dtypes)
+      .def_readonly("ops", &RemoteDeviceInfo::ops);
   m.def(
       "remote_devices",
       [](const std::string& url, const std::string& credential, const std::string& tls_ca_file,

@@ -18,12 +18,14 @@ import functools as _functools
 
 import os as _os
 
-# oneDNN's kernels run on OpenMP threads, which by default spin for a while after each parallel
-# region. In a Python process those spinning threads starve tensorwire's own intra-op pool and an
-# in-process server (measured on 2 cores: the digits CNN step took 94 ms instead of 2.8 ms on the
-# CPU device); sleeping at once costs the C++ programs nothing measurable. libgomp reads this when
-# the extension loads it, so it is set first; a value the user set is kept.
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# oneDNN's kernels run on OpenMP threads, which by default spin for 300,000 pauses after each
+# parallel region. In a Python process those spinning threads starve tensorwire's own intra-op pool
+# and an in-process server (measured on 2 cores: the digits CNN step took 94 ms instead of 2.8 ms
+# on the CPU device). The C++ library answers a short spin of 10,000 to libgomp
+# (src/core/wait_policy.cc); an extension module loads too late for that, so the same default is
+# set here, before libgomp loads. A policy the user chose (either variable) is kept.
+if "OMP_WAIT_POLICY" not in _os.environ:
+    _os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 import numpy as _np  # noqa: E402
 

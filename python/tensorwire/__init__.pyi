@@ -385,6 +385,12 @@ class RemoteDeviceInfo:
     name: str
     backend: str
     memory_bytes: int
+    model: str
+    memory_total: int
+    memory_free: int
+    host_memory: bool
+    dtypes: list[dtype]
+    ops: list[str]
 
 class RngState:
     seed: int

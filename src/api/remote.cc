@@ -18,8 +18,30 @@ client::RemoteBackend& remote_backend(const Device& d, const char* what) {
 void throw_if(const Status& st) {
   if (!st.ok()) throw Error(st.message());
 }
-RemoteDeviceInfo info_of(int index, const protocol::DeviceInfo& d) {
-  return {index, d.name, d.backend, d.memory_bytes};
+RemoteDeviceInfo info_of(const protocol::Welcome& w, size_t index) {
+  const protocol::DeviceInfo& d = w.devices[index];
+  RemoteDeviceInfo info;
+  info.index = static_cast<int>(index);
+  info.name = d.name;
+  info.backend = d.backend;
+  info.memory_bytes = d.memory_bytes;
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (d.dtype_mask & (1u << i)) info.dtypes.push_back(static_cast<DType>(i));
+  }
+  if (index < w.descriptions.size()) {
+    const protocol::DeviceDescription& x = w.descriptions[index];
+    info.model = x.model;
+    info.memory_total = x.memory_total;
+    info.memory_free = x.memory_free;
+    info.host_memory = x.host_memory;
+    for (uint16_t code : x.ops) {
+      // An op this client's IR does not know yet is left out: it could not send it.
+      if (code >= 1 && code <= ir::kNumOps) {
+        info.ops.emplace_back(ir::op_code_name(static_cast<ir::OpCode>(code)));
+      }
+    }
+  }
+  return info;
 }
 client::Options client_options(const RemoteOptions& options) {
   client::Options o = client::Options::from_env();
@@ -53,8 +75,7 @@ std::vector<RemoteDeviceInfo> remote_devices(const std::string& url, const Remot
   auto w = client::enumerate(*parsed, client_options(options));
   throw_if(w.status());
   std::vector<RemoteDeviceInfo> out;
-  for (size_t i = 0; i < w->devices.size(); ++i)
-    out.push_back(info_of(static_cast<int>(i), w->devices[i]));
+  for (size_t i = 0; i < w->devices.size(); ++i) out.push_back(info_of(*w, i));
   return out;
 }
 
@@ -95,8 +116,7 @@ RemoteHandshake remote_handshake(const Device& device) {
   h.session_id = w.session_id;
   h.server_id = w.server_id;
   h.device_count = static_cast<int>(w.devices.size());
-  if (w.device_index < w.devices.size())
-    h.device = info_of(static_cast<int>(w.device_index), w.devices[w.device_index]);
+  if (w.device_index < w.devices.size()) h.device = info_of(w, w.device_index);
   h.max_frame_bytes = w.limits.max_frame_bytes;
   h.session_memory_bytes = w.limits.session_memory_bytes;
   h.max_sessions = w.limits.max_sessions;

@@ -16,8 +16,10 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "backend/upload.h"
+#include "core/host_info.h"
 #include "core/status.h"
 #include "core/tensor_data.h"
 #include "ir/collective.h"
@@ -58,6 +60,30 @@ class Backend {
     std::string last;
   };
   virtual std::optional<DebugLayer> debug_layer() const { return std::nullopt; }
+  // What this device is: the hardware, its memory, and the dtypes and ops it runs. The server
+  // lists it for each hosted device in its Welcome (protocol 16) and `tensorwire info` prints it.
+  // The default describes a device whose tensors live in host memory (cpu, torch): the host's
+  // CPU and memory, every dtype, and the ops supports() accepts; a GPU backend overrides it.
+  struct Description {
+    std::string model;          // "AMD EPYC 7B13 64-Core Processor (2 threads)", a GPU's name
+    uint64_t memory_total = 0;  // bytes of the memory its tensors live in
+    uint64_t memory_free = 0;   // of which free now
+    bool host_memory = true;    // tensors in host RAM: the server's --max-memory covers them
+    uint32_t dtype_mask = 0;    // bit i: DType i (a dtype it refuses for every op is not set)
+    std::vector<uint16_t> ops;  // the op codes it runs, ascending
+  };
+  virtual Description describe() {
+    const HostInfo host = host_info();
+    Description d;
+    d.model = host.cpu_model + " (" + std::to_string(host.threads) + " threads)";
+    d.memory_total = host.memory_total;
+    d.memory_free = host.memory_available;
+    for (int i = 0; i < kNumDTypes; ++i) d.dtype_mask |= 1u << i;
+    for (int c = 1; c <= ir::kNumOps; ++c) {
+      if (supports(static_cast<ir::OpCode>(c))) d.ops.push_back(static_cast<uint16_t>(c));
+    }
+    return d;
+  }
   // Whether calls may come from several threads at once without the caller's lock: the API
   // (api/sink.h) serialises every call to a backend that is not, and none to one that is (the
   // remote backend, whose reads wait without blocking other threads' ops).

@@ -1,12 +1,17 @@
-// OpenMP's wait policy for every program that links libtensorwire.so: passive unless the user
-// chose one (docs/remote.md, after the list of variables).
+// OpenMP's wait policy for every program that links libtensorwire.so: a short spin, then sleep,
+// unless the user chose a policy (docs/remote.md, after the list of variables).
 //
 // The intra-op pool and oneDNN run on libgomp's threads. By default libgomp lets a thread that
 // finished its part of a parallel region spin for GOMP_SPINCOUNT (300,000) pause instructions
 // before it sleeps, which is cheap on an idle machine and ruinous on a busy one: a team waits at
 // its barrier for a thread whose core another program holds, while its own threads spin on the
 // cores that program wants (train_digits beside one `yes` ran 44 ms/step against 0.69 passive;
-// issue 50). OMP_WAIT_POLICY=PASSIVE makes them sleep at once.
+// issue 50). Sleeping at once (OMP_WAIT_POLICY=PASSIVE) is best under load but costs the small
+// kernels a futex wake each (tw_bench_kernels 1.09x slower by geometric mean on a quiet machine,
+// depthwise and sum rows 1.3-1.4x). A spin of 10,000 pauses (tens of microseconds) covers the gap
+// between the kernels of one step: measured side by side on a quiet machine it is as fast as the
+// 300,000 default (geomean 0.98x), and beside a busy core train_digits stays within 1.4x of its
+// time alone (bench/busy_core.sh, bench/results/busy_core.md).
 //
 // libgomp reads the policy once, in its own ELF constructor, with getenv. A constructor of ours
 // cannot set the variable first: libtensorwire.so depends on libgomp, so the loader runs libgomp's
@@ -16,14 +21,14 @@
 // lookup: a call from any library to getenv binds to the first definition in the global scope,
 // the executable and then its libraries in load order, and libtensorwire.so comes before
 // libc.so.6 in every program linked with -ltensorwire. So the library defines getenv: it reads
-// the environment as libc does, and answers "PASSIVE" for OMP_WAIT_POLICY when neither it nor
-// GOMP_SPINCOUNT is set. libgomp's constructor asks it, and so does anything else that asks, so
+// the environment as libc does, and answers "10000" for GOMP_SPINCOUNT when neither it nor
+// OMP_WAIT_POLICY is set. libgomp's constructor asks it, and so does anything else that asks, so
 // the answer matches the policy in effect; the environment itself is unchanged (child processes
 // see what the user set).
 //
 // A library loaded with dlopen (the Python extension) comes after libc in that scope; there
 // tensorwire/__init__.py sets the variable before it loads the extension. A test checks the
-// policy libgomp took (tests/unit/cpu/wait_policy_test.cc).
+// count libgomp took (tests/unit/cpu/wait_policy_test.cc).
 #include <cstring>
 
 extern "C" char** environ;  // NOLINT: POSIX
@@ -46,10 +51,10 @@ const char* find_variable(const char* name) {
 // Declared by <stdlib.h> (noexcept in C++: glibc's __THROW); defined with the same signature.
 extern "C" __attribute__((visibility("default"))) char* getenv(const char* name) noexcept {
   const char* value = find_variable(name);
-  if (value == nullptr && std::strcmp(name, "OMP_WAIT_POLICY") == 0 &&
-      find_variable("GOMP_SPINCOUNT") == nullptr) {
-    static char passive[] = "PASSIVE";
-    return passive;
+  if (value == nullptr && std::strcmp(name, "GOMP_SPINCOUNT") == 0 &&
+      find_variable("OMP_WAIT_POLICY") == nullptr) {
+    static char spin_count[] = "10000";  // kept in step with python/tensorwire/__init__.py
+    return spin_count;
   }
   return const_cast<char*>(value);
 }

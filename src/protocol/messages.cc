@@ -45,9 +45,11 @@ void encode_hello(const Hello& m, OutFrame& f) {
 
 void encode_welcome(const Welcome& m, OutFrame& f) {
   encode_fields(ServerMsg::kWelcome, m, f);
-  if (m.session.token.empty()) return;
+  const bool described = m.version >= kDeviceDescriptionVersion;
+  if (m.session.token.empty() && !described) return;
   WireWriter w(f.head);
   m.session.fields(FieldWriter{w});
+  if (described) FieldWriter{w}.put(m.descriptions);
 }
 
 void encode_ack(const Ack& m, OutFrame& f) { encode_fields(ClientMsg::kAck, m, f); }
@@ -265,7 +267,15 @@ Status decode_server_message(const Buffer& payload, ServerMessage& m) {
     case ServerMsg::kWelcome:
       TW_RETURN_NOT_OK(get_fields(r, m.welcome, "Welcome"));
       m.welcome.session = {};
-      if (!r.done()) {
+      m.welcome.descriptions.clear();
+      if (m.welcome.version >= kDeviceDescriptionVersion) {
+        TW_RETURN_NOT_OK(get_fields(r, m.welcome.session, "Welcome session token"));
+        TW_RETURN_NOT_OK(FieldReader{r}.get(m.welcome.descriptions));
+        if (m.welcome.descriptions.size() != m.welcome.devices.size()) {
+          return data_loss("Welcome describes " + std::to_string(m.welcome.descriptions.size()) +
+                           " devices but lists " + std::to_string(m.welcome.devices.size()));
+        }
+      } else if (!r.done()) {
         TW_RETURN_NOT_OK(get_fields(r, m.welcome.session, "Welcome session token"));
         // Sent only when there is a token (encode_welcome): an empty one is not a Welcome's.
         if (m.welcome.session.token.empty()) return data_loss("Welcome session token is empty");

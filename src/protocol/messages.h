@@ -39,8 +39,14 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // (kStrictChecksSince); version 14 StatsResult ends with the server's memory figures
 // (kMemoryStatsVersion); version 15 the i8 dtype (code 8) and the quantization ops Quantize,
 // Dequantize, PackBlocks, UnpackBlocks, LinearBlocks and LinearInt8 (codes 46-51,
-// kQuantizationSince). An older client never sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 15;
+// kQuantizationSince); version 16 the Welcome describes each hosted device after its session
+// token (DeviceDescription: the hardware, its memory total and free, the ops it runs; the
+// DeviceInfo's dtype mask then lists only what the device runs; kDeviceDescriptionVersion). An
+// older client never sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 16;
+// The first version whose Welcome ends with one DeviceDescription per hosted device (its
+// session token is then always sent, empty when the session cannot be resumed).
+inline constexpr uint16_t kDeviceDescriptionVersion = 16;
 // The first version whose servers know dtype i8 and the quantization ops (the op list's `since`
 // column says 15 for each; a client never sends an i8 tensor to an older server).
 inline constexpr uint16_t kQuantizationSince = 15;
@@ -169,6 +175,17 @@ struct Limits {
   TW_FIELDS(max_frame_bytes, session_memory_bytes, max_sessions, session_queue_depth)
 };
 
+// Protocol >= kDeviceDescriptionVersion: what a hosted device is (Backend::Description), one per
+// Welcome::devices entry, in the same order.
+struct DeviceDescription {
+  std::string model;          // "AMD EPYC 7B13 64-Core Processor (2 threads)", a GPU's name
+  uint64_t memory_total = 0;  // bytes of the memory its tensors live in
+  uint64_t memory_free = 0;   // of which free when the Welcome was sent
+  bool host_memory = true;    // in host RAM (the server's --max-memory covers it)
+  std::vector<uint16_t> ops;  // the op codes it runs, ascending
+  TW_FIELDS(model, memory_total, memory_free, host_memory, ops)
+};
+
 struct Welcome {
   uint16_t version = kProtocolVersion;
   uint64_t session_id = 0;
@@ -184,6 +201,9 @@ struct Welcome {
     uint64_t received = 0;  // frames of the session the server had received (a resume's)
     TW_FIELDS(token, received)
   } session{};
+  // Protocol >= kDeviceDescriptionVersion: after the session token (always sent then), one per
+  // device (not one of TW_FIELDS).
+  std::vector<DeviceDescription> descriptions;
 };
 
 // kAck (protocol 9): reply frames received so far on the session; flags kAckResumable (the first

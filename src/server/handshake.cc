@@ -54,6 +54,7 @@ void Connection::on_hello(const Buffer& frame) {
   w.version = hi;
   w.server_id = srv_.server_id;
   w.devices = srv_.device_infos();
+  if (hi >= proto::kDeviceDescriptionVersion) w.descriptions = srv_.device_descriptions();
   w.limits = {srv_.opts.max_frame_bytes, srv_.opts.session_memory_bytes, srv_.opts.max_sessions,
               srv_.opts.session_queue_depth};
   w.device_index = h.device_index;
@@ -88,6 +89,9 @@ void Connection::on_hello(const Buffer& frame) {
       server::Session::open(id_, srv_.backends[h.device_index], srv_.opts.session_memory_bytes,
                             srv_.totals, srv_.opts.max_graph_ops, limits);
   if (!session.ok()) return refuse(proto::RefuseReason::kCannotHost, session.status().message());
+  if (server::MemoryBudget* own = srv_.device_memory[h.device_index].get()) {
+    (*session)->use_device_memory(own, srv_.device_infos()[h.device_index].name);
+  }
   {
     std::lock_guard<std::mutex> lock(srv_.sessions_mu);  // snapshot() reads held() under it
     session_ = std::move(session).value();

@@ -52,12 +52,6 @@ Result<std::vector<std::string>> device_backends(const ServerOptions& opts) {
   return names;
 }
 
-uint32_t all_compute_dtypes() {
-  uint32_t m = 0;
-  for (int i = 0; i < kNumDTypes; ++i) m |= 1u << i;
-  return m;
-}
-
 }  // namespace
 
 std::vector<proto::DeviceInfo> Server::Impl::device_infos() const {
@@ -66,7 +60,24 @@ std::vector<proto::DeviceInfo> Server::Impl::device_infos() const {
     // A backend with ordinals is named by its spec ("vulkan:0"); cpu and torch by the index.
     const bool spec = backends[i].find(':') != std::string::npos;
     v.push_back({spec ? backends[i] : backends[i] + ":" + std::to_string(i), backends[i],
-                 opts.session_memory_bytes, all_compute_dtypes()});
+                 opts.session_memory_bytes, described[i].dtype_mask});
+  }
+  return v;
+}
+
+std::vector<proto::DeviceDescription> Server::Impl::device_descriptions() {
+  std::vector<proto::DeviceDescription> v;
+  const uint64_t limit = totals.memory.limit();
+  const uint64_t used = totals.memory.used() + totals.memory.pinned();
+  const uint64_t budget_free = limit > used ? limit - used : 0;
+  std::lock_guard<std::mutex> lock(probes_mu);
+  for (size_t i = 0; i < probes.size(); ++i) {
+    const Backend::Description d = probes[i]->describe();
+    uint64_t free = std::min(d.memory_free, budget_free);
+    if (const server::MemoryBudget* own = device_memory[i].get()) {
+      free = std::min(d.memory_free, own->limit() - std::min(own->limit(), own->used()));
+    }
+    v.push_back({described[i].model, d.memory_total, free, d.host_memory, described[i].ops});
   }
   return v;
 }
@@ -236,6 +247,14 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
   auto impl = std::make_unique<Server::Impl>();
   impl->opts = opts;
   impl->backends = std::move(backends);
+  for (const std::string& spec : impl->backends) {
+    TW_ASSIGN_OR_RETURN(std::unique_ptr<Backend> probe, make_backend(spec));
+    impl->described.push_back(probe->describe());
+    impl->probes.push_back(std::move(probe));
+    const Backend::Description& d = impl->described.back();
+    impl->device_memory.push_back(
+        d.host_memory ? nullptr : std::make_unique<server::MemoryBudget>(d.memory_free / 10 * 9));
+  }
   impl->totals.memory.set_limit(opts.max_memory_bytes ? opts.max_memory_bytes
                                                       : server::default_max_memory());
   if (!opts.store_dir.empty()) {

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/backend.h"
 #include "net/stream.h"
 #include "protocol/messages.h"
 #include "server/collective.h"
@@ -40,6 +41,16 @@ struct Server::Impl {
   // So the io_context (with those handlers) goes first, then what the sessions share.
   ServerOptions opts;
   std::vector<std::string> backends;  // per device index (device_backends)
+  // Per device index: a backend of that device with no tensors, made at start, which describes
+  // the device (Backend::describe) for each Welcome, and its description then (dtypes, ops and
+  // model do not change; the free memory is asked again, under probes_mu).
+  std::vector<std::unique_ptr<Backend>> probes;
+  std::vector<Backend::Description> described;
+  std::mutex probes_mu;
+  // Per device index: the budget of a device with memory of its own (described[i].host_memory
+  // false: a GPU), 90% of what it had free at start; null for a device in host memory, whose
+  // tensors count in totals.memory (--max-memory). Outlives every session (declared first).
+  std::vector<std::unique_ptr<server::MemoryBudget>> device_memory;
   std::string server_id;
   int worker_count = 1;
 
@@ -119,6 +130,9 @@ struct Server::Impl {
   void accept(net::Listener& l);  // listeners.cc
   protocol::ServerStats snapshot(uint64_t asking_session);
   std::vector<protocol::DeviceInfo> device_infos() const;
+  // The Welcome's description of each device (protocol >= kDeviceDescriptionVersion), its free
+  // memory as of now: for a device in host memory, no more than --max-memory leaves.
+  std::vector<protocol::DeviceDescription> device_descriptions();
   server::ServerView view();  // what a metrics scrape reads
   void do_stop();
   // Graceful shutdown (drain.cc): set once a drain starts; new handshakes are then refused.

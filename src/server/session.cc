@@ -30,6 +30,16 @@ std::string human_bytes(uint64_t b) {
 
 namespace {
 
+Status over_device_limit(const std::string& what, const MemoryBudget& budget, uint64_t need,
+                         const std::string& device) {
+  return resource_exhausted(what + ": memory of device " + device +
+                            " full: the server's sessions hold " + human_bytes(budget.used()) +
+                            " of its budget of " + human_bytes(budget.limit()) +
+                            " and this needs " + human_bytes(need) +
+                            " more; free tensors (drop them), try again later, or use another "
+                            "device");
+}
+
 Status over_server_limit(const std::string& what, const MemoryBudget& budget, uint64_t need) {
   const uint64_t pinned = budget.pinned();
   return resource_exhausted(
@@ -70,7 +80,8 @@ void Session::set_backend_limit(uint64_t bytes) {
 
 Session::~Session() {
   backend_.reset();
-  totals_.memory.release(charged_ + reserved_.load());
+  tensor_memory().release(charged_);
+  totals_.memory.release(reserved_.load());
   totals_.bytes_held.fetch_sub(static_cast<int64_t>(held_.load()));
 }
 
@@ -105,14 +116,20 @@ Status Session::admit(const ir::Op& op, uint64_t have, uint64_t need) {
   uint64_t want = need < (uint64_t{1} << 60) ? BufferPool::size_class(need) : need;
   // An upload's tensor views the frame it came in, whose bytes are reserved already: they move
   // from the frame's reservation to what the backend accounts for.
+  // (Not on a device with memory of its own: the frame is host memory, the tensor is not.)
   uint64_t covered = 0;
   if (const auto* up = std::get_if<ir::FromHost>(&op);
-      up && running_ && up->data.data.storage_id() == running_->frame.storage_id()) {
+      up && running_ && !device_memory_ &&
+      up->data.data.storage_id() == running_->frame.storage_id()) {
     covered = take_frame_credit(want);
     reserved_.fetch_sub(covered);
     want -= covered;
   }
-  if (want > 0 && !try_reserve(want)) {
+  if (device_memory_) {
+    if (!device_memory_->try_reserve(want)) {
+      return over_device_limit(ir::op_name(op), *device_memory_, want, device_name_);
+    }
+  } else if (want > 0 && !try_reserve(want)) {
     // The frame's share stays with the frame, released with it once the batch has run.
     reserved_.fetch_add(covered);
     give_frame_credit(covered);
@@ -155,9 +172,9 @@ void Session::settle() {
   // What the op reserved and did not use (a view, a failure), what a drop freed; or storage
   // beyond the outputs' element bytes, which is charged although it passes the limit: it exists.
   if (now > charged_) {
-    totals_.memory.charge(now - charged_);
+    tensor_memory().charge(now - charged_);
   } else if (now < charged_) {
-    totals_.memory.release(charged_ - now);
+    tensor_memory().release(charged_ - now);
   }
   charged_ = now;
   // The backend's bytes include graphs' planned buffers; their constants are the session's.
@@ -475,7 +492,7 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
   // them in the budget.
   const uint64_t backend_held = backend_->bytes_held();
   const uint64_t by_quota = memory_quota_ - std::min(memory_quota_, graph_constant_bytes_);
-  const MemoryBudget& budget = totals_.memory;
+  const MemoryBudget& budget = tensor_memory();
   const uint64_t server_free = budget.limit() - std::min(budget.limit(), budget.used());
   const uint64_t by_server =
       server_free > UINT64_MAX - backend_held ? UINT64_MAX : backend_held + server_free;
@@ -487,6 +504,10 @@ Result<ir::GraphId> Session::register_graph(ir::Graph graph) {
     release(constants);
     if (id.status().code() == StatusCode::kResourceExhausted) {
       if (by_server < by_quota) {
+        if (device_memory_) {
+          return id.status().with_context("memory budget of device " + device_name_ + ", " +
+                                          human_bytes(budget.limit()));
+        }
         return id.status().with_context("server memory limit of " + human_bytes(budget.limit()) +
                                         " (tensorwire-server --max-memory)");
       }

@@ -153,6 +153,14 @@ class Session {
   // Frees the session's tensors and graphs and returns what it had reserved to the server's
   // budget.
   ~Session();
+  // For a device with memory of its own (Backend::Description::host_memory false: a GPU), the
+  // budget of that device, which its tensors (and graphs' planned buffers) are then reserved in
+  // instead of totals.memory; frames being received stay in totals.memory, the host's. Called
+  // once, before the first batch; `budget` outlives the session.
+  void use_device_memory(MemoryBudget* budget, std::string device) {
+    device_memory_ = budget;
+    device_name_ = std::move(device);
+  }
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
@@ -294,11 +302,15 @@ class Session {
   const uint64_t id_;
   std::unique_ptr<Backend> backend_;
   SessionTotals& totals_;
-  // Bytes of totals_.memory this session's backend accounts for (tensors, graphs' planned
+  // Bytes of tensor_memory() this session's backend accounts for (tensors, graphs' planned
   // buffers): what it held at the last settle() plus what admit() reserved since. Run thread
   // only. Graphs' constants are reserved by reserve(), in reserved_.
   uint64_t charged_ = 0;
   std::atomic<uint64_t> reserved_{0};  // by reserve(), not yet released
+  // Where charged_ is counted: the device's own budget (use_device_memory), else the host's.
+  MemoryBudget* device_memory_ = nullptr;
+  std::string device_name_;
+  MemoryBudget& tensor_memory() const { return device_memory_ ? *device_memory_ : totals_.memory; }
   // The batch run() is running, else null: its frame and what is left of its reservation.
   Batch* running_ = nullptr;
   std::atomic<uint64_t> held_{0};

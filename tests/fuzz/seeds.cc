@@ -204,9 +204,15 @@ int run(const fs::path& dir) {
                   .device_index = 1,
                   .devices = {{"cpu:0", "cpu", 1 << 30, 0x3F}, {"torch:0", "torch", 1 << 20, 3}},
                   .limits = {1 << 28, 1 << 30, 64, 8}};
+  welcome.descriptions = {{"AMD EPYC (2 threads)", 24ull << 30, 20ull << 30, true, {1, 2, 40}},
+                          {"torch", 24ull << 30, 20ull << 30, true, {1, 2}}};
   OutFrame f;
   encode_welcome(welcome, f);
   c.add("server_msg", "welcome", f);
+  f = {};
+  welcome.version = kDeviceDescriptionVersion - 1;  // the older form: no descriptions
+  encode_welcome(welcome, f);
+  c.add("server_msg", "welcome_v15", f);
   f = {};
   encode_refuse(Refuse{RefuseReason::kBadVersion, "server speaks 1..1"}, f);
   c.add("server_msg", "refuse", f);

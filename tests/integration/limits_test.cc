@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "integration/raw_client.h"
+#include "support/forwarding_backend.h"
 #include "support/helpers.h"
 #include "support/server_process.h"
 #include "tensorwire/remote.h"
+#include "tensorwire/server.h"
 #include "tensorwire/tensorwire.h"
 
 namespace tw {
@@ -138,6 +140,52 @@ TEST(Limits, ServerWideMemoryLimitFailsTheOpNotTheServer) {
   ASSERT_TRUE(server_holds_at_most(devices[3], 0)) << "the dropped tensors were not freed";
   expect_healthy(devices[3], 3);
   expect_healthy(Device::remote(server.url()), 4);
+}
+
+// A device with memory of its own (a GPU: Backend::Description::host_memory false) has a budget
+// of its own, 90% of what it had free when the server started (issue 47 §3): its tensors count
+// there, not in --max-memory, running out names the device, and the Welcome describes it.
+class SmallDeviceMemory final : public testing::ForwardingBackend {
+ public:
+  Description describe() override {
+    Description d = inner_->describe();
+    d.model = "test device of 8 MiB";
+    d.host_memory = false;
+    d.memory_total = 8 << 20;
+    d.memory_free = 5 << 20;  // a budget of 4.5 MiB: 18 tensors of kChunk
+    return d;
+  }
+};
+
+TEST(Limits, ADeviceWithItsOwnMemoryHasItsOwnBudget) {
+  ASSERT_TRUE(register_backend("small_gpu", []() -> Result<std::unique_ptr<Backend>> {
+    return std::unique_ptr<Backend>(new SmallDeviceMemory);
+  }));
+  ServerOptions opts;
+  opts.backend = "small_gpu";
+  opts.max_memory_bytes = 64 << 20;
+  opts.session_memory_bytes = 64 << 20;
+  auto server = serve(opts);
+  const std::vector<RemoteDeviceInfo> devs = remote_devices(server->url());
+  ASSERT_EQ(devs.size(), 1u);
+  EXPECT_EQ(devs[0].model, "test device of 8 MiB");
+  EXPECT_FALSE(devs[0].host_memory);
+  EXPECT_EQ(devs[0].memory_total, 8u << 20);
+  EXPECT_EQ(devs[0].memory_free, 9u << 19);  // no more than its budget: 90% of the 5 MiB free
+  Device d = Device::remote(server->url());
+  std::vector<Tensor> held;
+  const std::string error = fill(d, held, 32);
+  EXPECT_TRUE(contains(error, "memory of device small_gpu:0 full")) << error;
+  EXPECT_TRUE(contains(error, "4.5MiB")) << error;
+  EXPECT_EQ(held.size(), 18u);
+  // The host's budget (--max-memory) held none of it, and the Welcome now says what is left.
+  EXPECT_LT(remote_stats(d).memory_used_bytes, 1u << 20);
+  EXPECT_LE(remote_devices(server->url())[0].memory_free, 1u << 20);
+  // Freeing lets the session go on.
+  held.resize(4);
+  ASSERT_TRUE(server_holds_at_most(d, 4u * kChunk * 4)) << "the dropped tensors were not freed";
+  EXPECT_EQ(fill(d, held, 4), "");
+  expect_healthy(d, 5);
 }
 
 // The per-session quota still speaks for itself when it is what was hit.

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -141,6 +142,17 @@ TEST(Remote, EnumerationAndThreeDevices) {
   auto devs = remote_devices(server.url());
   ASSERT_EQ(devs.size(), 3u);
   EXPECT_EQ(devs[2].name, "cpu:2");
+  // Each device describes itself (protocol 16): the host's CPU and memory, every dtype, every op.
+  for (const RemoteDeviceInfo& d : devs) {
+    EXPECT_NE(d.model.find("threads"), std::string::npos) << d.model;
+    EXPECT_TRUE(d.host_memory);
+    EXPECT_GT(d.memory_total, uint64_t{1} << 20);
+    EXPECT_GT(d.memory_free, 0u);
+    EXPECT_LE(d.memory_free, d.memory_total);
+    EXPECT_EQ(d.dtypes.size(), static_cast<size_t>(kNumDTypes));
+    EXPECT_NE(std::find(d.ops.begin(), d.ops.end(), "MatMul"), d.ops.end());
+    EXPECT_NE(std::find(d.ops.begin(), d.ops.end(), "LinearBlocks"), d.ops.end());
+  }
   for (int i = 0; i < 3; ++i) {
     Device d = Device::remote(server.url(), i);
     EXPECT_EQ(remote_handshake(d).device.index, i);
