@@ -108,6 +108,9 @@ class StandInServer {
     w.session_id = 1;
     w.server_id = "stand-in";
     w.devices = {{"cpu:0", "cpu", 1ull << 30, 0xFF}};
+    if (w.version >= proto::kDeviceDescriptionVersion) {
+      w.descriptions = {{"stand-in", 1ull << 30, 1ull << 30, true, {}}};
+    }
     w.limits = {64ull << 20, 1ull << 30, 4, 64};
     proto::OutFrame welcome;
     proto::encode_welcome(w, welcome);
