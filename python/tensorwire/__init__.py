@@ -21,11 +21,14 @@ import os as _os
 # oneDNN's kernels run on OpenMP threads, which by default spin for 300,000 pauses after each
 # parallel region. In a Python process those spinning threads starve tensorwire's own intra-op pool
 # and an in-process server (measured on 2 cores: the digits CNN step took 94 ms instead of 2.8 ms
-# on the CPU device). The C++ library answers a short spin of 10,000 to libgomp
-# (src/core/wait_policy.cc); an extension module loads too late for that, so the same default is
-# set here, before libgomp loads. A policy the user chose (either variable) is kept.
-if "OMP_WAIT_POLICY" not in _os.environ:
-    _os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+# on the CPU device). So they sleep at once here. (The C++ library answers a short spin of 10,000
+# to libgomp instead, src/core/wait_policy.cc, which is as fast as spinning on a quiet machine;
+# a Python program usually hosts its server in the same process, where sleeping at once measured
+# best: examples/train_digits.py --epochs 10 on a loaded 2-core machine took 1.25-1.93 s passive,
+# 3.25-3.51 s with the short spin, 3.74-5.76 s with libgomp's default.) libgomp reads this when
+# the extension loads it, so it is set first; a policy the user chose (either variable) is kept.
+if "GOMP_SPINCOUNT" not in _os.environ:
+    _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as _np  # noqa: E402
 

@@ -27,8 +27,9 @@
 // see what the user set).
 //
 // A library loaded with dlopen (the Python extension) comes after libc in that scope; there
-// tensorwire/__init__.py sets the variable before it loads the extension. A test checks the
-// count libgomp took (tests/unit/cpu/wait_policy_test.cc).
+// tensorwire/__init__.py sets OMP_WAIT_POLICY=PASSIVE before it loads the extension (a Python
+// program usually hosts its server in-process, where sleeping at once measured best under load;
+// docs/remote.md). A test checks the count libgomp took (tests/unit/cpu/wait_policy_test.cc).
 #include <cstring>
 
 extern "C" char** environ;  // NOLINT: POSIX
