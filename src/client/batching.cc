@@ -82,7 +82,7 @@ Status Connection::move_in(proto::TaskKind kind, ir::TensorId id, const TensorMe
 Status Connection::submit_collective(const proto::CollectiveSpec& c) {
   std::lock_guard<std::mutex> lock(mu_);
   TW_RETURN_NOT_OK(ready_locked());
-  if (welcome_.version < 3) {
+  if (welcome_.version < proto::kMovesSince) {
     return unimplemented("collectives need protocol 3; the server at " + url_.str() + " speaks " +
                          std::to_string(welcome_.version));
   }

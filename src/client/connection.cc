@@ -158,13 +158,15 @@ Status Connection::connect_locked() {
     return dead_;
   }
   welcome_ = std::move(w).value();
-  batch_.set_packed_ids(welcome_.version >= 4);
+  batch_.set_packed_ids(welcome_.version >= proto::kPackedIdsSince);
   // A server always sends its limit (>= 1024); the floor only guards against a broken peer.
   frame_limit_ = std::clamp<uint64_t>(welcome_.limits.max_frame_bytes, 1024, 0xFFFFFFFFu);
-  compress_ = welcome_.version >= 9 && url_.scheme != net::Url::Scheme::kUnix &&
+  compress_ = welcome_.version >= proto::kCompressionSince &&
+              url_.scheme != net::Url::Scheme::kUnix &&
               proto::compress_link(options_.compress, url_.host);
   // The same decision for the replies (protocol 10): asked for in the first batch, no round trip.
-  if (compress_ && welcome_.version >= 10) batch_.add(proto::CompressRepliesTask{true});
+  if (compress_ && welcome_.version >= proto::kCompressRepliesSince)
+    batch_.add(proto::CompressRepliesTask{true});
   timer_.emplace(io_);
   check_timer_.emplace(io_);
   work_.emplace(io_.get_executor());

@@ -32,7 +32,7 @@ Buffer Connection::hash_in_place(const void* data, size_t n) {
   if (!options_.dedup || n < Options::kDedupMinBytes) return Buffer();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ == State::kConnected && welcome_.version < 9) return Buffer();
+    if (state_ == State::kConnected && welcome_.version < proto::kDedupSince) return Buffer();
   }
   auto h = std::make_shared<const proto::ContentHash>(proto::content_hash(data, n));
   std::lock_guard<std::mutex> lock(staged_mu_);
@@ -76,7 +76,7 @@ Result<bool> Connection::upload_by_hash(const ir::FromHost& up, const proto::Con
   {
     std::lock_guard<std::mutex> lock(mu_);
     TW_RETURN_NOT_OK(ready_locked());
-    if (welcome_.version < 9) return false;
+    if (welcome_.version < proto::kDedupSince) return false;
     if (!drops_.empty()) queue_drops_locked();
     Pending* p = nullptr;
     uint64_t req = add_pending_locked(Pending::kSync, &p, &done, /*direct=*/true);
@@ -95,7 +95,7 @@ Result<bool> Connection::upload_by_hash(const ir::FromHost& up, const proto::Con
 Result<bool> Connection::upload_by_hash_async(const ir::FromHost& up) {
   std::lock_guard<std::mutex> lock(mu_);
   TW_RETURN_NOT_OK(ready_locked());
-  if (welcome_.version < 9) return false;
+  if (welcome_.version < proto::kDedupSince) return false;
   // The frame that uploads the bytes on a miss, made now: an upload no frame can carry is
   // refused here (by submit_plain, which says why), not when the answer comes.
   proto::BatchWriter alone;

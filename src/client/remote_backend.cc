@@ -25,7 +25,7 @@ Result<TensorMeta> RemoteBackend::meta(ir::TensorId id) const {
 
 Result<ir::GraphId> RemoteBackend::register_graph(ir::Graph graph) {
   TW_RETURN_NOT_OK(conn_.ensure_connected());
-  if (conn_.welcome().version < 2) {
+  if (conn_.welcome().version < protocol::kGraphsSince) {
     return unimplemented("register_graph: the server at " + conn_.url().str() +
                          " speaks protocol " + std::to_string(conn_.welcome().version) +
                          ", which has no graph tasks (they need 2); submit the ops one by one");
@@ -66,7 +66,7 @@ Status RemoteBackend::import_tensor(const TensorHandoff& h, ir::TensorId dst_id)
 
 Result<Backend::CollectiveDomain> RemoteBackend::collective_domain() {
   TW_RETURN_NOT_OK(conn_.ensure_connected());
-  if (conn_.welcome().version < 3) return CollectiveDomain{};
+  if (conn_.welcome().version < protocol::kMovesSince) return CollectiveDomain{};
   return CollectiveDomain{conn_.welcome().server_id, conn_.url().str(),
                           conn_.options().tls.fingerprint};
 }

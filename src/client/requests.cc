@@ -107,7 +107,7 @@ Result<ir::GraphId> Connection::register_graph(const ir::Graph& graph) {
           std::to_string(frame_limit_) + " bytes per frame of the server at " + url_.str() +
           " (tensorwire-server --max-frame)");
     };
-    if (welcome_.version >= 11) {
+    if (welcome_.version >= proto::kRegisterGraphAsSince) {
       // Pipelined (RegisterGraphAs): the id is this client's to choose, nothing waits, and the
       // runs that follow share the frame. The graph is validated here, as the server will, so
       // a bad one is refused at the call naming the op; a refusal only the server can make
@@ -315,7 +315,8 @@ void Connection::on_message(const Buffer& payload, Buffer diverted) {
   // Decoded into the one message kept for it: a single reader at a time calls this. Whatever
   // bytes the reply carried and nobody took (an unknown id, a failure) are let go on the way
   // out, not held until the next reply (they may be a large result or a segment's lease).
-  if (welcome_.version >= 9 && proto::is_compressed(payload, proto::kCompressedServerType)) {
+  if (welcome_.version >= proto::kCompressionSince &&
+      proto::is_compressed(payload, proto::kCompressedServerType)) {
     Result<Buffer> raw = proto::decompress(payload, ~uint64_t{0}, proto::read_result_data_offset);
     if (raw.ok()) return on_message(*raw);
     fail_all(raw.status().with_context("malformed message from " + url_.str()));

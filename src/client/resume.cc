@@ -154,7 +154,8 @@ Result<std::vector<ResumeWindow::Sent>> ResumeWindow::after(uint64_t received) {
 }
 
 void Connection::start_resume_locked() {
-  if (!options_.resume || welcome_.version < 9 || welcome_.session.token.empty()) return;
+  if (!options_.resume || welcome_.version < proto::kResumeSince || welcome_.session.token.empty())
+    return;
   if (!resume_) resume_ = std::make_unique<ResumeWindow>();
   resume_->token = welcome_.session.token;
   resume_->max_bytes = options_.resume_window_bytes;

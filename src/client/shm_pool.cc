@@ -13,7 +13,7 @@ bool Connection::shm_enabled() {
   if (!ensure_connected().ok()) return false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (welcome_.version < 5 || !stream_->passes_fds()) return false;
+    if (welcome_.version < proto::kSegmentsSince || !stream_->passes_fds()) return false;
   }
   std::lock_guard<std::mutex> shm(shm_mu_);
   return shm_refused_.ok();

@@ -47,6 +47,23 @@ inline constexpr uint16_t kProtocolVersion = 16;
 // The first version whose Welcome ends with one DeviceDescription per hosted device (its
 // session token is then always sent, empty when the session cannot be resumed).
 inline constexpr uint16_t kDeviceDescriptionVersion = 16;
+// The first versions of the features a peer checks before it sends or expects them (docs/
+// protocol.md §7.2 says what each version added):
+inline constexpr uint16_t kGraphsSince = 2;  // RegisterGraph, RunGraph, GraphResult
+// Tensor moves (export, import, capability results), peer connections, collectives.
+inline constexpr uint16_t kMovesSince = 3;
+inline constexpr uint16_t kPackedIdsSince = 4;  // packed Drop and RunGraph tasks
+inline constexpr uint16_t kSegmentsSince = 5;   // same-host shared-memory segments (§8.11)
+// Compressed frames, deduplicated uploads (UploadByHash), resumable sessions (token, Ack).
+inline constexpr uint16_t kCompressionSince = 9;
+inline constexpr uint16_t kDedupSince = 9;
+inline constexpr uint16_t kResumeSince = 9;
+// CompressReplies (a client asks for compressed replies) and the retryable pull (FetchBound).
+inline constexpr uint16_t kCompressRepliesSince = 10;
+inline constexpr uint16_t kRetryablePullSince = 10;
+// RegisterGraphAs (registration pipelined, no reply) and the resumed pull (FetchFrom).
+inline constexpr uint16_t kRegisterGraphAsSince = 11;
+inline constexpr uint16_t kResumedPullSince = 11;
 // The first version whose servers know dtype i8 and the quantization ops (the op list's `since`
 // column says 15 for each; a client never sends an i8 tensor to an older server).
 inline constexpr uint16_t kQuantizationSince = 15;

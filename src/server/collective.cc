@@ -108,7 +108,7 @@ class PeerStore final : public gloo::rendezvous::Store {
                               "): " + w.refuse.message);
     }
     if (w.kind != proto::ServerMsg::kWelcome) return data_loss("it sent no Welcome");
-    if (w.welcome.version < 3)
+    if (w.welcome.version < proto::kMovesSince)
       return unimplemented("it speaks protocol " + std::to_string(w.welcome.version) +
                            ", collectives need 3");
     return Status::OK();

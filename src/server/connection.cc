@@ -301,8 +301,9 @@ Connection::Queued Connection::on_frame(Buffer frame) {
     on_fetch(frame);
     return {};
   }
-  if (version_ >= 9 && count_frame(frame)) return {};
-  if (version_ >= 9 && proto::is_compressed(frame, proto::kCompressedClientType)) {
+  if (version_ >= proto::kResumeSince && count_frame(frame)) return {};
+  if (version_ >= proto::kCompressionSince &&
+      proto::is_compressed(frame, proto::kCompressedClientType)) {
     Status st = decompress_frame(frame);
     if (!st.ok()) {
       send_error(st);
@@ -311,7 +312,7 @@ Connection::Queued Connection::on_frame(Buffer frame) {
     }
   }
   server::Batch batch;
-  if (version_ >= 5 &&
+  if (version_ >= proto::kSegmentsSince &&
       frame.as<const uint8_t>()[0] == static_cast<uint8_t>(proto::ClientMsg::kAttachSegment)) {
     attach_segment(frame, batch);
   } else {
@@ -486,9 +487,10 @@ void Connection::send(proto::OutFrame f) {
   // client's to know, by its TW_COMPRESS and its auto rule). The server's own TW_COMPRESS
   // overrides: 0 never, 1 to every client that can decode them (protocol 9 on).
   static const proto::CompressMode server_mode = proto::compress_mode_from_env();
-  const bool compress = server_mode == proto::CompressMode::kAuto
-                            ? compress_replies_.load(std::memory_order_relaxed)
-                            : server_mode == proto::CompressMode::kMeasure && version_ >= 9;
+  const bool compress =
+      server_mode == proto::CompressMode::kAuto
+          ? compress_replies_.load(std::memory_order_relaxed)
+          : server_mode == proto::CompressMode::kMeasure && version_ >= proto::kCompressionSince;
   if (compress && f.payload_size() >= proto::kCompressMinBytes)
     f = proto::maybe_compress(std::move(f), proto::kCompressedServerType);
   std::lock_guard<std::mutex> lock(write_mu_);

@@ -65,7 +65,7 @@ void Connection::on_hello(const Buffer& frame) {
     close_when_flushed();
     return;
   }
-  if (h.device_index == proto::kPeerOnly && hi >= 3) return welcome_peer(w);
+  if (h.device_index == proto::kPeerOnly && hi >= proto::kMovesSince) return welcome_peer(w);
   if (h.device_index == proto::kResumeSession) return resume_session(h, std::move(w), hi);
   if (h.device_index >= static_cast<uint32_t>(srv_.opts.devices)) {
     return refuse(proto::RefuseReason::kBadDeviceIndex,

@@ -11,7 +11,7 @@ namespace tw::server {
 namespace proto = protocol;
 
 void Connection::make_resumable(proto::Welcome& w, const std::string& credential) {
-  if (!srv_.resume || version_ < 9) return;
+  if (!srv_.resume || version_ < proto::kResumeSince) return;
   Result<std::string> token = new_session_token();
   if (!token.ok()) return;  // (a session that cannot be resumed; the client is told none)
   resume_pending_ = std::make_shared<ResumeState>(*token, credential, device_);
@@ -49,7 +49,7 @@ bool Connection::park_session() {
 }
 
 void Connection::resume_session(const proto::Hello& h, proto::Welcome w, uint16_t version) {
-  if (!srv_.resume || version < 9) {
+  if (!srv_.resume || version < proto::kResumeSince) {
     return refuse(proto::RefuseReason::kCannotResume,
                   "server " + srv_.server_id +
                       " keeps no sessions for resuming (tensorwire-server --resume-grace 0)");

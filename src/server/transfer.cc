@@ -502,9 +502,9 @@ Result<TensorData> Puller::pull(const PullRequest& r, const std::string& pull_id
                             proto::refuse_reason_name(w.refuse.reason) + "): " + w.refuse.message);
   }
   if (w.kind != proto::ServerMsg::kWelcome) return data_loss("it sent no Welcome");
-  const bool bound = w.welcome.version >= 10;
+  const bool bound = w.welcome.version >= proto::kRetryablePullSince;
   // Protocol 11: each try is a FetchFrom, which a retry asks for the bytes after those kept.
-  const bool resumable = w.welcome.version >= 11;
+  const bool resumable = w.welcome.version >= proto::kResumedPullSince;
   const uint64_t nbytes = proto::meta_bytes(r.meta);
   if (resumable) {
     // A FetchFrom's reply carries bytes without their meta: the capability names it (its fields
