@@ -92,7 +92,10 @@ Result<std::vector<CuTensor>> Kernels::run(const ir::ScaledDotProductAttentionBa
       TW_RETURN_NOT_OK(ex_->dev->check(
           cudaMemsetAsync(o.storage->ptr, 0, o.numel() * sizeof(float), ex_->stream->s), name));
     }
-    if (a.d == 0 && a.dv == 0) return outs;
+    if (a.d == 0 && a.dv == 0) {
+      ex_->dev->count_dispatch();
+      return outs;
+    }
   }
   TW_RETURN_NOT_OK(launched(launch_attention_backward(a, ex_->stream->s), name));
   return outs;

@@ -264,6 +264,7 @@ Result<CuTensor> Kernels::run(const ir::Pool2dBackward& op) {
     TW_RETURN_NOT_OK(ex_->dev->check(
         cudaMemsetAsync(out.storage->ptr, 0, out.numel() * dtype_size(out.dtype), ex_->stream->s),
         name));
+    ex_->dev->count_dispatch();
     return out;
   }
   TW_ASSIGN_OR_RETURN(CuTensor y, fresh(TensorMeta{g->shape, x->dtype}));

@@ -1,10 +1,12 @@
-// The cuda backend's own kernels, in one translation unit (nvcc's time in CI is the budget:
-// docs/cuda.md): every elementwise family (one kernel per compute class; family, kind and dtypes
-// are uniform per launch and switched on at run time, so a kind added to the IR's lists needs an
-// entry in backend/kind_math.h, no new kernel), Reduce (a block per output, cub::BlockReduce),
-// and the row kernels (softmax, log_softmax, layer_norm). Values load and store by the Cast rules
-// of docs/ops.md (ir/convert.h on the host): float to integer truncates and saturates, NaN gives
-// 0, f64 reaches f16/bf16 through f32, integers narrow by wrapping.
+// The cuda backend's own kernels but attention's (attention.cu), in one translation unit (nvcc's
+// time in CI is the budget: docs/cuda.md): every elementwise family (one kernel per compute
+// class; family, kind and dtypes are uniform per launch and switched on at run time, so a kind
+// added to the IR's lists needs an entry in backend/kind_math.h, no new kernel), Reduce (a block
+// per output, cub::BlockReduce), the row kernels (softmax, log_softmax, layer_norm and its
+// backward), the index kernels, Cumsum's scan and adaptive pooling (index_math.h), and Adam.
+// Values load and store by the Cast rules of docs/ops.md (ir/convert.h on the host): float to
+// integer truncates and saturates, NaN gives 0, f64 reaches f16/bf16 through f32, integers
+// narrow by wrapping.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
