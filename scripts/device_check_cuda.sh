@@ -109,8 +109,11 @@ refusals() {
 # The op table's cases of the ops given cuda kernels in the second round, on cuda devices.
 new_ops_filter() {
   local f="" op
-  for op in cat flip repeat slice_assign gather scatter_add index_select one_hot cumsum \
-            rand_uniform rand_normal bernoulli adam_step gelu_backward; do
+  # (index_select and scaled_dot_product_attention match their _backward cases too; the random
+  # ops and adam_step have no op-table cases: the autograd suite's training cases run them)
+  for op in cat stack flip repeat slice_assign gather scatter_add index_select embedding one_hot \
+            cumsum gelu_backward layer_norm_backward adaptive_avg_pool2d max_pool2d avg_pool2d \
+            scaled_dot_product_attention; do
     f+="${f:+:}*cuda*_${op}*"
   done
   echo "$f"

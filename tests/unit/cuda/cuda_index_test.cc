@@ -388,5 +388,176 @@ TEST(CudaIndex, RandomExpressionsMatchCpuBits) {
   }
 }
 
+// ---- on a GPU (skipped without one, with the reason): the new kernels against the cpu backend
+// ----
+
+// A cpu and a cuda:0 backend given the same inputs and ops.
+struct OnBoth {
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  std::unique_ptr<Backend> gpu;
+  std::string why;  // why there is no gpu backend
+  OnBoth() {
+    if (!has_backend("cuda")) {
+      why = "this build has no cuda backend";
+      return;
+    }
+    Result<std::unique_ptr<Backend>> b = make_backend("cuda:0");
+    if (b.ok()) {
+      gpu = std::move(*b);
+    } else {
+      why = b.status().message();
+    }
+  }
+  template <class T>
+  void put(ir::TensorId id, const Shape& shape, DType dt, const std::vector<T>& v) {
+    for (Backend* b : {cpu.get(), gpu.get()}) {
+      TensorData d;
+      d.meta = {shape, dt};
+      d.bytes = Buffer::copy_of(v.data(), v.size() * sizeof(T));
+      const Status st = b->execute(from_host_of(std::move(d), id));
+      ASSERT_TRUE(st.ok()) << b->name() << ": " << st.message();
+    }
+  }
+  void run(const ir::Op& op) {
+    for (Backend* b : {cpu.get(), gpu.get()}) {
+      const Status st = b->execute(op);
+      ASSERT_TRUE(st.ok()) << b->name() << " " << ir::op_name(op) << ": " << st.message();
+    }
+  }
+  // Output `id` of both, bit for bit (tol 0) or within tol relative (f32/f64 outputs).
+  void expect(ir::TensorId id, double tol, const std::string& what) {
+    Result<TensorData> a = cpu->read(id), b = gpu->read(id);
+    ASSERT_TRUE(a.ok()) << what << ": " << a.status().message();
+    ASSERT_TRUE(b.ok()) << what << ": " << b.status().message();
+    ASSERT_EQ(a->meta, b->meta) << what;
+    ASSERT_EQ(a->bytes.size(), b->bytes.size()) << what;
+    if (tol == 0) {
+      EXPECT_EQ(std::memcmp(a->bytes.data(), b->bytes.data(), a->bytes.size()), 0) << what;
+      return;
+    }
+    const size_t es = dtype_size(a->meta.dtype);
+    for (size_t i = 0; i < a->bytes.size() / es; ++i) {
+      double x, y;
+      if (es == 4) {
+        float fx, fy;
+        std::memcpy(&fx, a->bytes.data() + 4 * i, 4);
+        std::memcpy(&fy, b->bytes.data() + 4 * i, 4);
+        x = fx;
+        y = fy;
+      } else {
+        std::memcpy(&x, a->bytes.data() + 8 * i, 8);
+        std::memcpy(&y, b->bytes.data() + 8 * i, 8);
+      }
+      if (std::isnan(x) || std::isnan(y)) {
+        ASSERT_EQ(std::isnan(x), std::isnan(y)) << what << " element " << i;
+        continue;
+      }
+      ASSERT_LE(std::fabs(x - y), tol * (1 + std::fabs(x))) << what << " element " << i;
+    }
+  }
+};
+
+TEST(CudaDeviceRun, NewKernelsMatchCpu) {
+  OnBoth on;
+  if (!on.gpu) GTEST_SKIP() << "no cuda device: " << on.why;
+  std::mt19937 rng(21);
+  const Shape xs{4, 6, 5};
+  on.put(1, xs, kF32, floats(rng, numel(xs)));
+  std::vector<int64_t> iv(static_cast<size_t>(numel(Shape{4, 3, 5})));
+  for (int64_t& v : iv) v = static_cast<int64_t>(rng() % 12) - 6;
+  on.put(2, Shape{4, 3, 5}, kI64, iv);
+  on.put(3, Shape{4, 3, 5}, kF32, floats(rng, 60));
+  on.put(4, Shape{5}, kI64, std::vector<int64_t>{0, 5, -1, 5, 2});
+  on.put(5, Shape{4, 5, 5}, kF32, floats(rng, 100));
+  on.put(6, Shape{2, 3}, kI32, std::vector<int32_t>{0, 3, 1, 2, 2, 0});
+  on.put(7, Shape{2, 70000}, kF32, floats(rng, 140000));
+  // Exact: the cpu backend's bits.
+  on.run(ir::Gather{{1}, 1, {2}, {10}});
+  on.expect(10, 0, "gather");
+  on.run(ir::ScatterAdd{{1}, 1, {2}, {3}, {11}});
+  on.expect(11, 0, "scatter_add");
+  on.run(ir::IndexSelect{{1}, 1, {4}, {12}});
+  on.expect(12, 0, "index_select");
+  on.run(ir::IndexSelectBackward{{5}, {4}, 1, xs, {13}});
+  on.expect(13, 0, "index_select_backward");
+  on.run(ir::OneHot{{6}, 4, {14}});
+  on.expect(14, 0, "one_hot");
+  on.run(ir::Cumsum{{7}, 1, {15}});
+  on.expect(15, 0, "cumsum (long lines)");
+  on.run(ir::Cat{{{1}, {5}, {1}}, 1, {16}});
+  on.expect(16, 0, "cat");
+  on.run(ir::Flip{{1}, {0, 2}, {17}});
+  on.expect(17, 0, "flip");
+  on.run(ir::Repeat{{1}, {2, 1, 3, 2}, {18}});
+  on.expect(18, 0, "repeat");
+  on.run(ir::SliceAssign{{1}, {3}, {0, 1, 0}, {4, 6, 5}, {1, 2, 1}, {19}});
+  on.expect(19, 0, "slice_assign");
+  on.run(ir::RandUniform{{20}, Shape{3000}, kF32, 42, -2.0, 3.0});
+  on.expect(20, 0, "rand_uniform f32");
+  on.run(ir::RandUniform{{21}, Shape{3000}, kF64, 43, 0.0, 1.0});
+  on.expect(21, 0, "rand_uniform f64");
+  on.run(ir::Bernoulli{{1}, {22}, 44});
+  on.expect(22, 0, "bernoulli");
+  // Normal: the device's log and cos may differ from glibc's in an f64's last bit.
+  on.run(ir::RandNormal{{24}, Shape{3000}, kF64, 45, 0.5, 2.0});
+  on.expect(24, 1e-14, "rand_normal f64");
+  // Adam: the cpu backend's rounded operations, in its order.
+  on.put(30, Shape{}, kF32, std::vector<float>{0.01f});
+  on.put(31, Shape{}, kF32, std::vector<float>{0.3f});
+  on.put(32, xs, kF32, floats(rng, numel(xs)));  // the gradient
+  on.put(37, xs, kF32, floats(rng, numel(xs)));  // the first moment
+  std::vector<float> sq = floats(rng, numel(xs));
+  for (float& f : sq) f = f * f;
+  on.put(33, xs, kF32, sq);
+  on.run(ir::AdamStep{
+      {1}, {32}, {37}, {33}, {30}, {31}, 0.9, 0.999, 1e-8, 0.01, 1e-3, true, {34}, {35}, {36}});
+  for (ir::TensorId id : {34, 35, 36}) on.expect(id, 0, "adam_step output " + std::to_string(id));
+  // Within f32 rounding: gelu and layer_norm gradients, attention.
+  on.put(40, xs, kF32, floats(rng, numel(xs)));
+  on.run(ir::GeluBackward{{40}, {1}, {41}});
+  on.expect(41, 1e-5, "gelu_backward");
+  on.put(42, Shape{5}, kF32, floats(rng, 5));
+  on.run(ir::LayerNormBackward{{40}, {1}, {42}, 1, 1e-5, {43}, {44}, {45}});
+  for (ir::TensorId id : {43, 44, 45})
+    on.expect(id, 1e-4, "layer_norm_backward " + std::to_string(id));
+  const Shape qs{2, 3, 37, 16}, ks{2, 3, 50, 16};
+  on.put(50, qs, kF32, floats(rng, numel(qs)));
+  on.put(51, ks, kF32, floats(rng, numel(ks)));
+  on.put(52, ks, kF32, floats(rng, numel(ks)));
+  on.put(53, qs, kF32, floats(rng, numel(qs)));
+  for (bool causal : {false, true}) {
+    on.run(ir::ScaledDotProductAttention{{50}, {51}, {52}, {}, causal, 0.25, {54}});
+    on.expect(54, 1e-4, causal ? "attention causal" : "attention");
+    on.run(ir::ScaledDotProductAttentionBackward{
+        {53}, {50}, {51}, {52}, {}, causal, 0.25, {55}, {56}, {57}});
+    for (ir::TensorId id : {55, 56, 57}) on.expect(id, 1e-4, "attention backward");
+  }
+  // Adaptive pooling and its backward, exact.
+  const Shape px{2, 3, 7, 5}, py{2, 3, 3, 4};
+  on.put(60, px, kF32, floats(rng, numel(px)));
+  on.put(61, py, kF32, floats(rng, numel(py)));
+  on.run(ir::AdaptiveAvgPool2d{{60}, {3, 4}, {62}});
+  on.expect(62, 0, "adaptive_avg_pool2d");
+  on.run(ir::AdaptiveAvgPool2dBackward{{61}, {7, 5}, {63}});
+  on.expect(63, 0, "adaptive_avg_pool2d_backward");
+}
+
+TEST(CudaDeviceRun, BadIndexFailsTheNextReadWithTheCpuMessage) {
+  OnBoth on;
+  if (!on.gpu) GTEST_SKIP() << "no cuda device: " << on.why;
+  on.put(1, Shape{5}, kF32, std::vector<float>(5, 1.f));
+  on.put(2, Shape{2}, kI64, std::vector<int64_t>{1, 7});
+  ASSERT_TRUE(on.gpu->execute(ir::Gather{{1}, 0, {2}, {3}}).ok());  // queued: checked later
+  Result<TensorData> r = on.gpu->read(3);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("gather: index 7 out of range for dim 0 of size 5"),
+            std::string::npos)
+      << r.status().message();
+  // The error is reported once; the backend goes on.
+  on.put(4, Shape{2}, kI64, std::vector<int64_t>{1, -5});
+  ASSERT_TRUE(on.gpu->execute(ir::Gather{{1}, 0, {4}, {5}}).ok());
+  EXPECT_TRUE(on.gpu->read(5).ok());
+}
+
 }  // namespace
 }  // namespace tw
