@@ -4,6 +4,7 @@
 // without one. Adding an overload is all it takes to support an op.
 #pragma once
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -30,23 +31,28 @@ const std::vector<bool>& kernel_codes() {
   return codes;
 }
 
-// Runs `op` through K's overload (a one-output op), or refuses it naming op and `backend`.
+// Runs `op` through K's overload (which gives the op's one output, or all of them for an op
+// with several), or refuses it naming op and `backend`.
 template <class T, class K>
 Result<std::vector<T>> run_kernel(K& kernels, const ir::Op& op, const std::string& backend) {
-  Result<T> r = std::visit(
-      [&](const auto& o) -> Result<T> {
+  return std::visit(
+      [&](const auto& o) -> Result<std::vector<T>> {
         using O = std::decay_t<decltype(o)>;
         if constexpr (HasKernel<K, O>) {
-          return kernels.run(o);
+          auto r = kernels.run(o);
+          if constexpr (std::is_same_v<decltype(r), Result<std::vector<T>>>) {
+            return r;
+          } else {
+            if (!r.ok()) return r.status();
+            std::vector<T> v;
+            v.push_back(std::move(r).value());
+            return v;
+          }
         } else {
           return unsupported_op(ir::op_name(op), backend);
         }
       },
       op);
-  if (!r.ok()) return r.status();
-  std::vector<T> v;
-  v.push_back(std::move(r).value());
-  return v;
 }
 
 }  // namespace tw

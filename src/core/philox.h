@@ -10,9 +10,16 @@
 
 TW_INTERNAL_BEGIN
 
+// The cuda backend's kernels run the same functions on the device (backend/cuda/kernels.cu).
+#if defined(__CUDACC__)
+#define TW_PHILOX_HD __host__ __device__ inline
+#else
+#define TW_PHILOX_HD inline
+#endif
+
 namespace tw {
 
-inline std::array<uint32_t, 4> philox4x32(uint64_t counter, uint64_t key_in) {
+TW_PHILOX_HD std::array<uint32_t, 4> philox4x32(uint64_t counter, uint64_t key_in) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
@@ -35,17 +42,17 @@ inline std::array<uint32_t, 4> philox4x32(uint64_t counter, uint64_t key_in) {
 }
 
 // Uniform in [0, 1) with 24 (float) or 53 (double) random bits.
-inline float philox_uniform_f32(uint64_t seed, uint64_t i) {
+TW_PHILOX_HD float philox_uniform_f32(uint64_t seed, uint64_t i) {
   return static_cast<float>(philox4x32(i, seed)[0] >> 8) * (1.0f / 16777216.0f);
 }
-inline double philox_uniform_f64(uint64_t seed, uint64_t i) {
+TW_PHILOX_HD double philox_uniform_f64(uint64_t seed, uint64_t i) {
   auto r = philox4x32(i, seed);
   uint64_t bits = (uint64_t{r[0]} << 21) ^ (r[1] >> 11);
   return static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
 // Standard normal by Box-Muller on two uniforms of the same counter; computed in double so
 // float and double tensors of the same seed agree to float precision.
-inline double philox_normal(uint64_t seed, uint64_t i) {
+TW_PHILOX_HD double philox_normal(uint64_t seed, uint64_t i) {
   auto r = philox4x32(i, seed);
   double u1 = (static_cast<double>(r[0]) + 1.0) * (1.0 / 4294967296.0);  // (0, 1]
   double u2 = static_cast<double>(r[1]) * (1.0 / 4294967296.0);

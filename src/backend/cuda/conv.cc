@@ -207,32 +207,75 @@ Result<CuTensor> Kernels::run(const ir::Conv2dBackwardWeight& op) {
   return out;
 }
 
-Result<CuTensor> Kernels::run(const ir::Pool2d& op) {
-  CuTensor kx;
-  TW_ASSIGN_OR_RETURN(const CuTensor* x, nchw(op.x, kx));
-  const std::string name = op.kind == ir::PoolKind::kMax ? "max_pool2d" : "avg_pool2d";
-  TW_ASSIGN_OR_RETURN(cudnnDataType_t t, dnn_type(x->dtype, name, device_));
-  TW_ASSIGN_OR_RETURN(PoolPlan p,
-                      plan_pool(x->shape, op.kernel, op.stride, op.padding, name, device_));
-  ConvDescs d;
+// The pooling descriptors of x (NCHW, dense) and the pool's output: its dtype for cuDNN.
+Result<int> Kernels::pool_descs(void* descs, const CuTensor& x, bool max,
+                                const std::vector<int64_t>& kernel,
+                                const std::vector<int64_t>& stride,
+                                const std::vector<int64_t>& padding, const std::string& name) {
+  ConvDescs& d = *static_cast<ConvDescs*>(descs);
+  TW_ASSIGN_OR_RETURN(cudnnDataType_t t, dnn_type(x.dtype, name, device_));
+  TW_ASSIGN_OR_RETURN(PoolPlan p, plan_pool(x.shape, kernel, stride, padding, name, device_));
   TW_RETURN_NOT_OK(tensor4d(&d.x, t, p.n, p.c, p.h, p.w, device_));
   TW_RETURN_NOT_OK(tensor4d(&d.y, t, p.n, p.c, p.p, p.q, device_));
   TW_RETURN_NOT_OK(dnn_check(cudnnCreatePoolingDescriptor(&d.pool), "pooling descriptor", device_));
-  const cudnnPoolingMode_t mode = op.kind == ir::PoolKind::kMax
-                                      ? CUDNN_POOLING_MAX_DETERMINISTIC
-                                      : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+  const cudnnPoolingMode_t mode =
+      max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
   TW_RETURN_NOT_OK(
       dnn_check(cudnnSetPooling2dDescriptor(d.pool, mode, CUDNN_PROPAGATE_NAN, p.win_h, p.win_w,
                                             p.pad_h, p.pad_w, p.stride_h, p.stride_w),
                 "cudnnSetPooling2dDescriptor", device_));
+  return static_cast<int>(t);
+}
+
+Result<CuTensor> Kernels::run(const ir::Pool2d& op) {
+  CuTensor kx;
+  TW_ASSIGN_OR_RETURN(const CuTensor* x, nchw(op.x, kx));
+  const bool max = op.kind == ir::PoolKind::kMax;
+  const std::string name = max ? "max_pool2d" : "avg_pool2d";
+  ConvDescs d;
+  TW_ASSIGN_OR_RETURN(int t, pool_descs(&d, *x, max, op.kernel, op.stride, op.padding, name));
   TW_ASSIGN_OR_RETURN(CuTensor out, fresh(out_meta()));
   if (out.numel() == 0) return out;
-  const AlphaBeta ab(t);
-  const void* one = ab.one();
-  const void* zero = ab.zero();
-  TW_RETURN_NOT_OK(dnn_check(
-      cudnnPoolingForward(ex_->dnn, d.pool, one, d.x, x->data(), zero, d.y, out.storage->ptr),
-      "cudnnPoolingForward", device_));
+  const AlphaBeta ab(static_cast<cudnnDataType_t>(t));
+  TW_RETURN_NOT_OK(dnn_check(cudnnPoolingForward(ex_->dnn, d.pool, ab.one(), d.x, x->data(),
+                                                 ab.zero(), d.y, out.storage->ptr),
+                             "cudnnPoolingForward", device_));
+  ex_->dev->count_dispatch();
+  ex_->last_op = name;
+  return out;
+}
+
+// cuDNN's pooling backward takes the forward's output: recomputed here (deterministic max
+// pooling, so the same as the forward gave).
+Result<CuTensor> Kernels::run(const ir::Pool2dBackward& op) {
+  CuTensor kx, kg;
+  TW_ASSIGN_OR_RETURN(const CuTensor* x, nchw(op.x, kx));
+  TW_ASSIGN_OR_RETURN(const CuTensor* g, nchw(op.grad, kg));
+  const bool max = op.kind == ir::PoolKind::kMax;
+  const std::string name = max ? "max_pool2d_backward" : "avg_pool2d_backward";
+  if (g->dtype != x->dtype) {
+    return unsupported_dtype(name, g->dtype, device_, "the gradient must have x's dtype here");
+  }
+  ConvDescs d;
+  TW_ASSIGN_OR_RETURN(int t, pool_descs(&d, *x, max, op.kernel, op.stride, op.padding, name));
+  TW_ASSIGN_OR_RETURN(CuTensor out, fresh(out_meta()));
+  if (out.numel() == 0) return out;
+  if (g->numel() == 0) {
+    TW_RETURN_NOT_OK(ex_->dev->check(
+        cudaMemsetAsync(out.storage->ptr, 0, out.numel() * dtype_size(out.dtype), ex_->stream->s),
+        name));
+    ex_->dev->count_dispatch();
+    return out;
+  }
+  TW_ASSIGN_OR_RETURN(CuTensor y, fresh(TensorMeta{g->shape, x->dtype}));
+  const AlphaBeta ab(static_cast<cudnnDataType_t>(t));
+  TW_RETURN_NOT_OK(dnn_check(cudnnPoolingForward(ex_->dnn, d.pool, ab.one(), d.x, x->data(),
+                                                 ab.zero(), d.y, y.storage->ptr),
+                             "cudnnPoolingForward", device_));
+  TW_RETURN_NOT_OK(
+      dnn_check(cudnnPoolingBackward(ex_->dnn, d.pool, ab.one(), d.y, y.storage->ptr, d.y,
+                                     g->data(), d.x, x->data(), ab.zero(), d.x, out.storage->ptr),
+                "cudnnPoolingBackward", device_));
   ex_->dev->count_dispatch();
   ex_->last_op = name;
   return out;

@@ -44,7 +44,8 @@ class CudaBackend final : public TableBackend<CuTensor> {
 
   Status sync() override {
     TW_RETURN_NOT_OK(ex_.dev->enter());
-    return queued_error(cudaStreamSynchronize(ex_.stream->s));
+    TW_RETURN_NOT_OK(queued_error(cudaStreamSynchronize(ex_.stream->s)));
+    return ex_.index_check ? ex_.index_check->take(ex_.index_check->seq) : Status::OK();
   }
 
   Result<TensorData> read(ir::TensorId id) override {
@@ -123,8 +124,10 @@ class CudaBackend final : public TableBackend<CuTensor> {
     // free after the copy, so dropping `keep` here is safe.
     const std::string last = ex_.last_op;
     auto stream = ex_.stream;
-    return std::function<Result<TensorData>()>([data, pinned, ev, n, dev, stream, last,
-                                                id]() -> Result<TensorData> {
+    std::shared_ptr<IndexCheck> check = ex_.index_check;
+    const int64_t upto = check ? check->seq : 0;
+    return std::function<Result<TensorData>()>([data, pinned, ev, n, dev, stream, last, id, check,
+                                                upto]() -> Result<TensorData> {
       (void)cudaSetDevice(dev->ordinal());
       const cudaError_t err = cudaEventSynchronize(ev);
       (void)cudaEventDestroy(ev);
@@ -133,6 +136,8 @@ class CudaBackend final : public TableBackend<CuTensor> {
                                    " (an op queued before it failed; the last op queued: " + last +
                                    ")");
       }
+      // An index out of range found by an index kernel queued before the read.
+      if (check) TW_RETURN_NOT_OK(check->take(upto));
       data->bytes = Buffer::wrap(pinned.get(), n, pinned);
       return std::move(*data);
     });
@@ -164,6 +169,9 @@ Result<Exec> make_exec(Device* dev) {
     return unavailable(dev->name() + ": cudnnCreate failed (is libcudnn usable here?)");
   }
 #endif
+  // Without mapped host memory the index ops are refused (index.cc); everything else runs.
+  Result<std::shared_ptr<IndexCheck>> check = make_index_check(dev);
+  if (check.ok()) ex.index_check = std::move(*check);
   ex.workspace = std::make_shared<DeviceBlock>();
   ex.workspace->stream = ex.stream;
   Status st = dev->check(

@@ -12,6 +12,7 @@
 #include <cudnn.h>
 #endif
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,27 @@ struct Exec {
   cudnnHandle_t dnn = nullptr;  // on `stream`
 #endif
   std::string last_op;  // the last op queued: named by errors found at a later sync
+  std::shared_ptr<struct IndexCheck> index_check;  // null: index ops are refused
 };
+
+// The index ops' checks on the device (launch.h, IxArgs): a bad value and its launch's sequence
+// number land in host memory mapped for the device; a sync or read after it reports the error
+// with the cpu backend's message (the op itself was queued without one).
+struct IndexCheck {
+  struct Launch {
+    std::string op;
+    int64_t dim = 0, size = 0;
+    bool one_hot = false;
+  };
+  int64_t* word = nullptr;  // [value, sequence number (0: none)], cudaHostAllocMapped
+  int64_t seq = 0;
+  std::map<int64_t, Launch> launches;  // since the last check
+  ~IndexCheck();
+  // Called once the work up to launch `upto` is done: the error a launch found, if any; forgets
+  // the launches it covers.
+  Status take(int64_t upto);
+};
+Result<std::shared_ptr<IndexCheck>> make_index_check(Device* dev);
 inline constexpr uint64_t kWorkspaceBytes = 32ull << 20;
 
 class Kernels {
@@ -72,11 +93,35 @@ class Kernels {
   Result<CuTensor> run(const ir::Linear& op);
   Result<CuTensor> run(const ir::Softmax& op);
   Result<CuTensor> run(const ir::LayerNorm& op);
+  Result<std::vector<CuTensor>> run(const ir::LayerNormBackward& op);
+  // index.cc: movement by copies, the index ops, cumsum, the random ops, AdamStep, the gelu
+  // gradient
+  Result<CuTensor> run(const ir::Cat& op);
+  Result<CuTensor> run(const ir::Flip& op);
+  Result<CuTensor> run(const ir::Repeat& op);
+  Result<CuTensor> run(const ir::SliceAssign& op);
+  Result<CuTensor> run(const ir::Gather& op);
+  Result<CuTensor> run(const ir::IndexSelect& op);
+  Result<CuTensor> run(const ir::IndexSelectBackward& op);
+  Result<CuTensor> run(const ir::OneHot& op);
+  Result<CuTensor> run(const ir::ScatterAdd& op);
+  Result<CuTensor> run(const ir::Cumsum& op);
+  Result<CuTensor> run(const ir::RandUniform& op);
+  Result<CuTensor> run(const ir::RandNormal& op);
+  Result<CuTensor> run(const ir::Bernoulli& op);
+  Result<CuTensor> run(const ir::GeluBackward& op);
+  Result<std::vector<CuTensor>> run(const ir::AdamStep& op);
+  Result<CuTensor> run(const ir::AdaptiveAvgPool2d& op);
+  Result<CuTensor> run(const ir::AdaptiveAvgPool2dBackward& op);
+  // attention.cc: f32, fused kernels of this backend (attention.cu)
+  Result<CuTensor> run(const ir::ScaledDotProductAttention& op);
+  Result<std::vector<CuTensor>> run(const ir::ScaledDotProductAttentionBackward& op);
 #if TW_CUDA_CUDNN
   Result<CuTensor> run(const ir::Conv2d& op);  // conv.cc: cuDNN
   Result<CuTensor> run(const ir::Conv2dBackwardInput& op);
   Result<CuTensor> run(const ir::Conv2dBackwardWeight& op);
   Result<CuTensor> run(const ir::Pool2d& op);
+  Result<CuTensor> run(const ir::Pool2dBackward& op);
 #endif
 
   // A contiguous copy of a view (reads of strided tensors, reshapes no view can express).
@@ -101,6 +146,26 @@ class Kernels {
   Result<CuTensor> rows(RowsArgs a, const CuTensor& x, const std::string& op);
   Result<CuTensor> matmul(const CuTensor& a, const CuTensor& b, const CuTensor* bias, bool relu,
                           const std::string& op);
+  // x copied (bits, or converted when the dtypes differ) into `dst`, a view of a fresh tensor's
+  // buffer.
+  Status copy_into(const CuTensor& x, const CuTensor& dst, const std::string& op);
+  // One index-kernel launch (a's shapes and strides set) writing a fresh tensor of meta m.
+  Result<CuTensor> index_launch(IxArgs a, const CuTensor* x, const CuTensor& index,
+                                const CuTensor* src, const TensorMeta& m, const std::string& op);
+#if TW_CUDA_CUDNN
+  // conv.cc: the pooling descriptors (a ConvDescs) of x and the pool's output; cuDNN's dtype.
+  Result<int> pool_descs(void* descs, const CuTensor& x, bool max,
+                         const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                         const std::vector<int64_t>& padding, const std::string& name);
+#endif
+  // Attention's argument block: q, k, v dense f32 (copies in keep[0..2]), the mask's strides.
+  Result<AttnArgs> attention_args(const ir::In& query, const ir::In& key, const ir::In& value,
+                                  const ir::In& mask, bool causal, double scale,
+                                  const std::string& op, CuTensor (&keep)[4]);
+  // AdaptiveAvgPool2d (backward: its gradient) of `input`, x of x_shape [N, C, H, W].
+  Result<CuTensor> adaptive(const ir::In& input, const Shape& x_shape, bool backward,
+                            const std::string& op);
+  Result<CuTensor> random(EwArgs a, const CuTensor* p, DType dtype, const std::string& op);
   // The compute class of dtype d.
   static int32_t cls_of(DType d);
 

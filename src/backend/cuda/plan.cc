@@ -75,6 +75,146 @@ Result<ReduceArgs> reduce_args(const View& x, const std::vector<int64_t>& dims,
   return a;
 }
 
+namespace {
+
+int64_t norm_dim(int64_t d, size_t rank) { return d < 0 ? d + static_cast<int64_t>(rank) : d; }
+
+Result<IxArgs> ix_base(const Shape& out, int64_t dim, const std::string& op,
+                       const std::string& device) {
+  if (out.size() > static_cast<size_t>(kMaxIxRank)) {
+    return unimplemented(op + ": " + std::to_string(out.size()) + " dims, the " + device +
+                         " backend's index kernels take at most " + std::to_string(kMaxIxRank));
+  }
+  IxArgs a;
+  a.n = numel(out);
+  a.rank = static_cast<int32_t>(out.size());
+  a.dim = static_cast<int32_t>(norm_dim(dim, out.size()));
+  for (size_t d = 0; d < out.size(); ++d) {
+    a.shape[d] = out[d];
+    a.ishape[d] = out[d];
+  }
+  const Launch l = launch_1d(a.n);
+  a.grid = l.grid;
+  a.block = l.block;
+  return a;
+}
+
+}  // namespace
+
+Result<IxArgs> gather_args(const View& x, const View& index, int64_t dim, const Shape& out,
+                           const std::string& op, const std::string& device) {
+  TW_ASSIGN_OR_RETURN(IxArgs a, ix_base(out, dim, op, device));
+  a.mode = kIxGather;
+  // A 0-d x is one element along its only "dim".
+  a.size = x.shape.empty() ? 1 : x.shape[static_cast<size_t>(a.dim)];
+  a.x_dim_stride = x.shape.empty() ? 0 : x.strides[static_cast<size_t>(a.dim)];
+  for (size_t d = 0; d < out.size(); ++d) {
+    a.xs[d] = static_cast<int32_t>(d) == a.dim ? 0 : x.strides[d];
+    a.is[d] = index.strides[d];
+  }
+  return a;
+}
+
+Result<IxArgs> index_select_args(const View& x, const View& index, int64_t dim, const Shape& out,
+                                 const std::string& op, const std::string& device) {
+  TW_ASSIGN_OR_RETURN(IxArgs a, ix_base(out, dim, op, device));
+  a.mode = kIxGather;
+  a.size = x.shape.empty() ? 1 : x.shape[static_cast<size_t>(a.dim)];
+  a.x_dim_stride = x.shape.empty() ? 0 : x.strides[static_cast<size_t>(a.dim)];
+  const int64_t istride = index.strides.empty() ? 0 : index.strides[0];
+  for (size_t d = 0; d < out.size(); ++d) {
+    const bool along = static_cast<int32_t>(d) == a.dim;
+    a.xs[d] = along ? 0 : x.strides[d];
+    a.is[d] = along ? istride : 0;
+  }
+  return a;
+}
+
+Result<IxArgs> one_hot_args(const View& x, int64_t classes, const std::string& op,
+                            const std::string& device) {
+  Shape out = x.shape;
+  out.push_back(classes);
+  TW_ASSIGN_OR_RETURN(IxArgs a, ix_base(out, -1, op, device));
+  a.mode = kIxOneHot;
+  a.size = classes;
+  for (size_t d = 0; d < x.shape.size(); ++d) a.is[d] = x.strides[d];
+  return a;
+}
+
+Result<IxArgs> scatter_add_args(const View* x, const View& index, const View& src, int64_t dim,
+                                const Shape& out, const std::string& op,
+                                const std::string& device) {
+  TW_ASSIGN_OR_RETURN(IxArgs a, ix_base(out, dim, op, device));
+  a.mode = kIxScatter;
+  const auto d0 = static_cast<size_t>(a.dim);
+  a.size = out.empty() ? 1 : out[d0];
+  a.len = out.empty() ? 1 : index.shape[d0];
+  a.i_dim_stride = out.empty() ? 0 : index.strides[d0];
+  a.s_dim_stride = out.empty() ? 0 : src.strides[d0];
+  for (size_t d = 0; d < out.size(); ++d) {
+    const bool along = d == d0;
+    if (x) a.xs[d] = x->strides[d];
+    a.is[d] = along ? 0 : index.strides[d];
+    a.ss[d] = along ? 0 : src.strides[d];
+    a.ishape[d] = index.shape[d];
+  }
+  return a;
+}
+
+Result<IxArgs> index_select_backward_args(const View& grad, const View& index, int64_t dim,
+                                          const Shape& out, const std::string& op,
+                                          const std::string& device) {
+  TW_ASSIGN_OR_RETURN(IxArgs a, ix_base(out, dim, op, device));
+  a.mode = kIxScatter;
+  const auto d0 = static_cast<size_t>(a.dim);
+  a.size = out.empty() ? 1 : out[d0];
+  a.len = tw::numel(index.shape);
+  a.i_dim_stride = index.strides.empty() ? 0 : index.strides[0];
+  a.s_dim_stride = out.empty() ? 0 : grad.strides[d0];
+  for (size_t d = 0; d < out.size(); ++d) a.ss[d] = d == d0 ? 0 : grad.strides[d];
+  return a;
+}
+
+ScanArgs scan_args(const Shape& shape, int64_t dim) {
+  ScanArgs a;
+  const int64_t d0 = shape.empty() ? 0 : norm_dim(dim, shape.size());
+  a.outer = 1;
+  a.inner = 1;
+  for (int64_t d = 0; d < d0; ++d) a.outer *= shape[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(d0) + 1; d < shape.size(); ++d) a.inner *= shape[d];
+  a.len = shape.empty() ? 1 : shape[static_cast<size_t>(d0)];
+  const Launch l = launch_1d(a.outer * a.inner, 128);
+  a.grid = l.grid;
+  a.block = l.block;
+  return a;
+}
+
+View repeat_view(const View& x, const std::vector<int64_t>& repeats) {
+  View v;
+  v.dtype = x.dtype;
+  v.offset = x.offset;
+  const size_t lead = repeats.size() - x.shape.size();
+  for (size_t d = 0; d < repeats.size(); ++d) {
+    const bool is_new = d < lead;
+    v.shape.push_back(repeats[d]);
+    v.strides.push_back(0);
+    v.shape.push_back(is_new ? 1 : x.shape[d - lead]);
+    v.strides.push_back(is_new ? 0 : x.strides[d - lead]);
+  }
+  return v;
+}
+
+View flip_view(const View& x, const std::vector<int64_t>& dims) {
+  View v = x;
+  for (int64_t d0 : dims) {
+    const auto d = static_cast<size_t>(norm_dim(d0, x.shape.size()));
+    if (x.shape[d] == 0) continue;
+    v.offset += (x.shape[d] - 1) * x.strides[d];
+    v.strides[d] = -x.strides[d];
+  }
+  return v;
+}
+
 uint32_t pointer_alignment(uint64_t byte_offset) {
   uint32_t a = 256;
   while (a > 1 && byte_offset % a != 0) a /= 2;

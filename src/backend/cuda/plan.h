@@ -45,6 +45,35 @@ Result<EwArgs> elementwise_args(const Shape& out, DType out_dtype, const std::ve
 Result<ReduceArgs> reduce_args(const View& x, const std::vector<int64_t>& dims,
                                const std::string& op, const std::string& device);
 
+// ---- index ops (index_math.h) ----
+// The index kernel's arguments (pointers and dtypes left for the caller, except the shapes and
+// strides); `dim` may be negative (from the end). Refuse more than kMaxIxRank dims, naming op
+// and device.
+// Gather: out[c] = x[c with c[dim] = index[c]] (index of out's shape).
+Result<IxArgs> gather_args(const View& x, const View& index, int64_t dim, const Shape& out,
+                           const std::string& op, const std::string& device);
+// IndexSelect: out[c] = x[c with c[dim] = index[c[dim]]] (index 1-d).
+Result<IxArgs> index_select_args(const View& x, const View& index, int64_t dim, const Shape& out,
+                                 const std::string& op, const std::string& device);
+// OneHot: out[c, k] = x[c] == k, out of x.shape + [classes].
+Result<IxArgs> one_hot_args(const View& x, int64_t classes, const std::string& op,
+                            const std::string& device);
+// ScatterAdd (x given: out = x plus src at index along dim) and IndexSelectBackward (x null, a
+// 1-d index broadcast over grad's other dims: src = grad).
+Result<IxArgs> scatter_add_args(const View* x, const View& index, const View& src, int64_t dim,
+                                const Shape& out, const std::string& op, const std::string& device);
+Result<IxArgs> index_select_backward_args(const View& grad, const View& index, int64_t dim,
+                                          const Shape& out, const std::string& op,
+                                          const std::string& device);
+// Cumsum over dim of a contiguous x of `shape`.
+ScanArgs scan_args(const Shape& shape, int64_t dim);
+// Repeat as one copy: x read through `view` (x's strides over the interleaved shape [r0, s0, r1,
+// s1, ...], 0 along each repeat) into a contiguous output of that shape, which is the repeated
+// tensor's layout.
+View repeat_view(const View& x, const std::vector<int64_t>& repeats);
+// Flip as a view: negative strides along `dims` from the last element of each.
+View flip_view(const View& x, const std::vector<int64_t>& dims);
+
 // ---- cuBLASLt ----
 // Row-major C[M, N] = A[M, K] B[K, N] (batched) runs as the column-major product
 // C^T[N, M] = B^T[N, K] A^T[K, M]: cuBLASLt's "A" is our B and its "B" our A, each read in place

@@ -95,3 +95,75 @@ Result<CuTensor> Kernels::run(const ir::LayerNorm& op) {
 }
 
 }  // namespace tw::cuda
+
+namespace tw::cuda {
+
+// dx from the row kernel (f32 statistics, as layer_norm's), which also leaves g * xhat per
+// element in an f32 scratch; dweight and dbias are the reduce kernel's sums over rows of that
+// scratch and of g (a fixed tree per column: deterministic, no atomics).
+Result<std::vector<CuTensor>> Kernels::run(const ir::LayerNormBackward& op) {
+  TW_ASSIGN_OR_RETURN(const CuTensor* g0, in(op.grad));
+  TW_ASSIGN_OR_RETURN(const CuTensor* x0, in(op.x));
+  TW_RETURN_NOT_OK(rows_dtype(x0->dtype, "layer_norm_backward", device_));
+  if (g0->dtype != x0->dtype) {
+    return unsupported_dtype("layer_norm_backward", g0->dtype, device_,
+                             "the gradient must have the input's dtype here");
+  }
+  CuTensor kx, kg, kw;
+  TW_ASSIGN_OR_RETURN(const CuTensor* x, dense(*x0, kx));
+  TW_ASSIGN_OR_RETURN(const CuTensor* g, dense(*g0, kg));
+  RowsArgs a;
+  if (op.weight.id != 0) {
+    TW_ASSIGN_OR_RETURN(const CuTensor* w0, in(op.weight));
+    if (w0->dtype != x->dtype) {
+      return unsupported_dtype("layer_norm_backward", w0->dtype, device_,
+                               "the weight must have the input's dtype here");
+    }
+    TW_ASSIGN_OR_RETURN(const CuTensor* w, dense(*w0, kw));
+    a.w = w->data();
+  }
+  const std::vector<TensorMeta>& m = *metas_;
+  int64_t len = 1;
+  const int64_t rank = static_cast<int64_t>(x->shape.size());
+  for (int64_t d = rank - op.normalized_dims; d < rank; ++d) len *= x->shape[d];
+  const int64_t nrows = len == 0 ? 0 : x->numel() / len;
+  TW_ASSIGN_OR_RETURN(CuTensor dx, fresh(m[0]));
+  TW_ASSIGN_OR_RETURN(CuTensor aux, fresh(TensorMeta{Shape{nrows, len}, kF32}));
+  std::vector<CuTensor> outs;
+  if (nrows > 0 && len > 0) {
+    a.op = kLayerNormBackward;
+    a.len = len;
+    a.rows = nrows;
+    a.inner = 1;
+    a.eps = static_cast<float>(op.eps);
+    a.dtype = static_cast<int32_t>(x->dtype);
+    a.x = x->data();
+    a.g = g->data();
+    a.out = dx.storage->ptr;
+    a.aux = static_cast<float*>(aux.storage->ptr);
+    a.grid = static_cast<int32_t>(std::clamp<int64_t>(a.rows, 1, kMaxBlocks));
+    TW_RETURN_NOT_OK(launched(launch_rows(a, ex_->stream->s), "layer_norm_backward"));
+  }
+  outs.push_back(std::move(dx));
+  // dweight and dbias: [rows, len] summed over rows, into the outputs' dtype.
+  for (size_t k = 1; k < 3; ++k) {
+    View v;
+    v.shape = Shape{nrows, len};
+    v.strides = strided::contiguous_strides(v.shape);
+    v.dtype = k == 1 ? kF32 : g->dtype;
+    TW_ASSIGN_OR_RETURN(ReduceArgs r, reduce_args(v, {0}, "layer_norm_backward", device_));
+    TW_ASSIGN_OR_RETURN(CuTensor o, fresh(m[k]));
+    if (r.n_out > 0) {
+      r.kind = static_cast<int32_t>(ir::ReduceKind::kSum);
+      r.cls = kClsF32;
+      r.in = k == 1 ? aux.data() : g->data();
+      r.out = o.storage->ptr;
+      r.out_dtype = static_cast<int32_t>(m[k].dtype);
+      TW_RETURN_NOT_OK(launched(launch_reduce(r, ex_->stream->s), "layer_norm_backward"));
+    }
+    outs.push_back(std::move(o));
+  }
+  return outs;
+}
+
+}  // namespace tw::cuda
