@@ -41,6 +41,21 @@ class CudaBackend final : public TableBackend<CuTensor> {
   }
   uint64_t device_dispatches() const override { return ex_.dev->dispatches(); }
   bool counts_dispatches() const override { return true; }
+  // The GPU, its memory (total from the device's properties, free from cudaMemGetInfo: what the
+  // whole device has free, other processes' use included), and every dtype but i8.
+  Description describe() override {
+    Description d = Backend::describe();  // the ops supports() accepts, every dtype
+    const DeviceInfo& info = ex_.dev->info();
+    d.model = info.name + " (sm_" + std::to_string(info.major) + std::to_string(info.minor) +
+              ", " + std::to_string(info.sms) + " SMs)";
+    d.host_memory = false;
+    d.memory_total = info.memory_bytes;
+    size_t free = 0, total = 0;
+    d.memory_free =
+        ex_.dev->enter().ok() && cudaMemGetInfo(&free, &total) == cudaSuccess ? free : 0;
+    d.dtype_mask &= ~(1u << static_cast<int>(kI8));  // no kernel type for i8 (docs/cuda.md)
+    return d;
+  }
 
   Status sync() override {
     TW_RETURN_NOT_OK(ex_.dev->enter());
