@@ -13,10 +13,13 @@ struct AttentionParams {
   uint32_t bh = 0, tq = 0, tk = 0, d = 0, dv = 0;
   float scale = 1;
   uint32_t oq = 0, ok = 0, ov = 0, og = 0, om = 0;
+  uint32_t scale_lo = 0, scale_hi = 0;  // scale's double bits (the f64 build)
 };
 
 AttentionParams params_of(const Kernels::Attention& a, double scale) {
   auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  uint64_t bits;
+  std::memcpy(&bits, &scale, sizeof scale);
   return {u(a.bh),
           u(a.tq),
           u(a.tk),
@@ -27,8 +30,13 @@ AttentionParams params_of(const Kernels::Attention& a, double scale) {
           u(a.t[1].offset),
           u(a.t[2].offset),
           u(a.t[3].offset),
-          0};
+          0,
+          static_cast<uint32_t>(bits),
+          static_cast<uint32_t>(bits >> 32)};
 }
+
+// attention.comp's build for dtype d: attention_1 computes in double.
+const char* attention_shader(DType d) { return d == kF64 ? "attention_1" : "attention_0"; }
 
 }  // namespace
 
@@ -45,8 +53,8 @@ Result<Kernels::Attention> Kernels::attention_operands(const ir::In& q, const ir
     a.t[i] = *dense_t;
   }
   const DType d = a.t[0].dtype;
-  if (d == kF64) return unsupported_dtype(op, d, device_, "GLSL has no double-precision exp");
-  if (d != kF32 && d != kF16 && d != kBF16) {
+  if (d == kF64) TW_RETURN_NOT_OK(cls_of(d, op).status());
+  if (d != kF32 && d != kF16 && d != kBF16 && d != kF64) {
     return unsupported_dtype(op, d, device_, "float dtypes only");
   }
   const Shape& qs = a.t[0].shape;
@@ -90,7 +98,9 @@ Result<VkTensor> Kernels::run(const ir::ScaledDotProductAttention& op) {
       {out.storage.get()}, {a.t[0].storage.get()}, {a.t[1].storage.get()}, {a.t[2].storage.get()}};
   if (a.has_mask) bindings.push_back({a.mask.storage.get()});
   const uint32_t groups = static_cast<uint32_t>(std::min<int64_t>((a.bh * a.tq + 63) / 64, 65535));
-  TW_RETURN_NOT_OK(ctx_->dispatch("attention", false, spec, bindings, &p, sizeof p, groups));
+  const DType d = a.t[0].dtype;
+  TW_RETURN_NOT_OK(
+      ctx_->dispatch(attention_shader(d), d == kF64, spec, bindings, &p, sizeof p, groups));
   return out;
 }
 
@@ -104,15 +114,17 @@ Result<std::vector<VkTensor>> Kernels::run(const ir::ScaledDotProductAttentionBa
   }
   if (a.bh == 0 || (a.tq == 0 && a.tk == 0)) return outs;
   const AttentionParams p = params_of(a, op.scale);
+  const DType d = a.t[0].dtype;
   TW_ASSIGN_OR_RETURN(Storage stats,
-                      ctx_->alloc(static_cast<uint64_t>(std::max<int64_t>(a.bh * a.tq, 1)) * 16));
-  const int32_t dt = static_cast<int32_t>(a.t[0].dtype);
+                      ctx_->alloc(static_cast<uint64_t>(std::max<int64_t>(a.bh * a.tq, 1)) * 4 *
+                                  (d == kF64 ? 8 : 4)));
+  const int32_t dt = static_cast<int32_t>(d);
   const Binding mask{a.has_mask ? a.mask.storage.get() : a.t[0].storage.get()};
   auto groups = [](int64_t threads) {
     return static_cast<uint32_t>(std::min<int64_t>((threads + 63) / 64, 65535));
   };
   // Rows: dq and the statistics; then keys: dk and dv.
-  TW_RETURN_NOT_OK(ctx_->dispatch("attention", false,
+  TW_RETURN_NOT_OK(ctx_->dispatch(attention_shader(d), d == kF64,
                                   {1, dt, op.causal ? 1 : 0, a.has_mask ? 1 : 0},
                                   {{outs[0].storage.get()},
                                    {a.t[0].storage.get()},
@@ -122,7 +134,7 @@ Result<std::vector<VkTensor>> Kernels::run(const ir::ScaledDotProductAttentionBa
                                    {a.t[3].storage.get()},
                                    {stats.get()}},
                                   &p, sizeof p, groups(a.bh * a.tq)));
-  TW_RETURN_NOT_OK(ctx_->dispatch("attention", false,
+  TW_RETURN_NOT_OK(ctx_->dispatch(attention_shader(d), d == kF64,
                                   {2, dt, op.causal ? 1 : 0, a.has_mask ? 1 : 0},
                                   {{outs[1].storage.get()},
                                    {a.t[0].storage.get()},

@@ -1,10 +1,14 @@
 #include "backend/vulkan/context.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <string>
 
 #include "backend/vulkan/shader_abi.h"
 
@@ -89,6 +93,14 @@ Result<Context*> Context::get(int ordinal) {
     return st;
   }
   contexts->emplace(ordinal, ctx);
+  // The pipelines made are kept for the next process (the contexts live to the process's exit).
+  static const bool saver = [] {
+    std::atexit([] {
+      for (auto& [n, c] : *contexts) c->save_pipeline_cache();
+    });
+    return true;
+  }();
+  (void)saver;
   return ctx;
 }
 
@@ -293,6 +305,7 @@ Status Context::init(int ordinal) {
   pl.setLayoutCount = 1;
   pl.pSetLayouts = &set_layout_;
   TW_VK(vkCreatePipelineLayout(device_, &pl, nullptr, &layout_), "vkCreatePipelineLayout");
+  open_pipeline_cache(props);
 
   VkCommandPoolCreateInfo cp{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   cp.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
@@ -487,6 +500,71 @@ Status Context::sync() {
   return submit_locked(true);
 }
 
+// The pipeline cache file: $TW_VULKAN_PIPELINE_CACHE ("off": none), else
+// $XDG_CACHE_HOME/tensorwire (or ~/.cache/tensorwire), one file per device and driver version.
+void Context::open_pipeline_cache(const VkPhysicalDeviceProperties& props) {
+  std::string path;
+  if (const char* e = std::getenv("TW_VULKAN_PIPELINE_CACHE")) {
+    if (std::string(e) == "off") return;
+    path = e;
+  } else {
+    std::string dir;
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+      dir = x;
+    } else if (const char* h = std::getenv("HOME"); h && *h) {
+      dir = std::string(h) + "/.cache";
+    } else {
+      return;
+    }
+    dir += "/tensorwire";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return;  // no cache: pipelines are made as without one
+    char name[96];
+    std::snprintf(name, sizeof name, "/vulkan-%04x-%04x-%08x.pipelines", props.vendorID,
+                  props.deviceID, props.driverVersion);
+    path = dir + name;
+  }
+  std::vector<char> data;
+  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+    char chunk[65536];
+    size_t n;
+    while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0)
+      data.insert(data.end(), chunk, chunk + n);
+    std::fclose(f);
+  }
+  // Data another driver wrote is ignored by the driver (its header names the device).
+  VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+  ci.initialDataSize = data.size();
+  ci.pInitialData = data.empty() ? nullptr : data.data();
+  if (vkCreatePipelineCache(device_, &ci, nullptr, &cache_) != VK_SUCCESS) {
+    ci.initialDataSize = 0;
+    ci.pInitialData = nullptr;
+    if (vkCreatePipelineCache(device_, &ci, nullptr, &cache_) != VK_SUCCESS) return;
+  }
+  cache_path_ = path;
+}
+
+void Context::save_pipeline_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cache_ == VK_NULL_HANDLE || !cache_dirty_ || cache_path_.empty()) return;
+  size_t n = 0;
+  if (vkGetPipelineCacheData(device_, cache_, &n, nullptr) != VK_SUCCESS || n == 0) return;
+  std::vector<char> data(n);
+  if (vkGetPipelineCacheData(device_, cache_, &n, data.data()) != VK_SUCCESS) return;
+  // Written beside and renamed: processes sharing the file see the old one or the new one.
+  const std::string tmp = cache_path_ + "." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return;
+  const bool ok = std::fwrite(data.data(), 1, n, f) == n;
+  if (std::fclose(f) == 0 && ok) {
+    std::rename(tmp.c_str(), cache_path_.c_str());
+  } else {
+    std::remove(tmp.c_str());
+  }
+  cache_dirty_ = false;
+}
+
 Result<VkPipeline> Context::pipeline_locked(const std::string& shader, bool f64,
                                             const std::vector<int32_t>& spec) {
   const std::string key = shader + (f64 ? "/1" : "/0");
@@ -525,8 +603,8 @@ Result<VkPipeline> Context::pipeline_locked(const std::string& shader, bool f64,
   ci.layout = layout_;
   VkPipeline p;
   const auto t0 = std::chrono::steady_clock::now();
-  TW_VK(vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &ci, nullptr, &p),
-        "vkCreateComputePipelines");
+  TW_VK(vkCreateComputePipelines(device_, cache_, 1, &ci, nullptr, &p), "vkCreateComputePipelines");
+  cache_dirty_ = true;
   // TW_VULKAN_PIPELINE_STATS=1: pipelines made per shader and the seconds they took, printed at
   // exit (pipeline creation compiles on lavapipe: the first thing to look at when tests slow).
   static std::map<std::string, std::pair<int, double>> stats;

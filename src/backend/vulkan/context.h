@@ -88,6 +88,9 @@ class Context {
   Status sync();
 
   void release(DeviceBuffer* b);  // a Storage's deleter: back to its size class
+  // Writes the pipeline cache to its file when pipelines were made since the last write (at the
+  // process's exit; the next process starts from it).
+  void save_pipeline_cache();
 
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -117,6 +120,7 @@ class Context {
   Result<VkPipeline> pipeline_locked(const std::string& shader, bool f64,
                                      const std::vector<int32_t>& spec);
   void barrier_locked(VkCommandBuffer cmd);
+  void open_pipeline_cache(const VkPhysicalDeviceProperties& props);
 
   mutable std::mutex mu_;
   int ordinal_ = 0;
@@ -133,6 +137,10 @@ class Context {
   PFN_vkCmdPushDescriptorSetKHR push_descriptors_ = nullptr;
   uint32_t device_memory_type_ = 0, host_memory_type_ = 0;
   std::map<std::string, VkShaderModule> modules_;  // "name/f64"
+  // Pipelines made by earlier processes (the driver's cache data, in a file: docs/vulkan.md).
+  VkPipelineCache cache_ = VK_NULL_HANDLE;
+  std::string cache_path_;
+  bool cache_dirty_ = false;
   std::map<std::pair<std::string, std::vector<int32_t>>, Pipeline> pipelines_;
   // (class, host) -> buffers free for reuse; its own mutex, as a Storage may be dropped where
   // mu_ is held (a batch's staging buffers, once its fence has been waited for).

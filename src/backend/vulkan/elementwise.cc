@@ -14,13 +14,6 @@ namespace {
 constexpr int32_t kCastKind = -1;  // the unary family's cast (values converted)
 constexpr int32_t kCopyKind = -2;  // the unary family's bit copy
 
-// Kinds whose f32 result the shaders compute with GLSL's float functions; on f64 only the
-// correctly rounded ones run (GLSL has no double exp, log, sin, ...).
-bool f64_unary_ok(ir::UnaryKind k) {
-  return !ir::is_float_math(k) || k == ir::UnaryKind::kSqrt || k == ir::UnaryKind::kRsqrt ||
-         k == ir::UnaryKind::kRecip;
-}
-
 void split64(uint64_t v, uint32_t& lo, uint32_t& hi) {
   lo = static_cast<uint32_t>(v);
   hi = static_cast<uint32_t>(v >> 32);
@@ -174,28 +167,25 @@ Result<VkTensor> Kernels::run(const ir::Unary& op) {
   ew.kind = static_cast<int32_t>(op.kind);
   const DType cd = ir::is_float_math(op.kind) ? out_meta().dtype : x->dtype;
   TW_ASSIGN_OR_RETURN(ew.cls, cls_of(cd, name));
-  if (ew.cls == kClsF64 && !f64_unary_ok(op.kind)) {
-    return unsupported_dtype(name, kF64, device_,
-                             std::string("GLSL has no double-precision ") + ir::kind_name(op.kind));
-  }
   return elementwise(ew, {x}, out_meta(), name);
 }
 
-namespace {
-Status check_binary(ir::BinaryKind k, int32_t cls, DType cd, const std::string& name,
-                    const std::string& device) {
-  if (cls == kClsF64 && (k == ir::BinaryKind::kPow || k == ir::BinaryKind::kRemainder)) {
-    return unsupported_dtype(name, cd, device,
-                             std::string("GLSL has no double-precision ") + ir::kind_name(k));
+// An integer remainder's divisor is checked for zero first, as the cpu backend does (with its
+// message): the divisor is read back, a sync.
+Status Kernels::check_divisor(ir::BinaryKind k, int32_t cls, const VkTensor& divisor,
+                              const std::string& name) {
+  if (k != ir::BinaryKind::kRemainder || cls != kClsI64 || numel(out_meta().shape) == 0) {
+    return Status::OK();
   }
-  if (cls == kClsI64 && k == ir::BinaryKind::kRemainder) {
-    return unsupported_dtype(name, cd, device,
-                             "an integer remainder checks its divisors for zero first, which "
-                             "this backend does not do on the device yet");
+  TW_ASSIGN_OR_RETURN(std::vector<int64_t> v, index_values(divisor));
+  for (int64_t x : v) {
+    if (x == 0) {
+      return invalid_argument(name + ": integer remainder by zero (the divisor " +
+                              meta_str(divisor.meta()) + " holds a 0); use a float dtype for NaN");
+    }
   }
   return Status::OK();
 }
-}  // namespace
 
 Result<VkTensor> Kernels::run(const ir::Binary& op) {
   TW_ASSIGN_OR_RETURN(const VkTensor* a, in(op.a));
@@ -206,7 +196,7 @@ Result<VkTensor> Kernels::run(const ir::Binary& op) {
   ew.family = kEwBinary;
   ew.kind = static_cast<int32_t>(op.kind);
   TW_ASSIGN_OR_RETURN(ew.cls, cls_of(cd, name));
-  TW_RETURN_NOT_OK(check_binary(op.kind, ew.cls, cd, name, device_));
+  TW_RETURN_NOT_OK(check_divisor(op.kind, ew.cls, *b, ir::kind_name(op.kind)));
   return elementwise(ew, {a, b}, out_meta(), name);
 }
 
@@ -219,8 +209,14 @@ Result<VkTensor> Kernels::run(const ir::BinaryScalar& op) {
   ew.kind = static_cast<int32_t>(op.kind);
   ew.scalar = op.reverse ? 2 : 1;
   TW_ASSIGN_OR_RETURN(ew.cls, cls_of(cd, name));
-  TW_RETURN_NOT_OK(check_binary(op.kind, ew.cls, cd, name, device_));
   set_scalar(ew.params, 0, cd, op.s, false);
+  if (op.kind == ir::BinaryKind::kRemainder && ew.cls == kClsI64 && a->numel() > 0) {
+    if (op.reverse) {
+      TW_RETURN_NOT_OK(check_divisor(op.kind, ew.cls, *a, name));
+    } else if (ew.params.s0i_lo == 0 && ew.params.s0i_hi == 0) {
+      return invalid_argument(name + ": integer remainder by zero (the scalar is 0)");
+    }
+  }
   // The tensor is read at binding 1 (a) or, with the scalar on the left, 2 (b).
   return elementwise(ew, {a, a}, out_meta(), name);
 }
@@ -262,11 +258,8 @@ Result<VkTensor> Kernels::run(const ir::GeluBackward& op) {
   Ew ew;
   ew.family = kEwGeluBackward;
   TW_ASSIGN_OR_RETURN(ew.cls, cls_of(x->dtype, "gelu_backward"));
-  if (ew.cls != kClsF32) {
-    return unsupported_dtype(
-        "gelu_backward", x->dtype, device_,
-        x->dtype == kF64 ? "GLSL has no double-precision erf and exp" : "float dtypes only");
-  }
+  if (ew.cls == kClsI64)
+    return unsupported_dtype("gelu_backward", x->dtype, device_, "float dtypes only");
   return elementwise(ew, {g, x}, out_meta(), "gelu_backward");
 }
 

@@ -67,7 +67,9 @@ Result<std::vector<int64_t>> Kernels::index_values(const VkTensor& index) {
         v[i] = x;
         break;
       }
-      case kU8: v[i] = *at; break;
+      case kU8:
+      case kBool: v[i] = *at; break;
+      case kI8: v[i] = static_cast<int8_t>(*at); break;
       default: std::memcpy(&v[i], at, 8); break;
     }
   }
@@ -279,14 +281,7 @@ Result<VkTensor> Kernels::run(const ir::SliceAssign& op) {
   TW_ASSIGN_OR_RETURN(const VkTensor* src, in(op.src));
   if (x->numel() == 0) return fresh(out_meta());
   TW_ASSIGN_OR_RETURN(VkTensor out, contiguous(*x));  // always a new buffer
-  VkTensor region = out;
-  for (size_t d = 0; d < out.shape.size(); ++d) {
-    TW_ASSIGN_OR_RETURN(ir::SliceDim s,
-                        ir::normalize_slice(op.starts[d], op.ends[d], op.steps[d], out.shape[d]));
-    region.shape[d] = s.size;
-    region.offset += s.start * out.strides[d];
-    region.strides[d] = out.strides[d] * op.steps[d];
-  }
+  TW_ASSIGN_OR_RETURN(VkTensor region, strided::slice_view(out, op.starts, op.ends, op.steps));
   if (region.numel() == 0) return out;
   TW_RETURN_NOT_OK(copy_into(region, *src, "slice_assign").status());
   return out;

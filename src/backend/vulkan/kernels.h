@@ -117,6 +117,9 @@ class Kernels {
   // C = A B (+ bias, relu) with A [batch..., M, K] and B [batch..., K, N] as views.
   Result<VkTensor> matmul(const VkTensor& a, const VkTensor& b, const VkTensor* bias, bool relu,
                           const std::string& op);
+  // An integer remainder's divisor checked for zero (read back: a sync); OK for other kinds.
+  Status check_divisor(ir::BinaryKind k, int32_t cls, const VkTensor& divisor,
+                       const std::string& name);
   // The compute class for dtype d, or the refusal naming op and device.
   Result<int32_t> cls_of(DType d, const std::string& op) const;
 

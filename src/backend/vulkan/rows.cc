@@ -1,6 +1,6 @@
 // Softmax, log_softmax and layer_norm through one shader (shaders/rows.comp): a workgroup per
-// row. f32 compute (f16 and bf16 as storage); f64 is refused (GLSL has no double exp, and this
-// backend keeps layer_norm's statistics in f32).
+// row. f32 compute (f16 and bf16 as storage) in rows_0, f64 in rows_1 (the shader built with
+// math64.glsl's exp and log).
 #include <algorithm>
 #include <cstring>
 
@@ -16,14 +16,14 @@ Result<const VkTensor*> Kernels::dense(const VkTensor& t, VkTensor& keep) {
 
 namespace {
 constexpr int32_t kSoftmax = 0, kLogSoftmax = 1, kLayerNorm = 2;
+// rows.comp's build for dtype d: rows_1 computes in double.
+const char* rows_shader(DType d) { return d == kF64 ? "rows_1" : "rows_0"; }
 }  // namespace
 
 Result<VkTensor> Kernels::run(const ir::Softmax& op) {
   TW_ASSIGN_OR_RETURN(const VkTensor* x0, in(op.x));
   const std::string name = op.log ? "log_softmax" : "softmax";
-  if (x0->dtype == kF64) {
-    return unsupported_dtype(name, kF64, device(), "GLSL has no double-precision exp");
-  }
+  TW_RETURN_NOT_OK(cls_of(x0->dtype, name).status());
   VkTensor keep;
   TW_ASSIGN_OR_RETURN(const VkTensor* x, dense(*x0, keep));
   const int64_t rank = static_cast<int64_t>(x->shape.size());
@@ -45,17 +45,15 @@ Result<VkTensor> Kernels::run(const ir::Softmax& op) {
     TW_ASSIGN_OR_RETURN(keep, contiguous(*x));
     x = &keep;
   }
-  TW_RETURN_NOT_OK(ctx_->dispatch("rows", false, spec, {{out.storage.get()}, {x->storage.get()}},
-                                  &p, sizeof p, std::min<uint32_t>(p.rows, 65535)));
+  TW_RETURN_NOT_OK(ctx_->dispatch(rows_shader(x->dtype), x->dtype == kF64, spec,
+                                  {{out.storage.get()}, {x->storage.get()}}, &p, sizeof p,
+                                  std::min<uint32_t>(p.rows, 65535)));
   return out;
 }
 
 Result<VkTensor> Kernels::run(const ir::LayerNorm& op) {
   TW_ASSIGN_OR_RETURN(const VkTensor* x0, in(op.x));
-  if (x0->dtype == kF64) {
-    return unsupported_dtype("layer_norm", kF64, device(),
-                             "this backend computes layer_norm's statistics in f32 only");
-  }
+  TW_RETURN_NOT_OK(cls_of(x0->dtype, "layer_norm").status());
   VkTensor kx, kw, kb;
   TW_ASSIGN_OR_RETURN(const VkTensor* x, dense(*x0, kx));
   if (x->offset != 0) {
@@ -85,6 +83,11 @@ Result<VkTensor> Kernels::run(const ir::LayerNorm& op) {
   p.len = static_cast<uint32_t>(len);
   p.inner = 1;
   p.eps = static_cast<float>(op.eps);
+  const double eps = op.eps;
+  uint64_t eps_bits;
+  std::memcpy(&eps_bits, &eps, sizeof eps);
+  p.eps_lo = static_cast<uint32_t>(eps_bits);
+  p.eps_hi = static_cast<uint32_t>(eps_bits >> 32);
   TW_ASSIGN_OR_RETURN(VkTensor out, fresh(out_meta()));
   if (out.numel() == 0) return out;
   const std::vector<int32_t> spec = {kLayerNorm, static_cast<int32_t>(x->dtype), w ? 1 : 0,
@@ -93,8 +96,8 @@ Result<VkTensor> Kernels::run(const ir::LayerNorm& op) {
                                    {x->storage.get()},
                                    {w ? w->storage.get() : nullptr},
                                    {b ? b->storage.get() : nullptr}};
-  TW_RETURN_NOT_OK(ctx_->dispatch("rows", false, spec, bindings, &p, sizeof p,
-                                  std::min<uint32_t>(p.rows, 65535)));
+  TW_RETURN_NOT_OK(ctx_->dispatch(rows_shader(x->dtype), x->dtype == kF64, spec, bindings, &p,
+                                  sizeof p, std::min<uint32_t>(p.rows, 65535)));
   return out;
 }
 

@@ -104,6 +104,7 @@ struct ConvParams {
 struct RowsParams {
   uint32_t rows = 0, len = 0, inner = 0;
   float eps = 0;
+  uint32_t eps_lo = 0, eps_hi = 0;  // eps's double bits (the f64 build)
 };
 
 }  // namespace tw::vk

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/strided_view.h"
 #include "backend/table_backend.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/shader_abi.h"
@@ -25,7 +26,9 @@ struct VkTensor {
   TensorMeta meta() const { return TensorMeta{shape, dtype}; }
 };
 
-std::vector<int64_t> contiguous_strides(const Shape& shape);
+// The index arithmetic is the shared one of the device backends (backend/strided_view.h).
+using strided::contiguous_strides;
+using strided::Indexing;
 
 // The shaders' view of a tensor against an output's shape (broadcast: stride 0).
 struct Operand {
@@ -36,10 +39,6 @@ Operand broadcast_operand(const VkTensor& t, const Shape& out);
 
 // The per-dim sizes and operand strides with adjacent dims merged where every operand allows,
 // for kernels that index by strides (at most kMaxRank dims; more fails naming the op).
-struct Indexing {
-  std::vector<int64_t> shape;
-  std::vector<std::vector<int64_t>> strides;  // per operand
-};
 Result<Indexing> merge_dims(const Shape& out, const std::vector<Operand>& operands,
                             const std::string& op);
 

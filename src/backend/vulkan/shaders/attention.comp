@@ -7,8 +7,45 @@
 // (backward, keys), a thread per key: dk = sum_i dS_ij q_i and dv = sum_i P_ij g_i, from those
 // statistics. Every sum runs in index order (no atomics). A row that attends nothing gives
 // zeros; one with a NaN or +inf score, or only -inf ones, NaN (as the cpu backend, whose
-// backward NaN-fills such a row up to its query block's last key under causal).
+// backward NaN-fills such a row up to its query block's last key under causal). Built twice:
+// REAL64 0 computes in f32 (f16/bf16 storage), REAL64 1 in f64 (math64.glsl's exp).
 #include "common.glsl"
+#ifndef REAL64
+#define REAL64 0
+#endif
+#if REAL64 && TW_F64
+#include "math64.glsl"
+#define real double
+#define LD(n, i) ldd##n(DT, i)
+#define ST(n, i, x) std##n(DT, i, x)
+#define EXP(x) exp_d(x)
+#define NEG_INF (-m64_inf())
+#define POS_INF m64_inf()
+#define NAN m64_nan()
+#define SCALE uint64BitsToDouble(uint64_t(p.scale_lo) | (uint64_t(p.scale_hi) << 32))
+// The per-row statistics (binding 7): four doubles per row; the fill slot's all-ones: none.
+#define STAT_ST(r, k, x) b7_64.v[4u * (r) + (k)] = doubleBitsToUint64(x)
+#define STAT_LD(r, k) uint64BitsToDouble(b7_64.v[4u * (r) + (k)])
+#define STAT_NONE 0xffffffffffffffffUL
+#define STAT_RAW(r, k) b7_64.v[4u * (r) + (k)]
+#define STAT_BITS(x) doubleBitsToUint64(x)
+#define STAT_VAL(u) uint64BitsToDouble(u)
+#else
+#define real float
+#define LD(n, i) ldf##n(DT, i)
+#define ST(n, i, x) stf##n(DT, i, x)
+#define EXP(x) exp(x)
+#define NEG_INF uintBitsToFloat(0xff800000u)
+#define POS_INF uintBitsToFloat(0x7f800000u)
+#define NAN uintBitsToFloat(0x7fc00000u)
+#define SCALE p.scale
+#define STAT_ST(r, k, x) b7_32.v[4u * (r) + (k)] = floatBitsToUint(x)
+#define STAT_LD(r, k) uintBitsToFloat(b7_32.v[4u * (r) + (k)])
+#define STAT_NONE 0xffffffffu
+#define STAT_RAW(r, k) b7_32.v[4u * (r) + (k)]
+#define STAT_BITS(x) floatBitsToUint(x)
+#define STAT_VAL(u) uintBitsToFloat(u)
+#endif
 
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const int MODE = 0;
@@ -29,11 +66,8 @@ layout(set = 0, binding = 4) readonly buffer Params {
   uint bh, tq, tk, d, dv;
   float scale;
   uint oq, ok, ov, og, om;
+  uint scale_lo, scale_hi;  // scale's double bits (REAL64)
 } p;
-
-#define NEG_INF uintBitsToFloat(0xff800000u)
-#define POS_INF uintBitsToFloat(0x7f800000u)
-#define NAN uintBitsToFloat(0x7fc00000u)
 
 // Query i (of batch-head b) attends key j: the causal rule and the mask.
 bool attended(uint b, uint i, uint j) {
@@ -41,17 +75,17 @@ bool attended(uint b, uint i, uint j) {
   if (MASK == 1 && b5_8.v[p.om + (b * p.tq + i) * p.tk + j] == uint8_t(0)) return false;
   return true;
 }
-float score(uint b, uint i, uint j) {
+real score(uint b, uint i, uint j) {
   const uint qb = p.oq + (b * p.tq + i) * p.d, kb = p.ok + (b * p.tk + j) * p.d;
-  float s = 0.0;
-  for (uint c = 0u; c < p.d; ++c) s += ldf1(DT, qb + c) * ldf2(DT, kb + c);
-  return s * p.scale;
+  real s = real(0.0);
+  for (uint c = 0u; c < p.d; ++c) s += LD(1, qb + c) * LD(2, kb + c);
+  return s * SCALE;
 }
 // g_i . v_j
-float gv(uint b, uint i, uint j) {
+real gv(uint b, uint i, uint j) {
   const uint gb = p.og + (b * p.tq + i) * p.dv, vb = p.ov + (b * p.tk + j) * p.dv;
-  float s = 0.0;
-  for (uint c = 0u; c < p.dv; ++c) s += ldf6(DT, gb + c) * ldf3(DT, vb + c);
+  real s = real(0.0);
+  for (uint c = 0u; c < p.dv; ++c) s += LD(6, gb + c) * LD(3, vb + c);
   return s;
 }
 // The keys a row's backward covers under causal: up to its 64-query block's last query.
@@ -62,36 +96,36 @@ uint key_end(uint i) {
 }
 
 struct Stats {
-  float mx, inv_l;
+  real mx, inv_l;
   bool special;  // nothing attended, or a NaN / inf score: the row is `fill`
-  float fill;
+  real fill;
 };
 Stats row_stats(uint b, uint i) {
   Stats st;
   bool any = false, nan_ = false;
-  float mx = NEG_INF;
+  real mx = NEG_INF;
   for (uint j = 0u; j < p.tk; ++j) {
     if (!attended(b, i, j)) continue;
     any = true;
-    const float s = score(b, i, j);
+    const real s = score(b, i, j);
     if (isnan(s)) nan_ = true;
     mx = s > mx ? s : mx;
   }
   st.mx = mx;
   st.special = nan_ || !(mx > NEG_INF && mx < POS_INF);
-  st.fill = any ? NAN : 0.0;
-  float l = 0.0;
+  st.fill = any ? NAN : real(0.0);
+  real l = real(0.0);
   if (!st.special) {
     for (uint j = 0u; j < p.tk; ++j) {
-      if (attended(b, i, j)) l += exp(score(b, i, j) - mx);
+      if (attended(b, i, j)) l += EXP(score(b, i, j) - mx);
     }
   }
-  st.inv_l = 1.0 / l;
+  st.inv_l = real(1.0) / l;
   return st;
 }
-float prob(uint b, uint i, uint j, Stats st) {
+real prob(uint b, uint i, uint j, Stats st) {
   if (st.special) return st.fill;
-  return attended(b, i, j) ? exp(score(b, i, j) - st.mx) * st.inv_l : 0.0;
+  return attended(b, i, j) ? EXP(score(b, i, j) - st.mx) * st.inv_l : real(0.0);
 }
 
 void main() {
@@ -103,61 +137,60 @@ void main() {
       if (MODE == 0) {
         const uint ob = r * p.dv;
         for (uint c = 0u; c < p.dv; ++c) {
-          float acc = 0.0;
+          real acc = real(0.0);
           if (!st.special) {
             for (uint j = 0u; j < p.tk; ++j) {
               if (attended(b, i, j)) {
-                acc += exp(score(b, i, j) - st.mx) * ldf3(DT, p.ov + (b * p.tk + j) * p.dv + c);
+                acc += EXP(score(b, i, j) - st.mx) * LD(3, p.ov + (b * p.tk + j) * p.dv + c);
               }
             }
             acc *= st.inv_l;
           } else {
             acc = st.fill;
           }
-          stf0(DT, ob + c, acc);
+          ST(0, ob + c, acc);
         }
         continue;
       }
       const uint kend = key_end(i);
-      float delta = 0.0;
+      real delta = real(0.0);
       for (uint j = 0u; j < kend; ++j) delta += prob(b, i, j, st) * gv(b, i, j);
-      b7_32.v[4u * r] = floatBitsToUint(st.mx);
-      b7_32.v[4u * r + 1u] = floatBitsToUint(st.inv_l);
-      b7_32.v[4u * r + 2u] = floatBitsToUint(delta);
-      b7_32.v[4u * r + 3u] = st.special ? floatBitsToUint(st.fill) : 0xffffffffu;
+      STAT_ST(r, 0u, st.mx);
+      STAT_ST(r, 1u, st.inv_l);
+      STAT_ST(r, 2u, delta);
+      STAT_RAW(r, 3u) = st.special ? STAT_BITS(st.fill) : STAT_NONE;
       for (uint c = 0u; c < p.d; ++c) {
-        float acc = 0.0;
+        real acc = real(0.0);
         for (uint j = 0u; j < kend; ++j) {
-          const float ds = prob(b, i, j, st) * (gv(b, i, j) - delta) * p.scale;
-          acc += ds * ldf2(DT, p.ok + (b * p.tk + j) * p.d + c);
+          const real ds = prob(b, i, j, st) * (gv(b, i, j) - delta) * SCALE;
+          acc += ds * LD(2, p.ok + (b * p.tk + j) * p.d + c);
         }
-        stf0(DT, r * p.d + c, acc);
+        ST(0, r * p.d + c, acc);
       }
     }
   } else {
     for (uint r = gl_GlobalInvocationID.x; r < p.bh * p.tk; r += stride) {
       const uint b = r / p.tk, j = r % p.tk;
       for (uint c = 0u; c < max(p.d, p.dv); ++c) {
-        float ak = 0.0, av = 0.0;
+        real ak = real(0.0), av = real(0.0);
         for (uint i = 0u; i < p.tq; ++i) {
           if (j >= key_end(i)) continue;
           const uint row = b * p.tq + i;
           Stats st;
-          st.mx = uintBitsToFloat(b7_32.v[4u * row]);
-          st.inv_l = uintBitsToFloat(b7_32.v[4u * row + 1u]);
-          const float delta = uintBitsToFloat(b7_32.v[4u * row + 2u]);
-          const uint f = b7_32.v[4u * row + 3u];
-          st.special = f != 0xffffffffu;
-          st.fill = uintBitsToFloat(f);
-          const float pr = prob(b, i, j, st);
+          st.mx = STAT_LD(row, 0u);
+          st.inv_l = STAT_LD(row, 1u);
+          const real delta = STAT_LD(row, 2u);
+          st.special = STAT_RAW(row, 3u) != STAT_NONE;
+          st.fill = STAT_VAL(STAT_RAW(row, 3u));
+          const real pr = prob(b, i, j, st);
           if (c < p.d) {
-            const float ds = pr * (gv(b, i, j) - delta) * p.scale;
-            ak += ds * ldf1(DT, p.oq + row * p.d + c);
+            const real ds = pr * (gv(b, i, j) - delta) * SCALE;
+            ak += ds * LD(1, p.oq + row * p.d + c);
           }
-          if (c < p.dv) av += pr * ldf6(DT, p.og + row * p.dv + c);
+          if (c < p.dv) av += pr * LD(6, p.og + row * p.dv + c);
         }
-        if (c < p.d) stf0(DT, r * p.d + c, ak);
-        if (c < p.dv) stf8(DT, r * p.dv + c, av);
+        if (c < p.d) ST(0, r * p.d + c, ak);
+        if (c < p.dv) ST(8, r * p.dv + c, av);
       }
     }
   }

@@ -261,6 +261,11 @@ int64_t binary_i(int64_t a, int64_t b) {
     case BK_Sub: return a - b;
     case BK_Mul: return a * b;
     case BK_Pow: return ipow(a, b);
+    case BK_Remainder: {  // Python's: the divisor's sign (divisors checked for 0 on the host)
+      if (b == -1) return 0;  // min % -1 overflows; the true remainder is 0
+      const int64_t m = a - (a / b) * b;
+      return m != 0 && ((m < 0) != (b < 0)) ? m + b : m;
+    }
     case BK_Maximum: return a > b ? a : b;
     case BK_Minimum: return a < b ? a : b;
   }
@@ -288,11 +293,21 @@ bool compare_i(int64_t a, int64_t b) { return false; }
 #endif
 
 #if TW_F64 && EW_CLASS == CLS_F64
-// ---- f64: the correctly rounded kinds only (elementwise.cc refuses the others on f64) ----
+// ---- f64: GLSL's correctly rounded operations, and math64.glsl's functions ----
+#include "math64.glsl"
 double unary_d(double x) {
   switch (KIND) {
     case UK_Neg: return -x;
     case UK_Abs: return abs(x);
+    case UK_Exp: return exp_d(x);
+    case UK_Log: return log_d(x);
+    case UK_Log1p: return log1p_d(x);
+    case UK_Sin: return sin_d(x);
+    case UK_Cos: return cos_d(x);
+    case UK_Tanh: return tanh_d(x);
+    case UK_Sigmoid: return 1.0LF / (1.0LF + exp_d(-x));  // the cpu backend's formula
+    case UK_Erf: return erf_d(x);
+    case UK_Gelu: return x * 0.5LF * one_plus_erf_d(x * 0.70710678118654752440LF);
     case UK_Sqrt: return sqrt(x);
     case UK_Rsqrt: return 1.0LF / sqrt(x);
     case UK_Relu: return x < 0.0LF ? 0.0LF : x;
@@ -317,8 +332,14 @@ double binary_d(double a, double b) {
     case BK_Sub: return a - b;
     case BK_Mul: return a * b;
     case BK_Div: return a / b;
+    case BK_Pow: return pow_d(a, b);
     case BK_Maximum: return (a > b || isnan(a)) ? a : b;
     case BK_Minimum: return (a < b || isnan(a)) ? a : b;
+    case BK_Remainder: {  // Python's: the divisor's sign
+      const double m = fmod_d(a, b);
+      if (m == 0.0LF) return b < 0.0LF ? -0.0LF : 0.0LF;
+      return (b < 0.0LF) != (m < 0.0LF) ? m + b : m;
+    }
   }
   return 0.0LF;
 }
@@ -374,6 +395,13 @@ void main() {
       if (CLS == CLS_I64) sti0(DT_OUT, i, m ? s_i(p.s0i_lo, p.s0i_hi) : ldi1(DT_A, ua));
       else if (CLS == CLS_F64) std0(DT_OUT, i, m ? s_d(p.s0d_lo, p.s0d_hi) : ldd1(DT_A, ua));
       else stf0(DT_OUT, i, m ? uintBitsToFloat(p.s0f) : ldf1(DT_A, ua));
+    } else if (FAMILY == EW_GELU_BACKWARD && CLS == CLS_F64) {  // the cpu's double formula
+#if TW_F64 && EW_CLASS == CLS_F64
+      const double g = ldd1(DT_A, ua), x = ldd2(DT_B, ub);
+      const double cdf = 0.5LF * one_plus_erf_d(x * 0.70710678118654752440LF);
+      const double pdf = exp_d(-0.5LF * x * x) * 0.39894228040143267794LF;
+      std0(DT_OUT, i, g * (cdf + x * pdf));
+#endif
     } else if (FAMILY == EW_GELU_BACKWARD) {  // a: grad, b: x; f32 (the erf form)
       const float g = ldf1(DT_A, ua), x = ldf2(DT_B, ub);
       const float cdf = 0.5 * (1.0 + erf_f(x * 0.70710678118654752));
