@@ -46,8 +46,8 @@ class CudaBackend final : public TableBackend<CuTensor> {
   Description describe() override {
     Description d = Backend::describe();  // the ops supports() accepts, every dtype
     const DeviceInfo& info = ex_.dev->info();
-    d.model = info.name + " (sm_" + std::to_string(info.major) + std::to_string(info.minor) +
-              ", " + std::to_string(info.sms) + " SMs)";
+    d.model = info.name + " (sm_" + std::to_string(info.major) + std::to_string(info.minor) + ", " +
+              std::to_string(info.sms) + " SMs)";
     d.host_memory = false;
     d.memory_total = info.memory_bytes;
     size_t free = 0, total = 0;

@@ -26,6 +26,22 @@ class VulkanBackend final : public TableBackend<VkTensor> {
   bool supports(ir::OpCode code) override { return kernel_codes()[static_cast<size_t>(code)]; }
   uint64_t device_dispatches() const override { return ctx_->dispatches(); }
   bool counts_dispatches() const override { return true; }
+  // The device's name and type, its largest device-local heap, and every dtype but i8 (and f64
+  // without shaderFloat64). A CPU device (lavapipe) keeps its tensors in host memory: free is
+  // the host's. A GPU's free memory is given as its heap (Vulkan reports use only through
+  // VK_EXT_memory_budget, which the backend does not enable); the server's budget for the
+  // device then tracks what its sessions hold.
+  Description describe() override {
+    Description d = Backend::describe();  // the ops supports() accepts, every dtype
+    const DeviceInfo& info = ctx_->info();
+    d.model = info.name + " (Vulkan, " + info.type + ")";
+    d.host_memory = info.type == "cpu";
+    d.memory_total = info.memory_bytes;
+    d.memory_free = d.host_memory ? std::min(d.memory_free, info.memory_bytes) : info.memory_bytes;
+    d.dtype_mask &= ~(1u << static_cast<int>(kI8));
+    if (!info.f64) d.dtype_mask &= ~(1u << static_cast<int>(kF64));
+    return d;
+  }
   std::optional<DebugLayer> debug_layer() const override {
     if (!ctx_->validation_enabled()) return std::nullopt;
     return DebugLayer{"VK_LAYER_KHRONOS_validation", ctx_->validation_messages(),

@@ -99,6 +99,24 @@ TEST(Vulkan, RandomOpsGiveTheCpuDevicesValues) {
   EXPECT_GT(backend.device_dispatches(), dispatches);
 }
 
+// The device describes itself (what the server's Welcome lists, protocol 16): its name and type,
+// a heap of some size, every dtype but i8 (f64 with shaderFloat64), and every op it has a kernel
+// for; lavapipe is a CPU device, so its tensors live in host memory.
+TEST(Vulkan, DescribesItsDevice) {
+  TW_SKIP_IF_UNAVAILABLE(vulkan_unavailable());
+  Result<std::unique_ptr<Backend>> b = make_backend("vulkan:0");
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  const Backend::Description d = (*b)->describe();
+  EXPECT_NE(d.model.find("(Vulkan, "), std::string::npos) << d.model;
+  EXPECT_GT(d.memory_total, uint64_t{1} << 20);
+  EXPECT_LE(d.memory_free, d.memory_total);
+  EXPECT_EQ(d.dtype_mask & (1u << static_cast<int>(kI8)), 0u);
+  EXPECT_NE(d.dtype_mask & (1u << static_cast<int>(kF32)), 0u);
+  EXPECT_EQ(d.ops.size(), static_cast<size_t>(ir::kNumOps - 6)) << "every op but the six "
+                                                                   "quantization ops";
+  if (d.model.find("llvmpipe") != std::string::npos) EXPECT_TRUE(d.host_memory);
+}
+
 TEST(Vulkan, AMissingDeviceIsAClearError) {
   TW_SKIP_IF_UNAVAILABLE(vulkan_unavailable());
   Result<std::unique_ptr<Backend>> r = make_backend("vulkan:99");
