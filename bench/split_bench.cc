@@ -307,44 +307,43 @@ int main(int argc, char** argv) {
           w[static_cast<size_t>(k)][i] =
               static_cast<float>((i * 7919 + static_cast<size_t>(k)) % 1000);
       }
-      double times[2] = {0, 0};
-      uint64_t bytes[2] = {0, 0};
-      for (int run = 0; run < 2; ++run) {
-        auto srv = pinned(o.cores[0], {"--store", dir});
-        const tw::Device d = tw::Device::remote(srv->url());
-        d.connect();
-        const tw::WireCounters before = tw::wire_counters(d);
-        const auto t = Clock::now();
-        std::vector<tw::Tensor> ts;
-        for (int64_t k = 0; k < n; ++k)
-          ts.push_back(tw::from_vector<float>(std::vector<float>(w[static_cast<size_t>(k)]),
-                                              {int64_t{2} << 20}, d));
-        d.sync();
-        times[run] = secs_since(t);
-        bytes[run] = tw::wire_counters(d).bytes_out - before.bytes_out;
-      }
+      // Uploads tensor(k) for k < count to a fresh server on `dir` twice (the second after a
+      // restart): seconds and client bytes out of each.
+      double times[2] = {0, 0}, stimes[2] = {0, 0};
+      uint64_t bytes[2] = {0, 0}, sbytes[2] = {0, 0};
+      auto twice = [&](int64_t count, auto tensor, double* secs, uint64_t* out) {
+        for (int run = 0; run < 2; ++run) {
+          auto srv = pinned(o.cores[0], {"--store", dir});
+          const tw::Device d = tw::Device::remote(srv->url());
+          d.connect();
+          const tw::WireCounters before = tw::wire_counters(d);
+          const auto t = Clock::now();
+          std::vector<tw::Tensor> ts;
+          for (int64_t k = 0; k < count; ++k) ts.push_back(tensor(k, d));
+          d.sync();
+          secs[run] = secs_since(t);
+          out[run] = tw::wire_counters(d).bytes_out - before.bytes_out;
+        }
+      };
+      twice(
+          n,
+          [&](int64_t k, const tw::Device& d) {
+            return tw::from_vector<float>(std::vector<float>(w[static_cast<size_t>(k)]),
+                                          {int64_t{2} << 20}, d);
+          },
+          times, bytes);
       // Small weights (a GPT-2-small LayerNorm's 3 KiB) with the client asking for them too.
       const int64_t ns = 200;
-      double stimes[2] = {0, 0};
-      uint64_t sbytes[2] = {0, 0};
       ::setenv("TW_DEDUP_MIN_BYTES", "1024", 1);
-      for (int run = 0; run < 2; ++run) {
-        auto srv = pinned(o.cores[0], {"--store", dir});
-        const tw::Device d = tw::Device::remote(srv->url());
-        d.connect();
-        const tw::WireCounters before = tw::wire_counters(d);
-        const auto t = Clock::now();
-        std::vector<tw::Tensor> ts;
-        for (int64_t k = 0; k < ns; ++k) {
-          std::vector<float> v(768);
-          for (size_t i = 0; i < v.size(); ++i)
-            v[i] = static_cast<float>((i * 131 + static_cast<size_t>(k) * 7) % 977);
-          ts.push_back(tw::from_vector<float>(std::move(v), {768}, d));
-        }
-        d.sync();
-        stimes[run] = secs_since(t);
-        sbytes[run] = tw::wire_counters(d).bytes_out - before.bytes_out;
-      }
+      twice(
+          ns,
+          [&](int64_t k, const tw::Device& d) {
+            std::vector<float> v(768);
+            for (size_t i = 0; i < v.size(); ++i)
+              v[i] = static_cast<float>((i * 131 + static_cast<size_t>(k) * 7) % 977);
+            return tw::from_vector<float>(std::move(v), {768}, d);
+          },
+          stimes, sbytes);
       ::unsetenv("TW_DEDUP_MIN_BYTES");
       std::filesystem::remove_all(dir);
       std::printf(
