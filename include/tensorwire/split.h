@@ -89,9 +89,8 @@ class Pipeline {
   friend class PipelineGenerator;
   // Micro-batch rows [N, E] through layers [1, n], crossing devices where the plan does.
   Tensor run_rows(const Tensor& tokens);
-  // The same without autograd (inference) for every micro-batch (tokens in, logits rows out),
-  // each device's layers as one tw::graph::Step there, stage by stage.
-  void run_rows_graph(std::vector<Tensor>& micro);
+  // The same without autograd (inference): each device's layers as one tw::graph::Step there.
+  Tensor run_rows_graph(const Tensor& tokens);
   GPT& model_;
   LayerPlan plan_;
   int64_t micro_;

@@ -281,7 +281,7 @@ void check_batch(const Tensor& tokens, int64_t micro, const char* who) {
 }
 }  // namespace
 
-void Pipeline::run_rows_graph(std::vector<Tensor>& micro) {
+Tensor Pipeline::run_rows_graph(const Tensor& tokens) {
   if (steps_->stages.empty()) {
     GPT* model = &model_;
     const size_t n = model_.block_count();
@@ -303,11 +303,10 @@ void Pipeline::run_rows_graph(std::vector<Tensor>& micro) {
           {plan_.devices[i], std::make_unique<graph::Step>(fn, param_slots(model_, begin, end))});
     }
   }
-  // Stage by stage, as PipelineGenerator's prefill: every micro-batch's work goes to a stage
-  // before the first move out of it (a move waits until its source is computed).
-  for (Steps::Stage& st : steps_->stages) {
-    for (Tensor& x : micro) x = (*st.step)({x.device() == st.device ? x : x.to(st.device)})[0];
-  }
+  Tensor x = tokens;
+  for (Steps::Stage& st : steps_->stages)
+    x = (*st.step)({x.device() == st.device ? x : x.to(st.device)})[0];
+  return x;
 }
 
 Tensor Pipeline::forward(const Tensor& tokens) {
@@ -316,12 +315,9 @@ Tensor Pipeline::forward(const Tensor& tokens) {
   // Graphs only where a replay equals the eager run: no autograd, no random dropout masks.
   const bool graphs = !is_grad_enabled() && (model_.config().dropout == 0 || !model_.is_training());
   std::vector<Tensor> parts;
-  for (int64_t m = 0; m < micro_; ++m)
-    parts.push_back(micro_ == 1 ? tokens : tokens.slice(0, m * mb, (m + 1) * mb));
-  if (graphs) {
-    run_rows_graph(parts);
-  } else {
-    for (Tensor& x : parts) x = run_rows(x);
+  for (int64_t m = 0; m < micro_; ++m) {
+    const Tensor x = micro_ == 1 ? tokens : tokens.slice(0, m * mb, (m + 1) * mb);
+    parts.push_back(graphs ? run_rows_graph(x) : run_rows(x));
   }
   const Tensor rows = parts.size() == 1 ? parts[0] : cat(parts, 0);
   return rows.reshape({b, t, model_.config().vocab_size});
@@ -512,26 +508,17 @@ std::vector<int64_t> PipelineGenerator::generate(const std::vector<int64_t>& pro
                       : (stages_.size() == 1 ? 1 : 4 * static_cast<int64_t>(stages_.size()));
       const int64_t nchunks = std::min(want, p);
       const int64_t len = (p + nchunks - 1) / nchunks;
-      // Stage by stage: a move waits until its source is computed (the export), so every
-      // chunk's work goes to a stage before the first move out of it; the next stage's work for
-      // chunk c follows as soon as c is done there, while the stage goes on with c + 1.
-      std::vector<Tensor> xs;
-      std::vector<int64_t> at;
+      Tensor x;
       for (int64_t s = 0; s < p; s += len) {
         const int64_t l = std::min(len, p - s);
-        at.push_back(s);
-        xs.push_back(from_vector<int64_t>(
-            std::vector<int64_t>(prompt.begin() + s, prompt.begin() + s + l), {l}, first));
-      }
-      for (const auto& st : stages_) {
-        for (size_t c = 0; c < xs.size(); ++c) {
-          Tensor& x = xs[c];
+        x = from_vector<int64_t>(std::vector<int64_t>(prompt.begin() + s, prompt.begin() + s + l),
+                                 {l}, first);
+        for (const auto& st : stages_) {
           if (x.device() != st->device) x = x.to(st->device);  // server to server
-          const auto [pos, slot] = internal::chunk_positions(at[c], x.size(0), cap, st->device);
+          const auto [pos, slot] = internal::chunk_positions(s, l, cap, st->device);
           x = chunk(*st, {x, pos, slot});
         }
       }
-      const Tensor& x = xs.back();
       // The prompt's last row through the head, and the first draw.
       if (new_tokens > 0) {
         Tensor logits = model.head_rows(x.slice(0, x.size(0) - 1, x.size(0)));
