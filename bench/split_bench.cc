@@ -4,8 +4,13 @@
 // "machines" on this host; the client runs beside them, unpinned.
 //   (P) pipelined training step (GPipe, --micro-batches M) over 2 servers vs 1 server, same
 //       model and global batch; target >= 1.6x
-//   (F) prefill (forward of --batch sequences of --context tokens) pipelined vs 1 server;
-//       target >= 1.6x
+//   (F) prefill: the forward of --batch sequences of --context tokens, pipelined vs 1 server;
+//       and the prefill of one --prefill-token prompt (PipelineGenerator: the prompt in
+//       --prefill-chunks chunks over 2 servers, in one chunk on 1); target >= 1.6x
+//   --shaped: the servers in a network namespace of their own behind a link shaped to
+//       --rate and --rtt-us (tests/support/shaped_link.h, needs root), the client in another:
+//       every client-server byte crosses the shaped link; the servers, both behind their relays
+//       in that namespace, reach each other through the relays (the delay, not the rate limit)
 //   (T) tensor-parallel training step and prefill over 2 servers vs 1; target >= 1.4x
 //   (G) generation tokens/s: 1 server, pipeline over 2, tensor-parallel over 2; and the wire
 //       bytes through the client per generated token (activations never pass through it)
@@ -17,6 +22,7 @@
 // 512). Measures, never asserts. `make bench-split` runs it.
 // Usage: tw_bench_split [--gpt2-small] [--layers N] [--embd N] [--heads N] [--context N]
 //        [--batch N] [--micro-batches M] [--steps N] [--gen N] [--store-mib N] [--cores A,B]
+//        [--prefill N] [--prefill-chunks N] [--shaped] [--rate 1gbit] [--rtt-us 2000]
 //        [--only PFTGS]
 #include <chrono>
 #include <cstdio>
@@ -27,6 +33,7 @@
 #include <vector>
 
 #include "support/server_process.h"
+#include "support/shaped_link.h"
 #include "tensorwire/remote.h"
 #include "tensorwire/tensorwire.h"
 
@@ -37,13 +44,20 @@ using tw::testing::ServerProcess;
 
 struct Opts {
   int64_t layers = 4, embd = 256, heads = 4, context = 128, vocab = 256, batch = 8, micro = 4;
-  int64_t steps = 3, gen = 32, store_mib = 256;
+  int64_t steps = 3, gen = 32, store_mib = 256, prefill = 0, prefill_chunks = 0;
+  bool shaped = false;
+  std::string rate = "1gbit";
+  uint32_t rtt_us = 2000;
   int cores[2] = {0, 1};
   std::string only = "PFTGS";
 };
 
 double secs_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+uint16_t port_of(const std::string& url) {
+  return static_cast<uint16_t>(std::stoi(url.substr(url.rfind(':') + 1)));
 }
 
 std::unique_ptr<ServerProcess> pinned(int core, std::vector<std::string> extra = {}) {
@@ -124,6 +138,16 @@ int main(int argc, char** argv) {
       o.gen = next();
     } else if (a == "--store-mib") {
       o.store_mib = next();
+    } else if (a == "--prefill") {
+      o.prefill = next();
+    } else if (a == "--prefill-chunks") {
+      o.prefill_chunks = next();
+    } else if (a == "--shaped") {
+      o.shaped = true;
+    } else if (a == "--rate" && i + 1 < argc) {
+      o.rate = argv[++i];
+    } else if (a == "--rtt-us") {
+      o.rtt_us = static_cast<uint32_t>(next());
     } else if (a == "--only" && i + 1 < argc) {
       o.only = argv[++i];
     } else if (a == "--cores" && i + 1 < argc) {
@@ -142,9 +166,31 @@ int main(int argc, char** argv) {
         static_cast<long long>(o.heads), static_cast<long long>(o.context),
         static_cast<long long>(o.batch), static_cast<long long>(o.micro), o.cores[0], o.cores[1]);
     std::printf("%-3s %-44s %13s %13s %8s\n", "row", "what", "1 server", "2 servers", "ratio");
-    auto s0 = pinned(o.cores[0]), s1 = pinned(o.cores[1]);
-    const tw::Device d0 = tw::Device::remote(s0->url()), d1 = tw::Device::remote(s1->url());
-    const tw::Device d0b = tw::Device::remote(s0->url());  // a second session on server 0
+    std::unique_ptr<tw::testing::ShapedLink> link;
+    std::string url0, url1;
+    std::unique_ptr<ServerProcess> s0, s1;
+    if (o.shaped) {
+      std::string why;
+      link = tw::testing::ShapedLink::open({.rtt_us = o.rtt_us, .rate = o.rate}, &why);
+      if (!link) {
+        std::fprintf(stderr, "tw_bench_split: --shaped: %s\n", why.c_str());
+        return 1;
+      }
+      s0 = link->in_server([&] { return pinned(o.cores[0]); });
+      s1 = link->in_server([&] { return pinned(o.cores[1]); });
+      url0 = link->relay_to(port_of(s0->url()));
+      url1 = link->relay_to(port_of(s1->url()));
+      std::printf("shaped link: %s, %u us round trip (client in its own namespace)\n",
+                  o.rate.c_str(), o.rtt_us);
+    } else {
+      s0 = pinned(o.cores[0]);
+      s1 = pinned(o.cores[1]);
+      url0 = s0->url();
+      url1 = s1->url();
+    }
+    const tw::Device d0 = tw::Device::remote(url0), d1 = tw::Device::remote(url1);
+    const tw::Device d0b = tw::Device::remote(url0);  // a second session on server 0
+    if (link) link->in_client([&] { d0.connect(), d0b.connect(), d1.connect(); });
     const tw::nn::GPTConfig cfg = config(o);
     const tw::Tensor x = batch_tokens(o, 1), y = batch_tokens(o, 2);
 
@@ -206,7 +252,17 @@ int main(int argc, char** argv) {
       tw::NoGradGuard ng;
       const double a = time_steps(o, all, [&](int) { (void)pone.forward(x); });
       const double b = time_steps(o, all, [&](int) { (void)ptwo.forward(x); });
-      row("F", "pipelined prefill", a, b, ">= 1.6x");
+      row("F", "pipelined prefill (batch forward)", a, b, ">= 1.6x");
+      std::vector<int64_t> prompt(static_cast<size_t>(o.prefill > 0 ? o.prefill : o.context));
+      for (size_t i = 0; i < prompt.size(); ++i)
+        prompt[i] = static_cast<int64_t>((i * 31 + 7) % static_cast<size_t>(o.vocab));
+      // One server's best: the whole prompt as one chunk; split: the chunks pipelined.
+      tw::nn::PipelineGenerator g1(pone, 1), g2(ptwo, o.prefill_chunks);
+      const double c = time_steps(o, all, [&](int) { (void)g1.generate(prompt, 0); });
+      const double e = time_steps(o, all, [&](int) { (void)g2.generate(prompt, 0); });
+      char what[64];
+      std::snprintf(what, sizeof what, "prefill of a %zu-token prompt (generator)", prompt.size());
+      row("F", what, c, e, ">= 1.6x");
     }
     if (has('T')) {
       tw::manual_seed(0);
@@ -251,23 +307,51 @@ int main(int argc, char** argv) {
           w[static_cast<size_t>(k)][i] =
               static_cast<float>((i * 7919 + static_cast<size_t>(k)) % 1000);
       }
-      double times[2] = {0, 0};
-      uint64_t bytes[2] = {0, 0};
-      for (int run = 0; run < 2; ++run) {
-        auto srv = pinned(o.cores[0], {"--store", dir});
-        const tw::Device d = tw::Device::remote(srv->url());
-        d.connect();
-        const tw::WireCounters before = tw::wire_counters(d);
-        const auto t = Clock::now();
-        std::vector<tw::Tensor> ts;
-        for (int64_t k = 0; k < n; ++k)
-          ts.push_back(tw::from_vector<float>(std::vector<float>(w[static_cast<size_t>(k)]),
-                                              {int64_t{2} << 20}, d));
-        d.sync();
-        times[run] = secs_since(t);
-        bytes[run] = tw::wire_counters(d).bytes_out - before.bytes_out;
-      }
+      // Uploads tensor(k) for k < count to a fresh server on `dir` twice (the second after a
+      // restart): seconds and client bytes out of each.
+      double times[2] = {0, 0}, stimes[2] = {0, 0};
+      uint64_t bytes[2] = {0, 0}, sbytes[2] = {0, 0};
+      auto twice = [&](int64_t count, auto tensor, double* secs, uint64_t* out) {
+        for (int run = 0; run < 2; ++run) {
+          auto srv = pinned(o.cores[0], {"--store", dir});
+          const tw::Device d = tw::Device::remote(srv->url());
+          d.connect();
+          const tw::WireCounters before = tw::wire_counters(d);
+          const auto t = Clock::now();
+          std::vector<tw::Tensor> ts;
+          for (int64_t k = 0; k < count; ++k) ts.push_back(tensor(k, d));
+          d.sync();
+          secs[run] = secs_since(t);
+          out[run] = tw::wire_counters(d).bytes_out - before.bytes_out;
+        }
+      };
+      twice(
+          n,
+          [&](int64_t k, const tw::Device& d) {
+            return tw::from_vector<float>(std::vector<float>(w[static_cast<size_t>(k)]),
+                                          {int64_t{2} << 20}, d);
+          },
+          times, bytes);
+      // Small weights (a GPT-2-small LayerNorm's 3 KiB) with the client asking for them too.
+      const int64_t ns = 200;
+      ::setenv("TW_DEDUP_MIN_BYTES", "1024", 1);
+      twice(
+          ns,
+          [&](int64_t k, const tw::Device& d) {
+            std::vector<float> v(768);
+            for (size_t i = 0; i < v.size(); ++i)
+              v[i] = static_cast<float>((i * 131 + static_cast<size_t>(k) * 7) % 977);
+            return tw::from_vector<float>(std::move(v), {768}, d);
+          },
+          stimes, sbytes);
+      ::unsetenv("TW_DEDUP_MIN_BYTES");
       std::filesystem::remove_all(dir);
+      std::printf(
+          "S   %lld tensors of 3 KiB, --store, TW_DEDUP_MIN_BYTES=1024, server restarted: first "
+          "upload %.1f ms (%.0f B/tensor), re-upload %.1f ms (%.0f B/tensor)\n",
+          static_cast<long long>(ns), stimes[0] * 1e3,
+          static_cast<double>(sbytes[0]) / static_cast<double>(ns), stimes[1] * 1e3,
+          static_cast<double>(sbytes[1]) / static_cast<double>(ns));
       std::printf(
           "S   %lld MiB in %lld tensors, --store, server restarted: first upload %.1f ms "
           "(%.0f B/tensor), re-upload %.1f ms (%.0f B/tensor): %.1fx (target <= 1 KiB "

@@ -74,6 +74,9 @@ class Pipeline {
  public:
   Pipeline(GPT& model, LayerPlan plan, int64_t micro_batches = 1);
   // tokens i64 [B, T] (B a multiple of micro_batches) -> logits [B, T, V] on the last device.
+  // Without autograd (under NoGradGuard) each device's part of a micro-batch runs as a
+  // tw::graph::Step over its parameters there (a registered graph from the third call of a
+  // shape on), with the same values bit for bit.
   Tensor forward(const Tensor& tokens);
   // Forward and backward of every micro-batch: the loss of micro-batch m is the mean
   // cross-entropy of its logits against its targets, divided by micro_batches, and its gradient
@@ -86,26 +89,47 @@ class Pipeline {
   friend class PipelineGenerator;
   // Micro-batch rows [N, E] through layers [1, n], crossing devices where the plan does.
   Tensor run_rows(const Tensor& tokens);
+  // The same without autograd (inference): each device's layers as one tw::graph::Step there.
+  Tensor run_rows_graph(const Tensor& tokens);
   GPT& model_;
   LayerPlan plan_;
   int64_t micro_;
+  struct Steps;
+  std::shared_ptr<Steps> steps_;
 };
 
 // Generation over a Pipeline's devices: each block's key/value cache lives on that block's
-// device, and each token's activations cross from server to server as in Pipeline; the drawn
-// token moves from the last server to the first the same way, so a token costs the program a
-// small frame per device (the position) and one read of the token, never the activations.
-// Same draw as Generator::generate on the device (the same seed gives the same tokens).
+// device, and activations cross from server to server as in Pipeline; the drawn token moves from
+// the last server to the first the same way, so a token costs the program a small frame per
+// device (the position and a graph run) and one read of the token, never the activations.
+// - Prefill: the prompt goes through the stages as prefill_chunks chunks of consecutive
+//   positions (each a sequence of rows writing its keys and values into the caches at once), so
+//   that while one server works on chunk c + 1 the next works on c. 0 chunks: one per device when
+//   there is one device, else 4 per device (a short prompt: at most one per token).
+// - Each server's part of a token's step, and of a prefill chunk, is a tw::graph::Step over that
+//   server's parameters and caches (use_graph): from the third call of a shape on it replays one
+//   registered graph there.
+// Same draw as Generator::generate on the device (the same seed gives the same tokens up to the
+// chunked prefill's float rounding); with the same prefill_chunks, the same tokens and logits bit
+// for bit on one device and split over several, with or without graphs.
 class PipelineGenerator {
  public:
-  explicit PipelineGenerator(Pipeline& pipe);
-  // The tokens after `prompt` (prompt + new_tokens <= context).
+  explicit PipelineGenerator(Pipeline& pipe, int64_t prefill_chunks = 0, bool use_graph = true);
+  PipelineGenerator(const PipelineGenerator&) = delete;  // its steps hold its caches
+  PipelineGenerator& operator=(const PipelineGenerator&) = delete;
+  // The tokens after `prompt` (prompt + new_tokens <= context); new_tokens 0: the prefill alone.
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t new_tokens,
                                 const SampleOptions& options = {});
+  // Graph replays over all the servers' steps so far (0 without use_graph).
+  int64_t graph_replays() const;
 
  private:
+  struct Stage;
   Pipeline& pipe_;
+  int64_t chunks_;
+  bool use_graph_;
   std::vector<KVCache> cache_;
+  std::vector<std::shared_ptr<Stage>> stages_;
 };
 
 // Tensor parallelism (Megatron style) of a GPT over N devices: every block's attention heads

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensorwire/export.h"
@@ -51,6 +52,13 @@ class MultiheadAttention : public Module {
   // row's key and value into slot pos of `cache` (rebinding cache.k and cache.v) and attends to
   // slots 0..pos. -> [B, E]. The position is a tensor, so a captured step serves every position.
   Tensor forward_step(const Tensor& x, const Tensor& pos, KVCache& cache);
+  // A chunk of L consecutive positions of one sequence (a prompt's prefill): x [L, E] at
+  // positions pos (i64 [L], ascending, consecutive), `slot` (i64 [capacity]: for each cache
+  // slot, the row of the chunk it takes, clamped into [0, L); the rows outside the chunk keep
+  // their slot) from chunk_slots(). Writes the chunk's keys and values into their slots of
+  // `cache` (batch 1) and attends each row to slots 0..its position. -> [L, E]. Every host
+  // value enters through tensors, so one captured chunk serves every offset.
+  Tensor forward_chunk(const Tensor& x, const Tensor& pos, const Tensor& slot, KVCache& cache);
   // A zero cache for `batch` rows and `capacity` positions on `device`.
   KVCache empty_cache(int64_t batch, int64_t capacity, const Device& device) const;
   std::string name() const override;
@@ -73,6 +81,8 @@ class TransformerBlock : public Module {
   Tensor forward_rows(const Tensor& x, int64_t batch, int64_t len);  // rows [B*T, E]
   // x [B, E] at position pos (i64 [1]); see MultiheadAttention::forward_step.
   Tensor forward_step(const Tensor& x, const Tensor& pos, KVCache& cache);
+  // x [L, E], a chunk of one sequence; see MultiheadAttention::forward_chunk.
+  Tensor forward_chunk(const Tensor& x, const Tensor& pos, const Tensor& slot, KVCache& cache);
   std::string name() const override { return "TransformerBlock"; }
   MultiheadAttention& attn() { return *attn_; }
 
@@ -119,7 +129,8 @@ class GPT : public Module {
   std::vector<std::vector<Module*>> layers() override;
   // Token and position embeddings of tokens i64 [B, T] as rows [B*T, E] (dropout applied).
   Tensor embed_rows(const Tensor& tokens);
-  // The same for one position: tokens i64 [B] at pos (i64 [1]) -> [B, E].
+  // The same for one position: tokens i64 [B] at pos (i64 [1]) -> [B, E]; or for a chunk of one
+  // sequence, tokens i64 [L] at positions pos (i64 [L]) -> [L, E].
   Tensor embed_step(const Tensor& tokens, const Tensor& pos);
   TransformerBlock& block(size_t i) { return *block_list_.at(i); }
   size_t block_count() const { return block_list_.size(); }
@@ -192,6 +203,10 @@ namespace internal {
 Tensor draw_token(const Tensor& logits, const Tensor& inv_temp, const Tensor& top_k,
                   const Tensor& noise);
 std::vector<float> gumbel_noise(int64_t v, uint64_t& state);
+// The host side of MultiheadAttention::forward_chunk for positions [start, start + len) of a cache
+// of `capacity` slots: pos (i64 [len]) and slot (i64 [capacity]), on `device`.
+std::pair<Tensor, Tensor> chunk_positions(int64_t start, int64_t len, int64_t capacity,
+                                          const Device& device);
 }  // namespace internal
 
 }  // namespace tw::nn

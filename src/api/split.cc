@@ -10,6 +10,7 @@
 #include "api/autograd.h"
 #include "tensorwire/autograd.h"
 #include "tensorwire/error.h"
+#include "tensorwire/graph.h"
 #include "tensorwire/remote.h"
 
 namespace tw::nn {
@@ -221,6 +222,35 @@ Tensor move(const Tensor& x, const Device& device) {
 }
 
 // ---- Pipeline ----
+namespace {
+
+// The parameters of layers [begin, end) as graph slots (each once: tied weights are one).
+std::vector<graph::Slot> param_slots(Module& model, size_t begin, size_t end) {
+  const std::vector<std::vector<Module*>> layers = model.layers();
+  std::set<const Parameter*> seen;
+  std::vector<graph::Slot> out;
+  for (size_t l = begin; l < end; ++l) {
+    for (Module* m : layers[l]) {
+      for (const ParameterPtr& p : m->parameters()) {
+        if (!seen.insert(p.get()).second) continue;
+        out.push_back({[p] { return p->value(); }, [p](Tensor t) { p->set(std::move(t)); }});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// Each device's layers of an inference forward, as one graph::Step there.
+struct Pipeline::Steps {
+  struct Stage {
+    Device device;
+    std::unique_ptr<graph::Step> step;
+  };
+  std::vector<Stage> stages;
+};
+
 Pipeline::Pipeline(GPT& model, LayerPlan plan, int64_t micro_batches)
     : model_(model), plan_(std::move(plan)), micro_(micro_batches) {
   const size_t want = model_.block_count() + 2;
@@ -231,6 +261,7 @@ Pipeline::Pipeline(GPT& model, LayerPlan plan, int64_t micro_batches)
   }
   if (micro_ < 1)
     throw Error("Pipeline: micro_batches must be >= 1, got " + std::to_string(micro_));
+  steps_ = std::make_shared<Steps>();
 }
 
 Tensor Pipeline::run_rows(const Tensor& tokens) {
@@ -250,12 +281,44 @@ void check_batch(const Tensor& tokens, int64_t micro, const char* who) {
 }
 }  // namespace
 
+Tensor Pipeline::run_rows_graph(const Tensor& tokens) {
+  if (steps_->stages.empty()) {
+    GPT* model = &model_;
+    const size_t n = model_.block_count();
+    const int64_t e = model_.config().n_embd;
+    for (size_t i = 0; i < plan_.devices.size(); ++i) {
+      const size_t begin = plan_.first[i], end = plan_.first[i + 1];
+      if (begin == end) continue;
+      // tokens [B, T] (first stage) or rows as [B, T, E] -> [B, T, E], or logits rows [B*T, V]
+      // from the last stage: the shapes carry B and T, which the step is specialised to.
+      auto fn = [model, begin, end, n, e](const std::vector<Tensor>& a) {
+        Tensor x = a[0];
+        const int64_t b = x.size(0), t = x.size(1);
+        x = begin == 0 ? model->embed_rows(x) : x.reshape({b * t, e});
+        for (size_t l = std::max<size_t>(begin, 1); l < std::min(end, n + 1); ++l)
+          x = model->block(l - 1).forward_rows(x, b, t);
+        return std::vector<Tensor>{end == n + 2 ? model->head_rows(x) : x.reshape({b, t, e})};
+      };
+      steps_->stages.push_back(
+          {plan_.devices[i], std::make_unique<graph::Step>(fn, param_slots(model_, begin, end))});
+    }
+  }
+  Tensor x = tokens;
+  for (Steps::Stage& st : steps_->stages)
+    x = (*st.step)({x.device() == st.device ? x : x.to(st.device)})[0];
+  return x;
+}
+
 Tensor Pipeline::forward(const Tensor& tokens) {
   check_batch(tokens, micro_, "Pipeline::forward");
   const int64_t b = tokens.size(0), t = tokens.size(1), mb = b / micro_;
+  // Graphs only where a replay equals the eager run: no autograd, no random dropout masks.
+  const bool graphs = !is_grad_enabled() && (model_.config().dropout == 0 || !model_.is_training());
   std::vector<Tensor> parts;
-  for (int64_t m = 0; m < micro_; ++m)
-    parts.push_back(run_rows(micro_ == 1 ? tokens : tokens.slice(0, m * mb, (m + 1) * mb)));
+  for (int64_t m = 0; m < micro_; ++m) {
+    const Tensor x = micro_ == 1 ? tokens : tokens.slice(0, m * mb, (m + 1) * mb);
+    parts.push_back(graphs ? run_rows_graph(x) : run_rows(x));
+  }
   const Tensor rows = parts.size() == 1 ? parts[0] : cat(parts, 0);
   return rows.reshape({b, t, model_.config().vocab_size});
 }
@@ -286,16 +349,40 @@ Tensor Pipeline::forward_backward(const Tensor& tokens, const Tensor& targets) {
 }
 
 // ---- PipelineGenerator ----
-PipelineGenerator::PipelineGenerator(Pipeline& pipe) : pipe_(pipe) {}
+// One device's part of generation: layers [begin, end) of the plan, its steps over its
+// parameters and its blocks' caches.
+struct PipelineGenerator::Stage {
+  Stage(Device d, size_t b, size_t e) : device(std::move(d)), begin(b), end(e) {}
+  Device device;
+  size_t begin, end;
+  std::unique_ptr<graph::Step> step, chunk;
+};
+
+PipelineGenerator::PipelineGenerator(Pipeline& pipe, int64_t prefill_chunks, bool use_graph)
+    : pipe_(pipe), chunks_(prefill_chunks), use_graph_(use_graph) {
+  if (prefill_chunks < 0) {
+    throw Error("PipelineGenerator: prefill_chunks must be >= 0 (0: the default), got " +
+                std::to_string(prefill_chunks));
+  }
+}
+
+int64_t PipelineGenerator::graph_replays() const {
+  int64_t n = 0;
+  for (const auto& st : stages_) {
+    if (st->step) n += st->step->replays();
+    if (st->chunk) n += st->chunk->replays();
+  }
+  return n;
+}
 
 std::vector<int64_t> PipelineGenerator::generate(const std::vector<int64_t>& prompt,
                                                  int64_t new_tokens, const SampleOptions& options) {
   GPT& model = pipe_.model_;
   const LayerPlan& plan = pipe_.plan_;
   const GPTConfig& c = model.config();
-  const int64_t v = c.vocab_size, total = static_cast<int64_t>(prompt.size()) + new_tokens;
+  const int64_t v = c.vocab_size, p = static_cast<int64_t>(prompt.size());
   if (prompt.empty()) throw Error("PipelineGenerator::generate: the prompt is empty");
-  if (new_tokens < 0 || total > c.context) {
+  if (new_tokens < 0 || p + new_tokens > c.context) {
     throw Error("PipelineGenerator::generate: prompt " + std::to_string(prompt.size()) + " + " +
                 std::to_string(new_tokens) + " new tokens exceed the context of " +
                 std::to_string(c.context));
@@ -310,12 +397,84 @@ std::vector<int64_t> PipelineGenerator::generate(const std::vector<int64_t>& pro
   const bool was_training = model.is_training();
   model.eval();
   const size_t n = model.block_count();
+  const int64_t cap = c.context;
+  const bool host_draw = v > Generator::kDeviceSampleMaxVocab;
   cache_.clear();
   for (size_t i = 0; i < n; ++i)
-    cache_.push_back(model.block(i).attn().empty_cache(1, c.context, plan.device_of(i + 1)));
+    cache_.push_back(model.block(i).attn().empty_cache(1, cap, plan.device_of(i + 1)));
+  if (stages_.empty()) {
+    for (size_t i = 0; i < plan.devices.size(); ++i) {
+      if (plan.first[i] == plan.first[i + 1]) continue;
+      stages_.push_back(std::make_shared<Stage>(plan.devices[i], plan.first[i], plan.first[i + 1]));
+    }
+    if (use_graph_) {
+      GPT* m = &model;
+      std::vector<KVCache>* cache = &cache_;
+      for (const auto& st : stages_) {
+        const size_t begin = st->begin, end = st->end;
+        std::vector<graph::Slot> slots = param_slots(model, begin, end);
+        for (size_t l = std::max<size_t>(begin, 1); l < std::min(end, n + 1); ++l) {
+          const size_t b = l - 1;
+          slots.push_back({[cache, b] { return (*cache)[b].k; },
+                           [cache, b](Tensor t) { (*cache)[b].k = std::move(t); }});
+          slots.push_back({[cache, b] { return (*cache)[b].v; },
+                           [cache, b](Tensor t) { (*cache)[b].v = std::move(t); }});
+        }
+        // One position: a = {token or x [1, E], pos [1]} (+ the draw's {1/temperature, k,
+        // noise} on the last stage) -> x, the logits, or the drawn token.
+        st->step = std::make_unique<graph::Step>(
+            [m, cache, begin, end, n, host_draw](const std::vector<Tensor>& a) {
+              Tensor x = a[0];
+              if (begin == 0) x = m->embed_step(x, a[1]);
+              for (size_t l = std::max<size_t>(begin, 1); l < std::min(end, n + 1); ++l)
+                x = m->block(l - 1).forward_step(x, a[1], (*cache)[l - 1]);
+              if (end == n + 2) {
+                x = m->head_rows(x);
+                if (x.dtype() != kF32) x = x.to(kF32);
+                if (!host_draw) x = internal::draw_token(x, a[2], a[3], a[4]);
+              }
+              return std::vector<Tensor>{x};
+            },
+            slots);
+        // A prefill chunk: a = {tokens [L] or x [L, E], pos [L], slot [capacity]} -> x [L, E].
+        st->chunk = std::make_unique<graph::Step>(
+            [m, cache, begin, end, n](const std::vector<Tensor>& a) {
+              Tensor x = a[0];
+              if (begin == 0) x = m->embed_step(x, a[1]);
+              for (size_t l = std::max<size_t>(begin, 1); l < std::min(end, n + 1); ++l)
+                x = m->block(l - 1).forward_chunk(x, a[1], a[2], (*cache)[l - 1]);
+              return std::vector<Tensor>{x};
+            },
+            slots);
+      }
+    }
+  }
+  // Eager (without use_graph) or as each stage's graph::Step: the same ops either way.
+  auto step = [&](Stage& st, const std::vector<Tensor>& a) -> Tensor {
+    if (st.step) return (*st.step)(a)[0];
+    Tensor x = a[0];
+    if (st.begin == 0) x = model.embed_step(x, a[1]);
+    for (size_t l = std::max<size_t>(st.begin, 1); l < std::min(st.end, n + 1); ++l)
+      x = model.block(l - 1).forward_step(x, a[1], cache_[l - 1]);
+    if (st.end == n + 2) {
+      x = model.head_rows(x);
+      if (x.dtype() != kF32) x = x.to(kF32);
+      if (!host_draw) x = internal::draw_token(x, a[2], a[3], a[4]);
+    }
+    return x;
+  };
+  auto chunk = [&](Stage& st, const std::vector<Tensor>& a) -> Tensor {
+    if (st.begin != 0 && std::min(st.end, n + 1) <= std::max<size_t>(st.begin, 1))
+      return a[0];  // the head alone: nothing to do before the last row
+    if (st.chunk) return (*st.chunk)(a)[0];
+    Tensor x = a[0];
+    if (st.begin == 0) x = model.embed_step(x, a[1]);
+    for (size_t l = std::max<size_t>(st.begin, 1); l < std::min(st.end, n + 1); ++l)
+      x = model.block(l - 1).forward_chunk(x, a[1], a[2], cache_[l - 1]);
+    return x;
+  };
   const Device& first = plan.device_of(0);
   const Device& last = plan.device_of(n + 1);
-  const bool host_draw = v > Generator::kDeviceSampleMaxVocab;
   const bool greedy = options.temperature <= 0;
   const Tensor inv_temp = full({1}, greedy ? 1.0 : 1.0 / options.temperature, kF32, last);
   const double k =
@@ -325,47 +484,61 @@ std::vector<int64_t> PipelineGenerator::generate(const std::vector<int64_t>& pro
   uint64_t state = options.seed;
   std::vector<std::function<detail::HostValues()>> reads;
   std::vector<int64_t> out;
+  Tensor token;  // the last draw, on `last`
+  int64_t host_token = -1;
+  // The next token from logits [1, V] (host_draw) on `last`, or drawn there from the head's x.
+  auto draw = [&](const Tensor& logits) {
+    if (host_draw) {
+      host_token = sample_token(logits.to_vector<float>(), options, state);
+      out.push_back(host_token);
+      return;
+    }
+    token = logits;
+    reads.push_back(token.host_values_async());
+  };
+  auto noise = [&] {
+    return greedy ? no_noise : from_vector<float>(internal::gumbel_noise(v, state), {v}, last);
+  };
   try {
-    Tensor token;  // the last draw, on `last`
-    int64_t host_token = -1;
-    for (int64_t i = 0; i + 1 < total; ++i) {
-      const bool fed = i < static_cast<int64_t>(prompt.size());
-      Tensor in;
-      if (fed || host_draw) {
-        in = from_vector<int64_t>(
-            std::vector<int64_t>{fed ? prompt[static_cast<size_t>(i)] : host_token}, {1}, first);
-      } else {
-        in = move(token, first);  // server to server
-      }
-      // One position tensor per device, uploaded to each.
-      std::vector<Tensor> pos(plan.devices.size());
-      auto pos_on = [&](const Device& d) -> const Tensor& {
-        for (size_t j = 0; j < plan.devices.size(); ++j) {
-          if (plan.devices[j] != d) continue;
-          if (!pos[j].defined()) pos[j] = from_vector<int64_t>(std::vector<int64_t>{i}, {1}, d);
-          return pos[j];
+    {
+      // Prefill: the prompt in chunks of consecutive positions, every stage's work sent without
+      // waiting, so the servers work on successive chunks at the same time.
+      const int64_t want =
+          chunks_ > 0 ? chunks_
+                      : (stages_.size() == 1 ? 1 : 4 * static_cast<int64_t>(stages_.size()));
+      const int64_t nchunks = std::min(want, p);
+      const int64_t len = (p + nchunks - 1) / nchunks;
+      Tensor x;
+      for (int64_t s = 0; s < p; s += len) {
+        const int64_t l = std::min(len, p - s);
+        x = from_vector<int64_t>(std::vector<int64_t>(prompt.begin() + s, prompt.begin() + s + l),
+                                 {l}, first);
+        for (const auto& st : stages_) {
+          if (x.device() != st->device) x = x.to(st->device);  // server to server
+          const auto [pos, slot] = internal::chunk_positions(s, l, cap, st->device);
+          x = chunk(*st, {x, pos, slot});
         }
-        throw Error("PipelineGenerator: a layer's device is not in the plan");
-      };
-      Tensor x = model.embed_step(in, pos_on(first));
-      for (size_t b = 0; b < n; ++b) {
-        const Device& d = plan.device_of(b + 1);
-        x = model.block(b).forward_step(move(x, d), pos_on(d), cache_[b]);
       }
-      Tensor logits = model.head_rows(move(x, last));
-      if (logits.dtype() != kF32) logits = logits.to(kF32);
-      const bool draws = i + 1 >= static_cast<int64_t>(prompt.size());
-      if (host_draw) {
-        if (draws) {
-          host_token = sample_token(logits.to_vector<float>(), options, state);
-          out.push_back(host_token);
+      // The prompt's last row through the head, and the first draw.
+      if (new_tokens > 0) {
+        Tensor logits = model.head_rows(x.slice(0, x.size(0) - 1, x.size(0)));
+        if (logits.dtype() != kF32) logits = logits.to(kF32);
+        draw(host_draw ? logits : internal::draw_token(logits, inv_temp, top_k, noise()));
+      }
+    }
+    for (int64_t i = p; i < p + new_tokens - 1; ++i) {
+      Tensor x = host_draw ? from_vector<int64_t>(std::vector<int64_t>{host_token}, {1}, first)
+                           : (token.device() == first ? token : token.to(first));
+      for (const auto& st : stages_) {
+        if (x.device() != st->device) x = x.to(st->device);
+        const Tensor pos = from_vector<int64_t>(std::vector<int64_t>{i}, {1}, st->device);
+        if (st->end == n + 2 && !host_draw) {
+          x = step(*st, {x, pos, inv_temp, top_k, noise()});
+        } else {
+          x = step(*st, {x, pos});
         }
-        continue;
       }
-      Tensor noise = no_noise;
-      if (!greedy && draws) noise = from_vector<float>(internal::gumbel_noise(v, state), {v}, last);
-      token = internal::draw_token(logits, inv_temp, top_k, noise);
-      if (draws) reads.push_back(token.host_values_async());
+      draw(x);
     }
   } catch (...) {
     model.train(was_training);

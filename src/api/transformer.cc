@@ -98,6 +98,40 @@ Tensor MultiheadAttention::forward_step(const Tensor& x, const Tensor& pos, KVCa
   return dropout((*proj_)(y.reshape({b, e_})), p_, is_training());
 }
 
+Tensor MultiheadAttention::forward_chunk(const Tensor& x, const Tensor& pos, const Tensor& slot,
+                                         KVCache& cache) {
+  if (x.dim() != 2 || x.size(1) != e_ || pos.dtype() != kI64 || pos.dim() != 1 ||
+      pos.size(0) != x.size(0)) {
+    throw Error("MultiheadAttention::forward_chunk: x must be [L, " + std::to_string(e_) +
+                "] and pos i64 [L], got " + shape_str(x.shape()) + " and " +
+                std::string(dtype_name(pos.dtype())) + shape_str(pos.shape()));
+  }
+  const int64_t len = x.size(0), d = e_ / h_;
+  if (!cache.k.defined() || cache.k.dim() != 4 || cache.k.size(0) != 1 || cache.k.size(1) != h_ ||
+      cache.k.size(3) != d || !cache.v.defined() || cache.v.shape() != cache.k.shape() ||
+      slot.dtype() != kI64 || slot.numel() != cache.k.size(2)) {
+    throw Error("MultiheadAttention::forward_chunk: the cache must hold k and v [1, " +
+                std::to_string(h_) + ", capacity, " + std::to_string(d) +
+                "] (empty_cache makes one) and slot i64 [capacity], got slot " +
+                shape_str(slot.shape()));
+  }
+  const int64_t cap = cache.k.size(2);
+  const Tensor qkv = (*qkv_)(x);  // [L, 3E]
+  auto heads = [&](int64_t i) {   // [1, H, L, D]
+    return qkv.slice(1, i * e_, (i + 1) * e_).reshape({1, len, h_, d}).transpose(1, 2);
+  };
+  // Slot j takes row slot[j] of the chunk when the chunk holds its position; a slot's position
+  // against the chunk's positions says both which slots it writes and which each row attends.
+  const Tensor slots = arange(0, cap, 1, kI64, x.device());
+  const Tensor mine = pos.reshape({len, 1}).eq(slots.reshape({1, cap}));  // [L, cap]
+  const Tensor here = mine.to(kF32).sum(0).gt(0.5).reshape({1, 1, cap, 1});
+  cache.k = where(here, heads(1).index_select(2, slot), cache.k);
+  cache.v = where(here, heads(2).index_select(2, slot), cache.v);
+  const Tensor seen = slots.reshape({1, cap}).le(pos.reshape({len, 1})).reshape({1, 1, len, cap});
+  const Tensor y = scaled_dot_product_attention(heads(0), cache.k, cache.v, seen);
+  return dropout((*proj_)(y.transpose(1, 2).reshape({len, e_})), p_, is_training());
+}
+
 KVCache MultiheadAttention::empty_cache(int64_t batch, int64_t capacity,
                                         const Device& device) const {
   // The weights' dtype, f32 for packed (quantized) weights.
@@ -147,6 +181,12 @@ Tensor TransformerBlock::forward(const Tensor& x) {
 
 Tensor TransformerBlock::forward_step(const Tensor& x, const Tensor& pos, KVCache& cache) {
   const Tensor h = x + attn_->forward_step((*ln1_)(x), pos, cache);
+  return h + mlp_rows(h);
+}
+
+Tensor TransformerBlock::forward_chunk(const Tensor& x, const Tensor& pos, const Tensor& slot,
+                                       KVCache& cache) {
+  const Tensor h = x + attn_->forward_chunk((*ln1_)(x), pos, slot, cache);
   return h + mlp_rows(h);
 }
 
@@ -213,7 +253,7 @@ Tensor GPT::embed_rows(const Tensor& tokens) {
 }
 
 Tensor GPT::embed_step(const Tensor& tokens, const Tensor& pos) {
-  return (*wte_)(tokens) + (*wpe_)(pos.reshape({1}));  // [B, E] + [1, E]
+  return (*wte_)(tokens) + (*wpe_)(pos.reshape({-1}));  // [B, E] + [1, E], or [L, E] twice
 }
 
 std::vector<std::vector<Module*>> GPT::layers() {
@@ -332,6 +372,16 @@ Tensor draw_token(const Tensor& logits, const Tensor& inv_temp, const Tensor& to
   const Tensor rank = z.reshape({1, v}).gt(z.reshape({v, 1})).to(z.dtype()).sum(1);
   const Tensor kept = z.masked_fill(rank.ge(top_k), -std::numeric_limits<double>::infinity());
   return (kept + noise).argmax(0).reshape({1});
+}
+
+std::pair<Tensor, Tensor> chunk_positions(int64_t start, int64_t len, int64_t capacity,
+                                          const Device& device) {
+  std::vector<int64_t> pos(static_cast<size_t>(len)), slot(static_cast<size_t>(capacity));
+  for (int64_t i = 0; i < len; ++i) pos[static_cast<size_t>(i)] = start + i;
+  for (int64_t j = 0; j < capacity; ++j)
+    slot[static_cast<size_t>(j)] = std::clamp<int64_t>(j - start, 0, len - 1);
+  return {from_vector<int64_t>(std::move(pos), {len}, device),
+          from_vector<int64_t>(std::move(slot), {capacity}, device)};
 }
 
 std::vector<float> gumbel_noise(int64_t v, uint64_t& state) {

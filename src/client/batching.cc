@@ -11,7 +11,7 @@ namespace proto = protocol;
 
 Status Connection::submit_op(const ir::Op& op) {
   if (const auto* up = std::get_if<ir::FromHost>(&op);
-      up && options_.dedup && up->data.data.size() >= Options::kDedupMinBytes) {
+      up && options_.dedup && up->data.data.size() >= options_.dedup_min_bytes) {
     return submit_upload(op, *up);  // client/dedup.cc
   }
   return submit_plain(op);

@@ -29,6 +29,8 @@ Options Options::from_env() {
   if (const char* e = std::getenv("TW_SHM")) o.shm = std::string(e) != "0";
   o.compress = proto::compress_mode_from_env();
   if (const char* e = std::getenv("TW_DEDUP")) o.dedup = std::string(e) != "0";
+  if (const char* e = std::getenv("TW_DEDUP_MIN_BYTES"))
+    o.dedup_min_bytes = std::max<uint64_t>(1, std::strtoull(e, nullptr, 10));
   if (const char* e = std::getenv("TW_WINDOW_BYTES"))
     o.window_bytes = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("TW_CREDENTIAL")) o.credential = e;

@@ -63,6 +63,11 @@ struct Options {
   // round trip.
   bool dedup = true;
   static constexpr uint64_t kDedupMinBytes = uint64_t{4} << 20;
+  // The smallest upload that asks (TW_DEDUP_MIN_BYTES, at least 1): kDedupMinBytes by default;
+  // lower it (1024) toward a server with --store so that small weights, too, are re-uploaded
+  // after its restart by their hash only (each such upload costs a round trip while the server
+  // waits; docs/remote.md, "One model, several servers").
+  uint64_t dedup_min_bytes = kDedupMinBytes;
   // Flow control (client/flow_control.cc): a thread that queues frames while this many bytes of
   // earlier ones are still unwritten (the server stopped reading: it runs ops slower than they
   // come) blocks until half of them are out (TW_WINDOW_BYTES; 0: never blocks). Beside it only
@@ -250,8 +255,8 @@ class Connection {
   // Deduplicated upload (client/dedup.cc): true when the server made the tensor from bytes it
   // holds (named by `h`, their content hash); false when the bytes must be sent.
   Result<bool> upload_by_hash(const ir::FromHost& up, const protocol::ContentHash& h);
-  // submit_op() of an upload of at least kDedupMinBytes (dedup on): by hash, answered later or
-  // waited for (see Options::dedup), else as a plain upload.
+  // submit_op() of an upload of at least Options::dedup_min_bytes (dedup on): by hash, answered
+  // later or waited for (see Options::dedup), else as a plain upload.
   Status submit_upload(const ir::Op& op, const ir::FromHost& up);
   // The upload by hash of bytes the client holds (`up`'s Buffer), not waited for: hashed on the
   // connection's hasher thread, asked once hashed, and the frames queued after it held until the

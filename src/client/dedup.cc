@@ -1,7 +1,8 @@
 // Deduplicated uploads (protocol 9; server/dedup.h keeps the bytes): a large upload first names
 // its bytes by content hash (XXH3-128), and only when the server does not hold them are they
-// sent. Only uploads of at least Options::kDedupMinBytes ask: at 10 Gbit/s 4 MiB take 3.4 ms on
-// the wire, more than a round trip to anything but a distant host.
+// sent. Only uploads of at least Options::dedup_min_bytes ask (kDedupMinBytes unless
+// TW_DEDUP_MIN_BYTES says otherwise): at 10 Gbit/s 4 MiB take 3.4 ms on the wire, more than a
+// round trip to anything but a distant host.
 //
 // Two ways, by who holds the bytes:
 // - The client holds them (a Buffer that stays valid and unchanged: a host tensor's storage in
@@ -29,7 +30,7 @@ namespace tw::client {
 namespace proto = protocol;
 
 Buffer Connection::hash_in_place(const void* data, size_t n) {
-  if (!options_.dedup || n < Options::kDedupMinBytes) return Buffer();
+  if (!options_.dedup || n < options_.dedup_min_bytes) return Buffer();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kConnected && welcome_.version < proto::kDedupSince) return Buffer();

@@ -10,8 +10,10 @@ ContentCache::ContentCache() : capacity_(uint64_t{2} << 30) {
     capacity_ = std::strtoull(e, nullptr, 10);
 }
 
-void ContentCache::remember(const Buffer& bytes) {
-  if (bytes.size() < kMinBytes || (bytes.size() > capacity_ && !store_)) return;
+void ContentCache::remember(const Buffer& bytes, bool asked) {
+  if ((bytes.size() < kMinBytes && !asked) || bytes.size() == 0 ||
+      (bytes.size() > capacity_ && !store_))
+    return;
   const ContentHash h = protocol::content_hash(bytes.data(), bytes.size());
   if (store_) {
     // A store that cannot write (a full disk) only misses later: the upload itself succeeded.

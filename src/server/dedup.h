@@ -31,9 +31,10 @@ class ContentCache {
   static constexpr uint64_t kMinBytes = uint64_t{4} << 20;
   // TW_DEDUP_CACHE_BYTES (server's environment) or 2 GiB: the bytes entries may hold.
   ContentCache();
-  // Keeps `bytes` (an upload's, at least kMinBytes) under its hash, evicting older entries past
-  // the capacity. Thread-safe, as is find().
-  void remember(const Buffer& bytes);
+  // Keeps `bytes` (an upload's, at least kMinBytes, or of any size when `asked`: the upload that
+  // followed an UploadByHash this server missed, which says the client wants it kept) under its
+  // hash, evicting older entries past the capacity. Thread-safe, as is find().
+  void remember(const Buffer& bytes, bool asked = false);
   // The bytes held under `h` when they are `size` long; an empty Buffer when none.
   Buffer find(const ContentHash& h, uint64_t size);
   uint64_t capacity() const { return capacity_; }

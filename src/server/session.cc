@@ -204,9 +204,11 @@ void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
     // A failure (over a limit too) is recorded in the op's outputs; the metrics count it.
     const Status st = run_op(t->op, out, timer);
     if (long_) return;  // (settled when it has run)
-    if (const auto* up = std::get_if<ir::FromHost>(&t->op);
-        up && st.ok() && up->data.data.size() >= ContentCache::kMinBytes) {
-      totals_.content.remember(up->data.data);  // for a later UploadByHash (protocol 9)
+    if (const auto* up = std::get_if<ir::FromHost>(&t->op); up && st.ok()) {
+      // For a later UploadByHash (protocol 9): a large upload, or one whose hash was asked.
+      const bool asked = !missed_.empty() && missed_.erase(up->out.id) > 0;
+      if (asked || up->data.data.size() >= ContentCache::kMinBytes)
+        totals_.content.remember(up->data.data, asked);
     }
     settle();
     return;
@@ -794,6 +796,8 @@ Status Session::upload_by_hash(const proto::UploadByHashTask& t) {
   const uint64_t want = static_cast<uint64_t>(numel(t.meta.shape)) * dtype_size(t.meta.dtype);
   Buffer bytes = totals_.content.find({t.hash_lo, t.hash_hi}, want);
   if (bytes.size() == 0) {
+    // The client sends the bytes next (client/dedup.cc): keep them, whatever their size.
+    if (missed_.size() < kMaxMissed) missed_.insert(t.id);
     return not_found("upload of tensor " + std::to_string(t.id) +
                      " by hash: this server holds no such bytes; send them");
   }

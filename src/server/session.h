@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/backend.h"
@@ -338,7 +339,11 @@ class Session {
   bool long_ = false;  // long work handed to SessionOutput::run_long, not yet finished
   // The inputs' metas of the op run_op() is inferring, found once for inference and the cost.
   std::vector<std::pair<ir::TensorId, TensorMeta>> op_inputs_;
-  std::deque<Batch> stashed_;          // stash_queue()
+  std::deque<Batch> stashed_;  // stash_queue()
+  // Tensors whose UploadByHash missed: the client's upload of their bytes that follows is kept
+  // (ContentCache::remember, whatever its size), at most kMaxMissed outstanding.
+  std::unordered_set<ir::TensorId> missed_;
+  static constexpr size_t kMaxMissed = 4096;
   uint64_t graph_constant_bytes_ = 0;  // FromHost payloads of registered graphs, reserved
   std::atomic<uint64_t> ops_{0};       // written by run() only
   server::OpSampling sampling_;        // which fast ops run() times (--metrics)

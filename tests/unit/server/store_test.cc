@@ -158,5 +158,40 @@ TEST(Store, AReuploadToARestartedServerSendsTheHashOnly) {
   }
 }
 
+// Small weights (a LayerNorm's, a bias) too: with TW_DEDUP_MIN_BYTES lowered, the client asks by
+// hash for every upload of at least that many bytes, and the server keeps the bytes that follow a
+// miss whatever their size, so after a restart each tensor costs the question only.
+TEST(Store, SmallTensorsAreReuploadedByTheirHashWhenTheClientAsks) {
+  TempDir d;
+  ::setenv("TW_DEDUP_MIN_BYTES", "1024", 1);
+  constexpr int kTensors = 24;
+  std::vector<std::vector<float>> w(kTensors);
+  for (int k = 0; k < kTensors; ++k) {
+    w[k].resize(256 + 64 * static_cast<size_t>(k));  // 1 KiB to 7 KiB
+    for (size_t i = 0; i < w[k].size(); ++i) w[k][i] = static_cast<float>((i * 13 + k) % 101);
+  }
+  ServerOptions o;
+  o.store_dir = d.path;
+  uint64_t sent[2] = {0, 0};
+  for (int run = 0; run < 2; ++run) {
+    auto srv = serve(Device::cpu(), o);  // a fresh server: its memory cache starts empty
+    const Device dev = Device::remote(srv->url());
+    dev.connect();
+    const WireCounters before = wire_counters(dev);
+    std::vector<Tensor> ts;
+    for (int k = 0; k < kTensors; ++k) {
+      ts.push_back(
+          from_vector<float>(std::vector<float>(w[k]), {static_cast<int64_t>(w[k].size())}, dev));
+    }
+    dev.sync();
+    sent[run] = wire_counters(dev).bytes_out - before.bytes_out;
+    for (int k = 0; k < kTensors; ++k) EXPECT_EQ(ts[k].to_vector<float>(), w[k]) << k;
+  }
+  ::unsetenv("TW_DEDUP_MIN_BYTES");
+  EXPECT_GT(sent[0], uint64_t{kTensors} * 1024) << "the first upload sends the bytes";
+  EXPECT_LT(sent[1], uint64_t{kTensors} * 1024) << "after the restart the hashes only";
+  EXPECT_LT(sent[1] * 8, sent[0]);
+}
+
 }  // namespace
 }  // namespace tw::server
