@@ -114,7 +114,9 @@ TEST(Vulkan, DescribesItsDevice) {
   EXPECT_NE(d.dtype_mask & (1u << static_cast<int>(kF32)), 0u);
   EXPECT_EQ(d.ops.size(), static_cast<size_t>(ir::kNumOps - 6)) << "every op but the six "
                                                                    "quantization ops";
-  if (d.model.find("llvmpipe") != std::string::npos) EXPECT_TRUE(d.host_memory);
+  if (d.model.find("llvmpipe") != std::string::npos) {
+    EXPECT_TRUE(d.host_memory);
+  }
 }
 
 TEST(Vulkan, AMissingDeviceIsAClearError) {
