@@ -428,7 +428,7 @@ const HostTensor& Node::constant(size_t i, const char* what) {
   if (!v.constant) {
     fail("input " + std::to_string(i) + " ('" + proto.input(static_cast<int>(i)) + "', " + what +
          ") must be known at load: an initializer, a Constant, or a graph input given by value "
-         "(LoadOptions::input_values)");
+         "(LoadOptions::input_values, --input-value NAME=V)");
   }
   v.constant_used = true;
   return *v.constant;

@@ -224,16 +224,16 @@ void resize_op(Node& n) {
 // GridSample (opset 16): each output position samples X at the grid's (x, y) in [-1, 1], mapped
 // to pixel coordinates as align_corners says; border padding clamps the coordinate, reflection
 // reflects it into range, zeros gives taps outside X weight 0. Bilinear is four taps, nearest one
-// (rounded half to even); each tap one Gather over X's flattened pixels. Computed from the grid
-// at run time: the grid is a tensor.
+// (rounded half to even), bicubic sixteen (each tap padded, as PyTorch's); each tap one Gather
+// over X's flattened pixels. Computed from the grid at run time: the grid is a tensor.
 void grid_sample_op(Node& n) {
   n.check_attrs({"align_corners", "mode", "padding_mode"});
   Builder& b = n.b;
   const std::string mode = n.attr_string("mode", "bilinear");
   const std::string padding = n.attr_string("padding_mode", "zeros");
   const bool align = n.attr_int("align_corners", 0) != 0;
-  if (mode != "bilinear" && mode != "nearest")
-    n.fail("attribute mode='" + mode + "' is not supported (bilinear, nearest)");
+  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic")
+    n.fail("attribute mode='" + mode + "' is not supported (bilinear, nearest, bicubic)");
   if (padding != "zeros" && padding != "border" && padding != "reflection")
     n.fail("attribute padding_mode='" + padding + "' is not supported");
   TensorId x = computable(n, 0), grid = computable(n, 1);
@@ -247,14 +247,17 @@ void grid_sample_op(Node& n) {
   const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], P = gs[1] * gs[2];
   grid = b.reshape(grid, {N, 1, P, 2});
   // Pixel coordinate along a dim of `size` from the normalised one.
-  auto pixel = [&](TensorId g, int64_t size) {
+  auto unnormalize = [&](TensorId g, int64_t size) {
     const double sz = static_cast<double>(size);
-    TensorId c =
-        align
-            ? b.scalar(BK::kMul, b.scalar(BK::kAdd, g, 1.0), (sz - 1) / 2)
-            : b.scalar(BK::kMul,
+    return align ? b.scalar(BK::kMul, b.scalar(BK::kAdd, g, 1.0), (sz - 1) / 2)
+                 : b.scalar(
+                       BK::kMul,
                        b.scalar(BK::kSub, b.scalar(BK::kMul, b.scalar(BK::kAdd, g, 1.0), sz), 1.0),
                        0.5);
+  };
+  // The padding mode's coordinate (border: clamped; reflection: reflected, then clamped).
+  auto padded = [&](TensorId c, int64_t size) {
+    const double sz = static_cast<double>(size);
     if (padding == "border") {
       c = b.clamp(c, ir::Scalar(0.0), ir::Scalar(sz - 1));
     } else if (padding == "reflection") {
@@ -273,8 +276,11 @@ void grid_sample_op(Node& n) {
     }
     return c;
   };
-  const TensorId ix = pixel(b.reshape(b.narrow(grid, 3, 0, 1), {N, 1, P}), W);
-  const TensorId iy = pixel(b.reshape(b.narrow(grid, 3, 1, 2), {N, 1, P}), H);
+  const TensorId ux = unnormalize(b.reshape(b.narrow(grid, 3, 0, 1), {N, 1, P}), W);
+  const TensorId uy = unnormalize(b.reshape(b.narrow(grid, 3, 1, 2), {N, 1, P}), H);
+  // Bicubic pads each of its taps (as PyTorch's grid_sample); the others the coordinate.
+  const TensorId ix = mode == "bicubic" ? ux : padded(ux, W);
+  const TensorId iy = mode == "bicubic" ? uy : padded(uy, H);
   const TensorId flat = b.reshape(x, {N, C, H * W});
   // X at integral coordinates (cx, cy) ([N, 1, P], as floats) times weight w; 0 outside.
   auto tap = [&](TensorId cx, TensorId cy, TensorId w) {
@@ -291,7 +297,41 @@ void grid_sample_op(Node& n) {
     return b.binary(BK::kMul, v, weight);
   };
   TensorId out;
-  if (mode == "nearest") {
+  if (mode == "bicubic") {
+    // Taps floor(c) - 1 .. floor(c) + 2 with the cubic convolution weights (A = -0.75) of the
+    // fraction t: w0 = k2(t + 1), w1 = k1(t), w2 = k1(1 - t), w3 = k2(2 - t), where
+    // k1(s) = ((A + 2) s - (A + 3)) s^2 + 1 and k2(s) = ((A s - 5A) s + 8A) s - 4A.
+    constexpr double A = -0.75;
+    auto k1 = [&](TensorId s) {
+      TensorId p = b.scalar(BK::kSub, b.scalar(BK::kMul, s, A + 2), A + 3);
+      return b.scalar(BK::kAdd, b.binary(BK::kMul, b.binary(BK::kMul, p, s), s), 1.0);
+    };
+    auto k2 = [&](TensorId s) {
+      TensorId p = b.scalar(BK::kSub, b.scalar(BK::kMul, s, A), 5 * A);
+      p = b.scalar(BK::kAdd, b.binary(BK::kMul, p, s), 8 * A);
+      return b.scalar(BK::kSub, b.binary(BK::kMul, p, s), 4 * A);
+    };
+    auto weights = [&](TensorId t) {
+      return std::vector<TensorId>{k2(b.scalar(BK::kAdd, t, 1.0)), k1(t),
+                                   k1(b.scalar(BK::kSub, t, 1.0, true)),
+                                   k2(b.scalar(BK::kSub, t, 2.0, true))};
+    };
+    const TensorId fx = b.unary(ir::UnaryKind::kFloor, ix), fy = b.unary(ir::UnaryKind::kFloor, iy);
+    const std::vector<TensorId> wx = weights(b.binary(BK::kSub, ix, fx));
+    const std::vector<TensorId> wy = weights(b.binary(BK::kSub, iy, fy));
+    std::vector<TensorId> cx, cy;
+    for (int k = 0; k < 4; ++k) {
+      cx.push_back(padded(b.scalar(BK::kAdd, fx, static_cast<double>(k - 1)), W));
+      cy.push_back(padded(b.scalar(BK::kAdd, fy, static_cast<double>(k - 1)), H));
+    }
+    out = 0;
+    for (int j = 0; j < 4; ++j) {
+      for (int i = 0; i < 4; ++i) {
+        const TensorId t = tap(cx[i], cy[j], b.binary(BK::kMul, wx[i], wy[j]));
+        out = out == 0 ? t : b.binary(BK::kAdd, out, t);
+      }
+    }
+  } else if (mode == "nearest") {
     out = tap(b.unary(ir::UnaryKind::kRound, ix), b.unary(ir::UnaryKind::kRound, iy),
               b.full({N, 1, P}, cd, 1.0));
   } else {
