@@ -10,9 +10,12 @@
 //   tensorwire onnx show MODEL.onnx [--shape NAME=D0,D1,...]
 //                                      the imported model: names, specs and its IR ops
 //   tensorwire onnx run MODEL.onnx [--device URL|cpu|torch] [--inputs F.safetensors]
-//                      [--shape NAME=D0,D1,...] [--seed N] [--repeat N] [--full]
-//                                      runs it (inputs from the file by their ONNX names, else
-//                                      random floats and zero integers); prints each output's
+//                      [--shape NAME=D0,D1,...] [--input-value NAME=V0,V1,...] [--seed N]
+//                      [--repeat N] [--full]
+//                                      runs it (inputs given by --input-value, which nodes may
+//                                      use as constants as LoadOptions::input_values, else from
+//                                      the file by their ONNX names, else random floats and zero
+//                                      integers); prints each output's
 //                                      summary (shape, min, max, mean, first values), --full
 //                                      every value
 //   tensorwire --help | --version
@@ -21,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -43,7 +47,8 @@ const char kUsage[] =
     "  trace run FILE [--device URL|cpu|torch] [--inputs F.safetensors] [--seed N]\n"
     "  onnx show MODEL.onnx [--shape NAME=D0,D1,...]\n"
     "  onnx run MODEL.onnx [--device URL|cpu|torch] [--inputs F.safetensors]\n"
-    "           [--shape NAME=D0,D1,...] [--seed N] [--repeat N] [--full]\n"
+    "           [--shape NAME=D0,D1,...] [--input-value NAME=V0,V1,...] [--seed N]\n"
+    "           [--repeat N] [--full]\n"
     "  --help, --version\n"
     "URL: tcp://HOST:PORT, tls://HOST:PORT or unix:///PATH. The environment: TW_CREDENTIAL (the\n"
     "server's --credential), TW_TLS_FINGERPRINT / TW_TLS_CA (how a tls:// server is trusted),\n"
@@ -196,16 +201,19 @@ int trace_show(const std::string& path) {
   return 0;
 }
 
-// The inputs a run takes: `given` by name when a file was given, else random floats and zero
-// integers (seeded).
+// The inputs a run takes: `values` (--input-value) by name, else `given` by name when a file was
+// given, else random floats and zero integers (seeded).
 std::vector<tw::Tensor> make_inputs(const std::vector<tw::graph::TensorSpec>& specs,
                                     const std::vector<std::string>& names,
                                     const std::map<std::string, tw::Tensor>& given,
-                                    const std::string& file, const tw::Device& dev) {
+                                    const std::string& file, const tw::Device& dev,
+                                    const std::map<std::string, tw::Tensor>& values = {}) {
   std::vector<tw::Tensor> inputs;
   for (size_t i = 0; i < specs.size(); ++i) {
     const tw::graph::TensorSpec& s = specs[i];
-    if (!file.empty()) {
+    if (auto v = values.find(names[i]); v != values.end()) {
+      inputs.push_back(v->second.to(dev));
+    } else if (!file.empty()) {
       auto it = given.find(names[i]);
       if (it == given.end()) throw tw::Error(file + " has no tensor " + names[i]);
       inputs.push_back(it->second);
@@ -230,6 +238,72 @@ void parse_shape(const std::string& v, std::map<std::string, tw::Shape>& shapes)
     at = comma + 1;
   }
   shapes[v.substr(0, eq)] = s;
+}
+
+// --input-value NAME=V0,V1,... (repeatable): a value for graph input NAME, in its declared dtype
+// and shape (a symbolic dim, one at most, takes what the value count leaves; --shape gives the
+// shape otherwise), into `values`.
+void parse_input_value(const std::string& path, const std::string& v,
+                       const std::map<std::string, tw::Shape>& shapes,
+                       std::map<std::string, tw::Tensor>& values) {
+  const size_t eq = v.find('=');
+  if (eq == std::string::npos) throw tw::Error("--input-value wants NAME=V0,V1,..., not " + v);
+  const std::string name = v.substr(0, eq);
+  std::optional<tw::graph::TensorSpec> spec;
+  std::string names;
+  for (const auto& [n, s] : tw::onnx::input_specs(path, shapes)) {
+    names += (names.empty() ? "" : ", ") + n;
+    if (n == name) spec = s;
+  }
+  if (!spec)
+    throw tw::Error("--input-value " + name + ": the model has no input " + name +
+                    " (its inputs: " + names + ")");
+  std::vector<std::string> items;
+  for (size_t at = eq + 1; at <= v.size();) {
+    size_t comma = v.find(',', at);
+    if (comma == std::string::npos) comma = v.size();
+    items.push_back(v.substr(at, comma - at));
+    at = comma + 1;
+  }
+  if (v.size() == eq + 1) items.clear();
+  std::vector<double> f;
+  std::vector<int64_t> i;
+  for (const std::string& item : items) {
+    char* end = nullptr;
+    const bool is_bool = item == "true" || item == "false";
+    if (tw::is_float(spec->dtype)) {
+      f.push_back(is_bool ? (item == "true" ? 1.0 : 0.0) : std::strtod(item.c_str(), &end));
+    } else {
+      i.push_back(is_bool ? item == "true" : std::strtoll(item.c_str(), &end, 10));
+    }
+    if (!is_bool && (item.empty() || *end != '\0'))
+      throw tw::Error("--input-value " + name + ": '" + item + "' is not a number for " +
+                      spec->str());
+  }
+  const int64_t count = static_cast<int64_t>(items.size());
+  tw::Shape shape = spec->shape;
+  int64_t known = 1, unknown = 0;
+  for (int64_t d : shape) {
+    if (d < 0) {
+      ++unknown;
+    } else {
+      known *= d;
+    }
+  }
+  if (unknown == 1 && known > 0 && count % known == 0) {
+    for (int64_t& d : shape) d = d < 0 ? count / known : d;
+  } else if (unknown > 0 || known != count) {
+    throw tw::Error("--input-value " + name + ": input " + name + " is " + spec->str() + ", " +
+                    std::to_string(count) + " values given" +
+                    (unknown > 1 ? " (give its shape with --shape)" : ""));
+  }
+  const tw::Tensor t =
+      tw::is_float(spec->dtype)
+          ? tw::from_bytes({reinterpret_cast<const uint8_t*>(f.data()), f.size() * 8}, shape,
+                           tw::kF64)
+          : tw::from_bytes({reinterpret_cast<const uint8_t*>(i.data()), i.size() * 8}, shape,
+                           tw::kI64);
+  values[name] = t.to(spec->dtype);
 }
 
 // A tensor in a line: its values when there are few, else min, max, mean and the first values
@@ -268,7 +342,8 @@ int onnx_show(const std::string& path, const std::vector<std::string>& args) {
 
 int onnx_run(const std::string& path, const std::vector<std::string>& args) {
   const Flags flags = parse_flags(
-      "onnx run", args, {"--device", "--inputs", "--shape", "--seed", "--repeat"}, {"--full"});
+      "onnx run", args, {"--device", "--inputs", "--shape", "--input-value", "--seed", "--repeat"},
+      {"--full"});
   if (!flags.positional.empty()) throw UsageError{"onnx run: unexpected " + flags.positional[0]};
   const std::string device = flags.get("--device", "cpu"), inputs_path = flags.get("--inputs", "");
   const uint64_t seed = std::strtoull(flags.get("--seed", "0").c_str(), nullptr, 10);
@@ -277,13 +352,17 @@ int onnx_run(const std::string& path, const std::vector<std::string>& args) {
   if (flags.values.count("--shape")) {
     for (const auto& v : flags.values.at("--shape")) parse_shape(v, options.input_shapes);
   }
+  if (flags.values.count("--input-value")) {
+    for (const auto& v : flags.values.at("--input-value"))
+      parse_input_value(path, v, options.input_shapes, options.input_values);
+  }
   const tw::Device dev = device_named(device);
   std::map<std::string, tw::Tensor> given;
   if (!inputs_path.empty()) given = tw::load_safetensors(inputs_path, dev);
   const tw::onnx::Model model = tw::onnx::load(path, options);
   tw::manual_seed(seed);
-  const std::vector<tw::Tensor> inputs =
-      make_inputs(model.trace.inputs(), model.input_names, given, inputs_path, dev);
+  const std::vector<tw::Tensor> inputs = make_inputs(model.trace.inputs(), model.input_names, given,
+                                                     inputs_path, dev, options.input_values);
   std::vector<tw::Tensor> out;
   dev.sync();  // the inputs are there before the clock starts
   for (int r = 0; r < repeat; ++r) {

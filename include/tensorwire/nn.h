@@ -255,6 +255,67 @@ class Flatten : public Module {
   int64_t start_, end_;
 };
 
+// ---- recurrent layers, as torch.nn.RNN, LSTM and GRU (gate order and parameter names as
+// PyTorch's, so state_dicts move between the two; initialised U(-1/sqrt(H), 1/sqrt(H))). Each step
+// is composed of existing ops (matmul, sigmoid, tanh, ...), so autograd differentiates it
+// through time and every device runs it. ----
+struct RNNOptions {
+  int64_t num_layers = 1;
+  bool bias = true;
+  bool batch_first = false;  // x [B, T, in] and output [B, T, D * H]
+  bool bidirectional = false;
+  std::string nonlinearity = "tanh";  // RNN only: "tanh" or "relu"
+};
+
+// output: the last layer's hidden state at every step ([T, B, D * H]; [B, T, D * H] batch_first;
+// [T, D * H] for an unbatched [T, in] input). h_n: every layer and direction's last hidden state
+// [L * D, B, H] ([L * D, H] unbatched); c_n: LSTM's cell state alike (undefined otherwise).
+struct RNNOutput {
+  Tensor output, h_n, c_n;
+};
+
+class RNNBase : public Module {
+ public:
+  enum class Kind { kRnn, kLstm, kGru };
+  Tensor forward(const Tensor& x) override { return forward_state(x).output; }
+  // h0 (and c0, LSTM) shaped as h_n; zeros when undefined.
+  RNNOutput forward_state(const Tensor& x, const Tensor& h0 = {}, const Tensor& c0 = {});
+  std::string name() const override;
+  int64_t input_size() const { return in_; }
+  int64_t hidden_size() const { return hidden_; }
+  const RNNOptions& options() const { return o_; }
+
+ protected:
+  RNNBase(Kind kind, int64_t input_size, int64_t hidden_size, RNNOptions options,
+          const Placement& at);
+
+ private:
+  Kind kind_;
+  int64_t in_, hidden_;
+  RNNOptions o_;
+  // Per layer and direction (l * D + d): weight_ih [G * H, in], weight_hh [G * H, H], biases.
+  std::vector<ParameterPtr> w_ih_, w_hh_, b_ih_, b_hh_;
+};
+
+// h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh) (relu with nonlinearity "relu").
+class RNN : public RNNBase {
+ public:
+  RNN(int64_t input_size, int64_t hidden_size, RNNOptions options = {}, const Placement& at = {})
+      : RNNBase(Kind::kRnn, input_size, hidden_size, std::move(options), at) {}
+};
+// Gates i, f, g, o: c' = f * c + i * g, h' = o * tanh(c').
+class LSTM : public RNNBase {
+ public:
+  LSTM(int64_t input_size, int64_t hidden_size, RNNOptions options = {}, const Placement& at = {})
+      : RNNBase(Kind::kLstm, input_size, hidden_size, std::move(options), at) {}
+};
+// Gates r, z, n: n = tanh(x W_in^T + b_in + r * (h W_hn^T + b_hn)), h' = (1 - z) * n + z * h.
+class GRU : public RNNBase {
+ public:
+  GRU(int64_t input_size, int64_t hidden_size, RNNOptions options = {}, const Placement& at = {})
+      : RNNBase(Kind::kGru, input_size, hidden_size, std::move(options), at) {}
+};
+
 // Applies its modules in order; they are named "0", "1", ...
 class Sequential : public Module {
  public:

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensorwire/export.h"
@@ -58,6 +59,13 @@ Model load_bytes(const std::string& bytes, const LoadOptions& options = {},
 // `device`; `name` receives the TensorProto's name when given.
 Tensor read_tensor(const std::string& path, const Device& device = Device::cpu(),
                    std::string* name = nullptr);
+
+// The graph inputs of a model file (initializers excluded), in order, with their declared dtype
+// and shape: a symbolic or missing dim is -1 unless `input_shapes` gives the input's shape (what a
+// caller needs to build a value for LoadOptions::input_values, as `tensorwire onnx run
+// --input-value` does).
+std::vector<std::pair<std::string, graph::TensorSpec>> input_specs(
+    const std::string& path, const std::map<std::string, Shape>& input_shapes = {});
 
 // The ONNX op types the importer maps (default domain), sorted.
 std::vector<std::string> supported_ops();

@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "op_docs.h"
@@ -1366,6 +1367,67 @@ void bind_nn(py::module_& m) {
       .def_property_readonly("weight", &nn::Embedding::weight);
   py::class_<nn::Flatten, nn::Module, std::shared_ptr<nn::Flatten>>(nn, "Flatten")
       .def(py::init<int64_t, int64_t>(), py::arg("start_dim") = 1, py::arg("end_dim") = -1);
+  // Recurrent layers: called as torch's, lstm(x, (h0, c0)) -> (output, (h_n, c_n)); gru and rnn
+  // (x, h0) -> (output, h_n).
+  auto rnn_class = [&](auto tag, const char* name, nn::RNNBase::Kind kind) {
+    using M = typename decltype(tag)::type;
+    const bool lstm = kind == nn::RNNBase::Kind::kLstm;
+    auto call = [lstm](M& m, const Tensor& x, const py::object& hx) -> py::object {
+      Tensor h0, c0;
+      if (!hx.is_none()) {
+        if (lstm) {
+          auto pair = hx.cast<std::pair<Tensor, Tensor>>();
+          h0 = pair.first;
+          c0 = pair.second;
+        } else {
+          h0 = hx.cast<Tensor>();
+        }
+      }
+      nn::RNNOutput o;
+      {
+        py::gil_scoped_release r;
+        o = m.forward_state(x, h0, c0);
+      }
+      if (lstm) return py::make_tuple(o.output, py::make_tuple(o.h_n, o.c_n));
+      return py::make_tuple(o.output, o.h_n);
+    };
+    py::class_<M, nn::Module, std::shared_ptr<M>>(nn, name)
+        .def(py::init([placement, kind](int64_t in, int64_t hidden, int64_t layers,
+                                        const std::string& nonlinearity, bool bias,
+                                        bool batch_first, double dropout, bool bidirectional,
+                                        std::optional<Device> d, DType dt) {
+               if (dropout != 0) {
+                 throw Error("nn.RNN/LSTM/GRU: dropout between layers is not supported (got " +
+                             std::to_string(dropout) + "); use 0");
+               }
+               if (kind != nn::RNNBase::Kind::kRnn && nonlinearity != "tanh") {
+                 throw Error("nonlinearity is RNN's option only");
+               }
+               nn::RNNOptions o;
+               o.num_layers = layers;
+               o.nonlinearity = nonlinearity;
+               o.bias = bias;
+               o.batch_first = batch_first;
+               o.bidirectional = bidirectional;
+               return std::make_shared<M>(in, hidden, o, placement(d, dt));
+             }),
+             py::arg("input_size"), py::arg("hidden_size"), py::arg("num_layers") = 1,
+             py::arg("nonlinearity") = "tanh", py::arg("bias") = true,
+             py::arg("batch_first") = false, py::arg("dropout") = 0.0,
+             py::arg("bidirectional") = false, py::arg("device") = py::none(),
+             py::arg("dtype") = kF32)
+        .def("__call__", call, py::arg("input"), py::arg("hx") = py::none())
+        .def("forward", call, py::arg("input"), py::arg("hx") = py::none())
+        .def_property_readonly("input_size", &M::input_size)
+        .def_property_readonly("hidden_size", &M::hidden_size)
+        .def_property_readonly("num_layers", [](const M& m) { return m.options().num_layers; })
+        .def_property_readonly("bidirectional",
+                               [](const M& m) { return m.options().bidirectional; })
+        .def_property_readonly("batch_first", [](const M& m) { return m.options().batch_first; });
+  };
+  rnn_class(std::type_identity<nn::RNN>{}, "RNN", nn::RNNBase::Kind::kRnn);
+  rnn_class(std::type_identity<nn::LSTM>{}, "LSTM", nn::RNNBase::Kind::kLstm);
+  rnn_class(std::type_identity<nn::GRU>{}, "GRU", nn::RNNBase::Kind::kGru);
   py::class_<nn::Sequential, nn::Module, std::shared_ptr<nn::Sequential>>(nn, "_CSequential")
       .def(py::init([](const std::vector<std::shared_ptr<nn::Module>>& mods) {
         auto s = std::make_shared<nn::Sequential>();

@@ -83,6 +83,11 @@ std::optional<DType> dtype_of(int32_t t) {
     case P::BOOL: return kBool;
     case P::FLOAT16: return kF16;
     case P::BFLOAT16: return kBF16;
+    // Widened (docs/onnx.md): tensorwire has no 16-bit integers nor unsigned 32/64-bit ones.
+    case P::INT16:
+    case P::UINT16: return kI32;
+    case P::UINT32:
+    case P::UINT64: return kI64;
     default: return std::nullopt;
   }
 }
@@ -94,16 +99,82 @@ const char* onnx_type_name(int32_t t) {
   return "unknown";
 }
 
+namespace {
+
+// INT16, UINT16, UINT32 and UINT64 tensors, widened to the dtype_of() gives (i32, i64); a UINT64
+// value above the i64 range is refused.
+HostTensor widened(const ::onnx::TensorProto& t, const std::string& what, DType d) {
+  using P = ::onnx::TensorProto;
+  HostTensor h;
+  h.meta.dtype = d;
+  for (int64_t dim : t.dims()) {
+    if (dim < 0) throw Error(what + ": negative dim " + std::to_string(dim));
+    h.meta.shape.push_back(dim);
+  }
+  Status st = validate_shape(h.meta.shape);
+  if (!st.ok()) throw Error(what + ": " + st.message());
+  const size_t n = static_cast<size_t>(h.numel());
+  const int32_t type = t.data_type();
+  const size_t src_size = type == P::INT16 || type == P::UINT16 ? 2 : type == P::UINT32 ? 4 : 8;
+  // 16-bit types keep their values in int32_data, the unsigned 32/64-bit ones in uint64_data.
+  const size_t held = t.has_raw_data() ? t.raw_data().size() / src_size
+                      : type == P::INT16 || type == P::UINT16
+                          ? static_cast<size_t>(t.int32_data_size())
+                          : static_cast<size_t>(t.uint64_data_size());
+  if (held != n || (t.has_raw_data() && t.raw_data().size() % src_size != 0)) {
+    throw Error(what + ": " + std::to_string(held) + " values for shape " +
+                shape_str(h.meta.shape));
+  }
+  h.bytes.resize(n * dtype_size(d));
+  const uint8_t* raw =
+      t.has_raw_data() ? reinterpret_cast<const uint8_t*>(t.raw_data().data()) : nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t v = 0;
+    const int k = static_cast<int>(i);
+    switch (type) {
+      case P::INT16:
+        v = raw ? load_le<int16_t>(raw + 2 * i) : static_cast<int16_t>(t.int32_data(k));
+        break;
+      case P::UINT16:
+        v = raw ? load_le<uint16_t>(raw + 2 * i) : static_cast<uint16_t>(t.int32_data(k));
+        break;
+      case P::UINT32:
+        v = raw ? load_le<uint32_t>(raw + 4 * i) : static_cast<uint32_t>(t.uint64_data(k));
+        break;
+      default: {
+        const uint64_t u = raw ? load_le<uint64_t>(raw + 8 * i) : t.uint64_data(k);
+        if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+          throw Error(what + ": UINT64 value " + std::to_string(u) + " (element " +
+                      std::to_string(i) + ") is beyond INT64, the dtype UINT64 loads as");
+        v = static_cast<int64_t>(u);
+      }
+    }
+    if (d == kI32) {
+      const int32_t x = static_cast<int32_t>(v);
+      std::memcpy(h.bytes.data() + 4 * i, &x, 4);
+    } else {
+      std::memcpy(h.bytes.data() + 8 * i, &v, 8);
+    }
+  }
+  return h;
+}
+
+}  // namespace
+
 HostTensor host_tensor(const ::onnx::TensorProto& t, const std::string& what) {
   using P = ::onnx::TensorProto;
   std::optional<DType> d = dtype_of(t.data_type());
   if (!d) {
-    throw Error(
-        what + ": data type " + onnx_type_name(t.data_type()) +
-        " has no tensorwire dtype (supported: FLOAT, DOUBLE, INT32, INT64, UINT8, INT8, BOOL, "
-        "FLOAT16, BFLOAT16)");
+    throw Error(what + ": data type " + onnx_type_name(t.data_type()) +
+                " has no tensorwire dtype (supported: FLOAT, DOUBLE, INT32, INT64, UINT8, INT8, "
+                "BOOL, FLOAT16, BFLOAT16; INT16 and UINT16 load as INT32, UINT32 and UINT64 as "
+                "INT64)");
   }
   if (t.data_location() == P::EXTERNAL) throw Error(what + ": external data is not supported");
+  const int32_t type = t.data_type();
+  if (type == P::INT16 || type == P::UINT16 || type == P::UINT32 || type == P::UINT64) {
+    return widened(t, what, *d);
+  }
   HostTensor h;
   h.meta.dtype = *d;
   for (int64_t dim : t.dims()) {
@@ -357,7 +428,7 @@ const HostTensor& Node::constant(size_t i, const char* what) {
   if (!v.constant) {
     fail("input " + std::to_string(i) + " ('" + proto.input(static_cast<int>(i)) + "', " + what +
          ") must be known at load: an initializer, a Constant, or a graph input given by value "
-         "(LoadOptions::input_values)");
+         "(LoadOptions::input_values, --input-value NAME=V)");
   }
   v.constant_used = true;
   return *v.constant;

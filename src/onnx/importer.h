@@ -143,6 +143,9 @@ class Node {
   // Fails for every attribute not in `known` (an attribute it would silently ignore).
   void check_attrs(std::initializer_list<const char*> known) const;
 
+  // Every value by name (If imports its branch's nodes into it).
+  std::unordered_map<std::string, Builder::Value>& values() { return values_; }
+
   int64_t rank(size_t i) { return static_cast<int64_t>(input_meta(i).shape.size()); }
   // Normalises an axis (negative counts from the end) for a tensor of `rank`; fails if out of
   // range.
@@ -170,5 +173,7 @@ void register_shape_ops();
 void register_reduce_ops();
 void register_nn_ops();
 void register_resize_ops();
+void register_rnn_ops();
+void register_linalg_ops();
 
 }  // namespace tw::onnx_import

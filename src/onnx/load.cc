@@ -24,6 +24,8 @@ using onnx_import::HostTensor;
 // attribute forms (legacy broadcasting, Cast's named type, Pad's paddings, ...).
 constexpr int64_t kMinOpset = 1, kMaxOpset = 17;
 
+void if_op(onnx_import::Node& n);
+
 void register_all() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -32,6 +34,9 @@ void register_all() {
     onnx_import::register_reduce_ops();
     onnx_import::register_nn_ops();
     onnx_import::register_resize_ops();
+    onnx_import::register_rnn_ops();
+    onnx_import::register_linalg_ops();
+    onnx_import::op_table()["If"] = if_op;
   });
 }
 
@@ -96,6 +101,7 @@ bool fold(const ::onnx::NodeProto& n, int64_t opset, const onnx_import::OpFn& fn
 
 bool foldable(const ::onnx::NodeProto& n,
               const std::unordered_map<std::string, Builder::Value>& values) {
+  if (n.op_type() == "If") return false;  // its branches read values beyond its inputs
   int64_t total = 0, count = 0;
   for (const std::string& in : n.input()) {
     if (in.empty()) continue;
@@ -105,6 +111,68 @@ bool foldable(const ::onnx::NodeProto& n,
     ++count;
   }
   return count > 0 && total <= kFoldLimit;
+}
+
+// Imports the nodes of `g` in order into `values` (the main graph, or an If's branch, whose
+// nodes also read the values around it); errors are prefixed by `prefix` and the node.
+void import_nodes(Builder& b, const ::onnx::GraphProto& g, int64_t opset,
+                  std::unordered_map<std::string, Builder::Value>& values,
+                  const std::string& prefix) {
+  const auto& table = onnx_import::op_table();
+  for (int i = 0; i < g.node_size(); ++i) {
+    const ::onnx::NodeProto& n = g.node(i);
+    const std::string label = n.name().empty() ? "#" + std::to_string(i) : "'" + n.name() + "'";
+    b.context = prefix + "node " + label + " (" + n.op_type() + "): ";
+    if (!n.domain().empty() && n.domain() != "ai.onnx") {
+      b.fail("domain '" + n.domain() + "' is not supported");
+    }
+    auto it = table.find(n.op_type());
+    if (it == table.end()) b.fail("op type " + n.op_type() + " is not supported");
+    if (foldable(n, values) && fold(n, opset, it->second, b.context, values)) continue;
+    onnx_import::Node node(b, n, opset, values);
+    it->second(node);
+    for (int k = 0; k < n.output_size(); ++k) {
+      if (!n.output(k).empty() && !values.count(n.output(k))) {
+        b.fail("output " + std::to_string(k) + " ('" + n.output(k) + "') is not supported");
+      }
+    }
+  }
+}
+
+// If with its condition known at load (a constant, or an input given by value): the chosen
+// branch's initializers and nodes are imported in place and its outputs become the node's.
+void if_op(onnx_import::Node& n) {
+  n.check_attrs({"then_branch", "else_branch"});
+  const HostTensor& c = n.constant(0, "cond");
+  if (c.numel() != 1) n.fail("input cond must hold one element, not " + std::to_string(c.numel()));
+  const bool then = c.doubles()[0] != 0;
+  const char* name = then ? "then_branch" : "else_branch";
+  const ::onnx::AttributeProto* a = n.attr(name);
+  if (a == nullptr || !a->has_g()) n.fail(std::string("attribute ") + name + " is missing");
+  const ::onnx::GraphProto& g = a->g();
+  if (g.output_size() != static_cast<int>(n.num_outputs()))
+    n.fail(std::string(name) + " has " + std::to_string(g.output_size()) + " outputs, the node " +
+           std::to_string(n.num_outputs()));
+  auto& values = n.values();
+  const std::string outer = n.b.context;
+  for (const auto& init : g.initializer()) {
+    Builder::Value v;
+    v.constant =
+        onnx_import::host_tensor(init, outer + name + " initializer '" + init.name() + "'");
+    v.meta = v.constant->meta;
+    values[init.name()] = std::move(v);
+  }
+  import_nodes(n.b, g, n.opset, values, outer + name + ": ");
+  n.b.context = outer;
+  for (int k = 0; k < g.output_size(); ++k) {
+    auto it = values.find(g.output(k).name());
+    if (it == values.end())
+      n.fail(std::string(name) + " output '" + g.output(k).name() + "' is never computed");
+    if (n.wants_output(static_cast<size_t>(k))) {
+      const Builder::Value v = it->second;
+      values[n.proto.output(k)] = v;
+    }
+  }
 }
 
 HostTensor host_of(const Tensor& t) {
@@ -199,25 +267,7 @@ Model load_bytes(const std::string& bytes, const LoadOptions& options, const std
     id = v.id;
   }
 
-  const auto& table = onnx_import::op_table();
-  for (int i = 0; i < g.node_size(); ++i) {
-    const ::onnx::NodeProto& n = g.node(i);
-    const std::string label = n.name().empty() ? "#" + std::to_string(i) : "'" + n.name() + "'";
-    b.context = what + ": node " + label + " (" + n.op_type() + "): ";
-    if (!n.domain().empty() && n.domain() != "ai.onnx") {
-      b.fail("domain '" + n.domain() + "' is not supported");
-    }
-    auto it = table.find(n.op_type());
-    if (it == table.end()) b.fail("op type " + n.op_type() + " is not supported");
-    if (foldable(n, values) && fold(n, model.opset, it->second, b.context, values)) continue;
-    onnx_import::Node node(b, n, model.opset, values);
-    it->second(node);
-    for (int k = 0; k < n.output_size(); ++k) {
-      if (!n.output(k).empty() && !values.count(n.output(k))) {
-        b.fail("output " + std::to_string(k) + " ('" + n.output(k) + "') is not supported");
-      }
-    }
-  }
+  import_nodes(b, g, model.opset, values, what + ": ");
   b.context = what + ": ";
   model.num_nodes = static_cast<size_t>(g.node_size());
 
@@ -282,6 +332,39 @@ Tensor read_tensor(const std::string& path, const Device& device, std::string* n
   HostTensor h = onnx_import::host_tensor(t, path);
   if (name) *name = t.name();
   return from_bytes(h.bytes, h.meta.shape, h.meta.dtype, device);
+}
+
+std::vector<std::pair<std::string, graph::TensorSpec>> input_specs(
+    const std::string& path, const std::map<std::string, Shape>& input_shapes) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("onnx: cannot open " + path);
+  ::onnx::ModelProto proto;
+  if (!proto.ParseFromIstream(&f)) throw Error(path + ": not a valid ONNX ModelProto");
+  std::set<std::string> inits;
+  for (const auto& init : proto.graph().initializer()) inits.insert(init.name());
+  std::vector<std::pair<std::string, graph::TensorSpec>> out;
+  for (const auto& vi : proto.graph().input()) {
+    if (inits.count(vi.name())) continue;
+    const std::string what = path + ": input '" + vi.name() + "'";
+    if (!vi.type().has_tensor_type()) throw Error(what + ": only tensor inputs are supported");
+    const auto& tt = vi.type().tensor_type();
+    const std::optional<DType> d = onnx_import::dtype_of(tt.elem_type());
+    if (!d) {
+      throw Error(what + ": element type " + onnx_import::onnx_type_name(tt.elem_type()) +
+                  " has no tensorwire dtype");
+    }
+    graph::TensorSpec spec{{}, *d};
+    auto given = input_shapes.find(vi.name());
+    if (given != input_shapes.end()) {
+      spec.shape = given->second;
+    } else {
+      for (const auto& dim : tt.shape().dim()) {
+        spec.shape.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+      }
+    }
+    out.emplace_back(vi.name(), spec);
+  }
+  return out;
 }
 
 std::vector<std::string> supported_ops() {

@@ -221,11 +221,139 @@ void resize_op(Node& n) {
   n.set_output(0, b.cast(x == n.input(0) ? b.copy(x) : x, d));
 }
 
+// GridSample (opset 16): each output position samples X at the grid's (x, y) in [-1, 1], mapped
+// to pixel coordinates as align_corners says; border padding clamps the coordinate, reflection
+// reflects it into range, zeros gives taps outside X weight 0. Bilinear is four taps, nearest one
+// (rounded half to even), bicubic sixteen (each tap padded, as PyTorch's); each tap one Gather
+// over X's flattened pixels. Computed from the grid at run time: the grid is a tensor.
+void grid_sample_op(Node& n) {
+  n.check_attrs({"align_corners", "mode", "padding_mode"});
+  Builder& b = n.b;
+  const std::string mode = n.attr_string("mode", "bilinear");
+  const std::string padding = n.attr_string("padding_mode", "zeros");
+  const bool align = n.attr_int("align_corners", 0) != 0;
+  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic")
+    n.fail("attribute mode='" + mode + "' is not supported (bilinear, nearest, bicubic)");
+  if (padding != "zeros" && padding != "border" && padding != "reflection")
+    n.fail("attribute padding_mode='" + padding + "' is not supported");
+  TensorId x = computable(n, 0), grid = computable(n, 1);
+  const DType out_dtype = n.input_meta(0).dtype;
+  const Shape xs = b.meta(x).shape, gs = b.meta(grid).shape;
+  if (xs.size() != 4 || gs.size() != 4 || gs[3] != 2 || gs[0] != xs[0])
+    n.fail("X " + shape_str(xs) + " and grid " + shape_str(gs) +
+           " must be [N, C, H, W] and [N, H_out, W_out, 2]");
+  const DType cd = b.meta(x).dtype;
+  grid = b.cast(grid, cd);
+  const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], P = gs[1] * gs[2];
+  grid = b.reshape(grid, {N, 1, P, 2});
+  // Pixel coordinate along a dim of `size` from the normalised one.
+  auto unnormalize = [&](TensorId g, int64_t size) {
+    const double sz = static_cast<double>(size);
+    return align ? b.scalar(BK::kMul, b.scalar(BK::kAdd, g, 1.0), (sz - 1) / 2)
+                 : b.scalar(
+                       BK::kMul,
+                       b.scalar(BK::kSub, b.scalar(BK::kMul, b.scalar(BK::kAdd, g, 1.0), sz), 1.0),
+                       0.5);
+  };
+  // The padding mode's coordinate (border: clamped; reflection: reflected, then clamped).
+  auto padded = [&](TensorId c, int64_t size) {
+    const double sz = static_cast<double>(size);
+    if (padding == "border") {
+      c = b.clamp(c, ir::Scalar(0.0), ir::Scalar(sz - 1));
+    } else if (padding == "reflection") {
+      // Reflect into [lo, hi] (pixel centres with align_corners, else pixel edges), then clamp.
+      const double lo = align ? 0.0 : -0.5, hi = align ? sz - 1 : sz - 0.5, span = hi - lo;
+      if (span <= 0) {
+        c = b.scalar(BK::kMul, c, 0.0);
+      } else {
+        TensorId d = b.unary(ir::UnaryKind::kAbs, b.scalar(BK::kSub, c, lo));
+        TensorId flips = b.unary(ir::UnaryKind::kFloor, b.scalar(BK::kDiv, d, span));
+        TensorId extra = b.binary(BK::kSub, d, b.scalar(BK::kMul, flips, span));
+        TensorId even = b.scalar(BK::kEq, b.scalar(BK::kRemainder, flips, 2.0), 0.0);
+        c = b.where(even, b.scalar(BK::kAdd, extra, lo), b.scalar(BK::kSub, extra, hi, true));
+      }
+      c = b.clamp(c, ir::Scalar(0.0), ir::Scalar(sz - 1));
+    }
+    return c;
+  };
+  const TensorId ux = unnormalize(b.reshape(b.narrow(grid, 3, 0, 1), {N, 1, P}), W);
+  const TensorId uy = unnormalize(b.reshape(b.narrow(grid, 3, 1, 2), {N, 1, P}), H);
+  // Bicubic pads each of its taps (as PyTorch's grid_sample); the others the coordinate.
+  const TensorId ix = mode == "bicubic" ? ux : padded(ux, W);
+  const TensorId iy = mode == "bicubic" ? uy : padded(uy, H);
+  const TensorId flat = b.reshape(x, {N, C, H * W});
+  // X at integral coordinates (cx, cy) ([N, 1, P], as floats) times weight w; 0 outside.
+  auto tap = [&](TensorId cx, TensorId cy, TensorId w) {
+    TensorId inside = b.binary(BK::kLogicalAnd,
+                               b.binary(BK::kLogicalAnd, b.scalar(BK::kGe, cx, 0.0),
+                                        b.scalar(BK::kLe, cx, static_cast<double>(W - 1))),
+                               b.binary(BK::kLogicalAnd, b.scalar(BK::kGe, cy, 0.0),
+                                        b.scalar(BK::kLe, cy, static_cast<double>(H - 1))));
+    TensorId xi = b.cast(b.clamp(cx, ir::Scalar(0.0), ir::Scalar(double(W - 1))), kI64);
+    TensorId yi = b.cast(b.clamp(cy, ir::Scalar(0.0), ir::Scalar(double(H - 1))), kI64);
+    TensorId lin = b.binary(BK::kAdd, b.scalar(BK::kMul, yi, W), xi);
+    TensorId v = b.gather(flat, 2, b.expand(lin, {N, C, P}));
+    TensorId weight = b.where(inside, w, b.full({N, 1, P}, cd, 0.0));
+    return b.binary(BK::kMul, v, weight);
+  };
+  TensorId out;
+  if (mode == "bicubic") {
+    // Taps floor(c) - 1 .. floor(c) + 2 with the cubic convolution weights (A = -0.75) of the
+    // fraction t: w0 = k2(t + 1), w1 = k1(t), w2 = k1(1 - t), w3 = k2(2 - t), where
+    // k1(s) = ((A + 2) s - (A + 3)) s^2 + 1 and k2(s) = ((A s - 5A) s + 8A) s - 4A.
+    constexpr double A = -0.75;
+    auto k1 = [&](TensorId s) {
+      TensorId p = b.scalar(BK::kSub, b.scalar(BK::kMul, s, A + 2), A + 3);
+      return b.scalar(BK::kAdd, b.binary(BK::kMul, b.binary(BK::kMul, p, s), s), 1.0);
+    };
+    auto k2 = [&](TensorId s) {
+      TensorId p = b.scalar(BK::kSub, b.scalar(BK::kMul, s, A), 5 * A);
+      p = b.scalar(BK::kAdd, b.binary(BK::kMul, p, s), 8 * A);
+      return b.scalar(BK::kSub, b.binary(BK::kMul, p, s), 4 * A);
+    };
+    auto weights = [&](TensorId t) {
+      return std::vector<TensorId>{k2(b.scalar(BK::kAdd, t, 1.0)), k1(t),
+                                   k1(b.scalar(BK::kSub, t, 1.0, true)),
+                                   k2(b.scalar(BK::kSub, t, 2.0, true))};
+    };
+    const TensorId fx = b.unary(ir::UnaryKind::kFloor, ix), fy = b.unary(ir::UnaryKind::kFloor, iy);
+    const std::vector<TensorId> wx = weights(b.binary(BK::kSub, ix, fx));
+    const std::vector<TensorId> wy = weights(b.binary(BK::kSub, iy, fy));
+    std::vector<TensorId> cx, cy;
+    for (int k = 0; k < 4; ++k) {
+      cx.push_back(padded(b.scalar(BK::kAdd, fx, static_cast<double>(k - 1)), W));
+      cy.push_back(padded(b.scalar(BK::kAdd, fy, static_cast<double>(k - 1)), H));
+    }
+    out = 0;
+    for (int j = 0; j < 4; ++j) {
+      for (int i = 0; i < 4; ++i) {
+        const TensorId t = tap(cx[i], cy[j], b.binary(BK::kMul, wx[i], wy[j]));
+        out = out == 0 ? t : b.binary(BK::kAdd, out, t);
+      }
+    }
+  } else if (mode == "nearest") {
+    out = tap(b.unary(ir::UnaryKind::kRound, ix), b.unary(ir::UnaryKind::kRound, iy),
+              b.full({N, 1, P}, cd, 1.0));
+  } else {
+    const TensorId x0 = b.unary(ir::UnaryKind::kFloor, ix), y0 = b.unary(ir::UnaryKind::kFloor, iy);
+    const TensorId x1 = b.scalar(BK::kAdd, x0, 1.0), y1 = b.scalar(BK::kAdd, y0, 1.0);
+    const TensorId wx1 = b.binary(BK::kSub, ix, x0), wy1 = b.binary(BK::kSub, iy, y0);
+    const TensorId wx0 = b.scalar(BK::kSub, wx1, 1.0, true),
+                   wy0 = b.scalar(BK::kSub, wy1, 1.0, true);
+    out = tap(x0, y0, b.binary(BK::kMul, wx0, wy0));
+    out = b.binary(BK::kAdd, out, tap(x1, y0, b.binary(BK::kMul, wx1, wy0)));
+    out = b.binary(BK::kAdd, out, tap(x0, y1, b.binary(BK::kMul, wx0, wy1)));
+    out = b.binary(BK::kAdd, out, tap(x1, y1, b.binary(BK::kMul, wx1, wy1)));
+  }
+  n.set_output(0, b.cast(b.reshape(out, {N, C, gs[1], gs[2]}), out_dtype));
+}
+
 }  // namespace
 
 void register_resize_ops() {
   op_table()["Resize"] = resize_op;
   op_table()["Upsample"] = resize_op;
+  op_table()["GridSample"] = grid_sample_op;
 }
 
 }  // namespace tw::onnx_import

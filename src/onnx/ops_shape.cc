@@ -312,13 +312,12 @@ void scatter_elements_op(Node& n) {
   n.set_output(0, b.cast(out, d));
 }
 
-// GatherND: each index row (the last dim of indices, k entries) picks a slice of data after the
-// batch dims; computed as one IndexSelect over data's leading dims flattened.
-void gather_nd_op(Node& n) {
-  n.check_attrs({"batch_dims"});
+// The row-major linear position in data's first bd + k dims of each index row of `idx` (shape
+// [rows..., k], the batch dims first, as GatherND's and ScatterND's indices), negative entries
+// wrapped: ((batch * d[bd]) + i0) * d[bd + 1] + i1 ...; shape `rows` (idx's shape without k).
+TensorId nd_linear_index(Node& n, TensorId idx, const Shape& ds, int64_t bd) {
   Builder& b = n.b;
-  const Shape ds = n.input_meta(0).shape, is = n.input_meta(1).shape;
-  const int64_t bd = n.attr_int("batch_dims", 0);
+  const Shape is = b.meta(idx).shape;
   if (is.empty()) n.fail("indices must have rank >= 1");
   const int64_t k = is.back();
   const int64_t rank = static_cast<int64_t>(ds.size());
@@ -327,8 +326,7 @@ void gather_nd_op(Node& n) {
   for (int64_t i = 0; i < bd; ++i) {
     if (ds[i] != is[i]) n.fail("data and indices differ in batch dim " + std::to_string(i));
   }
-  TensorId idx = b.cast(n.input(1), kI64);
-  // linear = ((batch * d[bd]) + i0) * d[bd + 1] + i1 ..., with negative entries wrapped.
+  idx = b.cast(idx, kI64);
   const Shape rows(is.begin(), is.end() - 1);
   TensorId linear = 0;
   if (bd > 0) {
@@ -346,6 +344,20 @@ void gather_nd_op(Node& n) {
     c = wrap_negative(b, c, dim);
     linear = linear == 0 ? c : b.binary(BK::kAdd, b.scalar(BK::kMul, linear, dim), c);
   }
+  if (linear == 0) linear = b.full(rows, kI64, int64_t{0});  // k = 0: the whole of data
+  return linear;
+}
+
+// GatherND: each index row (the last dim of indices, k entries) picks a slice of data after the
+// batch dims; computed as one IndexSelect over data's leading dims flattened.
+void gather_nd_op(Node& n) {
+  n.check_attrs({"batch_dims"});
+  Builder& b = n.b;
+  const Shape ds = n.input_meta(0).shape, is = n.input_meta(1).shape;
+  const int64_t bd = n.attr_int("batch_dims", 0);
+  TensorId linear = nd_linear_index(n, n.input(1), ds, bd);
+  const int64_t k = is.back();
+  const Shape rows(is.begin(), is.end() - 1);
   int64_t lead = 1;
   for (int64_t i = 0; i < bd + k; ++i) lead *= ds[i];
   Shape flat{lead};
@@ -355,6 +367,72 @@ void gather_nd_op(Node& n) {
   Shape out = rows;
   out.insert(out.end(), ds.begin() + bd + k, ds.end());
   n.set_output(0, b.reshape(picked, out));
+}
+
+// ScatterND (what an exporter writes for a slice assignment x[a:b] = v): data is viewed as
+// [lead, rest] (lead: its first k dims flattened), each index row names one of the lead rows and
+// its update row replaces it (none: as ScatterElements, a position that received a write takes
+// the written value), is added to it (add: ScatterAdd), or multiplies it (mul, max, min: one
+// select per index row, so at most kMaxRowsUnrolled rows).
+void scatter_nd_op(Node& n) {
+  constexpr int64_t kMaxRowsUnrolled = 1024;
+  n.check_attrs({"reduction"});
+  const std::string reduction = n.attr_string("reduction", "none");
+  Builder& b = n.b;
+  TensorId x = n.input(0);
+  const Shape ds = b.meta(x).shape, is = n.input_meta(1).shape, us = n.input_meta(2).shape;
+  const DType d = b.meta(x).dtype;
+  TensorId linear = nd_linear_index(n, n.input(1), ds, 0);
+  const int64_t k = is.back();
+  const Shape rows(is.begin(), is.end() - 1);
+  const int64_t nrows = numel(rows);
+  int64_t lead = 1;
+  for (int64_t i = 0; i < k; ++i) lead *= ds[i];
+  const Shape rest(ds.begin() + k, ds.end());
+  Shape want_us = rows;
+  want_us.insert(want_us.end(), rest.begin(), rest.end());
+  if (us != want_us)
+    n.fail("updates have shape " + shape_str(us) + ", want " + shape_str(want_us) +
+           " (indices' rows, then data's dims after the first " + std::to_string(k) + ")");
+  const int64_t width = numel(rest);
+  TensorId data = b.reshape(x, {lead, width});
+  TensorId upd = b.reshape(n.input(2), {nrows, width});
+  TensorId lin = b.reshape(linear, {nrows, 1});
+  TensorId out = 0;
+  auto scatter_add = [&](TensorId into, TensorId what) {
+    const TensorId id = b.new_id();
+    b.append(ir::ScatterAdd{{into}, 0, {b.expand(lin, {nrows, width})}, {what}, {id}});
+    return id;
+  };
+  const DType cd = d == kBool ? kU8 : d;  // ScatterAdd takes numbers
+  if (reduction == "none") {
+    TensorId hits = scatter_add(b.full({lead, width}, kI32, int64_t{0}),
+                                b.full({nrows, width}, kI32, int64_t{1}));
+    TensorId written = scatter_add(b.full({lead, width}, cd, int64_t{0}), b.cast(upd, cd));
+    out = b.where(b.scalar(BK::kGt, hits, int64_t{0}), b.cast(written, d), data);
+  } else if (reduction == "add") {
+    if (d == kBool) n.fail("reduction='add' on bool data is not supported");
+    out = scatter_add(data, upd);
+  } else if (reduction == "mul" || reduction == "max" || reduction == "min") {
+    if (nrows > kMaxRowsUnrolled)
+      n.fail("reduction='" + reduction + "' is unrolled per index row: " + std::to_string(nrows) +
+             " rows, at most " + std::to_string(kMaxRowsUnrolled));
+    if (d == kBool) n.fail("reduction='" + reduction + "' on bool data is not supported");
+    const BK kind = reduction == "mul"   ? BK::kMul
+                    : reduction == "max" ? BK::kMaximum
+                                         : BK::kMinimum;
+    TensorId positions = b.reshape(b.arange(lead), {lead, 1});
+    out = data;
+    for (int64_t r = 0; r < nrows; ++r) {
+      TensorId at = b.narrow(lin, 0, r, r + 1);  // [1, 1]
+      TensorId cur = b.index_select(out, 0, b.reshape(at, {1}));
+      TensorId val = b.cast(b.binary(kind, cur, b.narrow(upd, 0, r, r + 1)), d);
+      out = b.where(b.binary(BK::kEq, positions, at), b.expand(val, {lead, width}), out);
+    }
+  } else {
+    n.fail("attribute reduction='" + reduction + "' is not supported");
+  }
+  n.set_output(0, b.reshape(b.cast(out, d), ds));
 }
 
 // Compress with its condition known at load: an IndexSelect of the selected positions.
@@ -665,6 +743,7 @@ void register_shape_ops() {
   t["GatherND"] = gather_nd_op;
   t["ScatterElements"] = scatter_elements_op;
   t["Scatter"] = scatter_elements_op;
+  t["ScatterND"] = scatter_nd_op;
   t["Compress"] = compress_op;
   t["Range"] = range_op;
   t["OneHot"] = one_hot_op;

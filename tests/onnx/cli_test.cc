@@ -54,6 +54,25 @@ TEST(OnnxCli, UnsupportedOpIsAnErrorNamingNodeAndOp) {
   EXPECT_NE(out.find("(NonZero): op type NonZero is not supported"), std::string::npos) << out;
 }
 
+// --input-value gives an input by value (as LoadOptions::input_values), in its declared dtype
+// and shape: Reshape's shape input, which must be known at load.
+TEST(OnnxCli, InputValueGivesAnInputNodesUseAsAConstant) {
+  const std::string model = kData + "/node/test_reshape_reordered_all_dims/model.onnx";
+  auto [status, out] = cli("onnx run " + model);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("must be known at load"), std::string::npos) << out;
+  std::tie(status, out) = cli("onnx run " + model + " --input-value shape=4,2,3");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("f32[4, 2, 3]"), std::string::npos) << out;
+  std::tie(status, out) = cli("onnx run " + model + " --input-value shape=4,6");
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("input shape is i64[3], 2 values given"), std::string::npos) << out;
+  std::tie(status, out) = cli("onnx run " + model + " --input-value nope=1");
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("the model has no input nope (its inputs: data, shape)"), std::string::npos)
+      << out;
+}
+
 // The first hour's surface (issue 50): --help and --version exit 0, a bad ping count and an
 // unknown flag are refused by name (exit 2), and onnx run prints summaries unless --full.
 TEST(Cli, HelpAndVersionExitZero) {

@@ -108,5 +108,29 @@ TEST(OnnxImport, RefusalsNameNodeOpAndAttribute) {
   }
 }
 
+// If folds only with its condition known at load; otherwise the error names the node and the
+// input. With the condition given by value, the taken branch's value is the output.
+TEST(OnnxImport, IfFoldsAKnownConditionAndRefusesAnUnknownOne) {
+  const std::string path = std::string(TW_ONNX_TESTDATA) + "/node/test_if/model.onnx";
+  try {
+    onnx::load(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(If): input 0 ('cond', cond) must be known at load"),
+              std::string::npos)
+        << e.what();
+  }
+  for (bool cond : {true, false}) {
+    onnx::LoadOptions o;
+    o.input_values["cond"] = from_vector<uint8_t>({cond}, {}).to(kBool);
+    const onnx::Model m = onnx::load(path, o);
+    EXPECT_TRUE(m.input_names.empty());  // the condition was only a constant
+    const std::vector<float> y = m.run(Device::cpu(), {})[0].to_vector<float>();
+    ASSERT_EQ(y.size(), 5u);
+    // test_if: then_branch gives [1, 2, 3, 4, 5], else_branch [5, 4, 3, 2, 1].
+    EXPECT_EQ(y[0], cond ? 1.0f : 5.0f);
+  }
+}
+
 }  // namespace
 }  // namespace tw::testing

@@ -71,6 +71,28 @@ class Embedding(_ModuleAPI):
 class Flatten(_ModuleAPI):
     def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None: ...
 
+class _RNNBase(_ModuleAPI):
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    bidirectional: bool
+    batch_first: bool
+
+class RNN(_RNNBase):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, device: Optional[Device] = None, dtype: dtype = ...) -> None: ...
+    def __call__(self, input: Tensor, hx: Optional[Tensor] = None) -> Any: ...  # (output, h_n)
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Any: ...
+
+class LSTM(_RNNBase):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, device: Optional[Device] = None, dtype: dtype = ...) -> None: ...
+    def __call__(self, input: Tensor, hx: Optional[tuple[Tensor, Tensor]] = None) -> Any: ...  # (output, (h_n, c_n))
+    def forward(self, input: Tensor, hx: Optional[tuple[Tensor, Tensor]] = None) -> Any: ...
+
+class GRU(_RNNBase):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, device: Optional[Device] = None, dtype: dtype = ...) -> None: ...
+    def __call__(self, input: Tensor, hx: Optional[Tensor] = None) -> Any: ...  # (output, h_n)
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Any: ...
+
 class MultiheadAttention(_ModuleAPI):
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, device: Optional[Device] = None, dtype: dtype = ...) -> None: ...
 
