@@ -196,7 +196,7 @@ TEST(CreationKernels, RandomOpsFollowPhilox) {
   u.out = h.out({50000}, kF32);
   std::vector<float> got = values<float>(h.run(u));
   for (int64_t i = 0; i < 50000; ++i) {
-    const float want = -2.0f + 5.0f * philox_uniform_f32(seed, static_cast<uint64_t>(i));
+    const float want = std::fma(5.0f, philox_uniform_f32(seed, static_cast<uint64_t>(i)), -2.0f);
     ASSERT_EQ(got[i], want) << i;
     ASSERT_GE(got[i], -2.0f);
     ASSERT_LT(got[i], 3.0f);
@@ -206,7 +206,8 @@ TEST(CreationKernels, RandomOpsFollowPhilox) {
   u64.shape = {7};
   u64.out = h.out({7}, kF64);
   std::vector<double> got64 = values<double>(h.run(u64));
-  for (uint64_t i = 0; i < 7; ++i) EXPECT_EQ(got64[i], -2.0 + 5.0 * philox_uniform_f64(seed, i));
+  for (uint64_t i = 0; i < 7; ++i)
+    EXPECT_EQ(got64[i], std::fma(5.0, philox_uniform_f64(seed, i), -2.0));
 
   ir::RandNormal n;
   n.shape = {3, 5};
@@ -217,7 +218,7 @@ TEST(CreationKernels, RandomOpsFollowPhilox) {
   n.out = h.out({3, 5}, kF32);
   std::vector<float> normal = values<float>(h.run(n));
   for (uint64_t i = 0; i < 15; ++i) {
-    EXPECT_EQ(normal[i], static_cast<float>(1.0 + 2.0 * philox_normal(seed, i)));
+    EXPECT_EQ(normal[i], static_cast<float>(std::fma(2.0, philox_normal(seed, i), 1.0)));
   }
 }
 

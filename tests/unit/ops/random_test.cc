@@ -63,7 +63,7 @@ TEST_P(Random, SeedSequenceRestarts) {
   EXPECT_EQ(next_seed(), s1);
 }
 
-// Element i = low + (high - low) * philox_uniform_f32(seed, i), computed in f32.
+// Element i = low + (high - low) * philox_uniform_f32(seed, i), one fused multiply-add in f32.
 TEST_P(Random, UniformF32MatchesPhilox) {
   const uint64_t seed = peek_seed(99);
   auto got = uniform({4097}, -2.0, 3.0, kF32, device()).to_vector<float>();
@@ -71,7 +71,7 @@ TEST_P(Random, UniformF32MatchesPhilox) {
   const float lo = -2.0f, hi = 3.0f;
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    float want = lo + (hi - lo) * philox_uniform_f32(seed, i);
+    float want = std::fma(hi - lo, philox_uniform_f32(seed, i), lo);
     if (std::memcmp(&want, &got[i], 4) != 0 && ++bad <= 5)
       ADD_FAILURE() << "element " << i << ": " << got[i] << " vs " << want;
   }
@@ -88,15 +88,16 @@ TEST_P(Random, UniformF64MatchesPhilox) {
   const uint64_t seed = peek_seed(100);
   auto got = uniform({2049}, 0.5, 1.5, kF64, device()).to_vector<double>();
   for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_EQ(got[i], 0.5 + (1.5 - 0.5) * philox_uniform_f64(seed, i)) << i;
+    ASSERT_EQ(got[i], std::fma(1.5 - 0.5, philox_uniform_f64(seed, i), 0.5)) << i;
 }
 
-// Element i = mean + std * philox_normal(seed, i) in double, then converted.
+// Element i = mean + std * philox_normal(seed, i), one fused multiply-add in double, then
+// converted.
 TEST_P(Random, NormalMatchesPhilox) {
   uint64_t seed = peek_seed(7);
   auto f = normal({1025}, 1.5, 2.0, kF32, device()).to_vector<float>();
   for (size_t i = 0; i < f.size(); ++i)
-    ASSERT_EQ(f[i], static_cast<float>(1.5 + 2.0 * philox_normal(seed, i))) << i;
+    ASSERT_EQ(f[i], static_cast<float>(std::fma(2.0, philox_normal(seed, i), 1.5))) << i;
   seed = peek_seed(8);
   auto d = randn({1025}, kF64, device()).to_vector<double>();
   // The cpu backend's devices give the C library's log and cos exactly; a GPU backend computes
