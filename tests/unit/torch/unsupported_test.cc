@@ -14,6 +14,7 @@
 #include "api/sink.h"
 #include "backend/registry.h"
 #include "backend/table_backend.h"
+#include "support/forwarding_backend.h"
 #include "support/local_backends.h"
 #include "tensorwire/tensorwire.h"
 
@@ -108,38 +109,27 @@ TEST(Unsupported, DeviceReportsTheRefusalAtTheReadAndGoesOn) {
 
 // Forwards to a registry backend and records the code of every op it executed successfully:
 // what the backend can actually run, found independently of what supports() says.
-class RecordingBackend final : public Backend {
+class RecordingBackend final : public testing::ForwardingBackend {
  public:
-  explicit RecordingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return inner_->name(); }
-  DeviceKind kind() const override { return inner_->kind(); }
-  bool supports(ir::OpCode code) override { return inner_->supports(code); }
+  explicit RecordingBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
   Status execute(const ir::Op& op) override {
     Status st = inner_->execute(op);
     if (st.ok()) executed_->insert(ir::op_code(op));
     return st;
   }
-  void set_memory_limit(uint64_t bytes, RefuseFn refuse) override {
-    inner_->set_memory_limit(bytes, std::move(refuse));
+  // Every way an op comes in goes through execute() above (Backend's defaults), so it is recorded.
+  Status execute_inferred(const ir::Op& op, std::vector<TensorMeta> metas) override {
+    return Backend::execute_inferred(op, std::move(metas));
   }
-  void fail(const ir::Op& op, const Status& error) override { inner_->fail(op, error); }
-  Result<TensorData> read(ir::TensorId id) override { return inner_->read(id); }
-  Result<TensorMeta> meta(ir::TensorId id) const override { return inner_->meta(id); }
-  Status drop(ir::TensorId id) override { return inner_->drop(id); }
-  size_t bytes_held() const override { return inner_->bytes_held(); }
+  Status submit(const ir::Op& op) override { return Backend::submit(op); }
+  Status submit_inferred(const ir::Op& op, std::vector<TensorMeta> metas) override {
+    return Backend::submit_inferred(op, std::move(metas));
+  }
   // Graphs run their ops inside the inner backend, unrecorded; run_every_op issues none.
-  Result<ir::GraphId> register_graph(ir::Graph graph) override {
-    return inner_->register_graph(std::move(graph));
-  }
-  Status run_graph(ir::GraphId graph, std::span<const ir::TensorId> inputs,
-                   std::span<const ir::TensorId> outputs) override {
-    return inner_->run_graph(graph, inputs, outputs);
-  }
   // Shared with the test: the device owns the backend.
   std::shared_ptr<std::set<ir::OpCode>> executed() const { return executed_; }
 
  private:
-  std::unique_ptr<Backend> inner_;
   std::shared_ptr<std::set<ir::OpCode>> executed_ = std::make_shared<std::set<ir::OpCode>>();
 };
 
