@@ -92,6 +92,15 @@ class Backend {
   // Validates and runs one op. On failure the op's outputs are recorded as poisoned with the
   // error (a later read of them, or of anything computed from them, returns that error) and the
   // error is returned. Output ids must not exist yet.
+  //
+  // The error contract of a device that runs ops asynchronously (a GPU queue): what the host can
+  // check (validation, unknown or poisoned inputs, memory) still fails execute(); a kernel's own
+  // failure may instead be found later, and execute() then returned OK. Such a failure must
+  // (1) poison the op's outputs, and what was computed from them, with an error that names the
+  // op (its number on this device and its name), before any read of them answers; (2) be
+  // returned by the next sync(), once; and (3) leave the device usable for work that does not
+  // depend on it. The cpu backend finds every failure in execute() and its sync() is always OK.
+  // tests/backends/hostile_memory is a device of that kind, and the suites run it.
   virtual Status execute(const ir::Op& op) = 0;
   // execute() for an op whose output metas the caller has just inferred with ir::infer from the
   // metas of the same inputs (a device of this process: api/emit.cc validates every op where it
@@ -145,7 +154,9 @@ class Backend {
   virtual Buffer host_copy(const void* data, size_t n) { return Buffer::copy_of(data, n); }
   // Opens the device now rather than on first use (remote: the connection and handshake).
   virtual Status connect() { return Status::OK(); }
-  // Sends queued ops now (remote); waits until every op submitted so far has run.
+  // Sends queued ops now (remote); waits until every op submitted so far has run, and returns
+  // the first failure found since the last sync() of an op whose execute() returned OK (an
+  // asynchronous device's kernel error, naming the op; see execute()). The server's Sync runs it.
   virtual void flush() {}
   virtual Status sync() { return Status::OK(); }
   // OK when read(id) would give the tensor, else the error it would give (the poisoning error,

@@ -1,9 +1,10 @@
 // The registry's entries for the backends this build made as modules (backend/module.h):
-// torch (backend/torch/, with libtorch) and vulkan (backend/vulkan/, with libvulkan-dev and
-// glslc). Each is registered like any backend; making a device of one loads its module, once
-// per process and never unloaded (libtorch cannot be), so that a process that never uses it
-// never pays its runtime's startup. CMake lists the modules it built (TW_BACKEND_MODULES, the
-// generated backend/modules.inc): a new one is a folder and a line of CMake, no edit here.
+// torch (backend/torch/, with libtorch), vulkan (backend/vulkan/, with libvulkan-dev and glslc),
+// cuda (backend/cuda/, with the CUDA toolkit), and the test-only ones under tests/backends/. Each
+// is registered like any backend; making a device of one loads its module, once per process and
+// never unloaded (libtorch cannot be), so that a process that never uses it never pays its
+// runtime's startup. CMake finds each backend's folder and lists the modules it built (the
+// generated backend/modules.inc): a new backend is a folder, with no edit here or elsewhere.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -25,10 +26,13 @@ using Entry = tw::Backend* (*)(int, char*, size_t);
 struct BuiltModule {
   const char* name;  // the backend's name
   const char* path;  // where the build put libtw_backend_<name>.so
+  // A test-only backend (tests/backends/): never installed, so registered only where the build
+  // that made it still has it (a program of the build tree), not from an installed copy.
+  bool test_only;
 };
 constexpr BuiltModule kBuiltModules[] = {
-#include "backend/modules.inc"  // {"torch", "/.../libtw_backend_torch.so"}, ...
-    {nullptr, nullptr}};
+#include "backend/modules.inc"  // {"torch", "/.../libtw_backend_torch.so", false}, ...
+    {nullptr, nullptr, false}};
 
 // An installed copy: tensorwire/libtw_backend_<name>.so in the directory of the
 // libtensorwire.so this code runs in (lib/tensorwire/ under an install prefix,
@@ -91,6 +95,7 @@ Result<Entry> module_entry(const std::string& name, const std::string& built) {
 bool register_modules() {
   for (const BuiltModule* m = kBuiltModules; m->name; ++m) {
     const std::string name = m->name, built = m->path;
+    if (m->test_only && env_module(name).empty() && access(built.c_str(), R_OK) != 0) continue;
     register_backend(
         name, [name, built](const DeviceSpec& spec) -> Result<std::unique_ptr<Backend>> {
           TW_ASSIGN_OR_RETURN(Entry entry, module_entry(name, built));

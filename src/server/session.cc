@@ -238,7 +238,10 @@ void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
       return true;
     }
     bool operator()(proto::SyncTask& t) {
-      proto::encode_sync_result(t.request_id, Status::OK(), f);
+      // Every op before it has been handed to the device; a device that runs them
+      // asynchronously waits for them here and reports the first one that failed since the last
+      // sync (Backend::sync(): the op's error, naming it), which the client's sync() returns.
+      proto::encode_sync_result(t.request_id, s.backend_->sync(), f);
       return true;
     }
     bool operator()(proto::StatsTask& t) {

@@ -48,10 +48,37 @@ inline const std::vector<LocalBackend>& local_backends() {
   return v;
 }
 
+// Those whose device 0 this machine has, in registry order.
+inline std::vector<const LocalBackend*> available_local_backends() {
+  std::vector<const LocalBackend*> v;
+  for (const LocalBackend& b : local_backends()) {
+    if (b.unavailable.empty()) v.push_back(&b);
+  }
+  return v;
+}
+
+// The names a device-parameterised suite runs on besides cpu and the cpu's remote transports:
+// every registered backend's local device, and that device behind the test server
+// ("remote_<name>", support/remote_device.h) for those this machine has.
+inline std::vector<std::string> backend_test_names() {
+  std::vector<std::string> v;
+  for (const LocalBackend& b : local_backends()) v.push_back(b.name);
+  for (const LocalBackend* b : available_local_backends()) v.push_back("remote_" + b->name);
+  return v;
+}
+
 inline const LocalBackend* local_backend_named(const std::string& name) {
   for (const LocalBackend& b : local_backends()) {
     if (b.name == name) return &b;
   }
+  return nullptr;
+}
+
+// The backend a suite's test name runs on: "vulkan" and "remote_vulkan" both name vulkan's; null
+// for cpu and its transports.
+inline const LocalBackend* local_backend_of(const std::string& test_name) {
+  if (const LocalBackend* b = local_backend_named(test_name)) return b;
+  if (test_name.rfind("remote_", 0) == 0) return local_backend_named(test_name.substr(7));
   return nullptr;
 }
 

@@ -108,10 +108,26 @@ class TransportServer {
   std::map<std::pair<Transport, int>, Device> devices_;
 };
 
-// The binary's test server (cpu devices only).
+// The binary's test server: cpu is its device 0, and device 0 of every other backend this machine
+// has (local_backends.h: torch, vulkan, ...) its devices 1, 2, ... in registry order, so that a
+// suite runs each backend behind a server too ("remote_<name>", remote_backend_index()).
 inline TransportServer& test_server() {
-  static TransportServer server;
+  static TransportServer server([] {
+    std::string list = "cpu";
+    for (const LocalBackend* b : available_local_backends()) list += "," + b->spec;
+    return std::vector<std::string>{"--backend", list};
+  }());
   return server;
+}
+
+// The test server's device index of local backend `name` (1...), or 0 when this machine lacks it.
+inline int remote_backend_index(const std::string& name) {
+  int index = 1;
+  for (const LocalBackend* b : available_local_backends()) {
+    if (b->name == name) return index;
+    ++index;
+  }
+  return 0;
 }
 
 inline const std::string& test_server_url() {
@@ -122,11 +138,16 @@ inline const std::string& test_server_url() {
 // Device 0 of the test server over `t`.
 inline Device remote_test_device(Transport t = Transport::kTcp) { return test_server().device(t); }
 
-// "cpu", a remote_name(), or a local backend's name ("torch", "vulkan": local_backends.h):
-// what parameterised tests are instantiated over.
+// "cpu", a remote_name(), a local backend's name ("torch", "vulkan": local_backends.h), or
+// "remote_" and one (that backend's device behind the test server, over tcp): what parameterised
+// tests are instantiated over.
 inline Device test_device(const std::string& name) {
   for (Transport t : kTransports) {
     if (name == remote_name(t)) return remote_test_device(t);
+  }
+  if (name.rfind("remote_", 0) == 0) {
+    if (const int index = remote_backend_index(name.substr(7)))
+      return test_server().device(Transport::kTcp, index);
   }
   if (const LocalBackend* b = local_backend_named(name)) return Device::local(b->spec);
   return Device::cpu();

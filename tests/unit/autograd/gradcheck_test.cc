@@ -125,7 +125,7 @@ class GradCheck : public ::testing::TestWithParam<std::string> {
   Device device() const { return testing::test_device(GetParam()); }
 
   void SetUp() override {
-    if (const testing::LocalBackend* b = testing::local_backend_named(GetParam())) {
+    if (const testing::LocalBackend* b = testing::local_backend_of(GetParam())) {
       TW_SKIP_IF_UNAVAILABLE(b->unavailable);
     }
   }
@@ -490,7 +490,7 @@ TW_GRADCHECK_GROUP(Composite, composite_cases)
 std::vector<std::string> gradcheck_devices() {
   std::vector<std::string> v = {"cpu"};
   for (testing::Transport t : testing::kTransports) v.push_back(testing::remote_name(t));
-  for (const testing::LocalBackend& b : testing::local_backends()) v.push_back(b.name);
+  for (const std::string& name : testing::backend_test_names()) v.push_back(name);
   return v;
 }
 

@@ -82,7 +82,7 @@ std::string temp_path(const std::string& name) {
 class GraphReplay : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (const testing::LocalBackend* b = testing::local_backend_named(GetParam())) {
+    if (const testing::LocalBackend* b = testing::local_backend_of(GetParam())) {
       TW_SKIP_IF_UNAVAILABLE(b->unavailable);
       // A training step uses most ops; a backend that declares some unsupported runs the op
       // table (which checks its refusals) instead.
@@ -191,7 +191,7 @@ TEST_P(GraphReplay, StepCachesTheTrainingStepAndEqualsEager) {
 
 std::vector<std::string> graph_devices() {
   std::vector<std::string> v = {"cpu", "remote"};
-  for (const testing::LocalBackend& b : testing::local_backends()) v.push_back(b.name);
+  for (const std::string& name : testing::backend_test_names()) v.push_back(name);
   return v;
 }
 

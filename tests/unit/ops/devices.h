@@ -41,24 +41,8 @@ struct DeviceFactory {
 // Test names and failure messages show the device by name.
 inline void PrintTo(const DeviceFactory& f, std::ostream* os) { *os << f.name; }
 
-// The backends besides cpu whose device 0 this machine has, in registry order.
-inline std::vector<const tw::testing::LocalBackend*> available_local_backends() {
-  std::vector<const tw::testing::LocalBackend*> v;
-  for (const tw::testing::LocalBackend& b : tw::testing::local_backends()) {
-    if (b.unavailable.empty()) v.push_back(&b);
-  }
-  return v;
-}
-
-// One server hosts cpu (device 0) and device 0 of every other available backend (devices 1...).
-inline tw::testing::TransportServer& test_server() {
-  static tw::testing::TransportServer server([] {
-    std::string list = "cpu";
-    for (const auto* b : available_local_backends()) list += "," + b->spec;
-    return std::vector<std::string>{"--backend", list};
-  }());
-  return server;
-}
+using tw::testing::available_local_backends;
+using tw::testing::test_server;  // cpu (device 0) and device 0 of every available backend
 
 inline std::vector<DeviceFactory> test_devices() {
   std::vector<DeviceFactory> v = {
