@@ -100,7 +100,7 @@ class Backend {
   // op (its number on this device and its name), before any read of them answers; (2) be
   // returned by the next sync(), once; and (3) leave the device usable for work that does not
   // depend on it. The cpu backend finds every failure in execute() and its sync() is always OK.
-  // tests/backends/hostile_memory is a device of that kind, and the suites run it.
+  // A test-only backend under tests/backends/ is a device of that kind, and the suites run it.
   virtual Status execute(const ir::Op& op) = 0;
   // execute() for an op whose output metas the caller has just inferred with ir::infer from the
   // metas of the same inputs (a device of this process: api/emit.cc validates every op where it
