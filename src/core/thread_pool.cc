@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/cancel.h"
+#include "core/env.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -19,10 +20,8 @@ constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
 constexpr uint64_t kNoChunk = ~uint64_t{0};  // ThreadPool::drain's "this lane has none left"
 
 int default_threads() {
-  if (const char* e = std::getenv("TW_NUM_THREADS")) {
-    int n = std::atoi(e);
-    if (n >= 1) return n;
-  }
+  if (auto n = env_number(Env::kNUM_THREADS); n && *n >= 1)
+    return static_cast<int>(std::min<uint64_t>(*n, 1 << 16));
   unsigned h = std::thread::hardware_concurrency();
   return h ? static_cast<int>(h) : 1;
 }
