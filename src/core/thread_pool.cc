@@ -7,6 +7,7 @@
 
 #include "core/cancel.h"
 #include "core/env.h"
+#include "core/tsan.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -94,10 +95,15 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
     }
     // The region's start publishes the lanes to the team; its end waits for every thread.
 #ifdef _OPENMP
+    TsanParallelRegion region;  // (what TSan cannot see of libgomp: core/tsan.h)
 #pragma omp parallel num_threads(threads_)
     {
-      InPoolTask in_task;
-      drain(omp_get_thread_num(), base, fn);
+      region.thread_begins();
+      {
+        InPoolTask in_task;
+        drain(omp_get_thread_num(), base, fn);
+      }
+      region.thread_ends();
     }
 #endif
   }
