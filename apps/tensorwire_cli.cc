@@ -18,6 +18,7 @@
 //                                      integers); prints each output's
 //                                      summary (shape, min, max, mean, first values), --full
 //                                      every value
+//   tensorwire env [--markdown]          the environment variables it reads (core/env.h)
 //   tensorwire --help | --version
 #include <algorithm>
 #include <chrono>
@@ -29,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "tensorwire/graph.h"
 #include "tensorwire/onnx.h"
 #include "tensorwire/remote.h"
@@ -49,6 +51,9 @@ const char kUsage[] =
     "  onnx run MODEL.onnx [--device URL|cpu|torch] [--inputs F.safetensors]\n"
     "           [--shape NAME=D0,D1,...] [--input-value NAME=V0,V1,...] [--seed N]\n"
     "           [--repeat N] [--full]\n"
+    "  env [--markdown]\n"
+    "      the environment variables tensorwire reads: each one's value here and what it does\n"
+    "      (--markdown: the table docs/remote.md carries)\n"
     "  --help, --version\n"
     "URL: tcp://HOST:PORT, tls://HOST:PORT or unix:///PATH. The environment: TW_CREDENTIAL (the\n"
     "server's --credential), TW_TLS_FINGERPRINT / TW_TLS_CA (how a tls:// server is trusted),\n"
@@ -414,6 +419,29 @@ int trace_run(const std::string& path, const std::vector<std::string>& args) {
 
 }  // namespace
 
+namespace {
+
+// `tensorwire env`: every variable core/env.h declares, with its value in this environment; with
+// --markdown, the table docs/remote.md carries ("Environment variables"), which a test compares
+// with the declarations.
+int print_env(bool markdown) {
+  if (markdown) {
+    std::printf("| Variable | Takes | What it does |\n|---|---|---|\n");
+    for (const tw::EnvVar& v : tw::env_vars())
+      std::printf("| `%s` | %s | %s |\n", v.name, tw::env_kind_name(v.kind), v.what);
+    return 0;
+  }
+  for (const tw::EnvVar& v : tw::env_vars()) {
+    const char* value = std::getenv(v.name);
+    std::printf("%-24s %s\n  %s (%s)\n", v.name,
+                value ? ("= '" + std::string(value) + "'").c_str() : "(not set)", v.what,
+                tw::env_kind_name(v.kind));
+  }
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
@@ -445,6 +473,11 @@ int main(int argc, char** argv) {
           flags.positional.size() > 1 ? positive_int("ping", "COUNT", flags.positional[1]) : 1000;
       return ping(url, count, remote_options(flags));
     }
+    if (cmd == "env") {
+      const Flags flags = parse_flags(cmd, rest, {}, {"--markdown"});
+      if (!flags.positional.empty()) throw UsageError{"env: env [--markdown] (no arguments)"};
+      return print_env(flags.switches.count("--markdown") > 0);
+    }
     if (cmd == "trace" || cmd == "onnx") {
       const std::string what = rest.empty() ? "" : rest[0];
       if (rest.size() < 2 || (what != "show" && what != "run")) {
@@ -460,7 +493,7 @@ int main(int argc, char** argv) {
       }
       return what == "show" ? onnx_show(rest[1], flags) : onnx_run(rest[1], flags);
     }
-    throw UsageError{"unknown command '" + cmd + "' (info, ping, trace, onnx; --help)"};
+    throw UsageError{"unknown command '" + cmd + "' (info, ping, trace, onnx, env; --help)"};
   } catch (const UsageError& e) {
     std::fprintf(stderr, "tensorwire: %s\n(tensorwire --help lists the commands and flags)\n",
                  e.message.c_str());

@@ -18,68 +18,93 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "tensorwire/server.h"
 #include "tensorwire/tensorwire.h"
 
 namespace {
 
+// Flags of this program that are not server options.
+const tw::ServerOption kProgramFlags[] = {
+    {.name = "",
+     .flag = "--threads",
+     .takes = "N",
+     .help = "intra-op threads per kernel (default: cores)",
+     .deflt = "cores",
+     .doc =
+         "intra-op threads each kernel may use (OpenMP's threads, shared with oneDNN; a worker "
+         "thread that has been idle 20 ms hands its set back, so that sessions on other workers, "
+         "or a program hosting the server in-process, keep libgomp's short spin between kernels)",
+     .most = 4096,
+     .zero = false},
+    {.name = "",
+     .flag = "--drain-timeout",
+     .takes = "SECONDS",
+     .help = "on SIGTERM, how long the work already received may run before the server exits "
+             "anyway (default 30)",
+     .deflt = "30",
+     .doc = "on SIGTERM, how long the batches already received may run before the server exits "
+            "anyway ([draining](#draining-checkpoints-and-failover))",
+     .most = 86400,
+     .zero = false},
+};
+
+// "  --flag TAKES          help", the help wrapped at 100 columns under column 24.
+void usage_line(FILE* to, const tw::ServerOption& o) {
+  std::string head = std::string("  ") + o.flag + (*o.takes ? std::string(" ") + o.takes : "");
+  std::string line = head.size() < 23 ? head + std::string(24 - head.size(), ' ') : head + "\n";
+  size_t col = head.size() < 23 ? 24 : 0;
+  std::string out;
+  std::string word;
+  const std::string text = o.help;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ' ') {
+      word += text[i];
+      continue;
+    }
+    if (word.empty()) continue;
+    if (col == 0) {
+      line += std::string(24, ' ');
+      col = 24;
+    } else if (col > 24 && col + 1 + word.size() > 100) {
+      line += "\n" + std::string(24, ' ');
+      col = 24;
+    } else if (col > 24) {
+      line += ' ';
+      ++col;
+    }
+    line += word;
+    col += word.size();
+    word.clear();
+  }
+  std::fprintf(to, "%s\n", line.c_str());
+}
+
 void usage(FILE* to) {
-  std::fprintf(
-      to,
-      "usage: tensorwire-server [options]\n"
-      "  --listen URL          tcp://host:port, tls://host:port or unix:///path (repeatable;\n"
-      "                        default tcp://127.0.0.1:7070; port 0 picks a free one). An\n"
-      "                        address other hosts can reach must be tls:// and needs\n"
-      "                        --credential-file, unless --insecure\n"
-      "  --tls-cert PATH       certificate chain (PEM) of the tls:// addresses; with --tls-key.\n"
-      "                        Without both, a self-signed pair is generated at start and\n"
-      "                        its SHA-256 fingerprint printed (clients: TW_TLS_FINGERPRINT)\n"
-      "  --tls-key PATH        the certificate's private key (PEM)\n"
-      "  --insecure            serve a reachable address without TLS or a credential\n"
-      "  --devices N           devices to host (default 1)\n"
-      "  --backend SPEC        cpu (default), torch (builds with libtorch) or vulkan:N\n"
-      "                        (Vulkan device N, builds with libvulkan-dev), or one per\n"
-      "                        device, comma-separated: cpu,vulkan:0 hosts device 0 on cpu\n"
-      "                        and device 1 on the first Vulkan device\n"
-      "  --workers N           execution threads shared by all sessions (default: cores)\n"
-      "  --threads N           intra-op threads per kernel (default: cores)\n"
-      "  --max-sessions N      (default 4096)\n"
-      "  --max-frame BYTES     largest frame a client may send (default 1073741824)\n"
-      "  --session-memory BYTES  tensor bytes one session may hold (default 8 GiB)\n"
-      "  --max-memory BYTES    tensor bytes all sessions together may hold (default 80%%\n"
-      "                        of physical memory)\n"
-      "                        (BYTES: a number, or with K, M, G or T: 512M, 4G, 1.5T)\n"
-      "  --handshake-timeout SECONDS  drop a peer that has not completed its handshake\n"
-      "                        within this (default 10; fractions allowed)\n"
-      "  --drain-timeout SECONDS  on SIGTERM, how long the work already received may\n"
-      "                        run before the server exits anyway (default 30)\n"
-      "  --capability-ttl SECONDS  how long a capability this server signs for a tensor\n"
-      "                        move stays valid (default 60)\n"
-      "  --resume-grace SECONDS  keep a session whose connection dropped this long for\n"
-      "                        its client to resume it (default 60; 0: never)\n"
-      "  --transfer-timeout SECONDS  fail an import from another server that makes no\n"
-      "                        progress for this long (default 30)\n"
-      "  --collective-host HOST  the address collectives' Gloo connections listen on\n"
-      "                        (default: the first tcp:// or tls:// host; 127.0.0.1 for a\n"
-      "                        wildcard)\n"
-      "  --queue-depth N       batches queued per session before backpressure (default 64)\n"
-      "  --spin-us N           after work, a server thread polls for more this long\n"
-      "                        before it sleeps (default 50, at most 10000; 0: off)\n"
-      "  --spin-threads N      at most N threads spin at once (default: cores - 1, at least 1)\n"
-      "  --store DIR           keep deduplicated uploads (4 MiB or more) on disk in DIR, by hash\n"
-      "                        and credential, so re-uploads after a restart send the hash only\n"
-      "  --store-bytes BYTES   the store's size limit, least recently used out (default 16G)\n"
-      "  --max-graph-ops N     ops one session's registered graphs may hold (default 262144)\n"
-      "  --max-op-cost SECONDS refuse an op whose work, estimated from its shapes, would take\n"
-      "                        longer than this on its device (default 1; fractions allowed;\n"
-      "                        0: no limit)\n"
-      "  --credential-file PATH  clients must present the first line of this file (TW_CREDENTIAL\n"
-      "                        on the client side); encrypted over tls://, clear text otherwise\n"
-      "  --metrics URL         tcp://host:port (port 0 picks a free one): Prometheus text at\n"
-      "                        /metrics and a live dashboard at / (HTTP, no authentication)\n");
+  std::fprintf(to, "usage: tensorwire-server [options]\n");
+  tw::ServerOptions defaults;
+  defaults.fields([&](const tw::ServerOption& o, auto&) { usage_line(to, o); });
+  for (const tw::ServerOption& o : kProgramFlags) usage_line(to, o);
+  std::fprintf(to,
+               "  --help, --version, --help-markdown (the options as docs/remote.md's table)\n"
+               "BYTES: a number, or with K, M, G or T: 512M, 4G, 1.5T. SECONDS: fractions "
+               "allowed.\n");
+}
+
+// The table of docs/remote.md's "Server options" (a test compares them).
+void usage_markdown() {
+  std::printf("| flag | default | `tw.serve()` keyword | meaning |\n|---|---|---|---|\n");
+  auto row = [](const tw::ServerOption& o) {
+    std::printf("| `%s%s%s` | %s | %s | %s |\n", o.flag, *o.takes ? " " : "", o.takes, o.deflt,
+                *o.name ? ("`" + std::string(o.name) + "`").c_str() : "(this program's)", o.doc);
+  };
+  tw::ServerOptions defaults;
+  defaults.fields([&](const tw::ServerOption& o, auto&) { row(o); });
+  for (const tw::ServerOption& o : kProgramFlags) row(o);
 }
 
 bool parse_u64(const char* s, uint64_t& out) {
@@ -129,125 +154,96 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    auto number = [&](const char* name) -> uint64_t {
-      const char* v = value(name);
+    auto fail = [](const std::string& why) {
+      std::fprintf(stderr, "tensorwire-server: %s\n", why.c_str());
+      std::exit(2);
+    };
+    // A flag's number: a count, or a size where the option takes BYTES; within its range.
+    auto number = [&](const tw::ServerOption& o, uint64_t type_max) -> uint64_t {
+      const char* v = value(o.flag);
       uint64_t n = 0;
-      if (!parse_u64(v, n)) {
-        std::fprintf(stderr, "tensorwire-server: %s expects a non-negative integer, got '%s'\n",
-                     name, v);
-        std::exit(2);
+      const bool bytes = std::string(o.takes) == "BYTES";
+      if (!(bytes ? parse_bytes(v, n) : parse_u64(v, n))) {
+        fail(std::string(o.flag) +
+             (bytes ? " expects a size in bytes such as 1048576, 512M or 4G"
+                    : " expects a non-negative integer") +
+             ", got '" + v + "'");
+      }
+      const uint64_t most = o.most > 0 ? static_cast<uint64_t>(o.most) : type_max;
+      if (n == 0 && !o.zero) fail(std::string(o.flag) + " must be more than 0");
+      if (n > most) {
+        fail(std::string(o.flag) + " takes at most " + std::to_string(most) + ", got '" + v + "'");
       }
       return n;
     };
-    auto bytes = [&](const char* name) -> uint64_t {
-      const char* v = value(name);
-      uint64_t n = 0;
-      if (!parse_bytes(v, n)) {
-        std::fprintf(
-            stderr,
-            "tensorwire-server: %s expects a size in bytes such as 1048576, 512M or 4G, got '%s'\n",
-            name, v);
-        std::exit(2);
-      }
-      return n;
-    };
-    auto seconds = [&](const char* name) {
-      const char* v = value(name);
+    // Seconds, fractions allowed: more than 0 (or 0 where the option allows it), at most a day
+    // (or the option's most).
+    auto seconds = [&](const tw::ServerOption& o) -> double {
+      const char* v = value(o.flag);
       char* end = nullptr;
-      double secs = std::strtod(v, &end);
-      if (end == v || *end || !(secs > 0) || secs > 86400) {
-        std::fprintf(stderr,
-                     "tensorwire-server: %s expects seconds (> 0, at most a day), got '%s'\n", name,
-                     v);
-        std::exit(2);
+      const double secs = std::strtod(v, &end);
+      const double most = o.most > 0 ? o.most : 86400;
+      if (end == v || *end || !(secs >= 0) || (secs == 0 && !o.zero) || secs > most) {
+        char range[96];
+        std::snprintf(range, sizeof range, " expects seconds (%s, at most %g), got '",
+                      o.zero ? ">= 0" : "> 0", most);
+        fail(std::string(o.flag) + range + v + "'");
       }
-      return std::chrono::milliseconds(std::max<long long>(1, std::llround(secs * 1000)));
+      return secs;
     };
-    if (a == "--listen")
-      opts.listen.push_back(value("--listen"));
-    else if (a == "--devices")
-      opts.devices = static_cast<int>(number("--devices"));
-    else if (a == "--backend")
-      opts.backend = value("--backend");
-    else if (a == "--workers")
-      opts.worker_threads = static_cast<int>(number("--workers"));
-    else if (a == "--threads")
-      tw::set_num_threads(static_cast<int>(number("--threads")));
-    else if (a == "--max-sessions")
-      opts.max_sessions = static_cast<uint32_t>(number("--max-sessions"));
-    else if (a == "--max-frame")
-      opts.max_frame_bytes = bytes("--max-frame");
-    else if (a == "--session-memory")
-      opts.session_memory_bytes = bytes("--session-memory");
-    else if (a == "--max-memory") {
-      opts.max_memory_bytes = bytes("--max-memory");
-      if (opts.max_memory_bytes == 0) {
-        std::fprintf(stderr, "tensorwire-server: --max-memory must be more than 0 bytes\n");
-        return 2;
-      }
-    } else if (a == "--handshake-timeout")
-      opts.handshake_timeout = seconds("--handshake-timeout");
-    else if (a == "--drain-timeout")
-      drain_timeout = seconds("--drain-timeout");
-    else if (a == "--capability-ttl")
-      opts.capability_ttl = seconds("--capability-ttl");
-    else if (a == "--resume-grace")  // (0 allowed: sessions end with their connection)
-      opts.resume_grace = std::string(argv[i + 1] ? argv[i + 1] : "") == "0"
-                              ? (++i, std::chrono::milliseconds(0))
-                              : seconds("--resume-grace");
-    else if (a == "--transfer-timeout")
-      opts.transfer_timeout = seconds("--transfer-timeout");
-    else if (a == "--collective-host")
-      opts.collective_host = value("--collective-host");
-    else if (a == "--spin-us")
-      opts.spin_us = static_cast<uint32_t>(std::min<uint64_t>(number("--spin-us"), 10000));
-    else if (a == "--store")
-      opts.store_dir = value("--store");
-    else if (a == "--store-bytes")
-      opts.store_bytes = bytes("--store-bytes");
-    else if (a == "--spin-threads")
-      opts.spin_threads = static_cast<uint32_t>(std::min<uint64_t>(number("--spin-threads"), 4096));
-    else if (a == "--queue-depth")
-      opts.session_queue_depth = static_cast<uint32_t>(number("--queue-depth"));
-    else if (a == "--max-graph-ops")
-      opts.max_graph_ops = number("--max-graph-ops");
-    else if (a == "--max-op-cost") {  // (0 allowed: no limit)
-      const char* v = value("--max-op-cost");
-      char* end = nullptr;
-      opts.max_op_cost = std::strtod(v, &end);
-      if (end == v || *end || !(opts.max_op_cost >= 0) || opts.max_op_cost > 1e9) {
-        std::fprintf(stderr,
-                     "tensorwire-server: --max-op-cost expects seconds (>= 0; 0: no limit), got "
-                     "'%s'\n",
-                     v);
-        return 2;
-      }
-    } else if (a == "--tls-cert")
-      opts.tls_cert_file = value("--tls-cert");
-    else if (a == "--tls-key")
-      opts.tls_key_file = value("--tls-key");
-    else if (a == "--insecure")
-      opts.insecure = true;
-    else if (a == "--metrics")
-      opts.metrics = value("--metrics");
-    else if (a == "--credential-file") {
-      const char* path = value("--credential-file");
+    auto first_line = [&](const tw::ServerOption& o) {
+      const char* path = value(o.flag);
       std::ifstream f(path);
       std::string line;
       if (!f || !std::getline(f, line) || line.empty()) {
-        std::fprintf(stderr,
-                     "tensorwire-server: cannot read a credential from the first line of '%s'\n",
-                     path);
-        return 2;
+        fail(std::string("cannot read a credential from the first line of '") + path + "' (" +
+             o.flag + ")");
       }
-      opts.credential = line;
-    } else if (a == "--help" || a == "-h") {
+      return line;
+    };
+    if (a == "--help" || a == "-h") {
       usage(stdout);
       return 0;
-    } else if (a == "--version") {
+    }
+    if (a == "--help-markdown") {
+      usage_markdown();
+      return 0;
+    }
+    if (a == "--version") {
       std::printf("tensorwire-server %s (protocol %d)\n", tw::version(), tw::protocol_version());
       return 0;
-    } else {
+    }
+    if (a == kProgramFlags[0].flag) {
+      tw::set_num_threads(static_cast<int>(number(kProgramFlags[0], 4096)));
+      continue;
+    }
+    if (a == kProgramFlags[1].flag) {
+      drain_timeout = std::chrono::milliseconds(std::llround(seconds(kProgramFlags[1]) * 1000));
+      continue;
+    }
+    // Every server option by its flag (tensorwire/server.h declares them).
+    bool known = false;
+    opts.fields([&](const tw::ServerOption& o, auto& member) {
+      if (known || a != o.flag) return;
+      known = true;
+      using T = std::remove_reference_t<decltype(member)>;
+      if constexpr (std::is_same_v<T, bool>) {
+        member = true;
+      } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+        member.push_back(value(o.flag));
+      } else if constexpr (std::is_same_v<T, std::string>) {
+        member = o.file ? first_line(o) : std::string(value(o.flag));
+      } else if constexpr (std::is_same_v<T, std::chrono::milliseconds>) {
+        const double secs = seconds(o);
+        member = std::chrono::milliseconds(
+            secs == 0 ? 0 : std::max<long long>(1, std::llround(secs * 1000)));
+      } else if constexpr (std::is_floating_point_v<T>) {
+        member = static_cast<T>(seconds(o));
+      } else {
+        member = static_cast<T>(number(o, static_cast<uint64_t>(std::numeric_limits<T>::max())));
+      }
+    });
+    if (!known) {
       std::fprintf(stderr, "tensorwire-server: unknown option '%s'\n", a.c_str());
       usage(stderr);
       return 2;

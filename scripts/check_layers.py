@@ -8,6 +8,10 @@ own folder (src/backend/<name>/) sits above src/backend/ itself: the executor in
 registry never include a backend's headers (a backend registers itself). Programs, tests,
 benchmarks and the Python module sit on top and may include anything.
 
+It also fails on a getenv("TW_...") in src/ outside core/env.cc: the library's environment
+variables are declared once there (core/env.h), but in a backend's own folder (src/backend/<name>/),
+whose variables its own docs list.
+
 Usage: scripts/check_layers.py [ROOT]   (exit 1 and one line per violation when any)
 """
 import pathlib
@@ -30,6 +34,7 @@ PUBLIC = {
 PUBLIC_DEFAULT = "api"  # tensor.h, device.h, nn.h, ... : what the api/ layer implements
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+GETENV = re.compile(r'getenv\(\s*"TW_')
 
 
 def layer_of_src(rel):
@@ -61,6 +66,12 @@ def main():
                        f"scripts/check_layers.py (add it where it belongs)")
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
+        rel = str(path.relative_to(root))
+        if layer != "backend/*" and rel != "src/core/env.cc":
+            for m in GETENV.finditer(text):
+                line = text.count("\n", 0, m.start()) + 1
+                bad.append(f"{rel}:{line}: reads a TW_ variable with getenv; declare it in "
+                           f"src/core/env.h (TW_ENV_LIST) and read it with env_number/env_text")
         for m in INCLUDE.finditer(text):
             target = m.group(1)
             dep = layer_of_include(target)
@@ -73,7 +84,8 @@ def main():
     for b in bad:
         print(b)
     if bad:
-        print(f"check_layers: {len(bad)} include(s) point up a layer (docs/architecture.md)")
+        print(f"check_layers: {len(bad)} problem(s): includes that point up a layer "
+              f"(docs/architecture.md) or undeclared environment variables")
         return 1
     print(f"check_layers: {len(files)} files, every include points down")
     return 0

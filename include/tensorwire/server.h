@@ -15,6 +15,24 @@ namespace tw {
 
 class Device;  // tensorwire/device.h (the api layer, above this one)
 
+// One server option's declaration (ServerOptions::fields): the member's name (tw.serve()'s
+// keyword), tensorwire-server's flag for it and what the flag takes, and one line of help. The
+// flag's value becomes the member by the member's type: a std::chrono::milliseconds takes seconds
+// (fractions allowed), a uint64_t of `takes` "BYTES" takes a size (512M, 4G), a bool is a switch,
+// a std::vector<std::string> repeats. tensorwire-server's parser, its --help and the docs table
+// (tensorwire-server --help-markdown, docs/remote.md "Server options") all come from these.
+struct ServerOption {
+  const char* name;   // "max_frame_bytes"
+  const char* flag;   // "--max-frame"
+  const char* takes;  // "BYTES", "N", "SECONDS", "URL", "PATH", ...; "" for a switch
+  const char* help;   // one line of --help: what it does, and its default
+  const char* deflt;  // the default, as docs/remote.md's table says it ("8 GiB", "cores")
+  const char* doc;    // docs/remote.md's text (Markdown): what it does, in full
+  double most = 0;    // the largest value the flag may give (0: the type's largest)
+  bool zero = true;   // whether the flag may give 0 (a count, size or duration)
+  bool file = false;  // the flag names a file whose first line is the value (--credential-file)
+};
+
 struct ServerOptions {
   // Addresses to listen on: tcp://host:port (port 0 picks a free one), tls://host:port (TCP
   // under TLS 1.3) and/or unix:///path. Secure by default: an address other hosts can reach
@@ -101,37 +119,293 @@ struct ServerOptions {
   // The store's size limit (--store-bytes), least recently used entries out first; 0: 16 GiB.
   uint64_t store_bytes = 0;
 
-  // Every option above once, by the name the Python keyword of tw.serve() takes (and the CLI
-  // flag's, dashes for underscores): fields(v) calls v(name, member) for each, in declaration
-  // order, so a front end sets options by name without typing them again. A new option is added
-  // here too (python/tests/test_torch_api.py compares this list with the members declared above).
+  // Every option above once (ServerOption), in declaration order: fields(v) calls
+  // v(option, member) for each, so a front end (the server's flags, tw.serve()'s keywords, the
+  // docs table) sets and describes options without typing them again. A new option is added here
+  // too (python/tests/test_torch_api.py compares this list with the members declared above).
   template <class V>
   void fields(V&& v) {
-    v("listen", listen);
-    v("devices", devices);
-    v("backend", backend);
-    v("worker_threads", worker_threads);
-    v("max_sessions", max_sessions);
-    v("max_frame_bytes", max_frame_bytes);
-    v("session_memory_bytes", session_memory_bytes);
-    v("max_graph_ops", max_graph_ops);
-    v("max_op_cost", max_op_cost);
-    v("max_memory_bytes", max_memory_bytes);
-    v("handshake_timeout", handshake_timeout);
-    v("session_queue_depth", session_queue_depth);
-    v("credential", credential);
-    v("tls_cert_file", tls_cert_file);
-    v("tls_key_file", tls_key_file);
-    v("insecure", insecure);
-    v("metrics", metrics);
-    v("capability_ttl", capability_ttl);
-    v("transfer_timeout", transfer_timeout);
-    v("resume_grace", resume_grace);
-    v("collective_host", collective_host);
-    v("spin_us", spin_us);
-    v("spin_threads", spin_threads);
-    v("store_dir", store_dir);
-    v("store_bytes", store_bytes);
+    v(
+        ServerOption{
+            .name = "listen",
+            .flag = "--listen",
+            .takes = "URL",
+            .help = "tcp://host:port, tls://host:port or unix:///path (repeatable; default "
+                    "tcp://127.0.0.1:7070; port 0 picks a free one). An address other hosts can "
+                    "reach must be tls:// and needs --credential-file, unless --insecure",
+            .deflt = "`tcp://127.0.0.1:7070`",
+            .doc = "address to listen on: `tcp://host:port`, `tls://host:port` (TCP under TLS 1.3) "
+                   "or `unix:///path/to.sock`; repeat for several; port 0 picks a free port. A "
+                   "`unix://` path where another server answers is refused (as a taken TCP port "
+                   "is); a socket file nobody answers on, left by a server that crashed, is "
+                   "replaced. An address other hosts can reach must be `tls://` with "
+                   "`--credential-file`, or the server refuses to start (unless `--insecure`)"},
+        listen);
+    v(ServerOption{.name = "devices",
+                   .flag = "--devices",
+                   .takes = "N",
+                   .help = "devices to host (default 1)",
+                   .deflt = "1",
+                   .doc = "devices to host; each session uses one, chosen by index "
+                          "(`Device::remote(url, index)`)",
+                   .most = 65535,
+                   .zero = false},
+      devices);
+    v(ServerOption{.name = "backend",
+                   .flag = "--backend",
+                   .takes = "SPEC",
+                   .help = "cpu (default), torch, vulkan:N, cuda:N (where built), or one per "
+                           "device, comma-separated: cpu,vulkan:0 hosts device 0 on cpu and device "
+                           "1 on the first Vulkan device",
+                   .deflt = "`cpu`",
+                   .doc =
+                       "what executes ops: `cpu`, `torch` (PyTorch's kernels; builds with "
+                       "libtorch) `vulkan:N` (Vulkan device N; builds with libvulkan-dev and "
+                       "glslc, docs/vulkan.md) or `cuda:N` (CUDA device N; builds with nvcc and "
+                       "the CUDA toolkit, docs/cuda.md), for every device; or one backend per "
+                       "device, comma-separated: `--backend cpu,torch` hosts device 0 on cpu and "
+                       "device 1 on torch (`--devices`, if given, must then equal the list's "
+                       "length). The handshake names each device's backend (`tensorwire info`)"},
+      backend);
+    v(ServerOption{.name = "worker_threads",
+                   .flag = "--workers",
+                   .takes = "N",
+                   .help = "execution threads shared by all sessions (default: cores)",
+                   .deflt = "cores",
+                   .doc = "server threads; each session lives on one (the least loaded when it "
+                          "connects) as a serial queue, not a thread of its own",
+                   .most = 4096},
+      worker_threads);
+    v(ServerOption{.name = "max_sessions",
+                   .flag = "--max-sessions",
+                   .takes = "N",
+                   .help = "connections at once, from accept (default 4096)",
+                   .deflt = "4096",
+                   .doc = "connections at once, each holding a slot from its accept until it "
+                          "closes (or misses the handshake deadline); one more is refused with "
+                          "\"server busy\" (asking for the device list still works)",
+                   .most = 16777216,
+                   .zero = false},
+      max_sessions);
+    v(ServerOption{.name = "max_frame_bytes",
+                   .flag = "--max-frame",
+                   .takes = "BYTES",
+                   .help = "largest frame a client may send (default 1G)",
+                   .deflt = "1073741824 (1 GiB)",
+                   .doc = "the largest frame a client may send (at least 1024). Clients learn it "
+                          "in the handshake and keep their batches under it; a single upload "
+                          "bigger than it is refused at the call site",
+                   .zero = false},
+      max_frame_bytes);
+    v(ServerOption{.name = "session_memory_bytes",
+                   .flag = "--session-memory",
+                   .takes = "BYTES",
+                   .help = "tensor bytes one session may hold (default 8G)",
+                   .deflt = "8 GiB",
+                   .doc = "tensor bytes one session may hold; an op that would go over fails (its "
+                          "outputs are poisoned), the session goes on",
+                   .zero = false},
+      session_memory_bytes);
+    v(ServerOption{.name = "max_graph_ops",
+                   .flag = "--max-graph-ops",
+                   .takes = "N",
+                   .help = "ops one session's registered graphs may hold (default 262144)",
+                   .deflt = "262144",
+                   .doc =
+                       "ops one session's registered graphs may hold together; a registration past "
+                       "it is refused (graphs' planned buffers count in `--session-memory`)"},
+      max_graph_ops);
+    v(ServerOption{.name = "max_op_cost",
+                   .flag = "--max-op-cost",
+                   .takes = "SECONDS",
+                   .help = "refuse an op whose work, estimated from its shapes, would take longer "
+                           "than this on its device (default 1; 0: no limit)",
+                   .deflt = "1",
+                   .doc = "the most work one op may be estimated to take on its device; an op over "
+                          "it is refused (see \"Limits\" below); fractions allowed; 0: no limit",
+                   .most = 1000000000.0},
+      max_op_cost);
+    v(
+        ServerOption{
+            .name = "max_memory_bytes",
+            .flag = "--max-memory",
+            .takes = "BYTES",
+            .help = "tensor bytes all sessions together may hold (default 80% of physical memory)",
+            .deflt = "80% of physical memory",
+            .doc = "tensor bytes all sessions together may hold in host memory (see \"Limits\" "
+                   "below); a device with memory of its own (a GPU) has its own budget instead, "
+                   "90% of what it had free when the server started, and an op over it fails "
+                   "naming the device",
+            .zero = false},
+        max_memory_bytes);
+    v(ServerOption{.name = "handshake_timeout",
+                   .flag = "--handshake-timeout",
+                   .takes = "SECONDS",
+                   .help =
+                       "drop a peer that has not completed its handshake within this (default 10)",
+                   .deflt = "10",
+                   .doc = "a peer that has not completed its handshake this long after connecting "
+                          "is dropped and its slot freed; fractions allowed (`0.5`)",
+                   .most = 86400,
+                   .zero = false},
+      handshake_timeout);
+    v(ServerOption{.name = "session_queue_depth",
+                   .flag = "--queue-depth",
+                   .takes = "N",
+                   .help = "batches queued per session before backpressure (default 64)",
+                   .deflt = "64",
+                   .doc = "batches queued per session before the server stops reading that "
+                          "client's socket (backpressure)",
+                   .most = 1048576,
+                   .zero = false},
+      session_queue_depth);
+    v(ServerOption{.name = "credential",
+                   .flag = "--credential-file",
+                   .takes = "PATH",
+                   .help = "clients must present the first line of this file (TW_CREDENTIAL on the "
+                           "client side); encrypted over tls://, clear text otherwise",
+                   .deflt = "none",
+                   .doc = "clients must present the first line of this file (`TW_CREDENTIAL` on "
+                          "their side); compared in constant time. Encrypted over `tls://`; over "
+                          "`tcp://` it travels in clear text",
+                   .file = true},
+      credential);
+    v(ServerOption{.name = "tls_cert_file",
+                   .flag = "--tls-cert",
+                   .takes = "PATH",
+                   .help =
+                       "certificate chain (PEM) of the tls:// addresses, with --tls-key; without "
+                       "both, a self-signed pair is generated at start and its fingerprint printed",
+                   .deflt = "generated",
+                   .doc = "the certificate chain and private key (PEM) the `tls://` addresses "
+                          "present; both or neither. Neither: a self-signed pair is generated at "
+                          "start and its fingerprint printed"},
+      tls_cert_file);
+    v(
+        ServerOption{
+            .name = "tls_key_file",
+            .flag = "--tls-key",
+            .takes = "PATH",
+            .help = "the certificate's private key (PEM)",
+            .deflt = "generated",
+            .doc = "the private key (PEM) of the certificate `--tls-cert` names; both or neither"},
+        tls_key_file);
+    v(ServerOption{.name = "insecure",
+                   .flag = "--insecure",
+                   .takes = "",
+                   .help = "serve a reachable address without TLS or a credential",
+                   .deflt = "off",
+                   .doc = "serve an address other hosts can reach without TLS or without a "
+                          "credential; a loud warning at start says what is missing"},
+      insecure);
+    v(ServerOption{.name = "metrics",
+                   .flag = "--metrics",
+                   .takes = "URL",
+                   .help = "tcp://host:port (port 0 picks a free one): Prometheus text at /metrics "
+                           "and a live dashboard at / (HTTP, no authentication)",
+                   .deflt = "none",
+                   .doc =
+                       "`tcp://host:port` (port 0 picks a free one): an HTTP endpoint with "
+                       "Prometheus text at `/metrics` and a live dashboard at `/` (see \"Metrics "
+                       "and the dashboard\" below); printed as `metrics on http://host:port`"},
+      metrics);
+    v(ServerOption{.name = "capability_ttl",
+                   .flag = "--capability-ttl",
+                   .takes = "SECONDS",
+                   .help = "how long a capability this server signs for a tensor move stays valid "
+                           "(default 60)",
+                   .deflt = "60",
+                   .doc =
+                       "how long a capability this server signs for moving one of its tensors "
+                       "stays valid ([moves](#moving-tensors-between-servers)); fractions allowed",
+                   .most = 86400,
+                   .zero = false},
+      capability_ttl);
+    v(ServerOption{.name = "transfer_timeout",
+                   .flag = "--transfer-timeout",
+                   .takes = "SECONDS",
+                   .help = "fail an import from another server that makes no progress for this "
+                           "long (default 30)",
+                   .deflt = "30",
+                   .doc = "an import from another server that makes no progress this long fails "
+                          "(the tensor is poisoned); fractions allowed",
+                   .most = 86400,
+                   .zero = false},
+      transfer_timeout);
+    v(
+        ServerOption{
+            .name = "resume_grace",
+            .flag = "--resume-grace",
+            .takes = "SECONDS",
+            .help = "keep a session whose connection dropped this long for its client to resume it "
+                    "(default 60; 0: never)",
+            .deflt = "60",
+            .doc = "a session whose connection dropped is kept this long for its client to resume "
+                   "it ([Dropped connections](#dropped-connections-resumable-sessions)); its "
+                   "tensors stay counted in the memory budget meanwhile; fractions allowed; 0: "
+                   "sessions end with their connection",
+            .most = 86400},
+        resume_grace);
+    v(ServerOption{.name = "collective_host",
+                   .flag = "--collective-host",
+                   .takes = "HOST",
+                   .help = "the address collectives' Gloo connections listen on (default: the "
+                           "first tcp:// or tls:// host; 127.0.0.1 for a wildcard)",
+                   .deflt = "first tcp:// or tls:// host",
+                   .doc = "the address collectives' Gloo connections listen on for the other "
+                          "participants ([Running several servers](#running-several-servers)); "
+                          "127.0.0.1 when the first address is a wildcard"},
+      collective_host);
+    v(
+        ServerOption{
+            .name = "spin_us",
+            .flag = "--spin-us",
+            .takes = "N",
+            .help = "after work, a server thread polls for more this long (microseconds) before it "
+                    "sleeps (default 50; 0: off)",
+            .deflt = "50",
+            .doc = "after a server thread has run work it polls its sockets this long (yielding "
+                   "the CPU between looks; the stream of a thread's only session is polled "
+                   "directly, without yielding, for at most 1 ms at a time) before it sleeps, so a "
+                   "client's next request within it costs no wake-up; an idle server never spins; "
+                   "0 turns it off (\"Where the time of a round trip goes\")",
+            .most = 10000},
+        spin_us);
+    v(
+        ServerOption{
+            .name = "spin_threads",
+            .flag = "--spin-threads",
+            .takes = "N",
+            .help = "at most N threads spin at once (default: cores - 1, at least 1)",
+            .deflt = "cores - 1 (at least 1)",
+            .doc = "at most this many of the server's threads spin at once; one that finds them "
+                   "all spinning sleeps at once. The core left over is the client's (or whatever "
+                   "else runs there): a client alternating between two devices of a 2-core server, "
+                   "each session on its own thread, took 118-125 µs a pair of round trips with "
+                   "both threads spinning beside it, 17-18 µs with one (bench-remote row a2); two "
+                   "clients doing round trips on a device each at once, 107 µs a round trip each "
+                   "with two, 53 µs with one. `tensorwire_spinning_threads` and "
+                   "`tensorwire_spin_refused_total` on `/metrics` show it",
+            .most = 4096},
+        spin_threads);
+    v(ServerOption{.name = "store_dir",
+                   .flag = "--store",
+                   .takes = "DIR",
+                   .help = "keep deduplicated uploads on disk in DIR, by hash and credential, so "
+                           "re-uploads after a restart send the hash only",
+                   .deflt = "none",
+                   .doc = "the persistent weight store: the bytes of deduplicated uploads (4 MiB "
+                          "or more) also kept in `DIR`, by hash and credential, so that after a "
+                          "restart of the client or of the server uploading the same weights sends "
+                          "the hash only ([Weights that stay](#weights-that-stay---store))"},
+      store_dir);
+    v(ServerOption{.name = "store_bytes",
+                   .flag = "--store-bytes",
+                   .takes = "BYTES",
+                   .help = "the store's size limit, least recently used out (default 16G)",
+                   .deflt = "16G",
+                   .doc = "the store's size limit; least recently used entries go first"},
+      store_bytes);
   }
 };
 

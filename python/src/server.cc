@@ -26,7 +26,7 @@ namespace {
 std::vector<std::string> server_option_names() {
   std::vector<std::string> names;
   ServerOptions o;
-  o.fields([&](const char* name, auto&) { names.emplace_back(name); });
+  o.fields([&](const ServerOption& opt, auto&) { names.emplace_back(opt.name); });
   return names;
 }
 
@@ -53,7 +53,8 @@ void set_options(ServerOptions& o, const py::dict& options) {
       throw Error("serve: unknown option '" + k + "'; the options are " + all);
     }
   }
-  o.fields([&](const char* name, auto& member) {
+  o.fields([&](const ServerOption& opt, auto& member) {
+    const char* name = opt.name;
     using T = std::remove_reference_t<decltype(member)>;
     if (!options.contains(name)) return;
     const py::handle v = options[name];

@@ -18,6 +18,7 @@
 
 #include "api/autograd.h"
 #include "api/emit.h"
+#include "core/env.h"
 #include "tensorwire/autograd.h"
 
 namespace tw::autograd {
@@ -108,8 +109,7 @@ Tensor zeros_as(const TensorMeta& m, const Device& d) { return zeros(m.shape, m.
 // differential fuzzer's test (tests/difffuzz) sets it and requires the fuzzer to report it.
 bool planted_sub_bug() {
   static const bool on = [] {
-    const char* e = std::getenv("TW_TEST_PLANT_GRAD_BUG");
-    return e != nullptr && std::string_view(e) == "sub_broadcast";
+    return env_text(Env::kTEST_PLANT_GRAD_BUG).value_or("") == "sub_broadcast";
   }();
   return on;
 }

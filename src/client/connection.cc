@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "client/profile.h"
+#include "core/env.h"
 #include "net/framing.h"
 #include "net/tls_stream.h"
 
@@ -18,30 +19,26 @@ namespace proto = protocol;
 
 Options Options::from_env() {
   Options o;
-  if (const char* e = std::getenv("TW_BATCH_OPS"))
-    o.batch_ops = static_cast<uint32_t>(std::max(1L, std::atol(e)));
-  if (const char* e = std::getenv("TW_BATCH_BYTES"))
-    o.batch_bytes = std::max(1024ULL, std::strtoull(e, nullptr, 10));
-  if (const char* e = std::getenv("TW_FLUSH_IDLE_US"))
-    o.idle_flush_us = static_cast<uint32_t>(std::max(0L, std::atol(e)));
-  if (const char* e = std::getenv("TW_SPIN_US"))
-    o.spin_us = static_cast<uint32_t>(std::clamp(std::atol(e), 0L, 10'000L));
-  if (const char* e = std::getenv("TW_SHM")) o.shm = std::string(e) != "0";
+  // (core/env.h declares each variable; a malformed number is reported and ignored.)
+  auto u32 = [](uint64_t n, uint64_t lo, uint64_t hi) {
+    return static_cast<uint32_t>(std::clamp(n, lo, hi));
+  };
+  if (auto n = env_number(Env::kBATCH_OPS)) o.batch_ops = u32(*n, 1, UINT32_MAX);
+  if (auto n = env_number(Env::kBATCH_BYTES)) o.batch_bytes = std::max<uint64_t>(1024, *n);
+  if (auto n = env_number(Env::kFLUSH_IDLE_US)) o.idle_flush_us = u32(*n, 0, UINT32_MAX);
+  if (auto n = env_number(Env::kSPIN_US)) o.spin_us = u32(*n, 0, 10'000);
+  if (auto f = env_flag(Env::kSHM)) o.shm = *f;
   o.compress = proto::compress_mode_from_env();
-  if (const char* e = std::getenv("TW_DEDUP")) o.dedup = std::string(e) != "0";
-  if (const char* e = std::getenv("TW_DEDUP_MIN_BYTES"))
-    o.dedup_min_bytes = std::max<uint64_t>(1, std::strtoull(e, nullptr, 10));
-  if (const char* e = std::getenv("TW_WINDOW_BYTES"))
-    o.window_bytes = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("TW_CREDENTIAL")) o.credential = e;
-  if (const char* e = std::getenv("TW_RESUME")) o.resume = std::string(e) != "0";
-  if (const char* e = std::getenv("TW_RESUME_ATTEMPTS"))
-    o.resume_attempts = static_cast<uint32_t>(std::clamp(std::atol(e), 1L, 100L));
-  if (const char* e = std::getenv("TW_RESUME_WINDOW"))
-    o.resume_window_bytes = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("TW_TLS_CA")) o.tls.ca_file = e;
-  if (const char* e = std::getenv("TW_TLS_FINGERPRINT")) o.tls.fingerprint = e;
-  if (const char* e = std::getenv("TW_TLS_CIPHERS")) o.tls.cipher_suites = e;
+  if (auto f = env_flag(Env::kDEDUP)) o.dedup = *f;
+  if (auto n = env_number(Env::kDEDUP_MIN_BYTES)) o.dedup_min_bytes = std::max<uint64_t>(1, *n);
+  if (auto n = env_number(Env::kWINDOW_BYTES)) o.window_bytes = *n;
+  if (auto t = env_text(Env::kCREDENTIAL)) o.credential = *t;
+  if (auto f = env_flag(Env::kRESUME)) o.resume = *f;
+  if (auto n = env_number(Env::kRESUME_ATTEMPTS)) o.resume_attempts = u32(*n, 1, 100);
+  if (auto n = env_number(Env::kRESUME_WINDOW)) o.resume_window_bytes = *n;
+  if (auto t = env_text(Env::kTLS_CA)) o.tls.ca_file = *t;
+  if (auto t = env_text(Env::kTLS_FINGERPRINT)) o.tls.fingerprint = *t;
+  if (auto t = env_text(Env::kTLS_CIPHERS)) o.tls.cipher_suites = *t;
   o.handshake_timeout_ms = net::handshake_timeout_ms();
   return o;
 }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "client/connection.h"
+#include "core/env.h"
 
 namespace tw::client {
 
@@ -25,7 +26,7 @@ void Connection::wait_for_window_locked() {
   const auto waited = std::chrono::steady_clock::now() - t0;
   counters_.window_wait_ns +=
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count());
-  if (const char* e = std::getenv("TW_DEBUG_WAITS"); e && *e && *e != '0') {
+  if (env_flag(Env::kDEBUG_WAITS).value_or(false)) {
     std::fprintf(stderr, "tw wait: window %.2f ms (%s)\n",
                  std::chrono::duration<double>(waited).count() * 1e3, url_.str().c_str());
   }

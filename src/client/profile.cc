@@ -10,6 +10,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/env.h"
 #include "tensorwire/profile.h"
 
 namespace tw::client::profile {
@@ -67,8 +68,7 @@ void enrol(const Connection* c) {
   if (r.closed.empty()) r.first = std::chrono::steady_clock::now();  // ~ the first connection
   r.live[c] = r.row_locked(device_name(*c));
   if (!r.printing_at_exit) {
-    const char* env = std::getenv("TW_PROFILE");
-    if (env && std::strcmp(env, "0") != 0 && *env) {
+    if (env_flag(Env::kPROFILE).value_or(false)) {
       r.printing_at_exit = true;
       std::atexit(print_at_exit);
     }

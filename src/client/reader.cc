@@ -5,6 +5,7 @@
 #include <string>
 
 #include "client/connection.h"
+#include "core/env.h"
 
 namespace tw::client {
 
@@ -224,10 +225,7 @@ void Connection::wait_until(const std::function<bool()>& ready, const char* kind
   const auto waited = std::chrono::steady_clock::now() - wait_start;
   counters_.wait_ns +=
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count());
-  static const bool debug_waits = [] {
-    const char* e = std::getenv("TW_DEBUG_WAITS");
-    return e && *e && std::string(e) != "0";
-  }();
+  static const bool debug_waits = env_flag(Env::kDEBUG_WAITS).value_or(false);
   if (debug_waits && waited >= std::chrono::milliseconds(1)) {
     std::fprintf(stderr, "tw wait: %s %.2f ms (%s)\n", kind,
                  std::chrono::duration<double>(waited).count() * 1e3, url_.str().c_str());

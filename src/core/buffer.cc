@@ -8,6 +8,8 @@
 #include <new>
 #include <string>
 
+#include "core/env.h"
+
 namespace tw {
 namespace {
 constexpr size_t kAlignment = 64;              // cache line; enough for AVX-512 loads
@@ -58,7 +60,7 @@ BufferPool& BufferPool::global() {
   // Leaked on purpose: tensors held by static objects may be freed after main returns.
   static BufferPool* pool = [] {
     size_t cap = size_t{4} << 30;
-    if (const char* e = std::getenv("TW_POOL_CACHE_BYTES")) cap = std::strtoull(e, nullptr, 10);
+    if (auto n = env_number(Env::kPOOL_CACHE_BYTES)) cap = static_cast<size_t>(*n);
     return new BufferPool(cap);
   }();
   return *pool;

@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "core/cancel.h"
+#include "core/env.h"
+#include "core/tsan.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -19,10 +21,8 @@ constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
 constexpr uint64_t kNoChunk = ~uint64_t{0};  // ThreadPool::drain's "this lane has none left"
 
 int default_threads() {
-  if (const char* e = std::getenv("TW_NUM_THREADS")) {
-    int n = std::atoi(e);
-    if (n >= 1) return n;
-  }
+  if (auto n = env_number(Env::kNUM_THREADS); n && *n >= 1)
+    return static_cast<int>(std::min<uint64_t>(*n, 1 << 16));
   unsigned h = std::thread::hardware_concurrency();
   return h ? static_cast<int>(h) : 1;
 }
@@ -95,10 +95,15 @@ void ThreadPool::run(int64_t n, const std::function<void(int64_t)>& fn) {
     }
     // The region's start publishes the lanes to the team; its end waits for every thread.
 #ifdef _OPENMP
+    TsanParallelRegion region;  // (what TSan cannot see of libgomp: core/tsan.h)
 #pragma omp parallel num_threads(threads_)
     {
-      InPoolTask in_task;
-      drain(omp_get_thread_num(), base, fn);
+      region.thread_begins();
+      {
+        InPoolTask in_task;
+        drain(omp_get_thread_num(), base, fn);
+      }
+      region.thread_ends();
     }
 #endif
   }

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "core/env.h"
+
 namespace tw::net {
 
 std::chrono::milliseconds dead_peer_deadline() {
-  const char* e = std::getenv("TW_DEAD_PEER_MS");
-  if (e == nullptr || *e == '\0') return kDefaultDeadPeer;
-  return std::chrono::milliseconds(std::max(0L, std::atol(e)));
+  const std::optional<uint64_t> v = env_number(Env::kDEAD_PEER_MS);
+  if (!v) return kDefaultDeadPeer;
+  return std::chrono::milliseconds(std::min<uint64_t>(*v, uint64_t{1} << 40));
 }
 
 void detect_dead_peer(int fd, std::chrono::milliseconds deadline) {

@@ -18,6 +18,7 @@
 #include <iterator>
 #include <mutex>
 
+#include "core/env.h"
 #include "net/keepalive.h"
 
 namespace tw::net {
@@ -307,9 +308,8 @@ const char* const kNotRunning = " (is tensorwire-server running there?)";
 // drops SYNs (a firewall, a full accept backlog) holds the caller for the kernel's ~2 minutes of
 // retries.
 int connect_timeout_ms() {
-  const char* e = std::getenv("TW_CONNECT_TIMEOUT_MS");
-  const long v = e ? std::strtol(e, nullptr, 10) : 0;
-  return v > 0 ? static_cast<int>(std::min<long>(v, 3'600'000)) : 10'000;
+  const uint64_t v = env_number(Env::kCONNECT_TIMEOUT_MS).value_or(0);
+  return v > 0 ? static_cast<int>(std::min<uint64_t>(v, 3'600'000)) : 10'000;
 }
 
 // connect() bounded by connect_timeout_ms(): non-blocking, then a poll for the outcome.

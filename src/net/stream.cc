@@ -4,6 +4,7 @@
 #include <asio/error.hpp>
 #include <cstdlib>
 
+#include "core/env.h"
 #include "net/socket_stream.h"
 #include "net/tls_stream.h"
 
@@ -39,9 +40,8 @@ void consume(std::vector<asio::const_buffer>& bufs, size_t n) {
 }
 
 int handshake_timeout_ms() {
-  const char* e = std::getenv("TW_HANDSHAKE_TIMEOUT_MS");
-  const long v = e ? std::strtol(e, nullptr, 10) : 0;
-  return v > 0 ? static_cast<int>(std::min<long>(v, 3'600'000)) : kDefaultHandshakeTimeoutMs;
+  const uint64_t v = env_number(Env::kHANDSHAKE_TIMEOUT_MS).value_or(0);
+  return v > 0 ? static_cast<int>(std::min<uint64_t>(v, 3'600'000)) : kDefaultHandshakeTimeoutMs;
 }
 
 namespace {

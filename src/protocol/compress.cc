@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/env.h"
 #include "protocol/messages.h"
 
 namespace tw::protocol {
@@ -58,9 +59,9 @@ bool sample_pays(const OutFrame& f) {
 }  // namespace
 
 CompressMode compress_mode_from_env() {
-  const char* e = std::getenv("TW_COMPRESS");
-  if (e == nullptr || std::strcmp(e, "auto") == 0 || *e == '\0') return CompressMode::kAuto;
-  return std::strcmp(e, "0") == 0 ? CompressMode::kOff : CompressMode::kMeasure;
+  const std::optional<std::string> e = env_text(Env::kCOMPRESS);
+  if (!e || *e == "auto") return CompressMode::kAuto;
+  return *e == "0" ? CompressMode::kOff : CompressMode::kMeasure;
 }
 
 bool compress_link(CompressMode mode, const std::string& host) {

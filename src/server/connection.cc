@@ -61,8 +61,10 @@ void Connection::start() {
 // stopping.
 void Connection::close_when_flushed() {
   closing_ = true;
-  linger_ = !srv_.stopping;
   std::lock_guard<std::mutex> lock(write_mu_);
+  // (Under the lock: shutdown_locked() reads it, and a read's failure may run that on another
+  // shard's thread at the same time; make tsan found the race.)
+  linger_ = !srv_.stopping;
   if (writer_.idle()) {
     shutdown_locked();
   } else {

@@ -131,7 +131,7 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
   // lingering close (linger_locked)
   static constexpr auto kLinger = std::chrono::seconds(1);
   static constexpr uint64_t kLingerBytes = uint64_t{1} << 30;
-  bool linger_ = false;                 // close_when_flushed() lingers
+  bool linger_ = false;                 // close_when_flushed() lingers (under write_mu_)
   std::atomic<bool> lingering_{false};  // the sending side is shut; what arrives is dropped
   uint64_t lingered_ = 0;               // bytes dropped so far
   std::unique_ptr<std::array<std::byte, 4096>> discard_;  // where they go (only once lingering)

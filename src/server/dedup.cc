@@ -3,11 +3,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/env.h"
+
 namespace tw::server {
 
 ContentCache::ContentCache() : capacity_(uint64_t{2} << 30) {
-  if (const char* e = std::getenv("TW_DEDUP_CACHE_BYTES"))
-    capacity_ = std::strtoull(e, nullptr, 10);
+  if (auto n = env_number(Env::kDEDUP_CACHE_BYTES)) capacity_ = *n;
 }
 
 void ContentCache::remember(const Buffer& bytes, bool asked) {

@@ -282,13 +282,6 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
     for (int i = 0; i < impl->worker_count; ++i)
       impl->shards.push_back(std::make_unique<Server::Impl::Shard>());
     TW_RETURN_NOT_OK(server::open_listeners(*impl));
-    if (!opts.metrics.empty()) {
-      Server::Impl* srv = impl.get();
-      TW_ASSIGN_OR_RETURN(impl->metrics,
-                          server::MetricsEndpoint::start(opts.metrics, srv->totals.metrics,
-                                                         [srv] { return srv->view(); }));
-      impl->totals.metrics.enable_timing();
-    }
     impl->long_work = std::make_unique<server::LongWork>(impl->worker_count);
     impl->puller = std::make_unique<server::Puller>(server::Puller::kThreads, opts.transfer_timeout,
                                                     &impl->totals.metrics);
@@ -298,6 +291,15 @@ Result<std::unique_ptr<Server>> start_server(ServerOptions opts) {
       server::Collectives* coll = impl->collectives.get();
       impl->resume = std::make_unique<server::ResumeRegistry>(
           opts.resume_grace, [coll](uint64_t id) { coll->forget(id); });
+    }
+    // The metrics endpoint last: its threads read what the lines above make (Impl::view(); make
+    // tsan found the resume registry raced with a scrape that came early).
+    if (!opts.metrics.empty()) {
+      Server::Impl* srv = impl.get();
+      TW_ASSIGN_OR_RETURN(impl->metrics,
+                          server::MetricsEndpoint::start(opts.metrics, srv->totals.metrics,
+                                                         [srv] { return srv->view(); }));
+      impl->totals.metrics.enable_timing();
     }
     for (auto& l : impl->listeners) impl->accept(*l);
     for (auto& sh : impl->shards) impl->works.push_back(asio::make_work_guard(sh->io));

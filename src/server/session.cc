@@ -10,6 +10,7 @@
 
 #include "backend/registry.h"
 #include "core/cancel.h"
+#include "core/env.h"
 #include "core/thread_pool.h"
 #include "server/collective.h"
 
@@ -188,10 +189,8 @@ void Session::settle() {
 // Test-only: TW_TEST_OP_DELAY_US in the server's environment makes every op take that much
 // longer, a slow server for the flow-control bench (bench/net_bench.cc row F).
 static std::chrono::microseconds test_op_delay() {
-  static const std::chrono::microseconds d{[] {
-    const char* e = std::getenv("TW_TEST_OP_DELAY_US");
-    return e ? std::atol(e) : 0L;
-  }()};
+  static const std::chrono::microseconds d{
+      [] { return static_cast<long>(env_number(Env::kTEST_OP_DELAY_US).value_or(0)); }()};
   return d;
 }
 

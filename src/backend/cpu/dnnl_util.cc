@@ -10,6 +10,7 @@
 
 #include "core/buffer.h"
 #include "core/thread_pool.h"
+#include "core/tsan.h"
 
 namespace tw::cpu {
 
@@ -111,8 +112,14 @@ void dnnl_parallel_for(int64_t n, const std::function<void(int64_t)>& task) {
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
   const int threads = omp_get_max_threads();
   if (threads > 1 && n > 1) {
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t i = 0; i < n; ++i) run(i);
+    TsanParallelRegion region;  // (what TSan cannot see of libgomp: core/tsan.h)
+#pragma omp parallel num_threads(threads)
+    {
+      region.thread_begins();
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < n; ++i) run(i);
+      region.thread_ends();
+    }
     return;
   }
 #endif
