@@ -96,7 +96,10 @@ Result<Context*> Context::get(int ordinal) {
   // The pipelines made are kept for the next process (the contexts live to the process's exit).
   static const bool saver = [] {
     std::atexit([] {
-      for (auto& [n, c] : *contexts) c->save_pipeline_cache();
+      for (auto& [n, c] : *contexts) {
+        c->save_pipeline_cache();
+        c->print_profile();
+      }
     });
     return true;
   }();
@@ -107,6 +110,7 @@ Result<Context*> Context::get(int ordinal) {
 Status Context::init(int ordinal) {
   ordinal_ = ordinal;
   validation_ = env_on("TW_VULKAN_VALIDATION");
+  profile_ = env_on("TW_VULKAN_PROFILE");
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "tensorwire";
   app.apiVersion = VK_API_VERSION_1_1;
@@ -610,7 +614,9 @@ Result<VkPipeline> Context::pipeline_locked(const std::string& shader, bool f64,
   static std::map<std::string, std::pair<int, double>> stats;
   auto& st = stats[shader];
   st.first++;
-  st.second += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double made = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.second += made;
+  if (profile_) profile_make_[key_of(shader, f64, spec)] += made;
   if (std::getenv("TW_VULKAN_PIPELINE_STATS")) {
     static bool reg = [] {
       std::atexit([] {
@@ -635,6 +641,13 @@ Status Context::dispatch(const std::string& shader, bool f64, const std::vector<
   if (gx == 0 || gy == 0 || gz == 0) return Status::OK();
   std::lock_guard<std::mutex> lock(mu_);
   TW_ASSIGN_OR_RETURN(VkPipeline pipeline, pipeline_locked(shader, f64, spec));
+  // TW_VULKAN_PROFILE=1: each dispatch runs alone (submitted and waited for), and its time is
+  // added to its pipeline's; the pipelines that took longest are printed at exit.
+  std::chrono::steady_clock::time_point t0;
+  if (profile_) {
+    TW_RETURN_NOT_OK(submit_locked(true));
+    t0 = std::chrono::steady_clock::now();
+  }
   TW_ASSIGN_OR_RETURN(Batch * b, current_locked());
   const uint64_t slot = b->params_used;
   std::memcpy(b->params_map + slot, params, params_size);
@@ -684,7 +697,47 @@ Status Context::dispatch(const std::string& shader, bool f64, const std::vector<
   barrier_locked(b->cmd);
   ++b->ops;
   dispatches_.fetch_add(1, std::memory_order_relaxed);
+  if (profile_) {
+    TW_RETURN_NOT_OK(submit_locked(true));
+    std::string key = key_of(shader, f64, spec);
+    auto& e = profile_runs_[key];
+    e.first++;
+    e.second += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   return Status::OK();
+}
+
+std::string Context::key_of(const std::string& shader, bool f64, const std::vector<int32_t>& spec) {
+  std::string key = shader + (f64 ? "/1" : "/0") + " [";
+  for (size_t i = 0; i < spec.size(); ++i) key += (i ? "," : "") + std::to_string(spec[i]);
+  return key + "]";
+}
+
+void Context::print_profile() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!profile_) return;
+  // Pipelines by the time they cost: made (compiled, on lavapipe) plus run.
+  std::vector<std::pair<double, std::string>> rows;
+  std::map<std::string, int> seen;
+  for (auto& [k, v] : profile_make_) seen[k] = 1;
+  for (auto& [k, v] : profile_runs_) seen[k] = 1;
+  double make_total = 0, run_total = 0;
+  for (auto& [k, one] : seen) {
+    const double make = profile_make_.count(k) ? profile_make_[k] : 0.0;
+    const auto run = profile_runs_.count(k) ? profile_runs_[k] : std::pair<uint64_t, double>{};
+    make_total += make;
+    run_total += run.second;
+    char line[512];
+    std::snprintf(line, sizeof line, "%8.3f s made %7.3f s, %6llu runs %8.3f s  %s",
+                  make + run.second, make, static_cast<unsigned long long>(run.first), run.second,
+                  k.c_str());
+    rows.push_back({make + run.second, line});
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::fprintf(stderr, "vulkan profile: %zu pipelines, made in %.2f s, ran %.2f s; the top 25:\n",
+               seen.size(), make_total, run_total);
+  for (size_t i = 0; i < rows.size() && i < 25; ++i)
+    std::fprintf(stderr, "  %s\n", rows[i].second.c_str());
 }
 
 }  // namespace tw::vk

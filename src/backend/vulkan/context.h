@@ -91,6 +91,9 @@ class Context {
   // Writes the pipeline cache to its file when pipelines were made since the last write (at the
   // process's exit; the next process starts from it).
   void save_pipeline_cache();
+  // TW_VULKAN_PROFILE=1: prints, per pipeline (shader, f64 variant, specialisation), the time
+  // making it took and the time its dispatches ran (each run alone, waited for), largest first.
+  void print_profile();
 
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -151,6 +154,10 @@ class Context {
   Batch* current_ = nullptr;
   std::atomic<uint64_t> dispatches_{0};
   bool validation_ = false;
+  bool profile_ = false;
+  std::map<std::string, double> profile_make_;                         // key_of -> seconds
+  std::map<std::string, std::pair<uint64_t, double>> profile_runs_;    // key_of -> runs, seconds
+  static std::string key_of(const std::string& shader, bool f64, const std::vector<int32_t>& spec);
   std::atomic<uint64_t> messages_{0};
   std::string last_message_;  // under mu_msg_
   mutable std::mutex mu_msg_;
