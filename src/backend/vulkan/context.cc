@@ -33,6 +33,9 @@ constexpr uint64_t kBatchParamsBytes = kBatchOps * kParamsSlot;
 constexpr size_t kBatches = 4;  // the ring of command buffers
 // The smallest size class: many tensors are tiny.
 constexpr uint64_t kMinClass = 256;
+// The staging ring: uploads and reads up to a quarter of it pass through slices of it.
+constexpr uint64_t kRingBytes = uint64_t{16} << 20;
+constexpr uint64_t kRingMaxTransfer = kRingBytes / 4;
 
 std::string vk_error(const char* what, VkResult r) {
   return std::string(what) + " failed (VkResult " + std::to_string(static_cast<int>(r)) + ")";
@@ -96,7 +99,10 @@ Result<Context*> Context::get(int ordinal) {
   // The pipelines made are kept for the next process (the contexts live to the process's exit).
   static const bool saver = [] {
     std::atexit([] {
-      for (auto& [n, c] : *contexts) c->save_pipeline_cache();
+      for (auto& [n, c] : *contexts) {
+        c->save_pipeline_cache();
+        c->print_profile();
+      }
     });
     return true;
   }();
@@ -107,6 +113,7 @@ Result<Context*> Context::get(int ordinal) {
 Status Context::init(int ordinal) {
   ordinal_ = ordinal;
   validation_ = env_on("TW_VULKAN_VALIDATION");
+  profile_ = env_on("TW_VULKAN_PROFILE");
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
   app.pApplicationName = "tensorwire";
   app.apiVersion = VK_API_VERSION_1_1;
@@ -414,12 +421,9 @@ Result<Context::Batch*> Context::current_locked() {
 Status Context::begin_batch_locked() {
   Batch* b = batches_[next_batch_].get();
   next_batch_ = (next_batch_ + 1) % batches_.size();
-  if (b->pending) {
-    TW_VK(vkWaitForFences(device_, 1, &b->fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
-    TW_VK(vkResetFences(device_, 1, &b->fence), "vkResetFences");
-    b->pending = false;
-  }
+  if (b->pending) TW_RETURN_NOT_OK(retire_locked(b));
   b->keep.clear();
+  b->ring_mark = 0;
   b->ops = 0;
   b->params_used = 0;
   TW_VK(vkResetCommandBuffer(b->cmd, 0), "vkResetCommandBuffer");
@@ -440,16 +444,41 @@ Status Context::submit_locked(bool wait) {
     si.pCommandBuffers = &b->cmd;
     TW_VK(vkQueueSubmit(queue_, 1, &si, b->fence), "vkQueueSubmit");
     b->pending = true;
+    b->serial = ++submits_;
   }
   if (!wait) return Status::OK();
   for (auto& batch : batches_) {
-    if (!batch->pending) continue;
-    TW_VK(vkWaitForFences(device_, 1, &batch->fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
-    TW_VK(vkResetFences(device_, 1, &batch->fence), "vkResetFences");
-    batch->pending = false;
-    batch->keep.clear();
+    if (batch->pending) TW_RETURN_NOT_OK(retire_locked(batch.get()));
   }
   return Status::OK();
+}
+
+Status Context::retire_locked(Batch* b) {
+  TW_VK(vkWaitForFences(device_, 1, &b->fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  TW_VK(vkResetFences(device_, 1, &b->fence), "vkResetFences");
+  b->pending = false;
+  b->keep.clear();
+  // One queue: submissions finish in order, so every slice up to this batch's is free.
+  ring_tail_ = std::max(ring_tail_, b->ring_mark);
+  completed_ = std::max(completed_, b->serial);
+  return Status::OK();
+}
+
+Result<uint64_t> Context::ring_slice_locked(uint64_t n) {
+  if (!ring_) {
+    TW_ASSIGN_OR_RETURN(ring_, alloc_locked(kRingBytes, true));
+  }
+  n = (n + 15) & ~uint64_t{15};
+  uint64_t at = ring_head_;
+  if (at % kRingBytes + n > kRingBytes) at += kRingBytes - at % kRingBytes;  // wrap to the start
+  if (at + n - ring_tail_ > kRingBytes) {
+    // Full: what was recorded is submitted and everything waited for (each slice is then free).
+    TW_RETURN_NOT_OK(submit_locked(true));
+    ring_tail_ = ring_head_;
+  }
+  ring_head_ = at + n;
+  ++ring_transfers_;
+  return at % kRingBytes;
 }
 
 void Context::barrier_locked(VkCommandBuffer cmd) {
@@ -466,6 +495,17 @@ void Context::barrier_locked(VkCommandBuffer cmd) {
 Status Context::upload(const DeviceBuffer& buf, uint64_t offset, const void* data, uint64_t n) {
   if (n == 0) return Status::OK();
   std::lock_guard<std::mutex> lock(mu_);
+  if (n <= kRingMaxTransfer) {
+    TW_ASSIGN_OR_RETURN(uint64_t at, ring_slice_locked(n));
+    std::memcpy(ring_->mapped + at, data, n);
+    TW_ASSIGN_OR_RETURN(Batch * b, current_locked());
+    b->ring_mark = ring_head_;
+    VkBufferCopy region{at, offset, n};
+    vkCmdCopyBuffer(b->cmd, ring_->buffer, buf.buffer, 1, &region);
+    barrier_locked(b->cmd);
+    return Status::OK();
+  }
+  ++own_staging_transfers_;
   TW_ASSIGN_OR_RETURN(Storage staging, alloc_locked(n, true));
   std::memcpy(staging->mapped, data, n);
   TW_ASSIGN_OR_RETURN(Batch * b, current_locked());
@@ -476,22 +516,73 @@ Status Context::upload(const DeviceBuffer& buf, uint64_t offset, const void* dat
   return Status::OK();
 }
 
+namespace {
+// Records a copy of buf[offset, offset + n) to staging[at, at + n), visible to the host once the
+// batch is done.
+void record_read(VkCommandBuffer cmd, const DeviceBuffer& buf, uint64_t offset,
+                 const DeviceBuffer& staging, uint64_t at, uint64_t n) {
+  VkBufferCopy region{offset, at, n};
+  vkCmdCopyBuffer(cmd, buf.buffer, staging.buffer, 1, &region);
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb,
+                       0, nullptr, 0, nullptr);
+}
+}  // namespace
+
 Result<Buffer> Context::download(const DeviceBuffer& buf, uint64_t offset, uint64_t n) {
   Buffer out = Buffer::allocate(n);
   if (n == 0) return out;
   std::lock_guard<std::mutex> lock(mu_);
+  if (n <= kRingMaxTransfer) {
+    TW_ASSIGN_OR_RETURN(uint64_t at, ring_slice_locked(n));
+    TW_ASSIGN_OR_RETURN(Batch * b, current_locked());
+    b->ring_mark = ring_head_;
+    record_read(b->cmd, buf, offset, *ring_, at, n);
+    TW_RETURN_NOT_OK(submit_locked(true));
+    std::memcpy(out.data(), ring_->mapped + at, n);  // free to reuse once the lock is let go
+    return out;
+  }
+  ++own_staging_transfers_;
   TW_ASSIGN_OR_RETURN(Storage staging, alloc_locked(n, true));
   TW_ASSIGN_OR_RETURN(Batch * b, current_locked());
-  VkBufferCopy region{offset, 0, n};
-  vkCmdCopyBuffer(b->cmd, buf.buffer, staging->buffer, 1, &region);
-  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-  mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-  mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-  vkCmdPipelineBarrier(b->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
-                       &mb, 0, nullptr, 0, nullptr);
+  record_read(b->cmd, buf, offset, *staging, 0, n);
   b->keep.push_back(staging);
   TW_RETURN_NOT_OK(submit_locked(true));
   std::memcpy(out.data(), staging->mapped, n);
+  return out;
+}
+
+Result<Context::PendingDownload> Context::start_download(const DeviceBuffer& buf, uint64_t offset,
+                                                         uint64_t n) {
+  PendingDownload d;
+  d.n = n;
+  if (n == 0) return d;
+  std::lock_guard<std::mutex> lock(mu_);
+  // A buffer of its own (from the staging size classes): the bytes wait there for the caller,
+  // however long, while the ring goes on.
+  ++own_staging_transfers_;
+  TW_ASSIGN_OR_RETURN(d.staging, alloc_locked(n, true));
+  TW_ASSIGN_OR_RETURN(Batch * b, current_locked());
+  record_read(b->cmd, buf, offset, *d.staging, 0, n);
+  b->keep.push_back(d.staging);  // held to the fence even if the ticket is dropped
+  TW_RETURN_NOT_OK(submit_locked(false));
+  d.serial = b->serial;
+  return d;
+}
+
+Result<Buffer> Context::finish_download(const PendingDownload& d) {
+  Buffer out = Buffer::allocate(d.n);
+  if (d.n == 0) return out;
+  std::lock_guard<std::mutex> lock(mu_);
+  // The batch that carried the copy, unless it (or a later one) was waited for already.
+  for (auto& batch : batches_) {
+    if (completed_ >= d.serial) break;
+    if (batch->pending && batch->serial <= d.serial) TW_RETURN_NOT_OK(retire_locked(batch.get()));
+  }
+  if (completed_ < d.serial) return internal_error("vulkan: a read's submission was lost");
+  std::memcpy(out.data(), d.staging->mapped, d.n);
   return out;
 }
 
@@ -610,7 +701,9 @@ Result<VkPipeline> Context::pipeline_locked(const std::string& shader, bool f64,
   static std::map<std::string, std::pair<int, double>> stats;
   auto& st = stats[shader];
   st.first++;
-  st.second += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double made = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.second += made;
+  if (profile_) profile_make_[key_of(shader, f64, spec)] += made;
   if (std::getenv("TW_VULKAN_PIPELINE_STATS")) {
     static bool reg = [] {
       std::atexit([] {
@@ -635,6 +728,13 @@ Status Context::dispatch(const std::string& shader, bool f64, const std::vector<
   if (gx == 0 || gy == 0 || gz == 0) return Status::OK();
   std::lock_guard<std::mutex> lock(mu_);
   TW_ASSIGN_OR_RETURN(VkPipeline pipeline, pipeline_locked(shader, f64, spec));
+  // TW_VULKAN_PROFILE=1: each dispatch runs alone (submitted and waited for), and its time is
+  // added to its pipeline's; the pipelines that took longest are printed at exit.
+  std::chrono::steady_clock::time_point t0;
+  if (profile_) {
+    TW_RETURN_NOT_OK(submit_locked(true));
+    t0 = std::chrono::steady_clock::now();
+  }
   TW_ASSIGN_OR_RETURN(Batch * b, current_locked());
   const uint64_t slot = b->params_used;
   std::memcpy(b->params_map + slot, params, params_size);
@@ -684,7 +784,50 @@ Status Context::dispatch(const std::string& shader, bool f64, const std::vector<
   barrier_locked(b->cmd);
   ++b->ops;
   dispatches_.fetch_add(1, std::memory_order_relaxed);
+  if (profile_) {
+    TW_RETURN_NOT_OK(submit_locked(true));
+    std::string key = key_of(shader, f64, spec);
+    auto& e = profile_runs_[key];
+    e.first++;
+    e.second += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   return Status::OK();
+}
+
+std::string Context::key_of(const std::string& shader, bool f64, const std::vector<int32_t>& spec) {
+  std::string key = shader + (f64 ? "/1" : "/0") + " [";
+  for (size_t i = 0; i < spec.size(); ++i) key += (i ? "," : "") + std::to_string(spec[i]);
+  return key + "]";
+}
+
+void Context::print_profile() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!profile_) return;
+  // Pipelines by the time they cost: made (compiled, on lavapipe) plus run.
+  std::vector<std::pair<double, std::string>> rows;
+  std::map<std::string, int> seen;
+  for (auto& [k, v] : profile_make_) seen[k] = 1;
+  for (auto& [k, v] : profile_runs_) seen[k] = 1;
+  double make_total = 0, run_total = 0;
+  for (auto& [k, one] : seen) {
+    const double make = profile_make_.count(k) ? profile_make_[k] : 0.0;
+    const auto run = profile_runs_.count(k) ? profile_runs_[k] : std::pair<uint64_t, double>{};
+    make_total += make;
+    run_total += run.second;
+    char line[512];
+    std::snprintf(line, sizeof line, "%8.3f s made %7.3f s, %6llu runs %8.3f s  %s",
+                  make + run.second, make, static_cast<unsigned long long>(run.first), run.second,
+                  k.c_str());
+    rows.push_back({make + run.second, line});
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::fprintf(stderr,
+               "vulkan profile: %zu pipelines, made in %.2f s, ran %.2f s; %llu transfers "
+               "through the staging ring, %llu with staging of their own; the top 25:\n",
+               seen.size(), make_total, run_total, static_cast<unsigned long long>(ring_transfers_),
+               static_cast<unsigned long long>(own_staging_transfers_));
+  for (size_t i = 0; i < rows.size() && i < 25; ++i)
+    std::fprintf(stderr, "  %s\n", rows[i].second.c_str());
 }
 
 }  // namespace tw::vk

@@ -79,6 +79,22 @@ class Context {
   Status upload(const DeviceBuffer& buf, uint64_t offset, const void* data, uint64_t n);
   // Copies buf[offset, offset + n) to the host: submits everything recorded and waits.
   Result<Buffer> download(const DeviceBuffer& buf, uint64_t offset, uint64_t n);
+  // The same without waiting: records the copy into a staging buffer, submits, and returns a
+  // ticket; finish_download() waits on the fence of the submission that carried it (the host
+  // goes on meanwhile) and copies the bytes out.
+  struct PendingDownload {
+    Storage staging;
+    uint64_t serial = 0;  // the submission carrying the copy
+    uint64_t n = 0;
+  };
+  Result<PendingDownload> start_download(const DeviceBuffer& buf, uint64_t offset, uint64_t n);
+  Result<Buffer> finish_download(const PendingDownload& d);
+  // Transfers through the staging ring (each a slice of one mapped buffer, reused once the
+  // submission that used it is done), and transfers that had a staging buffer of their own
+  // (larger than a quarter of the ring, and asynchronous reads); submissions made.
+  uint64_t ring_transfers() const { return ring_transfers_; }
+  uint64_t own_staging_transfers() const { return own_staging_transfers_; }
+  uint64_t submits() const { return submits_; }
   // Records a dispatch of shader `shader` (specialised by `spec`) over `groups` workgroups with
   // its tensor bindings and parameter block.
   Status dispatch(const std::string& shader, bool f64, const std::vector<int32_t>& spec,
@@ -91,6 +107,9 @@ class Context {
   // Writes the pipeline cache to its file when pipelines were made since the last write (at the
   // process's exit; the next process starts from it).
   void save_pipeline_cache();
+  // TW_VULKAN_PROFILE=1: prints, per pipeline (shader, f64 variant, specialisation), the time
+  // making it took and the time its dispatches ran (each run alone, waited for), largest first.
+  void print_profile();
 
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -109,12 +128,20 @@ class Context {
     uint8_t* params_map = nullptr;
     uint64_t params_used = 0;
     std::vector<Storage> keep;  // staging buffers its copies read or write
+    uint64_t ring_mark = 0;     // the ring's head after this batch's last slice (0: none)
+    uint64_t serial = 0;        // its submission's number (submits_ then)
   };
   struct Pipeline {
     VkPipeline pipeline = VK_NULL_HANDLE;
   };
   Status begin_batch_locked();
   Status submit_locked(bool wait);
+  // A batch whose fence was waited for: its staging buffers and ring slices are free again.
+  Status retire_locked(Batch* b);
+  // The offset of n bytes of the staging ring (made on first use), free of every submission
+  // still running; may submit and wait when the ring is full, so the caller takes the batch to
+  // record into (current_locked) after, and marks it with ring_head_.
+  Result<uint64_t> ring_slice_locked(uint64_t n);
   Result<Batch*> current_locked();
   Result<Storage> alloc_locked(uint64_t bytes, bool host);
   Result<VkPipeline> pipeline_locked(const std::string& shader, bool f64,
@@ -150,7 +177,14 @@ class Context {
   size_t next_batch_ = 0;
   Batch* current_ = nullptr;
   std::atomic<uint64_t> dispatches_{0};
+  Storage ring_;                            // the staging ring: host-visible, mapped
+  uint64_t ring_head_ = 0, ring_tail_ = 0;  // byte positions counted from the start, ever growing
+  uint64_t ring_transfers_ = 0, own_staging_transfers_ = 0, submits_ = 0, completed_ = 0;
   bool validation_ = false;
+  bool profile_ = false;
+  std::map<std::string, double> profile_make_;                       // key_of -> seconds
+  std::map<std::string, std::pair<uint64_t, double>> profile_runs_;  // key_of -> runs, seconds
+  static std::string key_of(const std::string& shader, bool f64, const std::vector<int32_t>& spec);
   std::atomic<uint64_t> messages_{0};
   std::string last_message_;  // under mu_msg_
   mutable std::mutex mu_msg_;

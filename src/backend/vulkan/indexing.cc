@@ -103,7 +103,9 @@ Result<VkTensor> Kernels::index_dispatch(int32_t mode, IndexParams& p, const Ten
       {result.storage.get()}, {a ? a->storage.get() : nullptr}, {b ? b->storage.get() : nullptr}};
   const uint32_t groups =
       static_cast<uint32_t>(std::min<int64_t>((threads + kGroupSize - 1) / kGroupSize, 65535));
-  TW_RETURN_NOT_OK(ctx_->dispatch("index", f64, spec, bindings, &p, sizeof p, groups));
+  // One shader variant per mode (vulkan.cmake): "index_<mode>".
+  TW_RETURN_NOT_OK(
+      ctx_->dispatch("index_" + std::to_string(mode), f64, spec, bindings, &p, sizeof p, groups));
   return result;
 }
 

@@ -5,6 +5,7 @@
 // in the device's place.
 #include <algorithm>
 #include <cstring>
+#include <future>
 
 #include "backend/module.h"
 #include "backend/vulkan/kernels.h"
@@ -48,6 +49,43 @@ class VulkanBackend final : public TableBackend<VkTensor> {
                       ctx_->last_validation_message()};
   }
   Status sync() override { return ctx_->sync(); }
+
+  // The copy to staging is recorded and submitted now; a thread waits on its submission's
+  // fence and completes the future (ready() turns true without a caller waiting, as a remote
+  // device's reply does), while the host goes on recording ops.
+  std::future<Result<TensorData>> read_async(ir::TensorId id, uint64_t nbytes) override {
+    (void)nbytes;
+    auto ready = [](Result<TensorData> r) {
+      std::promise<Result<TensorData>> p;
+      p.set_value(std::move(r));
+      return p.get_future();
+    };
+    Result<const VkTensor*> t = tensor(id);
+    if (!t.ok()) return ready(t.status());
+    TensorData d;
+    d.meta = (*t)->meta();
+    const uint64_t es = dtype_size((*t)->dtype);
+    const uint64_t n = static_cast<uint64_t>((*t)->numel()) * es;
+    if (n == 0) return ready(std::move(d));
+    const VkTensor* src = *t;
+    VkTensor dense;
+    if (!src->contiguous()) {
+      Result<VkTensor> c = kernels_.contiguous(*src);
+      if (!c.ok()) return ready(c.status());
+      dense = std::move(c).value();
+      src = &dense;
+    }
+    Result<Context::PendingDownload> pending =
+        ctx_->start_download(*src->storage, src->offset * es, n);
+    if (!pending.ok()) return ready(pending.status());
+    Context* ctx = ctx_;
+    return std::async(
+        std::launch::async,
+        [ctx, d = std::move(d), p = std::move(pending).value()]() mutable -> Result<TensorData> {
+          TW_ASSIGN_OR_RETURN(d.bytes, ctx->finish_download(p));
+          return std::move(d);
+        });
+  }
 
   Result<TensorData> read(ir::TensorId id) override {
     TW_ASSIGN_OR_RETURN(const VkTensor* t, tensor(id));

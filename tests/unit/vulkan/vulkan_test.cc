@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <random>
 
 #include "api/sink.h"
@@ -240,6 +241,47 @@ TEST(Vulkan, IntegerRemainder) {
     EXPECT_NE(std::string(e.what()).find("integer remainder by zero"), std::string::npos)
         << e.what();
   }
+}
+
+// Uploads and reads pass through the staging ring (a transfer up to 4 MiB takes a slice of one
+// 16 MiB mapped buffer, free again once its submission is done): 40 MiB of uploads recorded
+// before anything is read wrap it more than twice, and a transfer larger than a quarter of it
+// has staging of its own. Asynchronous reads (to_vector_async) are all started before any is
+// waited for; each value is checked, so a slice reused too early would show.
+TEST(Vulkan, StagingRingAndAsynchronousReads) {
+  TW_SKIP_IF_UNAVAILABLE(vulkan_unavailable());
+  const Device d = Device::local("vulkan:0");
+  const int64_t n = int64_t{1} << 18;  // 1 MiB of f32
+  std::vector<Tensor> xs;
+  for (int k = 0; k < 40; ++k) {
+    std::vector<float> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((i * 31 + k * 7) % 1000);
+    xs.push_back(from_vector<float>(v, {n}, d));
+  }
+  std::vector<float> big(n * 9);  // 9 MiB: staging of its own
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 4093);
+  const Tensor b = from_vector<float>(big, {n * 9}, d);
+  std::vector<std::future<std::vector<float>>> pending;
+  for (int k = 0; k < 40; ++k) pending.push_back((xs[k] * 2.0 + 1.0).to_vector_async<float>());
+  EXPECT_EQ(b.to_vector<float>(), big);
+  for (int k = 0; k < 40; ++k) {
+    const std::vector<float> got = pending[k].get();
+    ASSERT_EQ(got.size(), static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; i += 4099) {
+      ASSERT_EQ(got[i], 2.0f * static_cast<float>((i * 31 + k * 7) % 1000) + 1.0f)
+          << "tensor " << k << " element " << i;
+    }
+    // Read synchronously too (through the ring), and the transposed view of a slice.
+    if (k % 10 == 0) {
+      const std::vector<float> sync = xs[k].to_vector<float>();
+      EXPECT_EQ(sync[12345], static_cast<float>((12345 * 31 + k * 7) % 1000));
+    }
+  }
+  const Tensor m = xs[3].reshape({512, 512}).t();
+  EXPECT_EQ(m.to_vector_async<float>().get()[1], static_cast<float>((512 * 31 + 3 * 7) % 1000));
+  const std::optional<Backend::DebugLayer> layer = d.sink()->backend().debug_layer();
+  ASSERT_TRUE(layer.has_value());
+  EXPECT_EQ(layer->messages, 0u) << "the validation layer reported: " << layer->last;
 }
 
 }  // namespace

@@ -47,6 +47,17 @@ layout(set = 0, binding = 4) readonly buffer Params {
 
 bool takes(real v, real best) { return v > best || isnan(v); }
 
+// For positions base + k * step (k = 0, 1, ...): the first k with a position >= 0, and the end
+// of the k < count whose position is < size (the range [first, end) may be empty).
+uint tap_first(int base, uint step) {
+  return base >= 0 ? 0u : uint((-base + int(step) - 1) / int(step));
+}
+uint tap_end(int base, uint step, uint size, uint count) {
+  const int room = int(size) - base;  // positions base .. size - 1
+  if (room <= 0) return 0u;
+  return min(count, uint((room + int(step) - 1) / int(step)));
+}
+
 // The first output position (along one axis) whose window, stride s, padding pad, kernel k,
 // reaches input position i, and the last (inclusive); empty when first > last.
 int first_out(int i, int pad, int k, int s) {
@@ -62,17 +73,20 @@ void main() {
       const uint ox = i % p.Wo, oy = (i / p.Wo) % p.Ho, o = (i / (p.Wo * p.Ho)) % p.O,
                  nn = i / (p.Wo * p.Ho * p.O);
       const uint cg = p.C / p.groups, og = p.O / p.groups, g = o / og;
+      // The taps inside the input, found once (no test per tap): ky in [ky0, ky1), kx in
+      // [kx0, kx1). The terms are added in the same order as testing each tap would.
+      const int iy0 = int(oy * p.sh) - int(p.ph), ix0 = int(ox * p.sw) - int(p.pw);
+      const uint ky0 = tap_first(iy0, p.dh), ky1 = tap_end(iy0, p.dh, p.H, p.kh);
+      const uint kx0 = tap_first(ix0, p.dw), kx1 = tap_end(ix0, p.dw, p.W, p.kw);
       real acc = ZERO;
       for (uint c = 0u; c < cg; ++c) {
         const uint xplane = p.oa + ((nn * p.C + g * cg + c) * p.H) * p.W;
         const uint wbase = p.ob + ((o * cg + c) * p.kh) * p.kw;
-        for (uint ky = 0u; ky < p.kh; ++ky) {
-          const int iy = int(oy * p.sh + ky * p.dh) - int(p.ph);
-          if (iy < 0 || iy >= int(p.H)) continue;
-          for (uint kx = 0u; kx < p.kw; ++kx) {
-            const int ix = int(ox * p.sw + kx * p.dw) - int(p.pw);
-            if (ix < 0 || ix >= int(p.W)) continue;
-            acc += LD1(xplane + uint(iy) * p.W + uint(ix)) * LD2(wbase + ky * p.kw + kx);
+        for (uint ky = ky0; ky < ky1; ++ky) {
+          const uint xrow = xplane + uint(iy0 + int(ky * p.dh)) * p.W;
+          const uint wrow = wbase + ky * p.kw;
+          for (uint kx = kx0; kx < kx1; ++kx) {
+            acc += LD1(xrow + uint(ix0 + int(kx * p.dw))) * LD2(wrow + kx);
           }
         }
       }
@@ -82,18 +96,24 @@ void main() {
       const uint ix = i % p.W, iy = (i / p.W) % p.H, ci = (i / (p.W * p.H)) % p.C,
                  nn = i / (p.W * p.H * p.C);
       const uint cg = p.C / p.groups, og = p.O / p.groups, g = ci / cg, c = ci % cg;
+      // Each tap (ky, kx) that reaches this element is found once, then summed over the
+      // group's output channels (integer division is slow where a lane is a loop iteration).
+      const uint gstep = p.Ho * p.Wo, wstep = cg * p.kh * p.kw;
+      const uint gplane0 = p.oa + (nn * p.O + g * og) * gstep;
+      const uint wbase0 = p.ob + ((g * og * cg + c) * p.kh) * p.kw;
       real acc = ZERO;
-      for (uint o = g * og; o < (g + 1u) * og; ++o) {
-        const uint gplane = p.oa + ((nn * p.O + o) * p.Ho) * p.Wo;
-        const uint wbase = p.ob + ((o * cg + c) * p.kh) * p.kw;
-        for (uint ky = 0u; ky < p.kh; ++ky) {
-          const int ty = int(iy + p.ph) - int(ky * p.dh);
-          if (ty < 0 || ty % int(p.sh) != 0 || ty / int(p.sh) >= int(p.Ho)) continue;
-          for (uint kx = 0u; kx < p.kw; ++kx) {
-            const int tx = int(ix + p.pw) - int(kx * p.dw);
-            if (tx < 0 || tx % int(p.sw) != 0 || tx / int(p.sw) >= int(p.Wo)) continue;
-            acc += LD1(gplane + uint(ty / int(p.sh)) * p.Wo + uint(tx / int(p.sw))) *
-                   LD2(wbase + ky * p.kw + kx);
+      for (uint ky = 0u; ky < p.kh; ++ky) {
+        const int ty = int(iy + p.ph) - int(ky * p.dh);
+        if (ty < 0 || ty % int(p.sh) != 0 || ty / int(p.sh) >= int(p.Ho)) continue;
+        for (uint kx = 0u; kx < p.kw; ++kx) {
+          const int tx = int(ix + p.pw) - int(kx * p.dw);
+          if (tx < 0 || tx % int(p.sw) != 0 || tx / int(p.sw) >= int(p.Wo)) continue;
+          uint gi = gplane0 + uint(ty / int(p.sh)) * p.Wo + uint(tx / int(p.sw));
+          uint wi = wbase0 + ky * p.kw + kx;
+          for (uint o = 0u; o < og; ++o) {
+            acc += LD1(gi) * LD2(wi);
+            gi += gstep;
+            wi += wstep;
           }
         }
       }
@@ -103,18 +123,21 @@ void main() {
       const uint kx = i % p.kw, ky = (i / p.kw) % p.kh, c = (i / (p.kw * p.kh)) % cg,
                  o = i / (p.kw * p.kh * cg);
       const uint ci = (o / og) * cg + c;
+      // The output positions whose tap (ky, kx) lies inside the input, found once: oy in
+      // [oy0, oy1), ox in [ox0, ox1) (the terms in the order testing each would give).
+      const int ry = int(ky * p.dh) - int(p.ph), rx = int(kx * p.dw) - int(p.pw);
+      const uint oy0 = tap_first(ry, p.sh), oy1 = tap_end(ry, p.sh, p.H, p.Ho);
+      const uint ox0 = tap_first(rx, p.sw), ox1 = tap_end(rx, p.sw, p.W, p.Wo);
       real acc = ZERO;
       for (uint nn = 0u; nn < p.N; ++nn) {
         const uint gplane = p.oa + ((nn * p.O + o) * p.Ho) * p.Wo;
         const uint xplane = p.ob + ((nn * p.C + ci) * p.H) * p.W;
-        for (uint oy = 0u; oy < p.Ho; ++oy) {
-          const int iy = int(oy * p.sh + ky * p.dh) - int(p.ph);
-          if (iy < 0 || iy >= int(p.H)) continue;
+        for (uint oy = oy0; oy < oy1; ++oy) {
+          const uint grow = gplane + oy * p.Wo;
+          const uint xrow = xplane + uint(int(oy * p.sh) + ry) * p.W;
           real row = ZERO;  // a row at a time: the rounding error grows with rows, not terms
-          for (uint ox = 0u; ox < p.Wo; ++ox) {
-            const int ix = int(ox * p.sw + kx * p.dw) - int(p.pw);
-            if (ix < 0 || ix >= int(p.W)) continue;
-            row += LD1(gplane + oy * p.Wo + ox) * LD2(xplane + uint(iy) * p.W + uint(ix));
+          for (uint ox = ox0; ox < ox1; ++ox) {
+            row += LD1(grow + ox) * LD2(xrow + uint(int(ox * p.sw) + rx));
           }
           acc += row;
         }

@@ -9,7 +9,13 @@
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
+// The mode is fixed by the build variant (IX_MODE: vulkan.cmake builds one per mode), so the
+// SPIR-V holds only its code; the specialisation constant's id stays (unused there).
+#ifdef IX_MODE
+#define MODE IX_MODE
+#else
 layout(constant_id = 0) const int MODE = 0;
+#endif
 layout(constant_id = 1) const int DT_A = 0;
 layout(constant_id = 2) const int DT_B = 0;
 layout(constant_id = 3) const int DT_OUT = 0;
