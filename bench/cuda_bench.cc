@@ -2,7 +2,7 @@
 // bench/cuda_torch.py on the same GPU): bf16 matmul 8192^3 (bf16 operands, an f32 result:
 // docs/lowp.md) and f32 matmul 4096^3 on cuda:0, each the mean of --repeats runs queued
 // back to back after a warm-up, in TFLOP/s; attention forward and backward [8,16,2048,128] in
-// bf16 (ms; TFLOP/s counting 4 T^2 D per head forward, 2.5x that for both); a registered graph of
+// bf16, not causal and causal (ms, TFLOP/s); a registered graph of
 // 200 small elementwise ops run op by op (TW_CUDA_GRAPHS=0) and as a CUDA Graph, in us per run.
 // The LM step row prints why it is not run. Without a CUDA device it says so and exits 0.
 //   tw_bench_cuda [--repeats N]
@@ -38,37 +38,28 @@ void row(const tw::Device& d, const char* name, int64_t n, tw::DType dt, int rep
   std::printf("%-28s %9.3f ms  %8.1f TFLOP/s\n", name, ms, 2.0 * n * n * n / (ms * 1e-3) / 1e12);
 }
 
-// Attention forward, then forward and backward, bf16 [8,16,2048,128], causal off.
-void attention_row(const tw::Device& d, int repeats) {
+// Attention forward and backward, bf16 [8,16,2048,128] (causal or not), as bench/cuda_torch.py
+// times torch's SDPA: ms per step and TFLOP/s counting 3.5 x 4 T^2 D per head (halved causal).
+void attention_row(const tw::Device& d, int repeats, bool causal) {
   const int64_t b = 8, h = 16, t = 2048, dh = 128;
-  auto make = [&] { return tw::randn({b, h, t, dh}).to(tw::kBF16).to(d); };
+  auto make = [&] { return tw::randn({b, h, t, dh}).to(tw::kBF16).to(d).set_requires_grad(); };
   tw::Tensor q = make(), k = make(), v = make();
-  (void)tw::scaled_dot_product_attention(q, k, v);
-  d.sync();
-  auto t0 = Clock::now();
-  for (int r = 0; r < repeats; ++r) (void)tw::scaled_dot_product_attention(q, k, v);
-  d.sync();
-  const double fwd = 1e3 * std::chrono::duration<double>(Clock::now() - t0).count() / repeats;
-  const double flops = 4.0 * b * h * t * t * dh;
-  std::printf("%-28s %9.3f ms  %8.1f TFLOP/s\n", "attention bf16 fwd", fwd,
-              flops / (fwd * 1e-3) / 1e12);
-  q.set_requires_grad();
-  k.set_requires_grad();
-  v.set_requires_grad();
   auto step = [&] {
-    tw::scaled_dot_product_attention(q, k, v).sum().backward();
+    tw::scaled_dot_product_attention(q, k, v, {}, causal).sum().backward();
     q.zero_grad();
     k.zero_grad();
     v.zero_grad();
   };
   step();
   d.sync();
-  t0 = Clock::now();
+  const auto t0 = Clock::now();
   for (int r = 0; r < repeats; ++r) step();
   d.sync();
-  const double both = 1e3 * std::chrono::duration<double>(Clock::now() - t0).count() / repeats;
-  std::printf("%-28s %9.3f ms  %8.1f TFLOP/s\n", "attention bf16 fwd+bwd", both,
-              3.5 * flops / (both * 1e-3) / 1e12);
+  const double ms = 1e3 * std::chrono::duration<double>(Clock::now() - t0).count() / repeats;
+  const double flops = 3.5 * 4.0 * b * h * t * t * dh * (causal ? 0.5 : 1.0);
+  std::printf("%-28s %9.3f ms  %8.1f TFLOP/s\n",
+              causal ? "attention fwd+bwd causal" : "attention fwd+bwd", ms,
+              flops / (ms * 1e-3) / 1e12);
 }
 
 // A graph of 200 elementwise ops on [4096] f32 (x -> x*1.0001+0.5 alternately), 500 runs, on a
@@ -127,7 +118,8 @@ int main(int argc, char** argv) {
     std::printf("tensorwire on %s\n", d.str().c_str());
     row(d, "matmul bf16 8192^3 (f32 out)", 8192, tw::kBF16, repeats);
     row(d, "matmul f32 4096^3 (exact)", 4096, tw::kF32, repeats);
-    attention_row(d, repeats);
+    attention_row(d, repeats, false);
+    attention_row(d, repeats, true);
     const double eager = graph_us(false), replay = graph_us(true);
     std::printf("%-28s %9.1f us op by op, %9.1f us as a CUDA Graph (%.2fx)\n",
                 "graph of 200 small ops", eager, replay, eager / replay);

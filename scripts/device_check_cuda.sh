@@ -141,6 +141,8 @@ suite tw_test_graph '*'  # (its cases are numbered, not named by device)
 TW_CUDA_GRAPHS=0 suite tw_test_graph '*' op_by_op
 suite tw_test_cuda 'CudaDeviceGraph.*:GraphRunHook.*:CudaGraph*' graphs
 suite tw_test_cuda 'CudaDeviceRun.LowPrecisionAttention*' lowp_attention
+# (whether cuDNN served f16/bf16 attention: the cudnn-only case's failure names cuDNN's reason)
+grep -m3 "cuDNN" "$out/tw_test_cuda_lowp_attention.txt" | tee -a "$log" || true
 
 # Bench rows beside PyTorch CUDA on the same GPU.
 "$build/bench/tw_bench_cuda" | tee -a "$log" "$out/bench.txt" || true

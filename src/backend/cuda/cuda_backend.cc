@@ -35,8 +35,10 @@ class CudaBackend final : public TableBackend<CuTensor> {
     // Queued work may still use the handle: let it finish first (the tensors' blocks are freed
     // in stream order afterwards, and keep the stream alive until then).
     if (ex_.dev->enter().ok()) (void)cudaStreamSynchronize(ex_.stream->s);
+    captured_.clear();  // the CUDA Graphs (their buffers go once no tensor views them)
     if (ex_.lt) cublasLtDestroy(ex_.lt);
 #if TW_CUDA_CUDNN
+    ex_.sdpa.reset();  // cuDNN's plans, before their handle
     if (ex_.dnn) cudnnDestroy(ex_.dnn);
 #endif
   }

@@ -6,6 +6,8 @@
 // graphs on cuda:0 against the cpu backend bit for bit, run after run, with the replay counters.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -415,12 +417,17 @@ struct CudaOrWhy {
   }
 };
 
-// x @ w + b, relu, with a constant (from_host) and a reduction: runs 4 times on fresh inputs;
-// each run's outputs equal the cpu backend's bit for bit (the same kernels run in the CUDA Graph
-// as eagerly, and matmul is exact f32), and the graph was recorded once and replayed after.
-TEST(CudaDeviceGraph, CapturedOnceReplayedAndEqualToCpu) {
+// x @ w + c, relu and a row sum, c a constant (from_host): run 4 times on fresh inputs as a CUDA
+// Graph, and on a second cuda backend op by op (TW_CUDA_GRAPHS=0): the two give the same bits run
+// after run (the same kernels run), within f32 rounding of the cpu backend's; the graph was
+// recorded once and replayed after.
+TEST(CudaDeviceGraph, CapturedOnceReplayedAndEqualToOpByOp) {
   CudaOrWhy on;
   if (!on.gpu) GTEST_SKIP() << "no cuda device: " << on.why;
+  setenv("TW_CUDA_GRAPHS", "0", 1);
+  Result<std::unique_ptr<Backend>> eager = make_backend("cuda:0");
+  unsetenv("TW_CUDA_GRAPHS");
+  ASSERT_TRUE(eager.ok()) << eager.status().message();
   std::unique_ptr<Backend> cpu = make_cpu_backend();
   ir::Graph g;
   g.input_ids = {1, 2};
@@ -436,42 +443,66 @@ TEST(CudaDeviceGraph, CapturedOnceReplayedAndEqualToCpu) {
   g.ops.push_back(ir::Unary{ir::UnaryKind::kRelu, {5}, {6}});
   g.ops.push_back(ir::Reduce{ir::ReduceKind::kSum, {6}, {1}, false, {7}});
   g.output_ids = {6, 7};
-  Result<ir::GraphId> gg = on.gpu->register_graph(g);
-  Result<ir::GraphId> gc = cpu->register_graph(g);
-  ASSERT_TRUE(gg.ok()) << gg.status().message();
-  ASSERT_TRUE(gc.ok()) << gc.status().message();
+  std::vector<Backend*> all{on.gpu.get(), eager->get(), cpu.get()};
+  std::vector<ir::GraphId> ids;
+  for (Backend* b : all) {
+    Result<ir::GraphId> id = b->register_graph(g);
+    ASSERT_TRUE(id.ok()) << b->name() << ": " << id.status().message();
+    ids.push_back(*id);
+  }
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);
   ir::TensorId next = 100;
+  std::vector<std::pair<ir::TensorId, std::vector<std::byte>>>
+      first;  // run 0's outputs, as read then
   for (int run = 0; run < 4; ++run) {
     std::vector<float> x(16 * 32), w(32 * 8);
     for (float& f : x) f = u(rng);
     for (float& f : w) f = u(rng);
     const ir::TensorId xi = next++, wi = next++, o1 = next++, o2 = next++;
-    for (Backend* b : {on.gpu.get(), cpu.get()}) {
+    for (size_t i = 0; i < all.size(); ++i) {
       TensorData dx{{Shape{16, 32}, kF32}, Buffer::copy_of(x.data(), x.size() * 4)};
       TensorData dw{{Shape{32, 8}, kF32}, Buffer::copy_of(w.data(), w.size() * 4)};
-      ASSERT_TRUE(b->execute(from_host_of(std::move(dx), xi)).ok());
-      ASSERT_TRUE(b->execute(from_host_of(std::move(dw), wi)).ok());
+      ASSERT_TRUE(all[i]->execute(from_host_of(std::move(dx), xi)).ok());
+      ASSERT_TRUE(all[i]->execute(from_host_of(std::move(dw), wi)).ok());
       const ir::TensorId in[] = {xi, wi};
       const ir::TensorId out[] = {o1, o2};
-      const Status st = b->run_graph(b == cpu.get() ? *gc : *gg, in, out);
-      ASSERT_TRUE(st.ok()) << b->name() << " run " << run << ": " << st.message();
+      const Status st = all[i]->run_graph(ids[i], in, out);
+      ASSERT_TRUE(st.ok()) << all[i]->name() << " run " << run << ": " << st.message();
     }
     for (ir::TensorId o : {o1, o2}) {
-      Result<TensorData> a = cpu->read(o), d = on.gpu->read(o);
-      ASSERT_TRUE(a.ok() && d.ok()) << (a.ok() ? d.status() : a.status()).message();
-      ASSERT_EQ(a->bytes.size(), d->bytes.size());
-      EXPECT_EQ(std::memcmp(a->bytes.data(), d->bytes.data(), a->bytes.size()), 0)
-          << "run " << run << " output %" << o;
+      Result<TensorData> a = on.gpu->read(o), e = (*eager)->read(o), h = cpu->read(o);
+      ASSERT_TRUE(a.ok() && e.ok() && h.ok());
+      ASSERT_EQ(a->bytes.size(), e->bytes.size());
+      EXPECT_EQ(std::memcmp(a->bytes.data(), e->bytes.data(), a->bytes.size()), 0)
+          << "run " << run << " output %" << o << ": CUDA Graph and op by op differ";
+      for (size_t i = 0; i < a->bytes.size() / 4; ++i) {
+        float gv, hv;
+        std::memcpy(&gv, a->bytes.data() + 4 * i, 4);
+        std::memcpy(&hv, h->bytes.data() + 4 * i, 4);
+        ASSERT_LE(std::fabs(gv - hv), 1e-4f * (1 + std::fabs(hv)))
+            << "output %" << o << " [" << i << "]";
+      }
+      if (run == 0)
+        first.emplace_back(
+            o, std::vector<std::byte>(a->bytes.data(), a->bytes.data() + a->bytes.size()));
     }
-    // The outputs are the caller's: the next run does not change them (read again later).
   }
-  Result<Backend::GraphReplay> r = on.gpu->graph_replay(*gg);
+  // The first run's outputs are the caller's: later launches did not write them.
+  for (const auto& [o, bytes] : first) {
+    Result<TensorData> a = on.gpu->read(o);
+    ASSERT_TRUE(a.ok());
+    EXPECT_EQ(std::memcmp(a->bytes.data(), bytes.data(), bytes.size()), 0) << "output %" << o;
+  }
+  Result<Backend::GraphReplay> r = on.gpu->graph_replay(ids[0]);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->recorded, 1u) << "eager reason: " << r->eager_reason;
   EXPECT_EQ(r->replays, 3u);  // the capture's own launch and two more
   EXPECT_EQ(r->eager, 1u);    // the recording run
+  Result<Backend::GraphReplay> off = (*eager)->graph_replay(ids[1]);
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->eager, 4u);
+  EXPECT_EQ(off->eager_reason, "disabled");
 }
 
 // A graph whose op the device refuses is never captured; the counter says why.
