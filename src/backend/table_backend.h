@@ -178,6 +178,9 @@ class TableBackend : public Backend {
       TensorMeta m = output(k) ? TableTraits<T>::meta(*output(k)) : output_meta(k);
       g_.slots[s] = Poisoned{std::move(m), error};
     }
+    // Counts `delta` bytes (negative: releases them) of buffers the backend keeps for this
+    // graph's recorded form in bytes_held(), beside the graph's arena.
+    void count_bytes(int64_t delta) { b_.graph_bytes_ += static_cast<uint64_t>(delta); }
     // Forgets whatever run_ops() made and binds the caller's inputs again: the run as it was
     // handed over (a backend that recorded the ops instead of running them starts again here).
     void reset() {

@@ -161,9 +161,14 @@ Status GraphArena::make_blocks() {
   TW_RETURN_NOT_OK(dev->enter());
   for (uint64_t bytes : planner.sizes()) {
     void* p = nullptr;
-    TW_RETURN_NOT_OK(dev->check(cudaMallocFromPoolAsync(&p, bytes, dev->pool(), stream->s),
-                                "allocating a CUDA Graph's buffers (" + std::to_string(bytes) +
-                                    " bytes of " + std::to_string(planner.total_bytes()) + ")"));
+    Status st = dev->check(cudaMallocFromPoolAsync(&p, bytes, dev->pool(), stream->s),
+                           "allocating a CUDA Graph's buffers (" + std::to_string(bytes) +
+                               " bytes of " + std::to_string(planner.total_bytes()) + ")");
+    if (!st.ok()) {  // none kept: a later attempt starts again
+      for (void* q : blocks) (void)cudaFreeAsync(q, stream->s);
+      blocks.clear();
+      return st;
+    }
     blocks.push_back(p);
   }
   planner.start_serving();

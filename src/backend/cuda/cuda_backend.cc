@@ -145,6 +145,7 @@ class CudaBackend final : public TableBackend<CuTensor> {
     CaptureHost host;
     cudaGraphExec_t exec = nullptr;
     uint64_t launches = 0;  // kernel launches in the graph (the dispatch counter's share)
+    int64_t counted = 0;    // bytes of the input buffers and arena counted in bytes_held()
     std::vector<std::pair<int64_t, IndexCheck::Launch>> index_launches;
     GraphReplay counts;
     ~Captured() {
@@ -160,6 +161,9 @@ class CudaBackend final : public TableBackend<CuTensor> {
       c.inputs.clear();
       for (const TensorMeta& m : metas) {
         TW_ASSIGN_OR_RETURN(CuTensor t, kernels_.fresh(m));
+        const auto bytes = static_cast<int64_t>(t.numel() * dtype_size(t.dtype));
+        run.count_bytes(bytes);
+        c.counted += bytes;
         c.inputs.push_back(std::move(t));
       }
       c.sources.assign(metas.size(), CuTensor{});
@@ -215,8 +219,7 @@ class CudaBackend final : public TableBackend<CuTensor> {
     ++c.counts.eager;
     Status in = copy_inputs(run, c);
     if (!in.ok()) {  // (out of memory for the buffers, say): op by op, and again next time
-      c.inputs.clear();
-      c.sources.clear();
+      forget(run, c, EagerReason::kNone);
       return run.run_ops();
     }
     for (size_t i = 0; i < c.inputs.size(); ++i) run.bind_input(i, c.inputs[i]);
@@ -227,7 +230,7 @@ class CudaBackend final : public TableBackend<CuTensor> {
     after_graph_step(c.state, GraphStep::kRecord,
                      st.ok() ? EagerReason::kNone : EagerReason::kOpFailed);
     copy_outputs(run, c, false);
-    if (!st.ok()) forget(c, EagerReason::kOpFailed);
+    if (!st.ok()) forget(run, c, EagerReason::kOpFailed);
     return st;
   }
 
@@ -247,6 +250,11 @@ class CudaBackend final : public TableBackend<CuTensor> {
         prep = p.status();
     }
     if (prep.ok()) prep = c.arena->make_blocks();
+    if (prep.ok()) {
+      const auto bytes = static_cast<int64_t>(c.arena->planner.total_bytes());
+      run.count_bytes(bytes);
+      c.counted += bytes;
+    }
     if (!prep.ok()) {  // memory for the graph's buffers: op by op this time, capture next time
       ++c.counts.eager;
       c.counts.eager_reason = prep.message();
@@ -288,7 +296,7 @@ class CudaBackend final : public TableBackend<CuTensor> {
     after_graph_step(c.state, GraphStep::kCapture, failure);
     if (failure != EagerReason::kNone) {
       run.reset();
-      forget(c, failure);
+      forget(run, c, failure);
       ++c.counts.eager;
       c.counts.eager_reason += " (" + detail + ")";
       return run.run_ops();
@@ -331,9 +339,11 @@ class CudaBackend final : public TableBackend<CuTensor> {
     return Status::OK();
   }
 
-  // A graph refused for good (`why`): its buffers go.
-  void forget(Captured& c, EagerReason why) {
-    c.counts.eager_reason = eager_reason_name(why);
+  // A graph refused for good (`why`; kNone: its buffers only), its buffers gone.
+  void forget(GraphRun& run, Captured& c, EagerReason why) {
+    if (why != EagerReason::kNone) c.counts.eager_reason = eager_reason_name(why);
+    run.count_bytes(-c.counted);
+    c.counted = 0;
     c.arena.reset();
     c.inputs.clear();
     c.sources.clear();
