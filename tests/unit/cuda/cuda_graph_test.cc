@@ -204,6 +204,7 @@ class TinyBackend final : public TableBackend<TinyTensor> {
     d.bytes = Buffer::copy_of(t->v->data(), t->v->size() * sizeof(float));
     return d;
   }
+  static constexpr int64_t kRecordingBytes = 1000;
   int kernels = 0, replays = 0, bound = 0;
   bool replaying = true;
 
@@ -246,6 +247,7 @@ class TinyBackend final : public TableBackend<TinyTensor> {
     }
     Status st = run.run_ops();
     if (!st.ok()) return st;
+    if (r.outputs.empty()) run.count_bytes(kRecordingBytes);  // what a recording would hold
     r.inputs = in;
     r.outputs.clear();
     for (size_t k = 0; k < run.program().output_slots.size(); ++k) {
@@ -296,9 +298,12 @@ TEST(GraphRunHook, ABackendMayBindInputsReplayOrRunTheOps) {
   put(b, 10, {1, 2, 3});
   put(b, 11, {10, 20, 30});
   const int before = b.kernels;
+  const size_t held = b.bytes_held();
   const ir::TensorId in[] = {10, 11};
   const ir::TensorId out1[] = {20, 21};
   ASSERT_TRUE(b.run_graph(*g, in, out1).ok());
+  // The recording's bytes, and the two outputs' (3 floats each), are held.
+  EXPECT_EQ(static_cast<int64_t>(b.bytes_held() - held), TinyBackend::kRecordingBytes + 2 * 12);
   EXPECT_EQ(b.kernels - before, 3);  // ran the ops, on the bound copies
   EXPECT_EQ(b.bound, 2);
   EXPECT_EQ(get(b, 20), (std::vector<float>{-11, -22, -33}));
