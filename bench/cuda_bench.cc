@@ -87,7 +87,9 @@ double graph_us(bool graphs) {
   tw::Result<tw::ir::GraphId> id = be.register_graph(g);
   if (!id.ok()) throw std::runtime_error(id.status().message());
   std::vector<float> x(4096, 1.f);
-  tw::TensorData data{{tw::Shape{4096}, tw::kF32}, tw::Buffer::copy_of(x.data(), x.size() * 4)};
+  tw::TensorData data;
+  data.meta = {tw::Shape{4096}, tw::kF32};
+  data.bytes = tw::Buffer::copy_of(x.data(), x.size() * 4);
   (void)be.execute(tw::from_host_of(std::move(data), 1000000));
   const tw::ir::TensorId in[] = {1000000};
   tw::ir::TensorId next = 1;

@@ -264,6 +264,13 @@ class TinyBackend final : public TableBackend<TinyTensor> {
   std::map<ir::GraphId, Recording> recorded_;
 };
 
+TensorData data_of(const Shape& shape, DType dt, const void* p, size_t bytes) {
+  TensorData d;
+  d.meta = {shape, dt};
+  d.bytes = Buffer::copy_of(p, bytes);
+  return d;
+}
+
 void put(Backend& b, ir::TensorId id, const std::vector<float>& v) {
   TensorData d;
   d.meta = {Shape{static_cast<int64_t>(v.size())}, kF32};
@@ -466,8 +473,8 @@ TEST(CudaDeviceGraph, CapturedOnceReplayedAndEqualToOpByOp) {
     for (float& f : w) f = u(rng);
     const ir::TensorId xi = next++, wi = next++, o1 = next++, o2 = next++;
     for (size_t i = 0; i < all.size(); ++i) {
-      TensorData dx{{Shape{16, 32}, kF32}, Buffer::copy_of(x.data(), x.size() * 4)};
-      TensorData dw{{Shape{32, 8}, kF32}, Buffer::copy_of(w.data(), w.size() * 4)};
+      TensorData dx = data_of(Shape{16, 32}, kF32, x.data(), x.size() * 4);
+      TensorData dw = data_of(Shape{32, 8}, kF32, w.data(), w.size() * 4);
       ASSERT_TRUE(all[i]->execute(from_host_of(std::move(dx), xi)).ok());
       ASSERT_TRUE(all[i]->execute(from_host_of(std::move(dw), wi)).ok());
       const ir::TensorId in[] = {xi, wi};
@@ -523,7 +530,7 @@ TEST(CudaDeviceGraph, AGraphWithAFailingOpRunsOpByOpAndSaysWhy) {
   ASSERT_TRUE(id.ok()) << id.status().message();
   std::vector<int64_t> v{1, 2, 3, 4};
   for (ir::TensorId t : {10, 11}) {
-    TensorData d{{Shape{4}, kI64}, Buffer::copy_of(v.data(), 32)};
+    TensorData d = data_of(Shape{4}, kI64, v.data(), 32);
     ASSERT_TRUE(on.gpu->execute(from_host_of(std::move(d), t)).ok());
   }
   for (ir::TensorId o : {20, 21, 22}) {
