@@ -9,7 +9,8 @@
 // Graphs (register_graph, run_graph) are planned at registration (graph_program.h: slots, each
 // op's metas, an arena of buffers for a backend that plans them) and run without execute()'s
 // per-op checks, bit-identical to the same ops run eagerly (table_backend_graphs.h, included at
-// the end of this file).
+// the end of this file); a backend may instead replay a graph in its device's own recorded form
+// (run_graph_program: the cuda backend's CUDA Graphs), the values being the same.
 //
 // T is the backend's tensor handle; TableTraits<T> says how to read its meta and which storage
 // it uses (views share a storage, which bytes_held() counts once while any entry uses it).
