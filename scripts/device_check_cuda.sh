@@ -8,7 +8,9 @@
 #                                              into /), builds the cuda module and the suites
 #                                              against it, runs the op table, autograd and graph
 #                                              suites on cuda against cpu (printing run and skip
-#                                              counts), then the bench rows beside PyTorch CUDA
+#                                              counts; registered graphs as CUDA Graphs, and
+#                                              the graph suite again op by op), then the bench
+#                                              rows beside PyTorch CUDA
 #   scripts/device_check.sh --cuda --dry-run   the same without a GPU: every step up to running
 #                                              the suites (the rehearsal, in a clean folder)
 # The GPU machine has nvcc, CMake, ninja, g++ and PyTorch with NVIDIA's libraries from pip, and
@@ -120,6 +122,7 @@ new_ops_filter() {
 }
 if [[ $mode == dry ]]; then
   suite tw_test_cuda '*'
+  suite tw_test_cuda 'CudaDeviceGraph.*:GraphRunHook.*:CudaGraph*' graphs
   step "op table filter for the new ops: $(new_ops_filter)"
   step "dry run: stopping before the GPU suites"
   exit 0
@@ -132,6 +135,14 @@ refusals
 suite tw_test_ops "$(new_ops_filter)" new_ops
 suite tw_test_autograd '*cuda*'
 suite tw_test_graph '*'  # (its cases are numbered, not named by device)
+# Registered graphs: the graph suite runs them as CUDA Graphs (the default); once more op by op
+# (TW_CUDA_GRAPHS=0), which must give the same counts. The CUDA Graph cases and f16/bf16
+# attention of tw_test_cuda on their own (their counts apart; they ran in the first line too).
+TW_CUDA_GRAPHS=0 suite tw_test_graph '*' op_by_op
+suite tw_test_cuda 'CudaDeviceGraph.*:GraphRunHook.*:CudaGraph*' graphs
+suite tw_test_cuda 'CudaDeviceRun.LowPrecisionAttention*' lowp_attention
+# (whether cuDNN served f16/bf16 attention: the cudnn-only case's failure names cuDNN's reason)
+grep -m3 "cuDNN" "$out/tw_test_cuda_lowp_attention.txt" | tee -a "$log" || true
 
 # Bench rows beside PyTorch CUDA on the same GPU.
 "$build/bench/tw_bench_cuda" | tee -a "$log" "$out/bench.txt" || true

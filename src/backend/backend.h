@@ -246,6 +246,17 @@ class Backend {
     uint64_t fresh_allocations = 0;  // of those, the ones the reservation did not cover
   };
   virtual Result<GraphMemory> graph_memory(ir::GraphId) const { return GraphMemory{}; }
+
+  // How a backend that replays registered graphs in its device's own recorded form (a CUDA
+  // Graph; a recorded Vulkan command buffer could) ran graph `id` so far; zeros for one that runs
+  // every graph op by op. A debugging counter (tests, device checks).
+  struct GraphReplay {
+    uint64_t recorded = 0;     // recordings made (captures that succeeded)
+    uint64_t replays = 0;      // runs that launched the recording
+    uint64_t eager = 0;        // runs op by op (the run that prepares a recording included)
+    std::string eager_reason;  // why the last op-by-op run was one ("": none was, or it prepared)
+  };
+  virtual Result<GraphReplay> graph_replay(ir::GraphId) const { return GraphReplay{}; }
 };
 
 }  // namespace tw

@@ -9,7 +9,8 @@
 // Graphs (register_graph, run_graph) are planned at registration (graph_program.h: slots, each
 // op's metas, an arena of buffers for a backend that plans them) and run without execute()'s
 // per-op checks, bit-identical to the same ops run eagerly (table_backend_graphs.h, included at
-// the end of this file).
+// the end of this file); a backend may instead replay a graph in its device's own recorded form
+// (run_graph_program: the cuda backend's CUDA Graphs), the values being the same.
 //
 // T is the backend's tensor handle; TableTraits<T> says how to read its meta and which storage
 // it uses (views share a storage, which bytes_held() counts once while any entry uses it).
@@ -144,6 +145,78 @@ class TableBackend : public Backend {
     return internal_error(ir::op_name(op) + ": the " + name() + " backend dispatches no op");
   }
 
+ private:
+  struct Poisoned;  // (defined below)
+  struct RegisteredGraph;
+
+ protected:
+  // A registered graph's run as run_graph hands it to run_graph_program (below), after checking
+  // the call and binding the caller's inputs: the graph's program, its inputs and, once the ops
+  // ran, its outputs.
+  class GraphRun {
+   public:
+    ir::GraphId id() const { return id_; }
+    const GraphProgram& program() const { return g_; }
+    // Input i's tensor as bound now; null when the caller gave a poisoned one.
+    const T* input(size_t i) const { return g_.slots[i] ? std::get_if<T>(&*g_.slots[i]) : nullptr; }
+    // Binds input i to `t` in place of the caller's tensor (same meta and values: a copy the
+    // backend keeps, say), for the ops run_ops() runs next.
+    void bind_input(size_t i, T t) { g_.slots[i].emplace(std::in_place_type<T>, std::move(t)); }
+    // Runs the graph's ops one by one, freeing each intermediate after its last reader: what
+    // run_graph does by default. Returns the first op's error (its outputs, and what is computed
+    // from them, are poisoned with it).
+    Status run_ops() { return b_.run_graph_ops(g_); }
+    // Output k (graph output order) once the ops ran or set_output set it; null when poisoned.
+    T* output(size_t k) {
+      std::optional<Entry>& e = g_.slots[g_.output_slots[k]];
+      return e ? std::get_if<T>(&*e) : nullptr;
+    }
+    void set_output(size_t k, T t) {
+      g_.slots[g_.output_slots[k]].emplace(std::in_place_type<T>, std::move(t));
+    }
+    void set_output_error(size_t k, const Status& error) {
+      const uint32_t s = g_.output_slots[k];
+      TensorMeta m = output(k) ? TableTraits<T>::meta(*output(k)) : output_meta(k);
+      g_.slots[s] = Poisoned{std::move(m), error};
+    }
+    // Counts `delta` bytes (negative: releases them) of buffers the backend keeps for this
+    // graph's recorded form in bytes_held(), beside the graph's arena.
+    void count_bytes(int64_t delta) { b_.graph_bytes_ += static_cast<uint64_t>(delta); }
+    // Forgets whatever run_ops() made and binds the caller's inputs again: the run as it was
+    // handed over (a backend that recorded the ops instead of running them starts again here).
+    void reset() {
+      for (size_t s = 0; s < g_.slots.size(); ++s) b_.free_slot(g_.slots[s]);
+      for (size_t i = 0; i < inputs_.size(); ++i) g_.slots[i] = b_.table_.at(inputs_[i]);
+    }
+
+   private:
+    friend class TableBackend;
+    GraphRun(TableBackend& b, RegisteredGraph& g, ir::GraphId id,
+             std::span<const ir::TensorId> inputs)
+        : b_(b), g_(g), id_(id), inputs_(inputs) {}
+    TensorMeta output_meta(size_t k) const {
+      const uint32_t s = g_.output_slots[k];
+      if (s < g_.input_metas.size()) return g_.input_metas[s];
+      for (const GraphOp& op : g_.ops) {
+        for (uint32_t j = op.out_begin; j < op.out_end; ++j) {
+          if (g_.out_slots[j] == s) return op.metas[j - op.out_begin];
+        }
+      }
+      return TensorMeta{};
+    }
+    TableBackend& b_;
+    RegisteredGraph& g_;
+    ir::GraphId id_;
+    std::span<const ir::TensorId> inputs_;
+  };
+  // Runs a registered graph (run_graph checked the call and bound its inputs). The default runs
+  // the ops one by one (run.run_ops()). A backend that replays a graph in its device's own
+  // recorded form (a CUDA Graph, a recorded Vulkan command buffer) overrides it: it may bind its
+  // own copies of the inputs, run the ops while it records them, or run none and set every
+  // output itself. Either way it leaves each output set or poisoned, with the values the ops
+  // run one by one would give, and returns what run_ops() would.
+  virtual Status run_graph_program(GraphRun& run) { return run.run_ops(); }
+
   // Graph buffer planning hooks (graph_program.h); a backend without them runs graphs
   // from its usual allocator. use_arena(pool) asks run_into() to take outputs from `pool` until
   // use_arena(nullptr); in_arena says whether a tensor's storage is the arena's;
@@ -256,6 +329,8 @@ class TableBackend : public Backend {
                    std::span<const ir::TensorId> outputs) const;
   // Runs graph op `op` on the slots; returns its error (already recorded in its outputs).
   Status run_graph_op(RegisteredGraph& g, const GraphOp& op);
+  // Runs every op of g on its slots (inputs bound), freeing intermediates; the first error.
+  Status run_graph_ops(RegisteredGraph& g);
 
   // Where run_into() puts an op's results (capacity kept across ops: no per-op allocation).
   std::vector<T> done_;

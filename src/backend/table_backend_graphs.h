@@ -105,17 +105,15 @@ Status TableBackend<T>::run_graph(ir::GraphId id, std::span<const ir::TensorId> 
   // neither fills nor clears it.
   if (g.slots.size() != g.slot_count) g.slots.assign(g.slot_count, std::nullopt);
   for (size_t i = 0; i < inputs.size(); ++i) g.slots[i] = table_.at(inputs[i]);
-  slots_ = &g.slots;
-  slot_base_ = g.base;
-  Status first_error;
-  for (const GraphOp& op : g.ops) {
-    Status st = run_graph_op(g, op);
-    if (first_error.ok()) first_error = st;
-    for (uint32_t k = op.free_begin; k < op.free_end; ++k) free_slot(g.slots[g.free_slots[k]]);
-  }
-  slots_ = nullptr;
+  GraphRun run(*this, g, id, inputs);
+  const Status first_error = run_graph_program(run);
   for (size_t k = 0; k < outputs.size(); ++k) {
     std::optional<Entry>& e = g.slots[g.output_slots[k]];
+    if (!e) {  // (a backend's run_graph_program must set each output: table_backend.h)
+      e = Poisoned{TensorMeta{},
+                   internal_error("run_graph: the " + name() + " backend left graph output " +
+                                  std::to_string(k) + " unset")};
+    }
     if (T* t = std::get_if<T>(&*e)) {
       // An output that views an intermediate's arena block gets storage of its own, so every
       // block is free again once the run is over.
@@ -135,6 +133,20 @@ Status TableBackend<T>::run_graph(ir::GraphId id, std::span<const ir::TensorId> 
   // The inputs' references, and the outputs moved out.
   for (size_t i = 0; i < inputs.size(); ++i) g.slots[i].reset();
   for (uint32_t s : g.output_slots) g.slots[s].reset();
+  return first_error;
+}
+
+template <class T>
+Status TableBackend<T>::run_graph_ops(RegisteredGraph& g) {
+  slots_ = &g.slots;
+  slot_base_ = g.base;
+  Status first_error;
+  for (const GraphOp& op : g.ops) {
+    Status st = run_graph_op(g, op);
+    if (first_error.ok()) first_error = st;
+    for (uint32_t k = op.free_begin; k < op.free_end; ++k) free_slot(g.slots[g.free_slots[k]]);
+  }
+  slots_ = nullptr;
   return first_error;
 }
 

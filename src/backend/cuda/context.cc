@@ -149,10 +149,38 @@ Stream::~Stream() {
 }
 
 DeviceBlock::~DeviceBlock() {
-  if (ptr) {
+  if (arena) arena->planner.release(arena_block, arena_generation);
+  if (ptr && pooled) {
     (void)cudaSetDevice(stream->dev->ordinal());
     (void)cudaFreeAsync(ptr, stream->s);  // reusable in this stream's order
   }
+}
+
+Status GraphArena::make_blocks() {
+  Device* dev = stream->dev;
+  TW_RETURN_NOT_OK(dev->enter());
+  for (uint64_t bytes : planner.sizes()) {
+    void* p = nullptr;
+    Status st = dev->check(cudaMallocFromPoolAsync(&p, bytes, dev->pool(), stream->s),
+                           "allocating a CUDA Graph's buffers (" + std::to_string(bytes) +
+                               " bytes of " + std::to_string(planner.total_bytes()) + ")");
+    if (!st.ok()) {  // none kept: a later attempt starts again
+      for (void* q : blocks) (void)cudaFreeAsync(q, stream->s);
+      blocks.clear();
+      return st;
+    }
+    blocks.push_back(p);
+  }
+  planner.start_serving();
+  serving = true;
+  return Status::OK();
+}
+
+GraphArena::~GraphArena() {
+  if (blocks.empty()) return;
+  (void)cudaSetDevice(stream->dev->ordinal());
+  // After every launch of the graph queued on the stream: they were queued before.
+  for (void* p : blocks) (void)cudaFreeAsync(p, stream->s);
 }
 
 }  // namespace tw::cuda

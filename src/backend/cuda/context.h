@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/capture_plan.h"
 #include "core/buffer.h"
 #include "core/status.h"
 
@@ -57,7 +58,7 @@ class Device {
   // reference drops.
   Result<std::shared_ptr<void>> pinned(uint64_t bytes);
 
-  void count_dispatch() { dispatches_.fetch_add(1, std::memory_order_relaxed); }
+  void count_dispatch(uint64_t n = 1) { dispatches_.fetch_add(n, std::memory_order_relaxed); }
   uint64_t dispatches() const { return dispatches_.load(std::memory_order_relaxed); }
 
  private:
@@ -84,11 +85,36 @@ struct Stream {
   ~Stream();
 };
 
-// A device buffer of the pool, freed on its stream when the last view drops.
+// A registered graph's arena for its CUDA Graph (capture_plan.h, cuda_backend.cc). Recording
+// (the graph's first run, op by op), the kernels' allocations come from the pool as usual and
+// the planner notes them; serving (inside the capture), each comes from a block made before the
+// capture began (make_blocks), so no allocation happens inside it, and the CUDA Graph then reads
+// and writes those blocks at every launch: they are the graph's for good, freed with the arena.
+struct GraphArena {
+  explicit GraphArena(std::shared_ptr<Stream> s) : stream(std::move(s)) {}
+  ~GraphArena();
+  GraphArena(const GraphArena&) = delete;
+  GraphArena& operator=(const GraphArena&) = delete;
+  // The planner's blocks, from the pool, outside any capture; then serving.
+  Status make_blocks();
+
+  std::shared_ptr<Stream> stream;
+  BlockPlanner planner;
+  bool serving = false;
+  std::vector<void*> blocks;  // planner.sizes()'s, once made
+  uint64_t missed = 0;        // serving: the size of the first allocation no block served
+};
+
+// A device buffer of the pool, freed on its stream when the last view drops; or a block of a
+// graph's arena, which goes back to the arena's planner instead.
 struct DeviceBlock {
   std::shared_ptr<Stream> stream;
   void* ptr = nullptr;
   uint64_t size = 0;
+  std::shared_ptr<GraphArena> arena;  // non-null: noted in (recording) or served by its arena
+  size_t arena_block = 0;
+  uint64_t arena_generation = 0;
+  bool pooled = true;  // ptr is the pool's, freed here (false: the arena's block)
   ~DeviceBlock();
 };
 using Storage = std::shared_ptr<DeviceBlock>;

@@ -115,7 +115,7 @@ Status conv_call(Exec* ex, cudnnDataType_t t, const std::string& op, const std::
   TW_ASSIGN_OR_RETURN(Perf algo, pick(perf, found, kWorkspaceBytes, op, device));
   const AlphaBeta ab(t);
   TW_RETURN_NOT_OK(dnn_check(call(algo.algo, ab.one(), ab.zero()), op, device));
-  ex->dev->count_dispatch();
+  ex->count_dispatch();
   ex->last_op = op;
   return Status::OK();
 }
@@ -150,7 +150,7 @@ Result<CuTensor> Kernels::run(const ir::Conv2d& op) {
     TW_RETURN_NOT_OK(
         dnn_check(cudnnAddTensor(ex_->dnn, ab.one(), d.bias, b->data(), ab.one(), d.y, y),
                   "cudnnAddTensor (conv2d bias)", device_));
-    ex_->dev->count_dispatch();
+    ex_->count_dispatch();
   }
   return out;
 }
@@ -240,7 +240,7 @@ Result<CuTensor> Kernels::run(const ir::Pool2d& op) {
   TW_RETURN_NOT_OK(dnn_check(cudnnPoolingForward(ex_->dnn, d.pool, ab.one(), d.x, x->data(),
                                                  ab.zero(), d.y, out.storage->ptr),
                              "cudnnPoolingForward", device_));
-  ex_->dev->count_dispatch();
+  ex_->count_dispatch();
   ex_->last_op = name;
   return out;
 }
@@ -264,7 +264,7 @@ Result<CuTensor> Kernels::run(const ir::Pool2dBackward& op) {
     TW_RETURN_NOT_OK(ex_->dev->check(
         cudaMemsetAsync(out.storage->ptr, 0, out.numel() * dtype_size(out.dtype), ex_->stream->s),
         name));
-    ex_->dev->count_dispatch();
+    ex_->count_dispatch();
     return out;
   }
   TW_ASSIGN_OR_RETURN(CuTensor y, fresh(TensorMeta{g->shape, x->dtype}));
@@ -276,7 +276,7 @@ Result<CuTensor> Kernels::run(const ir::Pool2dBackward& op) {
       dnn_check(cudnnPoolingBackward(ex_->dnn, d.pool, ab.one(), d.y, y.storage->ptr, d.y,
                                      g->data(), d.x, x->data(), ab.zero(), d.x, out.storage->ptr),
                 "cudnnPoolingBackward", device_));
-  ex_->dev->count_dispatch();
+  ex_->count_dispatch();
   ex_->last_op = name;
   return out;
 }

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <memory>
+#include <unordered_map>
 
 #include "backend/cuda/kernels.h"
 #include "backend/kernel_dispatch.h"
@@ -20,6 +22,10 @@ bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v && std::string(v) == "1";
 }
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "0";
+}
 
 class CudaBackend final : public TableBackend<CuTensor> {
  public:
@@ -29,8 +35,10 @@ class CudaBackend final : public TableBackend<CuTensor> {
     // Queued work may still use the handle: let it finish first (the tensors' blocks are freed
     // in stream order afterwards, and keep the stream alive until then).
     if (ex_.dev->enter().ok()) (void)cudaStreamSynchronize(ex_.stream->s);
+    captured_.clear();  // the CUDA Graphs (their buffers go once no tensor views them)
     if (ex_.lt) cublasLtDestroy(ex_.lt);
 #if TW_CUDA_CUDNN
+    ex_.sdpa.reset();  // cuDNN's plans, before their handle
     if (ex_.dnn) cudnnDestroy(ex_.dnn);
 #endif
   }
@@ -55,6 +63,12 @@ class CudaBackend final : public TableBackend<CuTensor> {
         ex_.dev->enter().ok() && cudaMemGetInfo(&free, &total) == cudaSuccess ? free : 0;
     d.dtype_mask &= ~(1u << static_cast<int>(kI8));  // no kernel type for i8 (docs/cuda.md)
     return d;
+  }
+
+  Result<GraphReplay> graph_replay(ir::GraphId id) const override {
+    auto it = captured_.find(id);
+    if (it == captured_.end()) return GraphReplay{};
+    return it->second->counts;
   }
 
   Status sync() override {
@@ -100,7 +114,243 @@ class CudaBackend final : public TableBackend<CuTensor> {
     return r;
   }
 
+  // A registered graph as a CUDA Graph (capture_plan.h says the steps): recorded op by op on its
+  // first run, captured and launched on its second, launched on every later one.
+  Status run_graph_program(GraphRun& run) override {
+    std::unique_ptr<Captured>& slot = captured_[run.id()];
+    if (!slot) slot = std::make_unique<Captured>();
+    Captured& c = *slot;
+    bool poisoned = false;
+    for (size_t i = 0; i < run.program().input_metas.size(); ++i) poisoned |= !run.input(i);
+    EagerReason why = EagerReason::kNone;
+    switch (next_graph_step(c.state, graphs_enabled_, poisoned, &why)) {
+      case GraphStep::kRecord: return record(run, c);
+      case GraphStep::kCapture: return capture(run, c);
+      case GraphStep::kReplay: return replay(run, c, true);
+      case GraphStep::kEager: break;
+    }
+    ++c.counts.eager;
+    c.counts.eager_reason = eager_reason_name(why);
+    return run.run_ops();
+  }
+
  private:
+  // A registered graph's CUDA Graph and what it reads and writes.
+  struct Captured {
+    GraphCaptureState state;
+    std::shared_ptr<GraphArena> arena;
+    std::vector<CuTensor> inputs;   // the graph's own dense input buffers
+    std::vector<CuTensor> sources;  // the tensor each was last copied from (kept: same values)
+    std::vector<CuTensor> outputs;  // as captured: views of the arena or of the input buffers
+    CaptureHost host;
+    cudaGraphExec_t exec = nullptr;
+    uint64_t launches = 0;  // kernel launches in the graph (the dispatch counter's share)
+    int64_t counted = 0;    // bytes of the input buffers and arena counted in bytes_held()
+    std::vector<std::pair<int64_t, IndexCheck::Launch>> index_launches;
+    GraphReplay counts;
+    ~Captured() {
+      if (exec) (void)cudaGraphExecDestroy(exec);
+    }
+  };
+
+  // Copies the caller's inputs into the graph's input buffers (made on first use), but for an
+  // input that is the tensor copied last time: tensors never change, so the buffer holds it.
+  Status copy_inputs(GraphRun& run, Captured& c) {
+    const std::vector<TensorMeta>& metas = run.program().input_metas;
+    if (c.inputs.size() != metas.size()) {
+      c.inputs.clear();
+      for (const TensorMeta& m : metas) {
+        TW_ASSIGN_OR_RETURN(CuTensor t, kernels_.fresh(m));
+        const auto bytes = static_cast<int64_t>(t.numel() * dtype_size(t.dtype));
+        run.count_bytes(bytes);
+        c.counted += bytes;
+        c.inputs.push_back(std::move(t));
+      }
+      c.sources.assign(metas.size(), CuTensor{});
+    }
+    for (size_t i = 0; i < metas.size(); ++i) {
+      const CuTensor& x = *run.input(i);
+      CuTensor& last = c.sources[i];
+      if (last.storage && last.storage == x.storage && last.offset == x.offset &&
+          last.strides == x.strides && last.shape == x.shape) {
+        continue;
+      }
+      const uint64_t n = static_cast<uint64_t>(x.numel()) * dtype_size(x.dtype);
+      if (n > 0 && x.contiguous()) {
+        TW_RETURN_NOT_OK(ex_.dev->check(cudaMemcpyAsync(c.inputs[i].storage->ptr, x.data(), n,
+                                                        cudaMemcpyDeviceToDevice, ex_.stream->s),
+                                        "copying graph input " + std::to_string(i)));
+      } else if (n > 0) {
+        TW_RETURN_NOT_OK(kernels_.copy_into(x, c.inputs[i], "graph input copy"));
+      }
+      last = x;
+    }
+    return Status::OK();
+  }
+  // Output k a copy of its own where it views memory the next run writes again (the arena, the
+  // input buffers); `all`: every output (after a launch).
+  void copy_outputs(GraphRun& run, const Captured& c, bool all) {
+    for (size_t k = 0; k < run.program().output_slots.size(); ++k) {
+      const CuTensor* t = all ? &c.outputs[k] : run.output(k);
+      if (!t || !t->storage) {
+        if (all) run.set_output(k, *t);  // an empty tensor
+        continue;
+      }
+      bool shared = all || !t->storage->pooled;
+      for (const CuTensor& in : c.inputs) shared = shared || in.storage == t->storage;
+      if (!shared) continue;
+      Result<CuTensor> copy = kernels_.contiguous(*t);
+      if (copy.ok()) {
+        run.set_output(k, std::move(*copy));
+      } else {
+        run.set_output_error(
+            k, copy.status().with_context("copying graph output " + std::to_string(k)));
+      }
+    }
+  }
+  // Every output poisoned with `err` (a launch that could not happen), which is returned.
+  Status fail_outputs(GraphRun& run, const Status& err) {
+    for (size_t k = 0; k < run.program().output_slots.size(); ++k) run.set_output_error(k, err);
+    return err;
+  }
+
+  // The first run: op by op on the input buffers, noting every allocation in a new arena.
+  Status record(GraphRun& run, Captured& c) {
+    ++c.counts.eager;
+    Status in = copy_inputs(run, c);
+    if (!in.ok()) {  // (out of memory for the buffers, say): op by op, and again next time
+      forget(run, c, EagerReason::kNone);
+      return run.run_ops();
+    }
+    for (size_t i = 0; i < c.inputs.size(); ++i) run.bind_input(i, c.inputs[i]);
+    c.arena = std::make_shared<GraphArena>(ex_.stream);
+    ex_.arena = c.arena;
+    const Status st = run.run_ops();
+    ex_.arena = nullptr;
+    after_graph_step(c.state, GraphStep::kRecord,
+                     st.ok() ? EagerReason::kNone : EagerReason::kOpFailed);
+    copy_outputs(run, c, false);
+    if (!st.ok()) forget(run, c, EagerReason::kOpFailed);
+    return st;
+  }
+
+  // The second run: the ops captured on the stream with every allocation from the arena, the
+  // CUDA Graph instantiated and launched. Where that fails, the graph runs op by op from now on,
+  // this run too (the capture computed nothing).
+  Status capture(GraphRun& run, Captured& c) {
+    Status prep = copy_inputs(run, c);
+    c.host = CaptureHost{};
+    for (const GraphOp& op : run.program().ops) {
+      const auto* up = std::get_if<ir::FromHost>(&op.op);
+      if (!prep.ok() || !up || up->data.data.empty()) continue;
+      Result<std::shared_ptr<void>> p = ex_.dev->pinned(up->data.data.size());
+      if (p.ok())
+        c.host.staging.push_back(std::move(*p));
+      else
+        prep = p.status();
+    }
+    if (prep.ok()) prep = c.arena->make_blocks();
+    if (prep.ok()) {
+      const auto bytes = static_cast<int64_t>(c.arena->planner.total_bytes());
+      run.count_bytes(bytes);
+      c.counted += bytes;
+    }
+    if (!prep.ok()) {  // memory for the graph's buffers: op by op this time, capture next time
+      ++c.counts.eager;
+      c.counts.eager_reason = prep.message();
+      run.reset();
+      return run.run_ops();
+    }
+    for (size_t i = 0; i < c.inputs.size(); ++i) run.bind_input(i, c.inputs[i]);
+    const int64_t seq0 = ex_.index_check ? ex_.index_check->seq : 0;
+    const uint64_t launches0 = ex_.launches;
+    cudaStream_t s = ex_.stream->s;
+    ex_.arena = c.arena;
+    ex_.capture = &c.host;
+    // Thread-local: only this thread's unsafe calls (a synchronisation, a cudaMalloc) break the
+    // capture; other sessions on the device go on.
+    const cudaError_t begin = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    const Status st = begin == cudaSuccess ? run.run_ops() : Status::OK();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = begin == cudaSuccess ? cudaStreamEndCapture(s, &graph) : begin;
+    ex_.arena = nullptr;
+    ex_.capture = nullptr;
+    EagerReason failure = EagerReason::kNone;
+    std::string detail;
+    if (c.arena->missed) {
+      failure = EagerReason::kArenaMiss;
+      detail = std::to_string(c.arena->missed) + " bytes";
+    } else if (!st.ok() || end != cudaSuccess) {
+      failure = EagerReason::kCaptureRefused;
+      detail = !st.ok() ? st.message() : std::string(cudaGetErrorName(end));
+    } else {
+      const cudaError_t inst = cudaGraphInstantiate(&c.exec, graph, 0);
+      if (inst != cudaSuccess) {
+        failure = EagerReason::kInstantiate;
+        detail = cudaGetErrorName(inst);
+        c.exec = nullptr;
+      }
+    }
+    if (graph) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();  // a capture's refusal is not sticky: nothing else should see it
+    after_graph_step(c.state, GraphStep::kCapture, failure);
+    if (failure != EagerReason::kNone) {
+      run.reset();
+      forget(run, c, failure);
+      ++c.counts.eager;
+      c.counts.eager_reason += " (" + detail + ")";
+      return run.run_ops();
+    }
+    ++c.counts.recorded;
+    c.launches = ex_.launches - launches0;
+    if (ex_.index_check) {
+      for (auto it = ex_.index_check->launches.upper_bound(seq0);
+           it != ex_.index_check->launches.end(); ++it) {
+        c.index_launches.emplace_back(it->first, it->second);
+      }
+    }
+    c.outputs.clear();
+    for (size_t k = 0; k < run.program().output_slots.size(); ++k) {
+      c.outputs.push_back(*run.output(k));  // every op ran (st is OK), so each is a tensor
+    }
+    return replay(run, c, false);
+  }
+
+  // A launch of the CUDA Graph (inputs copied in first unless the capture just did), with the
+  // outputs copied out.
+  Status replay(GraphRun& run, Captured& c, bool inputs) {
+    if (inputs) {
+      Status in = copy_inputs(run, c);
+      if (!in.ok()) return fail_outputs(run, in);
+    }
+    Status st = ex_.dev->check(cudaGraphLaunch(c.exec, ex_.stream->s),
+                               "launching graph " + std::to_string(run.id()) + " (a CUDA Graph)");
+    if (!st.ok()) return fail_outputs(run, st);
+    ex_.launches += c.launches;
+    ex_.dev->count_dispatch(c.launches);
+    ex_.last_op = "graph " + std::to_string(run.id()) + " (a CUDA Graph launch)";
+    // The graph's index ops check their indices as when captured: their launches are known
+    // again, so a bad index fails the next read or sync with the op's message.
+    if (ex_.index_check) {
+      for (const auto& [seq, l] : c.index_launches) ex_.index_check->launches[seq] = l;
+    }
+    ++c.counts.replays;
+    copy_outputs(run, c, true);
+    return Status::OK();
+  }
+
+  // A graph refused for good (`why`; kNone: its buffers only), its buffers gone.
+  void forget(GraphRun& run, Captured& c, EagerReason why) {
+    if (why != EagerReason::kNone) c.counts.eager_reason = eager_reason_name(why);
+    run.count_bytes(-c.counted);
+    c.counted = 0;
+    c.arena.reset();
+    c.inputs.clear();
+    c.sources.clear();
+    c.outputs.clear();
+    c.host = CaptureHost{};
+  }
+
   // An error a synchronisation found: it belongs to work queued earlier.
   Status queued_error(cudaError_t err) {
     if (err == cudaSuccess) return Status::OK();
@@ -161,6 +411,8 @@ class CudaBackend final : public TableBackend<CuTensor> {
   Exec ex_;
   std::string name_;
   Kernels kernels_;
+  bool graphs_enabled_ = !env_off("TW_CUDA_GRAPHS");  // TW_CUDA_GRAPHS=0: every graph op by op
+  std::unordered_map<ir::GraphId, std::unique_ptr<Captured>> captured_;
 };
 
 // A backend's execution state on device `dev`: its stream, cuBLASLt handle and workspace.
@@ -169,6 +421,12 @@ Result<Exec> make_exec(Device* dev) {
   Exec ex;
   ex.dev = dev;
   ex.tf32 = env_flag("TW_CUDA_TF32");
+  if (const char* m = std::getenv("TW_CUDA_SDPA")) {
+    const std::string mode = m;
+    ex.sdpa_mode = mode == "cudnn"    ? SdpaMode::kCudnn
+                   : mode == "kernel" ? SdpaMode::kKernel
+                                      : SdpaMode::kAuto;
+  }
   ex.stream = std::make_shared<Stream>();
   ex.stream->dev = dev;
   TW_RETURN_NOT_OK(dev->check(cudaStreamCreateWithFlags(&ex.stream->s, cudaStreamNonBlocking),

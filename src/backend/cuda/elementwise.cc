@@ -54,16 +54,36 @@ Result<CuTensor> Kernels::fresh(const TensorMeta& m) {
   if (bytes == 0) return t;
   auto block = std::make_shared<DeviceBlock>();
   block->stream = ex_->stream;
-  TW_RETURN_NOT_OK(
-      ex_->dev->check(cudaMallocFromPoolAsync(&block->ptr, bytes, ex_->dev->pool(), ex_->stream->s),
-                      "allocating " + std::to_string(bytes) + " bytes for " + meta_str(m)));
   block->size = bytes;
+  GraphArena* arena = ex_->arena.get();
+  if (arena && arena->serving) {
+    // Inside a capture: the block the recording run's allocation got (capture_plan.h).
+    std::optional<size_t> i = arena->planner.serve(bytes);
+    if (!i) {
+      if (!arena->missed) arena->missed = bytes;
+      return resource_exhausted(device_ + ": " + meta_str(m) + " (" + std::to_string(bytes) +
+                                " bytes) asked of a CUDA Graph's buffers that the graph's "
+                                "recording run did not allocate");
+    }
+    block->ptr = arena->blocks[*i];
+    block->pooled = false;
+    block->arena_block = *i;
+  } else {
+    TW_RETURN_NOT_OK(ex_->dev->check(
+        cudaMallocFromPoolAsync(&block->ptr, bytes, ex_->dev->pool(), ex_->stream->s),
+        "allocating " + std::to_string(bytes) + " bytes for " + meta_str(m)));
+    if (arena) block->arena_block = arena->planner.record(bytes);
+  }
+  if (arena) {
+    block->arena = ex_->arena;
+    block->arena_generation = arena->planner.generation();
+  }
   t.storage = std::move(block);
   return t;
 }
 
 Status Kernels::launched(int err, const std::string& op) {
-  ex_->dev->count_dispatch();
+  ex_->count_dispatch();
   ex_->last_op = op;
   return ex_->dev->check(static_cast<cudaError_t>(err), op + " (kernel launch)");
 }
@@ -112,10 +132,24 @@ Result<CuTensor> Kernels::run(const ir::FromHost& op) {
   Device* dev = ex_->dev;
   cudaStream_t s = ex_->stream->s;
   // Through pinned staging, released (back to the pool) by the stream once the copy is done.
-  TW_ASSIGN_OR_RETURN(std::shared_ptr<void> staging, dev->pinned(n));
+  std::shared_ptr<void> staging;
+  if (CaptureHost* c = ex_->capture) {
+    // Taken before the capture (else now), and kept with the CUDA Graph.
+    if (c->next == c->staging.size()) {
+      TW_ASSIGN_OR_RETURN(std::shared_ptr<void> more, dev->pinned(n));
+      c->staging.push_back(std::move(more));
+    }
+    staging = c->staging[c->next++];
+  } else {
+    TW_ASSIGN_OR_RETURN(staging, dev->pinned(n));
+  }
   std::memcpy(staging.get(), op.data.data.data(), n);
   TW_RETURN_NOT_OK(dev->check(
       cudaMemcpyAsync(t.storage->ptr, staging.get(), n, cudaMemcpyHostToDevice, s), "upload"));
+  if (ex_->capture) {
+    ex_->last_op = "from_host";
+    return t;  // the graph holds the staging, whose bytes every launch copies again
+  }
   auto* hold = new std::shared_ptr<void>(std::move(staging));
   const cudaError_t err = cudaLaunchHostFunc(
       s, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); }, hold);

@@ -13,6 +13,7 @@
 #endif
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,11 @@ struct CuTensor : View {
   }
 };
 
+struct SdpaPlans;  // cuDNN's fused attention plans (attention_cudnn.cc)
+// TW_CUDA_SDPA: f16/bf16 attention on cuDNN where it serves the case, else this backend's f32
+// kernels (auto); cuDNN only, a refusal being the op's error (cudnn); the kernels only (kernel).
+enum class SdpaMode : uint8_t { kAuto, kCudnn, kKernel };
+
 // What one backend (a session) owns on its device: its stream, cuBLASLt's workspace on it.
 struct Exec {
   Device* dev = nullptr;
@@ -41,10 +47,29 @@ struct Exec {
   Storage workspace;  // cuBLASLt's, kWorkspaceBytes
   bool tf32 = false;  // TW_CUDA_TF32=1: f32 GEMMs may use TF32 tensor cores
 #if TW_CUDA_CUDNN
-  cudnnHandle_t dnn = nullptr;  // on `stream`
+  cudnnHandle_t dnn = nullptr;      // on `stream`
+  std::shared_ptr<SdpaPlans> sdpa;  // made on first use, for `dnn`
 #endif
+  SdpaMode sdpa_mode = SdpaMode::kAuto;
   std::string last_op;  // the last op queued: named by errors found at a later sync
   std::shared_ptr<struct IndexCheck> index_check;  // null: index ops are refused
+  uint64_t launches = 0;  // device work this backend queued (what a CUDA Graph holds of it)
+  // A graph run's arena (recording or serving a capture; null: the pool), and inside a capture
+  // the host memory its uploads read, kept with the CUDA Graph (cuda_backend.cc).
+  std::shared_ptr<GraphArena> arena;
+  struct CaptureHost* capture = nullptr;
+  void count_dispatch() {
+    ++launches;
+    dev->count_dispatch();
+  }
+};
+
+// Inside a capture: the pinned staging of the graph's uploads (from_host ops), taken before the
+// capture began (one per upload, in op order: no cudaMallocHost inside it) and kept with the
+// CUDA Graph, which copies from it at every launch.
+struct CaptureHost {
+  std::vector<std::shared_ptr<void>> staging;
+  size_t next = 0;
 };
 
 // The index ops' checks on the device (launch.h, IxArgs): a bad value and its launch's sequence
@@ -113,7 +138,7 @@ class Kernels {
   Result<std::vector<CuTensor>> run(const ir::AdamStep& op);
   Result<CuTensor> run(const ir::AdaptiveAvgPool2d& op);
   Result<CuTensor> run(const ir::AdaptiveAvgPool2dBackward& op);
-  // attention.cc: f32, fused kernels of this backend (attention.cu)
+  // attention.cc: fused kernels of this backend (attention.cu), in f32 (f16/bf16 converted)
   Result<CuTensor> run(const ir::ScaledDotProductAttention& op);
   Result<std::vector<CuTensor>> run(const ir::ScaledDotProductAttentionBackward& op);
 #if TW_CUDA_CUDNN
@@ -126,6 +151,9 @@ class Kernels {
 
   // A contiguous copy of a view (reads of strided tensors, reshapes no view can express).
   Result<CuTensor> contiguous(const CuTensor& t);
+  // x copied (bits, or converted when the dtypes differ) into `dst`, a view of a fresh tensor's
+  // buffer.
+  Status copy_into(const CuTensor& x, const CuTensor& dst, const std::string& op);
   // A fresh contiguous tensor of meta m on this backend's stream.
   Result<CuTensor> fresh(const TensorMeta& m);
 
@@ -146,9 +174,6 @@ class Kernels {
   Result<CuTensor> rows(RowsArgs a, const CuTensor& x, const std::string& op);
   Result<CuTensor> matmul(const CuTensor& a, const CuTensor& b, const CuTensor* bias, bool relu,
                           const std::string& op);
-  // x copied (bits, or converted when the dtypes differ) into `dst`, a view of a fresh tensor's
-  // buffer.
-  Status copy_into(const CuTensor& x, const CuTensor& dst, const std::string& op);
   // One index-kernel launch (a's shapes and strides set) writing a fresh tensor of meta m.
   Result<CuTensor> index_launch(IxArgs a, const CuTensor* x, const CuTensor& index,
                                 const CuTensor* src, const TensorMeta& m, const std::string& op);
@@ -157,6 +182,23 @@ class Kernels {
   Result<int> pool_descs(void* descs, const CuTensor& x, bool max,
                          const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
                          const std::vector<int64_t>& padding, const std::string& name);
+#endif
+  // t as a dense f32 tensor: itself, or a copy (converted from f16/bf16) kept in `keep`.
+  Result<const CuTensor*> dense_f32(const CuTensor& t, CuTensor& keep);
+  // t (f32) rounded to `dtype` (itself when it is f32).
+  Result<CuTensor> round_to(CuTensor t, DType dtype, const std::string& op);
+  // f16/bf16 attention (grad: its backward) on cuDNN (attention_cudnn.cc): the outputs, or none
+  // where cuDNN does not serve the case (the f32 kernels run it), or the refusal as an error under
+  // TW_CUDA_SDPA=cudnn.
+  Result<std::optional<std::vector<CuTensor>>> try_cudnn(const ir::In& query, const ir::In& key,
+                                                         const ir::In& value, const ir::In& mask,
+                                                         bool causal, double scale,
+                                                         const ir::In* grad, const std::string& op);
+#if TW_CUDA_CUDNN
+  Result<std::optional<std::vector<CuTensor>>> cudnn_attention(const CuTensor& q, const CuTensor& k,
+                                                               const CuTensor& v,
+                                                               const CuTensor* grad, double scale,
+                                                               std::string* why);
 #endif
   // Attention's argument block: q, k, v dense f32 (copies in keep[0..2]), the mask's strides.
   Result<AttnArgs> attention_args(const ir::In& query, const ir::In& key, const ir::In& value,

@@ -178,7 +178,7 @@ Result<CuTensor> Kernels::matmul(const CuTensor& a0, const CuTensor& b0, const C
                                   out.storage->ptr, d.c, out.storage->ptr, d.c, &h.algo,
                                   ex_->workspace->ptr, kWorkspaceBytes, ex_->stream->s),
                    "cublasLtMatmul (" + op + ")", dev));
-      ex_->dev->count_dispatch();
+      ex_->count_dispatch();
       ex_->last_op = op;
       return epilogue;
     };

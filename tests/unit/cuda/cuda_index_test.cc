@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -540,6 +541,58 @@ TEST(CudaDeviceRun, NewKernelsMatchCpu) {
   on.expect(62, 0, "adaptive_avg_pool2d");
   on.run(ir::AdaptiveAvgPool2dBackward{{61}, {7, 5}, {63}});
   on.expect(63, 0, "adaptive_avg_pool2d_backward");
+}
+
+// f16 and bf16 attention and its backward on `on` against the cpu backend's, within the dtype's
+// rounding; causal cases too when `causal_too`.
+void low_precision_attention(OnBoth& on, bool causal_too) {
+  std::mt19937 rng(5);
+  const Shape qs{2, 2, 33, 16}, ks{2, 2, 40, 16};
+  on.put(1, qs, kF32, floats(rng, numel(qs)));
+  on.put(2, ks, kF32, floats(rng, numel(ks)));
+  on.put(3, ks, kF32, floats(rng, numel(ks)));
+  on.put(4, qs, kF32, floats(rng, numel(qs)));
+  ir::TensorId id = 10;
+  for (DType dt : {kBF16, kF16}) {
+    const ir::TensorId q = id++, k = id++, v = id++, g = id++;
+    on.run(ir::Cast{{1}, dt, {q}});
+    on.run(ir::Cast{{2}, dt, {k}});
+    on.run(ir::Cast{{3}, dt, {v}});
+    on.run(ir::Cast{{4}, dt, {g}});
+    for (bool causal : {false, true}) {
+      if (causal && !causal_too) continue;
+      const ir::TensorId o = id++, dq = id++, dk = id++, dv = id++;
+      on.run(ir::ScaledDotProductAttention{{q}, {k}, {v}, {}, causal, 0.25, {o}});
+      on.run(ir::ScaledDotProductAttentionBackward{
+          {g}, {q}, {k}, {v}, {}, causal, 0.25, {dq}, {dk}, {dv}});
+      for (ir::TensorId t : {o, dq, dk, dv}) {
+        const ir::TensorId f = id++;
+        on.run(ir::Cast{{t}, kF32, {f}});
+        // A few units in the last place of the dtype (bf16: 8 bits of mantissa).
+        on.expect(f, dt == kBF16 ? 3e-2 : 4e-3,
+                  std::string(dtype_name(dt)) + (causal ? " causal" : "") + " attention %" +
+                      std::to_string(t));
+      }
+    }
+  }
+}
+
+// f16/bf16 attention as the backend chooses (cuDNN where it serves the case, else the f32
+// kernels, docs/cuda.md).
+TEST(CudaDeviceRun, LowPrecisionAttentionMatchesCpu) {
+  OnBoth on;
+  if (!on.gpu) GTEST_SKIP() << "no cuda device: " << on.why;
+  low_precision_attention(on, true);
+}
+
+// The cases cuDNN's fused attention serves (no mask, not causal), on cuDNN only
+// (TW_CUDA_SDPA=cudnn): a refusal fails the op, naming cuDNN's reason.
+TEST(CudaDeviceRun, LowPrecisionAttentionOnCudnnMatchesCpu) {
+  setenv("TW_CUDA_SDPA", "cudnn", 1);
+  OnBoth on;
+  unsetenv("TW_CUDA_SDPA");
+  if (!on.gpu) GTEST_SKIP() << "no cuda device: " << on.why;
+  low_precision_attention(on, false);
 }
 
 TEST(CudaDeviceRun, BadIndexFailsTheNextReadWithTheCpuMessage) {
