@@ -126,16 +126,41 @@ void Connection::welcome_peer(proto::Welcome& w) {
 
 // A peer's Fetch, FetchBound or FetchDone (a pull, transfer.h) or Store (a collective's
 // rendezvous, collective.h). A FetchDone has no reply.
-void Connection::on_fetch(const Buffer& frame) {
+void Connection::on_fetch(const Buffer& frame, bool parked) {
   proto::OutFrame f;
   Result<proto::ClientMsg> kind = proto::peek_client_msg(frame);
   if (kind.ok() && *kind == proto::ClientMsg::kStore) {
     server::serve_store(srv_.store, frame, f);
   } else {
-    server::serve_fetch(srv_.totals.capabilities, srv_.totals.metrics, frame, f);
+    // A fetch of a ticket not yet exported waits (without blocking this shard) for the session's
+    // ExportAs, and is served again on this shard's thread once it has run.
+    server::CapabilityTable::Wake wake;
+    auto woken = std::make_shared<std::atomic<bool>>(false);
+    if (!parked) {
+      wake = [self = shared_from_this(), frame, woken] {
+        woken->store(true);
+        asio::post(self->shard_.io, [self, frame] { self->on_fetch(frame, true); });
+      };
+    }
+    const bool may_park = wake && !(kind.ok() && *kind == proto::ClientMsg::kFetchDone);
+    server::serve_fetch(srv_.totals.capabilities, srv_.totals.metrics, frame, f, std::move(wake));
+    if (f.payload_size() == 0 && may_park) sweep_parked(std::move(woken));
     if (f.payload_size() == 0) return;
   }
   send(std::move(f));
+}
+
+// A parked fetch is refused once its session has made no progress for the capability ttl
+// (CapabilityTable::progress): sweeps after each ttl until it is woken, so that happens even if
+// nothing else sweeps meanwhile.
+void Connection::sweep_parked(std::shared_ptr<std::atomic<bool>> woken) {
+  auto timer = std::make_shared<asio::steady_timer>(
+      shard_.io, srv_.opts.capability_ttl + std::chrono::milliseconds(50));
+  timer->async_wait([timer, woken, self = shared_from_this()](const asio::error_code&) {
+    if (woken->load()) return;
+    self->srv_.totals.capabilities.sweep();
+    if (!woken->load()) self->sweep_parked(woken);
+  });
 }
 
 }  // namespace tw::server
