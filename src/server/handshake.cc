@@ -135,16 +135,19 @@ void Connection::on_fetch(const Buffer& frame, bool parked) {
     // A fetch of a ticket not yet exported waits (without blocking this shard) for the session's
     // ExportAs, and is served again on this shard's thread once it has run.
     server::CapabilityTable::Wake wake;
-    auto woken = std::make_shared<std::atomic<bool>>(false);
+    std::shared_ptr<asio::steady_timer> timer;
     if (!parked) {
-      wake = [self = shared_from_this(), frame, woken] {
-        woken->store(true);
-        asio::post(self->shard_.io, [self, frame] { self->on_fetch(frame, true); });
+      timer = std::make_shared<asio::steady_timer>(shard_.io);
+      wake = [self = shared_from_this(), frame, timer] {
+        asio::post(self->shard_.io, [self, frame, timer] {
+          timer->cancel();
+          self->on_fetch(frame, true);
+        });
       };
     }
     const bool may_park = wake && !(kind.ok() && *kind == proto::ClientMsg::kFetchDone);
     server::serve_fetch(srv_.totals.capabilities, srv_.totals.metrics, frame, f, std::move(wake));
-    if (f.payload_size() == 0 && may_park) sweep_parked(std::move(woken));
+    if (f.payload_size() == 0 && may_park) sweep_parked(std::move(timer));
     if (f.payload_size() == 0) return;
   }
   send(std::move(f));
@@ -153,13 +156,13 @@ void Connection::on_fetch(const Buffer& frame, bool parked) {
 // A parked fetch is refused once its session has made no progress for the capability ttl
 // (CapabilityTable::progress): sweeps after each ttl until it is woken, so that happens even if
 // nothing else sweeps meanwhile.
-void Connection::sweep_parked(std::shared_ptr<std::atomic<bool>> woken) {
-  auto timer = std::make_shared<asio::steady_timer>(
-      shard_.io, srv_.opts.capability_ttl + std::chrono::milliseconds(50));
-  timer->async_wait([timer, woken, self = shared_from_this()](const asio::error_code&) {
-    if (woken->load()) return;
+// (The wake cancels `timer`, which then lets the connection go.)
+void Connection::sweep_parked(std::shared_ptr<asio::steady_timer> timer) {
+  timer->expires_after(srv_.opts.capability_ttl + std::chrono::milliseconds(50));
+  timer->async_wait([timer, self = shared_from_this()](const asio::error_code& ec) {
+    if (ec == asio::error::operation_aborted) return;
     self->srv_.totals.capabilities.sweep();
-    if (!woken->load()) self->sweep_parked(woken);
+    self->sweep_parked(timer);
   });
 }
 

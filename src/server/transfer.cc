@@ -240,7 +240,7 @@ Result<std::string> CapabilityTable::issue(uint64_t session, ir::TensorId tensor
                               "tensor); move the tensors exported, or wait for them to expire");
   }
   by_nonce_[std::string(c.nonce.begin(), c.nonce.end())] = {
-      c.expires_ms, std::move(data), session, {}};
+      c.expires_ms, std::move(data), session, {}, 0, Status::OK()};
   count_locked();
   return token;
 }
