@@ -426,7 +426,10 @@ Tensor Pipeline::forward_backward_graph(const Tensor& tokens, const Tensor& targ
       size_t k = 0;
       if (s + 1 == n) losses[static_cast<size_t>(m)] = out[k++];
       if (st.begin != 0) g = out[k++];
-      for (const ParameterPtr& p : st.params) p->value().set_grad(out[k++]);
+      for (const ParameterPtr& p : st.params) {
+        Tensor v = p->value();  // (a handle: the gradient is the parameter's)
+        v.set_grad(out[k++]);
+      }
     }
   }
   Tensor sum = losses[0];
