@@ -59,7 +59,12 @@ TEST(MovesCodec, ExportAsAndTicketCapabilityRoundTrip) {
   EXPECT_EQ(std::get<ExportAsTask>(t[0]).id, 7u);
   EXPECT_EQ(std::get<ExportAsTask>(t[0]).ticket, ticket);
 
-  const TicketCapability c{"9f3a", 42, 7, {{2, 0, 5}, kI64}, ticket};
+  TicketCapability c;
+  c.server_id = "9f3a";
+  c.session_id = 42;
+  c.tensor = 7;
+  c.meta = TensorMeta{{2, 0, 5}, kI64};
+  c.ticket = ticket;
   const std::string token = encode_ticket_capability(c);
   EXPECT_EQ(static_cast<uint8_t>(token[0]), kTicketCapabilityFormat);
   TicketCapability back;
