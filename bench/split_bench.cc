@@ -3,7 +3,7 @@
 // pinned to its own core (taskset -a -p -c K, with --threads 1 --workers 1): two one-core
 // "machines" on this host; the client runs beside them, unpinned.
 //   (P) pipelined training step (GPipe, --micro-batches M) over 2 servers vs 1 server, same
-//       model and global batch; target >= 1.6x
+//       model and global batch, eager and as graphs (Pipeline::set_graph_training); target >= 1.6x
 //   (F) prefill: the forward of --batch sequences of --context tokens, pipelined vs 1 server;
 //       and the prefill of one --prefill-token prompt (PipelineGenerator: the prompt in
 //       --prefill-chunks chunks over 2 servers, in one chunk on 1); target >= 1.6x
@@ -247,6 +247,17 @@ int main(int argc, char** argv) {
         opt_two.step();
       });
       row("P", "pipelined training step", a, b, ">= 1.6x");
+      // The same with each server's part as registered graphs (the backward re-materialised).
+      ptwo.set_graph_training(true);
+      auto graph_step = [&](int) {
+        opt_two.zero_grad();
+        (void)ptwo.forward_backward(x, y);
+        opt_two.step();
+      };
+      graph_step(0);  // eager; time_steps' warm-up records, its steps replay
+      const double c = time_steps(o, all, graph_step);
+      ptwo.set_graph_training(false);
+      row("P", "pipelined training step, graphs", a, c, ">= 1.6x");
     }
     if (has('F')) {
       tw::NoGradGuard ng;

@@ -84,6 +84,17 @@ class Pipeline {
   Tensor forward_backward(const Tensor& tokens, const Tensor& targets);
   const LayerPlan& plan() const { return plan_; }
   int64_t micro_batches() const { return micro_; }
+  // Training as graphs (off by default): forward_backward runs each device's part of a
+  // micro-batch's forward, and of its backward, as a tw::graph::Step there (a registered graph
+  // from the third call of a shape on), the backward computing the stage's forward again from
+  // the stage's input (re-materialisation, as GPipe does: about a third more work, and no
+  // activation kept between forward and backward but the stages' inputs). The gradients (and so
+  // the parameters after the optimizer's step) equal the eager run's bit for bit. Not with
+  // dropout in training mode (its masks are random): then the eager run.
+  void set_graph_training(bool on);
+  bool graph_training() const { return graph_training_; }
+  // Graph replays over all the stages' steps so far.
+  int64_t graph_replays() const;
 
  private:
   friend class PipelineGenerator;
@@ -91,9 +102,12 @@ class Pipeline {
   Tensor run_rows(const Tensor& tokens);
   // The same without autograd (inference): each device's layers as one tw::graph::Step there.
   Tensor run_rows_graph(const Tensor& tokens);
+  Tensor forward_backward_graph(const Tensor& tokens, const Tensor& targets);
+  void make_steps();
   GPT& model_;
   LayerPlan plan_;
   int64_t micro_;
+  bool graph_training_ = false;
   struct Steps;
   std::shared_ptr<Steps> steps_;
 };

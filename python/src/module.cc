@@ -1538,12 +1538,21 @@ void bind_nn(py::module_& m) {
   py::class_<nn::PipelineGenerator>(nn, "PipelineGenerator",
                                     "Generation over a Pipeline, each server holding its "
                                     "layers' key/value caches.")
-      .def(py::init(
-               [](nn::Pipeline& pipe) { return std::make_unique<nn::PipelineGenerator>(pipe); }),
-           py::arg("pipeline"), py::keep_alive<1, 2>())
+      .def(py::init([](nn::Pipeline& pipe, int64_t prefill_chunks, bool use_graph) {
+             return std::make_unique<nn::PipelineGenerator>(pipe, prefill_chunks, use_graph);
+           }),
+           py::arg("pipeline"), py::arg("prefill_chunks") = 0, py::arg("use_graph") = true,
+           py::keep_alive<1, 2>(),
+           "prefill_chunks: the prompt goes through the servers in that many chunks of "
+           "consecutive positions, so that they work on it at the same time (0: one per device "
+           "on one device, else 4 per device); use_graph: each server's part of a step runs as "
+           "a registered graph there.")
       .def("generate", split_generate<nn::PipelineGenerator>, py::arg("prompt"),
            py::arg("new_tokens"), py::arg("temperature") = 1.0, py::arg("top_k") = 0,
-           py::arg("seed") = 0, Release());
+           py::arg("seed") = 0, Release(),
+           "The tokens after prompt (new_tokens 0: the prefill alone).")
+      .def_property_readonly("graph_replays", &nn::PipelineGenerator::graph_replays,
+                             "Graph replays over all the servers' steps so far.");
   py::class_<nn::TensorParallelGPT>(nn, "TensorParallelGPT",
                                     "A GPT's heads and MLPs split over devices (Megatron style).")
       .def(py::init([](const std::shared_ptr<nn::GPT>& model, const std::vector<Device>& devices) {

@@ -43,3 +43,29 @@ def test_place_refuses_a_model_that_does_not_fit():
     finally:
         for s in servers:
             s.stop()
+
+
+def test_pipeline_generator_prefill_chunks():
+    # The prompt prefilled in chunks over two servers gives the tokens the same chunking gives on
+    # one server, bit for bit, with graphs and without; a negative count is refused.
+    servers = [tw.serve() for _ in range(2)]
+    try:
+        devices = [tw.Device.remote(s.url) for s in servers]
+        prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]
+        runs = {}
+        for name, devs, layers in [("one", devices[:1], [4]), ("two", devices, [2, 2])]:
+            tw.manual_seed(1)
+            model = nn.GPT(32, context=32, n_layer=2, n_head=2, n_embd=32)
+            pipe = nn.Pipeline(model, nn.place(model, devs, layers=layers))
+            for use_graph in (True, False):
+                gen = nn.PipelineGenerator(pipe, prefill_chunks=3, use_graph=use_graph)
+                runs[name, use_graph] = [gen.generate(prompt, 6, temperature=0.8, seed=7)
+                                         for _ in range(3)]
+                assert (gen.graph_replays > 0) == use_graph
+        assert len(runs["one", True][0]) == 6
+        assert all(r == runs["one", True] for r in runs.values()), runs
+        with pytest.raises(tw.Error, match="prefill_chunks"):
+            nn.PipelineGenerator(pipe, prefill_chunks=-1)
+    finally:
+        for s in servers:
+            s.stop()

@@ -224,29 +224,38 @@ Tensor move(const Tensor& x, const Device& device) {
 // ---- Pipeline ----
 namespace {
 
-// The parameters of layers [begin, end) as graph slots (each once: tied weights are one).
-std::vector<graph::Slot> param_slots(Module& model, size_t begin, size_t end) {
+// The parameters of layers [begin, end), each once (tied weights are one).
+std::vector<ParameterPtr> stage_params(Module& model, size_t begin, size_t end) {
   const std::vector<std::vector<Module*>> layers = model.layers();
   std::set<const Parameter*> seen;
-  std::vector<graph::Slot> out;
+  std::vector<ParameterPtr> out;
   for (size_t l = begin; l < end; ++l) {
     for (Module* m : layers[l]) {
-      for (const ParameterPtr& p : m->parameters()) {
-        if (!seen.insert(p.get()).second) continue;
-        out.push_back({[p] { return p->value(); }, [p](Tensor t) { p->set(std::move(t)); }});
-      }
+      for (const ParameterPtr& p : m->parameters())
+        if (seen.insert(p.get()).second) out.push_back(p);
     }
   }
   return out;
 }
 
+// The parameters of layers [begin, end) as graph slots.
+std::vector<graph::Slot> param_slots(Module& model, size_t begin, size_t end) {
+  std::vector<graph::Slot> out;
+  for (const ParameterPtr& p : stage_params(model, begin, end))
+    out.push_back({[p] { return p->value(); }, [p](Tensor t) { p->set(std::move(t)); }});
+  return out;
+}
+
 }  // namespace
 
-// Each device's layers of an inference forward, as one graph::Step there.
+// Each device's layers of an inference forward, as one graph::Step there; with graph training,
+// each device's part of a micro-batch's backward as another (Pipeline::set_graph_training).
 struct Pipeline::Steps {
   struct Stage {
     Device device;
-    std::unique_ptr<graph::Step> step;
+    size_t begin = 0, end = 0;
+    std::vector<ParameterPtr> params;
+    std::unique_ptr<graph::Step> step, backward;
   };
   std::vector<Stage> stages;
 };
@@ -281,32 +290,151 @@ void check_batch(const Tensor& tokens, int64_t micro, const char* who) {
 }
 }  // namespace
 
-Tensor Pipeline::run_rows_graph(const Tensor& tokens) {
-  if (steps_->stages.empty()) {
-    GPT* model = &model_;
-    const size_t n = model_.block_count();
-    const int64_t e = model_.config().n_embd;
-    for (size_t i = 0; i < plan_.devices.size(); ++i) {
-      const size_t begin = plan_.first[i], end = plan_.first[i + 1];
-      if (begin == end) continue;
-      // tokens [B, T] (first stage) or rows as [B, T, E] -> [B, T, E], or logits rows [B*T, V]
-      // from the last stage: the shapes carry B and T, which the step is specialised to.
-      auto fn = [model, begin, end, n, e](const std::vector<Tensor>& a) {
-        Tensor x = a[0];
-        const int64_t b = x.size(0), t = x.size(1);
-        x = begin == 0 ? model->embed_rows(x) : x.reshape({b * t, e});
-        for (size_t l = std::max<size_t>(begin, 1); l < std::min(end, n + 1); ++l)
-          x = model->block(l - 1).forward_rows(x, b, t);
-        return std::vector<Tensor>{end == n + 2 ? model->head_rows(x) : x.reshape({b, t, e})};
-      };
-      steps_->stages.push_back(
-          {plan_.devices[i], std::make_unique<graph::Step>(fn, param_slots(model_, begin, end))});
-    }
+namespace {
+
+// Layers [begin, end) of `model` (n blocks, width e) on x: tokens [B, T] (begin 0) or rows as
+// [B, T, E] -> [B, T, E], or logits rows [B*T, V] when the stage ends with the head.
+Tensor stage_forward(GPT& model, size_t begin, size_t end, const Tensor& in) {
+  const size_t n = model.block_count();
+  const int64_t e = model.config().n_embd;
+  Tensor x = in;
+  const int64_t b = x.size(0), t = x.size(1);
+  x = begin == 0 ? model.embed_rows(x) : x.reshape({b * t, e});
+  for (size_t l = std::max<size_t>(begin, 1); l < std::min(end, n + 1); ++l)
+    x = model.block(l - 1).forward_rows(x, b, t);
+  return end == n + 2 ? model.head_rows(x) : x.reshape({b, t, e});
+}
+
+}  // namespace
+
+void Pipeline::make_steps() {
+  if (!steps_->stages.empty()) return;
+  GPT* model = &model_;
+  const size_t last = model_.block_count() + 2;
+  const double micro = static_cast<double>(micro_);
+  for (size_t i = 0; i < plan_.devices.size(); ++i) {
+    const size_t begin = plan_.first[i], end = plan_.first[i + 1];
+    if (begin == end) continue;
+    Steps::Stage st{plan_.devices[i], begin, end, stage_params(model_, begin, end), {}, {}};
+    // The shapes carry B and T, which each step is specialised to.
+    auto forward = [model, begin, end](const std::vector<Tensor>& a) {
+      return std::vector<Tensor>{stage_forward(*model, begin, end, a[0])};
+    };
+    // A micro-batch's backward through this stage, its forward computed again from the stage's
+    // input (re-materialised, as GPipe does: nothing of the forward is kept on the server but
+    // that input). Arguments: the input, then the gradient of the output (the targets [B*T] on
+    // the last stage, whose loss is the micro-batch's mean cross-entropy / micro_batches), then
+    // (when the parameters hold gradients already) those gradients, into which the backward
+    // accumulates as an eager backward would. Results: the loss (last stage), the input's
+    // gradient (not the first stage), then each parameter's gradient; the parameters are left
+    // without one (graph::Step does not carry them out of a replay).
+    const std::vector<ParameterPtr> params = st.params;
+    auto backward = [model, begin, end, last, micro, params](const std::vector<Tensor>& a) {
+      Tensor x = a[0];
+      if (begin != 0) {
+        x = x.detach();
+        x.set_requires_grad(true);
+      }
+      const bool accumulate = a.size() > 2;
+      for (size_t k = 0; k < params.size(); ++k) {
+        Tensor v = params[k]->value();
+        if (accumulate) {
+          v.set_grad(a[2 + k]);
+        } else {
+          v.zero_grad();
+        }
+      }
+      std::vector<Tensor> out;
+      Tensor y = stage_forward(*model, begin, end, x);
+      if (end == last) {
+        Tensor l = cross_entropy(y, a[1]);
+        if (micro > 1) l = l * (1.0 / micro);
+        tw::backward({l});
+        out.push_back(l.detach());
+      } else {
+        tw::backward({y}, {a[1]});
+      }
+      if (begin != 0) out.push_back(x.grad());
+      for (const ParameterPtr& p : params) {
+        Tensor v = p->value();
+        out.push_back(v.grad());
+        v.zero_grad();
+      }
+      return out;
+    };
+    st.step = std::make_unique<graph::Step>(forward, param_slots(model_, begin, end));
+    st.backward = std::make_unique<graph::Step>(backward, param_slots(model_, begin, end));
+    steps_->stages.push_back(std::move(st));
   }
+}
+
+Tensor Pipeline::run_rows_graph(const Tensor& tokens) {
+  make_steps();
   Tensor x = tokens;
   for (Steps::Stage& st : steps_->stages)
     x = (*st.step)({x.device() == st.device ? x : x.to(st.device)})[0];
   return x;
+}
+
+void Pipeline::set_graph_training(bool on) { graph_training_ = on; }
+
+int64_t Pipeline::graph_replays() const {
+  int64_t n = 0;
+  for (const Steps::Stage& st : steps_->stages) n += st.step->replays() + st.backward->replays();
+  return n;
+}
+
+Tensor Pipeline::forward_backward_graph(const Tensor& tokens, const Tensor& targets) {
+  make_steps();
+  std::vector<Steps::Stage>& stages = steps_->stages;
+  const size_t n = stages.size();
+  const int64_t mb = tokens.size(0) / micro_;
+  // Forward: every micro-batch through every stage but the last (whose backward step computes its
+  // forward), keeping each stage's input on its device.
+  std::vector<std::vector<Tensor>> in(static_cast<size_t>(micro_), std::vector<Tensor>(n));
+  {
+    NoGradGuard no_grad;
+    for (int64_t m = 0; m < micro_; ++m) {
+      Tensor x = micro_ == 1 ? tokens : tokens.slice(0, m * mb, (m + 1) * mb);
+      for (size_t s = 0; s < n; ++s) {
+        if (!(x.device() == stages[s].device)) x = x.to(stages[s].device);
+        in[static_cast<size_t>(m)][s] = x;
+        if (s + 1 < n) x = (*stages[s].step)({x})[0];
+      }
+    }
+  }
+  // Backward, the last micro-batch first (GPipe, as forward_backward's eager run).
+  std::vector<Tensor> losses(static_cast<size_t>(micro_));
+  for (int64_t m = micro_; m-- > 0;) {
+    Tensor g = micro_ == 1 ? targets : targets.slice(0, m * mb, (m + 1) * mb);
+    g = g.reshape({-1});
+    for (size_t s = n; s-- > 0;) {
+      Steps::Stage& st = stages[s];
+      if (!(g.device() == st.device)) g = g.to(st.device);
+      std::vector<Tensor> args = {in[static_cast<size_t>(m)][s], g};
+      bool all = true, none = true;
+      for (const ParameterPtr& p : st.params) (p->value().grad().defined() ? none : all) = false;
+      if (!all && !none) {
+        throw Error("Pipeline::forward_backward: some parameters of layers " +
+                    std::to_string(st.begin) + "-" + std::to_string(st.end - 1) +
+                    " hold gradients and others do not; zero_grad() the model first");
+      }
+      if (all) {
+        for (const ParameterPtr& p : st.params) args.push_back(p->value().grad());
+      }
+      std::vector<Tensor> out = (*st.backward)(args);
+      size_t k = 0;
+      if (s + 1 == n) losses[static_cast<size_t>(m)] = out[k++];
+      if (st.begin != 0) g = out[k++];
+      for (const ParameterPtr& p : st.params) {
+        Tensor v = p->value();  // (a handle: the gradient is the parameter's)
+        v.set_grad(out[k++]);
+      }
+    }
+  }
+  Tensor sum = losses[0];
+  for (size_t m = 1; m < losses.size(); ++m) sum = sum + losses[m];
+  return sum;
 }
 
 Tensor Pipeline::forward(const Tensor& tokens) {
@@ -332,6 +460,9 @@ Tensor Pipeline::forward_backward(const Tensor& tokens, const Tensor& targets) {
   const int64_t mb = tokens.size(0) / micro_;
   const Device& last = plan_.devices.back();
   const Tensor y = targets.device() == last ? targets : targets.to(last);
+  // Graphs only where a replay equals the eager run: no random dropout masks.
+  if (graph_training_ && (model_.config().dropout == 0 || !model_.is_training()))
+    return forward_backward_graph(tokens, y);
   std::vector<Tensor> losses;
   for (int64_t m = 0; m < micro_; ++m) {
     const Tensor x = micro_ == 1 ? tokens : tokens.slice(0, m * mb, (m + 1) * mb);

@@ -13,6 +13,7 @@
 #include "api/autograd.h"
 #include "api/emit.h"
 #include "api/sink.h"
+#include "backend/copy_meta.h"
 #include "core/splitmix.h"
 #include "core/thread_pool.h"
 #include "tensorwire/autograd.h"
@@ -222,7 +223,11 @@ Tensor Tensor::to(const Device& device) const {
   out->sink = device.sink();
   out->id = out->sink->new_id();
   out->meta = src.meta;
-  Status st = src.sink->copy_to(src.id, *out->sink, out->id);
+  Status st;
+  {
+    const CopyMetaScope known(src.meta);
+    st = src.sink->copy_to(src.id, *out->sink, out->id);
+  }
   if (!st.ok()) {
     out->id = 0;  // nothing was made under it
     throw Error(st.message());

@@ -79,6 +79,15 @@ Status Connection::move_in(proto::TaskKind kind, ir::TensorId id, const TensorMe
   return queue_task_locked(proto::MoveLocalTask{id, meta, source}, "move: the task takes");
 }
 
+Status Connection::export_as(ir::TensorId id, const std::string& ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TW_RETURN_NOT_OK(ready_locked());
+  TW_RETURN_NOT_OK(queue_task_locked(proto::ExportAsTask{id, ticket}, "export: the task takes"));
+  // Sent now: the destination's pull waits at the server for it.
+  flush_locked();
+  return Status::OK();
+}
+
 Status Connection::submit_collective(const proto::CollectiveSpec& c) {
   std::lock_guard<std::mutex> lock(mu_);
   TW_RETURN_NOT_OK(ready_locked());

@@ -185,6 +185,8 @@ class Connection {
   // Moves (protocol 3): a capability for tensor `id` of this session, signed by the server once
   // the tasks queued before it have run (so it waits for them); a poisoned tensor's error.
   Result<protocol::Exported> export_tensor(ir::TensorId id);
+  // Protocol 17: queues the export of tensor `id` under `ticket` (no reply) and sends the batch.
+  Status export_as(ir::TensorId id, const std::string& ticket);
   // Queues an import (kImport: the server pulls from source.url) or a same-server move
   // (kMoveLocal) that makes tensor `id` of `meta` from `source`; like an op, its failure is
   // recorded in the tensor on the server.

@@ -1,5 +1,9 @@
 #include "client/remote_backend.h"
 
+#include <openssl/rand.h>
+
+#include "backend/copy_meta.h"
+
 namespace tw::client {
 
 bool RemoteBackend::speaks(uint16_t version) {
@@ -51,6 +55,36 @@ Result<Backend::TensorHandoff> RemoteBackend::export_tensor(ir::TensorId id) {
   h.capability = std::move(e.capability);
   h.meta = std::move(e.meta);
   return h;
+}
+
+Status RemoteBackend::copy_to(ir::TensorId src, Backend& dst, ir::TensorId dst_id) {
+  const TensorMeta* meta = CopyMetaScope::current();
+  auto* to = dynamic_cast<RemoteBackend*>(&dst);
+  if (!meta || !to || !speaks(protocol::kExportAheadSince) || !to->imports() ||
+      to->conn_.welcome().server_id == conn_.welcome().server_id) {
+    // (A same-server move redeems at once, so it needs the capability the export answers with.)
+    return Backend::copy_to(src, dst, dst_id);
+  }
+  std::string ticket(protocol::kTicketBytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(ticket.data()),
+                 static_cast<int>(ticket.size())) != 1) {
+    return internal_error("move: cannot draw a random ticket (OpenSSL RAND_bytes)");
+  }
+  TW_RETURN_NOT_OK(conn_.export_as(src, ticket));
+  protocol::TicketCapability c{conn_.welcome().server_id, conn_.welcome().session_id, src, *meta,
+                               std::move(ticket)};
+  TensorHandoff h;
+  h.domain = c.server_id;
+  h.url = conn_.url().str();
+  h.fingerprint = conn_.options().tls.fingerprint;
+  h.session = c.session_id;
+  h.id = src;
+  h.meta = *meta;
+  h.capability = protocol::encode_ticket_capability(c);
+  TW_RETURN_NOT_OK(to->import_tensor(h, dst_id));
+  // Sent now, so that the destination dials this server while the tensor is still computed.
+  to->flush();
+  return Status::OK();
 }
 
 Status RemoteBackend::import_tensor(const TensorHandoff& h, ir::TensorId dst_id) {

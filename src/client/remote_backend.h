@@ -69,6 +69,12 @@ class RemoteBackend final : public Backend {
   // server id) or pulls it from the source server (Backend::copy_to). With an older server,
   // copy_to reads and uploads instead.
   bool exports() override { return speaks(3); }
+  // To another server that this one is not, with the tensor's meta known (CopyMetaScope) and
+  // this server speaking protocol 17: the move is issued without waiting (an ExportAs task under
+  // a ticket drawn here, and the import of the ticket capability at the destination, whose pull
+  // waits at this server until the export has run). Otherwise Backend::copy_to (export, wait for
+  // the capability, import).
+  Status copy_to(ir::TensorId src, Backend& dst, ir::TensorId dst_id) override;
   bool imports() override { return speaks(3); }
   Result<TensorHandoff> export_tensor(ir::TensorId id) override;
   Status import_tensor(const TensorHandoff& h, ir::TensorId dst_id) override;

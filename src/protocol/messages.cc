@@ -363,3 +363,40 @@ const Status& ServerMessage::status() const {
 }
 
 }  // namespace tw::protocol
+
+namespace tw::protocol {
+
+std::string encode_ticket_capability(const TicketCapability& c) {
+  std::vector<uint8_t> out;
+  WireWriter w(out);
+  w.u8(kTicketCapabilityFormat);
+  w.str(c.server_id);
+  w.u64(c.session_id);
+  w.u64(c.tensor);
+  w.u8(static_cast<uint8_t>(c.meta.dtype));
+  w.u32(static_cast<uint32_t>(c.meta.shape.size()));
+  for (int64_t x : c.meta.shape) w.i64(x);
+  w.raw(c.ticket.data(), c.ticket.size());
+  return std::string(out.begin(), out.end());
+}
+
+bool decode_ticket_capability(const std::string& token, TicketCapability& c) {
+  WireReader r(reinterpret_cast<const uint8_t*>(token.data()), token.size());
+  uint8_t format = 0, dt = 0;
+  uint32_t rank = 0;
+  if (!r.u8(format).ok() || format != kTicketCapabilityFormat) return false;
+  if (!r.str(c.server_id, 256).ok() || !r.u64(c.session_id).ok() || !r.u64(c.tensor).ok() ||
+      !r.u8(dt).ok() || !dtype_valid(dt) || !r.count(rank, 8).ok()) {
+    return false;
+  }
+  c.meta.dtype = static_cast<DType>(dt);
+  c.meta.shape.resize(rank);
+  for (auto& x : c.meta.shape) {
+    if (!r.i64(x).ok()) return false;
+  }
+  if (!validate_shape(c.meta.shape).ok() || r.remaining() != kTicketBytes) return false;
+  c.ticket = token.substr(token.size() - kTicketBytes);
+  return true;
+}
+
+}  // namespace tw::protocol

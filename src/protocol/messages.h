@@ -41,9 +41,10 @@ inline constexpr uint32_t kMagic = 0x52495754;  // "TWIR" as little-endian bytes
 // Dequantize, PackBlocks, UnpackBlocks, LinearBlocks and LinearInt8 (codes 46-51,
 // kQuantizationSince); version 16 the Welcome describes each hosted device after its session
 // token (DeviceDescription: the hardware, its memory total and free, the ops it runs; the
-// DeviceInfo's dtype mask then lists only what the device runs; kDeviceDescriptionVersion). An
-// older client never sends them, so the server still speaks 1.
-inline constexpr uint16_t kProtocolVersion = 16;
+// DeviceInfo's dtype mask then lists only what the device runs; kDeviceDescriptionVersion);
+// version 17 the ExportAs task and ticket capabilities (kExportAheadSince: a move issued without
+// waiting for its export). An older client never sends them, so the server still speaks 1.
+inline constexpr uint16_t kProtocolVersion = 17;
 // The first version whose Welcome ends with one DeviceDescription per hosted device (its
 // session token is then always sent, empty when the session cannot be resumed).
 inline constexpr uint16_t kDeviceDescriptionVersion = 16;
@@ -64,6 +65,9 @@ inline constexpr uint16_t kRetryablePullSince = 10;
 // RegisterGraphAs (registration pipelined, no reply) and the resumed pull (FetchFrom).
 inline constexpr uint16_t kRegisterGraphAsSince = 11;
 inline constexpr uint16_t kResumedPullSince = 11;
+// ExportAs (a tensor exported under a ticket the client chose, no reply) and the ticket
+// capabilities a source server then serves, its fetches waiting for the export (§8.9).
+inline constexpr uint16_t kExportAheadSince = 17;
 // The first version whose servers know dtype i8 and the quantization ops (the op list's `since`
 // column says 15 for each; a client never sends an i8 tensor to an older server).
 inline constexpr uint16_t kQuantizationSince = 15;
@@ -278,6 +282,24 @@ struct Fetch {
   std::string capability;
   TW_FIELDS(request_id, session_id, tensor, capability)
 };
+// A ticket capability (protocol 17, docs/protocol.md §8.9): what a client that sent an ExportAs
+// task hands the destination instead of a capability the source signed. It names the same fields
+// as a signed one (format 2: u8 format, str server_id, u64 session, u64 tensor, u8 dtype, u32
+// rank, i64 dims, then the ticket's kTicketBytes); the ticket's randomness, known only to the
+// client that registered it with its own session, is what authorises, as the signature does.
+inline constexpr size_t kTicketBytes = 16;
+inline constexpr uint8_t kTicketCapabilityFormat = 2;
+struct TicketCapability {
+  std::string server_id;
+  uint64_t session_id = 0;
+  ir::TensorId tensor = 0;
+  TensorMeta meta;
+  std::string ticket;
+};
+std::string encode_ticket_capability(const TicketCapability& c);
+// The fields of `token` when it is a ticket capability (false: another format, or malformed).
+bool decode_ticket_capability(const std::string& token, TicketCapability& c);
+
 // kFetchBound (protocol 10): a Fetch bound to `pull`; kFetchDone: that pull has the tensor.
 inline constexpr size_t kPullIdBytes = 16;
 struct FetchBound {

@@ -50,6 +50,9 @@ enum class TaskKind : uint8_t {
   kCompressReplies = 17,
   // Protocol 11: a graph registered under an id the client chose, with no reply (pipelined).
   kRegisterGraphAs = 18,
+  // Protocol 17: a tensor exported under a ticket the client chose, with no reply (a move issued
+  // without waiting for the source: transfer.h's tickets).
+  kExportAs = 19,
 };
 
 // Where an import (kImport) or a same-server move (kMoveLocal) takes its tensor from: a tensor
@@ -138,6 +141,16 @@ struct ExportTask {  // a capability for tensor `id`
   ir::TensorId id = 0;
   TW_FIELDS(request_id, id)
 };
+// Tensor `id` exported under `ticket` (protocol 17, kTicketBytes random bytes the client drew):
+// no reply. A peer's fetch of the capability the client makes of it (ticket_capability()) waits
+// at this server until the task has run, then gets the tensor, or the error that kept it from
+// being exported.
+struct ExportAsTask {
+  static constexpr TaskKind kKind = TaskKind::kExportAs;
+  ir::TensorId id = 0;
+  std::string ticket;
+  TW_FIELDS(id, ticket)
+};
 // Tensor `id` of `meta` made from `source`.
 struct ImportTask {
   static constexpr TaskKind kKind = TaskKind::kImport;
@@ -200,10 +213,10 @@ struct CompressRepliesTask {
 };
 
 // One task of a batch. A kind is added by appending a struct above and its type here.
-using Task =
-    std::variant<OpTask, ReadTask, SyncTask, DropTask, StatsTask, RegisterGraphTask, RunGraphTask,
-                 ExportTask, ImportTask, MoveLocalTask, CollectiveTask, FromSegmentTask,
-                 ReadToSegmentTask, UploadByHashTask, CompressRepliesTask, RegisterGraphAsTask>;
+using Task = std::variant<OpTask, ReadTask, SyncTask, DropTask, StatsTask, RegisterGraphTask,
+                          RunGraphTask, ExportTask, ImportTask, MoveLocalTask, CollectiveTask,
+                          FromSegmentTask, ReadToSegmentTask, UploadByHashTask, CompressRepliesTask,
+                          RegisterGraphAsTask, ExportAsTask>;
 
 // A task's kind (kDrop and kRunGraph for packed ones too: see their packed_ids).
 inline TaskKind task_kind(const Task& t) {

@@ -75,7 +75,9 @@ class Connection : public std::enable_shared_from_this<Connection>, private Sess
   void refuse(protocol::RefuseReason reason, const std::string& message);
   void on_hello(const Buffer& frame);
   void welcome_peer(protocol::Welcome& w);
-  void on_fetch(const Buffer& frame);
+  // `parked`: served again after CapabilityTable::park woke it (it is not parked twice).
+  void on_fetch(const Buffer& frame, bool parked = false);
+  void sweep_parked(std::shared_ptr<asio::steady_timer> timer);
 
   // ---- resumable sessions (resume_connection.cc; server/resume.h) ----
   // A new session's token, in `w` (protocol 9, a server with --resume-grace).

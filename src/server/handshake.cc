@@ -126,16 +126,44 @@ void Connection::welcome_peer(proto::Welcome& w) {
 
 // A peer's Fetch, FetchBound or FetchDone (a pull, transfer.h) or Store (a collective's
 // rendezvous, collective.h). A FetchDone has no reply.
-void Connection::on_fetch(const Buffer& frame) {
+void Connection::on_fetch(const Buffer& frame, bool parked) {
   proto::OutFrame f;
   Result<proto::ClientMsg> kind = proto::peek_client_msg(frame);
   if (kind.ok() && *kind == proto::ClientMsg::kStore) {
     server::serve_store(srv_.store, frame, f);
   } else {
-    server::serve_fetch(srv_.totals.capabilities, srv_.totals.metrics, frame, f);
+    // A fetch of a ticket not yet exported waits (without blocking this shard) for the session's
+    // ExportAs, and is served again on this shard's thread once it has run.
+    server::CapabilityTable::Wake wake;
+    std::shared_ptr<asio::steady_timer> timer;
+    if (!parked) {
+      timer = std::make_shared<asio::steady_timer>(shard_.io);
+      wake = [self = shared_from_this(), frame, timer] {
+        asio::post(self->shard_.io, [self, frame, timer] {
+          timer->cancel();
+          self->on_fetch(frame, true);
+        });
+      };
+    }
+    const bool may_park = wake && !(kind.ok() && *kind == proto::ClientMsg::kFetchDone);
+    server::serve_fetch(srv_.totals.capabilities, srv_.totals.metrics, frame, f, std::move(wake));
+    if (f.payload_size() == 0 && may_park) sweep_parked(std::move(timer));
     if (f.payload_size() == 0) return;
   }
   send(std::move(f));
+}
+
+// A parked fetch is refused once its session has made no progress for the capability ttl
+// (CapabilityTable::progress): sweeps after each ttl until it is woken, so that happens even if
+// nothing else sweeps meanwhile.
+// (The wake cancels `timer`, which then lets the connection go.)
+void Connection::sweep_parked(std::shared_ptr<asio::steady_timer> timer) {
+  timer->expires_after(srv_.opts.capability_ttl + std::chrono::milliseconds(50));
+  timer->async_wait([timer, self = shared_from_this()](const asio::error_code& ec) {
+    if (ec == asio::error::operation_aborted) return;
+    self->srv_.totals.capabilities.sweep();
+    self->sweep_parked(timer);
+  });
 }
 
 }  // namespace tw::server

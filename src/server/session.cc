@@ -277,6 +277,10 @@ void Session::run_task(proto::Task& task, SessionOutput& out, OpTimer& timer) {
       proto::encode_capability_result(t.request_id, s.export_tensor(t.id), f);
       return true;
     }
+    bool operator()(proto::ExportAsTask& t) {
+      s.export_as(t);
+      return false;
+    }
     bool operator()(proto::MoveLocalTask& t) {
       s.land(
           t.id, t.meta,
@@ -416,6 +420,7 @@ bool Session::run(Batch& batch, SessionOutput& out, Clock::time_point until) {
     out.reply(std::move(f));
   }
   OpTimer timer(totals_.metrics, &sampling_);
+  totals_.capabilities.progress(id_);  // (fetches waiting for this session's exports wait on)
   running_ = &batch;
   while (batch.refill()) {
     run_task(batch.tasks[batch.next++], out, timer);
@@ -590,6 +595,12 @@ Result<proto::Exported> Session::export_tensor(ir::TensorId id) {
   TensorMeta meta = d->meta;
   TW_ASSIGN_OR_RETURN(std::string cap, totals_.capabilities.issue(id_, id, std::move(d).value()));
   return proto::Exported{std::move(cap), std::move(meta)};
+}
+
+void Session::export_as(const proto::ExportAsTask& t) {
+  Result<TensorData> d = backend_->read(t.id);
+  if (!d.ok()) d = d.status().with_context("export of tensor " + std::to_string(t.id));
+  totals_.capabilities.issue_ticket(id_, t.id, t.ticket, std::move(d));
 }
 
 void Session::land(ir::TensorId id, const TensorMeta& meta, Result<TensorData> got) {

@@ -294,6 +294,7 @@ class Session {
   // Moves: a capability for a tensor of this session; a tensor made from what a capability
   // granted (or poisoned with why there is none); an import's quota check and pull.
   Result<protocol::Exported> export_tensor(ir::TensorId id);
+  void export_as(const protocol::ExportAsTask& t);
   void land(ir::TensorId id, const TensorMeta& meta, Result<TensorData> got);
   void start_import(const protocol::ImportTask& t, SessionOutput& out);
   void start_collective(const protocol::CollectiveTask& t, SessionOutput& out);

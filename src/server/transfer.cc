@@ -136,6 +136,83 @@ void CapabilityTable::sweep_locked(uint64_t now) {
     it = it->second.expires_ms <= now ? by_nonce_.erase(it) : std::next(it);
   }
   count_locked();
+  // A fetch parked past the ttl is served again, and refused: its ticket was never issued.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (it->second.expires_ms > now) {
+      ++it;
+      continue;
+    }
+    it->second.wake();
+    it = waiting_.erase(it);
+  }
+  waiting_count_.store(waiting_.size(), std::memory_order_relaxed);
+}
+
+std::string CapabilityTable::ticket_key(uint64_t session, const std::string& ticket) {
+  std::string key = "T";
+  for (int i = 0; i < 8; ++i) key += static_cast<char>(session >> (8 * i));
+  return key + ticket;
+}
+
+std::string CapabilityTable::ticket_key_of(const std::string& token,
+                                           proto::TicketCapability* c) const {
+  proto::TicketCapability t;
+  if (!proto::decode_ticket_capability(token, t) || t.server_id != server_id_) return {};
+  std::string key = ticket_key(t.session_id, t.ticket);
+  if (c) *c = std::move(t);
+  return key;
+}
+
+void CapabilityTable::issue_ticket(uint64_t session, ir::TensorId tensor, const std::string& ticket,
+                                   Result<TensorData> data) {
+  const uint64_t now = clock_();
+  const std::string key = ticket_key(session, ticket);
+  std::lock_guard<std::mutex> lock(mu_);
+  sweep_locked(now);
+  Entry e;
+  e.expires_ms = now + static_cast<uint64_t>(ttl_.count());
+  e.session = session;
+  e.tensor = tensor;
+  if (ticket.size() != proto::kTicketBytes) {
+    e.error = invalid_argument("export: a ticket holds " + std::to_string(proto::kTicketBytes) +
+                               " bytes, this one " + std::to_string(ticket.size()));
+  } else if (by_nonce_.size() >= kMaxOutstanding) {
+    e.error = resource_exhausted(
+        "export: this server holds " + std::to_string(kMaxOutstanding) +
+        " capabilities not yet used, the most it keeps (each holds its tensor); move the tensors "
+        "exported, or wait for them to expire");
+  } else if (data.ok()) {
+    e.data = std::move(data).value();
+  } else {
+    e.error = data.status();
+  }
+  // (An entry that holds an error holds no bytes; at most 2 * kMaxOutstanding are kept.)
+  if (by_nonce_.size() < 2 * kMaxOutstanding) by_nonce_[key] = std::move(e);
+  count_locked();
+  auto [first, last] = waiting_.equal_range(key);
+  for (auto it = first; it != last; ++it) it->second.wake();
+  waiting_.erase(first, last);
+  waiting_count_.store(waiting_.size(), std::memory_order_relaxed);
+}
+
+bool CapabilityTable::park(const std::string& token, Wake wake) {
+  proto::TicketCapability c;
+  const std::string key = ticket_key_of(token, &c);
+  if (key.empty()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (by_nonce_.count(key) || waiting_.size() >= kMaxOutstanding) return false;
+  waiting_.emplace(
+      key, Parked{clock_() + static_cast<uint64_t>(ttl_.count()), c.session_id, std::move(wake)});
+  waiting_count_.store(waiting_.size(), std::memory_order_relaxed);
+  return true;
+}
+
+void CapabilityTable::progress(uint64_t session) {
+  if (waiting_count_.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t until = clock_() + static_cast<uint64_t>(ttl_.count());
+  for (auto& [key, p] : waiting_)
+    if (p.session == session) p.expires_ms = until;
 }
 
 Result<std::string> CapabilityTable::issue(uint64_t session, ir::TensorId tensor, TensorData data) {
@@ -163,13 +240,20 @@ Result<std::string> CapabilityTable::issue(uint64_t session, ir::TensorId tensor
                               "tensor); move the tensors exported, or wait for them to expire");
   }
   by_nonce_[std::string(c.nonce.begin(), c.nonce.end())] = {
-      c.expires_ms, std::move(data), session, {}};
+      c.expires_ms, std::move(data), session, {}, 0, Status::OK()};
   count_locked();
   return token;
 }
 
 Result<Capability> CapabilityTable::parse(const std::string& token) {
   Capability c;
+  if (proto::TicketCapability t; proto::decode_ticket_capability(token, t)) {
+    c.server_id = std::move(t.server_id);
+    c.session_id = t.session_id;
+    c.tensor = t.tensor;
+    c.meta = std::move(t.meta);
+    return c;
+  }
   size_t signed_bytes = 0;
   TW_RETURN_NOT_OK(decode_fields(token, c, &signed_bytes));
   return c;
@@ -203,6 +287,31 @@ Result<Capability> CapabilityTable::verify(const std::string& token, const uint6
 
 Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t session,
                                            ir::TensorId tensor, const std::string& pull) {
+  if (proto::TicketCapability t; proto::decode_ticket_capability(token, t)) {
+    if (t.server_id != server_id_) {
+      return refused("it names server " + t.server_id + ", not this one (" + server_id_ +
+                     "); fetch it from the server that exported the tensor");
+    }
+    if (t.session_id != session || t.tensor != tensor) {
+      return refused("it does not grant tensor " + std::to_string(tensor) + " of session " +
+                     std::to_string(session));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    sweep_locked(clock_());
+    auto it = by_nonce_.find(ticket_key(session, t.ticket));
+    if (it == by_nonce_.end() || it->second.tensor != tensor) {
+      return refused("no tensor was exported under its ticket within " +
+                     std::to_string(ttl_.count()) +
+                     " ms (the ExportAs task did not run, or the capability expired or was used "
+                     "already); export the tensor again");
+    }
+    if (!it->second.error.ok()) return it->second.error;
+    if (!(it->second.data.meta == t.meta)) {
+      return refused("it names a tensor " + meta_str(t.meta) + ", tensor " +
+                     std::to_string(tensor) + " is " + meta_str(it->second.data.meta));
+    }
+    return take_locked(it, pull);
+  }
   TW_ASSIGN_OR_RETURN(Capability c, verify(token, &session, tensor));
   std::lock_guard<std::mutex> lock(mu_);
   const std::string nonce(c.nonce.begin(), c.nonce.end());
@@ -215,7 +324,15 @@ Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t se
                    " ms; tensorwire-server --capability-ttl); export the tensor again");
   }
   auto it = by_nonce_.find(nonce);
-  if (it == by_nonce_.end() || (!it->second.pull.empty() && it->second.pull != pull)) {
+  if (it == by_nonce_.end()) {
+    return refused("it was used already (a capability is good for one move); export again");
+  }
+  return take_locked(it, pull);
+}
+
+Result<TensorData> CapabilityTable::take_locked(std::unordered_map<std::string, Entry>::iterator it,
+                                                const std::string& pull) {
+  if (!it->second.pull.empty() && it->second.pull != pull) {
     return refused("it was used already (a capability is good for one move); export again");
   }
   if (!pull.empty()) {
@@ -229,17 +346,22 @@ Result<TensorData> CapabilityTable::redeem(const std::string& token, uint64_t se
 }
 
 void CapabilityTable::done(const std::string& token, const std::string& pull) {
-  Result<Capability> c = verify(token, nullptr, 0);
-  if (!c.ok() || pull.empty()) return;
+  if (pull.empty()) return;
+  std::string key = ticket_key_of(token, nullptr);
+  if (key.empty()) {
+    Result<Capability> c = verify(token, nullptr, 0);
+    if (!c.ok()) return;
+    key.assign(c->nonce.begin(), c->nonce.end());
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = by_nonce_.find(std::string(c->nonce.begin(), c->nonce.end()));
+  auto it = by_nonce_.find(key);
   if (it == by_nonce_.end() || it->second.pull != pull) return;
   by_nonce_.erase(it);
   count_locked();
 }
 
 void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& frame,
-                 proto::OutFrame& reply) {
+                 proto::OutFrame& reply, CapabilityTable::Wake park) {
   Result<proto::ClientMsg> kind = proto::peek_client_msg(frame);
   if (kind.ok() && *kind == proto::ClientMsg::kFetchDone) {
     if (Result<proto::FetchDone> m = proto::decode_fetch_done(frame); m.ok())
@@ -271,6 +393,7 @@ void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& f
                   std::to_string(proto::kPullIdBytes));
   }
   if (!m.ok()) return proto::encode_read_result(0, m.status().with_context("fetch"), reply);
+  if (park && table.park(m->capability, std::move(park))) return;
   Result<TensorData> d = table.redeem(m->capability, m->session_id, m->tensor, m->pull);
   if (d.ok() && d->bytes.size() > kFrameRoom) {
     d = resource_exhausted("fetch: tensor " + std::to_string(m->tensor) + " holds " +
@@ -323,10 +446,12 @@ asio::error_code step(asio::io_context& io, net::Stream& s, std::chrono::millise
 // offset `aligned` of the payload lands 64-byte aligned (where a tensor's bytes start, so that the
 // tensor can keep them as its storage: an unaligned one would be copied).
 Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
-                          uint64_t max, const char* what, size_t aligned, PartialFrame* partial) {
+                          uint64_t max, const char* what, size_t aligned, PartialFrame* partial,
+                          std::chrono::milliseconds first) {
   uint8_t header[4];
-  asio::error_code ec = step(
-      io, s, stall, [&](net::IoHandler h) { s.async_read(asio::buffer(header, 4), std::move(h)); });
+  asio::error_code ec = step(io, s, first.count() > 0 ? first : stall, [&](net::IoHandler h) {
+    s.async_read(asio::buffer(header, 4), std::move(h));
+  });
   if (ec) return unavailable(std::string("no ") + what + " from it (" + ec.message() + ")");
   const uint32_t len = net::frame_length(header);
   if (len == 0 || len > max) {
@@ -549,7 +674,11 @@ Result<TensorData> Puller::pull(const PullRequest& r, const std::string& pull_id
   const size_t data_at =
       1 + 8 + proto::FieldSize::of(Status::OK()) + proto::FieldSize::of(want) + 8;
   PartialFrame part;
-  Result<Buffer> payload = read_frame(io, *stream, stall, max, "tensor", data_at, &part);
+  proto::TicketCapability ticket;
+  const bool ahead = proto::decode_ticket_capability(r.source.capability, ticket);
+  Result<Buffer> payload = read_frame(
+      io, *stream, stall, max, "tensor", data_at, &part,
+      ahead ? std::chrono::milliseconds(kTicketReplyWait) : std::chrono::milliseconds(0));
   if (!payload.ok()) {
     Status st = cut(payload.status());
     if (!bound) *retry = false;

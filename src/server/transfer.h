@@ -4,7 +4,8 @@
 // session exports and redeems through a CapabilityTable, a peer connection answers a Fetch with
 // serve_fetch() (handshake.cc) and a session's connection hands an import to a Puller
 // (connection.cc), which does the network side on threads of its own so that no session worker
-// ever waits for another server.
+// ever waits for another server. Tickets (protocol 17): a tensor exported under a ticket its
+// client drew, whose fetches wait in the table (park) until the export has run.
 #pragma once
 #include <array>
 #include <asio/error_code.hpp>
@@ -86,7 +87,26 @@ class CapabilityTable {
   // happens when it is not this server's, not bound to that pull, or gone already). An importer
   // that never says so (its link cut after the last byte) leaves it to expire.
   void done(const std::string& token, const std::string& pull);
-  // The fields of a token, unverified (the importing server reads what it is about to receive).
+  // Tickets (protocol 17, ExportAs): tensor `tensor` of session `session` exported under a
+  // ticket its client drew, as `data` or the error that kept it from being exported. The
+  // capability granting it is the client's ticket capability (protocol/messages.h), redeemed as a
+  // signed one is (single use, bound to a pull, expiring), and refused with that error. Wakes the
+  // fetches park() holds for it.
+  void issue_ticket(uint64_t session, ir::TensorId tensor, const std::string& ticket,
+                    Result<TensorData> data);
+  // A fetch that came before its ticket was issued (the client sends the ExportAs and the import
+  // without waiting, and the source may still be computing the tensor): keeps `wake` until
+  // issue_ticket() for it, or until its session has made no progress for the capability ttl,
+  // then calls it once; true when kept. False (serve the fetch now) when `token` is not a ticket
+  // capability of this server, or its ticket was issued, or kMaxOutstanding fetches wait already.
+  // `wake` runs under the table's lock: it must only post the fetch back to its connection.
+  using Wake = std::function<void()>;
+  bool park(const std::string& token, Wake wake);
+  // Session `session` is running tasks: the fetches parked for its tickets wait another ttl (a
+  // long queue ahead of the export is not a reason to refuse it; a session gone idle is).
+  void progress(uint64_t session);
+  // The fields of a token, unverified (the importing server reads what it is about to receive);
+  // a ticket capability's too.
   static Result<Capability> parse(const std::string& token);
   // The bytes capabilities alone keep alive: exported tensors their sessions have dropped since
   // (while a session holds the tensor, its bytes count there). The server-wide memory budget
@@ -120,8 +140,25 @@ class CapabilityTable {
     TensorData data;
     uint64_t session = 0;  // the exporting session
     std::string pull;      // bound to this pull (FetchBound); empty: not yet fetched
+    // A ticket's: the tensor it names, and why it holds no data when it could not be exported.
+    ir::TensorId tensor = 0;
+    Status error;
   };
+  // A ticket's key in by_nonce_ and waiting_: "T", the session's 8 bytes, the ticket (never the
+  // 16 bytes of a signed capability's nonce).
+  static std::string ticket_key(uint64_t session, const std::string& ticket);
+  // The key of `token` when it is a ticket capability of this server ("" otherwise).
+  std::string ticket_key_of(const std::string& token, protocol::TicketCapability* c) const;
+  Result<TensorData> take_locked(std::unordered_map<std::string, Entry>::iterator it,
+                                 const std::string& pull);
   std::unordered_map<std::string, Entry> by_nonce_;  // nonce bytes -> what it grants
+  struct Parked {
+    uint64_t expires_ms = 0;
+    uint64_t session = 0;
+    Wake wake;
+  };
+  std::unordered_multimap<std::string, Parked> waiting_;  // ticket key -> fetches waiting
+  std::atomic<size_t> waiting_count_{0};                  // waiting_.size(), read without the lock
   // by_nonce_.size(), stored under mu_ as it changes: pinned_bytes() with none outstanding (every
   // reservation asks) takes no lock.
   std::atomic<size_t> outstanding_{0};
@@ -131,8 +168,11 @@ class CapabilityTable {
 // granted tensor, or the refusal. A tensor over what one frame can carry (4 GiB) is refused as a
 // read is. A tensor sent counts as an outgoing transfer in `metrics`. A FetchDone uses up its
 // capability and leaves `reply` empty (it has none).
+// `park` (when given): a fetch whose ticket is not issued yet is parked with it
+// (CapabilityTable::park) and `reply` left empty; the connection serves it again, without `park`,
+// when it is woken.
 void serve_fetch(CapabilityTable& table, ServerMetrics& metrics, const Buffer& frame,
-                 protocol::OutFrame& reply);
+                 protocol::OutFrame& reply, CapabilityTable::Wake park = {});
 
 // Blocking I/O on a server's own connection to a peer (pulls here, a collective's rendezvous in
 // collective.cc), driven on `io` by the calling thread.
@@ -150,10 +190,12 @@ struct PartialFrame {
 };
 // Reads one frame's payload; `max` bounds its length before anything is allocated. The byte at
 // offset `aligned` of the payload lands 64-byte aligned. `partial` (when given) gets what arrived
-// when the connection ends within the payload.
+// when the connection ends within the payload. `first` (when nonzero) bounds the wait for the
+// frame's first bytes instead of `stall`.
 Result<Buffer> read_frame(asio::io_context& io, net::Stream& s, std::chrono::milliseconds stall,
                           uint64_t max, const char* what, size_t aligned = 0,
-                          PartialFrame* partial = nullptr);
+                          PartialFrame* partial = nullptr,
+                          std::chrono::milliseconds first = std::chrono::milliseconds(0));
 
 // What an importing server needs to pull one tensor.
 struct PullRequest {
@@ -191,6 +233,11 @@ class Puller {
   static constexpr int kThreads = 4;
   // Tries of one pull (the first included); the backoff between them sums to about 0.6 s.
   static constexpr int kPullAttempts = 8;
+  // How long the pull of a ticket capability (protocol 17) waits for the reply to start: the
+  // source holds the fetch until its session has run the export, which may be queued behind
+  // long work, and refuses it itself when that session stops making progress (the capability
+  // ttl); the stall timeout applies from the reply's first bytes on.
+  static constexpr std::chrono::hours kTicketReplyWait{1};
 
  private:
   // What the tries of one pull received so far (kept across cuts, protocol 11): the first

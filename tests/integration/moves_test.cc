@@ -113,6 +113,65 @@ TEST(Moves, ServerToServerMoveIsBitExact) {
   EXPECT_EQ(x.to(b).to_bytes(), x.to_bytes());
 }
 
+// Protocol 17: a move between servers is issued without waiting for the source (an ExportAs
+// task under a ticket the client drew, no reply): no round trip of the client's, the
+// destination's pull waits at the source while the tensor is still computed there, and a source
+// tensor that failed poisons the destination with the source's error.
+TEST(Moves, TicketMovesTakeNoRoundTripOfTheClient) {
+  ServerProcess sa, sb;
+  Device a = Device::remote(sa.url(), 0);
+  Device b = Device::remote(sb.url(), 0);
+  a.connect();
+  b.connect();
+  manual_seed(5);
+  Tensor w = randn({256, 256}, kF32, a) * 0.05;
+  Tensor x = randn({64, 256}, kF32, a);
+  for (int i = 0; i < 16; ++i) x = x.matmul(w).tanh();  // queued on a when the move is issued
+  const uint64_t trips = wire_counters(a).round_trips + wire_counters(b).round_trips;
+  Tensor y = x.to(b);
+  Tensor y2 = y * 2.0;
+  Tensor bad_index = tensor<int64_t>({0, 700}, a);
+  Tensor bad = x.index_select(0, bad_index);  // fails on a
+  Tensor bad_on_b = bad.to(b);
+  EXPECT_EQ(wire_counters(a).round_trips + wire_counters(b).round_trips, trips)
+      << "a move waited for the source";
+  EXPECT_EQ(x.to_bytes(), y.to_bytes());
+  EXPECT_EQ((x * 2.0).to_bytes(), y2.to_bytes());
+  const std::string err = read_error(bad_on_b);
+  EXPECT_NE(err.find("index_select"), std::string::npos) << err;
+  EXPECT_NE(err.find("export of tensor"), std::string::npos) << err;
+}
+
+// A ticket capability for a ticket its session never exported under (made up below the API) is
+// refused once the capability ttl has passed, naming the ticket; one naming another shape than
+// the tensor's is refused at once.
+TEST(Moves, TicketsNeverExportedAreRefusedAfterTheTtl) {
+  ServerProcess sa({"--capability-ttl", "0.3"}), sb;
+  Device a = Device::remote(sa.url(), 0);
+  Device b = Device::remote(sb.url(), 0);
+  Tensor x = full({4}, 1.5, kF32, a);
+  a.flush();
+  b.connect();
+  const ir::TensorId xid = x.impl()->id;
+  const TensorMeta meta{{4}, kF32};
+  const std::string ticket(proto::kTicketBytes, 'q');
+  auto import = [&](const TensorMeta& m) {
+    const std::string cap =
+        proto::encode_ticket_capability({id_of(a), remote_handshake(a).session_id, xid, m, ticket});
+    const proto::TensorSource src{remote_handshake(a).session_id, xid, cap, sa.url(), ""};
+    const ir::TensorId id = b.sink()->new_id();
+    EXPECT_TRUE(conn(b).move_in(proto::TaskKind::kImport, id, m, src).ok());
+    return handle(b, id, m);
+  };
+  const auto start = Clock::now();
+  const std::string never = read_error(import(meta));
+  EXPECT_NE(never.find("no tensor was exported under its ticket"), std::string::npos) << never;
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << "not refused after the ttl";
+  ASSERT_TRUE(conn(a).export_as(xid, ticket).ok());
+  const std::string shape = read_error(import(TensorMeta{{2, 2}, kF32}));
+  EXPECT_NE(shape.find("names a tensor f32[2, 2]"), std::string::npos) << shape;
+}
+
 // The source serves tls:// (a pinned self-signed certificate) and both servers require a
 // credential: the destination dials tls:// pinning the fingerprint the client pins, and presents
 // its own credential; a destination with another credential is refused by the source.

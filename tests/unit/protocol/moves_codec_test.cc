@@ -46,6 +46,42 @@ TEST(MovesCodec, TasksRoundTrip) {
       << "a same-server move carries no address";
 }
 
+// Protocol 17: the ExportAs task round-trips, and a ticket capability's fields come back from
+// its bytes; another format, a truncated one or one with bytes after the ticket is not one.
+TEST(MovesCodec, ExportAsAndTicketCapabilityRoundTrip) {
+  BatchWriter b;
+  const std::string ticket(kTicketBytes, '\x5a');
+  b.add(ExportAsTask{7, ticket});
+  std::vector<Task> t;
+  ASSERT_TRUE(decode_batch(payload_of(b.take()), t).ok());
+  ASSERT_EQ(t.size(), 1u);
+  ASSERT_EQ(task_kind(t[0]), TaskKind::kExportAs);
+  EXPECT_EQ(std::get<ExportAsTask>(t[0]).id, 7u);
+  EXPECT_EQ(std::get<ExportAsTask>(t[0]).ticket, ticket);
+
+  TicketCapability c;
+  c.server_id = "9f3a";
+  c.session_id = 42;
+  c.tensor = 7;
+  c.meta = TensorMeta{{2, 0, 5}, kI64};
+  c.ticket = ticket;
+  const std::string token = encode_ticket_capability(c);
+  EXPECT_EQ(static_cast<uint8_t>(token[0]), kTicketCapabilityFormat);
+  TicketCapability back;
+  ASSERT_TRUE(decode_ticket_capability(token, back));
+  EXPECT_EQ(back.server_id, "9f3a");
+  EXPECT_EQ(back.session_id, 42u);
+  EXPECT_EQ(back.tensor, 7u);
+  EXPECT_EQ(back.meta, c.meta);
+  EXPECT_EQ(back.ticket, ticket);
+  for (size_t n = 0; n < token.size(); ++n)
+    EXPECT_FALSE(decode_ticket_capability(token.substr(0, n), back)) << n << " bytes";
+  EXPECT_FALSE(decode_ticket_capability(token + "x", back));
+  std::string signed_format = token;
+  signed_format[0] = 1;
+  EXPECT_FALSE(decode_ticket_capability(signed_format, back));
+}
+
 TEST(MovesCodec, CapabilityResultAndFetchRoundTrip) {
   OutFrame ok, err, fetch;
   encode_capability_result(9, Exported{"token", {{3, 4}, kU8}}, ok);

@@ -625,6 +625,7 @@ TEST(Protocol, TaskBytesIsWhatAddWrites) {
       CollectiveTask{coll},
       FromSegmentTask{13, meta, {7, 64, 16, 9}},
       ReadToSegmentTask{51, 13, {7, 128, 1 << 20, 0}},
+      ExportAsTask{14, std::string(kTicketBytes, 't')},
   };
   for (bool packed : {false, true}) {
     BatchWriter b;

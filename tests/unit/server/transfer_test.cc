@@ -95,6 +95,74 @@ TEST(Capabilities, ExpiredIsRefusedAndForgotten) {
   EXPECT_EQ(table.outstanding(), 1u);
 }
 
+// Protocol 17: a ticket capability is redeemed once its ticket is issued (a fetch before that is
+// parked and woken by the issue, or by a sweep after the ttl), keyed by session and tensor and
+// checked against the tensor's meta; a ticket issued with an error gives that error.
+TEST(Capabilities, TicketsParkFetchesUntilIssued) {
+  FakeClock clock;
+  CapabilityTable table("9f3a", std::chrono::milliseconds(500), clock.fn());
+  const std::string ticket(proto::kTicketBytes, 'k');
+  const TensorData d = data_of({1, 2, 3}, {3});
+  auto cap = [&](uint64_t session, ir::TensorId tensor, TensorMeta meta) {
+    return proto::encode_ticket_capability({"9f3a", session, tensor, std::move(meta), ticket});
+  };
+  const std::string token = cap(5, 17, d.meta);
+  auto parsed = CapabilityTable::parse(token);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->meta, d.meta);
+  int woken = 0;
+  EXPECT_TRUE(table.park(token, [&] { ++woken; }));
+  EXPECT_TRUE(table.park(token, [&] { ++woken; }));
+  EXPECT_FALSE(table.park(proto::encode_ticket_capability({"other", 5, 17, d.meta, ticket}), [] {}))
+      << "another server's ticket is refused at once";
+  EXPECT_FALSE(table.park("not a ticket", [] {}));
+  EXPECT_FALSE(table.redeem(token, 5, 17).ok()) << "not issued yet";
+  table.issue_ticket(6, 17, ticket, d);  // another session's ticket: wakes nothing here
+  EXPECT_EQ(woken, 0);
+  table.issue_ticket(5, 17, ticket, d);
+  EXPECT_EQ(woken, 2);
+  EXPECT_FALSE(table.park(token, [] {})) << "issued: served at once";
+  auto other = table.redeem(cap(5, 17, TensorMeta{{1, 3}, kF32}), 5, 17);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("names a tensor f32[1, 3], tensor 17 is f32[3]"),
+            std::string::npos)
+      << other.status().message();
+  EXPECT_FALSE(table.redeem(token, 5, 18).ok());
+  auto got = table.redeem(token, 5, 17);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(got->bytes.storage_id(), d.bytes.storage_id()) << "shared, not copied";
+  EXPECT_FALSE(table.redeem(token, 5, 17).ok()) << "used once";
+  // The other session's ticket is its own.
+  EXPECT_TRUE(table.redeem(cap(6, 17, d.meta), 6, 17).ok());
+
+  table.issue_ticket(5, 20, ticket, Status(StatusCode::kOutOfRange, "export of tensor 20: bad"));
+  auto failed = table.redeem(cap(5, 20, d.meta), 5, 20);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().message(), "export of tensor 20: bad");
+
+  // A fetch of a ticket never issued is woken by a sweep once its session has made no progress
+  // for the ttl.
+  const std::string never = proto::encode_ticket_capability(
+      {"9f3a", 5, 21, d.meta, std::string(proto::kTicketBytes, 'n')});
+  ASSERT_TRUE(table.park(never, [&] { ++woken; }));
+  clock.now += 499;
+  table.sweep();
+  EXPECT_EQ(woken, 2);
+  table.progress(6);  // another session's progress changes nothing
+  table.progress(5);
+  clock.now += 1;
+  table.sweep();
+  EXPECT_EQ(woken, 2) << "its session ran a batch: it waits another ttl";
+  clock.now += 499;
+  table.sweep();
+  EXPECT_EQ(woken, 3);
+  auto refused = table.redeem(never, 5, 21);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("no tensor was exported under its ticket"),
+            std::string::npos)
+      << refused.status().message();
+}
+
 TEST(Capabilities, EveryAlteredByteIsRefused) {
   CapabilityTable table("9f3a");
   auto token = table.issue(5, 17, data_of({1, 2, 3}, {3}));
