@@ -181,10 +181,10 @@ int main(int argc, char** argv) {
     std::printf(
         "bench-quality: GPT %lld layers, d=%lld, %lld heads, context %lld, vocab %lld, %lld "
         "parameters; Adam lr %g, batch %lld, seed %llu; %d threads, load average %.2f\n",
-        static_cast<long long>(layers), static_cast<long long>(embd),
-        static_cast<long long>(heads), static_cast<long long>(context),
-        static_cast<long long>(vocab.size()), static_cast<long long>(n_params), kLr,
-        static_cast<long long>(batch), static_cast<unsigned long long>(kSeed), threads, load[0]);
+        static_cast<long long>(layers), static_cast<long long>(embd), static_cast<long long>(heads),
+        static_cast<long long>(context), static_cast<long long>(vocab.size()),
+        static_cast<long long>(n_params), kLr, static_cast<long long>(batch),
+        static_cast<unsigned long long>(kSeed), threads, load[0]);
     std::printf(
         "text: %s, %zu characters: trained on the first %lld, perplexity on the last %zu "
         "(%lld windows of %lld)\n",
@@ -213,7 +213,8 @@ int main(int argc, char** argv) {
         "%.1f | f32/bf16 %.2f (rounds %.2f-%.2f) | >= 1.3 | %s |\n",
         ratio.size(), static_cast<long long>(round_steps), median(ms_f), median(ms_b), sp,
         ratio.empty() ? 0 : *std::min_element(ratio.begin(), ratio.end()),
-        ratio.empty() ? 0 : *std::max_element(ratio.begin(), ratio.end()), sp >= 1.3 ? "yes" : "NO");
+        ratio.empty() ? 0 : *std::max_element(ratio.begin(), ratio.end()),
+        sp >= 1.3 ? "yes" : "NO");
     const int64_t at200 = std::min<int64_t>(200, steps);
     const double lf200 = last_mean(loss_f, at200), lb200 = last_mean(loss_b, at200);
     std::printf(
