@@ -5,6 +5,7 @@
 // against the f32 product of the rounded operands on sampled entries. With the FMA peaks that
 // lowp_bench.sh measures (tw_bench_fma_peak --dtype f32|bf16) it prints issue 53's targets.
 //   tw_bench_lowp [--threads N] [--rounds N] [--repeats N] [--f32-peak GFLOPS] [--bf16-peak X]
+//                 [--matmul 0] (the quantization rows only)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -170,6 +171,7 @@ void quant_rows(int rounds, int repeats, const std::string& torch_engine, double
 
 int main(int argc, char** argv) {
   int threads = 2, rounds = 5, repeats = 3;
+  bool matmul_rows = true;
   std::string f32_peak = "n/a", bf16_peak = "n/a", torch_engine = "n/a";
   double torch_int8_ms = 0, torch_f32_ms = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -184,6 +186,8 @@ int main(int argc, char** argv) {
       f32_peak = v;
     } else if (f == "--bf16-peak") {
       bf16_peak = v;
+    } else if (f == "--matmul") {
+      matmul_rows = v != "0";
     } else if (f == "--torch-engine") {
       torch_engine = v;
     } else if (f == "--torch-int8-ms") {
@@ -192,7 +196,7 @@ int main(int argc, char** argv) {
       torch_f32_ms = std::atof(v.c_str());
     } else {
       std::fprintf(stderr,
-                   "usage: tw_bench_lowp [--threads N] [--rounds N] [--repeats N] "
+                   "usage: tw_bench_lowp [--threads N] [--rounds N] [--repeats N] [--matmul 0|1] "
                    "[--f32-peak GFLOPS] [--bf16-peak GFLOPS|n/a] [--torch-engine NAME "
                    "--torch-int8-ms MS --torch-f32-ms MS]\n");
       return 2;
@@ -200,6 +204,10 @@ int main(int argc, char** argv) {
   }
   try {
     tw::set_num_threads(threads);
+    if (!matmul_rows) {  // --matmul 0: the quantization rows only
+      quant_rows(rounds, repeats, torch_engine, torch_int8_ms, torch_f32_ms);
+      return 0;
+    }
     constexpr int64_t kN = 2048;
     tw::manual_seed(53);
     const tw::Tensor a = tw::randn({kN, kN}), b = tw::randn({kN, kN});

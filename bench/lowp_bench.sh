@@ -7,7 +7,10 @@
 # then the quantization rows: int8 linear against f32 and against PyTorch's quantize_dynamic
 # (bench/lowp_torch.py, each quantized engine, the fastest reported), and batch-1 generation of a
 # GPT-2-small-sized model in f32, q8 and q4 with its upload bytes.
-# The table goes to bench/results/lowp.md.
+# The table goes to bench/results/lowp.md. Then tw_bench_quality (bench/quality_bench.cc): the KJV
+# character model trained on 90% of the text, its held-out perplexity in f32, Q8_0 and Q4_0, and
+# bf16-autocast training against f32 (step time, loss after 200 steps) into
+# bench/results/lowp_quality.md ($QUALITY_STEPS steps, default 400; QUALITY=0 skips it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -18,6 +21,8 @@ ROUNDS=${ROUNDS:-5}
 source bench/build_release.sh
 build_release bench-lowp tw_bench_lowp
 build_release bench-lowp tw_bench_fma_peak
+QUALITY=${QUALITY:-1}
+[ "$QUALITY" = 0 ] || build_release bench-lowp tw_bench_quality
 
 source bench/torch_env.sh
 # PyTorch's dynamic int8 Linear on each quantized engine it has (the fastest first) and its f32.
@@ -36,3 +41,11 @@ mkdir -p bench/results
     --f32-peak "$f32_peak" --bf16-peak "$bf16_peak" \
     --torch-engine "${torch_engine:-n/a}" --torch-int8-ms "${torch_int8:-0}" --torch-f32-ms "${torch_f32:-0}"
 } | tee bench/results/lowp.md
+
+if [ "$QUALITY" != 0 ]; then
+  {
+    echo "# make bench-lowp (tw_bench_quality), $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+    echo
+    "$BUILD/bench/tw_bench_quality" --threads "$THREADS" --steps "${QUALITY_STEPS:-400}"
+  } | tee bench/results/lowp_quality.md
+fi

@@ -144,25 +144,38 @@ void unpack_block(BlockFormat f, const uint8_t* blk, float* out) {
 
 // ---- LinearBlocks: rows of x against packed rows of w, dequantized in registers ----
 
-// The 32 weights of a block as four vectors of 8 f32 (without the scale).
-inline void block_weights(BlockFormat f, const uint8_t* blk, __m256 w[4]) {
-  if (f == BlockFormat::kQ8_0) {
+// The 32 weights of a block as four vectors of 8 f32 (without the scale): exact small integers
+// (-127..127 for Q8_0, -8..7 for Q4_0).
+template <BlockFormat F>
+inline void block_weights(const uint8_t* blk, __m256 w[4]) {
+  if constexpr (F == BlockFormat::kQ8_0) {
     for (int v = 0; v < 4; ++v) {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v));
       w[v] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
     }
-    return;
+  } else {
+    // Elements 0..15 are the low nibbles, 16..31 the high ones. Each nibble q, widened to 32
+    // bits and or-ed into the bits of 2^23, is the float 2^23 + q; less 2^23 + 8 that is q - 8,
+    // exactly (an integer add and a float subtract instead of a conversion).
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_and_si128(q, mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+    const __m256i magic = _mm256_set1_epi32(0x4b000000);
+    const __m256 bias = _mm256_set1_ps(8388616.0f);  // 2^23 + 8
+    auto lanes = [&](__m128i bytes) {
+      return _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(_mm256_cvtepu8_epi32(bytes), magic)),
+                           bias);
+    };
+    w[0] = lanes(lo);
+    w[1] = lanes(_mm_unpackhi_epi64(lo, lo));
+    w[2] = lanes(hi);
+    w[3] = lanes(_mm_unpackhi_epi64(hi, hi));
   }
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  const __m128i lo = _mm_and_si128(q, mask);                     // elements 0..15
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);  // elements 16..31
-  const __m256i eight = _mm256_set1_epi32(8);
-  w[0] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(lo), eight));
-  w[1] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), eight));
-  w[2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(hi), eight));
-  w[3] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), eight));
 }
+
+// A block's scale d (f16) broadcast to 8 lanes, converted by F16C (exact, as f16_to_f32).
+inline __m256 block_scale(const uint8_t* blk) { return _mm256_set1_ps(_cvtsh_ss(load_u16(blk))); }
 
 inline float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -173,23 +186,28 @@ inline float hsum(__m256 v) {
 // Rows of x handled together: each block's weights are converted once for all of them.
 constexpr int64_t kRowGroup = 4;
 
-// out[r][m] for rows [r0, r0 + rows) of x and outputs [m0, m1): per block, the 32 products
-// summed as 8 lanes, scaled by the block's d into 8 running lanes; lanes summed at the end.
-void linear_blocks_tile(BlockFormat f, const float* x, int64_t k, const uint8_t* w,
-                        int64_t row_bytes, const float* bias, int64_t m_total, int64_t r0,
-                        int64_t rows, int64_t m0, int64_t m1, float* out) {
-  const int64_t nb = k / kQuantBlock, bb = block_bytes(f);
+// out[r][m] for the R rows of x from r0 and outputs [m0, m1): per block, the 32 products summed
+// as 8 lanes (w0 x0, then w1 x1, w2 x2, w3 x3 fused in), scaled by the block's d into 8 running
+// lanes; the lanes summed at the end. The format and the row count are compile-time constants so
+// that every loop over them unrolls (batch-1 generation is R = 1).
+template <BlockFormat F, int R>
+void linear_blocks_tile(const float* x, int64_t k, const uint8_t* w, int64_t row_bytes,
+                        const float* bias, int64_t m_total, int64_t r0, int64_t m0, int64_t m1,
+                        float* out) {
+  const int64_t nb = k / kQuantBlock;
+  constexpr int64_t bb = block_bytes(F);
+  const float* xr0 = x + r0 * k;
   for (int64_t m = m0; m < m1; ++m) {
     const uint8_t* wr = w + m * row_bytes;
-    __m256 acc[kRowGroup];
-    for (int64_t r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps();
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = wr + b * bb;
       __m256 wv[4];
-      block_weights(f, blk, wv);
-      const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(blk)));
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = x + (r0 + r) * k + b * kQuantBlock;
+      block_weights<F>(blk, wv);
+      const __m256 d = block_scale(blk);
+      for (int r = 0; r < R; ++r) {
+        const float* xr = xr0 + r * k + b * kQuantBlock;
         __m256 s = _mm256_mul_ps(wv[0], _mm256_loadu_ps(xr));
         s = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(xr + 8), s);
         s = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xr + 16), s);
@@ -197,9 +215,21 @@ void linear_blocks_tile(BlockFormat f, const float* x, int64_t k, const uint8_t*
         acc[r] = _mm256_fmadd_ps(d, s, acc[r]);
       }
     }
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int r = 0; r < R; ++r) {
       out[(r0 + r) * m_total + m] = hsum(acc[r]) + (bias ? bias[m] : 0.0f);
     }
+  }
+}
+
+template <BlockFormat F>
+void linear_blocks_rows(const float* x, int64_t k, const uint8_t* w, int64_t row_bytes,
+                        const float* bias, int64_t m_total, int64_t r0, int64_t rows, int64_t m0,
+                        int64_t m1, float* out) {
+  switch (rows) {
+    case 1: linear_blocks_tile<F, 1>(x, k, w, row_bytes, bias, m_total, r0, m0, m1, out); break;
+    case 2: linear_blocks_tile<F, 2>(x, k, w, row_bytes, bias, m_total, r0, m0, m1, out); break;
+    case 3: linear_blocks_tile<F, 3>(x, k, w, row_bytes, bias, m_total, r0, m0, m1, out); break;
+    default: linear_blocks_tile<F, 4>(x, k, w, row_bytes, bias, m_total, r0, m0, m1, out); break;
   }
 }
 
@@ -360,8 +390,14 @@ Status run(const ir::LinearBlocks& op, KernelContext& ctx) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(k, 1));
   parallel_chunks(m, grain, [&](int64_t, int64_t m0, int64_t m1) {
     for (int64_t r0 = 0; r0 < n; r0 += kRowGroup) {
-      linear_blocks_tile(op.format, x.data<float>(), k, w.data<uint8_t>(), row_bytes, b, m, r0,
-                         std::min(kRowGroup, n - r0), m0, m1, out);
+      const int64_t rows = std::min(kRowGroup, n - r0);
+      if (op.format == BlockFormat::kQ8_0) {
+        linear_blocks_rows<BlockFormat::kQ8_0>(x.data<float>(), k, w.data<uint8_t>(), row_bytes, b,
+                                               m, r0, rows, m0, m1, out);
+      } else {
+        linear_blocks_rows<BlockFormat::kQ4_0>(x.data<float>(), k, w.data<uint8_t>(), row_bytes, b,
+                                               m, r0, rows, m0, m1, out);
+      }
     }
   });
   return Status::OK();
