@@ -13,12 +13,17 @@ namespace proto = protocol;
 namespace server {
 
 void Connection::notify_draining(const proto::Draining& notice) {
-  // Only a welcomed session of a client that knows the message (an older one would take an
-  // unknown message for a broken server): the others find out when the connection closes.
-  if (!welcomed_ || peer_ || version_ < proto::kDrainingSince) return;
-  proto::OutFrame f;
-  proto::encode_draining(notice, f);
-  send(std::move(f));
+  // On the connection's own shard thread, the one that writes what the handshake settled
+  // (welcomed_, peer_, version_): read from the draining thread, they raced with a Hello being
+  // taken (make tsan found it). Only a welcomed session of a client that knows the message (an
+  // older one would take an unknown message for a broken server): the others find out when the
+  // connection closes.
+  asio::post(shard_.io, [self = shared_from_this(), notice] {
+    if (!self->welcomed_ || self->peer_ || self->version_ < proto::kDrainingSince) return;
+    proto::OutFrame f;
+    proto::encode_draining(notice, f);
+    self->send(std::move(f));
+  });
 }
 
 }  // namespace server

@@ -150,7 +150,7 @@ class StandInServer {
 
 // One letter per task: o(p), d(rop), s(ync), r(ead), t (stats), g (register graph), x (run one),
 // e(xport), i(mport), m (same-server move), c(ollective), u (upload from a segment), R (read
-// into a segment).
+// into a segment), E (export under a ticket, protocol 17).
 std::string kinds(const std::vector<proto::Task>& tasks) {
   std::string s;
   for (const proto::Task& t : tasks) {
@@ -173,6 +173,7 @@ std::string kinds(const std::vector<proto::Task>& tasks) {
       case proto::TaskKind::kUploadByHash: s += 'h'; break;
       case proto::TaskKind::kCompressReplies: s += 'z'; break;
       case proto::TaskKind::kRegisterGraphAs: s += 'G'; break;
+      case proto::TaskKind::kExportAs: s += 'E'; break;
     }
   }
   return s;
