@@ -5,6 +5,7 @@
 // become, a causal mask as the full square, broadcast inputs as their output's size.
 #include "ir/cost.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <unordered_map>
 #include <variant>
@@ -341,6 +342,18 @@ OpCost cost_of(const std::monostate&, const C&) { return {}; }
 
 double cost_seconds(const OpCost& c, const DeviceRate& r) {
   return c.flops / r.flops + c.bytes / r.bytes + c.transcendentals / r.transcendentals;
+}
+
+OpCost size_bound(double max_input_numel, double input_bytes,
+                  const std::vector<TensorMeta>& outputs) {
+  double out_numel = 0, out_bytes = 0;
+  for (const TensorMeta& m : outputs) {
+    const double n = static_cast<double>(numel(m.shape));
+    out_numel += n;
+    out_bytes += n * static_cast<double>(dtype_size(m.dtype));
+  }
+  const double work = kSizeBoundWork * std::max(1.0, out_numel) * std::max(1.0, max_input_numel);
+  return OpCost{work, 4 * (input_bytes + out_bytes), work};
 }
 
 OpCost op_cost(const Op& op, const MetaLookup& lookup, const std::vector<TensorMeta>& outputs) {

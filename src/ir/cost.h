@@ -43,6 +43,15 @@ double cost_seconds(const OpCost& c, const DeviceRate& r);
 // (call it only on an op infer accepted). Never fails on such an op.
 OpCost op_cost(const Op& op, const MetaLookup& lookup, const std::vector<TensorMeta>& outputs);
 
+// An upper bound on op_cost(op, ...) from sizes alone, whatever the op: no op does more than
+// kSizeBoundWork operations (or transcendental functions) per output element per element of its
+// largest input, nor reads and writes more than 4 times its tensors' bytes. `max_input_numel` is
+// its largest input's element count (1 with none), `input_bytes` its inputs' bytes. A server
+// settles most ops (small ones) with it, without op_cost's visit of the op;
+// tests/unit/ir/cost_bound_test.cc checks it against op_cost for every op.
+inline constexpr double kSizeBoundWork = 64;
+OpCost size_bound(double max_input_numel, double input_bytes,
+                  const std::vector<TensorMeta>& outputs);
 // The cost of each op of a graph that ir::validate_graph accepts, in order (each op inferred
 // against the metas before it, as validation does); an error for a graph it would refuse.
 Result<std::vector<OpCost>> graph_op_costs(const Graph& graph);
