@@ -366,35 +366,47 @@ const Status& ServerMessage::status() const {
 
 namespace tw::protocol {
 
+void write_tensor_ref(WireWriter& w, const std::string& server_id, uint64_t session,
+                      uint64_t tensor, const TensorMeta& meta) {
+  w.str(server_id);
+  w.u64(session);
+  w.u64(tensor);
+  w.u8(static_cast<uint8_t>(meta.dtype));
+  w.u32(static_cast<uint32_t>(meta.shape.size()));
+  for (int64_t x : meta.shape) w.i64(x);
+}
+
+Status read_tensor_ref(WireReader& r, std::string& server_id, uint64_t& session, uint64_t& tensor,
+                       TensorMeta& meta) {
+  uint8_t dt = 0;
+  uint32_t rank = 0;
+  TW_RETURN_NOT_OK(r.str(server_id, 256));
+  TW_RETURN_NOT_OK(r.u64(session));
+  TW_RETURN_NOT_OK(r.u64(tensor));
+  TW_RETURN_NOT_OK(r.u8(dt));
+  if (!dtype_valid(dt)) return data_loss("unknown dtype code " + std::to_string(dt));
+  meta.dtype = static_cast<DType>(dt);
+  TW_RETURN_NOT_OK(r.count(rank, 8));
+  meta.shape.resize(rank);
+  for (auto& x : meta.shape) TW_RETURN_NOT_OK(r.i64(x));
+  return validate_shape(meta.shape);
+}
+
 std::string encode_ticket_capability(const TicketCapability& c) {
   std::vector<uint8_t> out;
   WireWriter w(out);
   w.u8(kTicketCapabilityFormat);
-  w.str(c.server_id);
-  w.u64(c.session_id);
-  w.u64(c.tensor);
-  w.u8(static_cast<uint8_t>(c.meta.dtype));
-  w.u32(static_cast<uint32_t>(c.meta.shape.size()));
-  for (int64_t x : c.meta.shape) w.i64(x);
+  write_tensor_ref(w, c.server_id, c.session_id, c.tensor, c.meta);
   w.raw(c.ticket.data(), c.ticket.size());
   return std::string(out.begin(), out.end());
 }
 
 bool decode_ticket_capability(const std::string& token, TicketCapability& c) {
   WireReader r(reinterpret_cast<const uint8_t*>(token.data()), token.size());
-  uint8_t format = 0, dt = 0;
-  uint32_t rank = 0;
+  uint8_t format = 0;
   if (!r.u8(format).ok() || format != kTicketCapabilityFormat) return false;
-  if (!r.str(c.server_id, 256).ok() || !r.u64(c.session_id).ok() || !r.u64(c.tensor).ok() ||
-      !r.u8(dt).ok() || !dtype_valid(dt) || !r.count(rank, 8).ok()) {
-    return false;
-  }
-  c.meta.dtype = static_cast<DType>(dt);
-  c.meta.shape.resize(rank);
-  for (auto& x : c.meta.shape) {
-    if (!r.i64(x).ok()) return false;
-  }
-  if (!validate_shape(c.meta.shape).ok() || r.remaining() != kTicketBytes) return false;
+  if (!read_tensor_ref(r, c.server_id, c.session_id, c.tensor, c.meta).ok()) return false;
+  if (r.remaining() != kTicketBytes) return false;
   c.ticket = token.substr(token.size() - kTicketBytes);
   return true;
 }

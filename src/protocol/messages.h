@@ -296,6 +296,13 @@ struct TicketCapability {
   TensorMeta meta;
   std::string ticket;
 };
+// The tensor a capability names, as both formats (a signed token, server/transfer.cc; a ticket,
+// above) write it after their format byte: the holder's id, session and tensor id, then the
+// tensor's dtype and shape. read_tensor_ref refuses an unknown dtype or an invalid shape.
+void write_tensor_ref(WireWriter& w, const std::string& server_id, uint64_t session,
+                      uint64_t tensor, const TensorMeta& meta);
+Status read_tensor_ref(WireReader& r, std::string& server_id, uint64_t& session, uint64_t& tensor,
+                       TensorMeta& meta);
 std::string encode_ticket_capability(const TicketCapability& c);
 // The fields of `token` when it is a ticket capability (false: another format, or malformed).
 bool decode_ticket_capability(const std::string& token, TicketCapability& c);

@@ -27,12 +27,7 @@ constexpr uint64_t kFrameRoom = 0xFFFFFFFFull - 4096;
 void encode_fields(const Capability& c, std::vector<uint8_t>& out) {
   WireWriter w(out);
   w.u8(kTokenFormat);
-  w.str(c.server_id);
-  w.u64(c.session_id);
-  w.u64(c.tensor);
-  w.u8(static_cast<uint8_t>(c.meta.dtype));
-  w.u32(static_cast<uint32_t>(c.meta.shape.size()));
-  for (int64_t x : c.meta.shape) w.i64(x);
+  proto::write_tensor_ref(w, c.server_id, c.session_id, c.tensor, c.meta);
   w.u64(c.expires_ms);
   w.raw(c.nonce.data(), c.nonce.size());
 }
@@ -40,21 +35,11 @@ void encode_fields(const Capability& c, std::vector<uint8_t>& out) {
 // The fields of `token`; *signed_bytes is how many of its bytes the signature covers.
 Status decode_fields(const std::string& token, Capability& c, size_t* signed_bytes) {
   WireReader r(reinterpret_cast<const uint8_t*>(token.data()), token.size());
-  uint8_t format = 0, dt = 0;
-  uint32_t rank = 0;
+  uint8_t format = 0;
   TW_RETURN_NOT_OK(r.u8(format));
   if (format != kTokenFormat)
     return data_loss("unknown capability format " + std::to_string(format));
-  TW_RETURN_NOT_OK(r.str(c.server_id, 256));
-  TW_RETURN_NOT_OK(r.u64(c.session_id));
-  TW_RETURN_NOT_OK(r.u64(c.tensor));
-  TW_RETURN_NOT_OK(r.u8(dt));
-  if (!dtype_valid(dt)) return data_loss("unknown dtype code " + std::to_string(dt));
-  c.meta.dtype = static_cast<DType>(dt);
-  TW_RETURN_NOT_OK(r.count(rank, 8));
-  c.meta.shape.resize(rank);
-  for (auto& x : c.meta.shape) TW_RETURN_NOT_OK(r.i64(x));
-  TW_RETURN_NOT_OK(validate_shape(c.meta.shape));
+  TW_RETURN_NOT_OK(proto::read_tensor_ref(r, c.server_id, c.session_id, c.tensor, c.meta));
   TW_RETURN_NOT_OK(r.u64(c.expires_ms));
   if (r.remaining() != c.nonce.size() + kMacBytes) {
     return data_loss("a capability ends with a 16-byte nonce and a 32-byte signature; " +
